@@ -1,0 +1,163 @@
+# llmkit - one non-recursive Makefile.  `make help` lists the targets.
+#
+# Knobs (auto = detect, 1 = required, 0 = off):
+#   CUDA=auto|0|1      kernels/cuda/*.cu with nvcc (sm_90 + PTX)
+#   OPENBLAS=auto|0|1  OpenBLAS sgemm for prefill
+#   ZSTD=auto|0|1      zstd for KV swap and feature caches
+#   PREFIX=/usr/local DESTDIR= PROGRAM_PREFIX=llm-
+#   SAN=address|undefined  sanitizer build (used by `make asan` / `make ubsan`)
+
+include config.mk
+
+BUILD    ?= build
+BIN      ?= bin
+PREFIX   ?= /usr/local
+DESTDIR  ?=
+PROGRAM_PREFIX ?= llm-
+MANDIR   ?= $(PREFIX)/share/man
+
+CC       ?= cc
+NVCC     ?= nvcc
+WERROR   ?= 1
+
+# -ffp-contract=off: the reference quantizers must round exactly like ggml's
+# (no fused multiply-add), or files stop being bit-identical with llama.cpp.
+CFLAGS_BASE = -std=c11 -O2 -g -D_GNU_SOURCE -ffp-contract=off \
+              -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
+              -Icommon -Ikernels -MMD -MP
+ifeq ($(WERROR),1)
+CFLAGS_BASE += -Werror
+endif
+ifneq ($(SAN),)
+CFLAGS_BASE += -fsanitize=$(SAN) -fno-omit-frame-pointer -fno-sanitize-recover=all
+LDFLAGS_SAN  = -fsanitize=$(SAN)
+endif
+CFLAGS  += $(CFLAGS_BASE) $(CFG_CFLAGS)
+LDLIBS  += $(CFG_LIBS) -lm -lpthread
+LDFLAGS += $(LDFLAGS_SAN)
+
+COMMON_SRC  := $(sort $(wildcard common/*.c common/quant/*.c))
+KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/cpu/*.c))
+ifeq ($(HAVE_CUDA),1)
+KERNEL_SRC  := $(filter-out kernels/cuda_stub.c,$(KERNEL_SRC))
+CUDA_SRC    := $(sort $(wildcard kernels/cuda/*.cu))
+else
+CUDA_SRC    :=
+endif
+TOOL_SRC    := $(sort $(wildcard tools/*.c))
+UNIT_SRC    := $(sort $(wildcard tests/unit/test_*.c))
+KTEST_SRC   := $(sort $(wildcard tests/kernels/test_*.c))
+FUZZ_SRC    := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+
+COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
+KERNEL_OBJ  := $(KERNEL_SRC:%.c=$(BUILD)/%.o) $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+TOOLS       := $(TOOL_SRC:tools/%.c=$(BIN)/%)
+UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+KTEST_BIN   := $(KTEST_SRC:tests/kernels/%.c=$(BUILD)/tests/%)
+REPLAY_BIN  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
+LIBLLMKIT   := $(BUILD)/libllmkit.a
+LIBKERNELS  := $(BUILD)/libkernels.a
+LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
+
+# SIMD files get their own flags; the right one is picked at run time.
+$(BUILD)/kernels/cpu/%_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c
+$(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+
+.PHONY: all check check-unit check-kernels check-cli check-fuzz man-lint asan ubsan fuzz \
+        install uninstall clean help demo bench
+all: $(TOOLS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
+	@mkdir -p $(@D)
+	$(NVCC) -O2 -std=c++17 -Icommon -Ikernels $(NVCC_ARCH) -Xcompiler -fPIC -c $< -o $@
+
+$(LIBLLMKIT): $(COMMON_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(LIBKERNELS): $(KERNEL_OBJ)
+	@mkdir -p $(@D)
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(BIN)/%: $(BUILD)/tools/%.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: $(BUILD)/tests/kernels/%.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+$(BUILD)/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS) $(LDLIBS)
+
+# ---- tests ----
+
+check: all check-unit check-kernels check-fuzz check-cli man-lint
+	@echo "make check: all suites passed"
+
+check-unit: $(UNIT_BIN)
+	@scripts/run-ctests $(UNIT_BIN)
+
+check-kernels: $(KTEST_BIN)
+	@scripts/run-ctests $(KTEST_BIN)
+
+check-fuzz: $(REPLAY_BIN)
+	@scripts/run-replay $(REPLAY_BIN)
+
+check-cli: all
+	@LLMKIT_BIN=$(abspath $(BIN)) bats --print-output-on-failure tests/cli
+
+man-lint:
+	@scripts/man-lint
+
+asan:
+	$(MAKE) BUILD=build-asan BIN=build-asan/bin SAN=address check
+
+ubsan:
+	$(MAKE) BUILD=build-ubsan BIN=build-ubsan/bin SAN=undefined check
+
+# libFuzzer harnesses (clang); run e.g. build-fuzz/fuzz_gguf tests/fuzz/corpus/gguf
+FUZZ_BIN := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=build-fuzz/fuzz_%)
+fuzz:
+	$(MAKE) BUILD=build-fuzz/obj CC=clang SAN=fuzzer-no-link,address CUDA=0 build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a
+	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
+	  echo "clang $$f -> build-fuzz/$$n"; \
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE -Icommon -Ikernels -fsanitize=fuzzer,address $$f \
+	    build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a $(CFG_LIBS) -lm -lpthread -o build-fuzz/$$n || exit 1; done
+
+# ---- install ----
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man7
+	@for t in $(TOOLS); do n=$$(basename $$t); \
+	  echo "install $$t -> $(DESTDIR)$(PREFIX)/bin/$(PROGRAM_PREFIX)$$n"; \
+	  install -m 755 $$t $(DESTDIR)$(PREFIX)/bin/$(PROGRAM_PREFIX)$$n || exit 1; \
+	  if [ -f man/$$n.1 ]; then install -m 644 man/$$n.1 $(DESTDIR)$(MANDIR)/man1/$(PROGRAM_PREFIX)$$n.1 || exit 1; fi; \
+	done
+	@for m in man/*.7 man/*.5; do [ -f $$m ] || continue; s=$${m##*.}; \
+	  install -d $(DESTDIR)$(MANDIR)/man$$s; install -m 644 $$m $(DESTDIR)$(MANDIR)/man$$s/ || exit 1; done
+
+uninstall:
+	@for t in $(TOOLS); do n=$$(basename $$t); \
+	  rm -f $(DESTDIR)$(PREFIX)/bin/$(PROGRAM_PREFIX)$$n $(DESTDIR)$(MANDIR)/man1/$(PROGRAM_PREFIX)$$n.1; done
+	@for m in man/*.7 man/*.5; do [ -f $$m ] || continue; s=$${m##*.}; \
+	  rm -f $(DESTDIR)$(MANDIR)/man$$s/$$(basename $$m); done
+
+clean:
+	rm -rf build build-asan build-ubsan build-fuzz bin
+
+help:
+	@echo "targets: all check check-unit check-kernels check-cli check-fuzz man-lint"
+	@echo "         asan ubsan fuzz install uninstall clean help"
+	@echo "knobs:   CUDA=auto|0|1 OPENBLAS=auto|0|1 ZSTD=auto|0|1 PREFIX DESTDIR PROGRAM_PREFIX"
+
+-include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d)
