@@ -10,7 +10,8 @@ PKG_CONFIG ?= pkg-config
 
 # jansson (JSON) is required.
 JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljansson)
-CFG_LIBS     := $(JANSSON_LIBS)
+# libcrypto (OpenSSL) for SHA-256 is required.
+CFG_LIBS     := $(JANSSON_LIBS) $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null || echo -lcrypto)
 CFG_CFLAGS   :=
 
 # ---- zstd ----
