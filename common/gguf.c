@@ -1356,16 +1356,22 @@ gguf_write_header(struct gguf *g, FILE *fp, struct diag *d)
 int
 gguf_write_tensor(const struct gguf *g, FILE *fp, uint64_t i, const void *data, struct diag *d)
 {
-    static const uint8_t zeros[256];
     const struct gguf_tensor *t;
-    uint64_t pad;
 
     if (i >= g->n_tensors)
         return diag_set(d, ST_RANGE, "tensor index out of range");
     t = &g->t[i];
     if (t->nbytes && fwrite(data, 1, t->nbytes, fp) != t->nbytes)
         return diag_set(d, ST_IO, "write failed");
-    pad = PAD(t->nbytes, g->alignment) - t->nbytes;
+    return gguf_write_padding(g, fp, t->nbytes, d);
+}
+
+int
+gguf_write_padding(const struct gguf *g, FILE *fp, uint64_t nbytes, struct diag *d)
+{
+    static const uint8_t zeros[256];
+    uint64_t pad = PAD(nbytes, g->alignment) - nbytes;
+
     while (pad) {
         uint64_t k = pad < sizeof(zeros) ? pad : sizeof(zeros);
         if (fwrite(zeros, 1, k, fp) != k)

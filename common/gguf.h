@@ -192,6 +192,10 @@ int gguf_write_header(struct gguf *g, FILE *fp, struct diag *d);
  * caller writes tensors in index order. */
 int gguf_write_tensor(const struct gguf *g, FILE *fp, uint64_t i, const void *data, struct diag *d);
 
+/* gguf_write_padding() : writes the zero bytes that follow a tensor of
+ * nbytes (for callers that write a tensor's data in pieces). */
+int gguf_write_padding(const struct gguf *g, FILE *fp, uint64_t nbytes, struct diag *d);
+
 /* gguf_n_elements() : product of ne (0 if any is 0). */
 int64_t gguf_tensor_nelements(const struct gguf_tensor *t);
 

@@ -1,4 +1,3 @@
-#define _GNU_SOURCE
 #include "xio.h"
 
 #include <dirent.h>

@@ -1,0 +1,339 @@
+/*
+ * convert.c - format detection, GGUF -> GGUF copies and retyping, and the
+ * tensor pipeline every conversion shares (convert_hf.c and convert_l2c.c
+ * build on it).  See convert.h.
+ */
+#include "convert.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "convert_int.h"
+#include "gguf.h"
+#include "qtypes.h"
+#include "xio.h"
+
+enum model_fmt
+model_fmt_parse(const char *s)
+{
+    if (!s)
+        return FMT_AUTO;
+    if (!strcmp(s, "gguf"))
+        return FMT_GGUF;
+    if (!strcmp(s, "hf") || !strcmp(s, "safetensors"))
+        return FMT_HF;
+    if (!strcmp(s, "llama2c") || !strcmp(s, "llama2.c"))
+        return FMT_LLAMA2C;
+    return FMT_AUTO;
+}
+
+const char *
+model_fmt_name(enum model_fmt f)
+{
+    switch (f) {
+    case FMT_GGUF: return "gguf";
+    case FMT_HF: return "hf";
+    case FMT_LLAMA2C: return "llama2c";
+    default: return "auto";
+    }
+}
+
+int
+convert_detect(const char *path, enum model_fmt *out, struct diag *d)
+{
+    FILE *fp;
+    uint8_t b[28];
+    size_t n;
+
+    *out = FMT_AUTO;
+    if (!strcmp(path, "-")) {
+        *out = FMT_GGUF;
+        return 0;
+    }
+    if (path_is_dir(path)) {
+        char *p = path_join(path, "config.json");
+        bool ok = p && path_exists(p);
+        free(p);
+        if (!ok)
+            return diag_set(d, ST_FORMAT, "directory has no config.json (not a Hugging Face checkpoint)");
+        *out = FMT_HF;
+        return 0;
+    }
+    fp = fopen(path, "rb");
+    if (!fp)
+        return diag_set(d, ST_IO, "cannot open: %s", strerror(errno));
+    n = fread(b, 1, sizeof(b), fp);
+    fclose(fp);
+    if (n >= 4 && !memcmp(b, "GGUF", 4)) {
+        *out = FMT_GGUF;
+        return 0;
+    }
+    if (n == sizeof(b)) {
+        /* llama2.c legacy header: seven positive-ish int32 dims. */
+        int32_t h[7];
+        memcpy(h, b, sizeof(h));
+        if (h[0] > 0 && h[1] > 0 && h[2] > 0 && h[3] > 0 && h[4] > 0 && h[5] != 0 && h[6] > 0 &&
+            h[0] % h[3] == 0 && h[4] <= h[3]) {
+            *out = FMT_LLAMA2C;
+            return 0;
+        }
+    }
+    if (n < 4)
+        return diag_set(d, ST_FORMAT, "file too short to identify its format");
+    return diag_set(d, ST_FORMAT, "unrecognised format (not GGUF, not a llama2.c checkpoint)");
+}
+
+/* ---- the tensor pipeline ---- */
+
+bool
+tensor_is_1d(const int64_t *ne)
+{
+    return ne[1] == 1 && ne[2] == 1 && ne[3] == 1;
+}
+
+int64_t
+permute_src_row(int64_t r, int64_t n_rows, int n_head, bool to_hf)
+{
+    int64_t hd, h, j, half;
+
+    if (n_head <= 0 || n_rows % n_head)
+        return r;
+    hd = n_rows / n_head;
+    if (hd % 2)
+        return r;
+    half = hd / 2;
+    h = r / hd;
+    j = r % hd;
+    if (!to_hf)     /* GGUF row h*D + j comes from HF row h*D + (j%2)*D/2 + j/2 */
+        return h * hd + (j % 2) * half + j / 2;
+    /* HF row h*D + a*D/2 + i comes from GGUF row h*D + 2i + a */
+    return h * hd + 2 * (j % half) + j / half;
+}
+
+int
+tensor_emit(const struct tsrc *s, uint32_t out_type, tensor_sink_fn sink, void *ctx, struct diag *d)
+{
+    const struct qtype *st = qtype_get(s->type), *dt = qtype_get(out_type);
+    int64_t ne0 = s->ne[0], nrows = s->ne[1] * s->ne[2] * s->ne[3];
+    size_t srow, drow;
+    int64_t chunk_rows;
+    float *tmp = NULL;
+    uint8_t *out = NULL;
+    int rc = 0;
+
+    if (!st || !dt)
+        return diag_set(d, ST_RANGE, "unknown tensor type");
+    srow = qtype_row_bytes(s->type, ne0);
+    drow = qtype_row_bytes(out_type, ne0);
+    if (!srow || !drow)
+        return diag_set(d, ST_RANGE, "row of %lld elements does not fit type %s", (long long)ne0,
+                        drow ? st->name : dt->name);
+    if (s->type == out_type && !s->perm_heads)
+        return sink(ctx, s->data, srow * (size_t)nrows, d);
+    if (!st->to_float)
+        return diag_set(d, ST_RANGE, "cannot convert from type %s", st->name);
+    if (!dt->from_float)
+        return diag_set(d, ST_RANGE, "cannot convert to type %s", dt->name);
+    chunk_rows = (int64_t)((4u << 20) / (drow + 1));
+    if (chunk_rows < 1)
+        chunk_rows = 1;
+    if (chunk_rows > nrows)
+        chunk_rows = nrows;
+    tmp = malloc((size_t)ne0 * sizeof(float));
+    out = malloc(drow * (size_t)chunk_rows);
+    if (!tmp || !out) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    for (int64_t r0 = 0; r0 < nrows; r0 += chunk_rows) {
+        int64_t nr = nrows - r0 < chunk_rows ? nrows - r0 : chunk_rows;
+        for (int64_t k = 0; k < nr; k++) {
+            int64_t r = r0 + k, sr = r;
+            if (s->perm_heads)
+                sr = permute_src_row(r, nrows, s->perm_heads > 0 ? s->perm_heads : -s->perm_heads,
+                                     s->perm_heads < 0);
+            st->to_float((const uint8_t *)s->data + (size_t)sr * srow, tmp, ne0);
+            dt->from_float(tmp, out + (size_t)k * drow, ne0);
+        }
+        rc = sink(ctx, out, drow * (size_t)nr, d);
+        if (rc)
+            goto out;
+    }
+out:
+    free(tmp);
+    free(out);
+    return rc;
+}
+
+int
+sink_file(void *ctx, const void *p, size_t n, struct diag *d)
+{
+    return write_all((FILE *)ctx, p, n, d);
+}
+
+/* ---- GGUF -> GGUF ---- */
+
+uint32_t
+ftype_for_type(int type)
+{
+    switch (type) {
+    case GGML_TYPE_F32: return 0;
+    case GGML_TYPE_F16: return 1;
+    case GGML_TYPE_BF16: return 32;
+    default: return 0;
+    }
+}
+
+/* The type a tensor gets when a model is retyped to `want`: 1-D tensors and
+ * norms stay F32 (as convert_hf_to_gguf.py writes them). */
+uint32_t
+retype_for(const char *name, const int64_t *ne, uint32_t src_type, int want)
+{
+    size_t n = strlen(name);
+
+    if (want < 0)
+        return src_type;
+    if (tensor_is_1d(ne) || (n > 12 && !strcmp(name + n - 12, "_norm.weight")) ||
+        (n < 7 || strcmp(name + n - 7, ".weight")))
+        return GGML_TYPE_F32;
+    return (uint32_t)want;
+}
+
+static int
+gguf_to_gguf(const struct convert_opts *o, struct diag *d)
+{
+    struct gguf in, outg;
+    struct xout xo = {0};
+    struct progress pb;
+    void *buf = NULL;
+    uint64_t bufcap = 0, total = 0, done = 0;
+    bool lossy_warned = false;
+    int rc;
+
+    rc = gguf_open(&in, o->input, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->input);
+        return rc;
+    }
+    gguf_init(&outg);
+    outg.version = in.version;
+    for (uint64_t i = 0; i < in.n_kv; i++)
+        if ((rc = gguf_set_kv_copy(&outg, &in.kv[i]))) {
+            diag_set(d, ST_NOMEM, "out of memory");
+            goto out;
+        }
+    if (o->out_type >= 0 && gguf_find(&outg, "general.file_type") >= 0)
+        gguf_set_u32(&outg, "general.file_type", ftype_for_type(o->out_type));
+    for (uint64_t i = 0; i < in.n_tensors; i++) {
+        const struct gguf_tensor *t = &in.t[i];
+        uint32_t ty = retype_for(t->name.p, t->ne, t->type, o->out_type);
+        const struct qtype *qt = qtype_get(t->type);
+        if (ty != t->type && (!qt || !qt->to_float)) {
+            rc = diag_set(d, ST_RANGE, "'%s': tensor '%s': cannot convert from type %s", o->input,
+                          t->name.p, qt ? qt->name : "?");
+            goto out;
+        }
+        if (ty != t->type && qt->blck > 1 && !lossy_warned && o->warn) {
+            o->warn("dequantizing quantized tensors: the output keeps the quantization error");
+            lossy_warned = true;
+        }
+        rc = (int)gguf_add_tensor(&outg, t->name.p, ty, t->n_dims, t->ne, NULL, d);
+        if (rc < 0)
+            goto out;
+        total += t->nbytes;
+    }
+    rc = xout_open(&xo, o->output, o->force, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->output);
+        goto out;
+    }
+    rc = gguf_write_header(&outg, xo.fp, d);
+    if (rc)
+        goto werr;
+    progress_begin(&pb, o->progress, "converting", total);
+    for (uint64_t i = 0; i < in.n_tensors; i++) {
+        const struct gguf_tensor *t = &in.t[i];
+        struct tsrc s = {0};
+        const void *p;
+        if (!in.src->map && t->nbytes > bufcap) {
+            free(buf);
+            buf = malloc(t->nbytes);
+            bufcap = buf ? t->nbytes : 0;
+            if (!buf) {
+                rc = diag_set(d, ST_NOMEM, "out of memory");
+                goto werr;
+            }
+        }
+        p = gguf_tensor_bytes(&in, i, buf, d);
+        if (!p) {
+            diag_prefix(d, "'%s'", o->input);
+            rc = -ST_FORMAT;
+            goto werr;
+        }
+        s.data = p;
+        s.type = t->type;
+        memcpy(s.ne, t->ne, sizeof(s.ne));
+        rc = tensor_emit(&s, outg.t[i].type, sink_file, xo.fp, d);
+        if (!rc)
+            rc = gguf_write_padding(&outg, xo.fp, outg.t[i].nbytes, d);
+        if (rc) {
+            diag_prefix(d, "tensor '%s'", t->name.p);
+            goto werr;
+        }
+        done += t->nbytes;
+        progress_update(&pb, done);
+    }
+    progress_end(&pb);
+    rc = xout_commit(&xo, d);
+    if (rc)
+        diag_prefix(d, "'%s'", o->output);
+    goto out;
+werr:
+    if (rc == -ST_IO)
+        diag_prefix(d, "'%s'", o->output);
+    xout_abort(&xo);
+out:
+    free(buf);
+    gguf_release(&outg);
+    gguf_release(&in);
+    return rc;
+}
+
+int
+convert_model(const struct convert_opts *o, struct diag *d)
+{
+    enum model_fmt from = o->from, to = o->to;
+    int rc;
+
+    if (from == FMT_AUTO) {
+        rc = convert_detect(o->input, &from, d);
+        if (rc) {
+            diag_prefix(d, "'%s'", o->input);
+            return rc;
+        }
+    }
+    if (to == FMT_AUTO) {
+        size_t n = strlen(o->output);
+        to = (!strcmp(o->output, "-") || (n > 5 && !strcmp(o->output + n - 5, ".gguf"))) ? FMT_GGUF : FMT_HF;
+    }
+    if (to == FMT_LLAMA2C)
+        return diag_set(d, ST_RANGE, "writing llama2.c checkpoints is not supported; use --to gguf or hf");
+    if (to == FMT_HF && !strcmp(o->output, "-"))
+        return diag_set(d, ST_RANGE, "a Hugging Face directory cannot be written to stdout");
+    if (from != FMT_GGUF && !strcmp(o->input, "-"))
+        return diag_set(d, ST_RANGE, "only GGUF can be read from stdin");
+    switch (from) {
+    case FMT_GGUF:
+        return to == FMT_GGUF ? gguf_to_gguf(o, d) : convert_gguf_to_hf(o, d);
+    case FMT_HF:
+        return to == FMT_GGUF ? convert_hf_to_gguf(o, d)
+                              : diag_set(d, ST_RANGE, "HF to HF: nothing to convert");
+    case FMT_LLAMA2C:
+        return to == FMT_GGUF ? convert_l2c_to_gguf(o, d)
+                              : diag_set(d, ST_RANGE, "llama2.c converts to GGUF only");
+    default:
+        return diag_set(d, ST_RANGE, "unknown input format");
+    }
+}

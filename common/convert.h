@@ -1,0 +1,56 @@
+/*
+ * convert.h - model format conversion and inspection (the library side of
+ * the `convert` tool).
+ *
+ * Formats: GGUF files, Hugging Face checkpoint directories (config.json,
+ * model.safetensors or a sharded index, tokenizer.json, tokenizer_config.json)
+ * and llama.c legacy checkpoints (+ tokenizer.bin).  Every conversion streams
+ * one tensor at a time: memory stays bounded by the largest tensor, and
+ * outputs are written atomically (xio.h).
+ */
+#ifndef LLMKIT_CONVERT_H
+#define LLMKIT_CONVERT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "status.h"
+
+enum model_fmt {
+    FMT_AUTO = 0,
+    FMT_GGUF,
+    FMT_HF,
+    FMT_LLAMA2C,
+};
+
+/* model_fmt_parse() : "gguf" | "hf" | "llama2c" -> enum; FMT_AUTO if unknown. */
+enum model_fmt model_fmt_parse(const char *s);
+const char *model_fmt_name(enum model_fmt f);
+
+/* convert_detect() : the format of an input from its magic bytes or its
+ * directory contents.  "-" is read as GGUF.  -ST_FORMAT when unrecognised. */
+int convert_detect(const char *path, enum model_fmt *out, struct diag *d);
+
+struct convert_opts {
+    const char *input;          /* path, directory or "-" */
+    const char *output;         /* path, directory or "-" */
+    enum model_fmt from, to;    /* FMT_AUTO = detect / infer from the output name */
+    int out_type;               /* -1 = keep (GGUF) or auto (HF); else GGML_TYPE_F32/F16/BF16 */
+    const char *tokenizer;      /* llama2c tokenizer.bin (default: beside the model) */
+    uint64_t shard_size;        /* HF output: max bytes per safetensors shard */
+    bool force;                 /* replace an existing output */
+    int progress;               /* -1 auto (TTY), 0 off, 1 on */
+    void (*warn)(const char *msg);  /* non-fatal notices (may be NULL) */
+};
+
+/* convert_model() : converts o->input to o->output.  Returns 0 or -ST_* with
+ * the reason in d; a failed conversion leaves no output behind. */
+int convert_model(const struct convert_opts *o, struct diag *d);
+
+/* convert_info() : writes a description of a model to out: metadata (long
+ * arrays summarised), tensor table (name, type, shape, offset, bytes), totals
+ * and bits per weight.  json: JSON Lines with "schema":"convert-info/1". */
+int convert_info(const char *path, enum model_fmt fmt, bool json, FILE *out, struct diag *d);
+
+#endif

@@ -1,0 +1,53 @@
+/*
+ * convert_int.h - internals shared by convert.c, convert_hf.c, convert_l2c.c
+ * and convert_info.c.  Not part of the library's public interface.
+ */
+#ifndef LLMKIT_CONVERT_INT_H
+#define LLMKIT_CONVERT_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "convert.h"
+
+/* Where an output tensor's bytes come from: source bytes of a ggml type
+ * (safetensors F32/F16/BF16 have ggml's layouts), the source shape in GGUF
+ * order, and an optional Q/K row permutation: perm_heads > 0 turns HF rows
+ * into GGUF rows with that many heads, < 0 the inverse. */
+struct tsrc {
+    const void *data;
+    uint32_t type;
+    int64_t ne[4];
+    int perm_heads;
+};
+
+/* A consumer of output bytes, called in order with pieces of the tensor. */
+typedef int (*tensor_sink_fn)(void *ctx, const void *p, size_t n, struct diag *d);
+
+/* tensor_emit() : converts s to out_type row by row (in chunks of ~4 MiB)
+ * and hands the bytes to sink.  Same type and no permutation: one call with
+ * the source bytes. */
+int tensor_emit(const struct tsrc *s, uint32_t out_type, tensor_sink_fn sink, void *ctx,
+                struct diag *d);
+
+/* sink_file() : a sink that fwrites to the FILE * in ctx. */
+int sink_file(void *ctx, const void *p, size_t n, struct diag *d);
+
+/* permute_src_row() : the source row that output row r of a Q/K weight with
+ * n_rows rows and n_head heads comes from; to_hf selects the GGUF -> HF
+ * direction (formats.md §8.3). */
+int64_t permute_src_row(int64_t r, int64_t n_rows, int n_head, bool to_hf);
+
+bool tensor_is_1d(const int64_t *ne);
+uint32_t ftype_for_type(int type);
+uint32_t retype_for(const char *name, const int64_t *ne, uint32_t src_type, int want);
+
+int convert_gguf_to_hf(const struct convert_opts *o, struct diag *d);
+int convert_hf_to_gguf(const struct convert_opts *o, struct diag *d);
+int convert_l2c_to_gguf(const struct convert_opts *o, struct diag *d);
+int info_hf(const char *dir, bool json, FILE *out, struct diag *d);
+int info_l2c(const char *path, bool json, FILE *out, struct diag *d);
+
+#endif
