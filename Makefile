@@ -63,7 +63,7 @@ LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
 $(BUILD)/kernels/cpu/%_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c
 $(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 
-.PHONY: all check check-unit check-kernels check-cli check-fuzz man-lint asan ubsan fuzz \
+.PHONY: all fixtures check check-unit check-kernels check-cli check-fuzz man-lint asan ubsan fuzz \
         install uninstall clean help demo bench
 all: $(TOOLS)
 
@@ -101,6 +101,15 @@ $(BUILD)/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.
 
 # ---- tests ----
 
+# Tiny synthetic models made by our own code (tests/mkfixtures.c).
+FIXTURES := tests/fixtures/tiny-llama-f32.gguf
+$(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
+fixtures: $(BUILD)/mkfixtures
+	@$(BUILD)/mkfixtures --seed 1 tests/fixtures
+
 check: all check-unit check-kernels check-fuzz check-cli man-lint
 	@echo "make check: all suites passed"
 
@@ -113,7 +122,7 @@ check-kernels: $(KTEST_BIN)
 check-fuzz: $(REPLAY_BIN)
 	@scripts/run-replay $(REPLAY_BIN)
 
-check-cli: all
+check-cli: all fixtures
 	@LLMKIT_BIN=$(abspath $(BIN)) bats --print-output-on-failure tests/cli
 
 man-lint:

@@ -442,13 +442,17 @@ gguf_read(struct gguf *g, struct src *s, struct diag *d)
     if ((rc = rd_u64(s, &n_tensors, d)) || (rc = rd_u64(s, &n_kv, d)))
         goto fail;
     /* A KV record takes at least 13 bytes, a tensor record at least 28. */
-    if (n_kv > INT64_MAX || n_kv > src_remaining(s) / 13 || n_kv > GGUF_MAX_ARRAY) {
-        rc = diag_set(d, ST_FORMAT, "metadata count %llu is impossible for the file size",
+    if (n_kv > INT64_MAX || n_tensors > INT64_MAX) {
+        rc = diag_set(d, ST_FORMAT, "negative %s count", n_kv > INT64_MAX ? "metadata" : "tensor");
+        goto fail;
+    }
+    if (n_kv > src_remaining(s) / 13 || n_kv > GGUF_MAX_ARRAY) {
+        rc = diag_set(d, ST_FORMAT, "truncated or corrupt: %llu metadata records cannot fit in the file",
                       (unsigned long long)n_kv);
         goto fail;
     }
-    if (n_tensors > INT64_MAX || n_tensors > src_remaining(s) / 28 || n_tensors > GGUF_MAX_ARRAY) {
-        rc = diag_set(d, ST_FORMAT, "tensor count %llu is impossible for the file size",
+    if (n_tensors > src_remaining(s) / 28 || n_tensors > GGUF_MAX_ARRAY) {
+        rc = diag_set(d, ST_FORMAT, "truncated or corrupt: %llu tensor records cannot fit in the file",
                       (unsigned long long)n_tensors);
         goto fail;
     }
