@@ -75,6 +75,7 @@ leftovers() {
 
 @test "fetch-models --help prints the usage on stdout and exits 0" {
     run -0 --separate-stderr "$FM" --help
+    [[ "${lines[0]}" == "fetch-models - fetches the real models"* ]]
     assert_output --partial "fetch-models [--cache DIR]"
     assert_output --partial "$SMOL"
     assert_output --partial "$GEMMA"
