@@ -19,6 +19,7 @@
  */
 #include "gguf.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1353,7 +1354,7 @@ gguf_write_header(struct gguf *g, FILE *fp, struct diag *d)
     rc = w->err;
     free(w);
     if (rc)
-        return diag_set(d, ST_IO, "write failed");
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO));
     return 0;
 }
 
@@ -1366,7 +1367,7 @@ gguf_write_tensor(const struct gguf *g, FILE *fp, uint64_t i, const void *data, 
         return diag_set(d, ST_RANGE, "tensor index out of range");
     t = &g->t[i];
     if (t->nbytes && fwrite(data, 1, t->nbytes, fp) != t->nbytes)
-        return diag_set(d, ST_IO, "write failed");
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO));
     return gguf_write_padding(g, fp, t->nbytes, d);
 }
 
@@ -1379,7 +1380,7 @@ gguf_write_padding(const struct gguf *g, FILE *fp, uint64_t nbytes, struct diag 
     while (pad) {
         uint64_t k = pad < sizeof(zeros) ? pad : sizeof(zeros);
         if (fwrite(zeros, 1, k, fp) != k)
-            return diag_set(d, ST_IO, "write failed");
+            return diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO));
         pad -= k;
     }
     return 0;

@@ -1,3 +1,4 @@
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -138,6 +139,6 @@ int
 json_print_line(const json_t *o, FILE *fp, struct diag *d)
 {
     if (json_dumpf(o, fp, JSON_COMPACT | JSON_REAL_PRECISION(9)) != 0 || fputc('\n', fp) == EOF)
-        return diag_set(d, ST_IO, "write failed");
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO));
     return 0;
 }
