@@ -141,8 +141,9 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
     # Wait until the temporary exists, then interrupt.
     for _ in $(seq 100); do ls "$BATS_TEST_TMPDIR/o" | grep -q tmp && break; sleep 0.05; done
     kill -INT "$pid"
-    run wait "$pid"
-    [ "$status" -eq 130 ]
+    rc=0
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 130 ]
     [ -z "$(ls -A "$BATS_TEST_TMPDIR/o")" ]
 }
 
