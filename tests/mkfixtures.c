@@ -14,7 +14,9 @@
  * Weights are uniform in [-0.5, 0.5) / sqrt(fan_in) from a xorshift64* stream,
  * so the same seed gives the same bytes on every machine.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,34 +240,38 @@ write_model(const char *path, const struct vocab *v, bool spm, bool f16, bool un
     for (int i = 0; i < nt; i++) {
         uint32_t ty = (f16 && t[i].nd == 2) ? GGML_TYPE_F16 : GGML_TYPE_F32;
         if (gguf_add_tensor(&g, t[i].name, ty, (uint32_t)t[i].nd, t[i].ne, NULL, &d) < 0) {
-            fprintf(stderr, "mkfixtures: %s\n", d.msg);
-            return 1;
+            rc = -1;
+            goto out;
         }
     }
-    if (xout_open(&xo, path, true, &d) || gguf_write_header(&g, xo.fp, &d)) {
-        fprintf(stderr, "mkfixtures: '%s': %s\n", path, d.msg);
-        return 1;
-    }
-    for (int i = 0; i < nt && !rc; i++) {
+    if ((rc = xout_open(&xo, path, true, &d)))
+        goto out;
+    rc = gguf_write_header(&g, xo.fp, &d);
+    for (int i = 0; i < nt; i++) {
         int64_t n = t[i].ne[0] * t[i].ne[1];
         if (g.t[i].type == GGML_TYPE_F16) {
             uint16_t *h = malloc((size_t)n * 2);
             for (int64_t k = 0; k < n; k++)
                 h[k] = fp32_to_fp16(t[i].data[k]);
-            rc = gguf_write_tensor(&g, xo.fp, (uint64_t)i, h, &d);
+            if (!rc)
+                rc = gguf_write_tensor(&g, xo.fp, (uint64_t)i, h, &d);
             free(h);
-        } else {
+        } else if (!rc) {
             rc = gguf_write_tensor(&g, xo.fp, (uint64_t)i, t[i].data, &d);
         }
-        free(t[i].data);
     }
-    if (rc || xout_commit(&xo, &d)) {
-        if (rc)
-            xout_abort(&xo);
+    if (rc)
+        xout_abort(&xo);
+    else
+        rc = xout_commit(&xo, &d);
+out:
+    for (int i = 0; i < nt; i++)
+        free(t[i].data);
+    gguf_release(&g);
+    if (rc) {
         fprintf(stderr, "mkfixtures: '%s': %s\n", path, d.msg);
         return 1;
     }
-    gguf_release(&g);
     return 0;
 }
 
@@ -292,6 +298,8 @@ main(int argc, char **argv)
         fprintf(stderr, "usage: mkfixtures [--seed N] dir\n");
         return RC_USAGE;
     }
+    if (mkdir(argv[optind], 0755) != 0 && errno != EEXIST)
+        die(RC_IO, "cannot create '%s':", argv[optind]);
     memset(&v, 0, sizeof(v));
     v.tok = calloc(512, sizeof(char *));
     v.score = calloc(512, sizeof(float));
@@ -308,5 +316,13 @@ main(int argc, char **argv)
     vocab_spm(&v);
     snprintf(path, sizeof(path), "%s/tiny-spm-f32.gguf", argv[optind]);
     rc |= write_model(path, &v, true, false, false, seed);
+    for (int i = 0; i < v.n; i++)
+        free(v.tok[i]);
+    for (int i = 0; i < v.n_merges; i++)
+        free(v.merges[i]);
+    free(v.tok);
+    free(v.score);
+    free(v.type);
+    free(v.merges);
     return rc ? RC_FAIL : RC_OK;
 }
