@@ -173,8 +173,6 @@ sink_file(void *ctx, const void *p, size_t n, struct diag *d)
     return write_all((FILE *)ctx, p, n, d);
 }
 
-/* ---- GGUF -> GGUF ---- */
-
 uint32_t
 ftype_for_type(int type)
 {
@@ -201,14 +199,100 @@ retype_for(const char *name, const int64_t *ne, uint32_t src_type, int want)
     return (uint32_t)want;
 }
 
+int
+write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
+               void *fetch_ctx, const struct convert_opts *o, struct diag *d)
+{
+    struct xout xo = {0};
+    struct progress pb;
+    uint64_t total = 0, done = 0;
+    int rc;
+
+    for (size_t i = 0; i < n; i++) {
+        int64_t k = gguf_add_tensor(meta, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne, NULL, d);
+        if (k < 0)
+            return (int)k;
+        total += meta->t[k].nbytes;
+    }
+    rc = xout_open(&xo, o->output, o->force, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->output);
+        return rc;
+    }
+    rc = gguf_write_header(meta, xo.fp, d);
+    if (rc)
+        goto fail;
+    progress_begin(&pb, o->progress, "converting", total);
+    for (size_t i = 0; i < n; i++) {
+        struct tsrc s = ts[i].src;
+        const struct gguf_tensor *t = &meta->t[meta->n_tensors - n + i];
+        if (!s.data) {
+            s.data = fetch(fetch_ctx, i, d);
+            if (!s.data) {
+                rc = -ST_FORMAT;
+                goto fail;
+            }
+        }
+        rc = tensor_emit(&s, t->type, sink_file, xo.fp, d);
+        if (!rc)
+            rc = gguf_write_padding(meta, xo.fp, t->nbytes, d);
+        if (rc) {
+            diag_prefix(d, "tensor '%s'", t->name.p);
+            goto fail;
+        }
+        done += t->nbytes;
+        progress_update(&pb, done);
+    }
+    progress_end(&pb);
+    rc = xout_commit(&xo, d);
+    if (rc)
+        diag_prefix(d, "'%s'", o->output);
+    return rc;
+fail:
+    if (rc == -ST_IO)
+        diag_prefix(d, "'%s'", o->output);
+    xout_abort(&xo);
+    return rc;
+}
+
+/* ---- GGUF -> GGUF ---- */
+
+struct gguf_fetch {
+    struct gguf *in;
+    const char *path;
+    void *buf;
+    uint64_t cap;
+};
+
+/* Tensor i of a streamed GGUF, read in file order into one reused buffer. */
+static const void *
+fetch_gguf(void *ctx, size_t i, struct diag *d)
+{
+    struct gguf_fetch *f = ctx;
+    const void *p;
+    uint64_t nb = f->in->t[i].nbytes;
+
+    if (nb > f->cap) {
+        free(f->buf);
+        f->buf = malloc(nb ? nb : 1);
+        f->cap = f->buf ? nb : 0;
+        if (!f->buf) {
+            diag_set(d, ST_NOMEM, "out of memory");
+            return NULL;
+        }
+    }
+    p = gguf_tensor_bytes(f->in, i, f->buf, d);
+    if (!p)
+        diag_prefix(d, "'%s'", f->path);
+    return p;
+}
+
 static int
 gguf_to_gguf(const struct convert_opts *o, struct diag *d)
 {
     struct gguf in, outg;
-    struct xout xo = {0};
-    struct progress pb;
-    void *buf = NULL;
-    uint64_t bufcap = 0, total = 0, done = 0;
+    struct gguf_fetch f = {0};
+    struct out_tensor *ts = NULL;
     bool lossy_warned = false;
     int rc;
 
@@ -220,82 +304,44 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
     gguf_init(&outg);
     outg.version = in.version;
     for (uint64_t i = 0; i < in.n_kv; i++)
-        if ((rc = gguf_set_kv_copy(&outg, &in.kv[i]))) {
-            diag_set(d, ST_NOMEM, "out of memory");
+        if (gguf_set_kv_copy(&outg, &in.kv[i])) {
+            rc = diag_set(d, ST_NOMEM, "out of memory");
             goto out;
         }
     if (o->out_type >= 0 && gguf_find(&outg, "general.file_type") >= 0)
         gguf_set_u32(&outg, "general.file_type", ftype_for_type(o->out_type));
+    ts = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*ts));
+    if (!ts) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
     for (uint64_t i = 0; i < in.n_tensors; i++) {
         const struct gguf_tensor *t = &in.t[i];
-        uint32_t ty = retype_for(t->name.p, t->ne, t->type, o->out_type);
         const struct qtype *qt = qtype_get(t->type);
-        if (ty != t->type && (!qt || !qt->to_float)) {
+        struct out_tensor *ot = &ts[i];
+        snprintf(ot->name, sizeof(ot->name), "%s", t->name.p);
+        ot->n_dims = t->n_dims;
+        memcpy(ot->ne, t->ne, sizeof(ot->ne));
+        ot->type = retype_for(t->name.p, t->ne, t->type, o->out_type);
+        ot->src.data = t->data;
+        ot->src.type = t->type;
+        memcpy(ot->src.ne, t->ne, sizeof(ot->src.ne));
+        if (ot->type != t->type && !qt->to_float) {
             rc = diag_set(d, ST_RANGE, "'%s': tensor '%s': cannot convert from type %s", o->input,
-                          t->name.p, qt ? qt->name : "?");
+                          t->name.p, qt->name);
             goto out;
         }
-        if (ty != t->type && qt->blck > 1 && !lossy_warned && o->warn) {
+        if (ot->type != t->type && qt->blck > 1 && !lossy_warned && o->warn) {
             o->warn("dequantizing quantized tensors: the output keeps the quantization error");
             lossy_warned = true;
         }
-        rc = (int)gguf_add_tensor(&outg, t->name.p, ty, t->n_dims, t->ne, NULL, d);
-        if (rc < 0)
-            goto out;
-        total += t->nbytes;
     }
-    rc = xout_open(&xo, o->output, o->force, d);
-    if (rc) {
-        diag_prefix(d, "'%s'", o->output);
-        goto out;
-    }
-    rc = gguf_write_header(&outg, xo.fp, d);
-    if (rc)
-        goto werr;
-    progress_begin(&pb, o->progress, "converting", total);
-    for (uint64_t i = 0; i < in.n_tensors; i++) {
-        const struct gguf_tensor *t = &in.t[i];
-        struct tsrc s = {0};
-        const void *p;
-        if (!in.src->map && t->nbytes > bufcap) {
-            free(buf);
-            buf = malloc(t->nbytes);
-            bufcap = buf ? t->nbytes : 0;
-            if (!buf) {
-                rc = diag_set(d, ST_NOMEM, "out of memory");
-                goto werr;
-            }
-        }
-        p = gguf_tensor_bytes(&in, i, buf, d);
-        if (!p) {
-            diag_prefix(d, "'%s'", o->input);
-            rc = -ST_FORMAT;
-            goto werr;
-        }
-        s.data = p;
-        s.type = t->type;
-        memcpy(s.ne, t->ne, sizeof(s.ne));
-        rc = tensor_emit(&s, outg.t[i].type, sink_file, xo.fp, d);
-        if (!rc)
-            rc = gguf_write_padding(&outg, xo.fp, outg.t[i].nbytes, d);
-        if (rc) {
-            diag_prefix(d, "tensor '%s'", t->name.p);
-            goto werr;
-        }
-        done += t->nbytes;
-        progress_update(&pb, done);
-    }
-    progress_end(&pb);
-    rc = xout_commit(&xo, d);
-    if (rc)
-        diag_prefix(d, "'%s'", o->output);
-    goto out;
-werr:
-    if (rc == -ST_IO)
-        diag_prefix(d, "'%s'", o->output);
-    xout_abort(&xo);
+    f.in = &in;
+    f.path = o->input;
+    rc = write_gguf_out(&outg, ts, in.n_tensors, fetch_gguf, &f, o, d);
 out:
-    free(buf);
+    free(f.buf);
+    free(ts);
     gguf_release(&outg);
     gguf_release(&in);
     return rc;

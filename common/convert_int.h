@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "convert.h"
+#include "gguf.h"
 
 /* Where an output tensor's bytes come from: source bytes of a ggml type
  * (safetensors F32/F16/BF16 have ggml's layouts), the source shape in GGUF
@@ -39,6 +40,24 @@ int sink_file(void *ctx, const void *p, size_t n, struct diag *d);
  * n_rows rows and n_head heads comes from; to_hf selects the GGUF -> HF
  * direction (formats.md §8.3). */
 int64_t permute_src_row(int64_t r, int64_t n_rows, int n_head, bool to_hf);
+
+/* An output tensor: its GGUF name, shape and type, and where it comes from
+ * (src.data NULL: ask the fetch callback, in index order). */
+struct out_tensor {
+    char name[64];
+    uint32_t n_dims;
+    int64_t ne[4];
+    uint32_t type;
+    struct tsrc src;
+};
+
+typedef const void *(*tensor_fetch_fn)(void *ctx, size_t i, struct diag *d);
+
+/* write_gguf_out() : adds ts[0..n) to meta (whose KVs are set), writes the
+ * GGUF atomically to o->output with a progress bar, converting each tensor
+ * with tensor_emit.  Leaves no output on failure. */
+int write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
+                   void *fetch_ctx, const struct convert_opts *o, struct diag *d);
 
 bool tensor_is_1d(const int64_t *ne);
 uint32_t ftype_for_type(int type);

@@ -11,6 +11,8 @@
  * DIR/tiny-spm-f32.gguf     the same shapes with a SentencePiece-style vocabulary
  *                           (tokenizer.ggml.model "llama": <unk> <s> </s>, byte
  *                           tokens <0x00>..<0xFF>, scored pieces)
+ * DIR/tiny-l2c.bin          a llama2.c v0 checkpoint of the same shapes (separate
+ * DIR/tokenizer.bin         classifier) and its tokenizer (the SPM vocabulary)
  * Weights are uniform in [-0.5, 0.5) / sqrt(fan_in) from a xorshift64* stream,
  * so the same seed gives the same bytes on every machine.
  */
@@ -24,6 +26,7 @@
 
 #include "cli.h"
 #include "gguf.h"
+#include "llama2c.h"
 #include "qtypes.h"
 #include "xio.h"
 
@@ -275,6 +278,88 @@ out:
     return 0;
 }
 
+/* A llama2.c v0 checkpoint with the SPM vocabulary (spaces for U+2581, as
+ * llama2.c's export writes) and a separate classifier. */
+static int
+write_l2c(const char *dir, const struct vocab *v, uint64_t seed)
+{
+    struct llama2c_model m;
+    struct llama2c_layer layers[N_LAYER];
+    struct llama2c_vocab tv;
+    struct diag d;
+    char path[4096];
+    float *blobs[16 * N_LAYER + 4];
+    int nb = 0, rc = 0, hd = N_EMBD / N_HEAD;
+
+    rng_state = seed * 0x9E3779B97F4A7C15ull + 7;
+    memset(&m, 0, sizeof(m));
+    m.c.dim = N_EMBD;
+    m.c.hidden_dim = N_FF;
+    m.c.n_layers = N_LAYER;
+    m.c.n_heads = N_HEAD;
+    m.c.n_kv_heads = N_HEAD_KV;
+    m.c.vocab_size = v->n;
+    m.c.seq_len = 64;
+    m.c.shared_classifier = false;
+    m.head_size = hd;
+    m.kv_dim = N_HEAD_KV * hd;
+    m.layers = layers;
+    m.token_embedding = blobs[nb++] = weight(N_EMBD, v->n);
+    for (int l = 0; l < N_LAYER; l++) {
+        layers[l].rms_att = blobs[nb++] = norm(N_EMBD);
+        layers[l].wq = blobs[nb++] = weight(N_EMBD, N_EMBD);
+        layers[l].wk = blobs[nb++] = weight(N_EMBD, N_HEAD_KV * hd);
+        layers[l].wv = blobs[nb++] = weight(N_EMBD, N_HEAD_KV * hd);
+        layers[l].wo = blobs[nb++] = weight(N_EMBD, N_EMBD);
+        layers[l].rms_ffn = blobs[nb++] = norm(N_EMBD);
+        layers[l].w1 = blobs[nb++] = weight(N_EMBD, N_FF);
+        layers[l].w2 = blobs[nb++] = weight(N_FF, N_EMBD);
+        layers[l].w3 = blobs[nb++] = weight(N_EMBD, N_FF);
+    }
+    m.rms_final = blobs[nb++] = norm(N_EMBD);
+    m.wcls = blobs[nb++] = weight(N_EMBD, v->n);
+    snprintf(path, sizeof(path), "%s/tiny-l2c.bin", dir);
+    if (llama2c_write(path, true, &m, &d)) {
+        fprintf(stderr, "mkfixtures: '%s': %s\n", path, d.msg);
+        rc = 1;
+    }
+    memset(&tv, 0, sizeof(tv));
+    tv.n = v->n;
+    tv.text = calloc((size_t)v->n, sizeof(char *));
+    tv.len = calloc((size_t)v->n, sizeof(int32_t));
+    tv.score = v->score;
+    for (int i = 0; i < v->n; i++) {
+        /* U+2581 -> ' ', byte tokens stay "<0xXX>" */
+        const char *t = v->tok[i];
+        char *o = tv.text[i] = malloc(strlen(t) + 1);
+        int k = 0;
+        for (size_t j = 0; t[j];) {
+            if (!strncmp(t + j, "\xe2\x96\x81", 3)) {
+                o[k++] = ' ';
+                j += 3;
+            } else {
+                o[k++] = t[j++];
+            }
+        }
+        o[k] = 0;
+        tv.len[i] = k;
+        if ((uint32_t)k > tv.max_token_length)
+            tv.max_token_length = (uint32_t)k;
+    }
+    snprintf(path, sizeof(path), "%s/tokenizer.bin", dir);
+    if (llama2c_tokenizer_write(path, true, &tv, &d)) {
+        fprintf(stderr, "mkfixtures: '%s': %s\n", path, d.msg);
+        rc = 1;
+    }
+    for (int i = 0; i < v->n; i++)
+        free(tv.text[i]);
+    free(tv.text);
+    free(tv.len);
+    for (int i = 0; i < nb; i++)
+        free(blobs[i]);
+    return rc;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -316,6 +401,7 @@ main(int argc, char **argv)
     vocab_spm(&v);
     snprintf(path, sizeof(path), "%s/tiny-spm-f32.gguf", argv[optind]);
     rc |= write_model(path, &v, true, false, false, seed);
+    rc |= write_l2c(argv[optind], &v, seed);
     for (int i = 0; i < v.n; i++)
         free(v.tok[i]);
     for (int i = 0; i < v.n_merges; i++)
