@@ -1,0 +1,484 @@
+/*
+ * convert_hf.c - Hugging Face checkpoint directories <-> GGUF, and --info
+ * for them.  The HF side (config, vocabulary, names, permutation) is hf.h;
+ * the containers are safetensors.h and gguf.h; tensors stream through
+ * tensor_emit() one at a time.
+ */
+#include <inttypes.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "convert_int.h"
+#include "gguf.h"
+#include "hf.h"
+#include "json.h"
+#include "qtypes.h"
+#include "safetensors.h"
+
+/* ggml type of a safetensors dtype we can convert, or -1. */
+static int
+ggml_of_sft(enum sft_dtype t)
+{
+    switch (t) {
+    case SFT_F32: return GGML_TYPE_F32;
+    case SFT_F16: return GGML_TYPE_F16;
+    case SFT_BF16: return GGML_TYPE_BF16;
+    default: return -1;
+    }
+}
+
+static enum sft_dtype
+sft_of_ggml(uint32_t t)
+{
+    switch (t) {
+    case GGML_TYPE_F16: return SFT_F16;
+    case GGML_TYPE_BF16: return SFT_BF16;
+    default: return SFT_F32;
+    }
+}
+
+/* Canonical GGUF tensor order: token_embd first, then layer by layer, then
+ * the rest (output_norm, output, rope_freqs); ties by name. */
+static int
+tensor_order_key(const struct out_tensor *t, int32_t layer)
+{
+    if (!strcmp(t->name, "token_embd.weight"))
+        return -1;
+    return layer >= 0 ? layer : 1 << 30;
+}
+
+struct ordered {
+    struct out_tensor t;
+    int key;
+};
+
+static int
+cmp_ordered(const void *a, const void *b)
+{
+    const struct ordered *x = a, *y = b;
+
+    if (x->key != y->key)
+        return x->key < y->key ? -1 : 1;
+    return strcmp(x->t.name, y->t.name);
+}
+
+static char *
+dir_basename(const char *dir)
+{
+    char *cp = strdup(dir), *b, *out;
+    size_t n;
+
+    if (!cp)
+        return NULL;
+    n = strlen(cp);
+    while (n > 1 && cp[n - 1] == '/')
+        cp[--n] = '\0';
+    b = basename(cp);
+    out = strdup(b);
+    free(cp);
+    return out;
+}
+
+int
+convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
+{
+    struct hf_config cfg;
+    struct hf_vocab voc;
+    struct sft_model sm;
+    struct gguf g;
+    struct ordered *ts = NULL;
+    struct out_tensor *flat = NULL;
+    float *rope_freqs = NULL;
+    char *path = NULL, *name = NULL;
+    size_t n = 0;
+    int want = o->out_type, rc;
+    int32_t *layer_count = NULL;
+    bool have_embd = false;
+
+    memset(&sm, 0, sizeof(sm));
+    hf_vocab_init(&voc);
+    gguf_init(&g);
+    path = path_join(o->input, "config.json");
+    if (!path) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    rc = hf_config_load(&cfg, path, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->input);
+        goto out;
+    }
+    rc = sft_model_open(&sm, o->input, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->input);
+        goto out;
+    }
+    rc = hf_vocab_load(&voc, o->input, &cfg, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->input);
+        goto out;
+    }
+    if (voc.warning[0] && o->warn)
+        o->warn(voc.warning);
+
+    ts = calloc(sm.n_tensors + 1, sizeof(*ts));
+    layer_count = calloc((size_t)cfg.n_layer, sizeof(*layer_count));
+    if (!ts || !layer_count) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    /* --type auto: the type of the first matrix in file order (bf16 or f16), else f16. */
+    if (want < 0) {
+        want = GGML_TYPE_F16;
+        for (size_t f = 0; f < sm.n_files && want == GGML_TYPE_F16; f++) {
+            for (size_t i = 0; i < sm.files[f].n_tensors; i++) {
+                const struct sft_tensor *t = &sm.files[f].t[i];
+                if (t->n_dims >= 2) {
+                    if (t->dtype == SFT_BF16)
+                        want = GGML_TYPE_BF16;
+                    break;
+                }
+            }
+        }
+    }
+    for (size_t i = 0; i < sm.n_tensors; i++) {
+        const struct sft_tensor *t = sm.tensors[i].t;
+        struct hf_tensor_map m;
+        struct out_tensor *ot = &ts[n].t;
+        int gt = ggml_of_sft(t->dtype);
+
+        rc = hf_name_to_gguf(&cfg, t->name, &m, d);
+        if (rc < 0) {
+            diag_prefix(d, "'%s'", o->input);
+            goto out;
+        }
+        if (rc == 0)
+            continue;
+        if (gt < 0) {
+            rc = diag_set(d, ST_FORMAT, "'%s': tensor '%s' has dtype %s (F32, F16 or BF16 expected)",
+                          o->input, t->name, sft_dtype_name(t->dtype));
+            goto out;
+        }
+        if (t->n_dims < 1 || t->n_dims > 4 || strlen(m.name) > GGUF_MAX_NAME) {
+            rc = diag_set(d, ST_FORMAT, "'%s': tensor '%s' has %d dimensions", o->input, t->name, t->n_dims);
+            goto out;
+        }
+        snprintf(ot->name, sizeof(ot->name), "%s", m.name);
+        ot->n_dims = (uint32_t)t->n_dims;
+        for (int j = 0; j < 4; j++)
+            ot->ne[j] = j < t->n_dims ? t->shape[t->n_dims - 1 - j] : 1;
+        ot->type = hf_tensor_force_f32(m.name, ot->n_dims) ? GGML_TYPE_F32 : (uint32_t)want;
+        ot->src.data = t->data;
+        ot->src.type = (uint32_t)gt;
+        memcpy(ot->src.ne, ot->ne, sizeof(ot->ne));
+        ot->src.perm_heads = m.perm != HF_PERM_NONE ? (int)m.perm_heads : 0;
+        ts[n].key = tensor_order_key(ot, m.layer);
+        if (!strcmp(m.name, "token_embd.weight"))
+            have_embd = true;
+        if (m.layer >= 0 && m.layer < cfg.n_layer)
+            layer_count[m.layer]++;
+        n++;
+    }
+    if (!have_embd) {
+        rc = diag_set(d, ST_FORMAT, "'%s': no model.embed_tokens.weight tensor", o->input);
+        goto out;
+    }
+    for (int64_t l = 0; l < cfg.n_layer; l++) {
+        if (layer_count[l] < 9) {
+            rc = diag_set(d, ST_FORMAT, "'%s': layer %lld has %d of the 9 llama tensors", o->input,
+                          (long long)l, layer_count[l]);
+            goto out;
+        }
+    }
+    if (cfg.rope.type == HF_ROPE_LLAMA3) {
+        struct out_tensor *ot = &ts[n].t;
+        int64_t nf = cfg.head_dim / 2;
+        rope_freqs = malloc((size_t)nf * sizeof(float));
+        if (!rope_freqs) {
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+            goto out;
+        }
+        rc = hf_rope_freqs(&cfg, rope_freqs, nf, d);
+        if (rc)
+            goto out;
+        snprintf(ot->name, sizeof(ot->name), "rope_freqs.weight");
+        ot->n_dims = 1;
+        ot->ne[0] = nf;
+        ot->ne[1] = ot->ne[2] = ot->ne[3] = 1;
+        ot->type = GGML_TYPE_F32;
+        ot->src.data = rope_freqs;
+        ot->src.type = GGML_TYPE_F32;
+        memcpy(ot->src.ne, ot->ne, sizeof(ot->ne));
+        ts[n].key = 1 << 30;
+        n++;
+    }
+    qsort(ts, n, sizeof(*ts), cmp_ordered);
+    flat = calloc(n ? n : 1, sizeof(*flat));
+    if (!flat) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        flat[i] = ts[i].t;
+
+    name = dir_basename(o->input);
+    if (!name || gguf_set_str(&g, "general.architecture", cfg.arch_name) ||
+        gguf_set_str(&g, "general.type", "model") || gguf_set_str(&g, "general.name", name)) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = hf_config_to_gguf(&g, &cfg, ftype_for_type(want), d)) ||
+        (rc = hf_vocab_to_gguf(&g, &voc, d)))
+        goto out;
+    rc = write_gguf_out(&g, flat, n, NULL, NULL, o, d);
+out:
+    free(flat);
+    free(ts);
+    free(layer_count);
+    free(rope_freqs);
+    free(name);
+    free(path);
+    gguf_release(&g);
+    sft_model_close(&sm);
+    hf_vocab_release(&voc);
+    return rc;
+}
+
+/* ---- GGUF -> HF ---- */
+
+struct sft_sink {
+    struct sft_writer *w;
+    size_t i;
+};
+
+static int
+sink_sft(void *ctx, const void *p, size_t n, struct diag *d)
+{
+    struct sft_sink *s = ctx;
+
+    return sft_writer_put(s->w, s->i, p, n, d);
+}
+
+int
+convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
+{
+    struct gguf g;
+    struct hf_config cfg;
+    struct hf_vocab voc;
+    struct sft_plan plan;
+    struct sft_writer w;
+    struct xout xo;
+    struct sft_wtensor *specs = NULL;
+    struct tsrc *srcs = NULL;
+    struct hf_tensor_map *maps = NULL;
+    struct progress pb;
+    size_t n = 0, n_f16 = 0, n_bf16 = 0, n_f32 = 0;
+    uint64_t done = 0;
+    bool lossy = false, writer_open = false, dir_open = false;
+    const char *torch_dtype;
+    int rc;
+
+    memset(&plan, 0, sizeof(plan));
+    memset(&xo, 0, sizeof(xo));
+    hf_vocab_init(&voc);
+    if (!strcmp(o->input, "-"))
+        return diag_set(d, ST_RANGE, "GGUF to HF needs a GGUF file, not a pipe (tensors are written in another order)");
+    rc = gguf_open(&g, o->input, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->input);
+        return rc;
+    }
+    if ((rc = hf_config_from_gguf(&cfg, &g, d)) || (rc = hf_vocab_from_gguf(&voc, &g, d))) {
+        diag_prefix(d, "'%s'", o->input);
+        goto out;
+    }
+    if (voc.pre[0] && !hf_pre_known(voc.pre) && o->warn) {
+        char msg[160];
+        snprintf(msg, sizeof(msg), "no HF pre-tokenizer for '%s': tokenizer.json gets GPT-2's", voc.pre);
+        o->warn(msg);
+    }
+    specs = calloc(g.n_tensors + 1, sizeof(*specs));
+    srcs = calloc(g.n_tensors + 1, sizeof(*srcs));
+    maps = calloc(g.n_tensors + 1, sizeof(*maps));
+    if (!specs || !srcs || !maps) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        const struct gguf_tensor *t = &g.t[i];
+        const struct qtype *qt = qtype_get(t->type);
+        uint32_t ty;
+        rc = hf_name_from_gguf(&cfg, t->name.p, &maps[n], d);
+        if (rc < 0) {
+            diag_prefix(d, "'%s'", o->input);
+            goto out;
+        }
+        if (rc == 0)
+            continue;
+        if (o->out_type >= 0)
+            ty = hf_tensor_force_f32(t->name.p, t->n_dims) ? GGML_TYPE_F32 : (uint32_t)o->out_type;
+        else if (t->type == GGML_TYPE_F32 || t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_BF16)
+            ty = t->type;
+        else
+            ty = GGML_TYPE_F32;     /* dequantized exactly */
+        if (ty != t->type && !qt->to_float) {
+            rc = diag_set(d, ST_RANGE, "'%s': tensor '%s': cannot convert from type %s", o->input,
+                          t->name.p, qt->name);
+            goto out;
+        }
+        if (qt->blck > 1)
+            lossy = true;
+        specs[n].name = maps[n].name;
+        specs[n].dtype = sft_of_ggml(ty);
+        specs[n].n_dims = (int)t->n_dims;
+        for (uint32_t j = 0; j < t->n_dims; j++)
+            specs[n].shape[j] = t->ne[t->n_dims - 1 - j];
+        srcs[n].data = t->data;
+        srcs[n].type = t->type;
+        memcpy(srcs[n].ne, t->ne, sizeof(srcs[n].ne));
+        srcs[n].perm_heads = maps[n].perm != HF_PERM_NONE ? -(int)maps[n].perm_heads : 0;
+        if (t->n_dims >= 2)
+            *(ty == GGML_TYPE_F16 ? &n_f16 : ty == GGML_TYPE_BF16 ? &n_bf16 : &n_f32) += 1;
+        n++;
+    }
+    if (lossy && o->warn)
+        o->warn(o->out_type >= 0 ? "dequantizing quantized tensors: the output keeps the quantization error"
+                                 : "dequantizing quantized tensors to f32 (exact); --type f16 or bf16 gives a smaller checkpoint");
+    torch_dtype = n_bf16 >= n_f16 && n_bf16 >= n_f32 && n_bf16 ? "bfloat16"
+                  : n_f16 >= n_f32 && n_f16 ? "float16" : "float32";
+    rc = sft_plan_init(&plan, specs, n, o->shard_size, NULL, 0, d);
+    if (rc)
+        goto out;
+    rc = xout_open_dir(&xo, o->output, o->force, d);
+    if (rc) {
+        diag_prefix(d, "'%s'", o->output);
+        goto out;
+    }
+    dir_open = true;
+    rc = hf_write_dir(xo.tmp, &cfg, &voc, torch_dtype, d);
+    if (rc)
+        goto out;
+    rc = sft_writer_open_dir(&w, &plan, xo.tmp, false, d);
+    if (rc)
+        goto out;
+    writer_open = true;
+    progress_begin(&pb, o->progress, "converting", plan.total_size);
+    for (size_t k = 0; k < plan.n; k++) {
+        size_t i = plan.order[k];
+        struct sft_sink sk = {&w, i};
+        uint32_t ty = specs[i].dtype == SFT_F16 ? GGML_TYPE_F16
+                      : specs[i].dtype == SFT_BF16 ? GGML_TYPE_BF16 : GGML_TYPE_F32;
+        rc = tensor_emit(&srcs[i], ty, sink_sft, &sk, d);
+        if (rc) {
+            diag_prefix(d, "tensor '%s'", specs[i].name);
+            goto out;
+        }
+        done += plan.nbytes[i];
+        progress_update(&pb, done);
+    }
+    progress_end(&pb);
+    writer_open = false;
+    rc = sft_writer_close(&w, d);
+    if (rc)
+        goto out;
+    rc = xout_commit(&xo, d);
+    dir_open = false;
+    if (rc)
+        diag_prefix(d, "'%s'", o->output);
+out:
+    if (writer_open)
+        sft_writer_abort(&w);
+    if (dir_open)
+        xout_abort(&xo);
+    sft_plan_release(&plan);
+    free(specs);
+    free(srcs);
+    free(maps);
+    hf_vocab_release(&voc);
+    gguf_release(&g);
+    return rc;
+}
+
+/* ---- --info for an HF directory ---- */
+
+int
+info_hf(const char *dir, bool json, FILE *out, struct diag *d)
+{
+    struct hf_config cfg;
+    struct sft_model sm;
+    char *path = path_join(dir, "config.json");
+    uint64_t params = 0, bytes = 0;
+    int rc;
+
+    if (!path)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    rc = hf_config_load(&cfg, path, d);
+    free(path);
+    if (rc)
+        return rc;
+    rc = sft_model_open(&sm, dir, d);
+    if (rc)
+        return rc;
+    if (!json) {
+        fprintf(out, "%s: Hugging Face checkpoint, %s (GGUF arch %s), %zu safetensors file%s, %zu tensors\n"
+                     "config: hidden_size %" PRId64 ", layers %" PRId64 ", heads %" PRId64 " (kv %" PRId64
+                     "), head_dim %" PRId64 ", intermediate_size %" PRId64 ", vocab_size %" PRId64
+                     ", context %" PRId64 ", rope_theta %g, rms_norm_eps %g, torch_dtype %s\n"
+                     "tensors:\n  %-5s %-52s %-5s %-20s %-32s %12s\n",
+                dir, cfg.hf_arch, cfg.arch_name, sm.n_files, sm.n_files == 1 ? "" : "s", sm.n_tensors,
+                cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff, cfg.n_vocab,
+                cfg.n_ctx, cfg.rope_theta, cfg.rms_eps, cfg.torch_dtype[0] ? cfg.torch_dtype : "-",
+                "#", "name", "dtype", "shape", "file", "bytes");
+    }
+    for (size_t i = 0; i < sm.n_tensors && !rc; i++) {
+        const struct sft_tensor *t = sm.tensors[i].t;
+        const char *file = sm.file_names[sm.tensors[i].file];
+        params += t->numel;
+        bytes += t->nbytes;
+        if (!json) {
+            char shape[64];
+            int k = 0;
+            shape[0] = '\0';
+            for (int j = 0; j < t->n_dims && k < (int)sizeof(shape); j++)
+                k += snprintf(shape + k, sizeof(shape) - (size_t)k, "%s%" PRId64, j ? " x " : "", t->shape[j]);
+            fprintf(out, "  %-5zu %-52s %-5s %-20s %-32s %12" PRIu64 "\n", i, t->name,
+                    sft_dtype_name(t->dtype), shape, file, t->nbytes);
+        } else {
+            json_t *o = json_object(), *sh = json_array();
+            for (int j = 0; j < t->n_dims; j++)
+                json_array_append_new(sh, json_integer(t->shape[j]));
+            json_object_set_new(o, "schema", json_string("convert-info/1"));
+            json_object_set_new(o, "type", json_string("tensor"));
+            json_object_set_new(o, "index", json_integer((json_int_t)i));
+            json_object_set_new(o, "name", json_string(t->name));
+            json_object_set_new(o, "dtype", json_string(sft_dtype_name(t->dtype)));
+            json_object_set_new(o, "shape", sh);
+            json_object_set_new(o, "file", json_string(file));
+            json_object_set_new(o, "offset", json_integer((json_int_t)t->begin));
+            json_object_set_new(o, "bytes", json_integer((json_int_t)t->nbytes));
+            rc = json_print_line(o, out, d);
+            json_decref(o);
+        }
+    }
+    if (!rc && !json) {
+        fprintf(out, "totals: %zu tensors, %" PRIu64 " parameters, %" PRIu64 " bytes of tensor data, %.4f bits per weight\n",
+                sm.n_tensors, params, bytes, params ? 8.0 * (double)bytes / (double)params : 0.0);
+    } else if (!rc) {
+        json_t *o = json_object();
+        json_object_set_new(o, "schema", json_string("convert-info/1"));
+        json_object_set_new(o, "type", json_string("summary"));
+        json_object_set_new(o, "format", json_string("hf"));
+        json_object_set_new(o, "architecture", json_string(cfg.hf_arch));
+        json_object_set_new(o, "n_files", json_integer((json_int_t)sm.n_files));
+        json_object_set_new(o, "n_tensors", json_integer((json_int_t)sm.n_tensors));
+        json_object_set_new(o, "parameters", json_integer((json_int_t)params));
+        json_object_set_new(o, "bytes", json_integer((json_int_t)bytes));
+        json_object_set_new(o, "bits_per_weight", json_real(params ? 8.0 * (double)bytes / (double)params : 0.0));
+        rc = json_print_line(o, out, d);
+        json_decref(o);
+    }
+    sft_model_close(&sm);
+    return rc;
+}
