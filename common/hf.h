@@ -319,6 +319,7 @@ struct hf_vocab_src {
     const char *chat_template_jinja;  size_t chat_template_jinja_len;/* chat_template.jinja */
     int64_t n_vocab;                  /* config vocab_size, 0 = unknown */
     const int64_t *cfg_special;       /* config.json <typ>_token_id [HF_SPECIAL_COUNT], or NULL */
+    enum hf_arch arch;                /* the model's; llama-only converter rules */
 };
 
 /* hf_vocab_from_mem() : builds the GGUF vocabulary from the files, trying in
@@ -326,8 +327,10 @@ struct hf_vocab_src {
  * BPE with byte_fallback -> model "llama" (scores -1000); tokenizer.json BPE
  * -> model "gpt2" with merges and a pre name.  Then special ids, add_bos/eos
  * (post_processor, then tokenizer_config.json), add_space_prefix
- * (tokenizer_config add_prefix_space), vocab 49152 -> add_bos false, chat
- * template (tokenizer_config, else chat_template.jinja).  v must be
+ * (tokenizer_config add_prefix_space), vocab 49152 -> add_bos false (arch
+ * llama), chat
+ * template (tokenizer_config, else chat_template.jinja).  With the llmkit
+ * marker the converter's heuristics are skipped (see above).  v must be
  * initialised; on failure it is released.  0, -ST_FORMAT, -ST_NOMEM. */
 int hf_vocab_from_mem(struct hf_vocab *v, const struct hf_vocab_src *s, struct diag *d);
 
@@ -364,6 +367,11 @@ int hf_spm_write(const struct hf_vocab *v, uint8_t **out, size_t *len, struct di
  * pre-tokenizer with the same behaviour (or one this table does not know),
  * hint is returned instead of the family's default name. */
 const char *hf_pre_match(const json_t *pre_tokenizer, const char *hint);
+
+/* hf_pre_known() : whether hf_vocab_to_json() can write a pre_tokenizer
+ * with the behaviour of this tokenizer.ggml.pre name (else it writes the
+ * GPT-2 one and records the name in the llmkit marker; the tool should warn). */
+bool hf_pre_known(const char *name);
 
 /* hf_write_dir() : writes config.json, tokenizer.json, tokenizer_config.json,
  * special_tokens_map.json, generation_config.json and, for an SPM vocabulary,
