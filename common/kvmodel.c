@@ -146,14 +146,15 @@ kv_model_check(const struct kv_model *m, struct diag *d)
     if (!in_range(m->n_kv_heads, 1, m->n_heads))
         return diag_set(d, ST_FORMAT, "key/value head count %lld out of range [1, %lld]",
                         (long long)m->n_kv_heads, (long long)m->n_heads);
-    if (m->n_heads % m->n_kv_heads)
+    if (!m->layer_kv_heads && m->n_heads % m->n_kv_heads)
         return diag_set(d, ST_FORMAT, "%lld attention heads do not divide into %lld key/value heads",
                         (long long)m->n_heads, (long long)m->n_kv_heads);
     if (m->layer_kv_heads) {
         for (i = 0; i < m->n_layers; i++) {
             int64_t k = m->layer_kv_heads[i];
-            /* 0 = a layer without attention (hybrid recurrent models) */
-            if (!in_range(k, 0, m->n_kv_heads) || (k && m->n_heads % k))
+            /* 0 = a layer without attention (hybrid recurrent models);
+             * query heads may vary by layer too, so no divisibility here */
+            if (!in_range(k, 0, m->n_kv_heads))
                 return diag_set(d, ST_FORMAT, "layer %lld: key/value head count %lld invalid",
                                 (long long)i, (long long)k);
         }

@@ -104,8 +104,8 @@ void kv_model_init(struct kv_model *m);
 void kv_model_release(struct kv_model *m);
 
 /* kv_model_check() : validates every dimension against the limits above and
- * against each other (n_heads a multiple of n_kv_heads, MLA rank and rope
- * dim together).  0 or -ST_FORMAT with the offending field in d. */
+ * against each other (n_heads a multiple of n_kv_heads unless per-layer,
+ * per-layer K/V heads within [0, n_kv_heads], MLA rank and rope dim together).  0 or -ST_FORMAT with the offending field in d. */
 int kv_model_check(const struct kv_model *m, struct diag *d);
 
 /* kv_model_attn() : the attention kind m describes. */

@@ -223,7 +223,9 @@ test_checks(void)
     CHECK_EQ(kv_model_check(&m, &d), 0);
     /* one layer of 8 KV heads of 128: 2 * 8 * 128 * 2 = 4096 B */
     CHECK_EQ(kv_bytes_per_token(&m, KV_DTYPE_F16), 4096);
-    m.layer_kv_heads[1] = 3;
+    m.layer_kv_heads[1] = 9;     /* more than n_kv_heads */
+    CHECK_EQ(kv_model_check(&m, &d), -ST_FORMAT);
+    m.layer_kv_heads[1] = -1;
     CHECK_EQ(kv_model_check(&m, &d), -ST_FORMAT);
     kv_model_release(&m);
     CHECK_EQ(kv_mul(INT64_MAX / 2, 3), -1);
