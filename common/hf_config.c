@@ -882,7 +882,8 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
     rc |= jset(o, "use_cache", json_true());
     if (!llama)
         rc |= jset(o, "use_sliding_window", json_false());
-    rc |= jset(o, "vocab_size", json_integer(c->n_vocab));
+    if (c->n_vocab > 0)
+        rc |= jset(o, "vocab_size", json_integer(c->n_vocab));
     if (rc) {
         json_decref(o);
         return diag_set(d, ST_NOMEM, "cannot build config.json");

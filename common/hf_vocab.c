@@ -482,6 +482,8 @@ hf_pre_match(const json_t *pre_tokenizer, const char *hint)
         free(store[i]);
     if (!hit)
         return NULL;
+    if (hint && strlen(hint) >= sizeof(((struct hf_vocab *)0)->pre))
+        hint = NULL;
     if (hint && family_of(hint) == hit)
         return hint;
     /* A name this table does not know was exported with the GPT-2 fallback. */
@@ -763,27 +765,58 @@ ob_int32(struct obuf *o, uint32_t field, int64_t v)
     ob_varint(o, (uint64_t)v);    /* negative int32: ten bytes, as protobuf does */
 }
 
+/* The SentencePiece type a token is written with: its GGUF type when SP has
+ * it, NORMAL otherwise, and UNUSED for every UNKNOWN token but one
+ * (SentencePiece refuses a model with two).  Tokens whose type changes are
+ * recorded in the llmkit marker. */
+static int32_t
+spm_type(const struct hf_vocab *v, int64_t i, int64_t unk)
+{
+    int32_t t = v->types ? v->types[i] : HF_TOK_NORMAL;
+
+    if (t < 1 || t > 6)
+        return HF_TOK_NORMAL;
+    if (t == HF_TOK_UNKNOWN && i != unk)
+        return HF_TOK_UNUSED;
+    return t;
+}
+
+/* The one UNKNOWN token SentencePiece gets: the unk id when it is UNKNOWN,
+ * else the first UNKNOWN token (-1: none). */
+static int64_t
+spm_unk(const struct hf_vocab *v)
+{
+    int64_t u = v->special[HF_SPECIAL_UNK], i;
+
+    if (!v->types)
+        return -1;
+    if (u >= 0 && u < v->n_tokens && v->types[u] == HF_TOK_UNKNOWN)
+        return u;
+    for (i = 0; i < v->n_tokens; i++)
+        if (v->types[i] == HF_TOK_UNKNOWN)
+            return i;
+    return -1;
+}
+
 int
 hf_spm_write(const struct hf_vocab *v, uint8_t **out, size_t *len, struct diag *d)
 {
     struct obuf o = {0}, ts = {0}, ns = {0};
     bool has_byte = false;
-    int64_t i;
+    int64_t i, unk = spm_unk(v);
 
     *out = NULL;
     *len = 0;
     if (strcmp(v->model, "llama"))
         return diag_set(d, ST_RANGE, "only a SentencePiece (llama) vocabulary has a tokenizer.model");
     for (i = 0; i < v->n_tokens; i++) {
-        int32_t t = v->types ? v->types[i] : HF_TOK_NORMAL;
+        int32_t t = spm_type(v, i, unk);
         uint32_t n = v->token_len[i];
         float s = v->scores ? v->scores[i] : 0.0f;
         uint32_t u;
         uint8_t le[4];
         size_t sz;
 
-        if (t < 1 || t > 6)
-            t = HF_TOK_NORMAL;
         has_byte |= t == HF_TOK_BYTE;
         sz = 1 + varint_len(n) + n + 5 + (t != HF_TOK_NORMAL ? 2 : 0);
         ob_tag(&o, 1, 2);
@@ -808,7 +841,7 @@ hf_spm_write(const struct hf_vocab *v, uint8_t **out, size_t *len, struct diag *
     ob_int32(&ts, 4, v->n_tokens);
     if (has_byte)
         ob_int32(&ts, 35, 1);
-    ob_int32(&ts, 40, v->special[HF_SPECIAL_UNK] >= 0 ? v->special[HF_SPECIAL_UNK] : 0);
+    ob_int32(&ts, 40, unk >= 0 ? unk : 0);
     ob_int32(&ts, 41, v->special[HF_SPECIAL_BOS]);
     ob_int32(&ts, 42, v->special[HF_SPECIAL_EOS]);
     ob_int32(&ts, 43, v->special[HF_SPECIAL_PAD]);
@@ -1390,6 +1423,19 @@ load_specials(struct ctx *c)
     return 0;
 }
 
+static bool known_key(const char *k);
+
+static bool
+extra_find(const struct hf_vocab *v, const char *key)
+{
+    int64_t i;
+
+    for (i = 0; i < v->n_extra; i++)
+        if (!strcmp(v->extra[i].key, key))
+            return true;
+    return false;
+}
+
 static enum gguf_type
 kv_type_from_name(const char *s)
 {
@@ -1508,7 +1554,7 @@ apply_marker(struct ctx *c)
         struct hf_kv *e;
         if (!xv || !(tn = json_string_value(json_array_get(val, 0))) ||
             (t = kv_type_from_name(tn)) == GGUF_TYPE_COUNT || strncmp(key, "tokenizer.", 10) ||
-            strlen(key) > 200)
+            strlen(key) > 200 || known_key(key) || extra_find(v, key))
             return diag_set(d, ST_FORMAT, TC ": '" MARKER ".kv': bad entry '%.64s'", key);
         if (extra_add(v, key, t))
             return diag_set(d, ST_NOMEM, "out of memory");
@@ -2122,7 +2168,7 @@ static json_t *
 marker_json(const struct hf_vocab *v, bool spm)
 {
     json_t *m = json_object(), *types = json_object(), *omit = json_array(), *kv = json_object();
-    int64_t i;
+    int64_t i, unk = spm ? spm_unk(v) : -1;
     int rc = 0;
 
     if (!m || !types || !omit || !kv)
@@ -2139,7 +2185,7 @@ marker_json(const struct hf_vocab *v, bool spm)
         int32_t t = v->types[i], want;
         char key[24];
         if (spm)
-            want = t >= 1 && t <= 6 ? t : HF_TOK_NORMAL;
+            want = spm_type(v, i, unk);
         else if (gpt2_omitted(v, i))
             want = HF_TOK_UNUSED;
         else
