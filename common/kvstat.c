@@ -549,9 +549,10 @@ kvstat_parse_lengths(const char *buf, size_t len, struct kv_req **out, size_t *n
                 q++;
             if (q < le && *q != '#')
                 goto bad;
-            if (a + b < 1) {
+            if (a + b < 1 || a + b > KV_MAX_LEN) {
                 free(v);
-                return diag_set(d, ST_FORMAT, "line %lld: empty request (0 + 0 tokens)", (long long)line);
+                return diag_set(d, ST_FORMAT, "line %lld: request of %lld tokens not in [1, %lld]",
+                                (long long)line, (long long)(a + b), (long long)KV_MAX_LEN);
             }
             if (cnt == cap) {
                 size_t nc = cap ? cap * 2 : 1024;
@@ -1523,7 +1524,7 @@ workload_record(const struct kvstat_opts *o, const struct kv_workload *w, const 
     r->vertical = true;
     rec_str(r, "source", source);
     rec_str(r, "dist", o->lengths ? NULL : kv_dist_name((enum kv_dist)o->dist));
-    rec_opt_int(r, "seed", (int64_t)(o->seed & 0x1fffffffffffffull), !o->lengths);
+    rec_opt_int(r, "seed", (int64_t)o->seed, !o->lengths);
     rec_int(r, "requests", w->n);
     rec_int(r, "clipped", (int64_t)clipped);
     rec_num(r, "mean_prompt", w->mean_prompt, FK_NUM);

@@ -100,8 +100,8 @@ int kvstat_load_model(const char *path, struct kv_model *m, int64_t *weights, st
 
 /* kvstat_parse_lengths() : a workload file: one request per line, "PROMPT
  * OUTPUT" (whitespace or a comma between them), '#' comments and blank lines
- * ignored.  *out is malloc'd (caller frees).  0, -ST_FORMAT ("line N: ..."),
- * -ST_NOMEM. */
+ * ignored; each request 1 to KV_MAX_LEN tokens.  *out is malloc'd (caller
+ * frees).  0, -ST_FORMAT ("line N: ..."), -ST_NOMEM. */
 int kvstat_parse_lengths(const char *buf, size_t len, struct kv_req **out, size_t *n,
                          struct diag *d);
 

@@ -232,6 +232,13 @@ main(int argc, char **argv)
     o.inputs = (const char *const *)(argv + optind);
     o.n_inputs = (size_t)(argc - optind);
 
+    {
+        size_t i, n_stdin = (o.trace && !strcmp(o.trace, "-")) + (o.lengths && !strcmp(o.lengths, "-"));
+        for (i = 0; i < o.n_inputs; i++)
+            n_stdin += !strcmp(o.inputs[i], "-");
+        if (n_stdin > 1)
+            usage_error(usage_line, "standard input ('-') can be read only once");
+    }
     if (json && csv)
         usage_error(usage_line, "--json and --csv are exclusive");
     o.format = json ? KVSTAT_JSON : csv ? KVSTAT_CSV : KVSTAT_TABLE;
