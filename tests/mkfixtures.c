@@ -106,14 +106,17 @@ vocab_gpt2(struct vocab *v)
         byte_to_utf8(i, b);
         vocab_add(v, b, 0, 1);
     }
-    /* "Ġand" needs "nd": add it so every merge result is a token. */
+    /* "Ġand" and "Ġof" need "nd" and "of": every part of a merge and every
+     * merge result is a token, as HF tokenizers requires. */
     vocab_add(v, "nd", 0, 1);
+    vocab_add(v, "of", 0, 1);
     for (size_t i = 0; i < sizeof(words) / sizeof(*words); i++)
         vocab_add(v, words[i], 0, 1);
-    v->n_merges = (int)(sizeof(merges) / sizeof(*merges)) + 1;
+    v->n_merges = (int)(sizeof(merges) / sizeof(*merges)) + 2;
     v->merges[0] = strdup("n d");
+    v->merges[1] = strdup("o f");
     for (size_t i = 0; i < sizeof(merges) / sizeof(*merges); i++)
-        v->merges[i + 1] = strdup(merges[i]);
+        v->merges[i + 2] = strdup(merges[i]);
 }
 
 static void

@@ -76,8 +76,8 @@ GEMMA=gemma-3-270m.Q4_K_M.gguf
 @test "--info text shows metadata, tensors and totals" {
     run -0 convert --info "$FIX/tiny-llama-f32.gguf"
     assert_line --index 0 --regexp 'GGUF v3, [0-9]+ metadata keys, 20 tensors, alignment 32'
-    assert_output --regexp 'tokenizer.ggml.tokens +array +\[str x 280\] "<\|endoftext\|>"'
-    assert_output --regexp 'token_embd.weight +F32 +64 x 280 +0 +71680'
+    assert_output --regexp 'tokenizer.ggml.tokens +array +\[str x 281\] "<\|endoftext\|>"'
+    assert_output --regexp 'token_embd.weight +F32 +64 x 281 +0 +71936'
     assert_line --regexp '^totals: 20 tensors, [0-9]+ parameters, [0-9]+ bytes of tensor data, 32.0000 bits per weight$'
 }
 
@@ -151,4 +151,192 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
     [ -w /dev/full ] || skip "no /dev/full"
     run -4 --separate-stderr bash -c "convert '$FIX/tiny-llama-f32.gguf' - > /dev/full"
     [[ "$stderr" == *"No space left on device"* ]]
+}
+
+# ---- Hugging Face directories ----
+
+# pyenv_python : the venv with gguf-py, safetensors and tokenizers, or skip
+# (fail in CI).
+pyenv_python() {
+    PY="${LLMKIT_CACHE}/venv/bin/python"
+    if ! "$PY" -c 'import gguf, safetensors, tokenizers' 2>/dev/null; then
+        [ "${CI:-}" != true ] || { echo "no venv at $PY (scripts/pyenv)"; return 1; }
+        skip "no Python venv with gguf, safetensors, tokenizers (run scripts/pyenv)"
+    fi
+}
+
+@test "GGUF f16 -> HF -> GGUF gives identical tensors and metadata" {
+    pyenv_python
+    run -0 convert "$FIX/tiny-llama-f16.gguf" "$BATS_TEST_TMPDIR/hf"
+    for f in config.json generation_config.json model.safetensors special_tokens_map.json \
+             tokenizer.json tokenizer_config.json; do
+        [ -f "$BATS_TEST_TMPDIR/hf/$f" ] || { echo "missing $f"; return 1; }
+    done
+    "$PY" "$TOP/tests/cli/lib/check_hf_dir.py" "$FIX/tiny-llama-f16.gguf" "$BATS_TEST_TMPDIR/hf"
+    run -0 convert "$BATS_TEST_TMPDIR/hf" "$BATS_TEST_TMPDIR/back.gguf"
+    "$PY" "$TOP/tests/cli/lib/gguf_equiv.py" "$FIX/tiny-llama-f16.gguf" "$BATS_TEST_TMPDIR/back.gguf"
+}
+
+@test "GGUF f32 -> HF -> GGUF --type f32, SentencePiece vocabulary included" {
+    pyenv_python
+    for m in tiny-llama-f32 tiny-spm-f32; do
+        rm -rf "$BATS_TEST_TMPDIR/hf"
+        convert "$FIX/$m.gguf" "$BATS_TEST_TMPDIR/hf"
+        "$PY" "$TOP/tests/cli/lib/check_hf_dir.py" "$FIX/$m.gguf" "$BATS_TEST_TMPDIR/hf"
+        convert -f --type f32 "$BATS_TEST_TMPDIR/hf" "$BATS_TEST_TMPDIR/back.gguf"
+        "$PY" "$TOP/tests/cli/lib/gguf_equiv.py" "$FIX/$m.gguf" "$BATS_TEST_TMPDIR/back.gguf"
+    done
+    [ -f "$BATS_TEST_TMPDIR/hf/tokenizer.model" ]
+}
+
+@test "HF input without --type gets f16 (llama.cpp's auto) and bf16 stays bf16" {
+    pyenv_python
+    convert "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
+    convert "$BATS_TEST_TMPDIR/hf" "$BATS_TEST_TMPDIR/a.gguf"
+    run -0 convert --info "$BATS_TEST_TMPDIR/a.gguf"
+    assert_output --regexp 'blk\.0\.attn_q\.weight +F16'
+    assert_output --regexp 'blk\.0\.attn_norm\.weight +F32'
+    convert --type bf16 "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/b.gguf"
+    convert "$BATS_TEST_TMPDIR/b.gguf" "$BATS_TEST_TMPDIR/hfb"
+    convert "$BATS_TEST_TMPDIR/hfb" "$BATS_TEST_TMPDIR/c.gguf"
+    run -0 convert --info "$BATS_TEST_TMPDIR/c.gguf"
+    assert_output --regexp 'blk\.0\.ffn_up\.weight +BF16'
+    "$PY" "$TOP/tests/cli/lib/gguf_equiv.py" --data-only "$BATS_TEST_TMPDIR/b.gguf" "$BATS_TEST_TMPDIR/c.gguf"
+}
+
+@test "--shard-size splits the checkpoint and the index reads back" {
+    pyenv_python
+    convert --shard-size 100K "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
+    [ -f "$BATS_TEST_TMPDIR/hf/model.safetensors.index.json" ]
+    [ -f "$BATS_TEST_TMPDIR/hf/model-00001-of-00004.safetensors" ]
+    [ ! -e "$BATS_TEST_TMPDIR/hf/model.safetensors" ]
+    "$PY" "$TOP/tests/cli/lib/check_hf_dir.py" "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
+    run -0 convert --info "$BATS_TEST_TMPDIR/hf"
+    assert_output --partial 'Hugging Face checkpoint, LlamaForCausalLM (GGUF arch llama), 4 safetensors files'
+    convert --type f32 "$BATS_TEST_TMPDIR/hf" "$BATS_TEST_TMPDIR/back.gguf"
+    "$PY" "$TOP/tests/cli/lib/gguf_equiv.py" "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/back.gguf"
+}
+
+@test "SmolLM2: Q4_1 -> HF (dequantized) matches gguf-py; f16 GGUF -> HF -> GGUF is exact" {
+    pyenv_python
+    f=$(need_model "$SMOL")
+    run -0 --separate-stderr convert --shard-size 40M "$f" "$BATS_TEST_TMPDIR/hf"
+    [[ "$stderr" == *"dequantizing quantized tensors to f32"* ]]
+    "$PY" "$TOP/tests/cli/lib/check_hf_dir.py" "$f" "$BATS_TEST_TMPDIR/hf"
+    convert --type f16 "$f" "$BATS_TEST_TMPDIR/s16.gguf" 2>/dev/null
+    convert "$BATS_TEST_TMPDIR/s16.gguf" "$BATS_TEST_TMPDIR/hf16"
+    convert "$BATS_TEST_TMPDIR/hf16" "$BATS_TEST_TMPDIR/back.gguf"
+    "$PY" "$TOP/tests/cli/lib/gguf_equiv.py" "$BATS_TEST_TMPDIR/s16.gguf" "$BATS_TEST_TMPDIR/back.gguf"
+}
+
+@test "an existing output directory is kept unless -f, and replaced with -f" {
+    mkdir "$BATS_TEST_TMPDIR/hf"
+    touch "$BATS_TEST_TMPDIR/hf/keep"
+    run -2 --separate-stderr convert "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
+    [[ "$stderr" == *"already exists"* ]]
+    [ -f "$BATS_TEST_TMPDIR/hf/keep" ]
+    run -0 convert -f "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
+    [ ! -e "$BATS_TEST_TMPDIR/hf/keep" ] && [ -f "$BATS_TEST_TMPDIR/hf/config.json" ]
+    [ "$(ls "$BATS_TEST_TMPDIR" | grep -c tmp)" -eq 0 ]
+}
+
+# mkhf DIR : a converted tiny HF directory to corrupt.
+mkhf() { convert "$FIX/tiny-llama-f32.gguf" "$1" >/dev/null 2>&1; }
+
+@test "bad HF inputs exit 3 with a message and leave no output" {
+    out="$BATS_TEST_TMPDIR/out.gguf"
+    mkdir "$BATS_TEST_TMPDIR/empty"
+    run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/empty" "$out"
+    [[ "$stderr" == *"no config.json"* ]]
+
+    mkhf "$BATS_TEST_TMPDIR/a"
+    sed -i 's/LlamaForCausalLM/GPTNeoXForCausalLM/' "$BATS_TEST_TMPDIR/a/config.json"
+    run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/a" "$out"
+    [[ "$stderr" == *"unsupported architecture"* ]]
+
+    mkhf "$BATS_TEST_TMPDIR/b"
+    sed -i 's/"num_attention_heads": 4/"num_attention_heads": "four"/' "$BATS_TEST_TMPDIR/b/config.json"
+    run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/b" "$out"
+    [[ "$stderr" == *"num_attention_heads"* ]]
+
+    mkhf "$BATS_TEST_TMPDIR/c"
+    echo '{"broken": ' > "$BATS_TEST_TMPDIR/c/tokenizer.json"
+    run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/c" "$out"
+    [[ "$stderr" == *"tokenizer.json"* ]]
+
+    mkhf "$BATS_TEST_TMPDIR/d"
+    truncate -s -100 "$BATS_TEST_TMPDIR/d/model.safetensors"
+    run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/d" "$out"
+    [[ "$stderr" == *"model.safetensors"* ]]
+
+    mkhf "$BATS_TEST_TMPDIR/e"
+    printf '\xff\xff\xff\xff\xff\xff\xff\x7f' | dd of="$BATS_TEST_TMPDIR/e/model.safetensors" conv=notrunc 2>/dev/null
+    run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/e" "$out"
+
+    [ ! -e "$out" ]
+    [ "$(ls "$BATS_TEST_TMPDIR" | grep -c tmp)" -eq 0 ]
+}
+
+@test "GGUF -> HF refuses a pipe and architectures it cannot map" {
+    run -2 --separate-stderr convert - "$BATS_TEST_TMPDIR/hf" < "$FIX/tiny-llama-f32.gguf"
+    [[ "$stderr" == *"not a pipe"* ]]
+    f=$(need_model "$GEMMA")
+    run -3 --separate-stderr convert "$f" "$BATS_TEST_TMPDIR/hf"
+    [[ "$stderr" == *"gemma3"* ]]
+    [ ! -e "$BATS_TEST_TMPDIR/hf" ]
+}
+
+# ---- llama2.c ----
+
+@test "llama2.c checkpoint -> GGUF: weights and vocabulary carried over" {
+    pyenv_python
+    run -0 convert --info "$FIX/tiny-l2c.bin"
+    assert_line --index 0 --partial 'llama2.c checkpoint (legacy v0): dim 64, hidden_dim 128, n_layers 2'
+    run -0 convert "$FIX/tiny-l2c.bin" "$BATS_TEST_TMPDIR/l.gguf"
+    "$PY" - "$FIX/tiny-l2c.bin" "$BATS_TEST_TMPDIR/l.gguf" "$FIX/tiny-spm-f32.gguf" <<'PY'
+import struct, sys
+import numpy as np
+from gguf import GGUFReader
+raw = open(sys.argv[1], 'rb').read()
+dim, hidden, nl, nh, nkv, vocab, seq = struct.unpack('<7i', raw[:28])
+f = np.frombuffer(raw[28:], dtype=np.float32)
+hs = dim // nh; kv = nkv * hs; v = abs(vocab)
+r = GGUFReader(sys.argv[2])
+t = {x.name: np.asarray(x.data).reshape(-1) for x in r.tensors}
+o = 0
+def take(n):
+    global o
+    a = f[o:o + n]; o += n; return a
+assert np.array_equal(take(v * dim), t['token_embd.weight'])
+for kind, n in [('attn_norm', dim), ('attn_q', dim * dim), ('attn_k', kv * dim), ('attn_v', kv * dim),
+                ('attn_output', dim * dim), ('ffn_norm', dim), ('ffn_gate', hidden * dim),
+                ('ffn_down', dim * hidden), ('ffn_up', hidden * dim)]:
+    for l in range(nl):
+        assert np.array_equal(take(n), t['blk.%d.%s.weight' % (l, kind)]), (kind, l)
+assert np.array_equal(take(dim), t['output_norm.weight'])
+o += seq * hs  # freq_cis
+assert np.array_equal(take(v * dim), t['output.weight'])
+assert o == len(f)
+# The vocabulary is the SPM fixture's, spaces turned back into U+2581.
+ref = GGUFReader(sys.argv[3]).fields
+got = r.fields
+for k in ['tokenizer.ggml.tokens', 'tokenizer.ggml.scores', 'tokenizer.ggml.token_type']:
+    assert got[k].contents() == ref[k].contents(), k
+assert got['llama.attention.head_count_kv'].contents() == nkv
+print('llama2c weights and vocabulary match')
+PY
+}
+
+@test "llama2.c: missing or wrong tokenizer, truncated checkpoint" {
+    cp "$FIX/tiny-l2c.bin" "$BATS_TEST_TMPDIR/m.bin"
+    run -4 --separate-stderr convert "$BATS_TEST_TMPDIR/m.bin" "$BATS_TEST_TMPDIR/o.gguf"
+    [[ "$stderr" == *"tokenizer.bin"* ]]
+    head -c 1000 "$FIX/tokenizer.bin" > "$BATS_TEST_TMPDIR/tokenizer.bin"
+    run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/m.bin" "$BATS_TEST_TMPDIR/o.gguf"
+    [[ "$stderr" == *"tokenizer.bin"* ]]
+    run -0 convert --tokenizer "$FIX/tokenizer.bin" "$BATS_TEST_TMPDIR/m.bin" "$BATS_TEST_TMPDIR/o.gguf"
+    truncate -s -4 "$BATS_TEST_TMPDIR/m.bin"
+    run -3 --separate-stderr convert -f --tokenizer "$FIX/tokenizer.bin" --from llama2c "$BATS_TEST_TMPDIR/m.bin" "$BATS_TEST_TMPDIR/o2.gguf"
+    [[ "$stderr" == *"m.bin"* ]]
+    [ ! -e "$BATS_TEST_TMPDIR/o2.gguf" ]
 }

@@ -20,8 +20,9 @@ def fields(r):
 
 
 def main():
-    a, b = GGUFReader(sys.argv[1]), GGUFReader(sys.argv[2])
     data_only = '--data-only' in sys.argv
+    paths = [x for x in sys.argv[1:] if x != '--data-only']
+    a, b = GGUFReader(paths[0]), GGUFReader(paths[1])
     errs = []
     ta = {t.name: t for t in a.tensors}
     tb = {t.name: t for t in b.tensors}
@@ -50,7 +51,7 @@ def main():
                 errs.append('%s differs' % k)
     for e in errs[:30]:
         print(e)
-    print('%s vs %s: %d tensors, %d differences' % (sys.argv[1], sys.argv[2], len(ta), len(errs)))
+    print('%s vs %s: %d tensors, %d differences' % (paths[0], paths[1], len(ta), len(errs)))
     sys.exit(1 if errs else 0)
 
 
