@@ -170,3 +170,4 @@ help:
 	@echo "knobs:   CUDA=auto|0|1 OPENBLAS=auto|0|1 ZSTD=auto|0|1 PREFIX DESTDIR PROGRAM_PREFIX"
 
 -include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d)
+.SECONDARY:
