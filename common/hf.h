@@ -54,7 +54,14 @@
  * Other differences from convert_hf_to_gguf.py: no encode/decode round trip of
  * normalized added tokens (no HF tokenizer at hand); the CodeLlama (vocab
  * 32016) FIM ids are not added; eos_token_id given as a list is ignored like
- * the converter does.
+ * the converter does; {arch}.rope.freq_base is written only when config.json
+ * gives rope_theta (the converter sees transformers' default 10000 and always
+ * writes it; llama.cpp's default is the same value).
+ *
+ * Checked outside the unit tests: tokenizer.json files exported from the
+ * llama.cpp vocab GGUFs (gpt-2, llama-spm, deepseek-coder, falcon, starcoder,
+ * phi-3) reproduce all 46 llama.cpp test vectors each with HF tokenizers, and
+ * the exported tokenizer.model files do with sentencepiece.
  *
  * Every count read from a file is bounded (HF_MAX_VOCAB tokens/merges,
  * HF_MAX_TOKEN_BYTES per token); malformed or ill-typed input gives

@@ -431,6 +431,8 @@ pt_flatten(const json_t *pt, struct pt_step *out, char **regex_store, int n, int
             json_obj_str(pt, "behavior", &b, NULL) != 0 || strcasecmp(b, "isolated") ||
             json_obj_bool(pt, "invert", &inv, NULL) < 0 || inv)
             return -1;
+        if (strlen(re) > 4096)
+            return -1;
         out[n].kind = PT_SPLIT;
         regex_store[n] = regex_canon(re);
         if (!regex_store[n])
@@ -933,6 +935,8 @@ collect_added(struct ctx *c)
     const char *key;
     const json_t *val;
     struct diag *d = c->d;
+    uint8_t *seen;     /* bitmap of the ids already collected */
+    int rc = 0;
 
     if (a && !json_is_array(a))
         return diag_set(d, ST_FORMAT, TJ ": 'added_tokens' is not an array");
@@ -943,25 +947,37 @@ collect_added(struct ctx *c)
     if (na + nd > (size_t)HF_MAX_VOCAB)
         return diag_set(d, ST_FORMAT, TJ ": too many added tokens");
     c->add = calloc(na + nd + 1, sizeof(*c->add));
-    if (!c->add)
+    seen = calloc((size_t)HF_MAX_VOCAB / 8, 1);
+    if (!c->add || !seen) {
+        free(seen);
         return diag_set(d, ST_NOMEM, "out of memory");
+    }
     for (i = 0; i < na; i++) {
         const json_t *t = json_array_get(a, i);
         struct added *e = &c->add[c->n_add];
         json_int_t id;
         bool sp = false;
-        if (!json_is_object(t) || !json_is_integer(member(t, "id")))
-            return diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: 'id' is not an integer", i);
+        if (!json_is_object(t) || !json_is_integer(member(t, "id"))) {
+            rc = diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: 'id' is not an integer", i);
+            goto out;
+        }
         id = json_integer_value(member(t, "id"));
-        if (id < 0 || id >= HF_MAX_VOCAB)
-            return diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: id %lld is out of range", i,
-                            (long long)id);
-        if (jstr(member(t, "content"), &e->content, &e->len))
-            return diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: bad 'content'", i);
-        if (json_obj_bool(t, "special", &sp, NULL) < 0)
-            return diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: 'special' is not a boolean", i);
+        if (id < 0 || id >= HF_MAX_VOCAB) {
+            rc = diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: id %lld is out of range", i,
+                          (long long)id);
+            goto out;
+        }
+        if (jstr(member(t, "content"), &e->content, &e->len)) {
+            rc = diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: bad 'content'", i);
+            goto out;
+        }
+        if (json_obj_bool(t, "special", &sp, NULL) < 0) {
+            rc = diag_set(d, ST_FORMAT, TJ ": added_tokens[%zu]: 'special' is not a boolean", i);
+            goto out;
+        }
         e->id = id;
         e->special = sp;
+        seen[id >> 3] |= (uint8_t)(1u << (id & 7));
         c->n_add++;
     }
     json_object_foreach((json_t *)dec, key, val) {
@@ -969,24 +985,29 @@ collect_added(struct ctx *c)
         char *end;
         long long id = strtoll(key, &end, 10);
         bool sp = false;
-        int64_t j;
-        if (!*key || *end || id < 0 || id >= HF_MAX_VOCAB)
-            return diag_set(d, ST_FORMAT, TC ": added_tokens_decoder: bad id '%.32s'", key);
-        if (!json_is_object(val) || jstr(member(val, "content"), &e->content, &e->len))
-            return diag_set(d, ST_FORMAT, TC ": added_tokens_decoder '%s': bad 'content'", key);
-        if (json_obj_bool(val, "special", &sp, NULL) < 0)
-            return diag_set(d, ST_FORMAT,
-                            TC ": added_tokens_decoder '%s': 'special' is not a boolean", key);
-        for (j = 0; j < c->n_add; j++)
-            if (c->add[j].id == id)
-                break;
-        if (j < c->n_add)
+        if (!*key || *end || id < 0 || id >= HF_MAX_VOCAB) {
+            rc = diag_set(d, ST_FORMAT, TC ": added_tokens_decoder: bad id '%.32s'", key);
+            goto out;
+        }
+        if (!json_is_object(val) || jstr(member(val, "content"), &e->content, &e->len)) {
+            rc = diag_set(d, ST_FORMAT, TC ": added_tokens_decoder '%s': bad 'content'", key);
+            goto out;
+        }
+        if (json_obj_bool(val, "special", &sp, NULL) < 0) {
+            rc = diag_set(d, ST_FORMAT,
+                          TC ": added_tokens_decoder '%s': 'special' is not a boolean", key);
+            goto out;
+        }
+        if (seen[id >> 3] & (1u << (id & 7)))
             continue;
+        seen[id >> 3] |= (uint8_t)(1u << (id & 7));
         e->id = id;
         e->special = sp;
         c->n_add++;
     }
-    return 0;
+out:
+    free(seen);
+    return rc;
 }
 
 /* Merges from tokenizer.json (strings or pairs) or merges.txt. */
@@ -1978,6 +1999,8 @@ gpt2_omitted(const struct hf_vocab *v, int64_t i)
     return v->types && v->types[i] == HF_TOK_UNUSED && is_pad_text(v, i);
 }
 
+#define SPM_MERGE_MAX_BYTES 1024
+
 struct mcand {
     float score;
     int64_t seq;
@@ -2020,6 +2043,10 @@ spm_merges(const struct hf_vocab *v, const struct smap *m, json_t *arr, struct d
         const char *s = v->tokens[i];
         uint32_t len = v->token_len[i];
         int64_t start = n;
+        /* every split costs two hash lookups of the whole piece: leave the
+         * rare giant pieces unmerged rather than go quadratic */
+        if (len > SPM_MERGE_MAX_BYTES)
+            continue;
         for (k = 1; k < len; k++) {
             int64_t l, r;
             if (((uint8_t)s[k] & 0xc0) == 0x80)

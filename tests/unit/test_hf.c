@@ -603,6 +603,54 @@ test_vocab_gpt2(void)
     hf_vocab_release(&v);
 }
 
+/* A miniature Llama 3 directory as transformers writes it. */
+static void
+test_vocab_llama3(void)
+{
+    static const char tj[] =
+        "{\"version\":\"1.0\",\"added_tokens\":[{\"id\":6,\"content\":\"<|begin_of_text|>\","
+        "\"single_word\":false,\"lstrip\":false,\"rstrip\":false,\"normalized\":false,"
+        "\"special\":true},{\"id\":7,\"content\":\"<|eot_id|>\",\"special\":true}],"
+        "\"normalizer\":null,\"pre_tokenizer\":{\"type\":\"Sequence\",\"pretokenizers\":["
+        "{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r"
+        "\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|\\\\p{N}{1,3}| ?[^\\\\s\\\\p{L}\\\\p{N}]+"
+        "[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+        "\"behavior\":\"Isolated\",\"invert\":false},{\"type\":\"ByteLevel\","
+        "\"add_prefix_space\":false,\"trim_offsets\":true,\"use_regex\":false}]},"
+        "\"post_processor\":{\"type\":\"Sequence\",\"processors\":[{\"type\":\"ByteLevel\","
+        "\"add_prefix_space\":true,\"trim_offsets\":false,\"use_regex\":true},"
+        "{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":"
+        "\"<|begin_of_text|>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],"
+        "\"pair\":[],\"special_tokens\":{}}]},"
+        "\"decoder\":{\"type\":\"ByteLevel\"},\"model\":{\"type\":\"BPE\",\"dropout\":null,"
+        "\"unk_token\":null,\"byte_fallback\":false,\"ignore_merges\":true,"
+        "\"vocab\":{\"H\":0,\"i\":1,\"Hi\":2,\"\\u0120\":3,\"\\u0120Hi\":4,\"!\":5},"
+        "\"merges\":[\"H i\",\"\\u0120 Hi\"]}}";
+    static const char tc[] =
+        "{\"added_tokens_decoder\":{\"6\":{\"content\":\"<|begin_of_text|>\",\"special\":true},"
+        "\"7\":{\"content\":\"<|eot_id|>\",\"special\":true}},"
+        "\"bos_token\":\"<|begin_of_text|>\",\"chat_template\":\"{{ bos_token }}\","
+        "\"clean_up_tokenization_spaces\":true,\"eos_token\":\"<|eot_id|>\","
+        "\"model_max_length\":131072,\"tokenizer_class\":\"PreTrainedTokenizerFast\"}";
+    int64_t cs[HF_SPECIAL_COUNT] = {6, -1, -1, -1, -1, -1, -1};
+    struct hf_vocab v;
+    struct diag d;
+
+    hf_vocab_init(&v);
+    CHECK_EQ(vocab_from(&v, tj, tc, 8, cs, &d), 0);
+    CHECK_STR(v.model, "gpt2");
+    CHECK_STR(v.pre, "llama-bpe");
+    CHECK_EQ(v.special[HF_SPECIAL_BOS], 6);
+    CHECK_EQ(v.special[HF_SPECIAL_EOS], 7);
+    CHECK_EQ(v.add_bos, 1);
+    CHECK_EQ(v.add_eos, -1);
+    CHECK_EQ(v.types[6], HF_TOK_CONTROL);
+    CHECK_EQ(v.types[7], HF_TOK_CONTROL);
+    CHECK_EQ(v.n_merges, 2);
+    CHECK_STR(v.chat_template, "{{ bos_token }}");
+    hf_vocab_release(&v);
+}
+
 static void
 test_vocab_llama_hf(void)
 {
@@ -1070,6 +1118,7 @@ main(void)
     test_config_errors();
     test_rope();
     test_vocab_gpt2();
+    test_vocab_llama3();
     test_vocab_llama_hf();
     test_spm();
     test_pre();
