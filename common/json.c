@@ -72,7 +72,8 @@ json_obj_int(const json_t *o, const char *key, int64_t *out, struct diag *d)
     /* Some configs write integers as 4096.0; accept exact integral reals. */
     if (json_is_real(v)) {
         double x = json_real_value(v);
-        if (x == (double)(int64_t)x) {
+        /* Range first: casting an out-of-range double is undefined. */
+        if (x >= -9007199254740992.0 && x <= 9007199254740992.0 && x == (double)(int64_t)x) {
             *out = (int64_t)x;
             return 0;
         }
