@@ -2068,7 +2068,8 @@ spm_merges(const struct hf_vocab *v, const struct smap *m, json_t *arr, struct d
             c[n].r = r;
             n++;
         }
-        qsort(c + start, (size_t)(n - start), sizeof(*c), mcand_cmp_local);
+        if (n - start > 1)
+            qsort(c + start, (size_t)(n - start), sizeof(*c), mcand_cmp_local);
     }
     for (i = 0; i < n; i++) {
         c[i].seq = i;
