@@ -42,17 +42,26 @@ print_escaped(FILE *out, const char *p, uint64_t n, uint64_t max)
         fprintf(out, "...(%" PRIu64 " bytes)", n);
 }
 
+/* A scalar record for the value at raw (an array element or a scalar). */
+static struct gguf_kv
+scalar_kv(enum gguf_type t, const uint8_t *raw)
+{
+    struct gguf_kv kv;
+
+    memset(&kv, 0, sizeof(kv));
+    kv.type = t;
+    memcpy(kv.v.raw, raw, gguf_type_size(t));
+    return kv;
+}
+
 static void
 print_scalar(FILE *out, enum gguf_type t, const uint8_t *raw)
 {
-    struct gguf_kv tmp;
+    struct gguf_kv tmp = scalar_kv(t, raw);
     int64_t i;
     uint64_t u;
     double f;
 
-    memset(&tmp, 0, sizeof(tmp));
-    tmp.type = t;
-    memcpy(tmp.v.raw, raw, gguf_type_size(t));
     if (t == GGUF_TYPE_BOOL)
         fputs(raw[0] ? "true" : "false", out);
     else if (t == GGUF_TYPE_FLOAT32 || t == GGUF_TYPE_FLOAT64)
@@ -66,14 +75,11 @@ print_scalar(FILE *out, enum gguf_type t, const uint8_t *raw)
 static json_t *
 scalar_json(enum gguf_type t, const uint8_t *raw)
 {
-    struct gguf_kv tmp;
+    struct gguf_kv tmp = scalar_kv(t, raw);
     int64_t i;
     uint64_t u;
     double f;
 
-    memset(&tmp, 0, sizeof(tmp));
-    tmp.type = t;
-    memcpy(tmp.v.raw, raw, gguf_type_size(t));
     if (t == GGUF_TYPE_BOOL)
         return json_boolean(raw[0]);
     if (t == GGUF_TYPE_FLOAT32 || t == GGUF_TYPE_FLOAT64) {

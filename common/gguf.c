@@ -762,6 +762,14 @@ scalar_float(enum gguf_type t, const uint8_t *p, double *out)
     return false;
 }
 
+/* The integer value of a scalar record, signed or unsigned as stored. */
+static bool
+kv_scalar_int(const struct gguf_kv *kv, int64_t *si, uint64_t *ui, bool *uns)
+{
+    return kv && kv->type != GGUF_TYPE_ARRAY && kv->type != GGUF_TYPE_STRING &&
+           scalar_int(kv->type, kv->v.raw, si, ui, uns);
+}
+
 bool
 gguf_kv_uint(const struct gguf_kv *kv, uint64_t *out)
 {
@@ -769,8 +777,7 @@ gguf_kv_uint(const struct gguf_kv *kv, uint64_t *out)
     uint64_t ui;
     bool uns;
 
-    if (!kv || kv->type == GGUF_TYPE_ARRAY || kv->type == GGUF_TYPE_STRING ||
-        !scalar_int(kv->type, kv->v.raw, &si, &ui, &uns))
+    if (!kv_scalar_int(kv, &si, &ui, &uns))
         return false;
     if (!uns) {
         if (si < 0)
@@ -788,8 +795,7 @@ gguf_kv_int(const struct gguf_kv *kv, int64_t *out)
     uint64_t ui;
     bool uns;
 
-    if (!kv || kv->type == GGUF_TYPE_ARRAY || kv->type == GGUF_TYPE_STRING ||
-        !scalar_int(kv->type, kv->v.raw, &si, &ui, &uns))
+    if (!kv_scalar_int(kv, &si, &ui, &uns))
         return false;
     if (uns) {
         if (ui > INT64_MAX)
@@ -1214,8 +1220,9 @@ value_size(enum gguf_type t, enum gguf_type at, uint64_t n, const struct gguf_kv
     return sz + n * type_size[at];
 }
 
-uint64_t
-gguf_header_size(const struct gguf *g)
+/* Bytes of the header records, before the alignment padding. */
+static uint64_t
+header_records_size(const struct gguf *g)
 {
     uint64_t n = 4 + 4 + 8 + 8;
 
@@ -1225,9 +1232,15 @@ gguf_header_size(const struct gguf *g)
     }
     for (uint64_t i = 0; i < g->n_tensors; i++)
         n += 8 + g->t[i].name.n + 4 + 8 * (uint64_t)g->t[i].n_dims + 4 + 8;
-    if (g->n_tensors > 0)
-        n = PAD(n, g->alignment);
     return n;
+}
+
+uint64_t
+gguf_header_size(const struct gguf *g)
+{
+    uint64_t n = header_records_size(g);
+
+    return g->n_tensors > 0 ? PAD(n, g->alignment) : n;
 }
 
 /* Buffered writing of the header: small records go through a 64 KiB buffer. */
@@ -1292,7 +1305,7 @@ int
 gguf_write_header(struct gguf *g, FILE *fp, struct diag *d)
 {
     struct wbuf *w;
-    uint64_t pos, pad;
+    uint64_t pad;
     int rc;
 
     if ((rc = gguf_layout(g, d)))
@@ -1334,22 +1347,8 @@ gguf_write_header(struct gguf *g, FILE *fp, struct diag *d)
         wb_u32(w, t->type);
         wb_u64(w, t->offset);
     }
-    pos = gguf_header_size(g);
-    if (g->n_tensors > 0) {
-        /* gguf_header_size() already includes the padding; compute it back. */
-        uint64_t raw = 4 + 4 + 8 + 8;
-        for (uint64_t i = 0; i < g->n_kv; i++)
-            raw += 8 + g->kv[i].key.n + 4 + value_size(g->kv[i].type, g->kv[i].arr_type, g->kv[i].n, &g->kv[i]);
-        for (uint64_t i = 0; i < g->n_tensors; i++)
-            raw += 8 + g->t[i].name.n + 4 + 8 * (uint64_t)g->t[i].n_dims + 4 + 8;
-        static const uint8_t zeros[256];
-        pad = pos - raw;
-        while (pad) {
-            uint64_t k = pad < sizeof(zeros) ? pad : sizeof(zeros);
-            wb_put(w, zeros, k);
-            pad -= k;
-        }
-    }
+    for (pad = gguf_header_size(g) - header_records_size(g); pad; pad--)
+        wb_put(w, "", 1);
     wb_flush(w);
     rc = w->err;
     free(w);
