@@ -1,0 +1,164 @@
+/*
+ * kvcache.h - the paged KV cache: a pool of fixed-size blocks, block tables
+ * per sequence, reference-counted blocks (vLLM's PagedAttention design).
+ *
+ * The pool is one anonymous mapping of n_blocks blocks sized from a byte
+ * budget; pages are committed by the OS only when a block is first written,
+ * so resident memory follows the blocks in use.  A block holds block_size
+ * token slots of K and V for every layer and KV head:
+ *
+ *   block b, layer l:  K [n_head_kv][block_size][head_dim_k]
+ *                      V [n_head_kv][block_size][head_dim_v]
+ *   bytes per block = n_layer * n_head_kv * block_size * (head_dim_k + head_dim_v) * elem
+ *
+ * elements of dtype GGML_TYPE_F16 (default) or GGML_TYPE_F32 (q8_0 comes
+ * later).  One block per (layer, head) row group keeps the keys a query
+ * group reads contiguous; one block for all layers keeps a sequence's data
+ * in few places (swap and prefix sharing move whole blocks).
+ *
+ * A sequence is a small integer id with a length (token slots filled, in the
+ * order they were appended) and a block table mapping logical block i (slots
+ * i*block_size ..) to a physical block.  Blocks carry a reference count: a
+ * block is on the free list exactly when its count is 0.  Sharing blocks
+ * between sequences (kv_seq_fork) is copy-on-write: a write into a shared
+ * block goes through kv_seq_grow(), which first gives the sequence a
+ * private copy.
+ *
+ * Not thread-safe: one caller at a time (the forward pass and the scheduler
+ * run on one thread; kernels only read/write slot data already reserved).
+ */
+#ifndef LLMKIT_KVCACHE_H
+#define LLMKIT_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+#define KV_BLOCK_SIZE_DEFAULT 16
+
+struct kv_config {
+    int64_t n_layer;
+    int64_t n_head_kv;
+    int64_t head_dim_k;
+    int64_t head_dim_v;
+    int64_t block_size;         /* token slots per block; 0 = KV_BLOCK_SIZE_DEFAULT */
+    uint32_t dtype;             /* GGML_TYPE_F16 or GGML_TYPE_F32 */
+    size_t mem;                 /* byte budget for the pool (--kv-mem) */
+};
+
+/* Defaults: f16, 16-token blocks; the caller fills the dimensions and mem
+ * (model_kv_config() in model.h does it from a model). */
+#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0 }
+
+struct kvcache;
+
+struct kv_stats {
+    int64_t block_size;
+    size_t block_bytes;
+    int64_t blocks_total;       /* pool size */
+    int64_t blocks_used;        /* reference count > 0 */
+    int64_t blocks_free;
+    int64_t blocks_shared;      /* reference count > 1 */
+    int64_t seqs;               /* live sequences */
+    int64_t tokens;             /* sum of sequence lengths (logical) */
+    int64_t slots_filled;       /* distinct physical slots holding data */
+    double waste;               /* 1 - slots_filled / (blocks_used * block_size); 0 if none used */
+};
+
+/* kv_block_bytes() : bytes of one block for config c, 0 when the dimensions
+ * are invalid or the product overflows. */
+size_t kv_block_bytes(const struct kv_config *c);
+
+/* kv_new() : a pool of floor(c->mem / block_bytes) blocks, all free, no
+ * sequences.  The caller frees it with kv_free().
+ * Returns 0; -ST_RANGE for bad dimensions, block size (1 .. 4096) or dtype;
+ * -ST_NOMEM when the budget holds no block, or the mapping fails. */
+int kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d);
+
+/* kv_free() : releases the pool and every sequence; NULL is a no-op. */
+void kv_free(struct kvcache *kv);
+
+/* kv_config_get() : the configuration the pool was made with (block_size
+ * and dtype resolved). */
+const struct kv_config *kv_config_get(const struct kvcache *kv);
+
+/* ---- sequences ---- */
+
+/* kv_seq_new() : a new empty sequence; its id (>= 0) in *id.  Ids of freed
+ * sequences are reused.  0 or -ST_NOMEM. */
+int kv_seq_new(struct kvcache *kv, int32_t *id);
+
+/* kv_seq_free() : drops the sequence and one reference to each of its
+ * blocks.  0, or -ST_RANGE when id is not a live sequence. */
+int kv_seq_free(struct kvcache *kv, int32_t id);
+
+/* kv_seq_fork() : a new sequence with the same length and block table as
+ * src; every block gains a reference (no data is copied until one of them
+ * writes: see kv_seq_grow).  0, -ST_RANGE (bad src), -ST_NOMEM. */
+int kv_seq_fork(struct kvcache *kv, int32_t src, int32_t *id);
+
+/* kv_seq_valid() : 1 when id is a live sequence, else 0. */
+int kv_seq_valid(const struct kvcache *kv, int32_t id);
+
+/* kv_seq_len() : slots filled (tokens appended and not truncated), or
+ * -ST_RANGE for a bad id. */
+int64_t kv_seq_len(const struct kvcache *kv, int32_t id);
+
+/* kv_seq_grow() : appends n slots (len .. len+n-1) to the sequence and makes
+ * them writable: allocates blocks as needed and replaces a shared block that
+ * a new slot falls into by a private copy of it (copy-on-write).  The slots'
+ * contents are undefined until written.  All or nothing: on -ST_NOMEM (pool
+ * exhausted; message in d says how many blocks were needed and free) the
+ * sequence is unchanged.  -ST_RANGE for a bad id or n < 0. */
+int kv_seq_grow(struct kvcache *kv, int32_t id, int64_t n, struct diag *d);
+
+/* kv_seq_truncate() : keeps the first n slots (n <= len) and drops a
+ * reference to each block no longer needed (rollback of rejected
+ * speculative tokens, or of a failed forward call).  0 or -ST_RANGE. */
+int kv_seq_truncate(struct kvcache *kv, int32_t id, int64_t n);
+
+/* kv_seq_table() : the block table (physical block per logical block) and
+ * its length ceil(len / block_size) in *n_blocks; valid until the next call
+ * that changes this sequence.  NULL for a bad id. */
+const int32_t *kv_seq_table(const struct kvcache *kv, int32_t id, int64_t *n_blocks);
+
+/* ---- blocks ---- */
+
+/* kv_block_ref() / kv_block_unref() : add / drop one reference to a used
+ * block (prefix sharing); a block whose count reaches 0 returns to the free
+ * list.  0, or -ST_RANGE for a bad or free block. */
+int kv_block_ref(struct kvcache *kv, int32_t block);
+int kv_block_unref(struct kvcache *kv, int32_t block);
+
+/* kv_block_refcount() : the block's reference count (0 = free), or -ST_RANGE. */
+int kv_block_refcount(const struct kvcache *kv, int32_t block);
+
+/* ---- data access (the forward pass) ---- */
+
+/* Where layer `layer`, KV head `head` lives in physical block 0; block b is
+ * block_stride bytes further.  Slot j of the block is row j of block_size
+ * rows of head_dim_k (K) or head_dim_v (V) elements of dtype. */
+struct kv_head_view {
+    uint8_t *k;
+    uint8_t *v;
+    size_t block_stride;
+    size_t k_row_bytes;
+    size_t v_row_bytes;
+};
+
+/* kv_head_view() : fills v for a layer and KV head (both in range: the
+ * caller checks against kv_config_get()). */
+void kv_head_view(const struct kvcache *kv, int64_t layer, int64_t head, struct kv_head_view *v);
+
+/* kv_slot_block() : physical block and index in it of slot `slot` of a
+ * sequence (slot < kv_seq_len).  0 or -ST_RANGE. */
+int kv_slot_block(const struct kvcache *kv, int32_t id, int64_t slot, int32_t *block,
+                  int64_t *index);
+
+/* ---- accounting ---- */
+
+/* kv_stats() : current usage (O(blocks + total table length)). */
+void kv_stats(const struct kvcache *kv, struct kv_stats *s);
+
+#endif

@@ -1,0 +1,222 @@
+/*
+ * model.h - llama-family models: hyperparameters from GGUF metadata, weight
+ * views into the mapped file, and the one forward pass every tool uses.
+ *
+ * Loading validates the architecture, every hyperparameter key (the exact
+ * GGUF types of docs/formats.md §2.2) and the presence, type and shape of
+ * every tensor before anything runs; a bad model is -ST_FORMAT with a
+ * message naming the key or tensor.  Weights stay in the read-only mapping
+ * in their stored types (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+ * Q2_K..Q6_K, IQ4_NL, IQ4_XS) and are converted block by block inside the
+ * matmul kernels: the model is never copied to f32.  Supported today:
+ * general.architecture "llama" (RMSNorm, RoPE in the normal/adjacent-pair
+ * layout with freq base, linear scaling and llama3 rope_freqs factors,
+ * GQA/MQA, SwiGLU, tied or separate output, optional q/k/v/o biases).
+ *
+ * model_forward() runs n tokens of any number of sequences in one call:
+ *
+ *   batch  n tokens, each (seq, pos, token, logits); each seq is a sequence
+ *          of the paged KV cache with its own block table; an optional n x n
+ *          mask restricts which of the batch's tokens each one sees
+ *   kv     the pool the K/V of every new token is written into and that
+ *          attention reads from
+ *   hooks  optional callbacks observing activations at named sites
+ *   out    logits of the tokens that asked for them, and the final hidden
+ *          state of every token when asked
+ *
+ * Weights are read once per call for the whole batch (each weight row is
+ * combined with every token's activations); attention walks each sequence's
+ * KV blocks with an online softmax.  Work is split over the model's thread
+ * pool.  Scratch memory is allocated once at model_open() for max_batch
+ * tokens; larger batches are processed in chunks of max_batch tokens in
+ * batch order with the same result.
+ *
+ * A model is driven by one thread at a time (the forward pass uses the
+ * model's scratch and thread pool).
+ */
+#ifndef LLMKIT_MODEL_H
+#define LLMKIT_MODEL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gguf.h"
+#include "kvcache.h"
+#include "ops.h"
+#include "status.h"
+
+struct threadpool;
+struct forward_state;
+
+enum model_arch {
+    MODEL_ARCH_LLAMA = 1,
+};
+
+/* A weight: a view of a tensor in the mapped file, [rows, cols] with GGUF
+ * ne = {cols, rows}; 1-D tensors have rows == 1.  data == NULL for an
+ * optional tensor that is absent. */
+struct model_weight {
+    const char *name;           /* tensor name (owned by the model's gguf) */
+    const void *data;           /* into the read-only mapping */
+    uint32_t type;              /* enum ggml_type */
+    int64_t rows, cols;
+    size_t row_bytes;
+};
+
+struct model_layer {
+    struct model_weight attn_norm;      /* [n_embd] F32 */
+    struct model_weight wq;             /* [n_head * head_dim, n_embd] */
+    struct model_weight wk;             /* [n_head_kv * head_dim, n_embd] */
+    struct model_weight wv;             /* [n_head_kv * head_dim_v, n_embd] */
+    struct model_weight wo;             /* [n_embd, n_head * head_dim_v] */
+    struct model_weight bq, bk, bv, bo; /* optional F32 biases */
+    struct model_weight ffn_norm;       /* [n_embd] F32 */
+    struct model_weight ffn_gate;       /* [n_ff, n_embd] */
+    struct model_weight ffn_up;         /* [n_ff, n_embd] */
+    struct model_weight ffn_down;       /* [n_embd, n_ff] */
+};
+
+struct model_hparams {
+    enum model_arch arch;
+    const char *arch_name;      /* general.architecture */
+    int64_t n_vocab;            /* rows of token_embd.weight */
+    int64_t n_ctx_train;        /* <arch>.context_length */
+    int64_t n_embd;
+    int64_t n_layer;
+    int64_t n_ff;
+    int64_t n_head;
+    int64_t n_head_kv;
+    int64_t head_dim;           /* key_length (default n_embd / n_head) */
+    int64_t head_dim_v;         /* value_length (default n_embd / n_head) */
+    float rms_eps;
+    struct rope_params rope;    /* n_rot, base, linear scale, llama3 factors (into the mapping) */
+    bool tied_output;           /* no output.weight: token_embd.weight is the LM head */
+};
+
+/* Read-only for callers after model_open(). */
+struct model {
+    struct gguf gguf;           /* the parsed file; tokenizers load from it */
+    struct model_hparams hp;
+    struct model_weight tok_embd;       /* [n_vocab, n_embd] */
+    struct model_weight output_norm;    /* [n_embd] F32 */
+    struct model_weight output;         /* [n_vocab, n_embd]; == tok_embd when tied */
+    struct model_weight rope_freqs;     /* optional [head_dim / 2] F32 */
+    struct model_layer *layers;         /* [n_layer] */
+    const struct kernel_ops *ops;
+    struct threadpool *tp;
+    int64_t max_batch;
+    struct forward_state *st;           /* scratch, private to forward.c */
+};
+
+struct model_opts {
+    int n_threads;              /* workers incl. the caller; <= 0 = all online CPUs */
+    const char *kernel;         /* "auto", "ref"; NULL = $LLMKIT_KERNEL or "auto" */
+    int64_t max_batch;          /* tokens per internal chunk (scratch size); <= 0 = 512 */
+};
+
+#define MODEL_OPTS_INIT { 0, NULL, 0 }
+
+/* model_open() : maps the GGUF at path, reads the hyperparameters, checks
+ * every tensor, selects the kernels and starts the thread pool.  The file
+ * must be a regular (mappable) file.  The caller frees *out with
+ * model_free().  o may be NULL (defaults).
+ * Returns 0; -ST_IO (cannot open/map); -ST_FORMAT (not GGUF, unknown or
+ * unsupported architecture, missing/mistyped key, missing tensor, wrong
+ * shape, unsupported tensor type; the message names it); -ST_RANGE (unknown
+ * kernel name, bad option); -ST_NOMEM. */
+int model_open(struct model **out, const char *path, const struct model_opts *o, struct diag *d);
+
+/* model_free() : releases everything; NULL is a no-op. */
+void model_free(struct model *m);
+
+/* model_kv_config() : a KV pool configuration matching m (layers, KV heads,
+ * head dims) with the given byte budget and dtype (GGML_TYPE_F16 or
+ * GGML_TYPE_F32) and the default block size. */
+void model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_config *c);
+
+/* model_kv_bytes_per_token() : KV bytes one token takes in every layer at
+ * dtype (for budgets and reports). */
+size_t model_kv_bytes_per_token(const struct model *m, uint32_t dtype);
+
+/* ---- the forward pass ---- */
+
+struct batch_tok {
+    int32_t seq;                /* KV cache sequence id (kv_seq_new) */
+    int32_t pos;                /* position for RoPE, >= 0 */
+    int32_t token;              /* token id, 0 <= token < n_vocab */
+    int32_t logits;             /* nonzero: write this token's logits to out */
+};
+
+/*
+ * Slots and visibility.  The tokens of one sequence are appended to it in
+ * batch order: the k-th token of sequence s in the batch fills slot
+ * len0(s) + k, where len0(s) is kv_seq_len(s) before the call (pos is used
+ * for RoPE only, so it may differ from the slot, as in a speculative tree).
+ * A token sees every slot of its sequence stored before the call, and the
+ * batch tokens of its sequence up to and including itself; with a mask, only
+ * those batch tokens j <= i with mask[i * n + j] != 0 (tokens before the
+ * call stay visible).  Tokens never see other sequences.
+ */
+struct batch {
+    int64_t n;                  /* tokens, >= 1 */
+    const struct batch_tok *tok;/* [n] */
+    const uint8_t *mask;        /* NULL, or [n][n] */
+};
+
+/* Hook sites. */
+enum model_hook_site {
+    MODEL_HOOK_EMBD = 1,        /* token embeddings, name "inp_embd", dim n_embd */
+    MODEL_HOOK_LINEAR_IN = 2,   /* the input of a linear; name = its weight's tensor name
+                                 * ("blk.3.attn_q.weight", "output.weight" or
+                                 * "token_embd.weight" when tied); dim = the weight's cols */
+    MODEL_HOOK_LAYER_OUT = 4,   /* hidden state after layer i (residual stream),
+                                 * name "blk.<i>.out", dim n_embd */
+};
+
+struct model_hook_event {
+    int site;                   /* one enum model_hook_site */
+    int layer;                  /* layer index, or -1 (embedding, output) */
+    const char *name;
+    const struct model_weight *w;   /* the linear's weight (LINEAR_IN), else NULL */
+    const float *x;             /* [n_tok][ld] f32, valid during the call only */
+    int64_t n_tok;              /* rows (tokens of the current chunk) */
+    int64_t dim;                /* valid columns per row */
+    int64_t ld;                 /* row stride in floats */
+    int64_t tok0;               /* batch index of row 0 */
+    const struct batch *batch;  /* the whole batch */
+};
+
+/* A hook returns 0 to continue or a negative -ST_* code to abort the forward
+ * pass, which then returns that code (after rolling back the KV cache).
+ * Hooks run on the calling thread between kernels, in execution order; for
+ * the linears sharing an input (q/k/v, gate/up) the hook is called once per
+ * weight with the same x.  Only rows of tokens whose logits are wanted reach
+ * the LM head, so its LINEAR_IN event has n_tok = that count and tok0 = -1. */
+typedef int (*model_hook_fn)(void *ctx, const struct model_hook_event *ev);
+
+struct model_hooks {
+    model_hook_fn fn;
+    void *ctx;
+    unsigned sites;             /* OR of enum model_hook_site wanted */
+};
+
+struct model_out {
+    float *logits;              /* NULL, or [n_want][n_vocab]: row k = the k-th token
+                                 * (in batch order) with logits != 0 */
+    float *hidden;              /* NULL, or [n][n_embd]: each batch token's final hidden
+                                 * state after output_norm (the LM head's input) */
+};
+
+/* model_forward() : runs the batch through the model, appending each token's
+ * K/V to its sequence (kv_seq_grow) and writing the outputs asked for.
+ * kv must be configured for m (model_kv_config).  hooks and out may be NULL,
+ * as may the fields of out.  On failure every sequence is truncated back to
+ * its length before the call.
+ * Returns 0; -ST_RANGE (bad token id, sequence, position, n, or kv that does
+ * not fit m; message in d); -ST_NOMEM (KV pool exhausted: the message says
+ * so, nothing was appended); a hook's negative code. */
+int model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
+                  const struct model_hooks *hooks, struct model_out *out, struct diag *d);
+
+#endif

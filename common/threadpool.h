@@ -1,0 +1,60 @@
+/*
+ * threadpool.h - a fixed pool of worker threads for data-parallel loops.
+ *
+ * The calling thread is worker 0 and takes part in every job, so a pool of
+ * n threads starts n - 1 pthreads.  A job is one function run by every
+ * worker (threadpool_run) or a range split into contiguous chunks
+ * (threadpool_for); the call returns when all workers have finished, which
+ * is the barrier between the steps of the forward pass.  Idle workers spin
+ * briefly, then sleep on a condition variable, so a pool costs nothing
+ * between jobs and little at each barrier.
+ *
+ * OpenBLAS (later issues) keeps its own threads.  When a matmul is handed to
+ * OpenBLAS, it is called from worker 0 alone with openblas_set_num_threads
+ * set to the pool size, while the other workers sleep; OpenBLAS must never be
+ * called from inside a threadpool job, or the machine is oversubscribed.
+ *
+ * One job at a time: the pool is not reentrant and must be driven by one
+ * thread.
+ */
+#ifndef LLMKIT_THREADPOOL_H
+#define LLMKIT_THREADPOOL_H
+
+#include <stdint.h>
+
+#include "status.h"
+
+struct threadpool;
+
+/* A job: worker ith of nth (0 <= ith < nth). */
+typedef void (*threadpool_job_fn)(void *arg, int ith, int nth);
+
+/* A range job: handle [i0, i1) on worker ith. */
+typedef void (*threadpool_range_fn)(void *arg, int64_t i0, int64_t i1, int ith);
+
+/* threadpool_n_cpus() : online CPUs (at least 1). */
+int threadpool_n_cpus(void);
+
+/* threadpool_new() : a pool of n_threads workers including the caller;
+ * n_threads <= 0 means threadpool_n_cpus().  At most 1024.
+ * 0, -ST_RANGE (n_threads > 1024), -ST_NOMEM (thread creation failed). */
+int threadpool_new(struct threadpool **out, int n_threads, struct diag *d);
+
+/* threadpool_free() : stops and joins the workers; NULL is a no-op. */
+void threadpool_free(struct threadpool *tp);
+
+/* threadpool_size() : number of workers (>= 1); 1 for a NULL pool. */
+int threadpool_size(const struct threadpool *tp);
+
+/* threadpool_run() : fn(arg, ith, nth) on every worker; returns after all
+ * have returned.  A NULL pool runs fn(arg, 0, 1) on the caller. */
+void threadpool_run(struct threadpool *tp, threadpool_job_fn fn, void *arg);
+
+/* threadpool_for() : splits [0, n) into at most nth contiguous chunks whose
+ * boundaries are multiples of grain (>= 1; the last chunk takes the rest)
+ * and runs fn on each, one chunk per worker; workers with no chunk idle.
+ * Returns after all chunks are done.  n <= 0 does nothing. */
+void threadpool_for(struct threadpool *tp, int64_t n, int64_t grain, threadpool_range_fn fn,
+                    void *arg);
+
+#endif

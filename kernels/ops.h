@@ -1,0 +1,199 @@
+/*
+ * ops.h - the compute kernels of the forward pass behind one run-time
+ * dispatch table.
+ *
+ * Each op family has one function-pointer type below; struct kernel_ops
+ * gathers one implementation of every family.  kernels/cpu/<op>_ref.c hold
+ * the scalar reference ("ref": plain C11 loops, no intrinsics) which is the
+ * specification every other variant (SIMD, CUDA; later issues) is tested
+ * against in tests/kernels.  ops_select() picks an implementation by name at
+ * run time; the tools pass --kernel NAME, or the LLMKIT_KERNEL environment
+ * variable names it.
+ *
+ * Kernels see buffers only: no models, files, options or threads.  Work is
+ * split across threads by the caller (common/threadpool.h) through the
+ * row/range arguments; every kernel may be called concurrently on disjoint
+ * output ranges.  No kernel allocates memory; scratch is passed in.
+ *
+ * Layout conventions: activations are row-major f32, one row per token, with
+ * an explicit row stride (ld*, in elements).  A weight matrix [rows, cols] is
+ * stored as in GGUF: ne = {cols, rows}, row r at w + r * row_bytes, each row
+ * cols / blck blocks of its ggml type (common/qtypes.h, kernels/qblock.h).
+ */
+#ifndef LLMKIT_OPS_H
+#define LLMKIT_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- matmul: y = x * W^T for a quantized/float weight W [rows, cols] ----
+ *
+ * One weight read serves a whole batch: for each weight row the kernel
+ * combines it with all n_tok activation rows.  Matmul runs in two steps so
+ * that activations are converted once per call while rows are split across
+ * threads:
+ *
+ *   size = ops->mm_work_size(wtype, n_tok, cols);      // bytes of work
+ *   ops->mm_prepare(work, wtype, x, ldx, n_tok, cols); // once, any thread
+ *   ops->mm_rows(y, ldy, w, row_bytes, wtype, work, x, ldx, n_tok, cols,
+ *                r0, r1, tmp);                         // per thread, disjoint [r0, r1)
+ *
+ * mm_supported(wtype) : 1 when wtype can be used as a weight (every type
+ *     whose qtype to_float is not NULL: F32, F16, BF16, Q4_0, Q4_1, Q5_0,
+ *     Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS), else 0.
+ * mm_work_size() : bytes of the work buffer mm_prepare fills (may be 0, in
+ *     which case work may be NULL).  cols must be a multiple of the type's
+ *     block size (the model loader checks it).
+ * mm_prepare() : converts the n_tok activation rows x (row stride ldx) into
+ *     the form the row kernel consumes (e.g. quantized activation blocks);
+ *     the reference keeps them in f32 and writes nothing.
+ * mm_rows() : y[t * ldy + r] = sum_c W[r][c] * x[t][c] for t < n_tok and
+ *     r0 <= r < r1.  tmp is per-thread scratch of mm_tmp_floats(cols)
+ *     floats (the reference dequantizes one weight row into it).  Sums are
+ *     accumulated in f32.
+ */
+typedef int (*ops_mm_supported_fn)(uint32_t wtype);
+typedef size_t (*ops_mm_work_size_fn)(uint32_t wtype, int64_t n_tok, int64_t cols);
+typedef void (*ops_mm_prepare_fn)(void *work, uint32_t wtype, const float *x, int64_t ldx,
+                                  int64_t n_tok, int64_t cols);
+typedef void (*ops_mm_rows_fn)(float *y, int64_t ldy, const void *w, size_t row_bytes,
+                               uint32_t wtype, const void *work, const float *x, int64_t ldx,
+                               int64_t n_tok, int64_t cols, int64_t r0, int64_t r1, float *tmp);
+typedef int64_t (*ops_mm_tmp_floats_fn)(int64_t cols);
+
+/* ---- get_rows: embedding lookup ----
+ * Converts row `row` of a weight of type wtype (row_bytes per row, cols
+ * elements) to f32 into y[0 .. cols).  Same type support as mm_supported. */
+typedef void (*ops_get_row_fn)(float *y, const void *w, size_t row_bytes, uint32_t wtype,
+                               int64_t row, int64_t cols);
+
+/* ---- rmsnorm ----
+ * y[i] = x[i] * (1 / sqrt(mean(x^2) + eps)) * w[i] for i < n; w may be NULL
+ * (no weight).  The mean of squares is accumulated in double, as ggml does.
+ * y may equal x. */
+typedef void (*ops_rmsnorm_fn)(float *y, const float *x, const float *w, int64_t n, float eps);
+
+/* ---- rope: rotary position embedding, in place ----
+ * x holds n_heads heads of head_dim floats back to back (one token).  The
+ * first n_rot dims of each head (n_rot even, <= head_dim) are rotated, the
+ * rest left alone.  For pair i (0 <= i < n_rot/2):
+ *   theta_i = pos * freq_scale * base^(-2i/n_rot) / (freq_factors ? freq_factors[i] : 1)
+ * computed as ggml does (base^(-2/n_rot) raised by repeated f32 multiply).
+ * ROPE_NORM rotates adjacent pairs (x[2i], x[2i+1]) (arch llama);
+ * ROPE_NEOX rotates (x[i], x[i + n_rot/2]) (gemma, qwen, neox). */
+enum rope_style {
+    ROPE_NORM = 0,
+    ROPE_NEOX = 2,              /* the llama.cpp rope-type value */
+};
+
+struct rope_params {
+    int style;                  /* enum rope_style */
+    int64_t n_rot;              /* rotated dims per head */
+    float freq_base;            /* llama.rope.freq_base, default 10000 */
+    float freq_scale;           /* 1 / llama.rope.scaling.factor for linear scaling, else 1 */
+    const float *freq_factors;  /* NULL, or n_rot/2 divisors (llama3 rope_freqs.weight) */
+};
+
+typedef void (*ops_rope_fn)(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
+                            const struct rope_params *p);
+
+/* ---- softmax, in place ----
+ * x[i] = exp(x[i] - max) / sum over i < n.  -INFINITY entries get 0; if all
+ * are -INFINITY the row becomes 0. */
+typedef void (*ops_softmax_fn)(float *x, int64_t n);
+
+/* ---- silu_mul: SwiGLU gate ----
+ * y[i] = silu(gate[i]) * up[i] = gate[i] / (1 + exp(-gate[i])) * up[i].  y may
+ * equal gate or up. */
+typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, int64_t n);
+
+/* ---- attention over a paged KV cache for one query token and one KV head ----
+ *
+ * The n_q query heads that share one KV head (GQA group; 1 for MHA, all heads
+ * for MQA) are processed together, so each K/V block is read once for the
+ * group.  The sequence's KV slots 0 .. n_kv-1 live in blocks of block_size
+ * slots: slot s is in physical block table[s / block_size] at index
+ * s % block_size.  For physical block b the keys of this layer and KV head
+ * start at k_base + b * block_stride (bytes) and are block_size rows of
+ * head_dim elements of kv_type (GGML_TYPE_F32 or GGML_TYPE_F16), rows
+ * head_dim elements apart; values likewise at v_base with head_dim_v
+ * elements per row.
+ *
+ * For each query head h (q + h * head_dim, out + h * head_dim_v):
+ *   out = sum_s softmax_s(scale * q . k_s) v_s over visible slots s < n_kv,
+ * where slot s is visible when vis == NULL or vis[s] != 0.  Computed
+ * FlashAttention-style: blocks are walked in order with a running max and
+ * sum (online softmax), never a full score row.  When no slot is visible
+ * out is 0.  scratch holds at least attn_scratch_floats(n_q, block_size,
+ * head_dim_v) floats (per thread).
+ */
+struct attn_args {
+    const float *q;             /* [n_q][head_dim] */
+    float *out;                 /* [n_q][head_dim_v] */
+    int64_t n_q, head_dim, head_dim_v;
+    float scale;                /* usually 1 / sqrt(head_dim) */
+    const uint8_t *k_base;      /* this layer/KV head in physical block 0 */
+    const uint8_t *v_base;
+    size_t block_stride;        /* bytes between consecutive physical blocks */
+    uint32_t kv_type;           /* GGML_TYPE_F32 or GGML_TYPE_F16 */
+    int64_t block_size;
+    const int32_t *table;       /* logical block -> physical block */
+    int64_t n_kv;               /* slots considered: 0 .. n_kv-1 */
+    const uint8_t *vis;         /* NULL (all visible) or n_kv flags */
+};
+
+typedef void (*ops_attn_fn)(const struct attn_args *a, float *scratch);
+typedef int64_t (*ops_attn_scratch_floats_fn)(int64_t n_q, int64_t block_size, int64_t head_dim_v);
+
+/* ---- the dispatch table ---- */
+struct kernel_ops {
+    const char *name;           /* "ref", later "avx2", "avx512", "cuda" */
+    int (*available)(void);     /* CPU feature / device probe: 1 if usable here */
+    ops_mm_supported_fn mm_supported;
+    ops_mm_work_size_fn mm_work_size;
+    ops_mm_prepare_fn mm_prepare;
+    ops_mm_rows_fn mm_rows;
+    ops_mm_tmp_floats_fn mm_tmp_floats;
+    ops_get_row_fn get_row;
+    ops_rmsnorm_fn rmsnorm;
+    ops_rope_fn rope;
+    ops_softmax_fn softmax;
+    ops_silu_mul_fn silu_mul;
+    ops_attn_fn attn;
+    ops_attn_scratch_floats_fn attn_scratch_floats;
+};
+
+/* The reference implementation (kernels/cpu/ *_ref.c); always available. */
+extern const struct kernel_ops kernel_ops_ref;
+
+/* ops_select() : the implementation named want: "ref", or "auto" (the best
+ * available on this machine; today that is "ref").  want == NULL means the
+ * LLMKIT_KERNEL environment variable, or "auto" when it is unset or empty.
+ * Returns NULL for an unknown or unavailable name. */
+const struct kernel_ops *ops_select(const char *want);
+
+/* ops_names() : the names ops_select() knows, NULL-terminated (for --help and
+ * error messages); whether each is available here is ops->available(). */
+const char *const *ops_names(void);
+
+/* Individual reference kernels, for tests and for other variants' scalar
+ * tails; same contracts as the table entries above. */
+int ops_mm_supported_ref(uint32_t wtype);
+size_t ops_mm_work_size_ref(uint32_t wtype, int64_t n_tok, int64_t cols);
+void ops_mm_prepare_ref(void *work, uint32_t wtype, const float *x, int64_t ldx, int64_t n_tok,
+                        int64_t cols);
+void ops_mm_rows_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
+                     const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
+                     int64_t r0, int64_t r1, float *tmp);
+int64_t ops_mm_tmp_floats_ref(int64_t cols);
+void ops_get_row_ref(float *y, const void *w, size_t row_bytes, uint32_t wtype, int64_t row,
+                     int64_t cols);
+void ops_rmsnorm_ref(float *y, const float *x, const float *w, int64_t n, float eps);
+void ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
+                  const struct rope_params *p);
+void ops_softmax_ref(float *x, int64_t n);
+void ops_silu_mul_ref(float *y, const float *gate, const float *up, int64_t n);
+void ops_attn_ref(const struct attn_args *a, float *scratch);
+int64_t ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim_v);
+
+#endif
