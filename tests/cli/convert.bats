@@ -97,7 +97,7 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
         [ "${CI:-}" != true ] || { echo "no venv at $py (scripts/pyenv)"; return 1; }
         skip "no gguf-py venv (run scripts/pyenv)"
     fi
-    for f in "$FIX/tiny-llama-f32.gguf" "$FIX/tiny-spm-f32.gguf"; do
+    for f in "$FIX/tiny-llama-f32.gguf" "$FIX/tiny-spm-f32.gguf" "$SHARED"/vocab/*.gguf; do
         convert --info --json "$f" > "$BATS_TEST_TMPDIR/i.jsonl"
         "$py" "$TOP/tests/cli/lib/info_vs_gguf_py.py" "$f" "$BATS_TEST_TMPDIR/i.jsonl"
     done
@@ -105,6 +105,14 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
         f=$(need_model "$m")
         convert --info --json "$f" > "$BATS_TEST_TMPDIR/i.jsonl"
         "$py" "$TOP/tests/cli/lib/info_vs_gguf_py.py" "$f" "$BATS_TEST_TMPDIR/i.jsonl"
+    done
+}
+
+@test "llama.cpp's vocabulary-only GGUFs (no tensors, no header padding) copy byte for byte" {
+    for f in "$SHARED"/vocab/*.gguf; do
+        convert "$f" "$BATS_TEST_TMPDIR/v.gguf"
+        cmp "$f" "$BATS_TEST_TMPDIR/v.gguf"
+        rm "$BATS_TEST_TMPDIR/v.gguf"
     done
 }
 
