@@ -355,7 +355,9 @@ int hf_vocab_to_gguf(struct gguf *g, const struct hf_vocab *v, struct diag *d);
 
 /* hf_vocab_from_gguf() : reads the tokenizer.* keys of g (model must be
  * "gpt2" or "llama"; tokens ARRAY[STRING], scores ARRAY[FLOAT32], token_type
- * ARRAY[INT32] of n_tokens; ids UINT32).  0, -ST_FORMAT, -ST_NOMEM. */
+ * ARRAY[INT32] of n_tokens; ids UINT32).  Other scalar tokenizer.* keys go
+ * to v->extra; a tokenizer.* key of another type (array, u8, f64 ...) is not
+ * carried and v->warning names the first one.  0, -ST_FORMAT, -ST_NOMEM. */
 int hf_vocab_from_gguf(struct hf_vocab *v, const struct gguf *g, struct diag *d);
 
 /* hf_vocab_to_json() : tokenizer.json and tokenizer_config.json objects

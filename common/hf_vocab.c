@@ -1894,9 +1894,15 @@ hf_vocab_from_gguf(struct hf_vocab *v, const struct gguf *g, struct diag *d)
     for (i = 0; i < g->n_kv; i++) {
         const struct gguf_kv *e = &g->kv[i];
         struct hf_kv *x;
-        if (strncmp(e->key.p, "tokenizer.", 10) || known_key(e->key.p) ||
-            !kv_type_name(e->type) || e->key.n > 200)
+        if (strncmp(e->key.p, "tokenizer.", 10) || known_key(e->key.p))
             continue;
+        if (!kv_type_name(e->type) || e->key.n > 200) {
+            if (!v->warning[0])
+                snprintf(v->warning, sizeof(v->warning),
+                         "metadata '%.120s' (%s) is not carried to the HF files", e->key.p,
+                         gguf_type_name(e->type));
+            continue;
+        }
         if (extra_add(v, e->key.p, e->type))
             goto fail_nomem;
         x = &v->extra[v->n_extra - 1];
