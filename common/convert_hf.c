@@ -294,6 +294,8 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         diag_prefix(d, "'%s'", o->input);
         goto out;
     }
+    if (voc.warning[0] && o->warn)
+        o->warn(voc.warning);
     if (voc.pre[0] && !hf_pre_known(voc.pre) && o->warn) {
         char msg[160];
         snprintf(msg, sizeof(msg), "no HF pre-tokenizer for '%s': tokenizer.json gets GPT-2's", voc.pre);
