@@ -1,0 +1,39 @@
+/*
+ * rope_ref.c - reference rotary position embedding (normal and NeoX
+ * layouts, frequency base, linear scaling, llama3 frequency factors).
+ *
+ * The angle of pair i is computed as ggml_rope_cache_init does:
+ * theta starts at pos and is multiplied by base^(-2/n_rot) once per pair
+ * (in f32), divided by the pair's frequency factor, then scaled by
+ * freq_scale.  The same angles therefore come out as in llama.cpp.
+ */
+#include <math.h>
+#include <stdint.h>
+
+#include "ops.h"
+
+void
+ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
+             const struct rope_params *p)
+{
+    int64_t half = p->n_rot / 2;
+    float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
+    float theta_extrap = (float)pos;
+
+    for (int64_t i = 0; i < half; i++) {
+        float ff = p->freq_factors ? p->freq_factors[i] : 1.0f;
+        float theta = p->freq_scale * (theta_extrap / ff);
+        float c = cosf(theta), s = sinf(theta);
+        /* offsets of the two elements of pair i within a head */
+        int64_t a = p->style == ROPE_NEOX ? i : 2 * i;
+        int64_t b = p->style == ROPE_NEOX ? i + half : 2 * i + 1;
+
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *xh = x + h * head_dim;
+            float x0 = xh[a], x1 = xh[b];
+            xh[a] = x0 * c - x1 * s;
+            xh[b] = x0 * s + x1 * c;
+        }
+        theta_extrap *= theta_scale;
+    }
+}

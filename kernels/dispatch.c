@@ -1,0 +1,63 @@
+/*
+ * dispatch.c - the kernel implementations known to this build and the
+ * run-time choice between them (--kernel NAME, LLMKIT_KERNEL).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+static int
+ref_available(void)
+{
+    return 1;
+}
+
+const struct kernel_ops kernel_ops_ref = {
+    .name = "ref",
+    .available = ref_available,
+    .mm_supported = ops_mm_supported_ref,
+    .mm_work_size = ops_mm_work_size_ref,
+    .mm_prepare = ops_mm_prepare_ref,
+    .mm_rows = ops_mm_rows_ref,
+    .mm_tmp_floats = ops_mm_tmp_floats_ref,
+    .get_row = ops_get_row_ref,
+    .rmsnorm = ops_rmsnorm_ref,
+    .rope = ops_rope_ref,
+    .softmax = ops_softmax_ref,
+    .silu_mul = ops_silu_mul_ref,
+    .attn = ops_attn_ref,
+    .attn_scratch_floats = ops_attn_scratch_floats_ref,
+};
+
+/* Best first: "auto" takes the first available entry.  SIMD and CUDA
+ * variants are added in front of "ref" by later issues. */
+static const struct kernel_ops *const impls[] = {
+    &kernel_ops_ref,
+};
+
+static const char *const names[] = { "auto", "ref", NULL };
+
+const char *const *
+ops_names(void)
+{
+    return names;
+}
+
+const struct kernel_ops *
+ops_select(const char *want)
+{
+    size_t n = sizeof(impls) / sizeof(impls[0]);
+
+    if (!want) {
+        want = getenv("LLMKIT_KERNEL");
+        if (!want || !*want)
+            want = "auto";
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(want, "auto") == 0 ? impls[i]->available()
+                                      : strcmp(want, impls[i]->name) == 0)
+            return impls[i]->available() ? impls[i] : NULL;
+    }
+    return NULL;
+}
