@@ -1,0 +1,563 @@
+/*
+ * forward.c - the one forward pass: a batch of tokens of many sequences
+ * through a llama-family model over the paged KV cache.
+ *
+ * Per chunk of at most max_batch tokens (shapes per token row):
+ *   x   = token_embd[token]                                  [n_embd]
+ *   per layer:
+ *     xn  = rmsnorm(x) * attn_norm
+ *     q, k, v = xn Wq^T, xn Wk^T, xn Wv^T   (+ biases)       [n_head*hd], [n_kv*hd], [n_kv*hdv]
+ *     rope(q), rope(k) at pos; k, v -> the sequence's KV slots
+ *     att = paged attention of q over the sequence's slots   [n_head*hdv]
+ *     x  += att Wo^T
+ *     xn  = rmsnorm(x) * ffn_norm
+ *     x  += (silu(xn Wgate^T) * (xn Wup^T)) Wdown^T
+ *   xn = rmsnorm(x) * output_norm; logits = xn Wout^T for the tokens asking
+ *
+ * Every matmul covers all the chunk's tokens, so each weight is read once
+ * per chunk; rows of the weight are split across the thread pool.  The KV
+ * slots of the whole batch are reserved before the first chunk runs, so a
+ * full pool fails the call before any work, and any later failure truncates
+ * the sequences back.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "model.h"
+#include "qconv.h"
+#include "qtypes.h"
+#include "threadpool.h"
+
+#define DEFAULT_MAX_BATCH 512
+#define SCRATCH_TARGET ((size_t)32 << 20)   /* bytes of activations when max_batch is not given */
+
+struct forward_state {
+    int64_t B;                  /* tokens per chunk */
+    int nth;
+    float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up;
+    void *mm_work;
+    float *mm_tmp;              /* [nth][mm_tmp_n] */
+    int64_t mm_tmp_n;
+    int32_t *blk;               /* [B] physical block of each chunk token's slot */
+    int64_t *bidx;              /* [B] index inside that block */
+    /* grown on demand, per call (never inside the token loops) */
+    float *attn_scr;            /* [nth][attn_scr_n] */
+    int64_t attn_scr_n, attn_scr_cap;
+    uint8_t *vis;               /* [nth][vis_n] */
+    int64_t vis_n, vis_cap;
+    int64_t *slot;              /* [n] slot of each batch token */
+    int32_t *perm;              /* [n] batch indices grouped by sequence, in batch order */
+    int64_t cap_n;
+    int64_t *seq_len0, *seq_cnt, *seq_start;  /* indexed by sequence id */
+    int32_t *seq_list;          /* distinct sequences of the batch */
+    int64_t cap_seq;
+};
+
+int forward_state_new(struct model *m, struct diag *d);
+void forward_state_free(struct model *m);
+
+static void *
+grow(void *p, int64_t *cap, int64_t want, size_t elem)
+{
+    if (want <= *cap)
+        return p;
+    int64_t c = *cap ? *cap : 64;
+    while (c < want)
+        c *= 2;
+    void *q = realloc(p, (size_t)c * elem);
+    if (!q)
+        return NULL;
+    *cap = c;
+    return q;
+}
+
+int
+forward_state_new(struct model *m, struct diag *d)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct forward_state *st = calloc(1, sizeof(*st));
+    int64_t E = hp->n_embd;
+    int64_t qd = hp->n_head * hp->head_dim, kd = hp->n_head_kv * hp->head_dim;
+    int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
+    int64_t per_tok = 3 * E + qd + kd + vd + ad + 2 * hp->n_ff;
+
+    if (!st)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    m->st = st;
+    if (m->max_batch > 0) {
+        st->B = m->max_batch;
+    } else {
+        st->B = (int64_t)(SCRATCH_TARGET / ((size_t)per_tok * sizeof(float)));
+        if (st->B > DEFAULT_MAX_BATCH)
+            st->B = DEFAULT_MAX_BATCH;
+        if (st->B < 16)
+            st->B = 16;
+        m->max_batch = st->B;
+    }
+    if (st->B > ((int64_t)1 << 20))
+        return diag_set(d, ST_RANGE, "max batch %lld too large", (long long)st->B);
+    st->nth = threadpool_size(m->tp);
+
+    size_t B = (size_t)st->B;
+    st->x = malloc(B * (size_t)E * sizeof(float));
+    st->xn = malloc(B * (size_t)E * sizeof(float));
+    st->tmp = malloc(B * (size_t)E * sizeof(float));
+    st->q = malloc(B * (size_t)qd * sizeof(float));
+    st->k = malloc(B * (size_t)kd * sizeof(float));
+    st->v = malloc(B * (size_t)vd * sizeof(float));
+    st->att = malloc(B * (size_t)ad * sizeof(float));
+    st->gate = malloc(B * (size_t)hp->n_ff * sizeof(float));
+    st->up = malloc(B * (size_t)hp->n_ff * sizeof(float));
+    st->blk = malloc(B * sizeof(int32_t));
+    st->bidx = malloc(B * sizeof(int64_t));
+
+    /* matmul work and per-thread row buffers: the largest any weight needs */
+    const struct model_weight *ws[9] = { &m->output, NULL };
+    size_t work = 0;
+    int64_t maxcols = 0;
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        ws[1] = &L->wq, ws[2] = &L->wk, ws[3] = &L->wv, ws[4] = &L->wo;
+        ws[5] = &L->ffn_gate, ws[6] = &L->ffn_up, ws[7] = &L->ffn_down, ws[8] = &m->tok_embd;
+        for (int i = 0; i < 9; i++) {
+            size_t s = m->ops->mm_work_size(ws[i]->type, st->B, ws[i]->cols);
+            if (s > work)
+                work = s;
+            if (ws[i]->cols > maxcols)
+                maxcols = ws[i]->cols;
+        }
+    }
+    st->mm_tmp_n = m->ops->mm_tmp_floats(maxcols);
+    st->mm_work = work ? aligned_alloc(64, (work + 63) / 64 * 64) : NULL;
+    st->mm_tmp = malloc((size_t)st->nth * (size_t)(st->mm_tmp_n ? st->mm_tmp_n : 1) * sizeof(float));
+    if (!st->x || !st->xn || !st->tmp || !st->q || !st->k || !st->v || !st->att || !st->gate ||
+        !st->up || !st->blk || !st->bidx || (work && !st->mm_work) || !st->mm_tmp)
+        return diag_set(d, ST_NOMEM, "out of memory for forward scratch (%lld tokens)",
+                        (long long)st->B);
+    return 0;
+}
+
+void
+forward_state_free(struct model *m)
+{
+    struct forward_state *st = m->st;
+
+    if (!st)
+        return;
+    free(st->x);
+    free(st->xn);
+    free(st->tmp);
+    free(st->q);
+    free(st->k);
+    free(st->v);
+    free(st->att);
+    free(st->gate);
+    free(st->up);
+    free(st->blk);
+    free(st->bidx);
+    free(st->mm_work);
+    free(st->mm_tmp);
+    free(st->attn_scr);
+    free(st->vis);
+    free(st->slot);
+    free(st->perm);
+    free(st->seq_len0);
+    free(st->seq_cnt);
+    free(st->seq_start);
+    free(st->seq_list);
+    free(st);
+    m->st = NULL;
+}
+
+/* ---- matmul over the pool ---- */
+
+struct mm_job {
+    const struct kernel_ops *ops;
+    const struct model_weight *w;
+    const float *x;
+    int64_t ldx, n_tok;
+    float *y;
+    int64_t ldy;
+    const void *work;
+    float *tmp;
+    int64_t tmp_n;
+};
+
+static void
+mm_range(void *arg, int64_t r0, int64_t r1, int ith)
+{
+    struct mm_job *j = arg;
+
+    j->ops->mm_rows(j->y, j->ldy, j->w->data, j->w->row_bytes, j->w->type, j->work, j->x,
+                    j->ldx, j->n_tok, j->w->cols, r0, r1, j->tmp + (int64_t)ith * j->tmp_n);
+}
+
+/* y[t][0 .. w->rows) = x[t] W^T (+ bias) for t < n_tok */
+static void
+matmul(struct model *m, const struct model_weight *w, const struct model_weight *bias,
+       const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy)
+{
+    struct forward_state *st = m->st;
+    struct mm_job j = { m->ops, w, x, ldx, n_tok, y, ldy, st->mm_work, st->mm_tmp, st->mm_tmp_n };
+
+    m->ops->mm_prepare(st->mm_work, w->type, x, ldx, n_tok, w->cols);
+    threadpool_for(m->tp, w->rows, 16, mm_range, &j);
+    if (bias && bias->data) {
+        const float *bv = bias->data;
+        for (int64_t t = 0; t < n_tok; t++)
+            for (int64_t i = 0; i < w->rows; i++)
+                y[t * ldy + i] += bv[i];
+    }
+}
+
+/* ---- hooks ---- */
+
+static int
+hook(const struct model_hooks *h, int site, int layer, const char *name,
+     const struct model_weight *w, const float *x, int64_t n_tok, int64_t dim, int64_t ld,
+     int64_t tok0, const struct batch *b)
+{
+    if (!h || !h->fn || !(h->sites & (unsigned)site))
+        return 0;
+    struct model_hook_event ev = { site, layer, name, w, x, n_tok, dim, ld, tok0, b };
+    int rc = h->fn(h->ctx, &ev);
+    return rc < 0 ? rc : 0;
+}
+
+static int
+hook_linear(const struct model_hooks *h, int layer, const struct model_weight *w, const float *x,
+            int64_t n_tok, int64_t ld, int64_t tok0, const struct batch *b)
+{
+    return hook(h, MODEL_HOOK_LINEAR_IN, layer, w->name, w, x, n_tok, w->cols, ld, tok0, b);
+}
+
+/* ---- attention over the pool ---- */
+
+struct attn_job {
+    struct model *m;
+    struct kvcache *kv;
+    const struct batch *b;
+    int64_t c0, layer;
+};
+
+static void
+attn_range(void *arg, int64_t i0, int64_t i1, int ith)
+{
+    struct attn_job *j = arg;
+    struct model *m = j->m;
+    struct forward_state *st = m->st;
+    const struct model_hparams *hp = &m->hp;
+    const struct kv_config *kc = kv_config_get(j->kv);
+    int64_t n_kvh = hp->n_head_kv, grp = hp->n_head / hp->n_head_kv;
+    int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
+    float *scr = st->attn_scr + (int64_t)ith * st->attn_scr_n;
+    uint8_t *vis = st->vis + (int64_t)ith * st->vis_n;
+
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t t = it / n_kvh, g = it % n_kvh;
+        int64_t i = j->c0 + t;                  /* batch index */
+        const struct batch_tok *bt = &j->b->tok[i];
+        struct kv_head_view view;
+        struct attn_args a;
+        int64_t nb;
+
+        kv_head_view(j->kv, j->layer, g, &view);
+        a.q = st->q + t * hp->n_head * hd + g * grp * hd;
+        a.out = st->att + t * hp->n_head * hdv + g * grp * hdv;
+        a.n_q = grp;
+        a.head_dim = hd;
+        a.head_dim_v = hdv;
+        a.scale = 1.0f / sqrtf((float)hd);
+        a.k_base = view.k;
+        a.v_base = view.v;
+        a.block_stride = view.block_stride;
+        a.kv_type = kc->dtype;
+        a.block_size = kc->block_size;
+        a.table = kv_seq_table(j->kv, bt->seq, &nb);
+        a.n_kv = st->slot[i] + 1;
+        a.vis = NULL;
+        if (j->b->mask) {
+            int64_t len0 = st->seq_len0[bt->seq];
+            const int32_t *order = st->perm + st->seq_start[bt->seq];
+            const uint8_t *row = j->b->mask + i * j->b->n;
+            memset(vis, 1, (size_t)len0);
+            for (int64_t s = len0; s < a.n_kv; s++)
+                vis[s] = row[order[s - len0]] != 0;
+            a.vis = vis;
+        }
+        m->ops->attn(&a, scr);
+    }
+}
+
+/* writes the chunk's K and V rows into their slots */
+static void
+kv_store(struct model *m, struct kvcache *kv, int64_t layer, int64_t nc)
+{
+    struct forward_state *st = m->st;
+    const struct model_hparams *hp = &m->hp;
+    const struct kv_config *kc = kv_config_get(kv);
+    int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
+
+    for (int64_t h = 0; h < hp->n_head_kv; h++) {
+        struct kv_head_view view;
+        kv_head_view(kv, layer, h, &view);
+        for (int64_t t = 0; t < nc; t++) {
+            size_t off = (size_t)st->blk[t] * view.block_stride;
+            uint8_t *kd = view.k + off + (size_t)st->bidx[t] * view.k_row_bytes;
+            uint8_t *vd = view.v + off + (size_t)st->bidx[t] * view.v_row_bytes;
+            const float *ks = st->k + t * hp->n_head_kv * hd + h * hd;
+            const float *vs = st->v + t * hp->n_head_kv * hdv + h * hdv;
+            if (kc->dtype == GGML_TYPE_F16) {
+                for (int64_t i = 0; i < hd; i++) {
+                    uint16_t u = qconv_fp32_to_fp16(ks[i]);
+                    memcpy(kd + 2 * i, &u, 2);
+                }
+                for (int64_t i = 0; i < hdv; i++) {
+                    uint16_t u = qconv_fp32_to_fp16(vs[i]);
+                    memcpy(vd + 2 * i, &u, 2);
+                }
+            } else {
+                memcpy(kd, ks, (size_t)hd * sizeof(float));
+                memcpy(vd, vs, (size_t)hdv * sizeof(float));
+            }
+        }
+    }
+}
+
+/* ---- one chunk ---- */
+
+static int
+forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_t c0, int64_t nc,
+              const struct model_hooks *h, struct model_out *out, int64_t *logit_row)
+{
+    struct forward_state *st = m->st;
+    const struct kernel_ops *ops = m->ops;
+    const struct model_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd, F = hp->n_ff, V = hp->n_vocab;
+    int64_t hd = hp->head_dim;
+    int64_t qd = hp->n_head * hd, kd = hp->n_head_kv * hd;
+    int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
+    int rc;
+
+    for (int64_t t = 0; t < nc; t++) {
+        const struct batch_tok *bt = &b->tok[c0 + t];
+        ops->get_row(st->x + t * E, m->tok_embd.data, m->tok_embd.row_bytes, m->tok_embd.type,
+                     bt->token, E);
+        /* slots were reserved in model_forward; checked there */
+        kv_slot_block(kv, bt->seq, st->slot[c0 + t], &st->blk[t], &st->bidx[t]);
+    }
+    if ((rc = hook(h, MODEL_HOOK_EMBD, -1, "inp_embd", NULL, st->x, nc, E, E, c0, b)) < 0)
+        return rc;
+
+    for (int64_t l = 0; l < hp->n_layer; l++) {
+        const struct model_layer *L = &m->layers[l];
+        int il = (int)l;
+
+        for (int64_t t = 0; t < nc; t++)
+            ops->rmsnorm(st->xn + t * E, st->x + t * E, L->attn_norm.data, E, hp->rms_eps);
+        if ((rc = hook_linear(h, il, &L->wq, st->xn, nc, E, c0, b)) < 0 ||
+            (rc = hook_linear(h, il, &L->wk, st->xn, nc, E, c0, b)) < 0 ||
+            (rc = hook_linear(h, il, &L->wv, st->xn, nc, E, c0, b)) < 0)
+            return rc;
+        matmul(m, &L->wq, &L->bq, st->xn, E, nc, st->q, qd);
+        matmul(m, &L->wk, &L->bk, st->xn, E, nc, st->k, kd);
+        matmul(m, &L->wv, &L->bv, st->xn, E, nc, st->v, vd);
+        for (int64_t t = 0; t < nc; t++) {
+            int32_t pos = b->tok[c0 + t].pos;
+            ops->rope(st->q + t * qd, hp->n_head, hd, pos, &hp->rope);
+            ops->rope(st->k + t * kd, hp->n_head_kv, hd, pos, &hp->rope);
+        }
+        kv_store(m, kv, l, nc);
+
+        struct attn_job aj = { m, kv, b, c0, l };
+        threadpool_for(m->tp, nc * hp->n_head_kv, 1, attn_range, &aj);
+
+        if ((rc = hook_linear(h, il, &L->wo, st->att, nc, ad, c0, b)) < 0)
+            return rc;
+        matmul(m, &L->wo, &L->bo, st->att, ad, nc, st->tmp, E);
+        for (int64_t i = 0; i < nc * E; i++)
+            st->x[i] += st->tmp[i];
+
+        for (int64_t t = 0; t < nc; t++)
+            ops->rmsnorm(st->xn + t * E, st->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
+        if ((rc = hook_linear(h, il, &L->ffn_gate, st->xn, nc, E, c0, b)) < 0 ||
+            (rc = hook_linear(h, il, &L->ffn_up, st->xn, nc, E, c0, b)) < 0)
+            return rc;
+        matmul(m, &L->ffn_gate, NULL, st->xn, E, nc, st->gate, F);
+        matmul(m, &L->ffn_up, NULL, st->xn, E, nc, st->up, F);
+        ops->silu_mul(st->gate, st->gate, st->up, nc * F);
+        if ((rc = hook_linear(h, il, &L->ffn_down, st->gate, nc, F, c0, b)) < 0)
+            return rc;
+        matmul(m, &L->ffn_down, NULL, st->gate, F, nc, st->tmp, E);
+        for (int64_t i = 0; i < nc * E; i++)
+            st->x[i] += st->tmp[i];
+
+        if (h && (h->sites & MODEL_HOOK_LAYER_OUT)) {
+            char name[32];
+            snprintf(name, sizeof(name), "blk.%d.out", il);
+            if ((rc = hook(h, MODEL_HOOK_LAYER_OUT, il, name, NULL, st->x, nc, E, E, c0, b)) < 0)
+                return rc;
+        }
+    }
+
+    for (int64_t t = 0; t < nc; t++)
+        ops->rmsnorm(st->xn + t * E, st->x + t * E, m->output_norm.data, E, hp->rms_eps);
+    if (out && out->hidden)
+        memcpy(out->hidden + c0 * E, st->xn, (size_t)(nc * E) * sizeof(float));
+    if (out && out->logits) {
+        int64_t w = 0;
+        for (int64_t t = 0; t < nc; t++)
+            if (b->tok[c0 + t].logits)
+                memcpy(st->tmp + (w++) * E, st->xn + t * E, (size_t)E * sizeof(float));
+        if (w > 0) {
+            if ((rc = hook_linear(h, -1, &m->output, st->tmp, w, E, -1, b)) < 0)
+                return rc;
+            matmul(m, &m->output, NULL, st->tmp, E, w, out->logits + *logit_row * V, V);
+            *logit_row += w;
+        }
+    }
+    return 0;
+}
+
+/* ---- the entry point ---- */
+
+static void
+rollback(struct kvcache *kv, struct forward_state *st, int64_t n_seq)
+{
+    for (int64_t i = 0; i < n_seq; i++) {
+        int32_t s = st->seq_list[i];
+        kv_seq_truncate(kv, s, st->seq_len0[s]);
+    }
+}
+
+int
+model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
+              const struct model_hooks *hooks, struct model_out *out, struct diag *d)
+{
+    struct forward_state *st = m->st;
+    const struct model_hparams *hp = &m->hp;
+    const struct kv_config *kc = kv_config_get(kv);
+    int64_t n = b ? b->n : 0;
+    int32_t max_seq = -1;
+    int64_t n_seq = 0, max_kv = 0;
+    int rc;
+
+    if (kc->n_layer != hp->n_layer || kc->n_head_kv != hp->n_head_kv ||
+        kc->head_dim_k != hp->head_dim || kc->head_dim_v != hp->head_dim_v)
+        return diag_set(d, ST_RANGE, "kv cache does not fit the model (%lld layers, %lld kv heads, "
+                        "head dim %lld/%lld)", (long long)hp->n_layer, (long long)hp->n_head_kv,
+                        (long long)hp->head_dim, (long long)hp->head_dim_v);
+    if (n < 1 || !b->tok)
+        return diag_set(d, ST_RANGE, "empty batch");
+    for (int64_t i = 0; i < n; i++) {
+        const struct batch_tok *t = &b->tok[i];
+        if (t->token < 0 || t->token >= hp->n_vocab)
+            return diag_set(d, ST_RANGE, "batch token %lld: id %d out of range 0..%lld",
+                            (long long)i, t->token, (long long)hp->n_vocab - 1);
+        if (t->pos < 0)
+            return diag_set(d, ST_RANGE, "batch token %lld: negative position %d", (long long)i,
+                            t->pos);
+        if (!kv_seq_valid(kv, t->seq))
+            return diag_set(d, ST_RANGE, "batch token %lld: no sequence %d", (long long)i, t->seq);
+        if (t->seq > max_seq)
+            max_seq = t->seq;
+    }
+
+    /* per-call bookkeeping: slots, sequence order */
+    int64_t cs = st->cap_seq, cn = st->cap_n;
+    void *p;
+    if (!(p = grow(st->seq_len0, &cs, max_seq + 1, sizeof(int64_t))))
+        goto nomem;
+    st->seq_len0 = p;
+    cs = st->cap_seq;
+    if (!(p = grow(st->seq_cnt, &cs, max_seq + 1, sizeof(int64_t))))
+        goto nomem;
+    st->seq_cnt = p;
+    cs = st->cap_seq;
+    if (!(p = grow(st->seq_start, &cs, max_seq + 1, sizeof(int64_t))))
+        goto nomem;
+    st->seq_start = p;
+    cs = st->cap_seq;
+    if (!(p = grow(st->seq_list, &cs, max_seq + 1, sizeof(int32_t))))
+        goto nomem;
+    st->seq_list = p;
+    st->cap_seq = cs;
+    if (!(p = grow(st->slot, &cn, n, sizeof(int64_t))))
+        goto nomem;
+    st->slot = p;
+    cn = st->cap_n;
+    if (!(p = grow(st->perm, &cn, n, sizeof(int32_t))))
+        goto nomem;
+    st->perm = p;
+    st->cap_n = cn;
+
+    for (int64_t i = 0; i < n; i++)
+        st->seq_cnt[b->tok[i].seq] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        int32_t s = b->tok[i].seq;
+        if (st->seq_cnt[s] < 0) {
+            st->seq_cnt[s] = 0;
+            st->seq_len0[s] = kv_seq_len(kv, s);
+            st->seq_list[n_seq++] = s;
+        }
+        st->slot[i] = st->seq_len0[s] + st->seq_cnt[s]++;
+        if (st->slot[i] + 1 > max_kv)
+            max_kv = st->slot[i] + 1;
+    }
+    int64_t off = 0;
+    for (int64_t k = 0; k < n_seq; k++) {
+        int32_t s = st->seq_list[k];
+        st->seq_start[s] = off;
+        off += st->seq_cnt[s];
+        st->seq_cnt[s] = 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int32_t s = b->tok[i].seq;
+        st->perm[st->seq_start[s] + st->seq_cnt[s]++] = (int32_t)i;
+    }
+
+    /* per-thread attention scratch for this pool's block size */
+    int64_t grp = hp->n_head / hp->n_head_kv;
+    int64_t need = m->ops->attn_scratch_floats(grp, kc->block_size, hp->head_dim_v);
+    if (need > st->attn_scr_n) {
+        int64_t cap = st->attn_scr_cap;
+        if (!(p = grow(st->attn_scr, &cap, need * st->nth, sizeof(float))))
+            goto nomem;
+        st->attn_scr = p;
+        st->attn_scr_cap = cap;
+        st->attn_scr_n = need;
+    }
+    if (b->mask && max_kv > st->vis_n) {
+        int64_t cap = st->vis_cap;
+        if (!(p = grow(st->vis, &cap, max_kv * st->nth, 1)))
+            goto nomem;
+        st->vis = p;
+        st->vis_cap = cap;
+        st->vis_n = max_kv;
+    }
+
+    /* reserve every slot of the batch up front: all or nothing */
+    for (int64_t k = 0; k < n_seq; k++) {
+        int32_t s = st->seq_list[k];
+        if ((rc = kv_seq_grow(kv, s, st->seq_cnt[s], d)) < 0) {
+            rollback(kv, st, k);
+            return rc;
+        }
+    }
+
+    int64_t logit_row = 0;
+    for (int64_t c0 = 0; c0 < n; c0 += st->B) {
+        int64_t nc = n - c0 < st->B ? n - c0 : st->B;
+        if ((rc = forward_chunk(m, kv, b, c0, nc, hooks, out, &logit_row)) < 0) {
+            rollback(kv, st, n_seq);
+            if (d)
+                diag_set(d, -rc, "forward pass stopped by a hook (%s)", st_str(-rc));
+            return rc;
+        }
+    }
+    return 0;
+
+nomem:
+    return diag_set(d, ST_NOMEM, "forward pass: out of memory");
+}
