@@ -113,7 +113,7 @@ fixtures: $(BUILD)/mkfixtures
 check: all check-unit check-kernels check-fuzz check-cli man-lint
 	@echo "make check: all suites passed"
 
-check-unit: $(UNIT_BIN)
+check-unit: $(UNIT_BIN) fixtures
 	@scripts/run-ctests $(UNIT_BIN)
 
 check-kernels: $(KTEST_BIN)
