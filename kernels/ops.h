@@ -48,9 +48,19 @@
  *     the form the row kernel consumes (e.g. quantized activation blocks);
  *     the reference keeps them in f32 and writes nothing.
  * mm_rows() : y[t * ldy + r] = sum_c W[r][c] * x[t][c] for t < n_tok and
- *     r0 <= r < r1.  tmp is per-thread scratch of mm_tmp_floats(cols)
- *     floats (the reference dequantizes one weight row into it).  Sums are
- *     accumulated in f32.
+ *     r0 <= r < r1, where x is the activations as converted by mm_prepare.
+ *     tmp is per-thread scratch of mm_tmp_floats(cols) floats (the
+ *     reference decodes one weight row into it).
+ *
+ * Numerics are ggml's CPU backend's, so that greedy decoding agrees with
+ * llama.cpp: activations are converted to the weight type's dot type first
+ * (F32: as is; F16/BF16: rounded to f16/bf16; Q4_0, Q5_0, Q8_0, IQ4_NL:
+ * Q8_0 blocks; Q4_1, Q5_1: Q8_1 blocks; k-quants and IQ4_XS: Q8_K blocks),
+ * integer code products are summed exactly per block, and block sums are
+ * scaled and accumulated in f32.  Compared with an exact product of the
+ * dequantized weight and the f32 activations, the error is therefore
+ * bounded by sum_c |W[r][c]| * step_c / 2 (step_c = the activation block's
+ * quantization step) plus f32 rounding.
  */
 typedef int (*ops_mm_supported_fn)(uint32_t wtype);
 typedef size_t (*ops_mm_work_size_fn)(uint32_t wtype, int64_t n_tok, int64_t cols);

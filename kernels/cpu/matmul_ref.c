@@ -2,75 +2,449 @@
  * matmul_ref.c - reference matmul of a weight [rows, cols] stored in any
  * supported ggml type by f32 activations, and the embedding row lookup.
  *
- * The specification, not the fast path: each weight row is dequantized once
- * into f32 (the bit-exact qconv rows) and dotted with every token's
- * activation row, so a call reads the weights once whatever the batch size.
+ * Numerics follow ggml's CPU backend, so that greedy decoding agrees with
+ * llama.cpp token for token: the activations are first converted to the
+ * weight type's "vec_dot type" and the dot products are taken against that:
+ *
+ *   weight                               activations
+ *   F32                                  f32 as given
+ *   F16, BF16                            rounded to f16 / bf16
+ *   Q4_0, Q5_0, Q8_0, IQ4_NL             Q8_0 blocks (32, fp16 scale)
+ *   Q4_1, Q5_1                           Q8_1 blocks (32, fp16 scale and sum)
+ *   Q2_K..Q6_K, IQ4_XS                   Q8_K blocks (256, f32 scale, 16-sums)
+ *
+ * Q8_0 and Q8_1 are quantized as ggml's x86 code does (scale 127 / amax,
+ * round half to even); Q8_K as quantize_row_q8_K_ref.  Products of the
+ * integer codes are summed exactly in int32 per block (per super-block for
+ * the k-quants, with the 6/8-bit sub-block scales applied in integers) and
+ * then scaled in f32.
+ *
+ * Each weight row is decoded once per call into integer codes and scales
+ * (or f32 for float types) in the caller's tmp buffer and then dotted with
+ * every token's activations: one pass over the weights serves the batch.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops.h"
 #include "qconv.h"
 
-typedef void (*row_fn)(const void *x, float *y, int64_t n);
+/* ggml type ids used here (enum ggml_type lives in common/qtypes.h, which
+ * the kernels do not include). */
+enum {
+    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
+    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20,
+    T_IQ4_XS = 23, T_BF16 = 30,
+};
 
-/* Weight types the kernels compute with (ids as in enum ggml_type). */
-static row_fn
-row_converter(uint32_t wtype)
+enum act { ACT_NONE, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
+
+static enum act
+act_type(uint32_t wtype)
 {
     switch (wtype) {
-    case 0: return dequantize_row_f32_ref;      /* F32 */
-    case 1: return dequantize_row_f16_ref;      /* F16 */
-    case 2: return dequantize_row_q4_0_ref;
-    case 3: return dequantize_row_q4_1_ref;
-    case 6: return dequantize_row_q5_0_ref;
-    case 7: return dequantize_row_q5_1_ref;
-    case 8: return dequantize_row_q8_0_ref;
-    case 10: return dequantize_row_q2_k_ref;
-    case 11: return dequantize_row_q3_k_ref;
-    case 12: return dequantize_row_q4_k_ref;
-    case 13: return dequantize_row_q5_k_ref;
-    case 14: return dequantize_row_q6_k_ref;
-    case 20: return dequantize_row_iq4_nl_ref;
-    case 23: return dequantize_row_iq4_xs_ref;
-    case 30: return dequantize_row_bf16_ref;    /* BF16 */
-    default: return NULL;
+    case T_F32: return ACT_F32;
+    case T_F16: return ACT_F16;
+    case T_BF16: return ACT_BF16;
+    case T_Q4_0: case T_Q5_0: case T_Q8_0: case T_IQ4_NL: return ACT_Q8_0;
+    case T_Q4_1: case T_Q5_1: return ACT_Q8_1;
+    case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS:
+        return ACT_Q8_K;
+    default: return ACT_NONE;
     }
 }
 
 int
 ops_mm_supported_ref(uint32_t wtype)
 {
-    return row_converter(wtype) != NULL;
+    return act_type(wtype) != ACT_NONE;
+}
+
+/*
+ * Converted activations, per token (the work buffer holds n_tok of these):
+ *   F16/BF16: cols floats, each rounded through f16 / bf16;
+ *   Q8_0/Q8_1: int8 codes [cols] | float d [cols/32] | float s [cols/32]
+ *              (s = fp16(d * sum of codes), Q8_1 only);
+ *   Q8_K:      int8 codes [cols] | float d [cols/256] | int16 bsums [cols/16].
+ * The block scales are kept as f32 (exact widenings of the fp16 values the
+ * block formats store) so the dot loops do no conversions.
+ */
+struct act_row {
+    const int8_t *q;
+    const float *d, *s;
+    const int16_t *bsums;
+};
+
+static size_t
+act_row_bytes(enum act a, int64_t cols)
+{
+    size_t n = (size_t)cols;
+    switch (a) {
+    case ACT_F16: case ACT_BF16: return n * sizeof(float);
+    case ACT_Q8_0: case ACT_Q8_1: return n + 2 * (n / 32) * sizeof(float);
+    case ACT_Q8_K: return n + (n / QK_K) * sizeof(float) + (n / 16) * sizeof(int16_t);
+    default: return 0;
+    }
+}
+
+/* scales first so they stay aligned (cols is a multiple of 32) */
+static void
+act_row_at(struct act_row *r, enum act a, const void *base, int64_t cols)
+{
+    const uint8_t *p = base;
+    if (a == ACT_Q8_K) {
+        r->d = (const float *)(const void *)p;
+        r->s = NULL;
+        r->bsums = (const int16_t *)(const void *)(r->d + cols / QK_K);
+        r->q = (const int8_t *)(r->bsums + cols / 16);
+    } else {
+        r->d = (const float *)(const void *)p;
+        r->s = r->d + cols / 32;
+        r->bsums = NULL;
+        r->q = (const int8_t *)(r->s + cols / 32);
+    }
 }
 
 size_t
 ops_mm_work_size_ref(uint32_t wtype, int64_t n_tok, int64_t cols)
 {
-    (void)wtype;
-    (void)n_tok;
-    (void)cols;
-    return 0;
+    return (size_t)n_tok * act_row_bytes(act_type(wtype), cols);
+}
+
+int64_t
+ops_mm_tmp_floats_ref(int64_t cols)
+{
+    /* decoded row: int8 codes [cols] + per-block scales, < 1.5 cols bytes;
+     * float types: cols floats */
+    return cols + 16;
+}
+
+/* ---- activation conversion ---- */
+
+/* Q8_0 / Q8_1 as ggml's x86 quantize_row_q8_0/_1: d = amax / 127 stored as
+ * fp16, codes = round-half-even(x * (127 / amax)), s = fp16(d * sum). */
+static void
+quantize_q8_01(const float *x, int8_t *q, float *dd, float *ss, int64_t n)
+{
+    for (int64_t b = 0; b < n / 32; b++, x += 32, q += 32) {
+        float amax = 0.0f;
+        int sum = 0;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax)
+                amax = fabsf(x[j]);
+        float d = amax / 127.0f;
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        for (int j = 0; j < 32; j++) {
+            q[j] = (int8_t)nearbyintf(x[j] * id);
+            sum += q[j];
+        }
+        dd[b] = qconv_fp16_to_fp32(qconv_fp32_to_fp16(d));
+        ss[b] = qconv_fp16_to_fp32(qconv_fp32_to_fp16(d * (float)sum));
+    }
+}
+
+/* round half to even, |f| <= 2^22 (ggml's nearest_int) */
+static inline int
+nearest_int(float f)
+{
+    float v = f + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &v, sizeof(i));
+    return (i & 0x007fffff) - 0x00400000;
+}
+
+/* Q8_K as quantize_row_q8_K_ref: scale from the signed value of largest
+ * magnitude, codes clamped to 127, sums of 16. */
+static void
+quantize_q8_k(const float *x, int8_t *q, float *dd, int16_t *bsums, int64_t n)
+{
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K, q += QK_K, bsums += 16) {
+        float amax = 0.0f, max = 0.0f;
+        for (int j = 0; j < QK_K; j++) {
+            float ax = fabsf(x[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = x[j];
+            }
+        }
+        if (amax == 0.0f) {
+            memset(q, 0, QK_K);
+            memset(bsums, 0, 16 * sizeof(int16_t));
+            dd[b] = 0.0f;
+            continue;
+        }
+        float iscale = -127.0f / max;
+        for (int j = 0; j < QK_K; j++) {
+            int v = nearest_int(iscale * x[j]);
+            q[j] = (int8_t)(v < 127 ? v : 127);
+        }
+        for (int s = 0; s < 16; s++) {
+            int sum = 0;
+            for (int j = 0; j < 16; j++)
+                sum += q[16 * s + j];
+            bsums[s] = (int16_t)sum;
+        }
+        dd[b] = 1.0f / iscale;
+    }
 }
 
 void
 ops_mm_prepare_ref(void *work, uint32_t wtype, const float *x, int64_t ldx, int64_t n_tok,
                    int64_t cols)
 {
-    /* The reference consumes f32 activations as they are. */
-    (void)work;
-    (void)wtype;
-    (void)x;
-    (void)ldx;
-    (void)n_tok;
-    (void)cols;
+    enum act a = act_type(wtype);
+    size_t rb = act_row_bytes(a, cols);
+
+    for (int64_t t = 0; t < n_tok; t++) {
+        const float *xt = x + t * ldx;
+        void *yt = (uint8_t *)work + (size_t)t * rb;
+        struct act_row r;
+        switch (a) {
+        case ACT_F16: {
+            float *y = yt;
+            for (int64_t i = 0; i < cols; i++)
+                y[i] = qconv_fp16_to_fp32(qconv_fp32_to_fp16(xt[i]));
+            break;
+        }
+        case ACT_BF16: {
+            float *y = yt;
+            for (int64_t i = 0; i < cols; i++)
+                y[i] = qconv_bf16_to_fp32(qconv_fp32_to_bf16(xt[i]));
+            break;
+        }
+        case ACT_Q8_0:
+        case ACT_Q8_1:
+            act_row_at(&r, a, yt, cols);
+            quantize_q8_01(xt, (int8_t *)r.q, (float *)r.d, (float *)r.s, cols);
+            break;
+        case ACT_Q8_K:
+            act_row_at(&r, a, yt, cols);
+            quantize_q8_k(xt, (int8_t *)r.q, (float *)r.d, (int16_t *)r.bsums, cols);
+            break;
+        default:
+            break;
+        }
+    }
 }
 
-int64_t
-ops_mm_tmp_floats_ref(int64_t cols)
+/* ---- weight row decoding ----
+ * Legacy 32-blocks: codes[cols], then d[nb], m[nb] floats.
+ * K super-blocks:   codes[cols], then d[nb], dmin[nb] floats, then
+ *                   sc[nb * 16], mn[nb * 16] int16 (per 16 elements;
+ *                   32-element sub-blocks repeat their scale). */
+
+struct decoded {
+    int8_t *q;
+    float *d, *m;
+    int16_t *sc, *mn;
+};
+
+static void
+decoded_layout(struct decoded *r, void *tmp, int64_t cols, int kq)
 {
-    return cols;
+    uint8_t *p = tmp;
+    int64_t nb = kq ? cols / QK_K : cols / 32;
+
+    /* floats first (aligned), then int16, then the codes */
+    r->d = (float *)(void *)p;
+    r->m = r->d + nb;
+    r->sc = (int16_t *)(void *)(r->m + nb);
+    r->mn = r->sc + (kq ? nb * 16 : 0);
+    r->q = (int8_t *)(r->mn + (kq ? nb * 16 : 0));
 }
+
+static void
+decode_legacy(const void *row, uint32_t type, int64_t cols, struct decoded *r)
+{
+    int64_t nb = cols / 32;
+
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t *q = r->q + 32 * b;
+        r->m[b] = 0.0f;
+        switch (type) {
+        case T_Q4_0: {
+            const struct block_q4_0 *x = (const struct block_q4_0 *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            for (int j = 0; j < 16; j++) {
+                q[j] = (int8_t)((x->qs[j] & 15) - 8);
+                q[j + 16] = (int8_t)((x->qs[j] >> 4) - 8);
+            }
+            break;
+        }
+        case T_Q4_1: {
+            const struct block_q4_1 *x = (const struct block_q4_1 *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            r->m[b] = qconv_fp16_to_fp32(x->m);
+            for (int j = 0; j < 16; j++) {
+                q[j] = (int8_t)(x->qs[j] & 15);
+                q[j + 16] = (int8_t)(x->qs[j] >> 4);
+            }
+            break;
+        }
+        case T_Q5_0:
+        case T_Q5_1: {
+            const uint8_t *qs, *qhp;
+            int off;
+            if (type == T_Q5_0) {
+                const struct block_q5_0 *x = (const struct block_q5_0 *)row + b;
+                r->d[b] = qconv_fp16_to_fp32(x->d);
+                qs = x->qs, qhp = x->qh, off = 16;
+            } else {
+                const struct block_q5_1 *x = (const struct block_q5_1 *)row + b;
+                r->d[b] = qconv_fp16_to_fp32(x->d);
+                r->m[b] = qconv_fp16_to_fp32(x->m);
+                qs = x->qs, qhp = x->qh, off = 0;
+            }
+            uint32_t qh = (uint32_t)qhp[0] | (uint32_t)qhp[1] << 8 | (uint32_t)qhp[2] << 16 |
+                          (uint32_t)qhp[3] << 24;
+            for (int j = 0; j < 16; j++) {
+                q[j] = (int8_t)(((qs[j] & 15) | ((qh >> j) & 1) << 4) - off);
+                q[j + 16] = (int8_t)(((qs[j] >> 4) | ((qh >> (j + 16)) & 1) << 4) - off);
+            }
+            break;
+        }
+        case T_Q8_0: {
+            const struct block_q8_0 *x = (const struct block_q8_0 *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            memcpy(q, x->qs, 32);
+            break;
+        }
+        case T_IQ4_NL: {
+            const struct block_iq4_nl *x = (const struct block_iq4_nl *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            for (int j = 0; j < 16; j++) {
+                q[j] = kvalues_iq4nl[x->qs[j] & 15];
+                q[j + 16] = kvalues_iq4nl[x->qs[j] >> 4];
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+/* 6-bit scale and min codes of sub-block j (0..7) of Q4_K / Q5_K */
+static void
+scale_min_k4(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+static void
+decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
+{
+    int64_t nb = cols / QK_K;
+
+    for (int64_t b = 0; b < nb; b++) {
+        int8_t *q = r->q + QK_K * b;
+        int16_t *sc = r->sc + 16 * b, *mn = r->mn + 16 * b;
+        r->m[b] = 0.0f;
+        for (int s = 0; s < 16; s++)
+            mn[s] = 0;
+        switch (type) {
+        case T_Q2_K: {
+            const struct block_q2_K *x = (const struct block_q2_K *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            r->m[b] = qconv_fp16_to_fp32(x->dmin);
+            for (int e = 0; e < QK_K; e++) {
+                int h = e >> 7, g = (e >> 5) & 3, l = e & 31;
+                q[e] = (int8_t)((x->qs[32 * h + l] >> (2 * g)) & 3);
+            }
+            for (int s = 0; s < 16; s++) {
+                sc[s] = x->scales[s] & 15;
+                mn[s] = x->scales[s] >> 4;
+            }
+            break;
+        }
+        case T_Q3_K: {
+            const struct block_q3_K *x = (const struct block_q3_K *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            for (int e = 0; e < QK_K; e++) {
+                int h = e >> 7, g = (e >> 5) & 3, l = e & 31, s32 = e >> 5;
+                int lo = (x->qs[32 * h + l] >> (2 * g)) & 3;
+                int hb = (x->hmask[l] >> s32) & 1;
+                q[e] = (int8_t)(lo - (hb ? 0 : 4));
+            }
+            for (int k = 0; k < 16; k++) {
+                int low = k < 8 ? x->scales[k] & 15 : x->scales[k - 8] >> 4;
+                int high = (x->scales[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
+                sc[k] = (int16_t)((low | high << 4) - 32);
+            }
+            break;
+        }
+        case T_Q4_K:
+        case T_Q5_K: {
+            const uint8_t *scales, *qs, *qh = NULL;
+            if (type == T_Q4_K) {
+                const struct block_q4_K *x = (const struct block_q4_K *)row + b;
+                r->d[b] = qconv_fp16_to_fp32(x->d);
+                r->m[b] = qconv_fp16_to_fp32(x->dmin);
+                scales = x->scales, qs = x->qs;
+            } else {
+                const struct block_q5_K *x = (const struct block_q5_K *)row + b;
+                r->d[b] = qconv_fp16_to_fp32(x->d);
+                r->m[b] = qconv_fp16_to_fp32(x->dmin);
+                scales = x->scales, qs = x->qs, qh = x->qh;
+            }
+            for (int e = 0; e < QK_K; e++) {
+                int c = e >> 6, l = e & 31, hi = (e >> 5) & 1;
+                int v = hi ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
+                if (qh)
+                    v += 16 * ((qh[l] >> (e >> 5)) & 1);
+                q[e] = (int8_t)v;
+            }
+            for (int j = 0; j < 8; j++) {
+                int s, m;
+                scale_min_k4(scales, j, &s, &m);
+                sc[2 * j] = sc[2 * j + 1] = (int16_t)s;
+                mn[2 * j] = mn[2 * j + 1] = (int16_t)m;
+            }
+            break;
+        }
+        case T_Q6_K: {
+            const struct block_q6_K *x = (const struct block_q6_K *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            for (int e = 0; e < QK_K; e++) {
+                int h = e >> 7, g = (e >> 5) & 3, l = e & 31;
+                int byte = x->ql[64 * h + 32 * (g & 1) + l];
+                int lo = g < 2 ? byte & 15 : byte >> 4;
+                int hi = (x->qh[32 * h + l] >> (2 * g)) & 3;
+                q[e] = (int8_t)((lo | hi << 4) - 32);
+            }
+            for (int s = 0; s < 16; s++)
+                sc[s] = x->scales[s];
+            break;
+        }
+        case T_IQ4_XS: {
+            const struct block_iq4_xs *x = (const struct block_iq4_xs *)row + b;
+            r->d[b] = qconv_fp16_to_fp32(x->d);
+            for (int ib = 0; ib < 8; ib++) {
+                int lo4 = (x->scales_l[ib / 2] >> (4 * (ib & 1))) & 15;
+                int hi2 = (x->scales_h >> (2 * ib)) & 3;
+                sc[2 * ib] = sc[2 * ib + 1] = (int16_t)((lo4 | hi2 << 4) - 32);
+                for (int j = 0; j < 16; j++) {
+                    q[32 * ib + j] = kvalues_iq4nl[x->qs[16 * ib + j] & 15];
+                    q[32 * ib + j + 16] = kvalues_iq4nl[x->qs[16 * ib + j] >> 4];
+                }
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+}
+
+/* ---- dot products ---- */
 
 static float
 dot_f32(const float *a, const float *b, int64_t n)
@@ -81,25 +455,130 @@ dot_f32(const float *a, const float *b, int64_t n)
     return s;
 }
 
+static inline int32_t
+dot_i8(const int8_t *a, const int8_t *b, int n)
+{
+    int32_t s = 0;
+    for (int i = 0; i < n; i++)
+        s += (int32_t)a[i] * (int32_t)b[i];
+    return s;
+}
+
+static float
+dot_q8_0(const struct decoded *r, const struct act_row *y, int64_t nb)
+{
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t si = dot_i8(r->q + 32 * b, y->q + 32 * b, 32);
+        sum += (float)si * (r->d[b] * y->d[b]);
+    }
+    return sum;
+}
+
+static float
+dot_q8_1(const struct decoded *r, const struct act_row *y, int64_t nb)
+{
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        int32_t si = dot_i8(r->q + 32 * b, y->q + 32 * b, 32);
+        sum += (r->d[b] * y->d[b]) * (float)si + r->m[b] * y->s[b];
+    }
+    return sum;
+}
+
+static float
+dot_q8_k(const struct decoded *r, const struct act_row *y, int64_t nb)
+{
+    float sum = 0.0f;
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *q = r->q + QK_K * b, *yq = y->q + QK_K * b;
+        const int16_t *sc = r->sc + 16 * b, *mn = r->mn + 16 * b, *bs = y->bsums + 16 * b;
+        int32_t isum = 0, msum = 0;
+        for (int s = 0; s < 16; s++) {
+            isum += sc[s] * dot_i8(q + 16 * s, yq + 16 * s, 16);
+            msum += mn[s] * bs[s];
+        }
+        sum += (r->d[b] * y->d[b]) * (float)isum - (r->m[b] * y->d[b]) * (float)msum;
+    }
+    return sum;
+}
+
 void
 ops_mm_rows_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                 const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                 int64_t r0, int64_t r1, float *tmp)
 {
-    row_fn conv = row_converter(wtype);
-    const uint8_t *wb = w;
+    enum act a = act_type(wtype);
+    size_t arb = act_row_bytes(a, cols);
+    const uint8_t *wb = w, *act = work;
+    struct decoded dec;
 
-    (void)work;
+    decoded_layout(&dec, tmp, cols, a == ACT_Q8_K);
     for (int64_t r = r0; r < r1; r++) {
-        const float *wr;
-        if (wtype == 0) {
-            wr = (const float *)(const void *)(wb + (size_t)r * row_bytes);
-        } else {
-            conv(wb + (size_t)r * row_bytes, tmp, cols);
-            wr = tmp;
+        const void *row = wb + (size_t)r * row_bytes;
+        switch (a) {
+        case ACT_F32:
+            for (int64_t t = 0; t < n_tok; t++)
+                y[t * ldy + r] = dot_f32(row, x + t * ldx, cols);
+            break;
+        case ACT_F16:
+        case ACT_BF16:
+            if (a == ACT_F16)
+                dequantize_row_f16_ref(row, tmp, cols);
+            else
+                dequantize_row_bf16_ref(row, tmp, cols);
+            for (int64_t t = 0; t < n_tok; t++)
+                y[t * ldy + r] = dot_f32(tmp, (const float *)(const void *)(act + (size_t)t * arb),
+                                         cols);
+            break;
+        case ACT_Q8_0:
+        case ACT_Q8_1:
+            decode_legacy(row, wtype, cols, &dec);
+            for (int64_t t = 0; t < n_tok; t++) {
+                struct act_row ar;
+                act_row_at(&ar, a, act + (size_t)t * arb, cols);
+                y[t * ldy + r] = a == ACT_Q8_0 ? dot_q8_0(&dec, &ar, cols / 32)
+                                               : dot_q8_1(&dec, &ar, cols / 32);
+            }
+            break;
+        case ACT_Q8_K:
+            decode_kquant(row, wtype, cols, &dec);
+            for (int64_t t = 0; t < n_tok; t++) {
+                struct act_row ar;
+                act_row_at(&ar, a, act + (size_t)t * arb, cols);
+                y[t * ldy + r] = dot_q8_k(&dec, &ar, cols / QK_K);
+            }
+            break;
+        default:
+            break;
         }
-        for (int64_t t = 0; t < n_tok; t++)
-            y[t * ldy + r] = dot_f32(wr, x + t * ldx, cols);
+    }
+}
+
+/* ---- embedding rows ---- */
+
+typedef void (*row_fn)(const void *x, float *y, int64_t n);
+
+static row_fn
+row_converter(uint32_t wtype)
+{
+    switch (wtype) {
+    case T_F32: return dequantize_row_f32_ref;
+    case T_F16: return dequantize_row_f16_ref;
+    case T_BF16: return dequantize_row_bf16_ref;
+    case T_Q4_0: return dequantize_row_q4_0_ref;
+    case T_Q4_1: return dequantize_row_q4_1_ref;
+    case T_Q5_0: return dequantize_row_q5_0_ref;
+    case T_Q5_1: return dequantize_row_q5_1_ref;
+    case T_Q8_0: return dequantize_row_q8_0_ref;
+    case T_Q2_K: return dequantize_row_q2_k_ref;
+    case T_Q3_K: return dequantize_row_q3_k_ref;
+    case T_Q4_K: return dequantize_row_q4_k_ref;
+    case T_Q5_K: return dequantize_row_q5_k_ref;
+    case T_Q6_K: return dequantize_row_q6_k_ref;
+    case T_IQ4_NL: return dequantize_row_iq4_nl_ref;
+    case T_IQ4_XS: return dequantize_row_iq4_xs_ref;
+    default: return NULL;
     }
 }
 
@@ -109,5 +588,6 @@ ops_get_row_ref(float *y, const void *w, size_t row_bytes, uint32_t wtype, int64
 {
     row_fn conv = row_converter(wtype);
 
-    conv((const uint8_t *)w + (size_t)row * row_bytes, y, cols);
+    if (conv)
+        conv((const uint8_t *)w + (size_t)row * row_bytes, y, cols);
 }
