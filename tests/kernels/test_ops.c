@@ -1,0 +1,507 @@
+/*
+ * test_ops.c - every kernel of the dispatch table against a naive
+ * double-precision computation on seeded inputs.
+ *
+ * Matmul is checked twice per weight type: with activations that the
+ * activation quantizer represents exactly (powers of two times small
+ * integers), where the integer block sums leave only f32 rounding; and with
+ * random activations, against the error bound the quantization step
+ * implies (ops.h).  The weights are random blocks with sane scales,
+ * dequantized for the reference with the bit-exact qtype to_float.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+#include "qblock.h"
+#include "qconv.h"
+#include "qtypes.h"
+#include "../unit/t.h"
+
+static uint64_t rng = 0x1234567887654321ull;
+
+static uint32_t
+rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* uniform in [-1, 1) */
+static float
+frnd(void)
+{
+    return (float)((double)rnd() / 2147483648.0 - 1.0);
+}
+
+static void
+put_f16(uint8_t *p, float v)
+{
+    uint16_t h = qconv_fp32_to_fp16(v);
+    memcpy(p, &h, 2);
+}
+
+/* offsets of the fp16 scale fields that must hold sane values */
+struct fp16_fields {
+    uint32_t type;
+    int n;
+    int off[2];
+    float scale[2];             /* magnitude of the value to put there */
+};
+
+static const struct fp16_fields fields[] = {
+    { GGML_TYPE_Q4_0, 1, { 0 }, { 0.02f } },
+    { GGML_TYPE_Q4_1, 2, { 0, 2 }, { 0.02f, 0.1f } },
+    { GGML_TYPE_Q5_0, 1, { 0 }, { 0.01f } },
+    { GGML_TYPE_Q5_1, 2, { 0, 2 }, { 0.01f, 0.1f } },
+    { GGML_TYPE_Q8_0, 1, { 0 }, { 0.002f } },
+    { GGML_TYPE_Q2_K, 2, { 80, 82 }, { 0.01f, 0.01f } },
+    { GGML_TYPE_Q3_K, 1, { 108 }, { 0.005f } },
+    { GGML_TYPE_Q4_K, 2, { 0, 2 }, { 0.002f, 0.002f } },
+    { GGML_TYPE_Q5_K, 2, { 0, 2 }, { 0.001f, 0.002f } },
+    { GGML_TYPE_Q6_K, 1, { 208 }, { 0.0005f } },
+    { GGML_TYPE_IQ4_NL, 1, { 0 }, { 0.001f } },
+    { GGML_TYPE_IQ4_XS, 1, { 0 }, { 0.0005f } },
+};
+
+/* A random weight [rows, cols] of type t, and its dequantized f32 copy. */
+static void *
+make_weight(uint32_t t, int64_t rows, int64_t cols, float *deq)
+{
+    const struct qtype *qt = qtype_get(t);
+    size_t rb = qtype_row_bytes(t, cols);
+    uint8_t *w = malloc(rb * (size_t)rows);
+
+    if (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16) {
+        float *tmp = malloc((size_t)cols * sizeof(float));
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++)
+                tmp[c] = frnd() * 0.1f;
+            qt->from_float(tmp, w + (size_t)r * rb, cols);
+        }
+        free(tmp);
+    } else {
+        for (size_t i = 0; i < rb * (size_t)rows; i++)
+            w[i] = (uint8_t)rnd();
+        const struct fp16_fields *f = NULL;
+        for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+            if (fields[i].type == t)
+                f = &fields[i];
+        for (int64_t b = 0; b < rows * cols / qt->blck; b++)
+            for (int k = 0; k < f->n; k++)
+                put_f16(w + (size_t)b * qt->bytes + f->off[k],
+                        f->scale[k] * (k == 0 ? 0.5f + 0.5f * (float)(rnd() % 1000) / 1000.0f
+                                              : frnd()));
+    }
+    for (int64_t r = 0; r < rows; r++)
+        qt->to_float(w + (size_t)r * rb, deq + r * cols, cols);
+    return w;
+}
+
+/* Activations the converters represent exactly: per 32-block, small
+ * integers times 2^-6 with one element at +-127 * 2^-6 (the block maximum),
+ * block sums below 2048 (so the Q8_1 fp16 sum is exact too). */
+static void
+exact_acts(float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        int k = (int)(rnd() % 121) - 60;
+        if (i % 32 == 5)
+            k = (rnd() & 1) ? 127 : -127;
+        x[i] = (float)k * 0.015625f;
+    }
+}
+
+static const uint32_t mm_types[] = {
+    GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+    GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+};
+
+/* activation quantization step of element c for weight type t, for the bound */
+static double
+act_err(uint32_t t, const float *x, int64_t c)
+{
+    if (t == GGML_TYPE_F32)
+        return 0.0;
+    if (t == GGML_TYPE_F16)
+        return fabs(x[c]) * 0x1p-11;
+    if (t == GGML_TYPE_BF16)
+        return fabs(x[c]) * 0x1p-8;
+    int blk = (t == GGML_TYPE_Q2_K || t == GGML_TYPE_Q3_K || t == GGML_TYPE_Q4_K ||
+               t == GGML_TYPE_Q5_K || t == GGML_TYPE_Q6_K || t == GGML_TYPE_IQ4_XS) ? 256 : 32;
+    int64_t b0 = c / blk * blk;
+    double amax = 0;
+    for (int64_t i = b0; i < b0 + blk; i++)
+        if (fabs(x[i]) > amax)
+            amax = fabs(x[i]);
+    /* half a step, plus the fp16 rounding of the block scale times 127 codes */
+    return amax / 127.0 * (0.5 + (blk == 32 ? 127.0 * 0x1p-11 : 0.0));
+}
+
+static void
+test_matmul(const struct kernel_ops *ops)
+{
+    const int64_t rows = 7, cols = 512, n_tok = 3, ldx = cols + 5, ldy = rows + 3;
+    float *x = malloc((size_t)(n_tok * ldx) * sizeof(float));
+    float *y = malloc((size_t)(n_tok * ldy) * sizeof(float));
+    float *deq = malloc((size_t)(rows * cols) * sizeof(float));
+    float *tmp = malloc((size_t)ops->mm_tmp_floats(cols) * sizeof(float));
+
+    for (size_t ti = 0; ti < sizeof(mm_types) / sizeof(mm_types[0]); ti++) {
+        uint32_t t = mm_types[ti];
+        const char *tn = qtype_get(t)->name;
+        CHECK(ops->mm_supported(t));
+        void *w = make_weight(t, rows, cols, deq);
+        size_t rb = qtype_row_bytes(t, cols);
+        size_t ws = ops->mm_work_size(t, n_tok, cols);
+        void *work = ws ? malloc(ws) : NULL;
+
+        for (int pass = 0; pass < 2; pass++) {
+            for (int64_t k = 0; k < n_tok; k++) {
+                if (pass == 0)
+                    exact_acts(x + k * ldx, cols);
+                else
+                    for (int64_t c = 0; c < cols; c++)
+                        x[k * ldx + c] = frnd() * (k + 1);
+            }
+            for (int64_t i = 0; i < n_tok * ldy; i++)
+                y[i] = -12345.0f;
+            ops->mm_prepare(work, t, x, ldx, n_tok, cols);
+            /* two row ranges, as two threads would do */
+            ops->mm_rows(y, ldy, w, rb, t, work, x, ldx, n_tok, cols, 0, 3, tmp);
+            ops->mm_rows(y, ldy, w, rb, t, work, x, ldx, n_tok, cols, 3, rows, tmp);
+            int bad = 0;
+            for (int64_t k = 0; k < n_tok; k++) {
+                for (int64_t r = 0; r < rows; r++) {
+                    double exact = 0, mag = 0, bound = 0;
+                    for (int64_t c = 0; c < cols; c++) {
+                        double wv = deq[r * cols + c], xv = x[k * ldx + c];
+                        exact += wv * xv;
+                        mag += fabs(wv * xv);
+                        if (pass == 1)
+                            bound += fabs(wv) * act_err(t, x + k * ldx, c);
+                    }
+                    if (pass == 1 && (t == GGML_TYPE_Q4_1 || t == GGML_TYPE_Q5_1)) {
+                        /* the block minimum meets the fp16-rounded activation sum */
+                        const uint8_t *row = (const uint8_t *)w + (size_t)r * rb;
+                        size_t bb = qtype_get(t)->bytes;
+                        for (int64_t b = 0; b < cols / 32; b++) {
+                            uint16_t mh;
+                            memcpy(&mh, row + (size_t)b * bb + 2, 2);
+                            double s = 0;
+                            for (int c = 0; c < 32; c++)
+                                s += fabs(x[k * ldx + 32 * b + c]);
+                            bound += fabs(qconv_fp16_to_fp32(mh)) * (s + 1.0) * 0x1p-10;
+                        }
+                    }
+                    double tol = bound + 2e-6 * mag + 1e-6;
+                    double got = y[k * ldy + r];
+                    if (!(fabs(got - exact) <= tol)) {
+                        if (bad++ < 3)
+                            fprintf(stderr, "matmul %s pass %d tok %lld row %lld: %.9g vs %.9g "
+                                    "(tol %.3g)\n", tn, pass, (long long)k, (long long)r, got,
+                                    exact, tol);
+                    }
+                }
+                for (int64_t r = rows; r < ldy; r++)
+                    if (y[k * ldy + r] != -12345.0f)
+                        bad++;
+            }
+            CHECK_EQ(bad, 0);
+        }
+
+        /* get_row: the bit-exact dequantized row */
+        float *row = malloc((size_t)cols * sizeof(float));
+        ops->get_row(row, w, rb, t, 4, cols);
+        CHECK(memcmp(row, deq + 4 * cols, (size_t)cols * sizeof(float)) == 0);
+        free(row);
+        free(work);
+        free(w);
+    }
+    CHECK(!ops->mm_supported(GGML_TYPE_Q8_K));
+    CHECK(!ops->mm_supported(GGML_TYPE_IQ2_XXS));
+    CHECK(!ops->mm_supported(GGML_TYPE_I32));
+    free(x), free(y), free(deq), free(tmp);
+}
+
+static void
+test_rmsnorm(const struct kernel_ops *ops)
+{
+    const int64_t n = 300;
+    float x[300], w[300], y[300];
+
+    for (int64_t i = 0; i < n; i++) {
+        x[i] = frnd() * 3.0f;
+        w[i] = frnd();
+    }
+    for (int with_w = 0; with_w < 2; with_w++) {
+        ops->rmsnorm(y, x, with_w ? w : NULL, n, 1e-5f);
+        double s = 0;
+        for (int64_t i = 0; i < n; i++)
+            s += (double)x[i] * x[i];
+        double sc = 1.0 / sqrt(s / n + 1e-5);
+        double err = 0;
+        for (int64_t i = 0; i < n; i++) {
+            double want = x[i] * sc * (with_w ? w[i] : 1.0);
+            if (fabs(y[i] - want) > err)
+                err = fabs(y[i] - want);
+        }
+        CHECK(err < 1e-5);
+    }
+    /* in place */
+    float z[300];
+    memcpy(z, x, sizeof(z));
+    ops->rmsnorm(z, z, w, n, 1e-5f);
+    ops->rmsnorm(y, x, w, n, 1e-5f);
+    CHECK(memcmp(y, z, sizeof(z)) == 0);
+}
+
+static void
+test_rope(const struct kernel_ops *ops)
+{
+    const int64_t heads = 3, hd = 16;
+    float x[48], y[48], ff[8];
+
+    for (int i = 0; i < 8; i++)
+        ff[i] = 1.0f + (float)i;
+    for (int style = 0; style < 2; style++) {
+        for (int variant = 0; variant < 4; variant++) {
+            struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM, variant == 3 ? 12 : 16,
+                                     variant == 1 ? 500000.0f : 10000.0f,
+                                     variant == 2 ? 0.25f : 1.0f, variant == 2 ? ff : NULL };
+            int32_t pos = 37 + variant * 100;
+            for (int i = 0; i < heads * hd; i++)
+                x[i] = y[i] = frnd();
+            ops->rope(y, heads, hd, pos, &p);
+            int64_t half = p.n_rot / 2;
+            double err = 0;
+            for (int64_t h = 0; h < heads; h++) {
+                for (int64_t i = 0; i < hd; i++) {
+                    double want = x[h * hd + i];
+                    if (i < p.n_rot) {
+                        int64_t k = style ? (i < half ? i : i - half) : i / 2;
+                        int64_t a = style ? k : 2 * k, b = style ? k + half : 2 * k + 1;
+                        double th = pos * (double)p.freq_scale *
+                                    pow(p.freq_base, -2.0 * (double)k / (double)p.n_rot) /
+                                    (p.freq_factors ? p.freq_factors[k] : 1.0);
+                        double xa = x[h * hd + a], xb = x[h * hd + b];
+                        want = (i == a) ? xa * cos(th) - xb * sin(th) : xa * sin(th) + xb * cos(th);
+                    }
+                    if (fabs(y[h * hd + i] - want) > err)
+                        err = fabs(y[h * hd + i] - want);
+                }
+            }
+            /* f32 angles: error grows with pos * pair index */
+            if (!(err < 2e-6 * pos * half + 1e-5))
+                fprintf(stderr, "rope style %d variant %d: err %.3g\n", style, variant, err);
+            CHECK(err < 2e-6 * pos * half + 1e-5);
+        }
+    }
+    /* position 0 is the identity */
+    struct rope_params p0 = { ROPE_NORM, 16, 10000.0f, 1.0f, NULL };
+    for (int i = 0; i < 48; i++)
+        x[i] = y[i] = frnd();
+    ops->rope(y, heads, hd, 0, &p0);
+    CHECK(memcmp(x, y, sizeof(x)) == 0);
+}
+
+static void
+test_softmax_silu(const struct kernel_ops *ops)
+{
+    float x[100], y[100], g[100], u[100];
+    double mx = -INFINITY, s = 0;
+
+    for (int i = 0; i < 100; i++) {
+        x[i] = y[i] = frnd() * 20.0f;
+        if (i % 9 == 0)
+            x[i] = y[i] = -INFINITY;
+    }
+    for (int i = 0; i < 100; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    for (int i = 0; i < 100; i++)
+        s += exp(x[i] - mx);
+    ops->softmax(y, 100);
+    double err = 0, tot = 0;
+    for (int i = 0; i < 100; i++) {
+        if (fabs(y[i] - exp(x[i] - mx) / s) > err)
+            err = fabs(y[i] - exp(x[i] - mx) / s);
+        tot += y[i];
+    }
+    CHECK(err < 1e-6);
+    CHECK_NEAR(tot, 1.0, 1e-5);
+    for (int i = 0; i < 10; i++)
+        y[i] = -INFINITY;
+    ops->softmax(y, 10);
+    for (int i = 0; i < 10; i++)
+        CHECK(y[i] == 0.0f);
+
+    for (int i = 0; i < 100; i++) {
+        g[i] = frnd() * 10.0f;
+        u[i] = frnd();
+    }
+    ops->silu_mul(y, g, u, 100);
+    err = 0;
+    for (int i = 0; i < 100; i++) {
+        double want = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        if (fabs(y[i] - want) > err)
+            err = fabs(y[i] - want);
+    }
+    CHECK(err < 1e-5);
+    memcpy(y, g, sizeof(y));
+    ops->silu_mul(y, y, u, 100);        /* in place on gate */
+    ops->silu_mul(x, g, u, 100);
+    CHECK(memcmp(x, y, sizeof(x)) == 0);
+}
+
+/* Paged attention: a sequence of n_kv slots in permuted physical blocks of
+ * a small pool, K/V in f32 or f16, optional visibility. */
+static void
+test_attention(const struct kernel_ops *ops)
+{
+    const int64_t nq = 3, hd = 8, hdv = 6, bs = 4, n_phys = 6;
+    const int64_t n_heads_kv = 2, head = 1;     /* the tested head within a block */
+    const size_t krow_f = (size_t)hd, vrow_f = (size_t)hdv;
+
+    for (int f16 = 0; f16 < 2; f16++) {
+        size_t esz = f16 ? 2 : 4;
+        /* block layout like the KV pool: K [heads][bs][hd] then V [heads][bs][hdv] */
+        size_t kbytes = (size_t)n_heads_kv * bs * krow_f * esz;
+        size_t block = kbytes + (size_t)n_heads_kv * bs * vrow_f * esz;
+        uint8_t *pool = calloc((size_t)n_phys, block);
+        int32_t table[4] = { 4, 1, 5, 0 };
+        double K[16][8], Vv[16][6];
+        float q[3 * 8], out[3 * 6];
+        float *scr = malloc((size_t)ops->attn_scratch_floats(nq, bs, hdv) * sizeof(float));
+        uint8_t vis[16];
+
+        for (int64_t s = 0; s < 16; s++) {
+            uint8_t *b = pool + (size_t)table[s / bs] * block;
+            uint8_t *kr = b + ((size_t)head * bs + (size_t)(s % bs)) * krow_f * esz;
+            uint8_t *vr = b + kbytes + ((size_t)head * bs + (size_t)(s % bs)) * vrow_f * esz;
+            for (int64_t i = 0; i < hd; i++) {
+                float v = frnd() * 2.0f;
+                if (f16) {
+                    uint16_t h = qconv_fp32_to_fp16(v);
+                    memcpy(kr + 2 * i, &h, 2);
+                    v = qconv_fp16_to_fp32(h);
+                } else {
+                    memcpy(kr + 4 * i, &v, 4);
+                }
+                K[s][i] = v;
+            }
+            for (int64_t i = 0; i < hdv; i++) {
+                float v = frnd();
+                if (f16) {
+                    uint16_t h = qconv_fp32_to_fp16(v);
+                    memcpy(vr + 2 * i, &h, 2);
+                    v = qconv_fp16_to_fp32(h);
+                } else {
+                    memcpy(vr + 4 * i, &v, 4);
+                }
+                Vv[s][i] = v;
+            }
+        }
+        for (int i = 0; i < nq * hd; i++)
+            q[i] = frnd() * 3.0f;
+
+        for (int variant = 0; variant < 4; variant++) {
+            int64_t n_kv = variant == 0 ? 13 : variant == 1 ? 16 : variant == 2 ? 5 : 1;
+            int masked = variant == 2 || variant == 0;
+            for (int64_t s = 0; s < 16; s++)
+                vis[s] = !masked || (s % 3 != 1);
+            struct attn_args a = {
+                q, out, nq, hd, hdv, 0.35f,
+                pool + (size_t)head * bs * krow_f * esz,
+                pool + kbytes + (size_t)head * bs * vrow_f * esz,
+                block, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv,
+                masked ? vis : NULL,
+            };
+            ops->attn(&a, scr);
+            double err = 0;
+            for (int64_t h = 0; h < nq; h++) {
+                double sc[16], mx = -INFINITY, sum = 0;
+                for (int64_t s = 0; s < n_kv; s++) {
+                    double dsum = 0;
+                    for (int64_t i = 0; i < hd; i++)
+                        dsum += (double)q[h * hd + i] * K[s][i];
+                    sc[s] = vis[s] ? dsum * 0.35 : -INFINITY;
+                    if (sc[s] > mx)
+                        mx = sc[s];
+                }
+                for (int64_t s = 0; s < n_kv; s++)
+                    sum += (sc[s] = vis[s] ? exp(sc[s] - mx) : 0.0);
+                for (int64_t i = 0; i < hdv; i++) {
+                    double o = 0;
+                    for (int64_t s = 0; s < n_kv; s++)
+                        o += sc[s] * Vv[s][i];
+                    o /= sum;
+                    if (fabs(out[h * hdv + i] - o) > err)
+                        err = fabs(out[h * hdv + i] - o);
+                }
+            }
+            if (!(err < 1e-5))
+                fprintf(stderr, "attention f16=%d variant %d: err %.3g\n", f16, variant, err);
+            CHECK(err < 1e-5);
+        }
+        /* nothing visible: zeros */
+        memset(vis, 0, sizeof(vis));
+        struct attn_args z = {
+            q, out, nq, hd, hdv, 0.35f, pool, pool + kbytes, block,
+            f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, 9, vis,
+        };
+        ops->attn(&z, scr);
+        for (int i = 0; i < nq * hdv; i++)
+            CHECK(out[i] == 0.0f);
+        free(scr);
+        free(pool);
+    }
+}
+
+static void
+test_dispatch(void)
+{
+    const struct kernel_ops *r = ops_select("ref");
+    CHECK(r == &kernel_ops_ref);
+    CHECK(r && r->available());
+    CHECK(ops_select("auto") != NULL);
+    CHECK(ops_select("no-such") == NULL);
+    CHECK(ops_select("") == NULL);
+    setenv("LLMKIT_KERNEL", "ref", 1);
+    CHECK(ops_select(NULL) == &kernel_ops_ref);
+    setenv("LLMKIT_KERNEL", "bogus", 1);
+    CHECK(ops_select(NULL) == NULL);
+    unsetenv("LLMKIT_KERNEL");
+    CHECK(ops_select(NULL) != NULL);
+    const char *const *names = ops_names();
+    int n = 0, has_ref = 0;
+    for (; names[n]; n++)
+        has_ref |= strcmp(names[n], "ref") == 0;
+    CHECK(has_ref);
+    CHECK(r->mm_supported && r->mm_work_size && r->mm_prepare && r->mm_rows && r->mm_tmp_floats &&
+          r->get_row && r->rmsnorm && r->rope && r->softmax && r->silu_mul && r->attn &&
+          r->attn_scratch_floats);
+}
+
+int
+main(void)
+{
+    const struct kernel_ops *ops;
+
+    test_dispatch();
+    ops = ops_select("ref");
+    if (!ops)
+        T_DONE();
+    test_matmul(ops);
+    test_rmsnorm(ops);
+    test_rope(ops);
+    test_softmax_silu(ops);
+    test_attention(ops);
+    T_DONE();
+}
