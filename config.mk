@@ -13,6 +13,9 @@ JANSSON_LIBS := $(shell $(PKG_CONFIG) --libs jansson 2>/dev/null || echo -ljanss
 # libcrypto (OpenSSL) for SHA-256 is required.
 CFG_LIBS     := $(JANSSON_LIBS) $(shell $(PKG_CONFIG) --libs libcrypto 2>/dev/null || echo -lcrypto)
 CFG_CFLAGS   :=
+# PCRE2 (8-bit, Unicode properties) for the tokenizers' pre-tokenizers is required.
+CFG_LIBS     += $(shell $(PKG_CONFIG) --libs libpcre2-8 2>/dev/null || echo -lpcre2-8)
+CFG_CFLAGS   += $(shell $(PKG_CONFIG) --cflags libpcre2-8 2>/dev/null)
 
 # ---- zstd ----
 ifeq ($(ZSTD),0)

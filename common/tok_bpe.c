@@ -1,0 +1,763 @@
+/*
+ * tok_bpe.c - GPT-2 byte-level BPE (llama.cpp's llm_tokenizer_bpe_session)
+ * and its pre-tokenizers (llama.cpp's unicode_regex_split).
+ *
+ * Pre-tokenizer.  The patterns below are llama.cpp's, in its notation; at
+ * load time each is translated for PCRE2 (UTF + UCP):
+ *   \s, \S          -> llama.cpp's whitespace: the 25 White_Space code points
+ *                      (PCRE2's \s differs: it has no U+0085 and, with UCP,
+ *                      includes nothing else llama.cpp lacks, but we do not
+ *                      rely on that);
+ *   \p{Lu} etc.     -> \p{L}: llama.cpp folds all letter classes together;
+ *   $               -> end of the piece only (PCRE2_DOLLAR_ENDONLY).
+ * \p{L}, \p{N}, \p{P}, \p{M} keep their meaning: llama.cpp's category bytes
+ * and ASCII lists agree with Unicode's for these.  The regexes run one after
+ * the other; each splits every current piece into its matches and the gaps
+ * between them (both kept).  llama.cpp's hand-written matchers for the GPT-2
+ * and Llama-3 patterns give the same pieces as the patterns themselves.
+ *
+ * PCRE2 needs valid UTF-8, so the fragment is decoded first the way
+ * llama.cpp decodes it (invalid bytes -> U+FFFD) and re-encoded; surrogates,
+ * which llama.cpp accepts, stand in the subject as U+E000 (both are "other"
+ * to every pattern here) and are restored when the pieces are byte-encoded.
+ *
+ * Merging.  Each piece's UTF-8 bytes are mapped through GPT-2's byte table
+ * and split into characters; the adjacent pair with the lowest merge rank is
+ * merged (ties: leftmost) until no pair has a rank.  A final symbol that is
+ * not a token is emitted byte by byte when those one-byte strings are tokens
+ * (else dropped), as llama.cpp does.
+ */
+#define PCRE2_CODE_UNIT_WIDTH 8
+
+#include <pcre2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tok_int.h"
+
+#define KEY_MERGES "tokenizer.ggml.merges"
+
+/* ---- pre-tokenizer table ---- */
+
+#define CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
+#define RE_LLAMA3 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_QWEN2 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_QWEN35 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}" \
+    "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+/* " ?[^(\s|.,!?…。，、।۔،)]+" */
+#define RE_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{0964}\\x{06D4}\\x{060C})]+"
+#define RE_TEKKEN "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" \
+    "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}" \
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT4O "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" \
+    CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*" \
+    CONTRACTIONS "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_SEED CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}" \
+    "| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_BAILING "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+" \
+    "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"
+#define RE_UFAKZEKA "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
+    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+#define RE_MINICPM5 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+" \
+    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
+
+enum {
+    PRE_ADD_BOS = 1,          /* add_bos defaults to true */
+    PRE_IGNORE_MERGES = 2,    /* a piece that is a token is emitted whole */
+    PRE_NO_CLEAN = 4,         /* clean_spaces = false */
+    PRE_NO_BOS = 8,           /* the model has no BOS (chatglm4) */
+};
+
+struct pre_def {
+    const char *names;        /* space-separated tokenizer.ggml.pre values */
+    unsigned flags;
+    const char *re[TOK_MAX_RE];
+};
+
+/* From llama.cpp's llama_vocab::impl::load and llm_tokenizer_bpe.  Names that
+ * need regexes with \p{S} (whose ASCII members llama.cpp lists differently
+ * from Unicode), custom matchers (kimi-k2, afmoe, superbpe) or a non-byte
+ * encoding (gemma4) are not here, and fail to load. */
+static const struct pre_def pre_defs[] = {
+    {"default", 0,
+     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
+    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano",
+     PRE_ADD_BOS | PRE_IGNORE_MERGES, {RE_LLAMA3}},
+    {"dbrx smaug-bpe", 0, {RE_LLAMA3}},
+    {"glm4 chatglm-bpe", PRE_NO_BOS, {RE_LLAMA3}},
+    {"deepseek-coder", PRE_NO_CLEAN,
+     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
+      "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}"}},
+    {"falcon", 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
+    {"gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert "
+     "exaone4 jina-v1-en jina-v2-code roberta-bpe mpt olmo jais", 0, {RE_GPT2}},
+    {"trillion granite-docling", PRE_NO_CLEAN, {RE_GPT2}},
+    {"starcoder refact codeshell exaone minerva-7b mellum2", 0, {"\\p{N}", RE_GPT2}},
+    {"smollm command-r", PRE_NO_CLEAN, {"\\p{N}", RE_GPT2}},
+    {"qwen2 deepseek-r1-qwen kormo f2llmv2 hunyuan solar-open grok-2", PRE_NO_CLEAN,
+     {RE_QWEN2}},
+    {"stablelm2 megrez", 0, {RE_QWEN2}},
+    {"qwen35", PRE_NO_CLEAN, {RE_QWEN35}},
+    {"poro-chat", PRE_NO_CLEAN, {RE_PORO}},
+    {"bloom gpt3-finnish", 0, {RE_PORO}},
+    {"viking", PRE_NO_CLEAN, {RE_PORO, "\\p{N}"}},
+    {"tekken", PRE_NO_CLEAN | PRE_IGNORE_MERGES | PRE_ADD_BOS, {RE_TEKKEN}},
+    {"gpt-4o llama4 kanana2 talkie minimax-m2", PRE_NO_CLEAN, {RE_GPT4O}},
+    {"seed-coder", PRE_NO_CLEAN, {RE_SEED}},
+    {"bailingmoe bailingmoe2 llada-moe", PRE_NO_CLEAN, {RE_BAILING}},
+    {"ufakzeka", PRE_NO_CLEAN, {RE_UFAKZEKA}},
+    {"laguna", PRE_NO_CLEAN, {"[^\\n]+|[\\n]+", RE_QWEN2}},
+    {"minicpm5", PRE_IGNORE_MERGES, {"\\p{N}{1,3}", RE_MINICPM5}},
+};
+
+static const struct pre_def *
+pre_find(const char *name)
+{
+    size_t i, n = strlen(name);
+
+    for (i = 0; i < sizeof(pre_defs) / sizeof(pre_defs[0]); i++) {
+        const char *s = pre_defs[i].names;
+
+        while (*s) {
+            size_t k = strcspn(s, " ");
+
+            if (k == n && !memcmp(s, name, n))
+                return &pre_defs[i];
+            s += k;
+            s += *s == ' ';
+        }
+    }
+    return NULL;
+}
+
+/* llama.cpp's whitespace, as the inside of a character class */
+#define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
+    "\\x{202F}\\x{205F}\\x{3000}"
+
+static int
+put(char *dst, size_t cap, size_t *n, const char *s)
+{
+    size_t k = strlen(s);
+
+    if (*n + k + 1 > cap)
+        return -1;
+    memcpy(dst + *n, s, k);
+    *n += k;
+    dst[*n] = '\0';
+    return 0;
+}
+
+/* Translates one llama.cpp pattern for PCRE2 (see the top of this file). */
+static int
+translate(const char *src, char *dst, size_t cap)
+{
+    size_t n = 0;
+    bool inside = false;
+    char one[3] = {0};
+
+    dst[0] = '\0';
+    while (*src) {
+        if (src[0] == '\\' && src[1]) {
+            char c = src[1];
+
+            if (c == 's') {
+                if (put(dst, cap, &n, inside ? WS_CLASS : "[" WS_CLASS "]") < 0)
+                    return -1;
+                src += 2;
+            } else if (c == 'S') {
+                if (inside || put(dst, cap, &n, "[^" WS_CLASS "]") < 0)
+                    return -1;
+                src += 2;
+            } else if (c == 'p' && src[2] == '{') {
+                const char *e = strchr(src, '}');
+                size_t k;
+
+                if (!e)
+                    return -1;
+                k = (size_t)(e - src) - 3;
+                if (k == 1 && strchr("LNPM", src[3])) {
+                    char cls[8] = {'\\', 'p', '{', src[3], '}', 0};
+                    if (put(dst, cap, &n, cls) < 0)
+                        return -1;
+                } else if (k == 2 && src[3] == 'L' && strchr("ultmo", src[4])) {
+                    if (put(dst, cap, &n, "\\p{L}") < 0)
+                        return -1;
+                } else {
+                    return -1;                /* \p{S} and others: not supported */
+                }
+                src = e + 1;
+            } else {
+                one[0] = '\\';
+                one[1] = c;
+                if (put(dst, cap, &n, one) < 0)
+                    return -1;
+                src += 2;
+            }
+            continue;
+        }
+        if (src[0] == '[' && !inside)
+            inside = true;
+        else if (src[0] == ']' && inside)
+            inside = false;
+        one[0] = src[0];
+        one[1] = '\0';
+        if (put(dst, cap, &n, one) < 0)
+            return -1;
+        src++;
+    }
+    return 0;
+}
+
+static int
+compile_pre(struct tokenizer *t, const struct pre_def *def, struct diag *d)
+{
+    struct tok_priv *p = t->p;
+    int i;
+
+    for (i = 0; i < TOK_MAX_RE && def->re[i]; i++) {
+        char pat[2048];
+        int err;
+        PCRE2_SIZE eoff;
+        pcre2_code *re;
+
+        if (translate(def->re[i], pat, sizeof(pat)) < 0)
+            return diag_set(d, ST_FORMAT, "tokenizer.ggml.pre: pattern %d of '%s' cannot be "
+                            "translated", i, t->pre);
+        re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                           PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &eoff, NULL);
+        if (!re) {
+            PCRE2_UCHAR msg[128];
+
+            pcre2_get_error_message(err, msg, sizeof(msg));
+            return diag_set(d, ST_FAIL, "tokenizer.ggml.pre '%s': pcre2 pattern %d at %zu: %s",
+                            t->pre, i, (size_t)eoff, (const char *)msg);
+        }
+        /* JIT is an optimisation; the interpreter gives the same matches */
+        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+        p->re[p->n_re++] = re;
+    }
+    return 0;
+}
+
+/* ---- merges ---- */
+
+static uint32_t
+pair_hash(const char *l, size_t ll, const char *r, size_t rl)
+{
+    uint32_t h = tok_hash(TOK_HASH_INIT, l, ll);
+
+    h = tok_hash(h ^ 0x9e3779b9u, "\xff", 1);
+    return tok_hash(h, r, rl);
+}
+
+/* rank of (l, r), or -1 */
+static int32_t
+merge_rank(const struct tok_priv *p, const char *l, size_t ll, const char *r, size_t rl)
+{
+    uint32_t i;
+
+    if (!p->mmap)
+        return -1;
+    for (i = pair_hash(l, ll, r, rl) & p->mmap_mask;; i = (i + 1) & p->mmap_mask) {
+        uint32_t v = p->mmap[i];
+
+        if (!v)
+            return -1;
+        v--;
+        if (p->merge[v].ll == ll && p->merge[v].rl == rl &&
+            !memcmp(p->mtext + p->merge[v].l, l, ll) && !memcmp(p->mtext + p->merge[v].r, r, rl))
+            return (int32_t)v;
+    }
+}
+
+static int
+load_merges(struct tokenizer *t, const struct gguf *g, struct diag *d)
+{
+    struct tok_priv *p = t->p;
+    const struct gguf_kv *kv = gguf_get(g, KEY_MERGES);
+    size_t total = 0, off = 0;
+    uint64_t i, cap;
+
+    if (!kv)
+        return diag_set(d, ST_FORMAT, "%s: missing (required for gpt2 vocabularies)", KEY_MERGES);
+    if (kv->type != GGUF_TYPE_ARRAY || kv->arr_type != GGUF_TYPE_STRING)
+        return diag_set(d, ST_FORMAT, "%s: expected an array of strings", KEY_MERGES);
+    if (kv->n > INT32_MAX)
+        return diag_set(d, ST_FORMAT, "%s: %llu merges", KEY_MERGES, (unsigned long long)kv->n);
+    for (i = 0; i < kv->n; i++) {
+        if (kv->v.strs[i].n > UINT32_MAX || total > UINT32_MAX - kv->v.strs[i].n)
+            return diag_set(d, ST_FORMAT, "%s: more than 4 GiB of merges", KEY_MERGES);
+        total += (size_t)kv->v.strs[i].n;
+    }
+    p->n_merges = (uint32_t)kv->n;
+    p->mtext = malloc(total ? total : 1);
+    p->merge = calloc(kv->n ? (size_t)kv->n : 1, sizeof(*p->merge));
+    for (cap = 16; cap < 2 * kv->n; cap *= 2)
+        ;
+    p->mmap = calloc((size_t)cap, sizeof(*p->mmap));
+    if (!p->mtext || !p->merge || !p->mmap)
+        return diag_set(d, ST_NOMEM, "out of memory for %llu merges", (unsigned long long)kv->n);
+    p->mmap_mask = (uint32_t)(cap - 1);
+    for (i = 0; i < kv->n; i++) {
+        const struct gguf_str *s = &kv->v.strs[i];
+        const char *sp = s->n > 1 ? memchr(s->p + 1, ' ', (size_t)s->n - 1) : NULL;
+        uint32_t h;
+
+        memcpy(p->mtext + off, s->p, (size_t)s->n);
+        /* "left right", split at the first space after position 0; without
+         * one, llama.cpp records the pair ("", "") */
+        if (sp) {
+            p->merge[i].l = (uint32_t)off;
+            p->merge[i].ll = (uint32_t)(sp - s->p);
+            p->merge[i].r = (uint32_t)(off + (size_t)(sp - s->p) + 1);
+            p->merge[i].rl = (uint32_t)(s->n - (uint64_t)(sp - s->p) - 1);
+        } else {
+            p->merge[i].l = p->merge[i].r = (uint32_t)off;
+        }
+        off += (size_t)s->n;
+        /* the first occurrence of a pair keeps its rank */
+        if (merge_rank(p, p->mtext + p->merge[i].l, p->merge[i].ll, p->mtext + p->merge[i].r,
+                       p->merge[i].rl) >= 0)
+            continue;
+        h = pair_hash(p->mtext + p->merge[i].l, p->merge[i].ll, p->mtext + p->merge[i].r,
+                      p->merge[i].rl);
+        for (h &= p->mmap_mask; p->mmap[h]; h = (h + 1) & p->mmap_mask)
+            ;
+        p->mmap[h] = (uint32_t)i + 1;
+    }
+    return 0;
+}
+
+int
+tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct diag *d)
+{
+    const struct pre_def *def;
+    int rc;
+
+    if ((rc = load_merges(t, g, d)) < 0)
+        return rc;
+    if (!pre) {
+        snprintf(t->warning, sizeof(t->warning),
+                 "tokenizer.ggml.pre is missing: using the 'default' pre-tokenizer "
+                 "(generation quality may suffer)");
+        pre = "default";
+    }
+    def = pre_find(pre);
+    if (!def)
+        return diag_set(d, ST_FORMAT, "tokenizer.ggml.pre: unsupported pre-tokenizer '%.64s'", pre);
+    snprintf(t->pre, sizeof(t->pre), "%s", pre);
+    if (def->flags & PRE_ADD_BOS)
+        t->add_bos = true;
+    if (def->flags & PRE_IGNORE_MERGES)
+        t->ignore_merges = true;
+    if (def->flags & PRE_NO_CLEAN)
+        t->clean_spaces = false;
+    if (def->flags & PRE_NO_BOS)
+        t->bos = TOK_NULL;
+    return compile_pre(t, def, d);
+}
+
+void
+tok_bpe_release(struct tok_priv *p)
+{
+    int i;
+
+    for (i = 0; i < p->n_re; i++)
+        pcre2_code_free(p->re[i]);
+    p->n_re = 0;
+    free(p->mtext);
+    free(p->merge);
+    free(p->mmap);
+    p->mtext = NULL;
+    p->merge = NULL;
+    p->mmap = NULL;
+}
+
+/* ---- encoding ---- */
+
+struct piece {
+    size_t s, e;              /* byte range of the subject */
+};
+
+struct pieces {
+    struct piece *v;
+    size_t n, cap;
+};
+
+static int
+piece_push(struct pieces *ps, size_t s, size_t e)
+{
+    if (ps->n == ps->cap) {
+        size_t nc = ps->cap ? ps->cap * 2 : 64;
+        struct piece *nv = realloc(ps->v, nc * sizeof(*nv));
+
+        if (!nv)
+            return -ST_NOMEM;
+        ps->v = nv;
+        ps->cap = nc;
+    }
+    ps->v[ps->n++] = (struct piece){s, e};
+    return 0;
+}
+
+struct bsym {
+    int32_t prev, next;
+    uint32_t off, n;
+};
+
+struct bbigram {
+    int32_t rank, left, right;
+    uint32_t size;
+};
+
+struct bpe {
+    const struct tokenizer *t;
+    /* regex state */
+    pcre2_match_data *md;
+    pcre2_match_context *mctx;
+    pcre2_jit_stack *jstack;
+    /* one word */
+    char *word;
+    size_t word_cap;
+    struct bsym *sym;
+    size_t sym_cap;
+    struct bbigram *heap;
+    size_t n_heap, heap_cap;
+};
+
+static int
+bheap_before(const struct bbigram *a, const struct bbigram *b)
+{
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static int
+bheap_push(struct bpe *w, struct bbigram b)
+{
+    size_t i;
+
+    if (w->n_heap == w->heap_cap) {
+        size_t nc = w->heap_cap ? w->heap_cap * 2 : 64;
+        struct bbigram *nh = realloc(w->heap, nc * sizeof(*nh));
+
+        if (!nh)
+            return -ST_NOMEM;
+        w->heap = nh;
+        w->heap_cap = nc;
+    }
+    for (i = w->n_heap++; i > 0; i = (i - 1) / 2) {
+        size_t up = (i - 1) / 2;
+
+        if (!bheap_before(&b, &w->heap[up]))
+            break;
+        w->heap[i] = w->heap[up];
+    }
+    w->heap[i] = b;
+    return 0;
+}
+
+static struct bbigram
+bheap_pop(struct bpe *w)
+{
+    struct bbigram top = w->heap[0], last = w->heap[--w->n_heap];
+    size_t i = 0, n = w->n_heap;
+
+    for (;;) {
+        size_t c = 2 * i + 1;
+
+        if (c >= n)
+            break;
+        if (c + 1 < n && bheap_before(&w->heap[c + 1], &w->heap[c]))
+            c++;
+        if (!bheap_before(&w->heap[c], &last))
+            break;
+        w->heap[i] = w->heap[c];
+        i = c;
+    }
+    if (n)
+        w->heap[i] = last;
+    return top;
+}
+
+static int
+add_bigram(struct bpe *w, int32_t l, int32_t r)
+{
+    int32_t rank;
+
+    if (l < 0 || r < 0)
+        return 0;
+    rank = merge_rank(w->t->p, w->word + w->sym[l].off, w->sym[l].n, w->word + w->sym[r].off,
+                      w->sym[r].n);
+    if (rank < 0)
+        return 0;
+    return bheap_push(w, (struct bbigram){rank, l, r, w->sym[l].n + w->sym[r].n});
+}
+
+/* Merges one byte-encoded word of n bytes (in w->word) and emits its tokens. */
+static int
+bpe_word(struct bpe *w, size_t n, struct tok_ids *out)
+{
+    const struct tok_priv *p = w->t->p;
+    size_t i, nsym = 0;
+    int32_t k, id;
+
+    if (n == 0)
+        return 0;
+    if (w->t->ignore_merges && (id = tok_lookup(p, w->word, n)) >= 0)
+        return tok_ids_push(out, id);
+    if (n > w->sym_cap) {
+        struct bsym *ns = realloc(w->sym, n * sizeof(*ns));
+
+        if (!ns)
+            return -ST_NOMEM;
+        w->sym = ns;
+        w->sym_cap = n;
+    }
+    for (i = 0; i < n;) {
+        size_t cl = tok_utf8_len((uint8_t)w->word[i]);
+
+        if (cl > n - i)
+            cl = n - i;
+        w->sym[nsym] = (struct bsym){(int32_t)nsym - 1, (int32_t)nsym + 1, (uint32_t)i,
+                                     (uint32_t)cl};
+        i += cl;
+        nsym++;
+    }
+    w->sym[nsym - 1].next = -1;
+    w->n_heap = 0;
+    for (i = 1; i < nsym; i++)
+        if (add_bigram(w, (int32_t)i - 1, (int32_t)i) < 0)
+            return -ST_NOMEM;
+    while (w->n_heap) {
+        struct bbigram b = bheap_pop(w);
+        struct bsym *l = &w->sym[b.left], *r = &w->sym[b.right];
+
+        /* stale: a side was merged away or grew (sizes only grow) */
+        if (l->n == 0 || r->n == 0 || l->n + r->n != b.size)
+            continue;
+        l->n += r->n;
+        r->n = 0;
+        l->next = r->next;
+        if (r->next >= 0)
+            w->sym[r->next].prev = b.left;
+        if (add_bigram(w, l->prev, b.left) < 0 || add_bigram(w, b.left, l->next) < 0)
+            return -ST_NOMEM;
+    }
+    for (k = 0; k != -1; k = w->sym[k].next) {
+        const struct bsym *y = &w->sym[k];
+
+        id = tok_lookup(p, w->word + y->off, y->n);
+        if (id >= 0) {
+            if (tok_ids_push(out, id) < 0)
+                return -ST_NOMEM;
+            continue;
+        }
+        for (i = 0; i < y->n; i++) {
+            int32_t bid = p->byte_tok[(uint8_t)w->word[y->off + i]];
+
+            if (bid >= 0 && tok_ids_push(out, bid) < 0)
+                return -ST_NOMEM;
+        }
+    }
+    return 0;
+}
+
+/* One regex over the pieces of *in -> *out (matches and gaps, in order). */
+static int
+split(struct bpe *w, const pcre2_code *re, const char *subj, const struct pieces *in,
+      struct pieces *out, struct diag *d)
+{
+    size_t i;
+
+    out->n = 0;
+    for (i = 0; i < in->n; i++) {
+        size_t s = in->v[i].s, e = in->v[i].e, pos = s, gap = s;
+
+        while (pos < e) {
+            int rc = pcre2_match(re, (PCRE2_SPTR)(subj + s), e - s, pos - s, PCRE2_NO_UTF_CHECK,
+                                 w->md, w->mctx);
+            PCRE2_SIZE *ov;
+            size_t ms, me;
+
+            if (rc == PCRE2_ERROR_NOMATCH)
+                break;
+            if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !w->jstack) {
+                /* a long match needs more JIT stack than the default 32 KiB */
+                w->jstack = pcre2_jit_stack_create(32 * 1024, 64 * 1024 * 1024, NULL);
+                w->mctx = pcre2_match_context_create(NULL);
+                if (!w->jstack || !w->mctx)
+                    return diag_set(d, ST_NOMEM, "out of memory for the regex stack");
+                pcre2_jit_stack_assign(w->mctx, NULL, w->jstack);
+                continue;
+            }
+            if (rc < 0) {
+                PCRE2_UCHAR msg[128];
+
+                pcre2_get_error_message(rc, msg, sizeof(msg));
+                return diag_set(d, ST_FAIL, "pre-tokenizer regex failed on a %zu-byte piece: %s",
+                                e - s, (const char *)msg);
+            }
+            ov = pcre2_get_ovector_pointer(w->md);
+            ms = s + ov[0];
+            me = s + ov[1];
+            if (ms > gap && piece_push(out, gap, ms) < 0)
+                return -ST_NOMEM;
+            if (me > ms) {
+                if (piece_push(out, ms, me) < 0)
+                    return -ST_NOMEM;
+                pos = me;
+            } else {
+                /* an empty match yields an empty piece in llama.cpp, i.e.
+                 * nothing; move on one character */
+                pos = me + tok_utf8_len((uint8_t)subj[me]);
+                if (pos > e)
+                    pos = e;
+            }
+            gap = me;
+        }
+        if (gap < e && piece_push(out, gap, e) < 0)
+            return -ST_NOMEM;
+    }
+    return 0;
+}
+
+int
+tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out,
+               struct diag *d)
+{
+    const struct tok_priv *p = t->p;
+    struct bpe w = {.t = t};
+    struct pieces a = {0}, b = {0};
+    uint32_t *cpt = NULL;
+    char *subj = NULL;
+    size_t n_cpt = 0, n_subj = 0, i, c;
+    int rc = -ST_NOMEM, r;
+
+    if (len == 0)
+        return 0;
+    if (len > SIZE_MAX / 4)
+        return diag_set(d, ST_NOMEM, "text too large");
+    cpt = malloc(len * sizeof(*cpt));
+    subj = malloc(3 * len + 1);
+    w.md = pcre2_match_data_create(32, NULL);
+    if (!cpt || !subj || !w.md)
+        goto nomem;
+    for (i = 0; i < len;) {
+        uint32_t cp = tok_utf8_next(text, len, &i);
+
+        cpt[n_cpt++] = cp;
+        n_subj += tok_utf8_put(cp >= 0xD800 && cp <= 0xDFFF ? 0xE000 : cp, subj + n_subj);
+    }
+    subj[n_subj] = '\0';
+    if (piece_push(&a, 0, n_subj) < 0)
+        goto nomem;
+    for (r = 0; r < p->n_re; r++) {
+        struct pieces tmp;
+
+        rc = split(&w, p->re[r], subj, &a, &b, d);
+        if (rc < 0) {
+            if (rc == -ST_NOMEM)
+                goto nomem;
+            goto out;
+        }
+        tmp = a;
+        a = b;
+        b = tmp;
+    }
+    /* byte-encode each piece and merge it */
+    c = 0;
+    for (i = 0; i < a.n; i++) {
+        size_t k, nw = 0, need;
+
+        need = (a.v[i].e - a.v[i].s) * 2 + 8;   /* every byte -> at most 2 */
+        if (need > w.word_cap) {
+            char *nb = realloc(w.word, need);
+            if (!nb)
+                goto nomem;
+            w.word = nb;
+            w.word_cap = need;
+        }
+        /* the code points of this piece: one per UTF-8 lead byte */
+        for (k = a.v[i].s; k < a.v[i].e; k++) {
+            char u[4];
+            size_t m, j;
+
+            if (((uint8_t)subj[k] & 0xC0) == 0x80)
+                continue;
+            m = tok_utf8_put(cpt[c++], u);
+            for (j = 0; j < m; j++) {
+                const char *bu = tok_byte_utf8[(uint8_t)u[j]];
+
+                w.word[nw++] = bu[0];
+                if (bu[1])
+                    w.word[nw++] = bu[1];
+            }
+        }
+        if (bpe_word(&w, nw, out) < 0)
+            goto nomem;
+    }
+    rc = 0;
+    goto out;
+nomem:
+    rc = diag_set(d, ST_NOMEM, "out of memory tokenizing %zu bytes", len);
+out:
+    free(cpt);
+    free(subj);
+    free(a.v);
+    free(b.v);
+    free(w.word);
+    free(w.sym);
+    free(w.heap);
+    if (w.md)
+        pcre2_match_data_free(w.md);
+    if (w.mctx)
+        pcre2_match_context_free(w.mctx);
+    if (w.jstack)
+        pcre2_jit_stack_free(w.jstack);
+    return rc;
+}
+
+/* ---- decoding ---- */
+
+int
+tok_bpe_decode_text(const char *s, size_t n, char **buf, size_t *len, size_t *cap)
+{
+    size_t i = 0;
+
+    while (i < n) {
+        uint32_t cp = tok_utf8_next(s, n, &i);
+        int b = tok_unicode_byte(cp);
+        size_t need = b >= 0 ? 1 : 12 + 8 + n + 1;
+
+        if (*len + need + 1 > *cap) {
+            size_t nc = *cap * 2 > *len + need + 1 ? *cap * 2 : *len + need + 1;
+            char *nb = realloc(*buf, nc);
+
+            if (!nb)
+                return -ST_NOMEM;
+            *buf = nb;
+            *cap = nc;
+        }
+        if (b >= 0) {
+            (*buf)[(*len)++] = (char)b;
+        } else {
+            char u[4];
+            size_t m = tok_utf8_put(cp, u), j;
+
+            memcpy(*buf + *len, "[UNK_BYTE_0x", 12);
+            *len += 12;
+            for (j = 0; j < m; j++) {
+                snprintf(*buf + *len, 3, "%02x", (unsigned)(uint8_t)u[j]);
+                *len += 2;
+            }
+            memcpy(*buf + *len, s, n);
+            *len += n;
+            (*buf)[(*len)++] = ']';
+        }
+    }
+    return 0;
+}

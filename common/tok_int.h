@@ -1,0 +1,135 @@
+/*
+ * tok_int.h - internals shared by tokenizer.c, tok_spm.c, tok_bpe.c and
+ * tok_utf8.c.  Not part of the library's interface: use tokenizer.h.
+ */
+#ifndef LLMKIT_TOK_INT_H
+#define LLMKIT_TOK_INT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tokenizer.h"
+
+#define TOK_MAX_RE 8          /* regexes in one pre-tokenizer */
+
+struct tok_entry {
+    uint32_t off, len;        /* text: p->text + off, NUL-terminated */
+    uint32_t piece_off, piece_len;   /* tok_piece(special = true): p->piece + piece_off */
+    float score;
+    uint32_t attr;
+};
+
+/* Trie over the texts of the special (CONTROL / USER_DEFINED / UNKNOWN)
+ * tokens, used to find which of them occur in a text before the partition
+ * runs.  Children of a node form a sibling list; the root's are indexed by
+ * the first byte. */
+struct tok_trie {
+    uint32_t child, sibling;  /* node index, 0 = none (node 0 is the root) */
+    int32_t id;               /* token ending here, or -1 */
+    uint8_t byte;
+};
+
+struct tok_priv {
+    char *text;               /* all token strings, each followed by a NUL */
+    size_t text_len;
+    struct tok_entry *tok;    /* n_vocab */
+    uint32_t *map;            /* open addressing, id + 1 (0 = empty) */
+    uint32_t map_mask;
+    char *piece;              /* all pieces, each followed by a NUL */
+    uint8_t *eog;             /* bitmap over ids */
+    /* special tokens in partition order: longest text first, then lower id */
+    int32_t *special;
+    uint32_t n_special;
+    uint32_t *special_rank;   /* id -> index in special, or UINT32_MAX */
+    struct tok_trie *trie;
+    uint32_t n_trie, cap_trie;
+    uint32_t trie_root[256];
+    /* SPM byte fallback: token of <0xXX> (else of the one-byte string);
+     * BPE: token of the one-byte string.  -1 = none. */
+    int32_t byte_tok[256];
+    /* BPE merges: for rank r, left = mtext + merge[r].l (ll bytes), right
+     * likewise; mmap is open addressing over (left, right) -> rank + 1. */
+    char *mtext;
+    struct { uint32_t l, ll, r, rl; } *merge;
+    uint32_t n_merges;
+    uint32_t *mmap;
+    uint32_t mmap_mask;
+    /* BPE pre-tokenizer: compiled PCRE2 patterns (pcre2_code_8 *) */
+    void *re[TOK_MAX_RE];
+    int n_re;
+};
+
+/* FNV-1a over bytes, continuing from h (start with TOK_HASH_INIT). */
+#define TOK_HASH_INIT 2166136261u
+static inline uint32_t
+tok_hash(uint32_t h, const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        h ^= (uint8_t)s[i];
+        h *= 16777619u;
+    }
+    return h;
+}
+
+/* ---- tok_utf8.c ---- */
+
+/* tok_utf8_len() : length of the UTF-8 sequence a lead byte announces, as
+ * llama.cpp's unicode_len_utf8 (by the top 4 bits: 1, 2, 3 or 4). */
+static inline size_t
+tok_utf8_len(uint8_t c)
+{
+    static const uint8_t lut[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+    return lut[c >> 4];
+}
+
+/* tok_utf8_next() : decodes one code point at s[*i] (n bytes total) the way
+ * llama.cpp's unicode_cpts_from_utf8 does: continuation bytes are checked,
+ * overlong forms and surrogates are accepted; an invalid sequence consumes
+ * one byte and gives U+FFFD (so do 4-byte forms above U+10FFFF). */
+uint32_t tok_utf8_next(const char *s, size_t n, size_t *i);
+
+/* tok_utf8_put() : writes cp (<= 0x10FFFF, surrogates included) as UTF-8 into
+ * out (4 bytes of room); returns the byte count. */
+size_t tok_utf8_put(uint32_t cp, char *out);
+
+/* GPT-2 byte <-> unicode table: the UTF-8 of the code point byte b stands
+ * for (1 or 2 bytes), and the inverse: the byte for a code point, or -1. */
+extern const char tok_byte_utf8[256][3];
+int tok_unicode_byte(uint32_t cp);
+
+/* ---- tokenizer.c ---- */
+
+/* tok_lookup() : id of the exact string, or -1. */
+int32_t tok_lookup(const struct tok_priv *p, const char *s, size_t n);
+
+/* Appends one id (0 or -ST_NOMEM). */
+int tok_ids_push(struct tok_ids *ids, int32_t id);
+
+/* ---- tok_spm.c ---- */
+
+/* tok_spm_encode() : one raw fragment; space_prefix prepends " " first. */
+int tok_spm_encode(const struct tokenizer *t, const char *text, size_t len, bool space_prefix,
+                   struct tok_ids *out);
+
+/* ---- tok_bpe.c ---- */
+
+/* tok_bpe_setup() : reads the merges, picks and compiles the pre-tokenizer
+ * named by pre (NULL = absent) and sets the flags it implies (add_bos,
+ * clean_spaces, ignore_merges; bos for chatglm4).  -ST_FORMAT / -ST_NOMEM. */
+int tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct diag *d);
+
+/* tok_bpe_encode() : one raw fragment. */
+int tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out,
+                   struct diag *d);
+
+/* tok_bpe_release() : frees merges and regexes. */
+void tok_bpe_release(struct tok_priv *p);
+
+/* tok_bpe_decode_text() : llama_decode_text: each code point of s back to its
+ * byte through the inverse table; one that is not in the table is written as
+ * "[UNK_BYTE_0x<hex>" + s + "]" like llama.cpp.  Appends to *buf (grown
+ * with realloc).  0 or -ST_NOMEM. */
+int tok_bpe_decode_text(const char *s, size_t n, char **buf, size_t *len, size_t *cap);
+
+#endif
