@@ -255,6 +255,17 @@ decoded_layout(struct decoded *r, void *tmp, int64_t cols, int kq)
     r->q = (int8_t *)(r->mn + (kq ? nb * 16 : 0));
 }
 
+/* q[j] = low nibble - off, q[j + 16] = high nibble - off (restrict lets the
+ * compiler vectorize these without alias checks) */
+static inline void
+unpack_nibbles(int8_t *restrict q, const uint8_t *restrict qs, int off)
+{
+    for (int j = 0; j < 16; j++)
+        q[j] = (int8_t)((qs[j] & 15) - off);
+    for (int j = 0; j < 16; j++)
+        q[j + 16] = (int8_t)((qs[j] >> 4) - off);
+}
+
 static void
 decode_legacy(const void *row, uint32_t type, int64_t cols, struct decoded *r)
 {
@@ -267,20 +278,14 @@ decode_legacy(const void *row, uint32_t type, int64_t cols, struct decoded *r)
         case T_Q4_0: {
             const struct block_q4_0 *x = (const struct block_q4_0 *)row + b;
             r->d[b] = qconv_fp16_to_fp32(x->d);
-            for (int j = 0; j < 16; j++) {
-                q[j] = (int8_t)((x->qs[j] & 15) - 8);
-                q[j + 16] = (int8_t)((x->qs[j] >> 4) - 8);
-            }
+            unpack_nibbles(q, x->qs, 8);
             break;
         }
         case T_Q4_1: {
             const struct block_q4_1 *x = (const struct block_q4_1 *)row + b;
             r->d[b] = qconv_fp16_to_fp32(x->d);
             r->m[b] = qconv_fp16_to_fp32(x->m);
-            for (int j = 0; j < 16; j++) {
-                q[j] = (int8_t)(x->qs[j] & 15);
-                q[j + 16] = (int8_t)(x->qs[j] >> 4);
-            }
+            unpack_nibbles(q, x->qs, 0);
             break;
         }
         case T_Q5_0:
@@ -339,6 +344,46 @@ scale_min_k4(const uint8_t *s, int j, int *sc, int *m)
     }
 }
 
+/* k-quant unpacking helpers: plain loops over restrict pointers so the
+ * compiler vectorizes them */
+static inline void
+unpack_lo_hi32(int8_t *restrict q, const uint8_t *restrict qs)
+{
+    for (int l = 0; l < 32; l++)
+        q[l] = (int8_t)(qs[l] & 15);
+    for (int l = 0; l < 32; l++)
+        q[32 + l] = (int8_t)(qs[l] >> 4);
+}
+
+/* q[32g + l] = (qs[l] >> 2g) & 3 for g < 4: 128 elements from 32 bytes */
+static inline void
+unpack_crumbs(int8_t *restrict q, const uint8_t *restrict qs)
+{
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++)
+            q[32 * g + l] = (int8_t)((qs[l] >> (2 * g)) & 3);
+}
+
+/* q[32s + l] += add * bit s of m[l], for the 8 sub-blocks s of 32 */
+static inline void
+add_bits(int8_t *restrict q, const uint8_t *restrict m, int add, int base)
+{
+    for (int s8 = 0; s8 < 8; s8++)
+        for (int l = 0; l < 32; l++)
+            q[32 * s8 + l] = (int8_t)(q[32 * s8 + l] + base + add * ((m[l] >> s8) & 1));
+}
+
+static inline void
+unpack_q6(int8_t *restrict q, const uint8_t *restrict ql, const uint8_t *restrict qh)
+{
+    for (int l = 0; l < 32; l++) {
+        q[l] = (int8_t)(((ql[l] & 15) | ((qh[l] >> 0) & 3) << 4) - 32);
+        q[32 + l] = (int8_t)(((ql[32 + l] & 15) | ((qh[l] >> 2) & 3) << 4) - 32);
+        q[64 + l] = (int8_t)(((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4) - 32);
+        q[96 + l] = (int8_t)(((ql[32 + l] >> 4) | ((qh[l] >> 6) & 3) << 4) - 32);
+    }
+}
+
 static void
 decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
 {
@@ -355,10 +400,8 @@ decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
             const struct block_q2_K *x = (const struct block_q2_K *)row + b;
             r->d[b] = qconv_fp16_to_fp32(x->d);
             r->m[b] = qconv_fp16_to_fp32(x->dmin);
-            for (int e = 0; e < QK_K; e++) {
-                int h = e >> 7, g = (e >> 5) & 3, l = e & 31;
-                q[e] = (int8_t)((x->qs[32 * h + l] >> (2 * g)) & 3);
-            }
+            unpack_crumbs(q, x->qs);
+            unpack_crumbs(q + 128, x->qs + 32);
             for (int s = 0; s < 16; s++) {
                 sc[s] = x->scales[s] & 15;
                 mn[s] = x->scales[s] >> 4;
@@ -368,12 +411,10 @@ decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
         case T_Q3_K: {
             const struct block_q3_K *x = (const struct block_q3_K *)row + b;
             r->d[b] = qconv_fp16_to_fp32(x->d);
-            for (int e = 0; e < QK_K; e++) {
-                int h = e >> 7, g = (e >> 5) & 3, l = e & 31, s32 = e >> 5;
-                int lo = (x->qs[32 * h + l] >> (2 * g)) & 3;
-                int hb = (x->hmask[l] >> s32) & 1;
-                q[e] = (int8_t)(lo - (hb ? 0 : 4));
-            }
+            /* q = lo - 4 + 4 * high bit */
+            unpack_crumbs(q, x->qs);
+            unpack_crumbs(q + 128, x->qs + 32);
+            add_bits(q, x->hmask, 4, -4);
             for (int k = 0; k < 16; k++) {
                 int low = k < 8 ? x->scales[k] & 15 : x->scales[k - 8] >> 4;
                 int high = (x->scales[8 + (k & 3)] >> (2 * (k >> 2))) & 3;
@@ -395,13 +436,10 @@ decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
                 r->m[b] = qconv_fp16_to_fp32(x->dmin);
                 scales = x->scales, qs = x->qs, qh = x->qh;
             }
-            for (int e = 0; e < QK_K; e++) {
-                int c = e >> 6, l = e & 31, hi = (e >> 5) & 1;
-                int v = hi ? qs[32 * c + l] >> 4 : qs[32 * c + l] & 15;
-                if (qh)
-                    v += 16 * ((qh[l] >> (e >> 5)) & 1);
-                q[e] = (int8_t)v;
-            }
+            for (int c = 0; c < 4; c++)
+                unpack_lo_hi32(q + 64 * c, qs + 32 * c);
+            if (qh)
+                add_bits(q, qh, 16, 0);
             for (int j = 0; j < 8; j++) {
                 int s, m;
                 scale_min_k4(scales, j, &s, &m);
@@ -413,13 +451,8 @@ decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
         case T_Q6_K: {
             const struct block_q6_K *x = (const struct block_q6_K *)row + b;
             r->d[b] = qconv_fp16_to_fp32(x->d);
-            for (int e = 0; e < QK_K; e++) {
-                int h = e >> 7, g = (e >> 5) & 3, l = e & 31;
-                int byte = x->ql[64 * h + 32 * (g & 1) + l];
-                int lo = g < 2 ? byte & 15 : byte >> 4;
-                int hi = (x->qh[32 * h + l] >> (2 * g)) & 3;
-                q[e] = (int8_t)((lo | hi << 4) - 32);
-            }
+            unpack_q6(q, x->ql, x->qh);
+            unpack_q6(q + 128, x->ql + 64, x->qh + 32);
             for (int s = 0; s < 16; s++)
                 sc[s] = x->scales[s];
             break;
@@ -446,13 +479,24 @@ decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
 
 /* ---- dot products ---- */
 
+/* f32 dot product summed in 8 interleaved lanes (element i goes to lane
+ * i % 8), the lanes then added pairwise; a fixed order any SIMD variant
+ * can reproduce, and one the compiler can vectorize without reassociating. */
 static float
-dot_f32(const float *a, const float *b, int64_t n)
+dot_f32(const float *restrict a, const float *restrict b, int64_t n)
 {
-    float s = 0.0f;
-    for (int64_t i = 0; i < n; i++)
-        s += a[i] * b[i];
-    return s;
+    float acc[8] = { 0 };
+    int64_t i = 0;
+
+    for (; i + 8 <= n; i += 8)
+        for (int k = 0; k < 8; k++)
+            acc[k] += a[i + k] * b[i + k];
+    for (int k = 0; i < n; i++, k++)
+        acc[k] += a[i] * b[i];
+    for (int w = 4; w > 0; w /= 2)
+        for (int k = 0; k < w; k++)
+            acc[k] += acc[k + w];
+    return acc[0];
 }
 
 static inline int32_t
@@ -464,26 +508,28 @@ dot_i8(const int8_t *a, const int8_t *b, int n)
     return s;
 }
 
+/* Block sums go to 4 accumulators (block b to b % 4), added at the end:
+ * independent chains instead of one long dependent one. */
 static float
 dot_q8_0(const struct decoded *r, const struct act_row *y, int64_t nb)
 {
-    float sum = 0.0f;
+    float acc[4] = { 0 };
     for (int64_t b = 0; b < nb; b++) {
         int32_t si = dot_i8(r->q + 32 * b, y->q + 32 * b, 32);
-        sum += (float)si * (r->d[b] * y->d[b]);
+        acc[b & 3] += (float)si * (r->d[b] * y->d[b]);
     }
-    return sum;
+    return (acc[0] + acc[2]) + (acc[1] + acc[3]);
 }
 
 static float
 dot_q8_1(const struct decoded *r, const struct act_row *y, int64_t nb)
 {
-    float sum = 0.0f;
+    float acc[4] = { 0 };
     for (int64_t b = 0; b < nb; b++) {
         int32_t si = dot_i8(r->q + 32 * b, y->q + 32 * b, 32);
-        sum += (r->d[b] * y->d[b]) * (float)si + r->m[b] * y->s[b];
+        acc[b & 3] += (r->d[b] * y->d[b]) * (float)si + r->m[b] * y->s[b];
     }
-    return sum;
+    return (acc[0] + acc[2]) + (acc[1] + acc[3]);
 }
 
 static float
