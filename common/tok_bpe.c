@@ -258,19 +258,23 @@ pair_hash(const char *l, size_t ll, const char *r, size_t rl)
 static int32_t
 merge_rank(const struct tok_priv *p, const char *l, size_t ll, const char *r, size_t rl)
 {
-    uint32_t i;
+    uint32_t h, i;
 
     if (!p->mmap)
         return -1;
-    for (i = pair_hash(l, ll, r, rl) & p->mmap_mask;; i = (i + 1) & p->mmap_mask) {
-        uint32_t v = p->mmap[i];
+    h = pair_hash(l, ll, r, rl);
+    for (i = h & p->mmap_mask;; i = (i + 1) & p->mmap_mask) {
+        uint64_t v = p->mmap[i];
+        uint32_t k;
 
         if (!v)
             return -1;
-        v--;
-        if (p->merge[v].ll == ll && p->merge[v].rl == rl &&
-            !memcmp(p->mtext + p->merge[v].l, l, ll) && !memcmp(p->mtext + p->merge[v].r, r, rl))
-            return (int32_t)v;
+        if ((uint32_t)(v >> 32) != h)
+            continue;
+        k = (uint32_t)v - 1;
+        if (p->merge[k].ll == ll && p->merge[k].rl == rl &&
+            !memcmp(p->mtext + p->merge[k].l, l, ll) && !memcmp(p->mtext + p->merge[k].r, r, rl))
+            return (int32_t)k;
     }
 }
 
@@ -305,7 +309,7 @@ load_merges(struct tokenizer *t, const struct gguf *g, struct diag *d)
     for (i = 0; i < kv->n; i++) {
         const struct gguf_str *s = &kv->v.strs[i];
         const char *sp = s->n > 1 ? memchr(s->p + 1, ' ', (size_t)s->n - 1) : NULL;
-        uint32_t h;
+        uint32_t h, k;
 
         memcpy(p->mtext + off, s->p, (size_t)s->n);
         /* "left right", split at the first space after position 0; without
@@ -325,9 +329,9 @@ load_merges(struct tokenizer *t, const struct gguf *g, struct diag *d)
             continue;
         h = pair_hash(p->mtext + p->merge[i].l, p->merge[i].ll, p->mtext + p->merge[i].r,
                       p->merge[i].rl);
-        for (h &= p->mmap_mask; p->mmap[h]; h = (h + 1) & p->mmap_mask)
+        for (k = h & p->mmap_mask; p->mmap[k]; k = (k + 1) & p->mmap_mask)
             ;
-        p->mmap[h] = (uint32_t)i + 1;
+        p->mmap[k] = (uint64_t)h << 32 | ((uint32_t)i + 1);
     }
     return 0;
 }
@@ -427,6 +431,7 @@ struct bpe {
     size_t sym_cap;
     struct bbigram *heap;
     size_t n_heap, heap_cap;
+    struct tok_wcache cache;
 };
 
 static int
@@ -697,8 +702,21 @@ tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct t
                     w.word[nw++] = bu[1];
             }
         }
-        if (bpe_word(&w, nw, out) < 0)
-            goto nomem;
+        {
+            uint32_t h = tok_hash(TOK_HASH_INIT, w.word, nw);
+            size_t from = out->n;
+            bool hit;
+
+            hit = false;
+            if (!p->reference && tok_wcache_get(&w.cache, w.word, nw, h, out, &hit) < 0)
+                goto nomem;
+            if (!hit) {
+                if (bpe_word(&w, nw, out) < 0)
+                    goto nomem;
+                if (!p->reference)
+                    tok_wcache_put(&w.cache, w.word, nw, h, out->v + from, out->n - from);
+            }
+        }
     }
     rc = 0;
     goto out;
@@ -712,6 +730,7 @@ out:
     free(w.word);
     free(w.sym);
     free(w.heap);
+    tok_wcache_release(&w.cache);
     if (w.md)
         pcre2_match_data_free(w.md);
     if (w.mctx)

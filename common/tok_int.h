@@ -34,7 +34,7 @@ struct tok_priv {
     char *text;               /* all token strings, each followed by a NUL */
     size_t text_len;
     struct tok_entry *tok;    /* n_vocab */
-    uint32_t *map;            /* open addressing, id + 1 (0 = empty) */
+    uint64_t *map;            /* open addressing: hash << 32 | (id + 1); 0 = empty */
     uint32_t map_mask;
     char *piece;              /* all pieces, each followed by a NUL */
     uint8_t *eog;             /* bitmap over ids */
@@ -48,13 +48,25 @@ struct tok_priv {
     /* SPM byte fallback: token of <0xXX> (else of the one-byte string);
      * BPE: token of the one-byte string.  -1 = none. */
     int32_t byte_tok[256];
+    /* SPM: ASCII bytes that no token of two or more bytes contains; a symbol
+     * made of one of them never merges, so the merge loop runs separately on
+     * the runs between them (same result, smaller queues) */
+    uint8_t spm_barrier[128];
+    /* SPM: no token contains "X\u2581" for an ASCII X with glue[X] == 0 (and
+     * for any non-ASCII X when !glue_nonascii), so a U+2581 after such an X
+     * starts a word no merge crosses (see tok_spm.c) */
+    uint8_t spm_glue[128];
+    bool spm_glue_nonascii;
     /* BPE merges: for rank r, left = mtext + merge[r].l (ll bytes), right
      * likewise; mmap is open addressing over (left, right) -> rank + 1. */
     char *mtext;
     struct { uint32_t l, ll, r, rl; } *merge;
     uint32_t n_merges;
-    uint32_t *mmap;
+    uint64_t *mmap;           /* hash << 32 | (rank + 1); 0 = empty */
     uint32_t mmap_mask;
+    /* Reference mode (tests and the fuzzer set it): the exact shortcuts of
+     * tok_spm.c and the word cache are off, so both paths can be compared. */
+    bool reference;
     /* BPE pre-tokenizer: compiled PCRE2 patterns (pcre2_code_8 *) */
     void *re[TOK_MAX_RE];
     int n_re;
@@ -71,6 +83,28 @@ tok_hash(uint32_t h, const char *s, size_t n)
     }
     return h;
 }
+
+/* ---- tok_cache.c: words tokenized in this call -> ids ---- */
+
+#define TOK_WCACHE_MAX_WORD 64
+
+struct tok_wcache {
+    void *slot;
+    size_t n;
+    char *text;
+    size_t text_n, text_cap;
+    int32_t *ids;
+    size_t ids_n, ids_cap;
+};
+
+/* tok_wcache_get() : appends the cached ids of word (hash h) and sets *hit.
+ * 0 or -ST_NOMEM. */
+int tok_wcache_get(const struct tok_wcache *c, const char *word, size_t n, uint32_t h,
+                   struct tok_ids *out, bool *hit);
+/* tok_wcache_put() : remembers word -> ids (best effort). */
+void tok_wcache_put(struct tok_wcache *c, const char *word, size_t n, uint32_t h,
+                    const int32_t *ids, size_t n_ids);
+void tok_wcache_release(struct tok_wcache *c);
 
 /* ---- tok_utf8.c ---- */
 
@@ -108,9 +142,13 @@ int tok_ids_push(struct tok_ids *ids, int32_t id);
 
 /* ---- tok_spm.c ---- */
 
-/* tok_spm_encode() : one raw fragment; space_prefix prepends " " first. */
-int tok_spm_encode(const struct tokenizer *t, const char *text, size_t len, bool space_prefix,
-                   struct tok_ids *out);
+/* tok_spm_encode() : one raw fragment; space_prefix prepends " " first.
+ * *state holds buffers and caches reused across the fragments of one
+ * tok_encode call (NULL at first; freed with tok_spm_state_free). */
+struct tok_spm_state;
+int tok_spm_encode(const struct tokenizer *t, struct tok_spm_state **state, const char *text,
+                   size_t len, bool space_prefix, struct tok_ids *out);
+void tok_spm_state_free(struct tok_spm_state *st);
 
 /* ---- tok_bpe.c ---- */
 

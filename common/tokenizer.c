@@ -36,14 +36,16 @@ tok_lookup(const struct tok_priv *p, const char *s, size_t n)
     uint32_t h = tok_hash(TOK_HASH_INIT, s, n), i;
 
     for (i = h & p->map_mask;; i = (i + 1) & p->map_mask) {
-        uint32_t v = p->map[i];
+        uint64_t v = p->map[i];
         const struct tok_entry *e;
 
         if (!v)
             return -1;
-        e = &p->tok[v - 1];
+        if ((uint32_t)(v >> 32) != h)
+            continue;
+        e = &p->tok[(uint32_t)v - 1];
         if (e->len == n && !memcmp(p->text + e->off, s, n))
-            return (int32_t)(v - 1);
+            return (int32_t)((uint32_t)v - 1);
     }
 }
 
@@ -53,17 +55,19 @@ map_insert(struct tok_priv *p, int32_t id)
 {
     const struct tok_entry *e = &p->tok[id];
     const char *s = p->text + e->off;
-    uint32_t i = tok_hash(TOK_HASH_INIT, s, e->len) & p->map_mask;
+    uint32_t h = tok_hash(TOK_HASH_INIT, s, e->len), i;
 
-    for (;; i = (i + 1) & p->map_mask) {
-        uint32_t v = p->map[i];
+    for (i = h & p->map_mask;; i = (i + 1) & p->map_mask) {
+        uint64_t v = p->map[i];
+        const struct tok_entry *o;
 
         if (!v) {
-            p->map[i] = (uint32_t)id + 1;
+            p->map[i] = (uint64_t)h << 32 | ((uint32_t)id + 1);
             return -1;
         }
-        if (p->tok[v - 1].len == e->len && !memcmp(p->text + p->tok[v - 1].off, s, e->len))
-            return (int32_t)(v - 1);
+        o = &p->tok[(uint32_t)v - 1];
+        if ((uint32_t)(v >> 32) == h && o->len == e->len && !memcmp(p->text + o->off, s, e->len))
+            return (int32_t)((uint32_t)v - 1);
     }
 }
 
@@ -643,18 +647,44 @@ static void
 build_byte_tokens(struct tokenizer *t)
 {
     static const char hex[] = "0123456789ABCDEF";
+    struct tok_priv *p = t->p;
+    int32_t id;
+    uint32_t k;
     int b;
 
-    for (b = 0; b < 256; b++) {
-        char s[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
-        char one = (char)b;
-        int32_t id = -1;
+    memset(p->spm_barrier, 1, sizeof(p->spm_barrier));
+    memset(p->spm_glue, 0, sizeof(p->spm_glue));
+    p->spm_glue_nonascii = false;
+    for (id = 0; id < t->n_vocab; id++) {
+        const uint8_t *s = (const uint8_t *)p->text + p->tok[id].off;
+        uint32_t n = p->tok[id].len;
 
+        if (n < 2)
+            continue;
+        for (k = 0; k < n; k++) {
+            if (s[k] < 0x80)
+                p->spm_barrier[s[k]] = 0;
+            /* a U+2581 inside the token after something other than U+2581 */
+            if (k > 0 && k + 2 < n && s[k] == 0xE2 && s[k + 1] == 0x96 && s[k + 2] == 0x81 &&
+                !(k >= 3 && s[k - 3] == 0xE2 && s[k - 2] == 0x96 && s[k - 1] == 0x81)) {
+                if (s[k - 1] < 0x80)
+                    p->spm_glue[s[k - 1]] = 1;
+                else
+                    p->spm_glue_nonascii = true;
+            }
+        }
+    }
+
+    for (b = 0; b < 256; b++) {
+        char x[7] = {'<', '0', 'x', hex[b >> 4], hex[b & 15], '>', 0};
+        char one = (char)b;
+
+        id = -1;
         if (t->model == TOK_MODEL_SPM)
-            id = tok_lookup(t->p, s, 6);
+            id = tok_lookup(p, x, 6);
         if (id < 0)
-            id = tok_lookup(t->p, &one, 1);
-        t->p->byte_tok[b] = id;
+            id = tok_lookup(p, &one, 1);
+        p->byte_tok[b] = id;
     }
 }
 
@@ -922,6 +952,7 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_spe
            bool parse_special, struct tok_ids *out, struct diag *d)
 {
     struct frags f = {0};
+    struct tok_spm_state *spm = NULL;
     size_t n0 = out->n, i;
     bool prev_special = true;
     int rc;
@@ -943,7 +974,7 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_spe
             continue;
         }
         if (t->model == TOK_MODEL_SPM) {
-            rc = tok_spm_encode(t, text + f.v[i].off, f.v[i].len,
+            rc = tok_spm_encode(t, &spm, text + f.v[i].off, f.v[i].len,
                                 t->add_space_prefix && prev_special, out);
             if (rc < 0)
                 goto nomem;
@@ -964,6 +995,7 @@ out:
     if (rc < 0)
         out->n = n0;
     free(f.v);
+    tok_spm_state_free(spm);
     return rc;
 }
 

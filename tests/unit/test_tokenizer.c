@@ -23,21 +23,35 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "gguf.h"
 #include "json.h"
+#include "tok_int.h"
 #include "tokenizer.h"
 #include "xio.h"
 
 #include "t.h"
 
-static double __attribute__((unused))
+static double
 now_s(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static const char *
+cache_dir(void)
+{
+    static char buf[4096];
+    const char *s = getenv("LLMKIT_CACHE"), *h = getenv("HOME");
+
+    if (s && *s)
+        return s;
+    snprintf(buf, sizeof(buf), "%s/.cache/llmkit", h ? h : ".");
+    return buf;
 }
 
 static const char *
@@ -228,9 +242,144 @@ test_vectors(void)
     fprintf(stderr, "test vectors: %d vocabularies checked\n", n);
 }
 
+
+/* ---- part 3: round trips on wikitext ---- */
+
+static int
+load_tok_path(const char *path, struct tokenizer *t)
+{
+    struct gguf g;
+    struct diag d = {{0}};
+
+    if (gguf_open(&g, path, &d) < 0) {
+        fprintf(stderr, "%s: %s\n", path, d.msg);
+        return -1;
+    }
+    if (tok_load(t, &g, &d) < 0) {
+        fprintf(stderr, "%s: %s\n", path, d.msg);
+        gguf_release(&g);
+        return -1;
+    }
+    gguf_release(&g);
+    return 0;
+}
+
+/* decode(encode(text)) == text; returns the encode time in seconds */
+static void
+round_trip(const char *name, struct tokenizer *t, const char *text, size_t len)
+{
+    struct tok_ids ids = {0};
+    struct diag d = {{0}};
+    double t0, t1;
+    char *dec = NULL;
+    size_t dl = 0, i;
+
+    t0 = now_s();
+    if (tok_encode(t, text, len, false, false, &ids, &d) < 0) {
+        fprintf(stderr, "%s: %s\n", name, d.msg);
+        CHECK(0);
+        return;
+    }
+    t1 = now_s();
+    if (t->clean_spaces) {
+        /* tok_decode would clean " ," etc.; the pieces themselves are lossless */
+        size_t cap = len + 1;
+
+        dec = malloc(cap);
+        for (i = 0; i < ids.n; i++) {
+            size_t pl;
+            const char *pc = tok_piece(t, ids.v[i], false, &pl);
+
+            if (dl + pl > cap) {
+                cap = 2 * (dl + pl);
+                dec = realloc(dec, cap);
+            }
+            memcpy(dec + dl, pc, pl);
+            dl += pl;
+        }
+    } else {
+        CHECK(tok_decode(t, ids.v, ids.n, false, false, &dec, &dl, &d) == 0);
+    }
+    CHECK(dec != NULL && dl == len && !memcmp(dec, text, len));
+    if (dec && (dl != len || memcmp(dec, text, len))) {
+        for (i = 0; i < dl && i < len && dec[i] == text[i]; i++)
+            ;
+        fprintf(stderr, "%s: round trip differs at byte %zu of %zu (decoded %zu)\n", name, i,
+                len, dl);
+    }
+    fprintf(stderr, "wikitext %-32s %zu bytes -> %zu tokens in %.3f s, round trip %s\n", name,
+            len, ids.n, t1 - t0, dec && dl == len && !memcmp(dec, text, len) ? "exact" : "DIFFERS");
+    /* well under a second or two on this 1.3 MB text; generous bound for
+     * loaded machines */
+    CHECK(t1 - t0 < 5.0);
+    /* the shortcuts (word cache, SPM barriers and word starts, pair cache)
+     * give exactly the ids of the plain algorithm */
+    {
+        struct tok_ids ref = {0};
+        double t2 = now_s();
+
+        t->p->reference = true;
+        CHECK(tok_encode(t, text, len, false, false, &ref, &d) == 0);
+        t->p->reference = false;
+        CHECK(ids_equal(&ref, ids.v, ids.n));
+        fprintf(stderr, "wikitext %-32s reference path %.3f s, same ids: %s\n", name,
+                now_s() - t2, ids_equal(&ref, ids.v, ids.n) ? "yes" : "NO");
+        tok_ids_release(&ref);
+    }
+    free(dec);
+    tok_ids_release(&ids);
+}
+
+static void
+test_wikitext(void)
+{
+    static const char *const vocabs[] = {"gpt-2", "starcoder", "falcon", "deepseek-coder",
+                                         "llama-spm", "phi-3"};
+    char path[8400];
+    char *text;
+    size_t len, i;
+
+    snprintf(path, sizeof(path), "%s/data/wikitext-2-test.raw", shared_dir());
+    text = slurp(path, &len);
+    if (!text) {
+        fprintf(stderr, "note: %s absent, round trips skipped\n", path);
+        return;
+    }
+    for (i = 0; i < sizeof(vocabs) / sizeof(vocabs[0]); i++) {
+        struct tokenizer t;
+
+        snprintf(path, sizeof(path), "%s/vocab/ggml-vocab-%s.gguf", shared_dir(), vocabs[i]);
+        if (access(path, R_OK) != 0)
+            continue;
+        if (load_tok_path(path, &t) < 0) {
+            CHECK(0);
+            continue;
+        }
+        round_trip(vocabs[i], &t, text, len);
+        tok_release(&t);
+    }
+    for (i = 0; i < 2; i++) {
+        static const char *const models[] = {"SmolLM2-135M-Instruct.Q4_1.gguf",
+                                             "gemma-3-270m.Q4_K_M.gguf"};
+        struct tokenizer t;
+
+        snprintf(path, sizeof(path), "%s/%s", cache_dir(), models[i]);
+        if (access(path, R_OK) != 0)
+            continue;
+        if (load_tok_path(path, &t) < 0) {
+            CHECK(0);
+            continue;
+        }
+        round_trip(models[i], &t, text, len);
+        tok_release(&t);
+    }
+    free(text);
+}
+
 int
 main(void)
 {
     test_vectors();
+    test_wikitext();
     T_DONE();
 }
