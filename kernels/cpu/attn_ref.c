@@ -1,13 +1,20 @@
 /*
  * attn_ref.c - reference paged attention for one query token and one KV
- * head group: FlashAttention-style online softmax over the sequence's KV
- * blocks, one block (tile) at a time.
+ * head group: online softmax over the sequence's KV blocks, walked block
+ * by block, so no score row longer than a block ever exists.
  *
- * Per query head h the invariant after each tile is
- *   m_h = max score seen, l_h = sum exp(score - m_h), acc_h = sum exp(score - m_h) v,
- * so the output is acc_h / l_h and no score row longer than a block exists.
- * Each K and V row of the group's KV head is read once per tile for all the
- * group's query heads.
+ * The update order and precision are those of llama.cpp's CPU flash
+ * attention (ggml_compute_forward_flash_attn_ext_f16_one_chunk), because
+ * greedy decoding of small models is sensitive to them: for each visible
+ * slot in order, s = scale * q.k; when s exceeds the running maximum M the
+ * accumulator and the sum are scaled by exp(M_old - s), otherwise the slot
+ * is weighted by exp(s - M); acc += w * v, S = S * ms + w.  With an f16
+ * cache the query is rounded to f16 before the dot products and the
+ * accumulator is kept in f16 precision (rounded after every update), as
+ * ggml's VKQ16 is; with an f32 cache everything stays f32.
+ *
+ * Each K and V row of the group's KV head is read once for all the group's
+ * query heads.
  */
 #include <math.h>
 #include <stdint.h>
@@ -18,14 +25,15 @@
 int64_t
 ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim_v)
 {
-    /* scores [n_q][block_size] | acc [n_q][head_dim_v] | m [n_q] | l [n_q] */
-    return n_q * block_size + n_q * head_dim_v + 2 * n_q;
+    /* acc [n_q][head_dim_v] | M [n_q] | S [n_q]; block_size is not needed */
+    (void)block_size;
+    return n_q * head_dim_v + 2 * n_q;
 }
 
 static inline float
-kv_elem(const uint8_t *row, int64_t i, uint32_t kv_type)
+kv_elem(const uint8_t *row, int64_t i, int f16)
 {
-    if (kv_type == 1) {     /* F16 */
+    if (f16) {
         uint16_t h;
         memcpy(&h, row + 2 * i, 2);
         return qconv_fp16_to_fp32(h);
@@ -35,81 +43,63 @@ kv_elem(const uint8_t *row, int64_t i, uint32_t kv_type)
     return f;
 }
 
+static inline float
+round16(float x)
+{
+    return qconv_fp16_to_fp32(qconv_fp32_to_fp16(x));
+}
+
 void
 ops_attn_ref(const struct attn_args *a, float *scratch)
 {
     const int64_t nq = a->n_q, bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
-    const size_t esz = a->kv_type == 1 ? 2 : 4;
-    float *score = scratch;             /* [nq][bs] */
-    float *acc = score + nq * bs;       /* [nq][dv] */
-    float *m = acc + nq * dv;           /* [nq] */
-    float *l = m + nq;                  /* [nq] */
+    const int f16 = a->kv_type == 1;
+    const size_t esz = f16 ? 2 : 4;
+    float *acc = scratch;               /* [nq][dv] */
+    float *M = acc + nq * dv;           /* [nq] */
+    float *S = M + nq;                  /* [nq] */
 
     for (int64_t h = 0; h < nq; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
         for (int64_t i = 0; i < dv; i++)
             acc[h * dv + i] = 0.0f;
     }
 
-    int64_t n_blocks = (a->n_kv + bs - 1) / bs;
-    for (int64_t lb = 0; lb < n_blocks; lb++) {
-        int64_t s0 = lb * bs;
-        int64_t ns = a->n_kv - s0 < bs ? a->n_kv - s0 : bs;
-        const uint8_t *kb = a->k_base + (size_t)a->table[lb] * a->block_stride;
-        const uint8_t *vb = a->v_base + (size_t)a->table[lb] * a->block_stride;
-        int any = 0;
-
-        /* scores of this tile */
-        for (int64_t j = 0; j < ns; j++) {
-            int visible = !a->vis || a->vis[s0 + j];
-            const uint8_t *krow = kb + (size_t)j * (size_t)dk * esz;
-            for (int64_t h = 0; h < nq; h++)
-                score[h * bs + j] = -INFINITY;
-            if (!visible)
-                continue;
-            any = 1;
-            for (int64_t h = 0; h < nq; h++) {
-                const float *qh = a->q + h * dk;
-                float s = 0.0f;
-                for (int64_t i = 0; i < dk; i++)
-                    s += qh[i] * kv_elem(krow, i, a->kv_type);
-                score[h * bs + j] = s * a->scale;
-            }
-        }
-        if (!any)
+    for (int64_t s = 0; s < a->n_kv; s++) {
+        if (a->vis && !a->vis[s])
             continue;
+        size_t blk = (size_t)a->table[s / bs] * a->block_stride;
+        const uint8_t *krow = a->k_base + blk + (size_t)(s % bs) * (size_t)dk * esz;
+        const uint8_t *vrow = a->v_base + blk + (size_t)(s % bs) * (size_t)dv * esz;
 
-        /* rescale the running state to the new maximum, then add the tile */
         for (int64_t h = 0; h < nq; h++) {
-            float mb = -INFINITY;
-            for (int64_t j = 0; j < ns; j++)
-                if (score[h * bs + j] > mb)
-                    mb = score[h * bs + j];
-            float mnew = mb > m[h] ? mb : m[h];
-            float c = m[h] == -INFINITY ? 0.0f : expf(m[h] - mnew);
-            l[h] *= c;
-            for (int64_t i = 0; i < dv; i++)
-                acc[h * dv + i] *= c;
-            m[h] = mnew;
-            for (int64_t j = 0; j < ns; j++) {
-                float s = score[h * bs + j];
-                score[h * bs + j] = s == -INFINITY ? 0.0f : expf(s - mnew);
-                l[h] += score[h * bs + j];
+            const float *qh = a->q + h * dk;
+            float *ah = acc + h * dv;
+            float dot = 0.0f;
+            for (int64_t i = 0; i < dk; i++)
+                dot += (f16 ? round16(qh[i]) : qh[i]) * kv_elem(krow, i, f16);
+            float sc = dot * a->scale;
+            float ms = 1.0f, vs = 1.0f;
+            if (sc > M[h]) {
+                float mold = M[h];
+                M[h] = sc;
+                ms = expf(mold - sc);
+                for (int64_t i = 0; i < dv; i++)
+                    ah[i] = f16 ? round16(ah[i] * ms) : ah[i] * ms;
+            } else {
+                vs = expf(sc - M[h]);
             }
-        }
-        for (int64_t j = 0; j < ns; j++) {
-            const uint8_t *vrow = vb + (size_t)j * (size_t)dv * esz;
             for (int64_t i = 0; i < dv; i++) {
-                float v = kv_elem(vrow, i, a->kv_type);
-                for (int64_t h = 0; h < nq; h++)
-                    acc[h * dv + i] += score[h * bs + j] * v;
+                float v = ah[i] + kv_elem(vrow, i, f16) * vs;
+                ah[i] = f16 ? round16(v) : v;
             }
+            S[h] = S[h] * ms + vs;
         }
     }
 
     for (int64_t h = 0; h < nq; h++) {
-        float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+        float inv = S[h] > 0.0f ? 1.0f / S[h] : 0.0f;
         for (int64_t i = 0; i < dv; i++)
             a->out[h * dv + i] = acc[h * dv + i] * inv;
     }
