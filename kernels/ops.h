@@ -136,6 +136,12 @@ typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, in
  * sum (online softmax), never a full score row.  When no slot is visible
  * out is 0.  scratch holds at least attn_scratch_floats(n_q, block_size,
  * head_dim_v) floats (per thread).
+ *
+ * Precision follows llama.cpp's CPU flash attention (greedy decoding of
+ * small models is sensitive to it): with an f16 cache the query is rounded
+ * to f16 before the dot products and the output accumulator is kept in f16
+ * precision; with an f32 cache everything is f32.  The reference updates the
+ * running max slot by slot in slot order, as llama.cpp does.
  */
 struct attn_args {
     const float *q;             /* [n_q][head_dim] */
