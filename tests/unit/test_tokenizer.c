@@ -90,6 +90,435 @@ print_ids(const char *tag, const int32_t *v, size_t n)
     fprintf(stderr, "%s\n", n > 40 ? " ..." : "");
 }
 
+
+/* ---- part 1: small vocabularies built here ---- */
+
+#define W "\xe2\x96\x81"       /* U+2581 */
+#define G "\xc4\xa0"           /* GPT-2's byte 0x20 */
+
+struct vspec {
+    const char *model, *pre, *name;
+    const char *const *toks;
+    const float *scores;      /* may be NULL */
+    const int32_t *types;     /* may be NULL */
+    int n;
+    const char *const *merges;
+    int n_merges;
+};
+
+static void
+build(struct gguf *g, const struct vspec *v)
+{
+    gguf_init(g);
+    if (v->model)
+        gguf_set_str(g, "tokenizer.ggml.model", v->model);
+    if (v->pre)
+        gguf_set_str(g, "tokenizer.ggml.pre", v->pre);
+    if (v->name)
+        gguf_set_str(g, "general.name", v->name);
+    gguf_set_arr_str(g, "tokenizer.ggml.tokens", v->toks, NULL, (uint64_t)v->n);
+    if (v->scores)
+        gguf_set_arr(g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, v->scores, (uint64_t)v->n);
+    if (v->types)
+        gguf_set_arr(g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, v->types, (uint64_t)v->n);
+    if (v->merges)
+        gguf_set_arr_str(g, "tokenizer.ggml.merges", v->merges, NULL, (uint64_t)v->n_merges);
+}
+
+static int
+load_spec(struct tokenizer *t, struct gguf *g, struct diag *d)
+{
+    int rc = tok_load(t, g, d);
+
+    gguf_release(g);
+    return rc;
+}
+
+/* encodes and compares with the ids given as a -1 terminated list */
+static void
+expect_ids(const struct tokenizer *t, const char *text, bool add, bool parse, const int32_t *want,
+           int line)
+{
+    struct tok_ids got = {0};
+    struct diag d = {{0}};
+    size_t nw = 0;
+
+    while (want[nw] >= 0)
+        nw++;
+    if (tok_encode(t, text, strlen(text), add, parse, &got, &d) < 0) {
+        fprintf(stderr, "line %d: %s\n", line, d.msg);
+        CHECK(0);
+        return;
+    }
+    if (!ids_equal(&got, want, nw)) {
+        fprintf(stderr, "line %d: \"%s\" tokenized differently\n", line, text);
+        print_ids("want", want, nw);
+        print_ids("got ", got.v, got.n);
+    }
+    CHECK(ids_equal(&got, want, nw));
+    tok_ids_release(&got);
+}
+#define EXPECT(t, text, add, parse, ...) \
+    expect_ids(t, text, add, parse, (const int32_t[]){__VA_ARGS__, -1}, __LINE__)
+#define EXPECT_NONE(t, text, add, parse) \
+    expect_ids(t, text, add, parse, (const int32_t[]){-1}, __LINE__)
+
+static void
+expect_decode(const struct tokenizer *t, const int32_t *ids, size_t n, bool rm, bool unparse,
+              const char *want, int line)
+{
+    char *out = NULL;
+    size_t len = 0;
+    struct diag d = {{0}};
+
+    if (tok_decode(t, ids, n, rm, unparse, &out, &len, &d) < 0) {
+        fprintf(stderr, "line %d: %s\n", line, d.msg);
+        CHECK(0);
+        return;
+    }
+    if (strcmp(out, want) || len != strlen(want))
+        fprintf(stderr, "line %d: decoded \"%s\", want \"%s\"\n", line, out, want);
+    CHECK(len == strlen(want) && !strcmp(out, want));
+    free(out);
+}
+#define DECODE(t, rm, unparse, want, ...) do { \
+    const int32_t _ids[] = {__VA_ARGS__}; \
+    expect_decode(t, _ids, sizeof(_ids) / sizeof(_ids[0]), rm, unparse, want, __LINE__); \
+} while (0)
+
+/* SPM: 0 <unk> 1 <s> 2 </s> 3..258 <0x00>..<0xFF>, then words */
+enum { S_W = 259, S_A, S_B, S_C, S_AB, S_BC, S_WA, S_WAB, S_CTL, S_USR, S_IMEND, S_WX };
+static const char *const spm_extra[] = {W, "a", "b", "c", "ab", "bc", W "a", W "ab", "<ctl>",
+                                        "<usr>", "<|im_end|>", W "x"};
+
+static void
+spm_vocab(struct tokenizer *t, float s_ab, float s_bc, bool prefix, const char *name)
+{
+    static char bytes[256][7];
+    const char *toks[300];
+    float sc[300];
+    int32_t ty[300];
+    struct gguf g;
+    struct diag d = {{0}};
+    int n = 0, i;
+
+    toks[n] = "<unk>", ty[n] = 2, sc[n++] = 0;
+    toks[n] = "<s>", ty[n] = 3, sc[n++] = 0;
+    toks[n] = "</s>", ty[n] = 3, sc[n++] = 0;
+    for (i = 0; i < 256; i++) {
+        snprintf(bytes[i], sizeof(bytes[i]), "<0x%02X>", i);
+        toks[n] = bytes[i], ty[n] = 6, sc[n++] = 0;
+    }
+    for (i = 0; i < (int)(sizeof(spm_extra) / sizeof(spm_extra[0])); i++) {
+        toks[n] = spm_extra[i];
+        ty[n] = 1;
+        sc[n] = -10.0f - (float)i;
+        if (n == S_AB)
+            sc[n] = s_ab;
+        if (n == S_BC)
+            sc[n] = s_bc;
+        if (n == S_CTL)
+            ty[n] = 3;
+        if (n == S_USR)
+            ty[n] = 4;
+        n++;
+    }
+    build(&g, &(struct vspec){"llama", NULL, name, toks, sc, ty, n, NULL, 0});
+    if (!prefix)
+        gguf_set_bool(&g, "tokenizer.ggml.add_space_prefix", false);
+    CHECK(load_spec(t, &g, &d) == 0);
+    if (d.msg[0] && t->n_vocab == 0)
+        fprintf(stderr, "spm_vocab: %s\n", d.msg);
+}
+
+static void
+test_spm(void)
+{
+    struct tokenizer t;
+
+    /* the higher score merges first; ties go to the leftmost pair */
+    spm_vocab(&t, -1, -5, false, NULL);
+    CHECK_EQ(t.model, TOK_MODEL_SPM);
+    CHECK(t.add_bos && !t.add_eos && !t.add_space_prefix);
+    CHECK_EQ(t.bos, 1);
+    CHECK_EQ(t.eos, 2);
+    CHECK_EQ(t.unk, 0);
+    CHECK_EQ(t.nl, 3 + 10);
+    EXPECT(&t, "abc", false, false, S_AB, S_C);
+    EXPECT(&t, "abc", true, false, 1, S_AB, S_C);
+    tok_release(&t);
+    spm_vocab(&t, -5, -1, false, NULL);
+    EXPECT(&t, "abc", false, false, S_A, S_BC);
+    tok_release(&t);
+    spm_vocab(&t, -3, -3, false, NULL);
+    EXPECT(&t, "abc", false, false, S_AB, S_C);
+    /* byte fallback: unknown characters become their UTF-8 bytes */
+    EXPECT(&t, "x\xc3\xa9", false, false, 3 + 'x', 3 + 0xC3, 3 + 0xA9);
+    /* spaces are U+2581; no prefix here */
+    EXPECT(&t, "a ab", false, false, S_A, S_WAB);
+    EXPECT_NONE(&t, "", false, false);
+    EXPECT(&t, "", true, false, 1);           /* as sentencepiece: [BOS] */
+    tok_release(&t);
+
+    /* add_space_prefix: " " before the first fragment and after specials */
+    spm_vocab(&t, -1, -5, true, NULL);
+    CHECK(t.add_space_prefix);
+    EXPECT(&t, "ab", false, false, S_WAB);
+    EXPECT(&t, "ab", true, false, 1, S_WAB);
+    EXPECT(&t, " ab", false, false, S_W, S_WAB);
+    /* user-defined tokens are always cut out; control ones only with
+     * parse_special; the fragment after either gets the space again */
+    EXPECT(&t, "a<usr>a", false, false, S_WA, S_USR, S_WA);
+    EXPECT(&t, "a<ctl>a", false, true, S_WA, S_CTL, S_WA);
+    EXPECT(&t, "<ctl>", false, false, S_W, 3 + '<', S_C, 3 + 't', 3 + 'l', 3 + '>');
+    EXPECT(&t, "<s>", false, true, 1);
+    EXPECT(&t, "<unk>", false, true, 0);
+    /* decoding: U+2581 -> space, bytes, one leading space removed, specials
+     * only when asked */
+    DECODE(&t, false, false, "ab", S_WAB);
+    DECODE(&t, false, false, "a ab", S_WA, S_WAB);
+    DECODE(&t, false, false, "\xc3\xa9", 3 + 0xC3, 3 + 0xA9);
+    DECODE(&t, false, false, " ab", 1, S_WAB);
+    /* removing the BOS also keeps the space, as llama_detokenize does */
+    DECODE(&t, true, false, " ab", 1, S_WAB);
+    DECODE(&t, false, true, "<s> ab", 1, S_WAB);
+    DECODE(&t, true, true, " ab", 1, S_WAB);
+    DECODE(&t, false, false, "a<usr>", S_WA, S_USR);
+    DECODE(&t, false, false, "a", S_WA, S_CTL);
+    DECODE(&t, false, true, "a<ctl>", S_WA, S_CTL);
+    /* end of generation: eos, and <|im_end|> by its text (now CONTROL) */
+    CHECK(tok_is_eog(&t, 2));
+    CHECK(tok_is_eog(&t, S_IMEND));
+    CHECK(tok_attr(&t, S_IMEND) & TOK_ATTR_CONTROL);
+    CHECK_EQ(t.eot, S_IMEND);
+    CHECK(!tok_is_eog(&t, S_A));
+    CHECK(!tok_is_eog(&t, -1));
+    CHECK(!tok_is_eog(&t, t.n_vocab));
+    CHECK_EQ(tok_find(&t, W "ab", strlen(W "ab")), S_WAB);
+    CHECK_EQ(tok_find(&t, "zz", 2), TOK_NULL);
+    {
+        size_t len;
+        const char *p = tok_piece(&t, S_WAB, false, &len);
+
+        CHECK(p && len == 3 && !memcmp(p, " ab", 3));
+        p = tok_piece(&t, 1, false, &len);
+        CHECK(p && len == 0);
+        p = tok_piece(&t, 1, true, &len);
+        CHECK(p && len == 3 && !memcmp(p, "<s>", 3));
+        CHECK(tok_piece(&t, t.n_vocab, true, &len) == NULL);
+        p = tok_text(&t, 3 + 0x0A, &len);
+        CHECK(p && len == 6 && !strcmp(p, "<0x0A>"));
+    }
+    {
+        const int32_t bad[] = {1, 99999};
+        char *out = (char *)1;
+        size_t len = 1;
+        struct diag d = {{0}};
+
+        CHECK(tok_decode(&t, bad, 2, false, false, &out, &len, &d) == -ST_RANGE);
+        CHECK(out == NULL && len == 0 && strstr(d.msg, "99999"));
+    }
+    tok_release(&t);
+    tok_release(&t);                          /* twice is harmless */
+
+    /* phi-3 (by general.name): special tokens swallow the whitespace after them */
+    spm_vocab(&t, -1, -5, true, "Phi3 mini");
+    CHECK(tok_attr(&t, S_USR) & TOK_ATTR_RSTRIP);
+    CHECK(!(tok_attr(&t, 1) & TOK_ATTR_RSTRIP));
+    CHECK(tok_attr(&t, 2) & TOK_ATTR_RSTRIP);
+    EXPECT(&t, "a<usr>  \n a", false, false, S_WA, S_USR, S_WA);
+    tok_release(&t);
+}
+
+/* BPE: the 256 byte characters, then merge results and specials */
+static void
+bpe_vocab(struct tokenizer *t, const char *pre, const char *const *extra, int n_extra,
+          const char *const *merges, int n_merges, const int32_t *extra_types)
+{
+    const char *toks[300];
+    int32_t ty[300];
+    struct gguf g;
+    struct diag d = {{0}};
+    int n = 0, i;
+
+    for (i = 0; i < 256; i++)
+        toks[n] = tok_byte_utf8[i], ty[n++] = 1;
+    for (i = 0; i < n_extra; i++)
+        toks[n] = extra[i], ty[n++] = extra_types ? extra_types[i] : 1;
+    build(&g, &(struct vspec){"gpt2", pre, NULL, toks, NULL, ty, n, merges, n_merges});
+    if (load_spec(t, &g, &d) < 0) {
+        fprintf(stderr, "bpe_vocab(%s): %s\n", pre ? pre : "(none)", d.msg);
+        CHECK(0);
+    }
+}
+
+static void
+test_bpe(void)
+{
+    static const char *const extra[] = {"ab", "bc", G "a", G "ab", "<|endoftext|>", "<user>",
+                                        "a.", "ll", "<|im_end|>"};
+    static const int32_t types[] = {1, 1, 1, 1, 3, 4, 1, 1, 1};
+    static const char *const m1[] = {G " a", "a b", "b c", G "a b"};
+    static const char *const m2[] = {G " a", "b c", "a b", G "a b"};
+    enum { AB = 256, BC, GA, GAB, EOT, USR, ADOT, LL, IMEND };
+    struct tokenizer t;
+
+    /* the lower merge rank wins */
+    bpe_vocab(&t, "gpt-2", extra, 9, m1, 4, types);
+    CHECK_EQ(t.model, TOK_MODEL_BPE);
+    CHECK(!strcmp(t.pre, "gpt-2"));
+    CHECK(!t.add_bos && !t.add_space_prefix && t.clean_spaces && !t.ignore_merges);
+    CHECK(t.warning[0] == '\0');
+    EXPECT(&t, "abc", false, false, AB, 'c');
+    /* a space is byte-encoded as U+0120 and starts the next word */
+    EXPECT(&t, "abc ab", false, false, AB, 'c', GAB);
+    /* a byte without a token of its own is still a byte character */
+    EXPECT(&t, "\n", false, false, '\n');
+    EXPECT(&t, "<user>ab", false, false, USR, AB);
+    EXPECT(&t, "<|endoftext|>", false, true, EOT);
+    EXPECT(&t, "<|im_end|>", false, true, IMEND);
+    CHECK(tok_is_eog(&t, EOT) && tok_is_eog(&t, IMEND));
+    /* decoding maps the characters back to bytes; gpt-2 cleans " ." */
+    DECODE(&t, false, false, "abc ab", AB, 'c', GAB);
+    DECODE(&t, false, false, "ab.", AB, ' ', '.');
+    DECODE(&t, false, false, "a's", 'a', ' ', '\'', 's');
+    tok_release(&t);
+    bpe_vocab(&t, "gpt-2", extra, 9, m2, 4, types);
+    EXPECT(&t, "abc", false, false, 'a', BC);
+    tok_release(&t);
+
+    /* smollm: digits one by one, no space cleaning */
+    bpe_vocab(&t, "smollm", extra, 9, m1, 4, types);
+    CHECK(!t.clean_spaces);
+    EXPECT(&t, "123", false, false, '1', '2', '3');
+    DECODE(&t, false, false, "ab .", AB, ' ', '.');
+    tok_release(&t);
+
+    /* llama-bpe: a piece that is a token is taken whole (ignore_merges), and
+     * BOS is added by default */
+    {
+        static const char *const ex3[] = {"ab", "abc", "<|begin_of_text|>"};
+        static const char *const m3[] = {"a b"};
+        static const int32_t ty3[] = {1, 1, 3};
+
+        bpe_vocab(&t, "llama-bpe", ex3, 3, m3, 1, ty3);
+        CHECK(t.ignore_merges && t.add_bos);
+        CHECK_EQ(t.bos, 11);                  /* the BPE default */
+        EXPECT(&t, "abc", false, false, 257);
+        EXPECT(&t, "abc", true, false, 11, 257);
+        tok_release(&t);
+    }
+
+    /* no pre-tokenizer name: the default one, with a warning */
+    bpe_vocab(&t, NULL, extra, 9, m1, 4, types);
+    CHECK(!strcmp(t.pre, "default"));
+    CHECK(strstr(t.warning, "tokenizer.ggml.pre") != NULL);
+    tok_release(&t);
+}
+
+/* which special token wins: the longest text first, each one's occurrences
+ * left to right (llama.cpp's tokenizer_st_partition) */
+static void
+test_partition(void)
+{
+    static const char *const extra[] = {"<a>", "<a><b>", "<b>", "xy", "yz", "<x>"};
+    static const int32_t types[] = {4, 3, 4, 4, 4, 3};
+    enum { A = 256, AB, B, XY, YZ, X };
+    struct tokenizer t;
+
+    bpe_vocab(&t, "gpt-2", extra, 6, (const char *const[]){"x y"}, 1, types);
+    /* <a><b> is CONTROL: ignored without parse_special */
+    EXPECT(&t, "<a><b>", false, false, A, B);
+    EXPECT(&t, "<a><b>", false, true, AB);
+    EXPECT(&t, "<a><a><b>", false, true, A, AB);
+    /* equal lengths: the lower id is cut first, everywhere */
+    EXPECT(&t, "xyz", false, false, XY, 'z');
+    EXPECT(&t, "<x>", false, false, '<', 'x', '>');
+    EXPECT(&t, "<x>", false, true, X);
+    tok_release(&t);
+}
+
+static void
+expect_load_error(const struct vspec *v, const char *needle, int line)
+{
+    struct gguf g;
+    struct tokenizer t;
+    struct diag d = {{0}};
+    int rc;
+
+    build(&g, v);
+    rc = load_spec(&t, &g, &d);
+    if (rc != -ST_FORMAT || !strstr(d.msg, needle))
+        fprintf(stderr, "line %d: rc %d, message \"%s\", want \"%s\"\n", line, rc, d.msg, needle);
+    CHECK(rc == -ST_FORMAT && strstr(d.msg, needle));
+    CHECK(t.p == NULL);
+}
+#define LOAD_ERROR(needle, ...) expect_load_error(&(struct vspec){__VA_ARGS__}, needle, __LINE__)
+
+static void
+test_load_errors(void)
+{
+    static const char *const two[] = {"a", "b"};
+    static const char *const dup[] = {"a", "b", "a"};
+    static const float sc1[] = {0};
+    static const char *const m[] = {"a b"};
+    struct gguf g;
+    struct tokenizer t;
+    struct diag d = {{0}};
+
+    LOAD_ERROR("tokenizer.ggml.model", NULL, NULL, NULL, two, NULL, NULL, 2, NULL, 0);
+    LOAD_ERROR("unsupported tokenizer 'bert'", "bert", NULL, NULL, two, NULL, NULL, 2, NULL, 0);
+    LOAD_ERROR("unsupported pre-tokenizer 'nonesuch'", "gpt2", "nonesuch", NULL, two, NULL, NULL,
+               2, m, 1);
+    LOAD_ERROR("tokenizer.ggml.merges", "gpt2", "gpt-2", NULL, two, NULL, NULL, 2, NULL, 0);
+    LOAD_ERROR("duplicate token 'a' has ids 0 and 2", "llama", NULL, NULL, dup, NULL, NULL, 3,
+               NULL, 0);
+    LOAD_ERROR("tokenizer.ggml.tokens", "llama", NULL, NULL, two, NULL, NULL, 0, NULL, 0);
+    /* a short score array */
+    gguf_init(&g);
+    gguf_set_str(&g, "tokenizer.ggml.model", "llama");
+    gguf_set_arr_str(&g, "tokenizer.ggml.tokens", two, NULL, 2);
+    gguf_set_arr(&g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, sc1, 1);
+    CHECK(load_spec(&t, &g, &d) == -ST_FORMAT && strstr(d.msg, "tokenizer.ggml.scores"));
+    /* token types of the wrong type */
+    gguf_init(&g);
+    gguf_set_str(&g, "tokenizer.ggml.model", "llama");
+    gguf_set_arr_str(&g, "tokenizer.ggml.tokens", two, NULL, 2);
+    gguf_set_arr(&g, "tokenizer.ggml.token_type", GGUF_TYPE_FLOAT32, (const float[]){1, 1}, 2);
+    CHECK(load_spec(&t, &g, &d) == -ST_FORMAT && strstr(d.msg, "tokenizer.ggml.token_type"));
+    /* tokens that are not strings */
+    gguf_init(&g);
+    gguf_set_str(&g, "tokenizer.ggml.model", "llama");
+    gguf_set_arr(&g, "tokenizer.ggml.tokens", GGUF_TYPE_INT32, (const int32_t[]){1, 2}, 2);
+    CHECK(load_spec(&t, &g, &d) == -ST_FORMAT && strstr(d.msg, "tokenizer.ggml.tokens"));
+    /* the model name of the wrong type */
+    gguf_init(&g);
+    gguf_set_u32(&g, "tokenizer.ggml.model", 1);
+    gguf_set_arr_str(&g, "tokenizer.ggml.tokens", two, NULL, 2);
+    CHECK(load_spec(&t, &g, &d) == -ST_FORMAT && strstr(d.msg, "tokenizer.ggml.model"));
+    /* add_bos without a BOS: the default id 1 is in range here, 5 is not */
+    gguf_init(&g);
+    gguf_set_str(&g, "tokenizer.ggml.model", "llama");
+    gguf_set_arr_str(&g, "tokenizer.ggml.tokens", two, NULL, 2);
+    gguf_set_u32(&g, "tokenizer.ggml.eos_token_id", 5);
+    CHECK(load_spec(&t, &g, &d) == 0);
+    CHECK_EQ(t.bos, 1);
+    CHECK_EQ(t.eos, TOK_NULL);                /* default 2 out of range, 5 too */
+    CHECK(strstr(t.warning, "eos_token_id") != NULL);
+    tok_release(&t);
+    gguf_init(&g);
+    gguf_set_str(&g, "tokenizer.ggml.model", "llama");
+    gguf_set_arr_str(&g, "tokenizer.ggml.tokens", (const char *const[]){"a"}, NULL, 1);
+    CHECK(load_spec(&t, &g, &d) == -ST_FORMAT && strstr(d.msg, "add_bos_token"));
+    /* an empty token becomes [EMPTY_i] as in llama.cpp */
+    gguf_init(&g);
+    gguf_set_str(&g, "tokenizer.ggml.model", "llama");
+    gguf_set_arr_str(&g, "tokenizer.ggml.tokens", (const char *const[]){"a", "", "b"}, NULL, 3);
+    CHECK(load_spec(&t, &g, &d) == 0);
+    CHECK_STR(tok_text(&t, 1, NULL), "[EMPTY_1]");
+    tok_release(&t);
+}
+
 /* ---- part 2: llama.cpp's test vectors ---- */
 
 static void
@@ -376,10 +805,186 @@ test_wikitext(void)
     free(text);
 }
 
+/* ---- part 4: the real models ---- */
+
+static void
+expect_texts(const struct tokenizer *t, const char *text, bool add, bool parse,
+             const char *const *want, int line)
+{
+    struct tok_ids got = {0};
+    struct diag d = {{0}};
+    size_t i, nw = 0;
+    bool ok;
+
+    while (want[nw])
+        nw++;
+    CHECK(tok_encode(t, text, strlen(text), add, parse, &got, &d) == 0);
+    ok = got.n == nw;
+    for (i = 0; ok && i < nw; i++)
+        ok = !strcmp(tok_text(t, got.v[i], NULL), want[i]);
+    if (!ok) {
+        fprintf(stderr, "line %d: \"%s\":", line, text);
+        for (i = 0; i < got.n; i++)
+            fprintf(stderr, " [%s]", tok_text(t, got.v[i], NULL));
+        fprintf(stderr, "\n");
+    }
+    CHECK(ok);
+    tok_ids_release(&got);
+}
+#define TEXTS(t, text, add, parse, ...) \
+    expect_texts(t, text, add, parse, (const char *const[]){__VA_ARGS__, NULL}, __LINE__)
+
+/* tests/golden/tokenizer/NAME.json: llama.cpp's ids for add_special with
+ * parse_special off ("ids") and on ("ids_special") */
+static void
+golden_file(const char *path)
+{
+    json_t *root = NULL, *cases, *model, *c;
+    const char *file = NULL;
+    struct diag d = {{0}};
+    struct tokenizer t;
+    char mpath[8400];
+    size_t i, n_ok = 0, n = 0;
+
+    if (json_load_path(path, JSON_MAX_FILE, &root, &d) < 0) {
+        fprintf(stderr, "%s: %s\n", path, d.msg);
+        CHECK(0);
+        return;
+    }
+    model = json_object_get(root, "model");
+    cases = json_object_get(root, "cases");
+    if (json_obj_str(model, "file", &file, &d) != 0 || !json_is_array(cases)) {
+        fprintf(stderr, "%s: no model.file or cases\n", path);
+        CHECK(0);
+        json_decref(root);
+        return;
+    }
+    snprintf(mpath, sizeof(mpath), "%s/%s", cache_dir(), file);
+    if (access(mpath, R_OK) != 0) {
+        fprintf(stderr, "note: %s absent, %s skipped\n", mpath, path);
+        json_decref(root);
+        return;
+    }
+    if (load_tok_path(mpath, &t) < 0) {
+        CHECK(0);
+        json_decref(root);
+        return;
+    }
+    json_array_foreach(cases, i, c) {
+        const char *text = json_string_value(json_object_get(c, "text"));
+        size_t tl = json_string_length(json_object_get(c, "text"));
+        int pass;
+
+        for (pass = 0; pass < 2 && text; pass++) {
+            json_t *want = json_object_get(c, pass ? "ids_special" : "ids"), *v;
+            struct tok_ids got = {0};
+            size_t k;
+            bool ok;
+
+            if (!json_is_array(want))
+                continue;
+            n++;
+            CHECK(tok_encode(&t, text, tl, true, pass == 1, &got, &d) == 0);
+            ok = got.n == json_array_size(want);
+            json_array_foreach(want, k, v) {
+                if (ok && json_integer_value(v) != got.v[k])
+                    ok = false;
+            }
+            if (ok) {
+                n_ok++;
+            } else {
+                fprintf(stderr, "%s: \"%s\" (parse_special %d) differs from llama.cpp\n", path,
+                        text, pass);
+                print_ids("got ", got.v, got.n);
+            }
+            CHECK(ok);
+            tok_ids_release(&got);
+        }
+    }
+    fprintf(stderr, "golden %-40s %zu/%zu tokenizations match llama.cpp\n",
+            strrchr(path, '/') ? strrchr(path, '/') + 1 : path, n_ok, n);
+    tok_release(&t);
+    json_decref(root);
+}
+
+static void
+test_real_models(void)
+{
+    char path[8400];
+    struct tokenizer t;
+    DIR *dp;
+    struct dirent *de;
+
+    snprintf(path, sizeof(path), "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache_dir());
+    if (access(path, R_OK) == 0 && load_tok_path(path, &t) == 0) {
+        CHECK_EQ(t.model, TOK_MODEL_BPE);
+        CHECK(!strcmp(t.pre, "smollm"));
+        CHECK_EQ(t.n_vocab, 49152);
+        CHECK_EQ(t.bos, 1);
+        CHECK_EQ(t.eos, 2);
+        CHECK(!t.add_bos && !t.clean_spaces);
+        CHECK(tok_is_eog(&t, 2));                       /* <|im_end|> */
+        CHECK(tok_is_eog(&t, 0));                       /* <|endoftext|> */
+        CHECK(!tok_is_eog(&t, 1));                      /* <|im_start|> */
+        TEXTS(&t, "Hello world", true, false, "Hello", G "world");
+        TEXTS(&t, "<|im_start|>user\nHi<|im_end|>\n", false, true, "<|im_start|>", "user",
+              "\xc4\x8a", "Hi", "<|im_end|>", "\xc4\x8a");
+        /* parse_special off: the markers are plain text */
+        {
+            struct tok_ids ids = {0};
+            struct diag d = {{0}};
+
+            CHECK(tok_encode(&t, "<|im_end|>", 10, false, false, &ids, &d) == 0);
+            CHECK(ids.n > 1 && ids.v[0] != 2 && ids.v[ids.n - 1] != 2);
+            tok_ids_release(&ids);
+        }
+        tok_release(&t);
+    } else {
+        fprintf(stderr, "note: %s absent\n", path);
+    }
+    snprintf(path, sizeof(path), "%s/gemma-3-270m.Q4_K_M.gguf", cache_dir());
+    if (access(path, R_OK) == 0 && load_tok_path(path, &t) == 0) {
+        int32_t eot = tok_find(&t, "<end_of_turn>", 13);
+
+        CHECK_EQ(t.model, TOK_MODEL_SPM);
+        CHECK_EQ(t.n_vocab, 262144);
+        CHECK_EQ(t.bos, 2);
+        CHECK_EQ(t.eos, 1);
+        CHECK(t.add_bos && !t.add_space_prefix);
+        CHECK(eot >= 0 && tok_is_eog(&t, eot) && tok_is_eog(&t, 1));
+        CHECK_EQ(t.eot, eot);
+        TEXTS(&t, "Hello world", true, false, "<bos>", "Hello", W "world");
+        TEXTS(&t, "<start_of_turn>user\nHi<end_of_turn>\n", false, true, "<start_of_turn>",
+              "user", "\n", "Hi", "<end_of_turn>", "\n");
+        tok_release(&t);
+    } else {
+        fprintf(stderr, "note: %s absent\n", path);
+    }
+    dp = opendir("tests/golden/tokenizer");
+    if (!dp) {
+        fprintf(stderr, "note: tests/golden/tokenizer absent\n");
+        return;
+    }
+    while ((de = readdir(dp))) {
+        size_t l = strlen(de->d_name);
+
+        if (l > 5 && !strcmp(de->d_name + l - 5, ".json")) {
+            snprintf(path, sizeof(path), "tests/golden/tokenizer/%s", de->d_name);
+            golden_file(path);
+        }
+    }
+    closedir(dp);
+}
+
 int
 main(void)
 {
+    test_spm();
+    test_bpe();
+    test_partition();
+    test_load_errors();
     test_vectors();
     test_wikitext();
+    test_real_models();
     T_DONE();
 }
