@@ -107,6 +107,14 @@ $(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
+# Memory bandwidth probe for `make bench` (AVX2 is the project's baseline).
+$(BUILD)/membw: tests/bench/membw.c $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -O3 -mavx2 -o $@ $< $(LIBS) $(LDLIBS)
+
+bench: all $(BUILD)/membw
+	@scripts/bench
+
 fixtures: $(BUILD)/mkfixtures
 	@$(BUILD)/mkfixtures --seed 1 tests/fixtures
 
@@ -142,6 +150,14 @@ fuzz:
 	  echo "clang $$f -> build-fuzz/$$n"; \
 	  clang -std=c11 -g -O1 -D_GNU_SOURCE -Icommon -Ikernels -fsanitize=fuzzer,address $$f \
 	    build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a $(CFG_LIBS) -lm -lpthread -o build-fuzz/$$n || exit 1; done
+
+# ---- demo: SmolLM2 answers a question (scripts/fetch-models first if needed) ----
+DEMO_MODEL  ?= $(or $(LLMKIT_CACHE),$(HOME)/.cache/llmkit)/SmolLM2-135M-Instruct.Q4_1.gguf
+DEMO_PROMPT ?= What is the capital of France? Answer in one sentence.
+demo: $(BIN)/generate
+	@[ -f "$(DEMO_MODEL)" ] || scripts/fetch-models --only smollm2
+	@echo "$(BIN)/generate --chat -p '$(DEMO_PROMPT)'"
+	@$(BIN)/generate -m "$(DEMO_MODEL)" --chat --temp 0 -n 96 -p "$(DEMO_PROMPT)"
 
 # ---- install ----
 

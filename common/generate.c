@@ -1,0 +1,669 @@
+/*
+ * generate.c - run_generate(): one prompt through the model with streamed
+ * output, or a perplexity evaluation (perplexity.c).  See generate.h.
+ */
+#include "generate.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "chat.h"
+#include "cli.h"
+#include "json.h"
+#include "kvcache.h"
+#include "model.h"
+#include "perplexity.h"
+#include "qtypes.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+#include "xio.h"
+
+#define PROMPT_MAX ((size_t)64 << 20)      /* a prompt file of up to 64 MiB */
+#define PPL_TEXT_MAX ((size_t)1 << 30)     /* a perplexity text of up to 1 GiB */
+#define DEFAULT_CTX 4096                    /* when the model states none */
+
+void
+generate_opts_init(struct generate_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    sample_params_init(&o->sp);
+    o->repeat_last_n = o->sp.repeat_last_n;
+    o->n_predict = -1;
+    o->chunks = -1;
+}
+
+/* ---- UTF-8 streaming ---- */
+
+size_t
+utf8_complete_len(const unsigned char *s, size_t n)
+{
+    size_t j, need, stop = n > 4 ? n - 4 : 0;
+
+    /* the last byte that is not a continuation byte (10xxxxxx) */
+    for (j = n; j > stop; j--)
+        if ((s[j - 1] & 0xC0) != 0x80)
+            break;
+    if (j == stop)
+        return n;               /* only continuation bytes: invalid, let them go */
+    j--;
+    if (s[j] >= 0xF0 && s[j] <= 0xF4)
+        need = 4;
+    else if (s[j] >= 0xE0 && s[j] <= 0xEF)
+        need = 3;
+    else if (s[j] >= 0xC2 && s[j] <= 0xDF)
+        need = 2;
+    else
+        need = 1;               /* ASCII, or a byte that never starts a sequence */
+    return n - j < need ? j : n;
+}
+
+int
+utf8_stream_push(struct utf8_stream *u, const char *s, size_t len, FILE *fp, struct diag *d)
+{
+    const unsigned char *us = (const unsigned char *)s;
+    size_t k;
+    int rc;
+
+    if (len >= 4) {
+        /* The end of pend + s lies in s: cut s alone. */
+        k = utf8_complete_len(us, len);
+        if (u->n && (rc = write_all(fp, u->pend, (size_t)u->n, d)) < 0)
+            return rc;
+        if (k && (rc = write_all(fp, s, k, d)) < 0)
+            return rc;
+        memcpy(u->pend, us + k, len - k);
+        u->n = (int)(len - k);
+    } else {
+        unsigned char buf[sizeof(u->pend) + 4];
+        size_t n = (size_t)u->n + len;
+
+        memcpy(buf, u->pend, (size_t)u->n);
+        memcpy(buf + u->n, us, len);
+        k = utf8_complete_len(buf, n);
+        if (k && (rc = write_all(fp, buf, k, d)) < 0)
+            return rc;
+        memcpy(u->pend, buf + k, n - k);
+        u->n = (int)(n - k);
+    }
+    if (k && fflush(fp) != 0)
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno));
+    return 0;
+}
+
+int
+utf8_stream_flush(struct utf8_stream *u, FILE *fp, struct diag *d)
+{
+    int rc;
+
+    if (u->n && (rc = write_all(fp, u->pend, (size_t)u->n, d)) < 0)
+        return rc;
+    u->n = 0;
+    if (fflush(fp) != 0)
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno));
+    return 0;
+}
+
+/* utf8_valid_dup() : a copy of s[0..n) in which every ill-formed sequence
+ * is replaced by U+FFFD, one per maximal subpart (Unicode 3.9, "substitution
+ * of maximal subparts", as Python's errors="replace" does), for JSON. */
+static char *
+utf8_valid_dup(const char *s, size_t n, size_t *out_len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    char *out = malloc(n * 3 + 1);   /* each byte becomes at most 3 */
+    size_t i = 0, o = 0;
+
+    if (!out)
+        return NULL;
+    while (i < n) {
+        unsigned char c = u[i];
+        size_t need, k;
+        unsigned char lo = 0x80, hi = 0xBF;
+
+        if (c < 0x80) {
+            out[o++] = (char)c;
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF)
+            need = 1;
+        else if (c >= 0xE0 && c <= 0xEF)
+            need = 2;
+        else if (c >= 0xF0 && c <= 0xF4)
+            need = 3;
+        else
+            need = 0;
+        /* the second byte's range is narrower after E0, ED, F0, F4 */
+        if (c == 0xE0)
+            lo = 0xA0;
+        else if (c == 0xED)
+            hi = 0x9F;
+        else if (c == 0xF0)
+            lo = 0x90;
+        else if (c == 0xF4)
+            hi = 0x8F;
+        for (k = 0; k < need && i + 1 + k < n; k++) {
+            unsigned char b = u[i + 1 + k];
+            if (b < (k == 0 ? lo : 0x80) || b > (k == 0 ? hi : 0xBF))
+                break;
+        }
+        if (need && k == need) {
+            memcpy(out + o, u + i, need + 1);
+            o += need + 1;
+            i += need + 1;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i += need ? k + 1 : 1;
+        }
+    }
+    out[o] = '\0';
+    *out_len = o;
+    return out;
+}
+
+static double
+ms_since(double t0)
+{
+    return (now_seconds() - t0) * 1000.0;
+}
+
+static void
+note(const struct generate_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void
+warn(const struct generate_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void
+warn(const struct generate_opts *o, const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+
+    if (!o->warn)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    o->warn(o->cb_ctx, buf);
+}
+
+static void
+note(const struct generate_opts *o, const char *fmt, ...)
+{
+    char buf[256];
+    va_list ap;
+
+    if (!o->info)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    o->info(o->cb_ctx, buf);
+}
+
+/* Reads a prompt or text file ("-" = stdin) and drops one trailing newline,
+ * as llama.cpp's -f does. */
+static int
+read_text(const char *path, size_t max, char **text, size_t *len, struct diag *d)
+{
+    int rc = read_file_all(path, max, text, len, d);
+
+    if (rc < 0) {
+        diag_prefix(d, "'%s'", strcmp(path, "-") ? path : "<stdin>");
+        return rc;
+    }
+    if (*len && (*text)[*len - 1] == '\n')
+        (*text)[--*len] = '\0';
+    return 0;
+}
+
+/* The prompt text as the model will see it: -p, -f or stdin, through the
+ * chat template with chat. */
+static int
+build_prompt(const struct generate_opts *o, const struct model *m, const struct tokenizer *tok,
+             char **text, size_t *len, struct diag *d)
+{
+    struct chat_template ct;
+    struct chat_msg msgs[2];
+    size_t n_msgs = 0;
+    char *raw = NULL;
+    size_t raw_len;
+    int rc;
+
+    if (o->prompt) {
+        raw_len = strlen(o->prompt);
+        if (!(raw = malloc(raw_len + 1)))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        memcpy(raw, o->prompt, raw_len + 1);
+    } else if ((rc = read_text(o->prompt_file ? o->prompt_file : "-", PROMPT_MAX, &raw, &raw_len,
+                               d)) < 0) {
+        return rc;
+    }
+    if (!o->chat) {
+        *text = raw;
+        *len = raw_len;
+        return 0;
+    }
+    /* llama_chat_apply_template's rendering: no default system message */
+    if ((rc = chat_template_from_gguf(&ct, &m->gguf, tok, d)) < 0) {
+        free(raw);
+        return rc;
+    }
+    if (ct.guessed)
+        warn(o, "%s", ct.note);
+    note(o, "chat template: %s", chat_family_name(ct.family));
+    if (o->system) {
+        msgs[n_msgs].role = "system";
+        msgs[n_msgs++].content = o->system;
+    }
+    msgs[n_msgs].role = "user";
+    msgs[n_msgs++].content = raw;
+    rc = chat_apply(&ct, msgs, n_msgs, true, 0, text, len, d);
+    chat_template_release(&ct);
+    free(raw);
+    return rc;
+}
+
+/* KV pool for one sequence of ctx tokens; with a budget, ctx shrinks to what
+ * it holds. */
+static int
+open_kv(const struct generate_opts *o, const struct model *m, int64_t *ctx, struct kvcache **kv,
+        struct diag *d)
+{
+    struct kv_config c;
+    size_t bb, mem;
+    int64_t cap;
+
+    model_kv_config(m, 0, GGML_TYPE_F16, &c);
+    bb = kv_block_bytes(&c);
+    if (!bb)
+        return diag_set(d, ST_FORMAT, "model has invalid KV dimensions");
+    if (o->kv_mem > 0) {
+        mem = (size_t)o->kv_mem;
+        cap = (int64_t)(mem / bb) * c.block_size;
+        if (cap > 0 && cap < *ctx) {
+            note(o, "--kv-mem %zu bytes holds %lld tokens: context cut from %lld", mem,
+                 (long long)cap, (long long)*ctx);
+            *ctx = cap;
+        }
+    } else {
+        int64_t blocks = (*ctx + c.block_size - 1) / c.block_size;
+        if ((uint64_t)blocks > SIZE_MAX / bb)
+            return diag_set(d, ST_NOMEM, "a KV cache for %lld tokens is too large",
+                            (long long)*ctx);
+        mem = (size_t)blocks * bb;
+    }
+    c.mem = mem;
+    return kv_new(kv, &c, d);
+}
+
+static int
+json_set(json_t *o, const char *key, json_t *v)
+{
+    return v ? json_object_set_new(o, key, v) : -1;
+}
+
+static int
+write_completion_json(FILE *fp, const struct generate_report *r, const char *text, size_t len,
+                      const int32_t *prompt, int64_t n_prompt, const int32_t *toks,
+                      int64_t n_toks, struct diag *d)
+{
+    json_t *o = json_object(), *a = json_array(), *pa = json_array();
+    size_t vlen;
+    char *valid = utf8_valid_dup(text, len, &vlen);
+    int64_t i;
+    int bad = !o || !a || !pa || !valid, rc;
+
+    for (i = 0; !bad && i < n_toks; i++)
+        bad |= json_array_append_new(a, json_integer(toks[i]));
+    for (i = 0; !bad && i < n_prompt; i++)
+        bad |= json_array_append_new(pa, json_integer(prompt[i]));
+    if (!bad) {
+        bad |= json_set(o, "schema", json_string("generate/1"));
+        bad |= json_set(o, "type", json_string("completion"));
+        bad |= json_set(o, "text", json_stringn(valid, vlen));
+        bad |= json_set(o, "tokens", a);
+        a = NULL;
+        bad |= json_set(o, "finish_reason", json_string(r->finish_reason));
+        bad |= json_set(o, "prompt_tokens", json_integer(r->prompt_tokens));
+        bad |= json_set(o, "completion_tokens", json_integer(r->completion_tokens));
+        bad |= json_set(o, "prompt_token_ids", pa);
+        pa = NULL;
+        bad |= json_set(o, "seed", json_integer((json_int_t)r->seed));
+        bad |= json_set(o, "ctx", json_integer(r->ctx));
+        bad |= json_set(o, "threads", json_integer(r->threads));
+        bad |= json_set(o, "kernel", json_string(r->kernel));
+        bad |= json_set(o, "load_ms", json_real(r->load_ms));
+        bad |= json_set(o, "prompt_ms", json_real(r->prompt_ms));
+        bad |= json_set(o, "prompt_tok_s", json_real(r->prompt_tok_s));
+        bad |= json_set(o, "ttft_ms", json_real(r->ttft_ms));
+        bad |= json_set(o, "generation_ms", json_real(r->gen_ms));
+        bad |= json_set(o, "generation_tok_s", json_real(r->gen_tok_s));
+        bad |= json_set(o, "total_ms", json_real(r->total_ms));
+    }
+    rc = bad ? diag_set(d, ST_NOMEM, "out of memory") : json_print_line(o, fp, d);
+    json_decref(o);
+    json_decref(a);
+    json_decref(pa);
+    free(valid);
+    return rc;
+}
+
+/* ---- generation ---- */
+
+struct gen_run {
+    const struct generate_opts *o;
+    struct model *m;
+    const struct tokenizer *tok;
+    struct kvcache *kv;
+    int64_t ctx;
+    FILE *fp;
+};
+
+static int
+append_bytes(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap : 256;
+        char *nb;
+        while (nc < *len + n + 1)
+            nc *= 2;
+        if (!(nb = realloc(*buf, nc)))
+            return -ST_NOMEM;
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, s, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+    return 0;
+}
+
+static int
+run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct generate_report *r,
+         struct diag *d)
+{
+    const struct generate_opts *o = g->o;
+    const int64_t n_vocab = g->m->hp.n_vocab;
+    struct sample_params sp = o->sp;
+    struct sampler *smp = NULL;
+    struct utf8_stream us = { { 0 }, 0 };
+    struct batch_tok *bt = NULL;
+    struct batch b;
+    struct model_out mo = { NULL, NULL };
+    float *logits = NULL;
+    int32_t *gen = NULL, seq = -1;
+    char *text = NULL;
+    size_t text_len = 0, text_cap = 0;
+    int64_t n_gen = 0, n_decode = 0, i, cap_gen;
+    double t_start, t_first = 0, t_dec0;
+    int rc;
+
+    if (n_prompt == 0)
+        return diag_set(d, ST_RANGE, "the prompt is empty");
+    if (n_prompt > g->ctx)
+        return diag_set(d, ST_RANGE, "the prompt has %lld tokens, more than the context of %lld "
+                        "(--ctx, --kv-mem)", (long long)n_prompt, (long long)g->ctx);
+    sp.repeat_last_n = o->repeat_last_n < 0 ? (int32_t)g->ctx : o->repeat_last_n;
+    cap_gen = g->ctx - n_prompt;
+    if (o->n_predict >= 0 && o->n_predict < cap_gen)
+        cap_gen = o->n_predict;
+    if ((rc = sampler_new(&smp, &sp, (int32_t)n_vocab, d)) < 0)
+        return rc;
+    bt = malloc((size_t)n_prompt * sizeof(*bt));
+    logits = malloc((size_t)n_vocab * sizeof(*logits));
+    gen = malloc((size_t)(cap_gen > 0 ? cap_gen : 1) * sizeof(*gen));
+    if (!bt || !logits || !gen) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = kv_seq_new(g->kv, &seq)) < 0) {
+        diag_set(d, -rc, "no KV sequence available");
+        goto out;
+    }
+
+    /* prefill: the whole prompt in one batch, logits of the last token only */
+    for (i = 0; i < n_prompt; i++) {
+        bt[i].seq = seq;
+        bt[i].pos = (int32_t)i;
+        bt[i].token = prompt[i];
+        bt[i].logits = i == n_prompt - 1;
+        sampler_accept(smp, prompt[i]);
+    }
+    b.n = n_prompt;
+    b.tok = bt;
+    b.mask = NULL;
+    mo.logits = logits;
+    t_start = now_seconds();
+    if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
+        goto out;
+    r->prompt_ms = ms_since(t_start);
+    r->finish_reason = "length";
+
+    /* decode: sample, emit, feed back */
+    t_dec0 = now_seconds();
+    while (n_gen < cap_gen) {
+        int32_t t;
+        size_t plen;
+        const char *piece;
+
+        if (n_gen > 0) {
+            bt[0].seq = seq;
+            bt[0].pos = (int32_t)(n_prompt + n_gen - 1);
+            bt[0].token = gen[n_gen - 1];
+            bt[0].logits = 1;
+            b.n = 1;
+            if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
+                goto out;
+            n_decode++;
+        }
+        t = sampler_sample(smp, logits);
+        if (n_gen == 0) {
+            t_first = now_seconds();
+            r->ttft_ms = (t_first - t_start) * 1000.0;
+            t_dec0 = t_first;
+        }
+        if (tok_is_eog(g->tok, t)) {
+            r->finish_reason = "stop";
+            break;
+        }
+        gen[n_gen++] = t;
+        sampler_accept(smp, t);
+        piece = tok_piece(g->tok, t, false, &plen);
+        if (!piece)
+            plen = 0;
+        if (append_bytes(&text, &text_len, &text_cap, piece ? piece : "", plen) < 0) {
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+            goto out;
+        }
+        if (!o->json && plen && (rc = utf8_stream_push(&us, piece, plen, g->fp, d)) < 0)
+            goto out;
+    }
+    r->gen_ms = n_gen > 0 ? ms_since(t_dec0) : 0.0;
+    r->total_ms = ms_since(t_start);
+    if (!o->json && (rc = utf8_stream_flush(&us, g->fp, d)) < 0)
+        goto out;
+    r->prompt_tokens = n_prompt;
+    r->completion_tokens = n_gen;
+    r->prompt_tok_s = r->prompt_ms > 0 ? (double)n_prompt / (r->prompt_ms / 1000.0) : 0.0;
+    r->gen_tok_s = r->gen_ms > 0 && n_decode > 0 ? (double)n_decode / (r->gen_ms / 1000.0) : 0.0;
+    r->ends_in_newline = o->json || text_len == 0 || text[text_len - 1] == '\n';
+    if (o->json)
+        rc = write_completion_json(g->fp, r, text ? text : "", text_len, prompt, n_prompt, gen,
+                                   n_gen, d);
+out:
+    if (seq >= 0)
+        kv_seq_free(g->kv, seq);
+    sampler_free(smp);
+    free(bt);
+    free(logits);
+    free(gen);
+    free(text);
+    return rc;
+}
+
+/* ---- perplexity ---- */
+
+static int
+run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
+{
+    const struct generate_opts *o = g->o;
+    struct tok_ids ids = { NULL, 0, 0 };
+    struct ppl_result pr = { 0 };
+    char *text = NULL;
+    size_t len;
+    double t0;
+    int rc;
+
+    if ((rc = read_text(o->perplexity, PPL_TEXT_MAX, &text, &len, d)) < 0)
+        return rc;
+    /* llama-perplexity: common_tokenize(text, add_special = true, parse_special = false) */
+    if ((rc = tok_encode(g->tok, text, len, true, false, &ids, d)) < 0)
+        goto out;
+    note(o, "'%s': %zu bytes, %zu tokens", o->perplexity, len, ids.n);
+    t0 = now_seconds();
+    rc = perplexity_run(g->m, g->kv, ids.v, (int64_t)ids.n, g->ctx, o->chunks,
+                        g->tok->add_bos ? g->tok->bos : -1, o->progress, o->cb_ctx, &pr, d);
+    if (rc < 0)
+        goto out;
+    r->ppl_ms = ms_since(t0);
+    r->ppl = pr.ppl;
+    r->ppl_err = pr.err;
+    r->ppl_chunks = pr.n_chunks;
+    r->ppl_file_tokens = (int64_t)ids.n;
+    r->ppl_scored = pr.n_scored;
+    r->ppl_tok_s = r->ppl_ms > 0 ? (double)(pr.n_chunks * g->ctx) / (r->ppl_ms / 1000.0) : 0.0;
+    if (o->json) {
+        json_t *j = json_object(), *a = json_array();
+        int64_t c;
+        int bad = !j || !a;
+
+        for (c = 0; !bad && c < pr.n_chunks; c++)
+            bad |= json_array_append_new(a, json_real(pr.chunk_ppl[c]));
+        if (!bad) {
+            bad |= json_set(j, "schema", json_string("generate/1"));
+            bad |= json_set(j, "type", json_string("perplexity"));
+            bad |= json_set(j, "ppl", json_real(pr.ppl));
+            bad |= json_set(j, "ppl_stderr", json_real(pr.err));
+            bad |= json_set(j, "nll_mean", json_real(pr.nll_mean));
+            bad |= json_set(j, "ctx", json_integer(g->ctx));
+            bad |= json_set(j, "chunks", json_integer(pr.n_chunks));
+            bad |= json_set(j, "file_tokens", json_integer((json_int_t)ids.n));
+            bad |= json_set(j, "scored_tokens", json_integer(pr.n_scored));
+            bad |= json_set(j, "chunk_ppl", a);
+            a = NULL;
+            bad |= json_set(j, "threads", json_integer(r->threads));
+            bad |= json_set(j, "kernel", json_string(r->kernel));
+            bad |= json_set(j, "ms", json_real(r->ppl_ms));
+            bad |= json_set(j, "tok_s", json_real(r->ppl_tok_s));
+        }
+        rc = bad ? diag_set(d, ST_NOMEM, "out of memory") : json_print_line(j, g->fp, d);
+        json_decref(j);
+        json_decref(a);
+    } else if (fprintf(g->fp, "PPL = %.4f +/- %.5f\n", pr.ppl, pr.err) < 0) {
+        rc = diag_set(d, ST_IO, "write failed: %s", strerror(errno));
+    }
+out:
+    free(pr.chunk_ppl);
+    tok_ids_release(&ids);
+    free(text);
+    return rc;
+}
+
+/* ---- the run ---- */
+
+int
+run_generate(const struct generate_opts *o, struct generate_report *r, struct diag *d)
+{
+    struct model_opts mopt = MODEL_OPTS_INIT;
+    struct model *m = NULL;
+    struct tokenizer tok;
+    struct kvcache *kv = NULL;
+    struct tok_ids ids = { NULL, 0, 0 };
+    struct xout out;
+    struct gen_run g;
+    bool tok_loaded = false, out_open = false, to_stdout = !o->output || !strcmp(o->output, "-");
+    char *prompt = NULL;
+    size_t prompt_len = 0;
+    double t0 = now_seconds();
+    int rc;
+
+    memset(r, 0, sizeof(*r));
+    memset(&out, 0, sizeof(out));
+    r->perplexity = o->perplexity != NULL;
+    r->seed = o->sp.seed;
+    r->finish_reason = "length";
+    if (!to_stdout && !o->force && path_exists(o->output))
+        return diag_set(d, ST_RANGE, "'%s' already exists (use --force to overwrite)", o->output);
+
+    mopt.n_threads = o->threads;
+    mopt.kernel = o->kernel;
+    if ((rc = model_open(&m, o->model, &mopt, d)) < 0) {
+        diag_prefix(d, "'%s'", o->model);
+        return rc;
+    }
+    if ((rc = tok_load(&tok, &m->gguf, d)) < 0) {
+        diag_prefix(d, "'%s'", o->model);
+        goto out;
+    }
+    tok_loaded = true;
+    if (tok.warning[0])
+        warn(o, "%s", tok.warning);
+    r->load_ms = ms_since(t0);
+    r->threads = threadpool_size(m->tp);
+    r->kernel = m->ops->name;
+    r->ctx = o->ctx > 0 ? o->ctx : o->perplexity ? 512
+           : m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DEFAULT_CTX;
+
+    /* the prompt, before anything is written */
+    if (!o->perplexity) {
+        if ((rc = build_prompt(o, m, &tok, &prompt, &prompt_len, d)) < 0)
+            goto out;
+        if ((rc = tok_encode(&tok, prompt, prompt_len, true, true, &ids, d)) < 0)
+            goto out;
+    }
+    if ((rc = open_kv(o, m, &r->ctx, &kv, d)) < 0)
+        goto out;
+    note(o, "'%s': %s, %lld layers, vocabulary %lld; context %lld, %d threads, kernel %s, seed %llu",
+         o->model, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_vocab,
+         (long long)r->ctx, r->threads, r->kernel, (unsigned long long)o->sp.seed);
+
+    if (to_stdout) {
+        g.fp = stdout;
+    } else {
+        if ((rc = xout_open(&out, o->output, o->force, d)) < 0) {
+            diag_prefix(d, "'%s'", o->output);
+            goto out;
+        }
+        out_open = true;
+        g.fp = out.fp;
+    }
+    g.o = o;
+    g.m = m;
+    g.tok = &tok;
+    g.kv = kv;
+    g.ctx = r->ctx;
+    rc = o->perplexity ? run_ppl(&g, r, d) : run_text(&g, ids.v, (int64_t)ids.n, r, d);
+    if (out_open) {
+        if (rc < 0) {
+            xout_abort(&out);
+        } else if ((rc = xout_commit(&out, d)) < 0) {
+            diag_prefix(d, "'%s'", o->output);
+        }
+        out_open = false;
+    }
+out:
+    if (out_open)
+        xout_abort(&out);
+    tok_ids_release(&ids);
+    free(prompt);
+    kv_free(kv);
+    if (tok_loaded)
+        tok_release(&tok);
+    model_free(m);
+    return rc;
+}

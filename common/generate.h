@@ -1,0 +1,119 @@
+/*
+ * generate.h - the `generate` tool's work: one prompt through the model with
+ * streamed output, or a perplexity evaluation (perplexity.h).  The tool
+ * parses options into struct generate_opts and calls run_generate(); this
+ * module never writes to stderr and never exits: statistics come back in
+ * struct generate_report for the tool to print.
+ *
+ * A run: open the model (model.h) and its tokenizer (tokenizer.h); read the
+ * prompt (-p text, -f file or standard input; one trailing newline of a
+ * file or of standard input is dropped, as llama.cpp does); with chat, wrap
+ * it in the model's chat template (chat.h) with an optional system message;
+ * tokenize it (with BOS when the vocabulary asks for one); prefill the whole
+ * prompt as ONE batch through model_forward(); then decode one token per
+ * step, sampling (sample.h) from the last logits, until an end-of-generation
+ * token, n_predict tokens, or the context is full.  Each token's text is
+ * written to the output as soon as it is produced, never splitting a UTF-8
+ * sequence (an incomplete one is held back until it completes), and flushed.
+ * With json the text is not streamed; one generate/1 object is written at
+ * the end instead.
+ */
+#ifndef LLMKIT_GENERATE_H
+#define LLMKIT_GENERATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "sample.h"
+#include "status.h"
+
+struct generate_opts {
+    const char *model;          /* -m: GGUF path (required) */
+    const char *prompt;         /* -p TEXT */
+    const char *prompt_file;    /* -f FILE, "-" = stdin; with prompt NULL too: stdin */
+    const char *output;         /* -o FILE; NULL or "-" = stdout */
+    bool force;                 /* replace an existing -o file */
+    int64_t n_predict;          /* -n: tokens to generate; < 0 = until EOS or context full */
+    bool chat;                  /* wrap the prompt in the model's chat template */
+    const char *system;         /* system message for chat (NULL = none) */
+    struct sample_params sp;    /* sampling; sp.seed is used as given */
+    int32_t repeat_last_n;      /* -1 = the whole context, else >= 0 (copied into sp) */
+    int threads;                /* <= 0 = all online CPUs */
+    const char *kernel;         /* "ref", "auto"; NULL = $LLMKIT_KERNEL or auto */
+    int64_t kv_mem;             /* KV budget in bytes; 0 = enough for ctx tokens */
+    int64_t ctx;                /* context (tokens); 0 = the model's training context
+                                 * (generation) or 512 (perplexity) */
+    bool json;                  /* one generate/1 JSON object instead of text */
+    const char *perplexity;     /* evaluate perplexity over this file instead */
+    int64_t chunks;             /* perplexity: at most this many chunks; < 0 = all */
+    /* Optional callbacks, called on the calling thread. */
+    void (*progress)(void *ctx, int64_t done, int64_t total);   /* perplexity chunks */
+    void (*info)(void *ctx, const char *msg);                   /* verbose notes */
+    void (*warn)(void *ctx, const char *msg);                   /* warnings (e.g. a guessed
+                                                                 * chat template) */
+    void *cb_ctx;
+};
+
+/* generate_opts_init() : the defaults above (sampling: sample_params_init,
+ * repeat_last_n 64, n_predict -1, chunks -1). */
+void generate_opts_init(struct generate_opts *o);
+
+struct generate_report {
+    bool perplexity;            /* which half below is filled */
+    uint64_t seed;
+    int64_t ctx;                /* context used (tokens) */
+    int threads;
+    const char *kernel;         /* the kernel implementation used */
+    double load_ms;             /* model open + tokenizer load */
+    /* generation */
+    int64_t prompt_tokens;
+    int64_t completion_tokens;
+    const char *finish_reason;  /* "stop" (end-of-generation token) or "length" */
+    double prompt_ms;           /* prefill of the whole prompt */
+    double gen_ms;              /* decode steps after the first token */
+    double ttft_ms;             /* prefill + first sample */
+    double total_ms;            /* prompt + generation */
+    double prompt_tok_s;
+    double gen_tok_s;           /* tokens after the first / gen_ms */
+    bool ends_in_newline;       /* the streamed text ended with '\n' (or was empty) */
+    /* perplexity (perplexity.h) */
+    double ppl, ppl_err;
+    int64_t ppl_chunks;
+    int64_t ppl_file_tokens;
+    int64_t ppl_scored;
+    double ppl_ms;
+    double ppl_tok_s;           /* tokens evaluated per second */
+};
+
+/* run_generate() : does the whole run described at the top of this file and
+ * fills r.  The output file is written atomically (xio.h) unless it is
+ * stdout, where text streams as it is produced.
+ * Returns 0; -ST_IO (model, prompt or output file); -ST_FORMAT (bad model
+ * or tokenizer data, the message names it); -ST_RANGE (prompt longer than
+ * the context, bad option value); -ST_NOMEM. */
+int run_generate(const struct generate_opts *o, struct generate_report *r, struct diag *d);
+
+/* ---- pieces, for tests and for other front ends ---- */
+
+/* UTF-8 streaming: bytes are appended to a small pending buffer, and the
+ * longest prefix that does not end inside a multibyte sequence is released.
+ * Invalid bytes are released as they are (they can never complete). */
+struct utf8_stream {
+    unsigned char pend[8];
+    int n;
+};
+
+/* utf8_stream_push() : appends len bytes of s, writes every complete
+ * prefix to fp and keeps an incomplete tail (at most 3 bytes).  0 or
+ * -ST_IO (write error, message in d). */
+int utf8_stream_push(struct utf8_stream *u, const char *s, size_t len, FILE *fp, struct diag *d);
+
+/* utf8_stream_flush() : writes whatever is pending (end of generation). */
+int utf8_stream_flush(struct utf8_stream *u, FILE *fp, struct diag *d);
+
+/* utf8_complete_len() : length of the longest prefix of s[0..n) that does
+ * not end inside an incomplete (but so far valid) multibyte sequence. */
+size_t utf8_complete_len(const unsigned char *s, size_t n);
+
+#endif

@@ -1,0 +1,250 @@
+/*
+ * generate - text generation with a GGUF model: one prompt streamed to
+ * standard output, or the perplexity of a text file.  Options are parsed
+ * here; the work is run_generate() in common/generate.c.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "generate.h"
+#include "ops.h"
+
+static const char usage_line[] =
+    "usage: generate [-hqVv] -m model [-p text | -f file] [-n n] [-o file] [--force]\n"
+    "                [--chat] [--system text] [--temp t] [--top-k k] [--top-p p] [--min-p p]\n"
+    "                [--repeat-penalty r] [--repeat-last-n n] [--seed n] [-t n] [--ctx n]\n"
+    "                [--kv-mem size] [--kernel name] [--json]\n"
+    "       generate [-hqVv] -m model --perplexity file [--ctx n] [--chunks n] [-o file]\n"
+    "                [--force] [-t n] [--kv-mem size] [--kernel name] [--json]";
+
+static const char help_text[] =
+    "generate - text generation and perplexity with a GGUF model\n"
+    "\n"
+    "Input:\n"
+    "  -m, --model FILE        GGUF model (llama architecture)\n"
+    "  -p, --prompt TEXT       the prompt\n"
+    "  -f, --file FILE         read the prompt from FILE (- = stdin; default: stdin)\n"
+    "      --chat              wrap the prompt in the model's chat template\n"
+    "      --system TEXT       system message for --chat\n"
+    "\n"
+    "Generation:\n"
+    "  -n, --n-predict N       tokens to generate (default -1: until end of text or --ctx)\n"
+    "      --temp T            temperature; 0 = greedy (default 0.8)\n"
+    "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
+    "      --top-p P           keep the smallest set with mass >= P; 1 = off (default 0.95)\n"
+    "      --min-p P           keep tokens with p >= P * max p; 0 = off (default 0.05)\n"
+    "      --repeat-penalty R  penalise recently seen tokens; 1 = off (default 1)\n"
+    "      --repeat-last-n N   tokens the penalty looks back; -1 = --ctx (default 64)\n"
+    "      --seed N            random seed (default: random, shown with --json and -v)\n"
+    "      Order: penalty, top-k, top-p, min-p, temperature, draw (as llama.cpp)\n"
+    "\n"
+    "Perplexity:\n"
+    "      --perplexity FILE   perplexity of FILE the way llama-perplexity computes it\n"
+    "      --chunks N          evaluate at most N chunks of --ctx tokens (default all)\n"
+    "\n"
+    "Resources:\n"
+    "  -t, --threads N         worker threads (default: all CPUs)\n"
+    "      --ctx N             context in tokens (default: the model's; 512 for --perplexity)\n"
+    "      --kv-mem SIZE       KV-cache budget, e.g. 256MiB (default: enough for --ctx)\n"
+    "      --kernel NAME       kernel implementation: auto, ref (default $LLMKIT_KERNEL or auto)\n"
+    "\n"
+    "Output:\n"
+    "  -o, --output FILE       write to FILE atomically (default stdout, streamed)\n"
+    "      --force             replace an existing output FILE\n"
+    "      --json              one JSON object, schema generate/1\n"
+    "  -q, --quiet             no statistics, warnings or progress on stderr\n"
+    "  -v, --verbose           more messages\n"
+    "  -h, --help              this help\n"
+    "  -V, --version           print the version\n";
+
+enum {
+    OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_JSON, OPT_KERNEL, OPT_KV_MEM, OPT_MIN_P,
+    OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
+    OPT_TOP_K, OPT_TOP_P,
+};
+
+static const struct option longopts[] = {
+    { "chat", no_argument, NULL, OPT_CHAT },
+    { "chunks", required_argument, NULL, OPT_CHUNKS },
+    { "ctx", required_argument, NULL, OPT_CTX },
+    { "file", required_argument, NULL, 'f' },
+    { "force", no_argument, NULL, OPT_FORCE },
+    { "help", no_argument, NULL, 'h' },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "kernel", required_argument, NULL, OPT_KERNEL },
+    { "kv-mem", required_argument, NULL, OPT_KV_MEM },
+    { "min-p", required_argument, NULL, OPT_MIN_P },
+    { "model", required_argument, NULL, 'm' },
+    { "n-predict", required_argument, NULL, 'n' },
+    { "output", required_argument, NULL, 'o' },
+    { "perplexity", required_argument, NULL, OPT_PERPLEXITY },
+    { "prompt", required_argument, NULL, 'p' },
+    { "quiet", no_argument, NULL, 'q' },
+    { "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N },
+    { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
+    { "seed", required_argument, NULL, OPT_SEED },
+    { "system", required_argument, NULL, OPT_SYSTEM },
+    { "temp", required_argument, NULL, OPT_TEMP },
+    { "threads", required_argument, NULL, 't' },
+    { "top-k", required_argument, NULL, OPT_TOP_K },
+    { "top-p", required_argument, NULL, OPT_TOP_P },
+    { "verbose", no_argument, NULL, 'v' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+};
+
+static struct progress bar;
+
+static void
+on_progress(void *ctx, int64_t done, int64_t total)
+{
+    (void)ctx;
+    if (done == 0)
+        progress_begin(&bar, -1, "perplexity", (uint64_t)total);
+    progress_update(&bar, (uint64_t)done);
+    if (done == total)
+        progress_end(&bar);
+}
+
+static void
+on_info(void *ctx, const char *msg)
+{
+    (void)ctx;
+    infomsg("%s", msg);
+}
+
+static void
+on_warn(void *ctx, const char *msg)
+{
+    (void)ctx;
+    warnmsg("%s", msg);
+}
+
+static uint64_t
+random_seed(void)
+{
+    uint64_t s;
+
+    if (getrandom(&s, sizeof(s), 0) != (ssize_t)sizeof(s))
+        s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return s & (((uint64_t)1 << 53) - 1);   /* exact in a JSON number */
+}
+
+static void
+print_stats(const struct generate_report *r)
+{
+    if (r->perplexity) {
+        fprintf(stderr, "%s: %lld chunks of %lld tokens, %lld tokens scored, %.1f tok/s, %.2f s\n",
+                cli_progname, (long long)r->ppl_chunks, (long long)r->ctx,
+                (long long)r->ppl_scored, r->ppl_tok_s, r->ppl_ms / 1000.0);
+        return;
+    }
+    if (!r->ends_in_newline && isatty(STDERR_FILENO))
+        fputc('\n', stderr);
+    fprintf(stderr, "%s: prompt %lld tokens, %.1f tok/s; generated %lld tokens, %.1f tok/s (%s)\n",
+            cli_progname, (long long)r->prompt_tokens, r->prompt_tok_s,
+            (long long)r->completion_tokens, r->gen_tok_s, r->finish_reason);
+}
+
+int
+main(int argc, char **argv)
+{
+    struct generate_opts o;
+    struct generate_report r;
+    struct diag d = {{0}};
+    bool seed_set = false, have_chunks = false, have_n = false;
+    int c, rc;
+
+    cli_init(argv[0]);
+    generate_opts_init(&o);
+    while ((c = getopt_long(argc, argv, "f:hm:n:o:p:qt:Vv", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_CHAT: o.chat = true; break;
+        case OPT_CHUNKS:
+            o.chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--chunks", false);
+            have_chunks = true;
+            break;
+        case OPT_CTX: o.ctx = cli_parse_i64(optarg, 1, (int64_t)1 << 24, "--ctx", true); break;
+        case 'f': o.prompt_file = optarg; break;
+        case OPT_FORCE: o.force = true; break;
+        case 'h':
+            fputs(help_text, stdout);
+            fputc('\n', stdout);
+            puts(usage_line);
+            cli_finish_stdout();
+            return RC_OK;
+        case OPT_JSON: o.json = true; break;
+        case OPT_KERNEL:
+            if (!ops_select(optarg))
+                usage_error(usage_line, "--kernel: unknown or unavailable kernel '%s'", optarg);
+            o.kernel = optarg;
+            break;
+        case OPT_KV_MEM: o.kv_mem = cli_parse_i64(optarg, 1, INT64_MAX, "--kv-mem", true); break;
+        case OPT_MIN_P: o.sp.min_p = (float)cli_parse_double(optarg, 0, 1, "--min-p"); break;
+        case 'm': o.model = optarg; break;
+        case 'n':
+            o.n_predict = cli_parse_i64(optarg, -1, (int64_t)1 << 30, "--n-predict", false);
+            have_n = true;
+            break;
+        case 'o': o.output = optarg; break;
+        case OPT_PERPLEXITY: o.perplexity = optarg; break;
+        case 'p': o.prompt = optarg; break;
+        case 'q': cli_verbosity = 0; break;
+        case OPT_REPEAT_LAST_N:
+            o.repeat_last_n = (int32_t)cli_parse_i64(optarg, -1, (int64_t)1 << 24, "--repeat-last-n",
+                                                     false);
+            break;
+        case OPT_REPEAT_PENALTY:
+            o.sp.repeat_penalty = (float)cli_parse_double(optarg, 1e-3, 1e3, "--repeat-penalty");
+            break;
+        case OPT_SEED:
+            o.sp.seed = (uint64_t)cli_parse_i64(optarg, 0, INT64_MAX, "--seed", false);
+            seed_set = true;
+            break;
+        case OPT_SYSTEM: o.system = optarg; break;
+        case 't': o.threads = (int)cli_parse_i64(optarg, 1, 1024, "--threads", false); break;
+        case OPT_TEMP: o.sp.temp = (float)cli_parse_double(optarg, 0, 1e6, "--temp"); break;
+        case OPT_TOP_K: o.sp.top_k = (int32_t)cli_parse_i64(optarg, 0, INT32_MAX, "--top-k", false); break;
+        case OPT_TOP_P: o.sp.top_p = (float)cli_parse_double(optarg, 0, 1, "--top-p"); break;
+        case 'v': cli_verbosity = 2; break;
+        case 'V':
+            printf("generate (llmkit) %s\n", LLMKIT_VERSION);
+            cli_finish_stdout();
+            return RC_OK;
+        default:
+            fprintf(stderr, "%s\n", usage_line);
+            return RC_USAGE;
+        }
+    }
+    if (optind < argc)
+        usage_error(usage_line, "unexpected operand '%s' (the prompt goes after -p)", argv[optind]);
+    if (!o.model)
+        usage_error(usage_line, "no model given (-m)");
+    if (o.prompt && o.prompt_file)
+        usage_error(usage_line, "-p and -f are exclusive");
+    if (o.system && !o.chat)
+        usage_error(usage_line, "--system needs --chat");
+    if (o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n))
+        usage_error(usage_line, "--perplexity takes no prompt, --chat or -n");
+    if (have_chunks && !o.perplexity)
+        usage_error(usage_line, "--chunks needs --perplexity");
+    if (!seed_set)
+        o.sp.seed = random_seed();
+    o.progress = o.json ? NULL : on_progress;   /* no bar with --json (STYLE) */
+    o.info = on_info;
+    o.warn = on_warn;
+
+    rc = run_generate(&o, &r, &d);
+    if (rc)
+        die(rc_from_st(rc), "%s", d.msg);
+    if (cli_verbosity >= 1)
+        print_stats(&r);
+    cli_finish_stdout();
+    return RC_OK;
+}
