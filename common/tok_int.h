@@ -30,6 +30,10 @@ struct tok_trie {
     uint8_t byte;
 };
 
+/* special tokens longer than this are found with memmem instead of the trie,
+ * so that the trie walk at each text position stays short */
+#define TOK_TRIE_MAX_LEN 256
+
 struct tok_priv {
     char *text;               /* all token strings, each followed by a NUL */
     size_t text_len;
@@ -45,6 +49,8 @@ struct tok_priv {
     struct tok_trie *trie;
     uint32_t n_trie, cap_trie;
     uint32_t trie_root[256];
+    uint32_t *long_special;   /* indices into special of the longer texts */
+    uint32_t n_long;
     /* SPM byte fallback: token of <0xXX> (else of the one-byte string);
      * BPE: token of the one-byte string.  -1 = none. */
     int32_t byte_tok[256];

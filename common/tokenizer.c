@@ -489,6 +489,13 @@ build_special(struct tokenizer *t, struct diag *d)
         uint32_t node = 0, k;
 
         p->special_rank[p->special[i]] = i;
+        if (e->len > TOK_TRIE_MAX_LEN) {
+            if (!p->long_special &&
+                !(p->long_special = malloc(p->n_special * sizeof(*p->long_special))))
+                return diag_set(d, ST_NOMEM, "out of memory");
+            p->long_special[p->n_long++] = i;
+            continue;
+        }
         for (k = 0; k < e->len; k++) {
             uint32_t c = node == 0 ? p->trie_root[s[k]] : p->trie[node].child;
 
@@ -571,8 +578,20 @@ build_pieces(struct tokenizer *t, struct diag *d)
                         buf[len++] = s[k];
                     }
                 }
-            } else if (tok_bpe_decode_text(s, e->len, &buf, &len, &cap) < 0) {
-                goto nomem;
+            } else {
+                /* each character outside GPT-2's byte table becomes
+                 * "[UNK_BYTE_0x..<whole token>]" (llama.cpp): bound that */
+                size_t bad = 0, i = 0;
+
+                while (i < e->len)
+                    bad += tok_unicode_byte(tok_utf8_next(s, e->len, &i)) < 0;
+                if (bad && (size_t)e->len * bad > ((size_t)16 << 20)) {
+                    free(buf);
+                    return diag_set(d, ST_FORMAT, "%s: token %d is %u bytes of characters that "
+                                    "are not byte-level BPE", KEY_TOKENS, id, e->len);
+                }
+                if (tok_bpe_decode_text(s, e->len, &buf, &len, &cap) < 0)
+                    goto nomem;
             }
         } else if (a & TOK_ATTR_BYTE) {
             buf[len++] = (char)byte_value(s, e->len);
@@ -791,6 +810,7 @@ tok_release(struct tokenizer *t)
         free(p->special);
         free(p->special_rank);
         free(p->trie);
+        free(p->long_special);
         free(p);
     }
     memset(t, 0, sizeof(*t));
@@ -904,8 +924,8 @@ partition(const struct tokenizer *t, const char *text, size_t len, bool parse_sp
         occurs = calloc((p->n_special + 7) / 8, 1);
         if (!occurs)
             goto out;
-        /* which special tokens occur at all (each walk is at most the length
-         * of the longest special token) */
+        /* which special tokens occur at all (each walk is at most
+         * TOK_TRIE_MAX_LEN long; longer tokens are looked for with memmem) */
         for (i = 0; i < len; i++) {
             uint32_t node = p->trie_root[(uint8_t)text[i]];
             size_t j = i + 1;
@@ -924,6 +944,14 @@ partition(const struct tokenizer *t, const char *text, size_t len, bool parse_sp
                     node = p->trie[node].sibling;
                 j++;
             }
+        }
+        for (k = 0; k < p->n_long; k++) {
+            uint32_t r = p->long_special[k];
+            const struct tok_entry *e = &p->tok[p->special[r]];
+
+            if (special_active(p, p->special[r], parse_special) &&
+                memmem(text, len, p->text + e->off, e->len))
+                occurs[r >> 3] |= (uint8_t)(1u << (r & 7));
         }
         for (k = 0; k < p->n_special; k++) {
             struct frags tmp;

@@ -8,7 +8,10 @@
  * from $LLMKIT_SHARED/vocab (default ../shared/vocab) when present.
  *
  * Input: byte 0 picks the vocabulary (low 4 bits) and the flags (bit 4
- * add_special, bit 5 parse_special); the rest is the text.  For each input:
+ * add_special, bit 5 parse_special); the rest is the text.  When the top two
+ * bits of byte 0 are both set, the rest is instead a GGUF file whose
+ * vocabulary is loaded (tok_load must accept or reject it cleanly) and, when
+ * it loads, used on a fixed text.  For each text input:
  *   - every id is in range, BOS/EOS appear as the flags say;
  *   - the shortcut path and the reference path (tok_int.h) give the same ids;
  *   - decoding works with every flag combination;
@@ -27,6 +30,7 @@
 #include "gguf.h"
 #include "tok_int.h"
 #include "tokenizer.h"
+#include "xio.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -223,6 +227,36 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     if (size < 1 || size > 65536)
         return 0;
+    if ((data[0] & 0xC0) == 0xC0) {
+        static const char sample[] = "Hello <|im_start|> w\xc3\xb6rld\n\n  12345 \xf0\x9f\xa6\x99";
+        struct src s;
+        struct gguf g;
+        struct tokenizer lt;
+
+        src_open_mem(&s, data + 1, size - 1, "fuzz");
+        if (gguf_read(&g, &s, &d) == 0) {
+            if (tok_load(&lt, &g, &d) == 0) {
+                for (k = 0; k < 4; k++) {
+                    if (tok_encode(&lt, sample, sizeof(sample) - 1, k & 1, k & 2, &ids, &d) < 0)
+                        die("tok_encode (loaded vocabulary)", &d);
+                    for (i = 0; i < ids.n; i++)
+                        if (ids.v[i] < 0 || ids.v[i] >= lt.n_vocab)
+                            die("id out of range (loaded vocabulary)", NULL);
+                    if (tok_decode(&lt, ids.v, ids.n, k & 1, k & 2, &dec, &pl, &d) < 0)
+                        die("tok_decode (loaded vocabulary)", &d);
+                    free(dec);
+                    ids.n = 0;
+                }
+                tok_ids_release(&ids);
+                tok_release(&lt);
+            } else if (lt.p) {
+                die("tok_load failed but left memory", NULL);
+            }
+            gguf_release(&g);
+        }
+        src_close(&s);
+        return 0;
+    }
     v = (data[0] & 15) % n_vocabs;
     t = &vocabs[v];
     add_special = data[0] & 16;

@@ -436,6 +436,20 @@ test_partition(void)
     EXPECT(&t, "<x>", false, false, '<', 'x', '>');
     EXPECT(&t, "<x>", false, true, X);
     tok_release(&t);
+
+    /* special texts longer than the trie's limit are found too */
+    {
+        static char longtok[400], text[500];
+        const char *ex[] = {longtok, "<a>"};
+        const int32_t ty[] = {4, 4};
+
+        memset(longtok, 'q', 300);
+        memcpy(longtok, "<a>", 3);
+        snprintf(text, sizeof(text), "z%sz<a>", longtok);
+        bpe_vocab(&t, "gpt-2", ex, 2, (const char *const[]){"x y"}, 1, ty);
+        EXPECT(&t, text, false, false, 'z', 256, 'z', 257);
+        tok_release(&t);
+    }
 }
 
 static void
