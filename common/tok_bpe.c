@@ -5,9 +5,8 @@
  * Pre-tokenizer.  The patterns below are llama.cpp's, in its notation; at
  * load time each is translated for PCRE2 (UTF + UCP):
  *   \s, \S          -> llama.cpp's whitespace: the 25 White_Space code points
- *                      (PCRE2's \s differs: it has no U+0085 and, with UCP,
- *                      includes nothing else llama.cpp lacks, but we do not
- *                      rely on that);
+ *                      (PCRE2's \s with UCP also matches U+180E, which
+ *                      llama.cpp's table does not);
  *   \p{Lu} etc.     -> \p{L}: llama.cpp folds all letter classes together;
  *   $               -> end of the piece only (PCRE2_DOLLAR_ENDONLY).
  * \p{L}, \p{N}, \p{P}, \p{M} keep their meaning: llama.cpp's category bytes

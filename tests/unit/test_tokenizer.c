@@ -409,6 +409,23 @@ test_bpe(void)
         tok_release(&t);
     }
 
+    /* U+180E is not whitespace for llama.cpp (PCRE2's own \s says it is):
+     * "\u180e!" is one piece, so its last byte character (U+0130 for 0x8E)
+     * merges with "!" */
+    {
+        static const char *const ex4[] = {"\xc4\xb0!"};
+        static const char *const m4[] = {"\xc4\xb0 !"};
+        static const int32_t ty4[] = {1};
+
+        bpe_vocab(&t, "gpt-2", ex4, 1, m4, 1, ty4);
+        EXPECT(&t, "\xe1\xa0\x8e!", false, false, 0xE1, 0xA0, 256);
+        EXPECT(&t, " \xe1\xa0\x8e!", false, false, ' ', 0xE1, 0xA0, 256);
+        tok_release(&t);
+        bpe_vocab(&t, "llama-bpe", ex4, 1, m4, 1, ty4);
+        EXPECT(&t, "\xe1\xa0\x8e!", false, false, 0xE1, 0xA0, 256);
+        tok_release(&t);
+    }
+
     /* no pre-tokenizer name: the default one, with a warning */
     bpe_vocab(&t, NULL, extra, 9, m1, 4, types);
     CHECK(!strcmp(t.pre, "default"));
