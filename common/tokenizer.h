@@ -34,13 +34,16 @@
  * PCRE2 10.42), which PCRE2 sees as unassigned.  Text is decoded like
  * llama.cpp does (invalid UTF-8 bytes become U+FFFD before byte-level BPE;
  * surrogates and overlong forms are accepted); lead bytes F5-F7, which make
- * llama.cpp throw, become U+FFFD here.  SPM works on bytes and is lossless.
+ * llama.cpp throw, become U+FFFD here.  So byte-level BPE gives back valid
+ * UTF-8 exactly; SPM with byte fallback does too, except that a literal
+ * U+2581 in the text decodes as a space (as in llama.cpp).
  *
  * Decoding follows llama_token_to_piece / llama_detokenize: CONTROL and
  * UNKNOWN tokens print only when asked (unparse_special), NORMAL SPM tokens
  * turn U+2581 back into spaces, BYTE tokens give their byte, byte-level BPE
- * tokens go through the inverse byte map; one leading space is removed after
- * a BOS-less start when add_space_prefix is set; vocabularies with
+ * tokens go through the inverse byte map; with add_space_prefix the first
+ * piece loses one leading space (not when remove_special dropped a leading
+ * BOS - llama.cpp's rule); vocabularies with
  * clean_spaces (gpt-2, llama-bpe, ...; not smollm, qwen2) get llama.cpp's
  * clean-up of " ." " ," " 's" etc.
  *
@@ -49,7 +52,10 @@
  * (<|im_end|>, <|eot_id|>, <end_of_turn>, <|endoftext|>, <|end|>, ...).
  *
  * A loaded tokenizer is read-only: tok_encode() and tok_decode() may run
- * concurrently on one tokenizer from several threads.
+ * concurrently on one tokenizer from several threads.  Speed: about 0.1-0.3 s
+ * for the 1.3 MB wikitext-2 test file with any of the test vocabularies
+ * (a per-call word cache and, for SPM, merging word by word where no token
+ * can cross - both exact, see tok_spm.c and tok_cache.c).
  */
 #ifndef LLMKIT_TOKENIZER_H
 #define LLMKIT_TOKENIZER_H
