@@ -5,7 +5,10 @@
  * The angle of pair i is computed as ggml_rope_cache_init does:
  * theta starts at pos and is multiplied by base^(-2/n_rot) once per pair
  * (in f32), divided by the pair's frequency factor, then scaled by
- * freq_scale.  The same angles therefore come out as in llama.cpp.
+ * freq_scale.  The same angles therefore come out as in llama.cpp.  The
+ * rotation is x0' = fma(x0, cos, -(x1 sin)), x1' = fma(x0, sin, x1 cos),
+ * which is what ggml's x86 (FMA) build computes: with it our rotated q and k
+ * are bit-identical to llama.cpp's.
  */
 #include <math.h>
 #include <stdint.h>
@@ -31,8 +34,8 @@ ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
         for (int64_t h = 0; h < n_heads; h++) {
             float *xh = x + h * head_dim;
             float x0 = xh[a], x1 = xh[b];
-            xh[a] = x0 * c - x1 * s;
-            xh[b] = x0 * s + x1 * c;
+            xh[a] = fmaf(x0, c, -(x1 * s));
+            xh[b] = fmaf(x0, s, x1 * c);
         }
         theta_extrap *= theta_scale;
     }
