@@ -417,12 +417,19 @@ struct bbigram {
     uint32_t size;
 };
 
-struct bpe {
+/* Buffers, regex state and the word cache of one tok_encode call, reused
+ * across its fragments. */
+struct tok_bpe_state {
     const struct tokenizer *t;
     /* regex state */
     pcre2_match_data *md;
     pcre2_match_context *mctx;
     pcre2_jit_stack *jstack;
+    /* the fragment: code points and the UTF-8 subject */
+    uint32_t *cpt;
+    char *subj;
+    size_t text_cap;
+    struct pieces a, b;
     /* one word */
     char *word;
     size_t word_cap;
@@ -440,7 +447,7 @@ bheap_before(const struct bbigram *a, const struct bbigram *b)
 }
 
 static int
-bheap_push(struct bpe *w, struct bbigram b)
+bheap_push(struct tok_bpe_state *w, struct bbigram b)
 {
     size_t i;
 
@@ -465,7 +472,7 @@ bheap_push(struct bpe *w, struct bbigram b)
 }
 
 static struct bbigram
-bheap_pop(struct bpe *w)
+bheap_pop(struct tok_bpe_state *w)
 {
     struct bbigram top = w->heap[0], last = w->heap[--w->n_heap];
     size_t i = 0, n = w->n_heap;
@@ -488,7 +495,7 @@ bheap_pop(struct bpe *w)
 }
 
 static int
-add_bigram(struct bpe *w, int32_t l, int32_t r)
+add_bigram(struct tok_bpe_state *w, int32_t l, int32_t r)
 {
     int32_t rank;
 
@@ -503,7 +510,7 @@ add_bigram(struct bpe *w, int32_t l, int32_t r)
 
 /* Merges one byte-encoded word of n bytes (in w->word) and emits its tokens. */
 static int
-bpe_word(struct bpe *w, size_t n, struct tok_ids *out)
+bpe_word(struct tok_bpe_state *w, size_t n, struct tok_ids *out)
 {
     const struct tok_priv *p = w->t->p;
     size_t i, nsym = 0;
@@ -572,7 +579,7 @@ bpe_word(struct bpe *w, size_t n, struct tok_ids *out)
 
 /* One regex over the pieces of *in -> *out (matches and gaps, in order). */
 static int
-split(struct bpe *w, const pcre2_code *re, const char *subj, const struct pieces *in,
+split(struct tok_bpe_state *w, const pcre2_code *re, const char *subj, const struct pieces *in,
       struct pieces *out, struct diag *d)
 {
     size_t i;
@@ -629,15 +636,34 @@ split(struct bpe *w, const pcre2_code *re, const char *subj, const struct pieces
     return 0;
 }
 
+void
+tok_bpe_state_free(struct tok_bpe_state *w)
+{
+    if (!w)
+        return;
+    free(w->cpt);
+    free(w->subj);
+    free(w->a.v);
+    free(w->b.v);
+    free(w->word);
+    free(w->sym);
+    free(w->heap);
+    tok_wcache_release(&w->cache);
+    if (w->md)
+        pcre2_match_data_free(w->md);
+    if (w->mctx)
+        pcre2_match_context_free(w->mctx);
+    if (w->jstack)
+        pcre2_jit_stack_free(w->jstack);
+    free(w);
+}
+
 int
-tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out,
-               struct diag *d)
+tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const char *text,
+               size_t len, struct tok_ids *out, struct diag *d)
 {
     const struct tok_priv *p = t->p;
-    struct bpe w = {.t = t};
-    struct pieces a = {0}, b = {0};
-    uint32_t *cpt = NULL;
-    char *subj = NULL;
+    struct tok_bpe_state *w = *state;
     size_t n_cpt = 0, n_subj = 0, i, c;
     int rc = -ST_NOMEM, r;
 
@@ -645,98 +671,93 @@ tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct t
         return 0;
     if (len > SIZE_MAX / 4)
         return diag_set(d, ST_NOMEM, "text too large");
-    cpt = malloc(len * sizeof(*cpt));
-    subj = malloc(3 * len + 1);
-    w.md = pcre2_match_data_create(32, NULL);
-    if (!cpt || !subj || !w.md)
-        goto nomem;
+    if (!w) {
+        w = *state = calloc(1, sizeof(*w));
+        if (!w || !(w->md = pcre2_match_data_create(32, NULL)))
+            goto nomem;
+        w->t = t;
+    }
+    if (len > w->text_cap) {
+        uint32_t *nc = realloc(w->cpt, len * sizeof(*nc));
+        char *ns = realloc(w->subj, 3 * len + 1);
+
+        if (nc)
+            w->cpt = nc;
+        if (ns)
+            w->subj = ns;
+        if (!nc || !ns)
+            goto nomem;
+        w->text_cap = len;
+    }
     for (i = 0; i < len;) {
         uint32_t cp = tok_utf8_next(text, len, &i);
 
-        cpt[n_cpt++] = cp;
-        n_subj += tok_utf8_put(cp >= 0xD800 && cp <= 0xDFFF ? 0xE000 : cp, subj + n_subj);
+        w->cpt[n_cpt++] = cp;
+        n_subj += tok_utf8_put(cp >= 0xD800 && cp <= 0xDFFF ? 0xE000 : cp, w->subj + n_subj);
     }
-    subj[n_subj] = '\0';
-    if (piece_push(&a, 0, n_subj) < 0)
+    w->subj[n_subj] = '\0';
+    w->a.n = 0;
+    if (piece_push(&w->a, 0, n_subj) < 0)
         goto nomem;
     for (r = 0; r < p->n_re; r++) {
         struct pieces tmp;
 
-        rc = split(&w, p->re[r], subj, &a, &b, d);
+        rc = split(w, p->re[r], w->subj, &w->a, &w->b, d);
         if (rc < 0) {
             if (rc == -ST_NOMEM)
                 goto nomem;
-            goto out;
+            return rc;
         }
-        tmp = a;
-        a = b;
-        b = tmp;
+        tmp = w->a;
+        w->a = w->b;
+        w->b = tmp;
     }
     /* byte-encode each piece and merge it */
     c = 0;
-    for (i = 0; i < a.n; i++) {
-        size_t k, nw = 0, need;
+    for (i = 0; i < w->a.n; i++) {
+        const struct piece *pc = &w->a.v[i];
+        size_t k, nw = 0, need, from = out->n;
+        uint32_t h;
+        bool hit;
 
-        need = (a.v[i].e - a.v[i].s) * 2 + 8;   /* every byte -> at most 2 */
-        if (need > w.word_cap) {
-            char *nb = realloc(w.word, need);
+        need = (pc->e - pc->s) * 2 + 8;       /* every byte -> at most 2 */
+        if (need > w->word_cap) {
+            char *nb = realloc(w->word, need);
             if (!nb)
                 goto nomem;
-            w.word = nb;
-            w.word_cap = need;
+            w->word = nb;
+            w->word_cap = need;
         }
         /* the code points of this piece: one per UTF-8 lead byte */
-        for (k = a.v[i].s; k < a.v[i].e; k++) {
+        for (k = pc->s; k < pc->e; k++) {
             char u[4];
             size_t m, j;
 
-            if (((uint8_t)subj[k] & 0xC0) == 0x80)
+            if (((uint8_t)w->subj[k] & 0xC0) == 0x80)
                 continue;
-            m = tok_utf8_put(cpt[c++], u);
+            m = tok_utf8_put(w->cpt[c++], u);
             for (j = 0; j < m; j++) {
                 const char *bu = tok_byte_utf8[(uint8_t)u[j]];
 
-                w.word[nw++] = bu[0];
+                w->word[nw++] = bu[0];
                 if (bu[1])
-                    w.word[nw++] = bu[1];
+                    w->word[nw++] = bu[1];
             }
         }
-        {
-            uint32_t h = tok_hash(TOK_HASH_INIT, w.word, nw);
-            size_t from = out->n;
-            bool hit;
-
-            hit = false;
-            if (!p->reference && tok_wcache_get(&w.cache, w.word, nw, h, out, &hit) < 0)
+        h = tok_hash(TOK_HASH_INIT, w->word, nw);
+        hit = false;
+        if (!p->reference && tok_wcache_get(&w->cache, w->word, nw, h, out, &hit) < 0)
+            goto nomem;
+        if (!hit) {
+            if (bpe_word(w, nw, out) < 0)
                 goto nomem;
-            if (!hit) {
-                if (bpe_word(&w, nw, out) < 0)
-                    goto nomem;
-                if (!p->reference)
-                    tok_wcache_put(&w.cache, w.word, nw, h, out->v + from, out->n - from);
-            }
+            if (!p->reference)
+                tok_wcache_put(&w->cache, w->word, nw, h, out->v + from, out->n - from);
         }
     }
-    rc = 0;
-    goto out;
+    return 0;
 nomem:
-    rc = diag_set(d, ST_NOMEM, "out of memory tokenizing %zu bytes", len);
-out:
-    free(cpt);
-    free(subj);
-    free(a.v);
-    free(b.v);
-    free(w.word);
-    free(w.sym);
-    free(w.heap);
-    tok_wcache_release(&w.cache);
-    if (w.md)
-        pcre2_match_data_free(w.md);
-    if (w.mctx)
-        pcre2_match_context_free(w.mctx);
-    if (w.jstack)
-        pcre2_jit_stack_free(w.jstack);
-    return rc;
+    return diag_set(d, ST_NOMEM, "out of memory tokenizing %zu bytes", len);
 }
 
 /* ---- decoding ---- */

@@ -163,9 +163,11 @@ void tok_spm_state_free(struct tok_spm_state *st);
  * clean_spaces, ignore_merges; bos for chatglm4).  -ST_FORMAT / -ST_NOMEM. */
 int tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct diag *d);
 
-/* tok_bpe_encode() : one raw fragment. */
-int tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out,
-                   struct diag *d);
+/* tok_bpe_encode() : one raw fragment; *state as for tok_spm_encode. */
+struct tok_bpe_state;
+int tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const char *text,
+                   size_t len, struct tok_ids *out, struct diag *d);
+void tok_bpe_state_free(struct tok_bpe_state *st);
 
 /* tok_bpe_release() : frees merges and regexes. */
 void tok_bpe_release(struct tok_priv *p);

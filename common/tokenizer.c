@@ -784,7 +784,11 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
         t->nl = t->p->byte_tok['\n'] >= 0 ? t->p->byte_tok['\n'] : t->pad;
     } else {
         /* before any special token is known, as llama.cpp does it */
-        if ((rc = tok_bpe_encode(t, "\n", 1, &nl, d)) < 0)
+        struct tok_bpe_state *st = NULL;
+
+        rc = tok_bpe_encode(t, &st, "\n", 1, &nl, d);
+        tok_bpe_state_free(st);
+        if (rc < 0)
             goto fail;
         t->nl = nl.n ? nl.v[0] : t->pad;
         tok_ids_release(&nl);
@@ -981,6 +985,7 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_spe
 {
     struct frags f = {0};
     struct tok_spm_state *spm = NULL;
+    struct tok_bpe_state *bpe = NULL;
     size_t n0 = out->n, i;
     bool prev_special = true;
     int rc;
@@ -1007,7 +1012,7 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_spe
             if (rc < 0)
                 goto nomem;
         } else {
-            rc = tok_bpe_encode(t, text + f.v[i].off, f.v[i].len, out, d);
+            rc = tok_bpe_encode(t, &bpe, text + f.v[i].off, f.v[i].len, out, d);
             if (rc < 0)
                 goto out;
         }
@@ -1024,6 +1029,7 @@ out:
         out->n = n0;
     free(f.v);
     tok_spm_state_free(spm);
+    tok_bpe_state_free(bpe);
     return rc;
 }
 

@@ -960,6 +960,39 @@ test_real_models(void)
         TEXTS(&t, "Hello world", true, false, "Hello", G "world");
         TEXTS(&t, "<|im_start|>user\nHi<|im_end|>\n", false, true, "<|im_start|>", "user",
               "\xc4\x8a", "Hi", "<|im_end|>", "\xc4\x8a");
+        /* a text dense with special tokens (many small fragments) is as fast
+         * and gives the same ids on both paths */
+        {
+            static const char *const bits[] = {"<|im_start|>", "<|im_end|>", "\n\n", "  ",
+                                               "x", "<repo_name>", " word"};
+            size_t cap = 1 << 20, n = 0;
+            char *text = malloc(cap);
+            struct tok_ids fast = {0}, ref = {0};
+            struct diag d = {{0}};
+            uint32_t r = 1;
+            double t0;
+
+            while (n + 16 < cap) {
+                const char *b;
+
+                r = r * 1103515245u + 12345u;
+                b = bits[(r >> 16) % 7];
+                memcpy(text + n, b, strlen(b));
+                n += strlen(b);
+            }
+            t0 = now_s();
+            CHECK(tok_encode(&t, text, n, true, true, &fast, &d) == 0);
+            fprintf(stderr, "special-dense text: %zu bytes -> %zu tokens in %.3f s\n", n,
+                    fast.n, now_s() - t0);
+            CHECK(now_s() - t0 < 5.0);
+            t.p->reference = true;
+            CHECK(tok_encode(&t, text, n, true, true, &ref, &d) == 0);
+            t.p->reference = false;
+            CHECK(ids_equal(&ref, fast.v, fast.n));
+            tok_ids_release(&fast);
+            tok_ids_release(&ref);
+            free(text);
+        }
         /* parse_special off: the markers are plain text */
         {
             struct tok_ids ids = {0};
