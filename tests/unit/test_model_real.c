@@ -25,7 +25,14 @@
 #include "t.h"
 
 #define GOLDEN "tests/golden/generate/smollm2-greedy.json"
-#define NEAR_TIE 0.05           /* logit margin below which llama.cpp and we may differ */
+/* Logit margin below which llama.cpp and we may pick different tokens.
+ * SmolLM2 is very sensitive to rounding (its residual stream carries values
+ * of 2e4): llama.cpp's own two attention paths (flash attention on/off)
+ * disagree on 2 of these golden steps, at margins 0.19 and 0.21.  Our
+ * matmul, norm, rope and attention arithmetic is bit-identical with
+ * llama.cpp's x86 build, but its SiLU uses a vectorized exp approximation
+ * that differs from libm's expf in the last bit. */
+#define NEAR_TIE 0.25
 
 static int
 argmax(const float *x, int64_t n)
