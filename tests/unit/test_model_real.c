@@ -29,9 +29,10 @@
  * SmolLM2 is very sensitive to rounding (its residual stream carries values
  * of 2e4): llama.cpp's own two attention paths (flash attention on/off)
  * disagree on 2 of these golden steps, at margins 0.19 and 0.21.  Our
- * matmul, norm, rope and attention arithmetic is bit-identical with
- * llama.cpp's x86 build, but its SiLU uses a vectorized exp approximation
- * that differs from libm's expf in the last bit. */
+ * integer dot products, norms and rope are bit-identical with llama.cpp's
+ * x86 build; f32 summation orders differ, and its SiLU uses a vectorized exp
+ * approximation that differs from libm's expf in the last bit, so
+ * last-bit differences are always present. */
 #define NEAR_TIE 0.25
 
 static int
