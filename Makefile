@@ -185,5 +185,7 @@ help:
 	@echo "         asan ubsan fuzz install uninstall clean help"
 	@echo "knobs:   CUDA=auto|0|1 OPENBLAS=auto|0|1 ZSTD=auto|0|1 PREFIX DESTDIR PROGRAM_PREFIX"
 
--include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d)
+-include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) \
+         $(UNIT_SRC:%.c=$(BUILD)/%.d) $(KTEST_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
+         $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d
 .SECONDARY:
