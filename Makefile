@@ -131,7 +131,7 @@ check-fuzz: $(REPLAY_BIN)
 	@scripts/run-replay $(REPLAY_BIN)
 
 check-cli: all fixtures
-	@LLMKIT_BIN=$(abspath $(BIN)) bats --print-output-on-failure tests/cli
+	@LLMKIT_BIN=$(abspath $(BIN)) LLMKIT_SAN=$(SAN) bats --print-output-on-failure tests/cli
 
 man-lint:
 	@scripts/man-lint

@@ -22,3 +22,9 @@ need_model() {
     fi
     echo "$f"
 }
+
+# not_under_sanitizer : skips a slow numeric check in the sanitizer builds
+# (`make asan`/`make ubsan` set LLMKIT_SAN); the plain `make check` runs it.
+not_under_sanitizer() {
+    [ -z "${LLMKIT_SAN:-}" ] || skip "numeric golden: checked by the plain build, too slow under $LLMKIT_SAN"
+}
