@@ -467,7 +467,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             r->ttft_ms = (t_first - t_start) * 1000.0;
             t_dec0 = t_first;
         }
-        if (tok_is_eog(g->tok, t)) {
+        if (!o->ignore_eos && tok_is_eog(g->tok, t)) {
             r->finish_reason = "stop";
             break;
         }

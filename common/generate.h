@@ -36,6 +36,7 @@ struct generate_opts {
     bool force;                 /* replace an existing -o file */
     int64_t n_predict;          /* -n: tokens to generate; < 0 = until EOS or context full */
     bool chat;                  /* wrap the prompt in the model's chat template */
+    bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     const char *system;         /* system message for chat (NULL = none) */
     struct sample_params sp;    /* sampling; sp.seed is used as given */
     int32_t repeat_last_n;      /* -1 = the whole context, else >= 0 (copied into sp) */

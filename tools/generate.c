@@ -35,6 +35,7 @@ static const char help_text[] =
     "\n"
     "Generation:\n"
     "  -n, --n-predict N       tokens to generate (default -1: until end of text or --ctx)\n"
+    "      --ignore-eos        do not stop at end-of-generation tokens (for benchmarks)\n"
     "      --temp T            temperature; 0 = greedy (default 0.8)\n"
     "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
     "      --top-p P           keep the smallest set with mass >= P; 1 = off (default 0.95)\n"
@@ -64,7 +65,7 @@ static const char help_text[] =
     "  -V, --version           print the version\n";
 
 enum {
-    OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_JSON, OPT_KERNEL, OPT_KV_MEM, OPT_MIN_P,
+    OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM, OPT_MIN_P,
     OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
     OPT_TOP_K, OPT_TOP_P,
 };
@@ -76,6 +77,7 @@ static const struct option longopts[] = {
     { "file", required_argument, NULL, 'f' },
     { "force", no_argument, NULL, OPT_FORCE },
     { "help", no_argument, NULL, 'h' },
+    { "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
     { "json", no_argument, NULL, OPT_JSON },
     { "kernel", required_argument, NULL, OPT_KERNEL },
     { "kv-mem", required_argument, NULL, OPT_KV_MEM },
@@ -173,6 +175,7 @@ main(int argc, char **argv)
         case OPT_CTX: o.ctx = cli_parse_i64(optarg, 1, (int64_t)1 << 24, "--ctx", true); break;
         case 'f': o.prompt_file = optarg; break;
         case OPT_FORCE: o.force = true; break;
+        case OPT_IGNORE_EOS: o.ignore_eos = true; break;
         case 'h':
             fputs(help_text, stdout);
             fputc('\n', stdout);

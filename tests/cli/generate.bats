@@ -393,3 +393,8 @@ bad = [(i, a, b) for i, (a, b) in enumerate(zip(o, t)) if abs(a - b) / b > 0.01]
 assert not bad, bad[:5]
 EOF
 }
+
+@test "--ignore-eos generates exactly -n tokens" {
+    run -0 --separate-stderr generate -m "$TINY" -p "the" --temp 0 -n 24 --ignore-eos --json
+    jq -e '.completion_tokens == 24 and .finish_reason == "length"' <<<"$output"
+}
