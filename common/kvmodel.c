@@ -516,54 +516,6 @@ kv_dist_name(enum kv_dist k)
     return ((int)k >= 0 && k < KV_DIST_COUNT) ? dist_names[k] : "?";
 }
 
-static uint64_t
-splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-void
-kv_rng_seed(struct kv_rng *r, uint64_t seed)
-{
-    int i;
-
-    for (i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&seed);
-}
-
-static uint64_t
-rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-uint64_t
-kv_rng_next(struct kv_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t out = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return out;
-}
-
-double
-kv_rng_unit(struct kv_rng *r)
-{
-    /* 53 random bits, shifted half a step off 0: never 0 or 1 */
-    return ((double)(kv_rng_next(r) >> 11) + 0.5) * 0x1p-53;
-}
-
 static int64_t
 to_len(double x)
 {
@@ -575,9 +527,9 @@ to_len(double x)
 }
 
 int64_t
-kv_dist_sample(enum kv_dist k, double mean, double shape, struct kv_rng *r)
+kv_dist_sample(enum kv_dist k, double mean, double shape, struct rng *r)
 {
-    double u = kv_rng_unit(r);
+    double u = rng_unit_open(r);
 
     if (!(mean >= 1.0))
         mean = 1.0;
@@ -598,7 +550,7 @@ kv_dist_sample(enum kv_dist k, double mean, double shape, struct kv_rng *r)
     case KV_DIST_LOGNORMAL: {
         /* E[exp(N(mu, s^2))] = exp(mu + s^2 / 2) */
         double s = shape > 0 ? shape : 1.0;
-        double u2 = kv_rng_unit(r);
+        double u2 = rng_unit_open(r);
         double z = sqrt(-2.0 * log(u)) * cos(6.283185307179586 * u2);
         return to_len(exp(log(mean) - 0.5 * s * s + s * z));
     }
@@ -618,12 +570,12 @@ kv_workload_generate(enum kv_dist k, double mean_prompt, double mean_output, dou
                      int64_t max_len, uint64_t seed, struct kv_req *out, size_t n,
                      size_t *clipped)
 {
-    struct kv_rng rng;
+    struct rng rng;
     size_t i, nc = 0;
 
     if (max_len < 2)
         max_len = 2;
-    kv_rng_seed(&rng, seed);
+    rng_seed(&rng, seed);
     for (i = 0; i < n; i++) {
         int64_t p = kv_dist_sample(k, mean_prompt, shape, &rng);
         int64_t o = mean_output > 0 ? kv_dist_sample(k, mean_output, shape, &rng) : 0;

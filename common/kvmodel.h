@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "status.h"
 
 /* Limits a model description must respect (bigger values are refused as
@@ -244,21 +245,11 @@ enum kv_dist {
 int kv_dist_parse(const char *s);
 const char *kv_dist_name(enum kv_dist k);
 
-/* xoshiro256** (Blackman and Vigna) seeded through splitmix64: the same seed
- * gives the same stream on every platform. */
-struct kv_rng {
-    uint64_t s[4];
-};
-
-void kv_rng_seed(struct kv_rng *r, uint64_t seed);
-uint64_t kv_rng_next(struct kv_rng *r);
-/* kv_rng_unit() : uniform double in the open interval (0, 1). */
-double kv_rng_unit(struct kv_rng *r);
 
 /* kv_dist_sample() : one length >= 1 (not yet clipped) with the given mean
  * (>= 1) and shape (lognormal sigma, zipf tail exponent; ignored by the
  * others); capped at KV_MAX_LEN. */
-int64_t kv_dist_sample(enum kv_dist k, double mean, double shape, struct kv_rng *r);
+int64_t kv_dist_sample(enum kv_dist k, double mean, double shape, struct rng *r);
 
 /* kv_workload_generate() : n requests, prompt and output lengths drawn
  * independently (prompt first) with means mean_prompt and mean_output, then

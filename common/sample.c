@@ -21,56 +21,6 @@ sample_params_init(struct sample_params *p)
     p->seed = 0;
 }
 
-/* ---- random numbers: splitmix64 seeds xoshiro256** ---- */
-
-static uint64_t
-splitmix64(uint64_t *x)
-{
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t
-rotl(uint64_t x, int k)
-{
-    return (x << k) | (x >> (64 - k));
-}
-
-void
-sample_rng_seed(struct sample_rng *r, uint64_t seed)
-{
-    uint64_t x = seed;
-    int i;
-
-    for (i = 0; i < 4; i++)
-        r->s[i] = splitmix64(&x);
-}
-
-uint64_t
-sample_rng_next(struct sample_rng *r)
-{
-    uint64_t *s = r->s;
-    uint64_t result = rotl(s[1] * 5, 7) * 9;
-    uint64_t t = s[1] << 17;
-
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl(s[3], 45);
-    return result;
-}
-
-double
-sample_rng_uniform(struct sample_rng *r)
-{
-    return (double)(sample_rng_next(r) >> 11) * 0x1.0p-53;
-}
-
 /* ---- candidate sets ---- */
 
 /* a ranks before b: higher logit, or the same logit and a lower id. */
@@ -280,7 +230,7 @@ sample_temperature(struct sample_set *s, float t)
 }
 
 int32_t
-sample_draw(struct sample_set *s, struct sample_rng *r)
+sample_draw(struct sample_set *s, struct rng *r)
 {
     double u, total = 0.0, acc = 0.0;
     size_t i, last = 0;
@@ -288,7 +238,7 @@ sample_draw(struct sample_set *s, struct sample_rng *r)
     sample_softmax(s);
     for (i = 0; i < s->n; i++)
         total += s->c[i].p;
-    u = sample_rng_uniform(r) * total;
+    u = rng_uniform(r) * total;
     for (i = 0; i < s->n; i++) {
         if (s->c[i].p <= 0.0f)
             continue;
@@ -315,7 +265,7 @@ sample_argmax(const float *logits, int32_t n)
 
 struct sampler {
     struct sample_params p;
-    struct sample_rng rng;
+    struct rng rng;
     int32_t n_vocab;
     struct sample_cand *cand;   /* (n_vocab) */
     int32_t *hist;              /* ring of the last repeat_last_n tokens */
@@ -354,7 +304,7 @@ sampler_new(struct sampler **out, const struct sample_params *p, int32_t n_vocab
         sampler_free(s);
         return diag_set(d, ST_NOMEM, "sampler: out of memory");
     }
-    sample_rng_seed(&s->rng, p->seed);
+    rng_seed(&s->rng, p->seed);
     *out = s;
     return 0;
 }
@@ -385,7 +335,7 @@ sampler_reset(struct sampler *s, uint64_t seed)
 {
     s->hist_n = s->hist_pos = 0;
     s->p.seed = seed;
-    sample_rng_seed(&s->rng, seed);
+    rng_seed(&s->rng, seed);
 }
 
 int32_t

@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "rng.h"
 #include "status.h"
 
 struct sample_params {
@@ -40,21 +41,6 @@ struct sample_params {
 
 /* sample_params_init() : llama.cpp's defaults, listed above. */
 void sample_params_init(struct sample_params *p);
-
-/* ---- random numbers ---- */
-
-struct sample_rng {
-    uint64_t s[4];
-};
-
-/* sample_rng_seed() : xoshiro256** state from splitmix64(seed). */
-void sample_rng_seed(struct sample_rng *r, uint64_t seed);
-
-/* sample_rng_next() : the next 64-bit output. */
-uint64_t sample_rng_next(struct sample_rng *r);
-
-/* sample_rng_uniform() : a double in [0, 1) from the top 53 bits of one output. */
-double sample_rng_uniform(struct sample_rng *r);
 
 /* ---- candidate sets: the stages one by one ---- */
 
@@ -102,7 +88,7 @@ void sample_temperature(struct sample_set *s, float t);
 
 /* sample_draw() : softmax, then the token at a uniform point of the
  * cumulative distribution.  The set must not be empty. */
-int32_t sample_draw(struct sample_set *s, struct sample_rng *r);
+int32_t sample_draw(struct sample_set *s, struct rng *r);
 
 /* sample_argmax() : the id of the highest logit (the lowest id among ties). */
 int32_t sample_argmax(const float *logits, int32_t n);

@@ -269,7 +269,7 @@ test_simulate(void)
     struct kv_req r[200];
     struct kv_workload w;
     double slots[4], stored[4], frag[4];
-    struct kv_rng rng;
+    struct rng rng;
     size_t i;
     int p;
 
@@ -296,10 +296,10 @@ test_simulate(void)
     /* final: paged 12 slots for 9 tokens */
     CHECK_NEAR(w.pol[KV_POLICY_PAGED].final_waste, 0.25, 1e-12);
 
-    kv_rng_seed(&rng, 7);
+    rng_seed(&rng, 7);
     for (i = 0; i < 200; i++) {
-        r[i].prompt = (int64_t)(kv_rng_next(&rng) % 300);
-        r[i].output = (int64_t)(kv_rng_next(&rng) % 200);
+        r[i].prompt = (int64_t)(rng_next(&rng) % 300);
+        r[i].output = (int64_t)(rng_next(&rng) % 200);
         if (r[i].prompt + r[i].output == 0)
             r[i].prompt = 1;
     }
@@ -341,22 +341,22 @@ test_concurrency(void)
 static void
 test_dists(void)
 {
-    struct kv_rng a, b;
+    struct rng a, b;
     struct kv_req *r = malloc(20000 * sizeof(*r));
     int k, i;
     size_t clipped;
 
-    kv_rng_seed(&a, 42);
-    kv_rng_seed(&b, 42);
+    rng_seed(&a, 42);
+    rng_seed(&b, 42);
     for (i = 0; i < 100; i++)
-        CHECK(kv_rng_next(&a) == kv_rng_next(&b));
+        CHECK(rng_next(&a) == rng_next(&b));
     CHECK_EQ(kv_dist_parse("exponential"), KV_DIST_GEOMETRIC);
     CHECK_EQ(kv_dist_parse("pareto"), KV_DIST_ZIPF);
     CHECK_EQ(kv_dist_parse("normal"), -1);
     /* sample means land near the requested mean (heavy tails get more slack) */
     for (k = 0; k < KV_DIST_COUNT; k++) {
         double sum = 0, mean = 200;
-        kv_rng_seed(&a, 1);
+        rng_seed(&a, 1);
         for (i = 0; i < 200000; i++) {
             int64_t x = kv_dist_sample((enum kv_dist)k, mean, 0, &a);
             CHECK(x >= 1);

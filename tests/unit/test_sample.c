@@ -13,33 +13,33 @@
 static void
 test_rng(void)
 {
-    struct sample_rng a, b;
+    struct rng a, b;
     uint64_t x0, diff = 0;
     double sum = 0.0, lo = 1.0, hi = 0.0;
     int i;
 
     /* splitmix64 from state 0 first yields 0xe220a8397b1dcdaf (Vigna's
      * reference splitmix64.c); it is the first word of our state. */
-    sample_rng_seed(&a, 0);
+    rng_seed(&a, 0);
     CHECK(a.s[0] == 0xe220a8397b1dcdafULL);
     /* xoshiro256**: result = rotl(s1 * 5, 7) * 9 on the state before the step. */
     x0 = a.s[1] * 5;
     x0 = ((x0 << 7) | (x0 >> 57)) * 9;
-    CHECK(sample_rng_next(&a) == x0);
+    CHECK(rng_next(&a) == x0);
 
-    sample_rng_seed(&a, 12345);
-    sample_rng_seed(&b, 12345);
+    rng_seed(&a, 12345);
+    rng_seed(&b, 12345);
     for (i = 0; i < 1000; i++)
-        diff += sample_rng_next(&a) != sample_rng_next(&b);
+        diff += rng_next(&a) != rng_next(&b);
     CHECK_EQ(diff, 0);
-    sample_rng_seed(&b, 12346);
+    rng_seed(&b, 12346);
     diff = 0;
     for (i = 0; i < 100; i++)
-        diff += sample_rng_next(&a) != sample_rng_next(&b);
+        diff += rng_next(&a) != rng_next(&b);
     CHECK(diff > 95);
 
     for (i = 0; i < 100000; i++) {
-        double u = sample_rng_uniform(&a);
+        double u = rng_uniform(&a);
         sum += u;
         lo = u < lo ? u : lo;
         hi = u > hi ? u : hi;
@@ -312,16 +312,16 @@ test_determinism_and_greedy(void)
 {
     enum { NV = 1000, STEPS = 200 };
     static float l[STEPS][NV];
-    struct sample_rng g;
+    struct rng g;
     struct sample_params p;
     struct sampler *a, *b, *c;
     int32_t ta[STEPS];
     int i, j, same = 0, diff_c = 0;
 
-    sample_rng_seed(&g, 99);
+    rng_seed(&g, 99);
     for (i = 0; i < STEPS; i++)
         for (j = 0; j < NV; j++)
-            l[i][j] = (float)(sample_rng_uniform(&g) * 8.0 - 4.0);
+            l[i][j] = (float)(rng_uniform(&g) * 8.0 - 4.0);
 
     sample_params_init(&p);                  /* the default chain */
     p.seed = 42;
