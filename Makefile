@@ -60,7 +60,10 @@ LIBKERNELS  := $(BUILD)/libkernels.a
 LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
 
 # SIMD files get their own flags; the right one is picked at run time.
-$(BUILD)/kernels/cpu/%_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c
+# The AVX2 kernels mirror ggml-cpu's arithmetic bit for bit, and GCC builds
+# ggml-cpu (-std=gnu11/gnu++17 -mfma) with a*b+c contracted to FMA; so do we
+# here, with the same compiler, so that scalar tails round the same way.
+$(BUILD)/kernels/cpu/%_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c -ffp-contract=fast
 $(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
 
 .PHONY: all fixtures check check-unit check-kernels check-cli check-fuzz man-lint asan ubsan fuzz \
