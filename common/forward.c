@@ -519,7 +519,7 @@ model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
 
     /* per-thread attention scratch for this pool's block size */
     int64_t grp = hp->n_head / hp->n_head_kv;
-    int64_t need = m->ops->attn_scratch_floats(grp, kc->block_size, hp->head_dim_v);
+    int64_t need = m->ops->attn_scratch_floats(grp, kc->block_size, hp->head_dim, hp->head_dim_v);
     if (need > st->attn_scr_n) {
         int64_t cap = st->attn_scr_cap;
         if (!(p = grow(st->attn_scr, &cap, need * st->nth, sizeof(float))))

@@ -134,7 +134,7 @@ typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, in
  * where slot s is visible when vis == NULL or vis[s] != 0.  Computed
  * FlashAttention-style: blocks are walked in order with a running max and
  * sum (online softmax), never a full score row.  When no slot is visible
- * out is 0.  scratch holds at least attn_scratch_floats(n_q, block_size,
+ * out is 0.  scratch holds at least attn_scratch_floats(n_q, block_size, head_dim,
  * head_dim_v) floats (per thread).
  *
  * Precision follows llama.cpp's CPU flash attention (greedy decoding of
@@ -159,7 +159,8 @@ struct attn_args {
 };
 
 typedef void (*ops_attn_fn)(const struct attn_args *a, float *scratch);
-typedef int64_t (*ops_attn_scratch_floats_fn)(int64_t n_q, int64_t block_size, int64_t head_dim_v);
+typedef int64_t (*ops_attn_scratch_floats_fn)(int64_t n_q, int64_t block_size, int64_t head_dim,
+                                              int64_t head_dim_v);
 
 /* ---- the dispatch table ---- */
 struct kernel_ops {
@@ -181,9 +182,14 @@ struct kernel_ops {
 
 /* The reference implementation (kernels/cpu/ *_ref.c); always available. */
 extern const struct kernel_ops kernel_ops_ref;
+/* AVX2/FMA/F16C (kernels/cpu/ *_avx2.c); available() checks the CPU.  Its
+ * results are bit-identical to ggml's AVX2 CPU backend where ggml's
+ * arithmetic is known (see each file), so greedy decoding matches
+ * llama.cpp token for token. */
+extern const struct kernel_ops kernel_ops_avx2;
 
 /* ops_select() : the implementation named want: "ref", or "auto" (the best
- * available on this machine; today that is "ref").  want == NULL means the
+ * available on this machine; "avx2" on a CPU with AVX2, FMA and F16C, else "ref").  want == NULL means the
  * LLMKIT_KERNEL environment variable, or "auto" when it is unset or empty.
  * Returns NULL for an unknown or unavailable name. */
 const struct kernel_ops *ops_select(const char *want);
@@ -210,6 +216,14 @@ void ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
 void ops_softmax_ref(float *x, int64_t n);
 void ops_silu_mul_ref(float *y, const float *gate, const float *up, int64_t n);
 void ops_attn_ref(const struct attn_args *a, float *scratch);
-int64_t ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim_v);
+int64_t ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim,
+                                    int64_t head_dim_v);
+
+/* AVX2 kernels (only callable when kernel_ops_avx2.available() is 1). */
+void ops_rmsnorm_avx2(float *y, const float *x, const float *w, int64_t n, float eps);
+void ops_silu_mul_avx2(float *y, const float *gate, const float *up, int64_t n);
+void ops_attn_avx2(const struct attn_args *a, float *scratch);
+int64_t ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
+                                     int64_t head_dim_v);
 
 #endif

@@ -23,8 +23,10 @@
 #include "qconv.h"
 
 int64_t
-ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim_v)
+ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim,
+                            int64_t head_dim_v)
 {
+    (void)head_dim;
     /* acc [n_q][head_dim_v] | M [n_q] | S [n_q]; block_size is not needed */
     (void)block_size;
     return n_q * head_dim_v + 2 * n_q;

@@ -378,7 +378,7 @@ test_attention(const struct kernel_ops *ops)
         int32_t table[4] = { 4, 1, 5, 0 };
         double K[16][8], Vv[16][6];
         float q[3 * 8], out[3 * 6];
-        float *scr = malloc((size_t)ops->attn_scratch_floats(nq, bs, hdv) * sizeof(float));
+        float *scr = malloc((size_t)ops->attn_scratch_floats(nq, bs, hd, hdv) * sizeof(float));
         uint8_t vis[16];
 
         for (int64_t s = 0; s < 16; s++) {
