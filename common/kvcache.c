@@ -1,20 +1,33 @@
 /*
  * kvcache.c - paged KV pool: free list, reference counts, block tables,
- * copy-on-write on append.
+ * copy-on-write on append, prefix cache, swap.
  *
- * Invariants: a block is on the free stack iff refcnt == 0; a live sequence
- * of length len has exactly ceil(len / block_size) blocks in its table, each
- * holding one of that block's references.
+ * Invariants: a block with refcnt == 0 is free and is either on the free
+ * stack (never published, or evicted) or on the LRU list of cached blocks
+ * (published, data intact); n_free counts both.  A live sequence of length
+ * len has exactly ceil(len / block_size) blocks in its table, each holding
+ * one of that block's references.  A published block is full and its data
+ * never changes while it stays published: the only writes into a used block
+ * are appends into a sequence's partly filled last block, and a published
+ * block is never partly filled unless truncated, which unpublishes it.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 
+#ifdef LLMKIT_HAVE_ZSTD
+#include <zstd.h>
+#endif
+
 #include "kvcache.h"
+#include "qblock.h"
+#include "qconv.h"
 #include "qtypes.h"
 
 #define MAX_BLOCK_SIZE 4096
+#define NONE (-1)
 
 struct kv_seq {
     int live;
@@ -26,13 +39,23 @@ struct kv_seq {
 struct kvcache {
     struct kv_config c;
     size_t block_bytes;
-    size_t elem;
+    size_t k_row, v_row;        /* bytes of one K / V row */
     int64_t n_blocks;
     uint8_t *pool;
     size_t pool_bytes;
     int32_t *refcnt;            /* [n_blocks] */
-    int32_t *free_stack;        /* [n_blocks]; top is free_stack[n_free - 1] */
-    int64_t n_free;
+    int32_t *free_stack;        /* [n_blocks]; top is free_stack[n_clean - 1] */
+    int64_t n_clean;            /* free blocks on the stack */
+    int64_t n_free;             /* n_clean + cached free blocks on the LRU list */
+    /* prefix cache */
+    uint8_t *published;         /* [n_blocks] */
+    struct kv_prefix_key *key;  /* [n_blocks] valid when published */
+    int32_t *hnext;             /* [n_blocks] hash chain */
+    int32_t *bucket;            /* [n_buckets] first block of each chain, NONE */
+    uint64_t n_buckets;         /* power of two */
+    int32_t *lru_prev, *lru_next;   /* [n_blocks] cached free blocks, oldest at lru_head */
+    int32_t lru_head, lru_tail;
+    int64_t hits, evictions;
     struct kv_seq *seqs;
     int32_t n_seqs, cap_seqs;   /* ids 0 .. n_seqs-1 ever handed out */
     int32_t *fill;              /* [n_blocks] scratch for kv_stats */
@@ -45,26 +68,90 @@ mul_ok(size_t a, size_t b, size_t *r)
 }
 
 size_t
+kv_dtype_row_bytes(uint32_t dtype, int64_t n)
+{
+    size_t r;
+
+    if (n <= 0 || n > INT32_MAX)
+        return 0;
+    switch (dtype) {
+    case GGML_TYPE_F16: r = (size_t)n * 2; break;
+    case GGML_TYPE_F32: r = (size_t)n * 4; break;
+    case GGML_TYPE_Q8_0:
+        if (n % QK8_0)
+            return 0;
+        r = (size_t)(n / QK8_0) * sizeof(struct block_q8_0);
+        break;
+    default: return 0;
+    }
+    return r;
+}
+
+size_t
 kv_block_bytes(const struct kv_config *c)
 {
-    size_t elem, r = 1;
+    size_t r = 1, kr, vr;
     int64_t bs = c->block_size ? c->block_size : KV_BLOCK_SIZE_DEFAULT;
 
-    if (c->dtype == GGML_TYPE_F16)
-        elem = 2;
-    else if (c->dtype == GGML_TYPE_F32)
-        elem = 4;
-    else
-        return 0;
     if (c->n_layer <= 0 || c->n_head_kv <= 0 || c->head_dim_k <= 0 || c->head_dim_v <= 0 ||
         bs <= 0 || bs > MAX_BLOCK_SIZE)
         return 0;
-    if (__builtin_add_overflow((size_t)c->head_dim_k, (size_t)c->head_dim_v, &r))
+    kr = kv_dtype_row_bytes(c->dtype, c->head_dim_k);
+    vr = kv_dtype_row_bytes(c->dtype, c->head_dim_v);
+    if (!kr || !vr || __builtin_add_overflow(kr, vr, &r))
         return 0;
     if (!mul_ok(r, (size_t)c->n_layer, &r) || !mul_ok(r, (size_t)c->n_head_kv, &r) ||
-        !mul_ok(r, (size_t)bs, &r) || !mul_ok(r, elem, &r))
+        !mul_ok(r, (size_t)bs, &r))
         return 0;
     return r;
+}
+
+void
+kv_row_put(uint32_t dtype, void *dst, const float *src, int64_t n)
+{
+    uint8_t *o = dst;
+
+    if (dtype == GGML_TYPE_F32) {
+        memcpy(o, src, (size_t)n * sizeof(float));
+    } else if (dtype == GGML_TYPE_F16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t u = qconv_fp32_to_fp16(src[i]);
+            memcpy(o + 2 * i, &u, 2);
+        }
+    } else if (dtype == GGML_TYPE_Q8_0) {
+        for (int64_t b = 0; b < n / QK8_0; b++) {
+            struct block_q8_0 blk;
+            const float *x = src + b * QK8_0;
+            float amax = 0.0f;
+            for (int j = 0; j < QK8_0; j++)
+                if (fabsf(x[j]) > amax)
+                    amax = fabsf(x[j]);
+            float dd = amax / 127.0f;
+            float id = dd != 0.0f ? 1.0f / dd : 0.0f;
+            blk.d = qconv_fp32_to_fp16(dd);
+            for (int j = 0; j < QK8_0; j++)
+                blk.qs[j] = (int8_t)roundf(x[j] * id);
+            memcpy(o + (size_t)b * sizeof(blk), &blk, sizeof(blk));
+        }
+    }
+}
+
+void
+kv_row_get(uint32_t dtype, float *dst, const void *src, int64_t n)
+{
+    const uint8_t *p = src;
+
+    if (dtype == GGML_TYPE_F32) {
+        memcpy(dst, p, (size_t)n * sizeof(float));
+    } else if (dtype == GGML_TYPE_F16) {
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t u;
+            memcpy(&u, p + 2 * i, 2);
+            dst[i] = qconv_fp16_to_fp32(u);
+        }
+    } else if (dtype == GGML_TYPE_Q8_0) {
+        dequantize_row_q8_0_ref(src, dst, n);
+    }
 }
 
 int
@@ -77,9 +164,13 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
     *out = NULL;
     bb = kv_block_bytes(c);
     if (bb == 0) {
-        if (c->dtype != GGML_TYPE_F16 && c->dtype != GGML_TYPE_F32)
-            return diag_set(d, ST_RANGE, "kv cache: dtype %u not supported (f16 or f32)",
+        if (c->dtype != GGML_TYPE_F16 && c->dtype != GGML_TYPE_F32 &&
+            c->dtype != GGML_TYPE_Q8_0)
+            return diag_set(d, ST_RANGE, "kv cache: dtype %u not supported (f16, f32 or q8_0)",
                             (unsigned)c->dtype);
+        if (c->dtype == GGML_TYPE_Q8_0 && (c->head_dim_k % QK8_0 || c->head_dim_v % QK8_0))
+            return diag_set(d, ST_RANGE, "kv cache: q8_0 needs head dims that are multiples "
+                            "of %d", QK8_0);
         if (c->block_size < 0 || c->block_size > MAX_BLOCK_SIZE)
             return diag_set(d, ST_RANGE, "kv cache: block size %lld out of range 1..%d",
                             (long long)c->block_size, MAX_BLOCK_SIZE);
@@ -98,13 +189,25 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
     if (!kv->c.block_size)
         kv->c.block_size = KV_BLOCK_SIZE_DEFAULT;
     kv->block_bytes = bb;
-    kv->elem = c->dtype == GGML_TYPE_F16 ? 2 : 4;
+    kv->k_row = kv_dtype_row_bytes(c->dtype, c->head_dim_k);
+    kv->v_row = kv_dtype_row_bytes(c->dtype, c->head_dim_v);
     kv->n_blocks = nb;
     kv->pool_bytes = (size_t)nb * bb;
+    kv->n_buckets = 16;
+    while (kv->n_buckets < (uint64_t)nb)
+        kv->n_buckets *= 2;
     kv->refcnt = calloc((size_t)nb, sizeof(int32_t));
     kv->free_stack = malloc((size_t)nb * sizeof(int32_t));
     kv->fill = malloc((size_t)nb * sizeof(int32_t));
-    if (!kv->refcnt || !kv->free_stack || !kv->fill) {
+    kv->published = calloc((size_t)nb, 1);
+    kv->key = malloc((size_t)nb * sizeof(*kv->key));
+    kv->hnext = malloc((size_t)nb * sizeof(int32_t));
+    kv->lru_prev = malloc((size_t)nb * sizeof(int32_t));
+    kv->lru_next = malloc((size_t)nb * sizeof(int32_t));
+    kv->bucket = malloc((size_t)kv->n_buckets * sizeof(int32_t));
+    kv->lru_head = kv->lru_tail = NONE;
+    if (!kv->refcnt || !kv->free_stack || !kv->fill || !kv->published || !kv->key ||
+        !kv->hnext || !kv->lru_prev || !kv->lru_next || !kv->bucket) {
         kv_free(kv);
         return diag_set(d, ST_NOMEM, "kv cache: out of memory for %lld blocks", (long long)nb);
     }
@@ -120,7 +223,9 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
     /* block 0 on top: low blocks are handed out first */
     for (int64_t i = 0; i < nb; i++)
         kv->free_stack[i] = (int32_t)(nb - 1 - i);
-    kv->n_free = nb;
+    kv->n_clean = kv->n_free = nb;
+    for (uint64_t i = 0; i < kv->n_buckets; i++)
+        kv->bucket[i] = NONE;
     *out = kv;
     return 0;
 }
@@ -138,6 +243,12 @@ kv_free(struct kvcache *kv)
     free(kv->fill);
     free(kv->free_stack);
     free(kv->refcnt);
+    free(kv->published);
+    free(kv->key);
+    free(kv->hnext);
+    free(kv->lru_prev);
+    free(kv->lru_next);
+    free(kv->bucket);
     free(kv);
 }
 
@@ -149,10 +260,77 @@ kv_config_get(const struct kvcache *kv)
 
 /* ---- blocks ---- */
 
+static uint64_t
+key_bucket(const struct kvcache *kv, const struct kv_prefix_key *k)
+{
+    return k->h & (kv->n_buckets - 1);
+}
+
+static void
+lru_unlink(struct kvcache *kv, int32_t b)
+{
+    int32_t p = kv->lru_prev[b], n = kv->lru_next[b];
+
+    if (p != NONE)
+        kv->lru_next[p] = n;
+    else
+        kv->lru_head = n;
+    if (n != NONE)
+        kv->lru_prev[n] = p;
+    else
+        kv->lru_tail = p;
+}
+
+static void
+lru_append(struct kvcache *kv, int32_t b)
+{
+    kv->lru_prev[b] = kv->lru_tail;
+    kv->lru_next[b] = NONE;
+    if (kv->lru_tail != NONE)
+        kv->lru_next[kv->lru_tail] = b;
+    else
+        kv->lru_head = b;
+    kv->lru_tail = b;
+}
+
+/* removes a published block from the hash table */
+static void
+unpublish(struct kvcache *kv, int32_t b)
+{
+    int32_t *pp = &kv->bucket[key_bucket(kv, &kv->key[b])];
+
+    while (*pp != NONE && *pp != b)
+        pp = &kv->hnext[*pp];
+    if (*pp == b)
+        *pp = kv->hnext[b];
+    kv->published[b] = 0;
+}
+
+static int32_t
+find_key(const struct kvcache *kv, const struct kv_prefix_key *k)
+{
+    for (int32_t b = kv->bucket[key_bucket(kv, k)]; b != NONE; b = kv->hnext[b])
+        if (kv->key[b].h == k->h && kv->key[b].c == k->c)
+            return b;
+    return NONE;
+}
+
+/* A free block: never-cached ones first, then the cached block freed
+ * longest ago (evicted from the prefix cache).  The caller checked n_free. */
 static int32_t
 block_alloc(struct kvcache *kv)
 {
-    int32_t b = kv->free_stack[--kv->n_free];
+    int32_t b;
+
+    if (kv->n_clean > 0) {
+        b = kv->free_stack[--kv->n_clean];
+    } else {
+        b = kv->lru_head;
+        lru_unlink(kv, b);
+        unpublish(kv, b);
+        kv->evictions++;
+    }
+    kv->n_free--;
     kv->refcnt[b] = 1;
     return b;
 }
@@ -160,8 +338,13 @@ block_alloc(struct kvcache *kv)
 static void
 block_put(struct kvcache *kv, int32_t b)
 {
-    if (--kv->refcnt[b] == 0)
-        kv->free_stack[kv->n_free++] = b;
+    if (--kv->refcnt[b] == 0) {
+        if (kv->published[b])
+            lru_append(kv, b);
+        else
+            kv->free_stack[kv->n_clean++] = b;
+        kv->n_free++;
+    }
 }
 
 int
@@ -325,6 +508,8 @@ kv_seq_grow(struct kvcache *kv, int32_t id, int64_t n, struct diag *d)
     int64_t fresh = need - s->n_blocks;
     /* the partially filled last block gets written: private copy if shared */
     int cow = s->len % bs != 0 && kv->refcnt[s->table[s->n_blocks - 1]] > 1;
+    if (s->len % bs != 0 && !cow && kv->published[s->table[s->n_blocks - 1]])
+        unpublish(kv, s->table[s->n_blocks - 1]);     /* about to change */
     if (fresh + cow > kv->n_free)
         return diag_set(d, ST_NOMEM,
                         "kv cache full: %lld more blocks needed, %lld of %lld free",
@@ -345,6 +530,28 @@ kv_seq_grow(struct kvcache *kv, int32_t id, int64_t n, struct diag *d)
     s->n_blocks = need;
     s->len = new_len;
     return 0;
+}
+
+int64_t
+kv_seq_blocks_needed(const struct kvcache *kv, int32_t id, int64_t n)
+{
+    struct kv_seq *s = seq_get(kv, id);
+    int64_t bs = kv->c.block_size;
+
+    if (!s || n < 0 || n > INT64_MAX / 2 - s->len)
+        return -ST_RANGE;
+    if (n == 0)
+        return 0;
+    int64_t need = (s->len + n + bs - 1) / bs - s->n_blocks;
+    if (s->len % bs != 0 && kv->refcnt[s->table[s->n_blocks - 1]] > 1)
+        need++;
+    return need;
+}
+
+int64_t
+kv_blocks_free(const struct kvcache *kv)
+{
+    return kv->n_free;
 }
 
 int
@@ -392,8 +599,8 @@ kv_head_view(const struct kvcache *kv, int64_t layer, int64_t head, struct kv_he
 {
     const struct kv_config *c = &kv->c;
     size_t bs = (size_t)c->block_size;
-    size_t krow = (size_t)c->head_dim_k * kv->elem;
-    size_t vrow = (size_t)c->head_dim_v * kv->elem;
+    size_t krow = kv->k_row;
+    size_t vrow = kv->v_row;
     size_t layer_bytes = (size_t)c->n_head_kv * bs * (krow + vrow);
     uint8_t *base = kv->pool + (size_t)layer * layer_bytes;
 
@@ -435,6 +642,235 @@ kv_stats(const struct kvcache *kv, struct kv_stats *st)
     }
     for (int64_t b = 0; b < kv->n_blocks; b++)
         st->slots_filled += kv->fill[b];
+    st->blocks_cached = kv->n_free - kv->n_clean;
+    st->prefix_hits = kv->hits;
+    st->prefix_evictions = kv->evictions;
     if (st->blocks_used > 0)
         st->waste = 1.0 - (double)st->slots_filled / ((double)st->blocks_used * (double)bs);
+}
+
+/* ---- prefix cache ---- */
+
+/* splitmix64's finaliser: a bijective 64-bit mix */
+static uint64_t
+mix64(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+void
+kv_prefix_key_root(struct kv_prefix_key *k)
+{
+    k->h = 0x6a09e667f3bcc908ull;
+    k->c = 0xbb67ae8584caa73bull;
+}
+
+void
+kv_prefix_key_next(const struct kv_prefix_key *parent, const int32_t *tokens, int64_t n,
+                   struct kv_prefix_key *out)
+{
+    /* Two lanes with different constants and token encodings, each a chain
+     * of bijective mixes seeded by the parent's lane and the block length. */
+    uint64_t h = mix64(parent->h ^ (uint64_t)n);
+    uint64_t c = mix64(parent->c + 0x9e3779b97f4a7c15ull * (uint64_t)(n + 1));
+
+    for (int64_t i = 0; i < n; i++) {
+        uint64_t t = (uint32_t)tokens[i];
+        h = mix64(h ^ (t + 0x3c6ef372fe94f82bull));
+        c = mix64((c + t) * 0xa54ff53a5f1d36f1ull ^ (c >> 17));
+    }
+    out->h = h;
+    out->c = c;
+}
+
+int
+kv_prefix_publish(struct kvcache *kv, int32_t id, int64_t lblock, const struct kv_prefix_key *key)
+{
+    struct kv_seq *s = seq_get(kv, id);
+    int32_t b;
+
+    if (!s || lblock < 0 || lblock >= s->n_blocks || s->len < (lblock + 1) * kv->c.block_size)
+        return -ST_RANGE;
+    b = s->table[lblock];
+    if (kv->published[b] || find_key(kv, key) != NONE)
+        return 0;
+    kv->key[b] = *key;
+    uint64_t k = key_bucket(kv, key);
+    kv->hnext[b] = kv->bucket[k];
+    kv->bucket[k] = b;
+    kv->published[b] = 1;
+    return 1;
+}
+
+int
+kv_prefix_lookup(const struct kvcache *kv, const struct kv_prefix_key *key)
+{
+    return find_key(kv, key) != NONE;
+}
+
+int
+kv_prefix_attach(struct kvcache *kv, int32_t id, const struct kv_prefix_key *key)
+{
+    struct kv_seq *s = seq_get(kv, id);
+    int32_t b;
+
+    if (!s || s->len % kv->c.block_size != 0)
+        return -ST_RANGE;
+    if ((b = find_key(kv, key)) == NONE)
+        return 0;
+    if (table_reserve(s, s->n_blocks + 1) < 0)
+        return -ST_NOMEM;
+    if (kv->refcnt[b] == 0) {
+        lru_unlink(kv, b);
+        kv->n_free--;
+    } else if (kv->refcnt[b] == INT32_MAX) {
+        return 0;
+    }
+    kv->refcnt[b]++;
+    s->table[s->n_blocks++] = b;
+    s->len += kv->c.block_size;
+    kv->hits++;
+    return 1;
+}
+
+/* ---- swap ---- */
+
+/* A sequence's blocks in host memory: for each block, its compressed size
+ * and data, one after the other. */
+struct kv_swap {
+    int64_t len;                /* sequence length */
+    int64_t n_blocks;
+    size_t block_bytes;
+    size_t *csize;              /* [n_blocks] */
+    uint8_t *data;
+    size_t bytes;
+};
+
+void
+kv_swap_free(struct kv_swap *sw)
+{
+    if (!sw)
+        return;
+    free(sw->csize);
+    free(sw->data);
+    free(sw);
+}
+
+int64_t
+kv_swap_blocks(const struct kv_swap *sw)
+{
+    return sw->n_blocks;
+}
+
+size_t
+kv_swap_bytes(const struct kv_swap *sw)
+{
+    return sw->bytes;
+}
+
+int
+kv_seq_swap_out(struct kvcache *kv, int32_t id, struct kv_swap **out, struct diag *d)
+{
+    struct kv_seq *s = seq_get(kv, id);
+    struct kv_swap *sw;
+    size_t bound, cap;
+
+    *out = NULL;
+    if (!s)
+        return diag_set(d, ST_RANGE, "kv cache: bad sequence %d", (int)id);
+#ifdef LLMKIT_HAVE_ZSTD
+    bound = ZSTD_compressBound(kv->block_bytes);
+#else
+    bound = kv->block_bytes;
+#endif
+    if (s->n_blocks > 0 && (size_t)s->n_blocks > SIZE_MAX / bound)
+        return diag_set(d, ST_NOMEM, "kv cache: swap image too large");
+    cap = (size_t)s->n_blocks * bound;
+    if (!(sw = calloc(1, sizeof(*sw))))
+        goto nomem;
+    sw->len = s->len;
+    sw->n_blocks = s->n_blocks;
+    sw->block_bytes = kv->block_bytes;
+    sw->csize = malloc((size_t)(s->n_blocks ? s->n_blocks : 1) * sizeof(size_t));
+    sw->data = malloc(cap ? cap : 1);
+    if (!sw->csize || !sw->data)
+        goto nomem;
+    for (int64_t i = 0; i < s->n_blocks; i++) {
+        const uint8_t *src = kv->pool + (size_t)s->table[i] * kv->block_bytes;
+#ifdef LLMKIT_HAVE_ZSTD
+        size_t r = ZSTD_compress(sw->data + sw->bytes, cap - sw->bytes, src, kv->block_bytes, 1);
+        if (ZSTD_isError(r)) {
+            kv_swap_free(sw);
+            return diag_set(d, ST_NOMEM, "kv cache: zstd: %s", ZSTD_getErrorName(r));
+        }
+#else
+        size_t r = kv->block_bytes;
+        memcpy(sw->data + sw->bytes, src, r);
+#endif
+        sw->csize[i] = r;
+        sw->bytes += r;
+    }
+    /* give back what compression saved */
+    uint8_t *shrunk = realloc(sw->data, sw->bytes ? sw->bytes : 1);
+    if (shrunk)
+        sw->data = shrunk;
+    kv_seq_free(kv, id);
+    *out = sw;
+    return 0;
+nomem:
+    kv_swap_free(sw);
+    return diag_set(d, ST_NOMEM, "kv cache: out of memory for a swap image");
+}
+
+int
+kv_seq_swap_in(struct kvcache *kv, struct kv_swap *sw, int32_t *id, struct diag *d)
+{
+    struct kv_seq *s;
+    size_t off = 0;
+    int32_t nid;
+
+    if (sw->block_bytes != kv->block_bytes)
+        return diag_set(d, ST_FORMAT, "kv cache: swap image of another pool");
+    if (sw->n_blocks > kv->n_free)
+        return diag_set(d, ST_NOMEM, "kv cache full: %lld blocks needed to swap in, %lld free",
+                        (long long)sw->n_blocks, (long long)kv->n_free);
+    if (seq_slot(kv, &nid) < 0)
+        return diag_set(d, ST_NOMEM, "kv cache: out of memory");
+    s = &kv->seqs[nid];
+    s->live = 0;
+    s->len = 0;
+    s->n_blocks = 0;
+    if (table_reserve(s, sw->n_blocks) < 0)
+        return diag_set(d, ST_NOMEM, "kv cache: out of memory for a block table");
+    for (int64_t i = 0; i < sw->n_blocks; i++) {
+        int32_t b = block_alloc(kv);
+        uint8_t *dst = kv->pool + (size_t)b * kv->block_bytes;
+        s->table[i] = b;
+        s->n_blocks = i + 1;
+#ifdef LLMKIT_HAVE_ZSTD
+        size_t r = ZSTD_decompress(dst, kv->block_bytes, sw->data + off, sw->csize[i]);
+        if (ZSTD_isError(r) || r != kv->block_bytes)
+            goto bad;
+#else
+        if (sw->csize[i] != kv->block_bytes)
+            goto bad;
+        memcpy(dst, sw->data + off, kv->block_bytes);
+#endif
+        off += sw->csize[i];
+    }
+    s->live = 1;
+    s->len = sw->len;
+    *id = nid;
+    kv_swap_free(sw);
+    return 0;
+bad:
+    for (int64_t i = 0; i < s->n_blocks; i++)
+        block_put(kv, s->table[i]);
+    s->n_blocks = 0;
+    return diag_set(d, ST_FORMAT, "kv cache: corrupt swap image");
 }

@@ -11,10 +11,14 @@
  *                      V [n_head_kv][block_size][head_dim_v]
  *   bytes per block = n_layer * n_head_kv * block_size * (head_dim_k + head_dim_v) * elem
  *
- * elements of dtype GGML_TYPE_F16 (default) or GGML_TYPE_F32 (q8_0 comes
- * later).  One block per (layer, head) row group keeps the keys a query
- * group reads contiguous; one block for all layers keeps a sequence's data
- * in few places (swap and prefix sharing move whole blocks).
+ * elements of dtype GGML_TYPE_F16 (default), GGML_TYPE_F32 or GGML_TYPE_Q8_0
+ * (a row is head_dim / 32 blocks of 34 bytes: fp16 scale d, 32 int8 codes,
+ * value = d * code; head dims must be multiples of 32).  Rows are converted
+ * with kv_row_put() / kv_row_get().  One block per (layer, head) row group
+ * keeps the keys a query group reads contiguous; one block for all layers
+ * keeps a sequence's data in one place: physical block b is the
+ * block_bytes bytes at offset b * block_bytes of the pool, so swap and
+ * prefix sharing move whole blocks.
  *
  * A sequence is a small integer id with a length (token slots filled, in the
  * order they were appended) and a block table mapping logical block i (slots
@@ -23,6 +27,19 @@
  * between sequences (kv_seq_fork) is copy-on-write: a write into a shared
  * block goes through kv_seq_grow(), which first gives the sequence a
  * private copy.
+ *
+ * Prefix caching (vLLM's automatic prefix caching): a full block whose
+ * contents are known to be the K/V of a given token prefix can be
+ * published under a key chained from the keys of the blocks before it
+ * (kv_prefix_key_next).  A sequence that starts with the same tokens
+ * attaches the published blocks instead of computing them (kv_prefix_attach)
+ * and shares them by reference count.  A published block whose count drops
+ * to 0 stays in the cache: it counts as free, and is evicted (least
+ * recently freed first) only when no never-cached free block is left.
+ *
+ * Swap: kv_seq_swap_out() compresses a sequence's blocks (zstd when built
+ * with it, else a plain copy) into host memory and frees them;
+ * kv_seq_swap_in() restores them into fresh blocks, bit for bit.
  *
  * Not thread-safe: one caller at a time (the forward pass and the scheduler
  * run on one thread; kernels only read/write slot data already reserved).
@@ -43,7 +60,7 @@ struct kv_config {
     int64_t head_dim_k;
     int64_t head_dim_v;
     int64_t block_size;         /* token slots per block; 0 = KV_BLOCK_SIZE_DEFAULT */
-    uint32_t dtype;             /* GGML_TYPE_F16 or GGML_TYPE_F32 */
+    uint32_t dtype;             /* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
     size_t mem;                 /* byte budget for the pool (--kv-mem) */
 };
 
@@ -64,11 +81,28 @@ struct kv_stats {
     int64_t tokens;             /* sum of sequence lengths (logical) */
     int64_t slots_filled;       /* distinct physical slots holding data */
     double waste;               /* 1 - slots_filled / (blocks_used * block_size); 0 if none used */
+    int64_t blocks_cached;      /* free blocks still holding a published prefix */
+    int64_t prefix_hits;        /* blocks attached from the prefix cache, running total */
+    int64_t prefix_evictions;   /* published blocks reused for other data, running total */
 };
 
 /* kv_block_bytes() : bytes of one block for config c, 0 when the dimensions
- * are invalid or the product overflows. */
+ * or dtype are invalid (q8_0 with a head dim not a multiple of 32) or the
+ * product overflows. */
 size_t kv_block_bytes(const struct kv_config *c);
+
+/* kv_dtype_row_bytes() : bytes of a row of n elements of dtype (f16, f32,
+ * q8_0 with n % 32 == 0), 0 otherwise. */
+size_t kv_dtype_row_bytes(uint32_t dtype, int64_t n);
+
+/* kv_row_put() : stores n floats as one cache row of dtype at dst
+ * (kv_dtype_row_bytes(dtype, n) bytes): f16 rounds to nearest even; q8_0
+ * takes d = max|x| / 127 per 32 values, code = round(x / d) (ggml's
+ * quantize_row_q8_0 reference). */
+void kv_row_put(uint32_t dtype, void *dst, const float *src, int64_t n);
+
+/* kv_row_get() : converts one cache row of n elements back to floats. */
+void kv_row_get(uint32_t dtype, float *dst, const void *src, int64_t n);
 
 /* kv_new() : a pool of floor(c->mem / block_bytes) blocks, all free, no
  * sequences.  The caller frees it with kv_free().
@@ -134,11 +168,84 @@ int kv_block_unref(struct kvcache *kv, int32_t block);
 /* kv_block_refcount() : the block's reference count (0 = free), or -ST_RANGE. */
 int kv_block_refcount(const struct kvcache *kv, int32_t block);
 
+/* ---- prefix cache ---- */
+
+/* The identity of a full block of tokens and of everything before it: two
+ * independent 64-bit chained hashes (a false match needs both to collide). */
+struct kv_prefix_key {
+    uint64_t h, c;
+};
+
+/* kv_prefix_key_root() : the key "before the first block". */
+void kv_prefix_key_root(struct kv_prefix_key *k);
+
+/* kv_prefix_key_next() : the key of a block holding tokens[0..n) (n =
+ * block_size) that follows the blocks summed up by parent.  out may be
+ * parent. */
+void kv_prefix_key_next(const struct kv_prefix_key *parent, const int32_t *tokens, int64_t n,
+                        struct kv_prefix_key *out);
+
+/* kv_prefix_publish() : declares that logical block lblock of sequence id
+ * (which must be full: len >= (lblock + 1) * block_size) holds the K/V of
+ * the prefix named by key, with slot j at position j of the prefix.  A key
+ * that is already cached (in another block) leaves things as they are; a
+ * block is published once.  Returns 1 when the block was added to the
+ * cache, 0 when not (key present, or block already published), -ST_RANGE
+ * for a bad id or a block that is not full. */
+int kv_prefix_publish(struct kvcache *kv, int32_t id, int64_t lblock,
+                      const struct kv_prefix_key *key);
+
+/* kv_prefix_lookup() : whether a block is published under key (1 or 0);
+ * touches nothing. */
+int kv_prefix_lookup(const struct kvcache *kv, const struct kv_prefix_key *key);
+
+/* kv_prefix_attach() : appends the block published under key to sequence
+ * id, whose length must be a multiple of block_size, taking a reference (a
+ * cached free block is taken back from the free pool); the sequence grows
+ * by block_size slots.  Returns 1 when attached, 0 when no block has that
+ * key, -ST_RANGE for a bad id or length, -ST_NOMEM. */
+int kv_prefix_attach(struct kvcache *kv, int32_t id, const struct kv_prefix_key *key);
+
+/* kv_seq_blocks_needed() : free blocks that kv_seq_grow(id, n) would take
+ * now (new blocks plus a copy-on-write copy), or -ST_RANGE. */
+int64_t kv_seq_blocks_needed(const struct kvcache *kv, int32_t id, int64_t n);
+
+/* kv_blocks_free() : free blocks (cached ones included). */
+int64_t kv_blocks_free(const struct kvcache *kv);
+
+/* ---- swap ---- */
+
+struct kv_swap;
+
+/* kv_seq_swap_out() : compresses the data of every block of sequence id
+ * into a new host-memory image *out, then frees the sequence (the id is no
+ * longer valid; its shared blocks lose one reference).  The caller owns
+ * *out (kv_seq_swap_in or kv_swap_free).  0, -ST_RANGE (bad id), -ST_NOMEM
+ * (the sequence is left as it was). */
+int kv_seq_swap_out(struct kvcache *kv, int32_t id, struct kv_swap **out, struct diag *d);
+
+/* kv_swap_blocks() : blocks kv_seq_swap_in() needs for an image. */
+int64_t kv_swap_blocks(const struct kv_swap *sw);
+
+/* kv_swap_bytes() : host bytes an image takes (compressed data). */
+size_t kv_swap_bytes(const struct kv_swap *sw);
+
+/* kv_seq_swap_in() : a new sequence (its id in *id) with the length and
+ * data of the image, in freshly allocated private blocks; the image is
+ * freed on success.  -ST_NOMEM when fewer than kv_swap_blocks() blocks are
+ * free (nothing changes; the image stays the caller's), -ST_FORMAT when the
+ * image does not decompress to the expected bytes. */
+int kv_seq_swap_in(struct kvcache *kv, struct kv_swap *sw, int32_t *id, struct diag *d);
+
+/* kv_swap_free() : releases an image; NULL is a no-op. */
+void kv_swap_free(struct kv_swap *sw);
+
 /* ---- data access (the forward pass) ---- */
 
 /* Where layer `layer`, KV head `head` lives in physical block 0; block b is
  * block_stride bytes further.  Slot j of the block is row j of block_size
- * rows of head_dim_k (K) or head_dim_v (V) elements of dtype. */
+ * rows of head_dim_k (K) or head_dim_v (V) elements of dtype (k_row_bytes
+ * and v_row_bytes bytes each). */
 struct kv_head_view {
     uint8_t *k;
     uint8_t *v;

@@ -1,9 +1,12 @@
 /*
  * test_kvcache.c - the paged KV pool: sizing, block allocation, block
  * tables, reference counts and copy-on-write, budget exhaustion, truncation,
- * stats, and the data layout the forward pass relies on.
+ * stats, the data layout the forward pass relies on, the prefix cache
+ * (publish, attach, eviction order, copy-on-write of shared blocks), swap
+ * out / in (bit-exact), and q8_0 rows.
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kvcache.h"
@@ -277,6 +280,220 @@ test_layout(void)
     kv_free(kv);
 }
 
+/* fills every byte of a sequence's blocks with a pattern from seed */
+static void
+scribble(struct kvcache *kv, int32_t id, unsigned seed)
+{
+    int64_t nb;
+    const int32_t *t = kv_seq_table(kv, id, &nb);
+    struct kv_head_view v;
+    kv_head_view(kv, 0, 0, &v);
+    for (int64_t i = 0; i < nb; i++) {
+        uint8_t *p = v.k + (size_t)t[i] * v.block_stride;
+        for (size_t j = 0; j < v.block_stride; j++)
+            p[j] = (uint8_t)(seed * 31u + (unsigned)j * 7u + (unsigned)i);
+    }
+}
+
+static void
+test_prefix(void)
+{
+    struct kv_config c = cfg(4, GGML_TYPE_F16, 6);
+    struct kvcache *kv = NULL;
+    struct diag d;
+    struct kv_prefix_key root, k0, k1, k1b, kx;
+    const int32_t toks[8] = { 5, 6, 7, 8, 9, 10, 11, 12 };
+    const int32_t other[4] = { 5, 6, 7, 9 };
+    int32_t a, b, e;
+    int64_t nb;
+    struct kv_stats s;
+
+    kv_prefix_key_root(&root);
+    kv_prefix_key_next(&root, toks, 4, &k0);
+    kv_prefix_key_next(&k0, toks + 4, 4, &k1);
+    kv_prefix_key_next(&root, other, 4, &kx);
+    kv_prefix_key_next(&root, toks + 4, 4, &k1b);   /* same tokens, other parent */
+    CHECK(k0.h != kx.h && k0.c != kx.c);
+    CHECK(k1.h != k1b.h && k1.c != k1b.c);
+    kv_prefix_key_next(&root, toks, 4, &kx);
+    CHECK(kx.h == k0.h && kx.c == k0.c);            /* deterministic */
+
+    CHECK_EQ(kv_new(&kv, &c, &d), 0);
+    kv_seq_new(kv, &a);
+    CHECK_EQ(kv_seq_grow(kv, a, 10, &d), 0);        /* 2 full blocks + 2 slots */
+    CHECK_EQ(kv_prefix_publish(kv, a, 2, &k1), -ST_RANGE);   /* not full */
+    CHECK_EQ(kv_prefix_publish(kv, a, 0, &k0), 1);
+    CHECK_EQ(kv_prefix_publish(kv, a, 0, &k0), 0);  /* once */
+    CHECK_EQ(kv_prefix_publish(kv, a, 1, &k1), 1);
+    CHECK(kv_prefix_lookup(kv, &k1));
+    const int32_t *ta = kv_seq_table(kv, a, &nb);
+    int32_t a0 = ta[0], a1 = ta[1];
+
+    /* b attaches both blocks: shared, counted once in the stats */
+    kv_seq_new(kv, &b);
+    CHECK_EQ(kv_prefix_attach(kv, b, &k0), 1);
+    CHECK_EQ(kv_prefix_attach(kv, b, &kx), 1);      /* kx == k0: attaches a0 again */
+    kv_seq_truncate(kv, b, 4);
+    CHECK_EQ(kv_prefix_attach(kv, b, &k1), 1);
+    CHECK_EQ(kv_seq_len(kv, b), 8);
+    CHECK_EQ(kv_block_refcount(kv, a0), 2);
+    CHECK_EQ(kv_block_refcount(kv, a1), 2);
+    kv_stats(kv, &s);
+    CHECK_EQ(s.blocks_used, 3);
+    CHECK_EQ(s.slots_filled, 10);
+    CHECK_EQ(s.prefix_hits, 3);
+    kv_prefix_key_next(&root, other, 4, &kx);
+    CHECK_EQ(kv_prefix_attach(kv, b, &kx), 0);      /* unknown key */
+    kv_seq_grow(kv, b, 1, &d);
+    CHECK_EQ(kv_prefix_attach(kv, b, &k0), -ST_RANGE);   /* not at a block boundary */
+    /* b appends after the shared blocks: a new private block */
+    ta = kv_seq_table(kv, b, &nb);
+    CHECK_EQ(nb, 3);
+    CHECK(ta[2] != a0 && ta[2] != a1);
+
+    /* freeing keeps published blocks cached (free, evictable) */
+    kv_seq_free(kv, a);
+    kv_seq_free(kv, b);
+    kv_stats(kv, &s);
+    CHECK_EQ(s.blocks_free, 6);
+    CHECK_EQ(s.blocks_cached, 2);
+    CHECK(kv_prefix_lookup(kv, &k0));
+    /* never-cached blocks go first: 4 blocks leave the cache intact */
+    kv_seq_new(kv, &e);
+    CHECK_EQ(kv_seq_grow(kv, e, 16, &d), 0);
+    CHECK(kv_prefix_lookup(kv, &k0) && kv_prefix_lookup(kv, &k1));
+    /* reviving a cached free block takes it off the free pool */
+    kv_seq_new(kv, &a);
+    CHECK_EQ(kv_prefix_attach(kv, a, &k0), 1);
+    CHECK_EQ(kv_blocks_free(kv), 1);
+    /* the last free block is the cached a1: allocating evicts it */
+    CHECK_EQ(kv_seq_grow(kv, e, 1, &d), 0);
+    CHECK(!kv_prefix_lookup(kv, &k1));
+    kv_stats(kv, &s);
+    CHECK_EQ(s.prefix_evictions, 1);
+    CHECK_EQ(s.blocks_free, 0);
+    kv_seq_free(kv, e);
+
+    /* a shared published block written through a truncated sequence is
+     * copied; an unshared one is unpublished before it changes */
+    CHECK_EQ(kv_seq_blocks_needed(kv, a, 1), 1);
+    kv_seq_new(kv, &b);
+    CHECK_EQ(kv_prefix_attach(kv, b, &k0), 1);
+    kv_seq_truncate(kv, b, 3);
+    CHECK_EQ(kv_seq_blocks_needed(kv, b, 1), 1);    /* copy on write */
+    CHECK_EQ(kv_seq_grow(kv, b, 1, &d), 0);
+    CHECK(kv_seq_table(kv, b, &nb)[0] != a0);
+    CHECK(kv_prefix_lookup(kv, &k0));
+    kv_seq_free(kv, b);
+    kv_seq_truncate(kv, a, 2);
+    CHECK_EQ(kv_seq_blocks_needed(kv, a, 1), 0);
+    CHECK_EQ(kv_seq_grow(kv, a, 1, &d), 0);
+    CHECK(!kv_prefix_lookup(kv, &k0));
+    CHECK_EQ(kv_seq_blocks_needed(kv, 99, 1), -ST_RANGE);
+    kv_free(kv);
+}
+
+static void
+test_swap(void)
+{
+    struct kv_config c = cfg(4, GGML_TYPE_F32, 5);
+    struct kvcache *kv = NULL;
+    struct diag d;
+    struct kv_swap *sw = NULL;
+    struct kv_head_view v;
+    int32_t a, f, back;
+    int64_t nb;
+    size_t bb = kv_block_bytes(&c);
+    uint8_t *img;
+
+    CHECK_EQ(kv_new(&kv, &c, &d), 0);
+    kv_head_view(kv, 0, 0, &v);
+    kv_seq_new(kv, &a);
+    CHECK_EQ(kv_seq_grow(kv, a, 10, &d), 0);
+    scribble(kv, a, 3);
+    const int32_t *t = kv_seq_table(kv, a, &nb);
+    img = malloc(bb * 3);
+    for (int i = 0; i < 3; i++)
+        memcpy(img + (size_t)i * bb, v.k + (size_t)t[i] * bb, bb);
+    /* a fork shares a's first blocks: swapping a out keeps them for f */
+    CHECK_EQ(kv_seq_fork(kv, a, &f), 0);
+    kv_seq_truncate(kv, f, 4);
+    CHECK_EQ(kv_seq_swap_out(kv, a, &sw, &d), 0);
+    CHECK(!kv_seq_valid(kv, a));
+    CHECK_EQ(kv_swap_blocks(sw), 3);
+    CHECK(kv_swap_bytes(sw) > 0);
+    CHECK_EQ(kv_blocks_free(kv), 4);
+    /* overwrite the freed blocks, fill the pool, then swap in: no room */
+    int32_t g;
+    kv_seq_new(kv, &g);
+    CHECK_EQ(kv_seq_grow(kv, g, 12, &d), 0);
+    scribble(kv, g, 9);
+    CHECK_EQ(kv_seq_swap_in(kv, sw, &back, &d), -ST_NOMEM);
+    kv_seq_free(kv, g);
+    CHECK_EQ(kv_seq_swap_in(kv, sw, &back, &d), 0);
+    CHECK_EQ(kv_seq_len(kv, back), 10);
+    t = kv_seq_table(kv, back, &nb);
+    CHECK_EQ(nb, 3);
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(kv_block_refcount(kv, t[i]), 1);
+        CHECK(memcmp(img + (size_t)i * bb, v.k + (size_t)t[i] * bb, bb) == 0);
+    }
+    CHECK_EQ(kv_seq_swap_out(kv, 77, &sw, &d), -ST_RANGE);
+    /* an empty sequence swaps too */
+    int32_t z, z2;
+    kv_seq_new(kv, &z);
+    CHECK_EQ(kv_seq_swap_out(kv, z, &sw, &d), 0);
+    CHECK_EQ(kv_swap_blocks(sw), 0);
+    CHECK_EQ(kv_seq_swap_in(kv, sw, &z2, &d), 0);
+    CHECK_EQ(kv_seq_len(kv, z2), 0);
+    kv_swap_free(NULL);
+    free(img);
+    kv_free(kv);
+}
+
+static void
+test_q8_0(void)
+{
+    struct kv_config c = cfg(4, GGML_TYPE_Q8_0, 2);
+    struct kvcache *kv = NULL;
+    struct diag d;
+    float x[64], y[64];
+    uint8_t row[68];
+
+    CHECK_EQ(kv_block_bytes(&c), 0);                /* head dims 8 and 4 */
+    CHECK_EQ(kv_new(&kv, &c, &d), -ST_RANGE);
+    CHECK(strstr(d.msg, "multiples of 32") != NULL);
+    c.head_dim_k = 64;
+    c.head_dim_v = 32;
+    c.mem = (size_t)1 << 20;
+    CHECK_EQ(kv_block_bytes(&c), 3 * 2 * 4 * (68 + 34));
+    CHECK_EQ(kv_new(&kv, &c, &d), 0);
+    struct kv_head_view v;
+    kv_head_view(kv, 1, 1, &v);
+    CHECK_EQ(v.k_row_bytes, 68);
+    CHECK_EQ(v.v_row_bytes, 34);
+    kv_free(kv);
+    CHECK_EQ(kv_dtype_row_bytes(GGML_TYPE_Q8_0, 33), 0);
+    CHECK_EQ(kv_dtype_row_bytes(GGML_TYPE_F16, 3), 6);
+
+    for (int i = 0; i < 64; i++)
+        x[i] = (float)((i * 37) % 19) - 9.0f + (i >= 32 ? 0.25f : 0.0f);
+    x[5] = 12.7f;                                   /* block 0 amax: d = 0.1 */
+    kv_row_put(GGML_TYPE_Q8_0, row, x, 64);
+    kv_row_get(GGML_TYPE_Q8_0, y, row, 64);
+    for (int i = 0; i < 64; i++)
+        CHECK_NEAR(y[i], x[i], (i < 32 ? 12.7 : 9.25) / 127.0 / 2 + 1e-3);
+    CHECK_NEAR(y[5], 12.7, 1e-2);
+    memset(x, 0, sizeof(x));
+    kv_row_put(GGML_TYPE_Q8_0, row, x, 32);         /* all zero: d = 0, no NaN */
+    kv_row_get(GGML_TYPE_Q8_0, y, row, 32);
+    CHECK(y[0] == 0.0f && y[31] == 0.0f);
+    x[0] = 1.5f;
+    kv_row_put(GGML_TYPE_F16, row, x, 2);
+    kv_row_get(GGML_TYPE_F16, y, row, 2);
+    CHECK(y[0] == 1.5f && y[1] == 0.0f);
+}
+
 int
 main(void)
 {
@@ -284,5 +501,8 @@ main(void)
     test_tables();
     test_refcounts_cow();
     test_layout();
+    test_prefix();
+    test_swap();
+    test_q8_0();
     T_DONE();
 }
