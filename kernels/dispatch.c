@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "cpu/matmul_avx2.h"
 
 static int
 ref_available(void)
@@ -49,9 +50,9 @@ const struct kernel_ops kernel_ops_avx2 = {
     .name = "avx2",
     .available = avx2_available,
     .mm_supported = ops_mm_supported_ref,
-    .mm_work_size = ops_mm_work_size_ref,
-    .mm_prepare = ops_mm_prepare_ref,
-    .mm_rows = ops_mm_rows_ref,
+    .mm_work_size = ops_mm_work_size_avx2,
+    .mm_prepare = ops_mm_prepare_avx2,
+    .mm_rows = ops_mm_rows_avx2,
     .mm_tmp_floats = ops_mm_tmp_floats_ref,
     .get_row = ops_get_row_ref,
     .rmsnorm = ops_rmsnorm_avx2,

@@ -1,0 +1,751 @@
+/*
+ * matmul_avx2.c - AVX2/FMA/F16C matmul kernels, bit-identical with the
+ * arithmetic of llama.cpp's AVX2 CPU backend (see cpu/matmul_avx2.h for which
+ * ggml path each weight type mirrors).
+ *
+ * This file is compiled with -mavx2 -mfma -mf16c and is only entered through
+ * kernel_ops_avx2 after the run-time CPU check in kernels/dispatch.c.
+ *
+ * What makes two implementations agree bit for bit is the order of the f32
+ * operations, not how the integers are obtained: integer sums are exact, so
+ * any instruction sequence that yields the same int32 value per f32 lane
+ * gives the same result.  The kernels below therefore only reproduce ggml's
+ * partition of the integer products into lanes, its scale products, its
+ * fused multiply-adds and its horizontal-sum trees.  The weights are unpacked
+ * once per block and the unpacked codes are dotted with up to four tokens'
+ * activations (prefill); each (row, token) result is computed exactly as for
+ * a batch of one.
+ *
+ * Activations are converted by mm_prepare into the reference's work layout
+ * (cpu/matmul_ref.c): per token, f32 block scales followed by int8 codes
+ * (Q8_0 / Q8_1 / Q8_K), or f32 values rounded through f16 / bf16.
+ */
+#include <immintrin.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "ops.h"
+#include "qblock.h"
+#include "qconv.h"
+#include "cpu/matmul_avx2.h"
+
+enum {
+    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
+    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20,
+    T_IQ4_XS = 23, T_BF16 = 30,
+};
+
+enum act { ACT_NONE, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
+
+/* tokens dotted per unpacked weight block, and rows per cache tile */
+#define NT 4
+#define ROW_TILE 16
+
+static enum act
+act_type(uint32_t wtype)
+{
+    switch (wtype) {
+    case T_F32: return ACT_F32;
+    case T_F16: return ACT_F16;
+    case T_BF16: return ACT_BF16;
+    case T_Q4_0: case T_Q5_0: case T_Q8_0: case T_IQ4_NL: return ACT_Q8_0;
+    case T_Q4_1: case T_Q5_1: return ACT_Q8_1;
+    case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS:
+        return ACT_Q8_K;
+    default: return ACT_NONE;
+    }
+}
+
+/* ---- the work layout (identical to matmul_ref.c) ---- */
+
+struct act_row {
+    const int8_t *q;
+    const float *d, *s;
+    const int16_t *bsums;
+};
+
+static size_t
+act_row_bytes(enum act a, int64_t cols)
+{
+    size_t n = (size_t)cols;
+    switch (a) {
+    case ACT_F16: case ACT_BF16: return n * sizeof(float);
+    case ACT_Q8_0: case ACT_Q8_1: return n + 2 * (n / 32) * sizeof(float);
+    case ACT_Q8_K: return n + (n / QK_K) * sizeof(float) + (n / 16) * sizeof(int16_t);
+    default: return 0;
+    }
+}
+
+static void
+act_row_at(struct act_row *r, enum act a, const void *base, int64_t cols)
+{
+    const uint8_t *p = base;
+    if (a == ACT_Q8_K) {
+        r->d = (const float *)(const void *)p;
+        r->s = NULL;
+        r->bsums = (const int16_t *)(const void *)(r->d + cols / QK_K);
+        r->q = (const int8_t *)(r->bsums + cols / 16);
+    } else {
+        r->d = (const float *)(const void *)p;
+        r->s = r->d + cols / 32;
+        r->bsums = NULL;
+        r->q = (const int8_t *)(r->s + cols / 32);
+    }
+}
+
+size_t
+ops_mm_work_size_avx2(uint32_t wtype, int64_t n_tok, int64_t cols)
+{
+    return (size_t)n_tok * act_row_bytes(act_type(wtype), cols);
+}
+
+/* ---- activation conversion ---- */
+
+static inline float
+fp16_round(float v)
+{
+    return _cvtsh_ss(_cvtss_sh(v, 0));
+}
+
+static inline int
+hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* Q8_0 / Q8_1 blocks as ggml's x86 quantize_row_q8_0/_1: amax over the
+ * block, d = amax / 127 (kept as its fp16 value), codes =
+ * round-half-even(x * (127 / amax)), s = fp16(d * sum of codes). */
+static void
+quantize_q8_01_avx2(const float *x, int8_t *q, float *dd, float *ss, int64_t n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int64_t b = 0; b < n / 32; b++, x += 32, q += 32) {
+        __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+        __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+        __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                                 _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        float d = amax / 127.0f;
+        __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v2, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v3, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        int sum = hsum_epi32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)(void *)q, p);
+        dd[b] = fp16_round(d);
+        ss[b] = fp16_round(d * (float)sum);
+    }
+}
+
+void
+ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int64_t n_tok,
+                    int64_t cols)
+{
+    enum act a = act_type(wtype);
+    size_t rb = act_row_bytes(a, cols);
+
+    if (a == ACT_Q8_0 || a == ACT_Q8_1) {
+        for (int64_t t = 0; t < n_tok; t++) {
+            struct act_row r;
+            act_row_at(&r, a, (uint8_t *)work + (size_t)t * rb, cols);
+            quantize_q8_01_avx2(x + t * ldx, (int8_t *)r.q, (float *)r.d, (float *)r.s, cols);
+        }
+    } else if (a == ACT_F16) {
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = x + t * ldx;
+            float *yt = (float *)(void *)((uint8_t *)work + (size_t)t * rb);
+            int64_t i = 0;
+            for (; i + 8 <= cols; i += 8)
+                _mm256_storeu_ps(yt + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(xt + i), 0)));
+            for (; i < cols; i++)
+                yt[i] = fp16_round(xt[i]);
+        }
+    } else {
+        /* Q8_K (scalar in ggml too) and BF16 */
+        ops_mm_prepare_ref(work, wtype, x, ldx, n_tok, cols);
+    }
+}
+
+/* ---- shared pieces ---- */
+
+/* ggml's hsum_float_8: (hi + lo), then lanes (0+2, 1+3), then their sum */
+static inline float
+hsum8(__m256 x)
+{
+    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline float
+fmadd_ss(float a, float b, float c)
+{
+    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+}
+
+/* int32 lane k = sum of products of bytes 4k..4k+3: signed x signed */
+static inline __m256i
+lanes_ss(__m256i qx, __m256i qy)
+{
+    __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+    return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* unsigned x signed */
+static inline __m256i
+lanes_us(__m256i qx, __m256i qy)
+{
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(qx, qy), _mm256_set1_epi16(1));
+}
+
+/* 32 nibbles: low nibbles in bytes 0..15, high nibbles in bytes 16..31 */
+static inline __m256i
+nibbles32(const uint8_t *p)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(15));
+}
+
+/* byte j = 0xff when bit j of the little-endian 32-bit word at p is set */
+static inline __m256i
+bits32(const uint8_t *p)
+{
+    uint32_t w;
+    memcpy(&w, p, 4);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
+                                    _mm256_setr_epi64x(0, 0x0101010101010101ll,
+                                                       0x0202020202020202ll,
+                                                       0x0303030303030303ll));
+    __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
+}
+
+static inline __m256i
+iq4nl_lut(void)
+{
+    __m128i l = _mm_loadu_si128((const __m128i *)(const void *)kvalues_iq4nl);
+    return _mm256_broadcastsi128_si256(l);
+}
+
+/* ---- legacy 32-element blocks ---- */
+
+/* Unpacked block: 32 codes in element order, scale d and (Q4_1/Q5_1) min m. */
+static inline __m256i
+legacy_block(const uint8_t *row, uint32_t type, int64_t b, float *d, float *m)
+{
+    switch (type) {
+    case T_Q4_0: {
+        const struct block_q4_0 *x = (const struct block_q4_0 *)(const void *)row + b;
+        *d = qconv_fp16_to_fp32(x->d);
+        return _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
+    }
+    case T_Q4_1: {
+        const struct block_q4_1 *x = (const struct block_q4_1 *)(const void *)row + b;
+        *d = qconv_fp16_to_fp32(x->d);
+        *m = qconv_fp16_to_fp32(x->m);
+        return nibbles32(x->qs);
+    }
+    case T_Q5_0: {
+        const struct block_q5_0 *x = (const struct block_q5_0 *)(const void *)row + b;
+        *d = qconv_fp16_to_fp32(x->d);
+        __m256i hi = _mm256_andnot_si256(bits32(x->qh), _mm256_set1_epi8((char)0xf0));
+        return _mm256_or_si256(nibbles32(x->qs), hi);
+    }
+    case T_Q5_1: {
+        const struct block_q5_1 *x = (const struct block_q5_1 *)(const void *)row + b;
+        *d = qconv_fp16_to_fp32(x->d);
+        *m = qconv_fp16_to_fp32(x->m);
+        __m256i hi = _mm256_and_si256(bits32(x->qh), _mm256_set1_epi8(0x10));
+        return _mm256_or_si256(nibbles32(x->qs), hi);
+    }
+    case T_Q8_0: {
+        const struct block_q8_0 *x = (const struct block_q8_0 *)(const void *)row + b;
+        *d = qconv_fp16_to_fp32(x->d);
+        return _mm256_loadu_si256((const __m256i *)(const void *)x->qs);
+    }
+    default: {  /* T_IQ4_NL */
+        const struct block_iq4_nl *x = (const struct block_iq4_nl *)(const void *)row + b;
+        *d = qconv_fp16_to_fp32(x->d);
+        return _mm256_shuffle_epi8(iq4nl_lut(), nibbles32(x->qs));
+    }
+    }
+}
+
+/*
+ * One row against nt (<= NT) tokens.
+ *   mode LANES (Q8_0, Q5_0 / Q4_1, Q5_1): acc = fma(dw * da, lanes, acc) per
+ *       block, hsum8(acc) (+ the f32 sum of m * s for the types with a min);
+ *   mode CHAIN (Q4_0, IQ4_NL repacked): acc = fma(float(block sum), dw * da, acc)
+ *       on one scalar per output.
+ */
+static inline __attribute__((always_inline)) void
+legacy_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
+           const struct act_row *ar, int nt, int64_t nb)
+{
+    const int has_min = type == T_Q4_1 || type == T_Q5_1;
+    const int chain = type == T_Q4_0 || type == T_IQ4_NL;
+    __m256 acc[NT];
+    float sacc[NT];
+
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        sacc[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        float d, m = 0.0f;
+        __m256i qx = legacy_block(row, type, b, &d, &m);
+        for (int t = 0; t < nt; t++) {
+            __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + 32 * b));
+            float da = ar[t].d[b];
+            if (chain) {
+                int isum = hsum_epi32(lanes_ss(qx, qy));
+                sacc[t] = fmadd_ss((float)isum, d * da, sacc[t]);
+            } else if (has_min) {
+                __m256 q = _mm256_cvtepi32_ps(lanes_us(qx, qy));
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), q, acc[t]);
+                sacc[t] = fmadd_ss(m, ar[t].s[b], sacc[t]);
+            } else {
+                __m256 q = _mm256_cvtepi32_ps(lanes_ss(qx, qy));
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), q, acc[t]);
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        if (chain)
+            out[t * ldo] = sacc[t];
+        else if (has_min)
+            out[t * ldo] = hsum8(acc[t]) + sacc[t];
+        else
+            out[t * ldo] = hsum8(acc[t]);
+    }
+}
+
+/* ---- k-quants ---- */
+
+/* An unpacked super-block: codes in element order (unsigned, or signed for
+ * Q3_K / IQ4_XS), the int16 scale vector of each 32-chunk (lanes 0..7 scale
+ * elements 0..15 of the chunk, lanes 8..15 elements 16..31) and the
+ * per-type extras. */
+struct ksb {
+    __m256i q[8];
+    __m256i sv[8];
+    float d, dmin;
+    int16_t mn[16];             /* Q2_K: per-16 mins; Q4_K/Q5_K: per-32 mins in [0..7] */
+    int16_t sc16[16];           /* Q6_K: per-16 scales (for the bsums correction) */
+};
+
+static inline __m256i
+scale_pair(int lo, int hi)
+{
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16((short)lo)),
+                                   _mm_set1_epi16((short)hi), 1);
+}
+
+static inline void
+k4_scales(const uint8_t *s, int j, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 15) | (s[j - 4] >> 6) << 4;
+        *m = (s[j + 4] >> 4) | (s[j] >> 6) << 4;
+    }
+}
+
+static inline void
+k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
+
+    switch (type) {
+    case T_Q2_K: {
+        const struct block_q2_K *x = (const struct block_q2_K *)(const void *)row + b;
+        k->d = qconv_fp16_to_fp32(x->d);
+        k->dmin = qconv_fp16_to_fp32(x->dmin);
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
+            for (int g = 0; g < 4; g++)
+                k->q[4 * h + g] = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3);
+        }
+        for (int c = 0; c < 8; c++)
+            k->sv[c] = scale_pair(x->scales[2 * c] & 15, x->scales[2 * c + 1] & 15);
+        for (int s = 0; s < 16; s++)
+            k->mn[s] = x->scales[s] >> 4;
+        break;
+    }
+    case T_Q3_K: {
+        const struct block_q3_K *x = (const struct block_q3_K *)(const void *)row + b;
+        k->d = qconv_fp16_to_fp32(x->d);
+        __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)x->hmask);
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
+            for (int g = 0; g < 4; g++) {
+                int c = 4 * h + g;
+                __m256i lo = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3);
+                __m256i bit = _mm256_set1_epi8((char)(1 << c));
+                __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(hm, bit), bit);
+                /* lo - 4 where the high bit is clear */
+                k->q[c] = _mm256_sub_epi8(lo, _mm256_andnot_si256(set, _mm256_set1_epi8(4)));
+            }
+        }
+        int sc[16];
+        for (int j = 0; j < 16; j++) {
+            int low = j < 8 ? x->scales[j] & 15 : x->scales[j - 8] >> 4;
+            int high = (x->scales[8 + (j & 3)] >> (2 * (j >> 2))) & 3;
+            sc[j] = (low | high << 4) - 32;
+        }
+        for (int c = 0; c < 8; c++)
+            k->sv[c] = scale_pair(sc[2 * c], sc[2 * c + 1]);
+        break;
+    }
+    case T_Q4_K:
+    case T_Q5_K: {
+        const uint8_t *scales, *qs, *qh = NULL;
+        if (type == T_Q4_K) {
+            const struct block_q4_K *x = (const struct block_q4_K *)(const void *)row + b;
+            k->d = qconv_fp16_to_fp32(x->d);
+            k->dmin = qconv_fp16_to_fp32(x->dmin);
+            scales = x->scales, qs = x->qs;
+        } else {
+            const struct block_q5_K *x = (const struct block_q5_K *)(const void *)row + b;
+            k->d = qconv_fp16_to_fp32(x->d);
+            k->dmin = qconv_fp16_to_fp32(x->dmin);
+            scales = x->scales, qs = x->qs, qh = x->qh;
+        }
+        __m256i hb = qh ? _mm256_loadu_si256((const __m256i *)(const void *)qh) : _mm256_setzero_si256();
+        for (int c = 0; c < 4; c++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * c));
+            __m256i lo = _mm256_and_si256(bits, m15);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m15);
+            if (qh) {
+                __m256i b0 = _mm256_set1_epi8((char)(1 << (2 * c)));
+                __m256i b1 = _mm256_set1_epi8((char)(1 << (2 * c + 1)));
+                lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b0), b0),
+                                                          _mm256_set1_epi8(16)));
+                hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(hb, b1), b1),
+                                                          _mm256_set1_epi8(16)));
+            }
+            k->q[2 * c] = lo;
+            k->q[2 * c + 1] = hi;
+        }
+        for (int j = 0; j < 8; j++) {
+            int s, m;
+            k4_scales(scales, j, &s, &m);
+            k->sv[j] = _mm256_set1_epi16((short)s);
+            k->mn[j] = (int16_t)m;
+        }
+        break;
+    }
+    case T_Q6_K: {
+        const struct block_q6_K *x = (const struct block_q6_K *)(const void *)row + b;
+        k->d = qconv_fp16_to_fp32(x->d);
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h + 32));
+            __m256i hh = _mm256_loadu_si256((const __m256i *)(const void *)(x->qh + 32 * h));
+            __m256i lo[4] = {
+                _mm256_and_si256(l0, m15), _mm256_and_si256(l1, m15),
+                _mm256_and_si256(_mm256_srli_epi16(l0, 4), m15),
+                _mm256_and_si256(_mm256_srli_epi16(l1, 4), m15),
+            };
+            for (int g = 0; g < 4; g++) {
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hh, 2 * g), m3);
+                k->q[4 * h + g] = _mm256_or_si256(lo[g], _mm256_slli_epi16(hi, 4));
+            }
+        }
+        for (int c = 0; c < 8; c++)
+            k->sv[c] = scale_pair(x->scales[2 * c], x->scales[2 * c + 1]);
+        for (int s = 0; s < 16; s++)
+            k->sc16[s] = x->scales[s];
+        break;
+    }
+    default: {  /* T_IQ4_XS */
+        const struct block_iq4_xs *x = (const struct block_iq4_xs *)(const void *)row + b;
+        k->d = qconv_fp16_to_fp32(x->d);
+        __m256i lut = iq4nl_lut();
+        for (int ib = 0; ib < 8; ib++) {
+            k->q[ib] = _mm256_shuffle_epi8(lut, nibbles32(x->qs + 16 * ib));
+            int lo4 = (x->scales_l[ib / 2] >> (4 * (ib & 1))) & 15;
+            int hi2 = (x->scales_h >> (2 * ib)) & 3;
+            k->sv[ib] = _mm256_set1_epi16((short)((lo4 | hi2 << 4) - 32));
+        }
+        break;
+    }
+    }
+}
+
+/* sum over the 8 chunks of scale * (4-element lane sums) */
+static inline __m256i
+k_lanes(const struct ksb *k, const int8_t *y, int is_signed)
+{
+    __m256i s = _mm256_setzero_si256();
+    for (int c = 0; c < 8; c++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
+        __m256i p = is_signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(k->q[c], k->q[c]),
+                                                     _mm256_sign_epi8(qy, k->q[c]))
+                              : _mm256_maddubs_epi16(k->q[c], qy);
+        s = _mm256_add_epi32(s, _mm256_madd_epi16(k->sv[c], p));
+    }
+    return s;
+}
+
+static inline __attribute__((always_inline)) void
+kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
+           const struct act_row *ar, int nt, int64_t nb)
+{
+    const int is_signed = type == T_Q3_K || type == T_IQ4_XS;
+    __m256 acc[NT];
+    float sacc[NT], macc[NT];
+    struct ksb k;
+
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        sacc[t] = macc[t] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        k_unpack(row, type, b, &k);
+        for (int t = 0; t < nt; t++) {
+            const int16_t *bs = ar[t].bsums + 16 * b;
+            float yd = ar[t].d[b];
+            __m256i sumi = k_lanes(&k, ar[t].q + QK_K * b, is_signed);
+            switch (type) {
+            case T_Q2_K: {
+                int32_t ml[8];
+                for (int m = 0; m < 8; m++)
+                    ml[m] = k.mn[2 * m] * bs[2 * m] + k.mn[2 * m + 1] * bs[2 * m + 1];
+                __m256 mv = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(void *)ml));
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-yd * k.dmin), mv, acc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * k.d), _mm256_cvtepi32_ps(sumi), acc[t]);
+                break;
+            }
+            case T_Q4_K: {
+                /* repacked: exact block sums, one chain for the scales and one for the mins */
+                int32_t msum = 0;
+                for (int j = 0; j < 8; j++)
+                    msum += k.mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+                sacc[t] = fmadd_ss((float)hsum_epi32(sumi), k.d * yd, sacc[t]);
+                macc[t] = fmadd_ss((float)msum, k.dmin * yd, macc[t]);
+                break;
+            }
+            case T_Q5_K: {
+                int32_t msum = 0;
+                for (int j = 0; j < 8; j++)
+                    msum += k.mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+                sacc[t] = fmadd_ss(-yd * k.dmin, (float)msum, sacc[t]);
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * k.d), _mm256_cvtepi32_ps(sumi), acc[t]);
+                break;
+            }
+            case T_Q6_K: {
+                int32_t cl[8];
+                for (int m = 0; m < 8; m++)
+                    cl[m] = 32 * (bs[2 * m] * k.sc16[2 * m] + bs[2 * m + 1] * k.sc16[2 * m + 1]);
+                sumi = _mm256_sub_epi32(sumi, _mm256_loadu_si256((const __m256i *)(void *)cl));
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * k.d), _mm256_cvtepi32_ps(sumi), acc[t]);
+                break;
+            }
+            default:    /* Q3_K, IQ4_XS */
+                acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(k.d * yd), _mm256_cvtepi32_ps(sumi), acc[t]);
+                break;
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++) {
+        float r;
+        if (type == T_Q4_K)
+            r = sacc[t] - macc[t];
+        else if (type == T_Q5_K)
+            r = hsum8(acc[t]) + sacc[t];
+        else
+            r = hsum8(acc[t]);
+        out[t * ldo] = r;
+    }
+}
+
+/* ---- float weights ---- */
+
+static inline __m256
+load_w8(const void *row, uint32_t type, int64_t i)
+{
+    if (type == T_F32)
+        return _mm256_loadu_ps((const float *)row + i);
+    if (type == T_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)row + i)));
+    __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)row + i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+
+static inline float
+load_w1(const void *row, uint32_t type, int64_t i)
+{
+    if (type == T_F32)
+        return ((const float *)row)[i];
+    if (type == T_F16)
+        return qconv_fp16_to_fp32(((const uint16_t *)row)[i]);
+    return qconv_bf16_to_fp32(((const uint16_t *)row)[i]);
+}
+
+/* ggml_vec_dot_f32 / _f16 (batch of one): 4 accumulators over steps of 32
+ * (element i in accumulator (i / 8) % 4, lane i % 8), reduced as
+ * (a0 + a2) + (a1 + a3), then (lo + hi) and two hadds; leftovers added
+ * one by one (f32 for F32, double for F16). */
+static float
+vecdot_f32_f16(const void *row, uint32_t type, const float *x, int64_t n)
+{
+    __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    int64_t np = n & ~(int64_t)31, i;
+
+    for (i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            a[j] = _mm256_fmadd_ps(load_w8(row, type, i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), a[j]);
+    a[0] = _mm256_add_ps(a[0], a[2]);
+    a[1] = _mm256_add_ps(a[1], a[3]);
+    a[0] = _mm256_add_ps(a[0], a[1]);
+    __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a[0]), _mm256_extractf128_ps(a[0], 1));
+    __m128 t1 = _mm_hadd_ps(t0, t0);
+    float s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
+    if (type == T_F32) {
+        for (i = np; i < n; i++)
+            s = fmadd_ss(load_w1(row, type, i), x[i], s);
+        return s;
+    }
+    double sd = s;
+    for (i = np; i < n; i++)
+        sd += (double)(load_w1(row, type, i) * x[i]);
+    return (float)sd;
+}
+
+/* ggml_vec_dot_bf16 (AVX2): 4 accumulators of separate multiply and add,
+ * (c1 + c3) + (c2 + c4), hsum8, then double leftovers. */
+static float
+vecdot_bf16(const void *row, const float *x, int64_t n)
+{
+    __m256 c[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    int64_t i = 0;
+
+    for (; i + 32 <= n; i += 32)
+        for (int j = 0; j < 4; j++)
+            c[j] = _mm256_add_ps(_mm256_mul_ps(load_w8(row, T_BF16, i + 8 * j),
+                                               _mm256_loadu_ps(x + i + 8 * j)), c[j]);
+    __m256 s = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
+    double sd = (double)hsum8(s);
+    for (; i < n; i++)
+        sd += (double)(load_w1(row, T_BF16, i) * x[i]);
+    return (float)sd;
+}
+
+/* llamafile tinyBLAS (batches of 2 or more, cols % 8 == 0): one 8-lane FMA
+ * accumulator per output, hsum8. */
+static inline __attribute__((always_inline)) void
+tinyblas_row(float *out, int64_t ldo, const void *row, uint32_t type, const float *const *xt,
+             int nt, int64_t n)
+{
+    __m256 acc[NT];
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        __m256 w = load_w8(row, type, i);
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xt[t] + i), acc[t]);
+    }
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = hsum8(acc[t]);
+}
+
+/* ---- the row kernel ---- */
+
+static void
+rows_tile(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t wtype, enum act a,
+          const uint8_t *act, size_t arb, const float *x, int64_t ldx, int64_t t0, int nt,
+          int64_t cols, int64_t r0, int64_t r1)
+{
+    struct act_row ar[NT];
+    const float *xt[NT];
+
+    for (int t = 0; t < nt; t++) {
+        if (a == ACT_F32)
+            xt[t] = x + (t0 + t) * ldx;
+        else if (a == ACT_F16 || a == ACT_BF16)
+            xt[t] = (const float *)(const void *)(act + (size_t)(t0 + t) * arb);
+        else
+            act_row_at(&ar[t], a, act + (size_t)(t0 + t) * arb, cols);
+    }
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        float *out = y + t0 * ldy + r;
+        switch (a) {
+        case ACT_F32:
+        case ACT_F16:
+        case ACT_BF16:
+            break;
+        case ACT_Q8_0:
+        case ACT_Q8_1:
+#define LEG(n) legacy_row(out, ldy, row, wtype, ar, n, cols / 32)
+            switch (nt) { case 1: LEG(1); break; case 2: LEG(2); break;
+                          case 3: LEG(3); break; default: LEG(4); break; }
+#undef LEG
+            continue;
+        default:
+#define KQ(n) kquant_row(out, ldy, row, wtype, ar, n, cols / QK_K)
+            switch (nt) { case 1: KQ(1); break; case 2: KQ(2); break;
+                          case 3: KQ(3); break; default: KQ(4); break; }
+#undef KQ
+            continue;
+        }
+        /* float weights, batches of two or more */
+#define TB(n) tinyblas_row(out, ldy, row, wtype, xt, n, cols)
+        switch (nt) { case 1: TB(1); break; case 2: TB(2); break;
+                      case 3: TB(3); break; default: TB(4); break; }
+#undef TB
+    }
+}
+
+void
+ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
+                 const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
+                 int64_t r0, int64_t r1, float *tmp)
+{
+    enum act a = act_type(wtype);
+    size_t arb = act_row_bytes(a, cols);
+    const uint8_t *wb = w, *act = work;
+
+    (void)tmp;
+    if (a == ACT_NONE)
+        return;
+    if (a == ACT_F32 || a == ACT_F16 || a == ACT_BF16) {
+        /* ggml: vec_dot for a batch of one (or cols % 8 != 0), tinyBLAS otherwise */
+        if (n_tok == 1 || cols % 8 != 0) {
+            for (int64_t t = 0; t < n_tok; t++) {
+                const float *xt = a == ACT_F32 ? x + t * ldx
+                                               : (const float *)(const void *)(act + (size_t)t * arb);
+                for (int64_t r = r0; r < r1; r++) {
+                    const uint8_t *row = wb + (size_t)r * row_bytes;
+                    y[t * ldy + r] = a == ACT_BF16 ? vecdot_bf16(row, xt, cols)
+                                                   : vecdot_f32_f16(row, wtype, xt, cols);
+                }
+            }
+            return;
+        }
+    }
+    for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
+        int64_t re = rb + ROW_TILE < r1 ? rb + ROW_TILE : r1;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += NT) {
+            int nt = n_tok - t0 < NT ? (int)(n_tok - t0) : NT;
+            rows_tile(y, ldy, wb, row_bytes, wtype, a, act, arb, x, ldx, t0, nt, cols, rb, re);
+        }
+    }
+}

@@ -1,0 +1,260 @@
+/*
+ * test_matmul_avx2.c - the AVX2 matmul kernels against the scalar reference
+ * and, bit for bit, against ggml's own results.
+ *
+ * 1. Every weight type, odd row counts, two row ranges (as two threads),
+ *    n_tok 1..9: avx2 equals ref within f32 rounding of the block sums
+ *    (both dot the same quantized activations; only the order of the f32
+ *    operations differs), and mm_prepare writes the same work bytes.
+ * 2. tests/golden/kernels/vecdot.json (scripts/mkgolden-vecdot, made by
+ *    llama.cpp's libggml through scripts/llamacpp-vecdot.c): raw weights,
+ *    activations and ggml's mul_mat outputs as f32 bit patterns for batches
+ *    of 1 and 4; the avx2 kernel must reproduce each exactly.
+ *
+ * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "ops.h"
+#include "qconv.h"
+#include "qtypes.h"
+#include "quant.h"
+#include "../unit/t.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t
+rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static float
+frnd(void)
+{
+    return (float)((double)rnd() / 2147483648.0 - 1.0);
+}
+
+static const uint32_t types[] = {
+    GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+    GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+    GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+};
+
+/* a weight quantized from f32 values with the project's quantizer */
+static void *
+make_weight(uint32_t t, int64_t rows, int64_t cols)
+{
+    size_t rb = qtype_row_bytes(t, cols);
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *tmp = malloc((size_t)(rows * cols) * sizeof(float));
+
+    for (int64_t r = 0; r < rows; r++) {
+        float sc = 0.02f + 0.1f * (float)(rnd() % 100) / 100.0f;
+        for (int64_t c = 0; c < cols; c++)
+            tmp[r * cols + c] = frnd() * sc + (c % 7 == 0 ? 0.01f : 0.0f);
+    }
+    size_t got = quant_chunk(t, tmp, w, rows, cols, NULL);
+    CHECK_EQ(got, rb * (size_t)rows);
+    free(tmp);
+    return w;
+}
+
+static void
+test_vs_ref(const struct kernel_ops *av, const struct kernel_ops *ref)
+{
+    const int64_t rows = 13, max_tok = 9;
+
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        uint32_t t = types[ti];
+        const struct qtype *qt = qtype_get(t);
+        int kq = qt->blck == 256;
+        int64_t col_set[3] = { kq ? 256 : 96, kq ? 768 : 576, qt->blck == 1 ? 44 : (kq ? 512 : 64) };
+        for (int ci = 0; ci < 3; ci++) {
+            int64_t cols = col_set[ci], ldx = cols + 3, ldy = rows + 2;
+            void *w = make_weight(t, rows, cols);
+            size_t rb = qtype_row_bytes(t, cols);
+            float *x = malloc((size_t)(max_tok * ldx) * sizeof(float));
+            float *ya = malloc((size_t)(max_tok * ldy) * sizeof(float));
+            float *yr = malloc((size_t)(max_tok * ldy) * sizeof(float));
+            float *tmp = malloc((size_t)ref->mm_tmp_floats(cols) * sizeof(float));
+            for (int64_t i = 0; i < max_tok * ldx; i++)
+                x[i] = frnd() * (1.0f + (float)(i % 5));
+            for (int64_t n_tok = 1; n_tok <= max_tok; n_tok++) {
+                size_t ws = ref->mm_work_size(t, n_tok, cols);
+                CHECK_EQ(av->mm_work_size(t, n_tok, cols), ws);
+                uint8_t *wa = malloc(ws + 1), *wr = malloc(ws + 1);
+                av->mm_prepare(wa, t, x, ldx, n_tok, cols);
+                ref->mm_prepare(wr, t, x, ldx, n_tok, cols);
+                if (memcmp(wa, wr, ws) != 0) {
+                    fprintf(stderr, "%s: prepare differs (n_tok %lld)\n", qt->name, (long long)n_tok);
+                    CHECK(0);
+                }
+                for (int64_t i = 0; i < max_tok * ldy; i++)
+                    ya[i] = yr[i] = -777.0f;
+                av->mm_rows(ya, ldy, w, rb, t, wa, x, ldx, n_tok, cols, 0, 6, tmp);
+                av->mm_rows(ya, ldy, w, rb, t, wa, x, ldx, n_tok, cols, 6, rows, tmp);
+                ref->mm_rows(yr, ldy, w, rb, t, wr, x, ldx, n_tok, cols, 0, rows, tmp);
+                int bad = 0;
+                for (int64_t k = 0; k < n_tok; k++) {
+                    for (int64_t r = 0; r < ldy; r++) {
+                        double a = ya[k * ldy + r], b = yr[k * ldy + r];
+                        if (r >= rows) {
+                            bad += a != -777.0f;
+                            continue;
+                        }
+                        /* magnitude of the terms: |W| |x| row sum, via the dequantized row */
+                        double mag = 0;
+                        float *row = malloc((size_t)cols * sizeof(float));
+                        qt->to_float((const uint8_t *)w + (size_t)r * rb, row, cols);
+                        for (int64_t c = 0; c < cols; c++)
+                            mag += fabs((double)row[c] * x[k * ldx + c]);
+                        free(row);
+                        /* BF16 in a batch of one rounds products to f32 before adding */
+                        double tol = 4e-6 * mag + 1e-6;
+                        if (!(fabs(a - b) <= tol) && bad++ < 3)
+                            fprintf(stderr, "%s cols %lld n_tok %lld tok %lld row %lld: avx2 %.9g "
+                                    "ref %.9g (tol %.3g)\n", qt->name, (long long)cols,
+                                    (long long)n_tok, (long long)k, (long long)r, a, b, tol);
+                    }
+                }
+                CHECK_EQ(bad, 0);
+                free(wa), free(wr);
+            }
+            free(w), free(x), free(ya), free(yr), free(tmp);
+        }
+    }
+}
+
+/* ---- golden: ggml's own outputs ---- */
+
+static int
+hexval(int c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+/* hex string -> bytes; returns the byte count or -1 */
+static long
+unhex(const char *s, uint8_t **out)
+{
+    size_t n = strlen(s);
+    if (n % 2)
+        return -1;
+    uint8_t *b = malloc(n / 2 + 1);
+    for (size_t i = 0; i < n / 2; i++) {
+        int h = hexval(s[2 * i]), l = hexval(s[2 * i + 1]);
+        if (h < 0 || l < 0) {
+            free(b);
+            return -1;
+        }
+        b[i] = (uint8_t)(h << 4 | l);
+    }
+    *out = b;
+    return (long)(n / 2);
+}
+
+static int
+test_golden(const struct kernel_ops *av, const char *path, int verbose)
+{
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) {
+        fprintf(stderr, "%s: %s (run scripts/mkgolden-vecdot)\n", path, err.text);
+        CHECK(0);
+        return 0;
+    }
+    int64_t rows = json_integer_value(json_object_get(root, "rows"));
+    int64_t cols = json_integer_value(json_object_get(root, "cols"));
+    int64_t n_tok = json_integer_value(json_object_get(root, "n_tok"));
+    uint8_t *xb = NULL;
+    long xn = unhex(json_string_value(json_object_get(root, "x")) ? json_string_value(json_object_get(root, "x")) : "", &xb);
+    CHECK(rows > 0 && cols > 0 && n_tok > 0 && xn == (long)(n_tok * cols * 4));
+    if (!(rows > 0 && cols > 0 && n_tok > 0 && xn == (long)(n_tok * cols * 4))) {
+        json_decref(root);
+        return 0;
+    }
+    const float *x = (const float *)(const void *)xb;
+    json_t *cases = json_object_get(root, "types");
+    size_t i;
+    json_t *c;
+    int n_cases = 0;
+    json_array_foreach(cases, i, c) {
+        const char *name = json_string_value(json_object_get(c, "type"));
+        uint32_t t = (uint32_t)json_integer_value(json_object_get(c, "id"));
+        const char *path_kind = json_string_value(json_object_get(c, "path"));
+        uint8_t *w = NULL;
+        long wn = unhex(json_string_value(json_object_get(c, "w")), &w);
+        size_t rb = qtype_row_bytes(t, cols);
+        CHECK(wn == (long)(rb * (size_t)rows));
+        if (wn != (long)(rb * (size_t)rows)) {
+            free(w);
+            continue;
+        }
+        json_t *outs = json_object_get(c, "out");
+        const char *key;
+        json_t *arr;
+        json_object_foreach(outs, key, arr) {
+            int64_t nt = atoll(key);
+            if (nt < 1 || nt > n_tok || (int64_t)json_array_size(arr) != nt * rows) {
+                CHECK(0);
+                continue;
+            }
+            float *y = malloc((size_t)(nt * rows) * sizeof(float));
+            void *work = malloc(av->mm_work_size(t, nt, cols) + 1);
+            float *tmp = malloc((size_t)av->mm_tmp_floats(cols) * sizeof(float));
+            av->mm_prepare(work, t, x, cols, nt, cols);
+            av->mm_rows(y, rows, w, rb, t, work, x, cols, nt, cols, 0, rows, tmp);
+            int bad = 0;
+            for (int64_t k = 0; k < nt * rows; k++) {
+                uint32_t want = (uint32_t)json_integer_value(json_array_get(arr, (size_t)k)), got;
+                memcpy(&got, &y[k], 4);
+                if (got != want) {
+                    float wf;
+                    memcpy(&wf, &want, 4);
+                    if (bad++ < 2 || verbose)
+                        fprintf(stderr, "golden %s (%s) n_tok %lld [%lld]: %.9g vs ggml %.9g\n",
+                                name, path_kind, (long long)nt, (long long)k, y[k], wf);
+                }
+            }
+            if (verbose)
+                fprintf(stderr, "golden %-7s %-8s n_tok %lld: %s\n", name, path_kind,
+                        (long long)nt, bad ? "DIFFERS" : "bit-exact");
+            CHECK_EQ(bad, 0);
+            n_cases++;
+            free(y), free(work), free(tmp);
+        }
+        free(w);
+    }
+    free(xb);
+    json_decref(root);
+    return n_cases;
+}
+
+int
+main(int argc, char **argv)
+{
+    const struct kernel_ops *av = ops_select("avx2"), *ref = ops_select("ref");
+    int verbose = argc > 1 && strcmp(argv[1], "-v") == 0;
+
+    if (!av) {
+        fprintf(stderr, "test_matmul_avx2: no AVX2/FMA/F16C here, skipped\n");
+        return 77;
+    }
+    CHECK(ref != NULL);
+    CHECK(ops_select("auto") == av);
+    test_vs_ref(av, ref);
+    const char *g = getenv("LLMKIT_GOLDEN_VECDOT");
+    int n = test_golden(av, g ? g : "tests/golden/kernels/vecdot.json", verbose);
+    CHECK(n > 0);
+    T_DONE();
+}
