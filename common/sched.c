@@ -1,0 +1,714 @@
+/*
+ * sched.c - continuous batching over the paged KV cache; see sched.h.
+ *
+ * A sequence's tokens (prompt, then generated) are one array toks[0 ..
+ * n_total); n_done of them have their K/V in the pool (n_done ==
+ * kv_seq_len).  The tokens still to compute are toks[n_done .. n_total):
+ * one for a decoding sequence (the last sampled token), more for a prompt
+ * being prefilled or a preempted sequence being recomputed.  A chunk that
+ * reaches n_total asks for logits, and the sequence samples its next token.
+ */
+#include "sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "model.h"
+#include "tokenizer.h"
+
+#define STOP_MAX 16             /* stop strings per request */
+#define STOP_LEN_MAX 1024       /* bytes per stop string */
+
+enum seq_state {
+    SEQ_WAITING = 0,            /* queued (new, or preempted: kvs < 0, maybe a swap image) */
+    SEQ_RUNNING = 1,
+};
+
+struct seq {
+    int64_t tag;
+    uint64_t arrival;           /* sched_add order */
+    uint64_t admitted;          /* admission order of the current run (preemption victim: max) */
+    int state;
+    int32_t kvs;                /* KV sequence, -1 when not in the pool */
+    struct kv_swap *sw;         /* swap image while swapped out */
+    int32_t *toks;
+    int64_t n_prompt, n_gen, cap;
+    int64_t n_done;
+    int64_t max_gen;
+    struct sampler *smp;
+    char **stop;
+    size_t n_stop;
+    char *text;
+    size_t text_len, text_cap;
+    struct kv_prefix_key key;   /* key of the last published block */
+    int64_t n_pub;              /* leading full blocks published (or attached) */
+    int64_t cached_tokens, preemptions;
+    double t_add, t_admit, t_first;
+    /* this step */
+    int64_t chunk;
+    int64_t need;               /* blocks reserved for the chunk */
+    int64_t logit_row;
+};
+
+struct sched {
+    struct model *m;
+    struct kvcache *kv;
+    const struct tokenizer *tok;
+    struct sched_opts o;
+    struct sched_callbacks cb;
+    int64_t n_vocab, ctx, bs;
+    struct seq **run;           /* running, in admission order */
+    int64_t n_run;
+    struct seq **wait;          /* waiting, by arrival */
+    int64_t n_wait, cap_wait;
+    uint64_t n_arrival, n_admit;
+    struct batch_tok *bt;       /* [max_batch_tokens] */
+    float *logits;              /* [max_seqs][n_vocab] */
+    double t0;
+    int64_t step;
+    int64_t budget;             /* tokens left in this step's batch */
+    size_t swap_bytes;
+    struct sched_totals tot;
+};
+
+static double
+ms_since(double t)
+{
+    return (now_seconds() - t) * 1000.0;
+}
+
+/* ---- sequences ---- */
+
+static void
+seq_free(struct sched *s, struct seq *q)
+{
+    if (!q)
+        return;
+    if (q->kvs >= 0)
+        kv_seq_free(s->kv, q->kvs);
+    if (q->sw) {
+        s->swap_bytes -= kv_swap_bytes(q->sw);
+        kv_swap_free(q->sw);
+    }
+    sampler_free(q->smp);
+    for (size_t i = 0; i < q->n_stop; i++)
+        free(q->stop[i]);
+    free(q->stop);
+    free(q->toks);
+    free(q->text);
+    free(q);
+}
+
+static int
+text_append(struct seq *q, const char *p, size_t n)
+{
+    if (q->text_len + n + 1 > q->text_cap) {
+        size_t c = q->text_cap ? q->text_cap : 256;
+        while (c < q->text_len + n + 1)
+            c *= 2;
+        char *t = realloc(q->text, c);
+        if (!t)
+            return -ST_NOMEM;
+        q->text = t;
+        q->text_cap = c;
+    }
+    memcpy(q->text + q->text_len, p, n);
+    q->text_len += n;
+    q->text[q->text_len] = '\0';
+    return 0;
+}
+
+static int64_t
+n_total(const struct seq *q)
+{
+    return q->n_prompt + q->n_gen;
+}
+
+/* waiting queue: sorted by arrival, so a preempted sequence goes back
+ * ahead of every request that arrived after it */
+static int
+wait_insert(struct sched *s, struct seq *q)
+{
+    int64_t i;
+
+    if (s->n_wait == s->cap_wait) {
+        int64_t c = s->cap_wait ? s->cap_wait * 2 : 64;
+        struct seq **w = realloc(s->wait, (size_t)c * sizeof(*w));
+        if (!w)
+            return -ST_NOMEM;
+        s->wait = w;
+        s->cap_wait = c;
+    }
+    for (i = s->n_wait; i > 0 && s->wait[i - 1]->arrival > q->arrival; i--)
+        s->wait[i] = s->wait[i - 1];
+    s->wait[i] = q;
+    s->n_wait++;
+    q->state = SEQ_WAITING;
+    return 0;
+}
+
+static void
+wait_pop_front(struct sched *s)
+{
+    memmove(s->wait, s->wait + 1, (size_t)(s->n_wait - 1) * sizeof(*s->wait));
+    s->n_wait--;
+}
+
+static void
+run_remove(struct sched *s, struct seq *q)
+{
+    for (int64_t i = 0; i < s->n_run; i++) {
+        if (s->run[i] == q) {
+            memmove(s->run + i, s->run + i + 1, (size_t)(s->n_run - i - 1) * sizeof(*s->run));
+            s->n_run--;
+            return;
+        }
+    }
+}
+
+/* ---- engine ---- */
+
+int
+sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct tokenizer *tok,
+          const struct sched_opts *o, const struct sched_callbacks *cb, struct diag *d)
+{
+    struct sched *s;
+    struct kv_stats ks;
+
+    *out = NULL;
+    if (o->max_seqs < 1 || o->max_seqs > (1 << 20))
+        return diag_set(d, ST_RANGE, "max sequences %lld out of range 1..%d",
+                        (long long)o->max_seqs, 1 << 20);
+    if (o->max_batch_tokens < 1 || o->max_batch_tokens > (1 << 24))
+        return diag_set(d, ST_RANGE, "max batch tokens %lld out of range 1..%d",
+                        (long long)o->max_batch_tokens, 1 << 24);
+    if (o->ctx < 0)
+        return diag_set(d, ST_RANGE, "negative context");
+    if (!cb || !cb->result)
+        return diag_set(d, ST_RANGE, "no result callback");
+    if ((size_t)o->max_seqs > SIZE_MAX / sizeof(float) / (size_t)m->hp.n_vocab)
+        return diag_set(d, ST_NOMEM, "too many sequences for the logits buffer");
+    if (!(s = calloc(1, sizeof(*s))))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    s->m = m;
+    s->kv = kv;
+    s->tok = tok;
+    s->o = *o;
+    s->cb = *cb;
+    s->n_vocab = m->hp.n_vocab;
+    kv_stats(kv, &ks);
+    s->bs = ks.block_size;
+    s->ctx = ks.blocks_total * ks.block_size;
+    if (o->ctx > 0 && o->ctx < s->ctx)
+        s->ctx = o->ctx;
+    s->run = malloc((size_t)o->max_seqs * sizeof(*s->run));
+    s->bt = malloc((size_t)o->max_batch_tokens * sizeof(*s->bt));
+    s->logits = malloc((size_t)o->max_seqs * (size_t)s->n_vocab * sizeof(float));
+    if (!s->run || !s->bt || !s->logits) {
+        sched_free(s);
+        return diag_set(d, ST_NOMEM, "out of memory for %lld sequences",
+                        (long long)o->max_seqs);
+    }
+    s->t0 = now_seconds();
+    *out = s;
+    return 0;
+}
+
+void
+sched_free(struct sched *s)
+{
+    if (!s)
+        return;
+    for (int64_t i = 0; i < s->n_run; i++)
+        seq_free(s, s->run[i]);
+    for (int64_t i = 0; i < s->n_wait; i++)
+        seq_free(s, s->wait[i]);
+    free(s->run);
+    free(s->wait);
+    free(s->bt);
+    free(s->logits);
+    free(s);
+}
+
+int64_t
+sched_ctx(const struct sched *s)
+{
+    return s->ctx;
+}
+
+int64_t
+sched_running(const struct sched *s)
+{
+    return s->n_run;
+}
+
+int64_t
+sched_waiting(const struct sched *s)
+{
+    return s->n_wait;
+}
+
+void
+sched_get_totals(const struct sched *s, struct sched_totals *t)
+{
+    *t = s->tot;
+}
+
+static int
+emit(struct sched *s, struct seq *q, const char *reason)
+{
+    struct sched_result r;
+
+    r.tag = q->tag;
+    r.tokens = q->toks + q->n_prompt;
+    r.n_tokens = q->n_gen;
+    r.text = q->text ? q->text : "";
+    r.text_len = q->text_len;
+    r.finish_reason = reason;
+    r.n_prompt = q->n_prompt;
+    r.cached_tokens = q->cached_tokens;
+    r.preemptions = q->preemptions;
+    r.queue_ms = q->t_admit > 0 ? (q->t_admit - q->t_add) * 1000.0 : 0.0;
+    r.ttft_ms = q->t_first > 0 ? (q->t_first - q->t_add) * 1000.0 : 0.0;
+    r.total_ms = ms_since(q->t_add);
+    s->tot.finished++;
+    return s->cb.result(s->cb.ctx, &r);
+}
+
+int
+sched_add(struct sched *s, const struct sched_req *r, struct diag *d)
+{
+    struct seq *q;
+    int rc;
+
+    if (r->n_prompt < 1)
+        return diag_set(d, ST_RANGE, "the prompt is empty");
+    if (r->n_prompt > s->ctx)
+        return diag_set(d, ST_RANGE, "the prompt has %lld tokens, more than the context of %lld "
+                        "(--ctx, --kv-mem)", (long long)r->n_prompt, (long long)s->ctx);
+    for (int64_t i = 0; i < r->n_prompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
+            return diag_set(d, ST_RANGE, "token %lld: id %d out of range 0..%lld",
+                            (long long)i, r->prompt[i], (long long)s->n_vocab - 1);
+    if (r->n_stop > STOP_MAX)
+        return diag_set(d, ST_RANGE, "more than %d stop strings", STOP_MAX);
+    for (size_t i = 0; i < r->n_stop; i++) {
+        size_t n = strlen(r->stop[i]);
+        if (n == 0 || n > STOP_LEN_MAX)
+            return diag_set(d, ST_RANGE, "stop string %zu: length %zu out of range 1..%d", i, n,
+                            STOP_LEN_MAX);
+    }
+    if (!(q = calloc(1, sizeof(*q))))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    q->kvs = -1;
+    q->tag = r->tag;
+    q->arrival = s->n_arrival++;
+    q->n_prompt = r->n_prompt;
+    q->max_gen = s->ctx - r->n_prompt;
+    if (r->max_tokens >= 0 && r->max_tokens < q->max_gen)
+        q->max_gen = r->max_tokens;
+    q->cap = r->n_prompt + q->max_gen;
+    q->t_add = now_seconds();
+    kv_prefix_key_root(&q->key);
+    if (!(q->toks = malloc((size_t)q->cap * sizeof(int32_t))))
+        goto nomem;
+    memcpy(q->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
+    if (r->n_stop) {
+        if (!(q->stop = calloc(r->n_stop, sizeof(char *))))
+            goto nomem;
+        for (size_t i = 0; i < r->n_stop; i++) {
+            if (!(q->stop[i] = strdup(r->stop[i])))
+                goto nomem;
+            q->n_stop = i + 1;
+        }
+    }
+    if ((rc = sampler_new(&q->smp, &r->sp, (int32_t)s->n_vocab, d)) < 0) {
+        seq_free(s, q);
+        return rc;
+    }
+    for (int64_t i = 0; i < r->n_prompt; i++)
+        sampler_accept(q->smp, r->prompt[i]);
+    if (q->max_gen == 0) {
+        rc = emit(s, q, "length");
+        seq_free(s, q);
+        return rc;
+    }
+    if ((rc = wait_insert(s, q)) < 0)
+        goto nomem;
+    return 0;
+nomem:
+    seq_free(s, q);
+    return diag_set(d, ST_NOMEM, "out of memory");
+}
+
+/* ---- preemption ---- */
+
+/* Takes q out of the pool and back to the queue (q is running). */
+static int
+preempt(struct sched *s, struct seq *q, struct diag *d)
+{
+    int rc;
+
+    run_remove(s, q);
+    s->budget += q->chunk;      /* a victim scheduled earlier in the step */
+    q->chunk = 0;
+    q->need = 0;
+    q->preemptions++;
+    s->tot.preemptions++;
+    if (s->o.preempt == SCHED_PREEMPT_SWAP) {
+        struct diag dd;
+        if (kv_seq_swap_out(s->kv, q->kvs, &q->sw, &dd) == 0) {
+            q->kvs = -1;
+            s->swap_bytes += kv_swap_bytes(q->sw);
+            if (s->swap_bytes > s->tot.swap_bytes_peak)
+                s->tot.swap_bytes_peak = s->swap_bytes;
+            s->tot.swaps_out++;
+            /* the restored blocks are private: publish them again */
+            q->n_pub = 0;
+            kv_prefix_key_root(&q->key);
+            goto queue;
+        }
+        /* no host memory for the image: fall back to recompute */
+    }
+    kv_seq_free(s->kv, q->kvs);
+    q->kvs = -1;
+    q->n_done = 0;
+    q->n_pub = 0;
+    kv_prefix_key_root(&q->key);
+queue:
+    if ((rc = wait_insert(s, q)) < 0)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    return 0;
+}
+
+/* Blocks free for this step's chunks not yet given out. */
+static int64_t
+avail_blocks(const struct sched *s)
+{
+    int64_t a = kv_blocks_free(s->kv);
+
+    for (int64_t i = 0; i < s->n_run; i++)
+        a -= s->run[i]->need;
+    return a;
+}
+
+/* Gives running sequence q a chunk of up to `take` tokens, preempting the
+ * newest running sequences while blocks are short.  *gone is set when q
+ * itself was preempted.  Returns 0 or -ST_*. */
+static int
+schedule_chunk(struct sched *s, struct seq *q, int64_t take, int64_t *preempted, int *gone,
+               struct diag *d)
+{
+    int64_t need;
+    int rc;
+
+    *gone = 0;
+    if (take <= 0)
+        return 0;
+    need = kv_seq_blocks_needed(s->kv, q->kvs, take);
+    if (need < 0)
+        return diag_set(d, ST_RANGE, "scheduler: bad sequence state");
+    while (need > avail_blocks(s)) {
+        struct seq *v = s->run[0];
+        for (int64_t i = 1; i < s->n_run; i++)
+            if (s->run[i]->admitted > v->admitted)
+                v = s->run[i];
+        if ((rc = preempt(s, v, d)) < 0)
+            return rc;
+        (*preempted)++;
+        if (v == q) {
+            *gone = 1;
+            return 0;
+        }
+        /* a victim that gave up shared blocks may change q's need (no more
+         * copy-on-write) */
+        need = kv_seq_blocks_needed(s->kv, q->kvs, take);
+    }
+    q->chunk = take;
+    q->need = need;
+    return 0;
+}
+
+/* ---- admission ---- */
+
+/* Puts waiting request q (the queue's head) into the pool with a first
+ * chunk of at most budget tokens.  Returns 1 when admitted, 0 when it does
+ * not fit now (nothing changed), -ST_* on failure. */
+static int
+admit(struct sched *s, struct seq *q, int64_t budget, int64_t *hits, struct diag *d)
+{
+    int64_t avail = avail_blocks(s), bs = s->bs;
+    int rc;
+
+    if (q->sw) {
+        /* resume from swap: the image's blocks plus the chunk's new ones */
+        int64_t take = n_total(q) - q->n_done < budget ? n_total(q) - q->n_done : budget;
+        int64_t have = (q->n_done + bs - 1) / bs;
+        int64_t extra = (q->n_done + take + bs - 1) / bs - have;
+        if (kv_swap_blocks(q->sw) + extra > avail)
+            return 0;
+        size_t bytes = kv_swap_bytes(q->sw);
+        if ((rc = kv_seq_swap_in(s->kv, q->sw, &q->kvs, d)) < 0)
+            return rc;
+        q->sw = NULL;
+        s->swap_bytes -= bytes;
+        q->chunk = take;
+        q->need = extra;
+        return 1;
+    }
+
+    if ((rc = kv_seq_new(s->kv, &q->kvs)) < 0)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    q->n_done = 0;
+    q->n_pub = 0;
+    kv_prefix_key_root(&q->key);
+    if (s->o.prefix_cache) {
+        /* full blocks only, and never the last token: its logits are needed */
+        int64_t nh = 0;
+        while ((q->n_pub + 1) * bs <= n_total(q) - 1) {
+            struct kv_prefix_key k;
+            kv_prefix_key_next(&q->key, q->toks + q->n_pub * bs, bs, &k);
+            if ((rc = kv_prefix_attach(s->kv, q->kvs, &k)) < 0) {
+                kv_seq_free(s->kv, q->kvs);
+                q->kvs = -1;
+                return diag_set(d, -rc, "kv cache: cannot attach a cached block");
+            }
+            if (rc == 0)
+                break;
+            q->key = k;
+            q->n_pub++;
+            nh++;
+        }
+        q->n_done = q->n_pub * bs;
+        avail = avail_blocks(s);    /* attached cached blocks left the free pool */
+        *hits += nh;
+    }
+    int64_t take = n_total(q) - q->n_done < budget ? n_total(q) - q->n_done : budget;
+    int64_t need = kv_seq_blocks_needed(s->kv, q->kvs, take);
+    if (need > avail) {
+        kv_seq_free(s->kv, q->kvs);     /* attached blocks stay cached */
+        q->kvs = -1;
+        q->n_done = 0;
+        q->n_pub = 0;
+        kv_prefix_key_root(&q->key);
+        return 0;
+    }
+    if (q->preemptions == 0)
+        q->cached_tokens = q->n_done;
+    q->chunk = take;
+    q->need = need;
+    return 1;
+}
+
+/* ---- after the forward pass ---- */
+
+static void
+publish(struct sched *s, struct seq *q)
+{
+    while ((q->n_pub + 1) * s->bs <= q->n_done) {
+        kv_prefix_key_next(&q->key, q->toks + q->n_pub * s->bs, s->bs, &q->key);
+        kv_prefix_publish(s->kv, q->kvs, q->n_pub, &q->key);
+        q->n_pub++;
+    }
+}
+
+/* Appends sampled token t; returns the finish reason or NULL to go on. */
+static const char *
+accept_token(struct sched *s, struct seq *q, int32_t t, int *err)
+{
+    *err = 0;
+    if (s->tok && !s->o.ignore_eos && tok_is_eog(s->tok, t))
+        return "stop";
+    q->toks[q->n_prompt + q->n_gen++] = t;
+    s->tot.generated++;
+    sampler_accept(q->smp, t);
+    if (s->tok) {
+        size_t plen = 0, old = q->text_len;
+        const char *piece = tok_piece(s->tok, t, false, &plen);
+        if (piece && plen && text_append(q, piece, plen) < 0) {
+            *err = -ST_NOMEM;
+            return NULL;
+        }
+        for (size_t i = 0; i < q->n_stop; i++) {
+            size_t sl = strlen(q->stop[i]);
+            size_t from = old + 1 >= sl ? old + 1 - sl : 0;
+            if (q->text_len < sl)
+                continue;
+            for (size_t p = from; p + sl <= q->text_len; p++) {
+                if (memcmp(q->text + p, q->stop[i], sl) == 0) {
+                    q->text_len = p;
+                    q->text[p] = '\0';
+                    return "stop";
+                }
+            }
+        }
+    }
+    if (q->n_gen >= q->max_gen)
+        return "length";
+    return NULL;
+}
+
+/* ---- one step ---- */
+
+int
+sched_step(struct sched *s, struct diag *d)
+{
+    int64_t preempted = 0, hits = 0;
+    int64_t n_tok = 0, n_rows = 0, n_prompt_tok = 0, n_dec_tok = 0;
+    int64_t n_run0 = s->n_run;
+    int rc, gone;
+
+    if (s->n_run == 0 && s->n_wait == 0)
+        return 0;
+    for (int64_t i = 0; i < s->n_run; i++) {
+        s->run[i]->chunk = 0;
+        s->run[i]->need = 0;
+    }
+    s->budget = s->o.max_batch_tokens;
+
+    /* 1. decodes, oldest first */
+    for (int64_t i = 0; i < s->n_run && s->budget > 0;) {
+        struct seq *q = s->run[i];
+        if (n_total(q) - q->n_done != 1 || q->chunk) {
+            i++;
+            continue;
+        }
+        if ((rc = schedule_chunk(s, q, 1, &preempted, &gone, d)) < 0)
+            return rc;
+        if (gone)
+            continue;           /* q left run[]; i now names the next one */
+        s->budget -= q->chunk;
+        /* a victim removed before i shifts the array: find q again */
+        for (i = 0; s->run[i] != q; i++)
+            ;
+        i++;
+    }
+    /* 2. prefill chunks of running sequences */
+    for (int64_t i = 0; i < s->n_run && s->budget > 0;) {
+        struct seq *q = s->run[i];
+        int64_t want = n_total(q) - q->n_done;
+        if (q->chunk || want <= 1) {
+            i++;
+            continue;
+        }
+        if ((rc = schedule_chunk(s, q, want < s->budget ? want : s->budget, &preempted, &gone, d)) < 0)
+            return rc;
+        if (gone)
+            continue;
+        s->budget -= q->chunk;
+        for (i = 0; s->run[i] != q; i++)
+            ;
+        i++;
+    }
+    /* 3. admission */
+    bool may_admit = s->o.policy == SCHED_STATIC ? n_run0 == 0 : preempted == 0;
+    while (may_admit && s->n_wait > 0 && s->n_run < s->o.max_seqs &&
+           (s->budget > 0 || s->o.policy == SCHED_STATIC)) {
+        struct seq *q = s->wait[0];
+        if ((rc = admit(s, q, s->budget, &hits, d)) < 0)
+            return rc;
+        if (rc == 0)
+            break;              /* first come, first served: no overtaking */
+        wait_pop_front(s);
+        q->state = SEQ_RUNNING;
+        q->admitted = s->n_admit++;
+        if (q->t_admit == 0)
+            q->t_admit = now_seconds();
+        s->run[s->n_run++] = q;
+        s->budget -= q->chunk;
+    }
+    if (s->n_run == 0)
+        return diag_set(d, ST_NOMEM, "kv cache too small: request %lld cannot be scheduled "
+                        "(--kv-mem)", (long long)s->wait[0]->tag);
+
+    /* the batch: each sequence's chunk in order, logits for chunks that
+     * reach the end of their tokens */
+    for (int64_t i = 0; i < s->n_run; i++) {
+        struct seq *q = s->run[i];
+        q->logit_row = -1;
+        if (!q->chunk)
+            continue;
+        bool dec = q->chunk == 1 && q->n_done >= q->n_prompt;
+        for (int64_t j = 0; j < q->chunk; j++) {
+            struct batch_tok *b = &s->bt[n_tok++];
+            int64_t p = q->n_done + j;
+            b->seq = q->kvs;
+            b->pos = (int32_t)p;
+            b->token = q->toks[p];
+            b->logits = p == n_total(q) - 1;
+        }
+        if (q->n_done + q->chunk == n_total(q))
+            q->logit_row = n_rows++;
+        if (dec)
+            n_dec_tok++;
+        else
+            n_prompt_tok += q->chunk;
+    }
+    if (n_tok > 0) {
+        struct batch b = { n_tok, s->bt, NULL };
+        struct model_out mo = { s->logits, NULL };
+        if ((rc = model_forward(s->m, s->kv, &b, NULL, &mo, d)) < 0)
+            return rc;
+    }
+
+    /* sample, finish, publish */
+    for (int64_t i = 0; i < s->n_run;) {
+        struct seq *q = s->run[i];
+        const char *fin = NULL;
+        int err = 0;
+
+        q->n_done += q->chunk;
+        if (s->o.prefix_cache && q->chunk)
+            publish(s, q);
+        if (q->logit_row >= 0) {
+            int32_t t = sampler_sample(q->smp, s->logits + q->logit_row * s->n_vocab);
+            if (q->t_first == 0)
+                q->t_first = now_seconds();
+            fin = accept_token(s, q, t, &err);
+            if (err)
+                return diag_set(d, -err, "out of memory");
+        }
+        q->chunk = 0;
+        q->need = 0;
+        if (fin) {
+            run_remove(s, q);
+            kv_seq_free(s->kv, q->kvs);
+            q->kvs = -1;
+            rc = emit(s, q, fin);
+            seq_free(s, q);
+            if (rc < 0)
+                return rc;
+            continue;
+        }
+        i++;
+    }
+
+    /* accounting and trace */
+    struct sched_step_info si;
+    memset(&si, 0, sizeof(si));
+    si.step = s->step++;
+    si.running = s->n_run;
+    si.waiting = s->n_wait;
+    kv_stats(s->kv, &si.kv);
+    si.preemptions = preempted;
+    si.prefix_hits = hits;
+    si.prompt_tokens = n_prompt_tok;
+    si.decode_tokens = n_dec_tok;
+    si.phase = n_dec_tok == 0 ? "prefill" : n_prompt_tok == 0 ? "decode" : "mixed";
+    for (int64_t i = 0; i < s->n_run; i++)
+        si.contig_slots += s->run[i]->cap;
+    si.swap_bytes = s->swap_bytes;
+    s->tot.steps++;
+    s->tot.prompt_tokens += n_prompt_tok;
+    s->tot.decode_tokens += n_dec_tok;
+    s->tot.prefix_hits += hits;
+    s->tot.sum_slots += (double)si.kv.blocks_used * (double)si.kv.block_size;
+    s->tot.sum_stored += (double)si.kv.slots_filled;
+    s->tot.sum_logical += (double)si.kv.tokens;
+    s->tot.sum_contig += (double)si.contig_slots;
+    si.time_ms = ms_since(s->t0);
+    if (s->cb.step && (rc = s->cb.step(s->cb.ctx, &si)) < 0)
+        return rc;
+    return 1;
+}

@@ -1,0 +1,184 @@
+/*
+ * sched.h - the continuous-batching engine behind `generate --batch`:
+ * iteration-level scheduling (Orca) over the paged KV cache (vLLM).
+ *
+ * Requests are added with sched_add() (tokens, output budget, sampling,
+ * stop strings) and wait in arrival order.  Each sched_step() makes ONE
+ * model_forward() call whose batch holds
+ *
+ *   1. one token of every running sequence that is decoding (oldest first),
+ *   2. prefill chunks of running sequences whose prompt is not yet fully
+ *      computed, as far as the token budget (max_batch_tokens) allows,
+ *   3. the first chunk of waiting requests admitted in arrival order while
+ *      fewer than max_seqs run, tokens are left in the budget and the pool
+ *      has the blocks the chunk needs (a request resumed from swap also
+ *      needs the blocks of its image).
+ *
+ * A token's logits never depend on the other sequences of the batch (the
+ * forward pass computes every token row independently), so a request gives
+ * the same tokens as it would alone.  When a running sequence needs a block
+ * and none is free, the most recently admitted running sequence is
+ * preempted: by recompute (its blocks are freed and it goes back to the
+ * front of the queue; on resumption its prompt and generated tokens are
+ * computed again, usually partly from the prefix cache) or by swap (its
+ * blocks are compressed into host memory and restored on resumption).
+ * Sampling state (RNG, penalty history) survives preemption.
+ *
+ * With prefix caching, every block that fills up is published under the
+ * chained key of the tokens it holds; an admitted request attaches the
+ * published blocks that match the start of its tokens and computes only the
+ * rest (at least its last token, whose logits are needed).
+ *
+ * A sequence finishes on an end-of-generation token (not part of the
+ * output; unless ignore_eos), when its text contains a stop string (the
+ * text is cut before it; the tokens are all kept), or when it has produced
+ * max_tokens tokens or reached the per-sequence context; its result is
+ * handed to the result callback at once and its blocks are released.
+ *
+ * --schedule static (policy SCHED_STATIC) admits a new group of up to
+ * max_seqs requests only when no sequence runs, and the group runs until
+ * all of its members finish: the baseline continuous batching is measured
+ * against.
+ */
+#ifndef LLMKIT_SCHED_H
+#define LLMKIT_SCHED_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kvcache.h"
+#include "sample.h"
+#include "status.h"
+
+struct model;
+struct tokenizer;
+struct sched;
+
+enum sched_policy {
+    SCHED_CONTINUOUS = 0,
+    SCHED_STATIC = 1,
+};
+
+enum sched_preempt {
+    SCHED_PREEMPT_RECOMPUTE = 0,
+    SCHED_PREEMPT_SWAP = 1,
+};
+
+struct sched_opts {
+    int64_t max_seqs;           /* running sequences at most, >= 1 */
+    int64_t max_batch_tokens;   /* tokens per step, >= 1 */
+    int policy;                 /* enum sched_policy */
+    int preempt;                /* enum sched_preempt */
+    bool prefix_cache;          /* publish and reuse full blocks */
+    bool ignore_eos;            /* do not stop at end-of-generation tokens */
+    int64_t ctx;                /* tokens per sequence (prompt + output) at most;
+                                 * 0 = the pool's capacity; never more than it */
+};
+
+#define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0 }
+
+/* One request.  Everything is copied by sched_add(). */
+struct sched_req {
+    int64_t tag;                /* the caller's handle, given back in the result */
+    const int32_t *prompt;      /* [n_prompt] token ids */
+    int64_t n_prompt;           /* >= 1 */
+    int64_t max_tokens;         /* tokens to generate at most; < 0 = until the end or ctx */
+    struct sample_params sp;    /* sampling (sample.h), seed included */
+    const char *const *stop;    /* [n_stop] stop strings (non-empty), or NULL */
+    size_t n_stop;
+};
+
+struct sched_result {
+    int64_t tag;
+    const int32_t *tokens;      /* generated tokens (no end-of-generation token) */
+    int64_t n_tokens;
+    const char *text;           /* their text (tok_piece bytes, not NUL-terminated, maybe not
+                                 * valid UTF-8), cut before a stop string; "" without tokenizer */
+    size_t text_len;
+    const char *finish_reason;  /* "stop" (end of generation or a stop string) or "length" */
+    int64_t n_prompt;
+    int64_t cached_tokens;      /* tokens taken from the prefix cache at the last admission */
+    int64_t preemptions;        /* times this request was preempted */
+    double queue_ms;            /* sched_add -> first admission */
+    double ttft_ms;             /* sched_add -> first token */
+    double total_ms;            /* sched_add -> finished */
+};
+
+/* What one step did and the pool after it (for the KV trace). */
+struct sched_step_info {
+    int64_t step;               /* 0, 1, ... */
+    double time_ms;             /* since sched_new, at the end of the step */
+    int64_t running, waiting;   /* after the step; waiting includes preempted ones */
+    struct kv_stats kv;         /* pool after the step */
+    int64_t preemptions;        /* during this step */
+    int64_t prefix_hits;        /* blocks attached from the prefix cache during this step */
+    int64_t prompt_tokens;      /* tokens computed this step that were not decodes
+                                 * (prompt chunks, recomputation) */
+    int64_t decode_tokens;      /* one per decoding sequence */
+    const char *phase;          /* "prefill", "decode" or "mixed" */
+    int64_t contig_slots;       /* slots a contiguous reservation of n_prompt + max output
+                                 * per running sequence would hold (for comparison) */
+    size_t swap_bytes;          /* host memory held by swapped-out sequences */
+};
+
+struct sched_totals {
+    int64_t steps;
+    int64_t finished;
+    int64_t prompt_tokens, decode_tokens;   /* computed */
+    int64_t generated;          /* tokens produced */
+    int64_t preemptions, swaps_out;
+    int64_t prefix_hits;        /* blocks */
+    size_t swap_bytes_peak;
+    /* sums over steps, for run averages */
+    double sum_slots;           /* blocks_used * block_size */
+    double sum_stored;          /* slots_filled */
+    double sum_logical;         /* sequence lengths (shared slots counted per sequence) */
+    double sum_contig;          /* contig_slots */
+};
+
+/* Callbacks run on the calling thread inside sched_step() / sched_add();
+ * a negative return stops the step and is returned by it. */
+struct sched_callbacks {
+    int (*result)(void *ctx, const struct sched_result *r);
+    int (*step)(void *ctx, const struct sched_step_info *s);   /* may be NULL */
+    void *ctx;
+};
+
+/* sched_new() : an engine over model m and pool kv (made for m); tok (may
+ * be NULL: no text, no stop strings, no end-of-generation detection) turns
+ * tokens into text and tells end-of-generation tokens.  m, kv and tok are
+ * borrowed and must outlive the engine, which must be the pool's only
+ * user.  Returns 0, -ST_RANGE (bad option), -ST_NOMEM. */
+int sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct tokenizer *tok,
+              const struct sched_opts *o, const struct sched_callbacks *cb, struct diag *d);
+
+/* sched_free() : releases the engine and every request it still holds;
+ * NULL is a no-op. */
+void sched_free(struct sched *s);
+
+/* sched_ctx() : the per-sequence context in tokens (opts ctx capped by the
+ * pool's capacity). */
+int64_t sched_ctx(const struct sched *s);
+
+/* sched_add() : queues a request.  A request with max_tokens 0 finishes at
+ * once (its result is delivered from inside this call).  Returns 0;
+ * -ST_RANGE (empty prompt, a token out of the vocabulary, a prompt longer
+ * than sched_ctx(), bad sampling parameters, an empty stop string; message
+ * in d); -ST_NOMEM; or a callback's code. */
+int sched_add(struct sched *s, const struct sched_req *r, struct diag *d);
+
+/* sched_step() : one iteration as described at the top.  Returns 1 when a
+ * step ran, 0 when there was nothing to do (no request running or
+ * waiting); a negative -ST_* code on failure (forward pass, memory) or a
+ * callback's code. */
+int sched_step(struct sched *s, struct diag *d);
+
+/* sched_running() / sched_waiting() : sequences running / queued now. */
+int64_t sched_running(const struct sched *s);
+int64_t sched_waiting(const struct sched *s);
+
+/* sched_get_totals() : counters since sched_new. */
+void sched_get_totals(const struct sched *s, struct sched_totals *t);
+
+#endif
