@@ -203,6 +203,14 @@ int
 write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
                void *fetch_ctx, const struct convert_opts *o, struct diag *d)
 {
+    return write_gguf_emit(meta, ts, n, fetch, fetch_ctx, NULL, NULL, NULL, o, d);
+}
+
+int
+write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
+                void *fetch_ctx, tensor_emit_fn emit, void *emit_ctx, const char *label,
+                const struct convert_opts *o, struct diag *d)
+{
     struct xout xo = {0};
     struct progress pb;
     uint64_t total = 0, done = 0;
@@ -222,7 +230,7 @@ write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_
     rc = gguf_write_header(meta, xo.fp, d);
     if (rc)
         goto fail;
-    progress_begin(&pb, o->progress, "converting", total);
+    progress_begin(&pb, o->progress, label ? label : "converting", total);
     for (size_t i = 0; i < n; i++) {
         struct tsrc s = ts[i].src;
         const struct gguf_tensor *t = &meta->t[meta->n_tensors - n + i];
@@ -233,7 +241,8 @@ write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_
                 goto fail;
             }
         }
-        rc = tensor_emit(&s, t->type, sink_file, xo.fp, d);
+        rc = emit ? emit(emit_ctx, i, &s, t->type, sink_file, xo.fp, d)
+                  : tensor_emit(&s, t->type, sink_file, xo.fp, d);
         if (!rc)
             rc = gguf_write_padding(meta, xo.fp, t->nbytes, d);
         if (rc) {

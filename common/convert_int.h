@@ -59,6 +59,18 @@ typedef const void *(*tensor_fetch_fn)(void *ctx, size_t i, struct diag *d);
 int write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
                    void *fetch_ctx, const struct convert_opts *o, struct diag *d);
 
+/* A replacement for tensor_emit in write_gguf_emit: produces the bytes of
+ * output tensor i (type out_type) from s and hands them to sink.  Used by
+ * quantize to run its own row quantizers through the same writer. */
+typedef int (*tensor_emit_fn)(void *ctx, size_t i, const struct tsrc *s, uint32_t out_type,
+                              tensor_sink_fn sink, void *sink_ctx, struct diag *d);
+
+/* write_gguf_emit() : write_gguf_out with another emitter (emit NULL =
+ * tensor_emit) and progress label (NULL = "converting"). */
+int write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
+                    void *fetch_ctx, tensor_emit_fn emit, void *emit_ctx, const char *label,
+                    const struct convert_opts *o, struct diag *d);
+
 bool tensor_is_1d(const int64_t *ne);
 uint32_t ftype_for_type(int type);
 uint32_t retype_for(const char *name, const int64_t *ne, uint32_t src_type, int want);

@@ -1,0 +1,129 @@
+/*
+ * imatrix.h - importance matrices: the per-column mean of squared
+ * activations at the input of every linear, as llama.cpp's llama-imatrix
+ * collects them and llama-quantize consumes them (docs/formats.md §6).
+ *
+ * An entry holds, for one weight (by tensor name), the raw sums of x_j^2 over
+ * every token row that went through it, per input column j, and the number of
+ * rows (n_mat slices for 3-D expert weights; 1 for dense ones).
+ *
+ * Files:
+ *   GGUF (llama.cpp's default): general.type = "imatrix", imatrix.datasets
+ *     (array of strings), imatrix.chunk_count (u32), imatrix.chunk_size (u32);
+ *     tensors "<name>.in_sum2" (F32, ne = [ne0, n_mat]) and "<name>.counts"
+ *     (F32, ne = [1, n_mat]), entries sorted by name.
+ *   legacy .dat: i32 n_entries, then per entry i32 name_len, name bytes,
+ *     i32 ncall, i32 nval, f32 values[nval] (= sum / count * ncall); then an
+ *     optional i32 chunk count and i32 length + dataset name.
+ */
+#ifndef LLMKIT_IMATRIX_H
+#define LLMKIT_IMATRIX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "status.h"
+
+struct model;
+struct kvcache;
+
+struct imatrix_entry {
+    char *name;                 /* weight tensor name, e.g. "blk.0.attn_q.weight" */
+    int64_t ne0;                /* input columns */
+    int64_t n_mat;              /* slices (experts); 1 for a dense weight */
+    float *sums;                /* [n_mat][ne0]: GGUF/collected: sum of x^2;
+                                 * legacy: the stored values (mean * ncall) */
+    int64_t *counts;            /* [n_mat]: rows seen; legacy: [0] = ncall */
+};
+
+struct imatrix {
+    struct imatrix_entry *e;
+    size_t n, cap;
+    char **datasets;            /* names of the calibration texts */
+    size_t n_datasets;
+    int64_t chunk_count;        /* chunks processed */
+    int64_t chunk_size;         /* tokens per chunk (0 for legacy files) */
+    bool legacy;                /* read from a .dat file: sums are means * ncall */
+    bool has_metadata;          /* GGUF with all three imatrix.* keys */
+};
+
+/* imatrix_init() : an empty matrix (caller-owned storage). */
+void imatrix_init(struct imatrix *im);
+
+/* imatrix_release() : frees what im owns; safe on an initialised or
+ * released matrix. */
+void imatrix_release(struct imatrix *im);
+
+/* imatrix_read() : reads an imatrix file: GGUF when it starts with the GGUF
+ * magic, else the legacy format.  Every count and length is checked against
+ * the bytes present.  "-" reads standard input.  Returns 0, -ST_IO,
+ * -ST_FORMAT (message in d), -ST_NOMEM. */
+int imatrix_read(struct imatrix *im, const char *path, struct diag *d);
+
+/* imatrix_read_mem() : the same from len bytes at p (tests, fuzzers). */
+int imatrix_read_mem(struct imatrix *im, const void *p, size_t len, struct diag *d);
+
+/* imatrix_write() : writes im atomically to path ("-" = stdout) as GGUF, or
+ * in the legacy format when legacy is true (llama-imatrix's two writers:
+ * entries sorted by name; legacy skips entries without data).  An existing
+ * path is replaced only with force.  Returns 0, -ST_IO, -ST_RANGE (exists, or
+ * a name too long for a GGUF tensor), -ST_NOMEM. */
+int imatrix_write(const struct imatrix *im, const char *path, bool legacy, bool force,
+                  struct diag *d);
+
+/* imatrix_find() : the entry of a weight, or NULL. */
+const struct imatrix_entry *imatrix_find(const struct imatrix *im, const char *name);
+
+/* imatrix_values() : the importance vector llama-quantize passes to the
+ * quantizer for entry e, into out[n_mat * ne0]: sums / count per slice (1.0
+ * where the count is 0) for GGUF and collected matrices, values / ncall
+ * (values when ncall is 0) for legacy ones.  Returns 0, or -ST_FORMAT when a
+ * value is not finite (llama-quantize refuses those). */
+int imatrix_values(const struct imatrix *im, const struct imatrix_entry *e, float *out,
+                   struct diag *d);
+
+/* imatrix_filter() : keeps only the entries whose name contains one of the
+ * include substrings (when n_inc > 0), then drops those containing one of
+ * the exclude substrings. */
+void imatrix_filter(struct imatrix *im, const char *const *inc, size_t n_inc,
+                    const char *const *exc, size_t n_exc);
+
+/* ---- collection ---- */
+
+struct imatrix_collect_opts {
+    int64_t ctx;                /* tokens per chunk */
+    int64_t max_chunks;         /* < 0: every whole chunk of the text */
+    int32_t bos;                /* replaces each chunk's first token; -1 = keep */
+    bool process_output;        /* also collect the LM head's input (llama-imatrix
+                                 * --process-output); default: blk.* weights only */
+    const char *dataset;        /* recorded in imatrix.datasets (may be NULL) */
+    void (*progress)(void *ctx, int64_t done, int64_t total);
+    void *progress_ctx;
+};
+
+/* imatrix_collect() : runs tokens[0..n_tokens) through m in chunks of
+ * o->ctx tokens (each chunk from an empty sequence of kv, its first token
+ * replaced by o->bos when >= 0, as llama-imatrix does) and adds, for every
+ * linear whose weight is named blk.*, sum x_j^2 over the chunk's token rows
+ * and the row count to im (entries created as needed).  Batches of fewer
+ * than 16 rows are skipped, as llama-imatrix skips them.  Sets chunk_size
+ * and adds the chunks processed to chunk_count.  kv must hold o->ctx tokens.
+ * Returns 0, -ST_RANGE (fewer than 2 * ctx tokens, as llama-imatrix
+ * requires), -ST_FORMAT (a non-finite activation), -ST_NOMEM, or
+ * model_forward()'s error. */
+int imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const int32_t *tokens,
+                    int64_t n_tokens, const struct imatrix_collect_opts *o, struct diag *d);
+
+/* imatrix_from_text() : opens the model at model_path (a GGUF file), tokenizes
+ * the text at text_path ("-" = stdin) with the model's tokenizer as
+ * llama-imatrix does (special tokens added as the vocabulary says, special
+ * texts not parsed), and collects into im (o->bos is taken from the
+ * vocabulary; o->dataset defaults to text_path).  n_threads and kernel go to
+ * model_open.  *n_tokens (may be NULL) receives the text's token count.
+ * Returns what model_open, the tokenizer or imatrix_collect return. */
+int imatrix_from_text(struct imatrix *im, const char *model_path, const char *text_path,
+                      const struct imatrix_collect_opts *o, int n_threads, const char *kernel,
+                      int64_t *n_tokens, struct diag *d);
+
+#endif
