@@ -172,13 +172,21 @@ forward_state_free(struct model *m)
 
 /* ---- matmul over the pool ---- */
 
+/* Up to three weights that read the same activations (q/k/v, gate/up) are
+ * run as one job: the activations are converted once when the weights share
+ * a type, and the pool makes one pass over all their rows, so a decode step
+ * pays one barrier for the group instead of three. */
+#define MM_MAX 3
+
 struct mm_job {
     const struct kernel_ops *ops;
-    const struct model_weight *w;
+    int nw;
+    const struct model_weight *w[MM_MAX];
+    float *y[MM_MAX];
+    int64_t ldy[MM_MAX];
+    int64_t row0[MM_MAX + 1];   /* weight i owns rows [row0[i], row0[i+1]) of the job */
     const float *x;
     int64_t ldx, n_tok;
-    float *y;
-    int64_t ldy;
     const void *work;
     float *tmp;
     int64_t tmp_n;
@@ -189,8 +197,59 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
 {
     struct mm_job *j = arg;
 
-    j->ops->mm_rows(j->y, j->ldy, j->w->data, j->w->row_bytes, j->w->type, j->work, j->x,
-                    j->ldx, j->n_tok, j->w->cols, r0, r1, j->tmp + (int64_t)ith * j->tmp_n);
+    for (int i = 0; i < j->nw; i++) {
+        int64_t a = r0 > j->row0[i] ? r0 : j->row0[i];
+        int64_t b = r1 < j->row0[i + 1] ? r1 : j->row0[i + 1];
+        if (a >= b)
+            continue;
+        const struct model_weight *w = j->w[i];
+        j->ops->mm_rows(j->y[i], j->ldy[i], w->data, w->row_bytes, w->type, j->work, j->x,
+                        j->ldx, j->n_tok, w->cols, a - j->row0[i], b - j->row0[i],
+                        j->tmp + (int64_t)ith * j->tmp_n);
+    }
+}
+
+static void
+add_bias(const struct model_weight *bias, float *y, int64_t ldy, int64_t n_tok, int64_t rows)
+{
+    if (!bias || !bias->data)
+        return;
+    const float *bv = bias->data;
+    for (int64_t t = 0; t < n_tok; t++)
+        for (int64_t i = 0; i < rows; i++)
+            y[t * ldy + i] += bv[i];
+}
+
+/* y_i[t][0 .. w_i->rows) = x[t] W_i^T (+ bias_i) for t < n_tok, i < nw; all
+ * the weights have x's width as cols. */
+static void
+matmul_n(struct model *m, int nw, const struct model_weight *const *w,
+         const struct model_weight *const *bias, const float *x, int64_t ldx, int64_t n_tok,
+         float *const *y, const int64_t *ldy)
+{
+    struct forward_state *st = m->st;
+    struct mm_job j = { .ops = m->ops, .nw = 0, .x = x, .ldx = ldx, .n_tok = n_tok,
+                        .work = st->mm_work, .tmp = st->mm_tmp, .tmp_n = st->mm_tmp_n };
+
+    for (int i = 0; i < nw;) {
+        /* the longest run of weights from i with i's type */
+        int k = i + 1;
+        while (k < nw && w[k]->type == w[i]->type)
+            k++;
+        m->ops->mm_prepare(st->mm_work, w[i]->type, x, ldx, n_tok, w[i]->cols);
+        j.nw = k - i;
+        j.row0[0] = 0;
+        for (int q = i; q < k; q++) {
+            j.w[q - i] = w[q];
+            j.y[q - i] = y[q];
+            j.ldy[q - i] = ldy[q];
+            j.row0[q - i + 1] = j.row0[q - i] + w[q]->rows;
+        }
+        threadpool_for(m->tp, j.row0[j.nw], 16, mm_range, &j);
+        i = k;
+    }
+    for (int i = 0; i < nw; i++)
+        add_bias(bias ? bias[i] : NULL, y[i], ldy[i], n_tok, w[i]->rows);
 }
 
 /* y[t][0 .. w->rows) = x[t] W^T (+ bias) for t < n_tok */
@@ -198,17 +257,7 @@ static void
 matmul(struct model *m, const struct model_weight *w, const struct model_weight *bias,
        const float *x, int64_t ldx, int64_t n_tok, float *y, int64_t ldy)
 {
-    struct forward_state *st = m->st;
-    struct mm_job j = { m->ops, w, x, ldx, n_tok, y, ldy, st->mm_work, st->mm_tmp, st->mm_tmp_n };
-
-    m->ops->mm_prepare(st->mm_work, w->type, x, ldx, n_tok, w->cols);
-    threadpool_for(m->tp, w->rows, 16, mm_range, &j);
-    if (bias && bias->data) {
-        const float *bv = bias->data;
-        for (int64_t t = 0; t < n_tok; t++)
-            for (int64_t i = 0; i < w->rows; i++)
-                y[t * ldy + i] += bv[i];
-    }
+    matmul_n(m, 1, &w, &bias, x, ldx, n_tok, &y, &ldy);
 }
 
 /* ---- hooks ---- */
@@ -360,9 +409,13 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
             (rc = hook_linear(h, il, &L->wk, st->xn, nc, E, c0, b)) < 0 ||
             (rc = hook_linear(h, il, &L->wv, st->xn, nc, E, c0, b)) < 0)
             return rc;
-        matmul(m, &L->wq, &L->bq, st->xn, E, nc, st->q, qd);
-        matmul(m, &L->wk, &L->bk, st->xn, E, nc, st->k, kd);
-        matmul(m, &L->wv, &L->bv, st->xn, E, nc, st->v, vd);
+        {
+            const struct model_weight *w3[3] = { &L->wq, &L->wk, &L->wv };
+            const struct model_weight *b3[3] = { &L->bq, &L->bk, &L->bv };
+            float *y3[3] = { st->q, st->k, st->v };
+            int64_t ld3[3] = { qd, kd, vd };
+            matmul_n(m, 3, w3, b3, st->xn, E, nc, y3, ld3);
+        }
         for (int64_t t = 0; t < nc; t++) {
             int32_t pos = b->tok[c0 + t].pos;
             ops->rope(st->q + t * qd, hp->n_head, hd, pos, &hp->rope);
@@ -384,8 +437,12 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
         if ((rc = hook_linear(h, il, &L->ffn_gate, st->xn, nc, E, c0, b)) < 0 ||
             (rc = hook_linear(h, il, &L->ffn_up, st->xn, nc, E, c0, b)) < 0)
             return rc;
-        matmul(m, &L->ffn_gate, NULL, st->xn, E, nc, st->gate, F);
-        matmul(m, &L->ffn_up, NULL, st->xn, E, nc, st->up, F);
+        {
+            const struct model_weight *w2[2] = { &L->ffn_gate, &L->ffn_up };
+            float *y2[2] = { st->gate, st->up };
+            int64_t ld2[2] = { F, F };
+            matmul_n(m, 2, w2, NULL, st->xn, E, nc, y2, ld2);
+        }
         ops->silu_mul(st->gate, st->gate, st->up, nc * F);
         if ((rc = hook_linear(h, il, &L->ffn_down, st->gate, nc, F, c0, b)) < 0)
             return rc;

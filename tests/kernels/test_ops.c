@@ -498,13 +498,20 @@ main(void)
     const struct kernel_ops *ops;
 
     test_dispatch();
-    ops = ops_select("ref");
-    if (!ops)
-        T_DONE();
-    test_matmul(ops);
-    test_rmsnorm(ops);
-    test_rope(ops);
-    test_softmax_silu(ops);
-    test_attention(ops);
+    /* every implementation this CPU can run, against the same f64 truths */
+    for (const char *const *nm = ops_names(); *nm; nm++) {
+        if (strcmp(*nm, "auto") == 0)
+            continue;
+        ops = ops_select(*nm);
+        if (!ops) {
+            fprintf(stderr, "test_ops: kernels '%s' not available on this CPU, skipped\n", *nm);
+            continue;
+        }
+        test_matmul(ops);
+        test_rmsnorm(ops);
+        test_rope(ops);
+        test_softmax_silu(ops);
+        test_attention(ops);
+    }
     T_DONE();
 }
