@@ -489,18 +489,24 @@ k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
     }
 }
 
-/* sum over the 8 chunks of scale * (4-element lane sums) */
+/* chunk c: scale * (4-element lane sums) */
+static inline __m256i
+k_chunk(const struct ksb *k, const int8_t *y, int c, int is_signed)
+{
+    __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
+    __m256i p = is_signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(k->q[c], k->q[c]),
+                                                 _mm256_sign_epi8(qy, k->q[c]))
+                          : _mm256_maddubs_epi16(k->q[c], qy);
+    return _mm256_madd_epi16(k->sv[c], p);
+}
+
+/* the sum over the 8 chunks */
 static inline __m256i
 k_lanes(const struct ksb *k, const int8_t *y, int is_signed)
 {
     __m256i s = _mm256_setzero_si256();
-    for (int c = 0; c < 8; c++) {
-        __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
-        __m256i p = is_signed ? _mm256_maddubs_epi16(_mm256_sign_epi8(k->q[c], k->q[c]),
-                                                     _mm256_sign_epi8(qy, k->q[c]))
-                              : _mm256_maddubs_epi16(k->q[c], qy);
-        s = _mm256_add_epi32(s, _mm256_madd_epi16(k->sv[c], p));
-    }
+    for (int c = 0; c < 8; c++)
+        s = _mm256_add_epi32(s, k_chunk(k, y, c, is_signed));
     return s;
 }
 
@@ -522,7 +528,8 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
         for (int t = 0; t < nt; t++) {
             const int16_t *bs = ar[t].bsums + 16 * b;
             float yd = ar[t].d[b];
-            __m256i sumi = k_lanes(&k, ar[t].q + QK_K * b, is_signed);
+            __m256i sumi = type == T_Q4_K ? _mm256_setzero_si256()
+                                          : k_lanes(&k, ar[t].q + QK_K * b, is_signed);
             switch (type) {
             case T_Q2_K: {
                 int32_t ml[8];
@@ -534,11 +541,25 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
                 break;
             }
             case T_Q4_K: {
-                /* repacked: exact block sums, one chain for the scales and one for the mins */
+                /* repacked: exact integer sums, one chain for the scales and one
+                 * for the mins; the 4-token gemm takes a step per 64 elements,
+                 * the gemv (the n_tok % 4 last tokens) one per super-block */
+                if (nt == NT) {
+                    for (int sb = 0; sb < 4; sb++) {
+                        __m256i s2 = _mm256_add_epi32(k_chunk(&k, ar[t].q + QK_K * b, 2 * sb, 0),
+                                                      k_chunk(&k, ar[t].q + QK_K * b, 2 * sb + 1, 0));
+                        int32_t ms = k.mn[2 * sb] * (bs[4 * sb] + bs[4 * sb + 1]) +
+                                     k.mn[2 * sb + 1] * (bs[4 * sb + 2] + bs[4 * sb + 3]);
+                        sacc[t] = fmadd_ss((float)hsum_epi32(s2), k.d * yd, sacc[t]);
+                        macc[t] = fmadd_ss((float)ms, k.dmin * yd, macc[t]);
+                    }
+                    break;
+                }
                 int32_t msum = 0;
                 for (int j = 0; j < 8; j++)
                     msum += k.mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-                sacc[t] = fmadd_ss((float)hsum_epi32(sumi), k.d * yd, sacc[t]);
+                sacc[t] = fmadd_ss((float)hsum_epi32(k_lanes(&k, ar[t].q + QK_K * b, 0)), k.d * yd,
+                                   sacc[t]);
                 macc[t] = fmadd_ss((float)msum, k.dmin * yd, macc[t]);
                 break;
             }

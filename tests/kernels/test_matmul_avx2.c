@@ -9,7 +9,7 @@
  * 2. tests/golden/kernels/vecdot.json (scripts/mkgolden-vecdot, made by
  *    llama.cpp's libggml through scripts/llamacpp-vecdot.c): raw weights,
  *    activations and ggml's mul_mat outputs as f32 bit patterns for batches
- *    of 1 and 4; the avx2 kernel must reproduce each exactly.
+ *    of 1, 4 and 6; the avx2 kernel must reproduce each exactly.
  *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
@@ -254,7 +254,7 @@ main(int argc, char **argv)
     CHECK(ops_select("auto") == av);
     test_vs_ref(av, ref);
     const char *g = getenv("LLMKIT_GOLDEN_VECDOT");
-    int n = test_golden(av, g ? g : "tests/golden/kernels/vecdot.json", verbose);
+    int n = test_golden(av, g && *g ? g : "tests/golden/kernels/vecdot.json", verbose);
     CHECK(n > 0);
     T_DONE();
 }

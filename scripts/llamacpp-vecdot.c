@@ -1,0 +1,178 @@
+/*
+ * llamacpp-vecdot.c - llmkit's driver over the llama.cpp peer's libggml that
+ * prints, as JSON on stdout, what ggml's CPU backend computes for
+ * y = W x (GGML_OP_MUL_MAT) for every weight type llmkit's matmul supports:
+ * the raw weight bytes (hex), the f32 activations (hex) and the outputs as
+ * f32 bit patterns, for batches of 1, 4 and 6 tokens, single-threaded.
+ *
+ * Weights are quantized by ggml_quantize_chunk from deterministic f32 values
+ * (splitmix64 below).  Q4_0, Q4_K and IQ4_NL weights are placed in the CPU
+ * backend's repack ("extra") buffer type, as llama.cpp does with model
+ * weights on an AVX2 CPU, so their results are those of the repacked
+ * kernels; the other types use the plain CPU buffer (ggml_vec_dot_* for one
+ * token, llamafile sgemm for the batch where it applies).
+ *
+ * Built and run by scripts/mkgolden-vecdot; not part of llmkit.
+ *   usage: llamacpp-vecdot > vecdot.json
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml.h"
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
+
+#define ROWS 8
+#define COLS 512
+#define NTOK 6
+
+static uint64_t seed = 0x6c6c6d6b69742d76ull;
+
+static uint64_t
+splitmix64(void)
+{
+    uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static float
+unif(void)
+{
+    return (float)((double)(splitmix64() >> 11) * 0x1p-52 - 1.0);
+}
+
+static void
+put_hex(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    putchar('"');
+    for (size_t i = 0; i < n; i++)
+        printf("%02x", b[i]);
+    putchar('"');
+}
+
+static ggml_backend_buffer_type_t
+repack_buft(ggml_backend_t be)
+{
+    ggml_backend_dev_t dev = ggml_backend_get_device(be);
+    ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(dev);
+    ggml_backend_dev_get_extra_bufts_t get =
+        (ggml_backend_dev_get_extra_bufts_t)ggml_backend_reg_get_proc_address(
+            reg, "ggml_backend_dev_get_extra_bufts");
+    if (!get)
+        return NULL;
+    for (ggml_backend_buffer_type_t *b = get(dev); b && *b; b++)
+        if (strstr(ggml_backend_buft_name(*b), "REPACK"))
+            return *b;
+    return NULL;
+}
+
+/* y[nt][ROWS] = W x for the first nt tokens; returns 1 when W was repacked */
+static int
+mul_mat(ggml_backend_t be, ggml_backend_buffer_type_t wbuft, enum ggml_type type,
+        const void *wdata, size_t wbytes, const float *x, int nt, float *y)
+{
+    struct ggml_init_params ip = { ggml_tensor_overhead() * 8 + ggml_graph_overhead() + 4096,
+                                   NULL, true };
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *w = ggml_new_tensor_2d(ctx, type, COLS, ROWS);
+    struct ggml_tensor *xt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, COLS, nt);
+    struct ggml_tensor *yt = ggml_mul_mat(ctx, w, xt);
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, yt);
+
+    ggml_backend_buffer_t wbuf = ggml_backend_buft_alloc_buffer(wbuft,
+                                                                ggml_backend_buft_get_alloc_size(wbuft, w));
+    ggml_backend_buffer_set_usage(wbuf, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    if (ggml_backend_tensor_alloc(wbuf, w, ggml_backend_buffer_get_base(wbuf)) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "llamacpp-vecdot: tensor_alloc failed\n");
+        exit(1);
+    }
+    ggml_backend_buffer_t rest = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_cpu_buffer_type());
+    ggml_backend_tensor_set(w, wdata, 0, wbytes);
+    ggml_backend_tensor_set(xt, x, 0, (size_t)nt * COLS * sizeof(float));
+    if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "llamacpp-vecdot: compute failed\n");
+        exit(1);
+    }
+    ggml_backend_tensor_get(yt, y, 0, (size_t)nt * ROWS * sizeof(float));
+    int repacked = w->extra != NULL;
+    ggml_backend_buffer_free(rest);
+    ggml_backend_buffer_free(wbuf);
+    ggml_free(ctx);
+    return repacked;
+}
+
+int
+main(void)
+{
+    static const enum ggml_type types[] = {
+        GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
+        GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K,
+        GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_IQ4_NL, GGML_TYPE_IQ4_XS,
+    };
+    static float x[NTOK * COLS], wf[ROWS * COLS], y[NTOK * ROWS];
+    static uint8_t wq[ROWS * COLS * 4];
+
+    ggml_backend_t be = ggml_backend_cpu_init();
+    if (!be) {
+        fprintf(stderr, "llamacpp-vecdot: no CPU backend\n");
+        return 1;
+    }
+    ggml_backend_cpu_set_n_threads(be, 1);
+    ggml_backend_buffer_type_t rp = repack_buft(be);
+
+    /* activations: a smooth spread with a few large channels, like a residual stream */
+    for (int i = 0; i < NTOK * COLS; i++)
+        x[i] = unif() * ((i % COLS) % 97 == 3 ? 8.0f : 1.0f);
+
+    printf("{\n  \"generator\": \"scripts/llamacpp-vecdot.c over libggml (llama.cpp peer), 1 thread\",\n");
+    printf("  \"rows\": %d,\n  \"cols\": %d,\n  \"n_tok\": %d,\n  \"x\": ", ROWS, COLS, NTOK);
+    put_hex(x, sizeof(x));
+    printf(",\n  \"types\": [\n");
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        enum ggml_type t = types[ti];
+        for (int r = 0; r < ROWS; r++) {
+            float sc = 0.02f + 0.05f * (float)(splitmix64() % 100) / 100.0f;
+            for (int c = 0; c < COLS; c++)
+                wf[r * COLS + c] = unif() * sc;
+        }
+        size_t wbytes = ggml_quantize_chunk(t, wf, wq, 0, ROWS, COLS, NULL);
+        int want_repack = rp && (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_IQ4_NL);
+        ggml_backend_buffer_type_t buft = want_repack ? rp : ggml_backend_cpu_buffer_type();
+        const char *path = want_repack ? "repack"
+                         : (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16)
+                             ? "vec_dot/tinyblas"
+                         : (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q5_0) ? "vec_dot/sgemm" : "vec_dot";
+        printf("    {\"type\": \"%s\", \"id\": %d, \"path\": \"%s\", \"w\": ", ggml_type_name(t),
+               (int)t, path);
+        put_hex(wq, wbytes);
+        printf(", \"out\": {");
+        const int nts[3] = { 1, 4, NTOK };
+        for (int k = 0; k < 3; k++) {
+            int repacked = mul_mat(be, buft, t, wq, wbytes, x, nts[k], y);
+            if (repacked != want_repack) {
+                fprintf(stderr, "llamacpp-vecdot: %s: repacked %d, expected %d\n",
+                        ggml_type_name(t), repacked, want_repack);
+                return 1;
+            }
+            printf("%s\"%d\": [", k ? ", " : "", nts[k]);
+            for (int i = 0; i < nts[k] * ROWS; i++) {
+                uint32_t u;
+                memcpy(&u, &y[i], 4);
+                printf("%s%u", i ? ", " : "", u);
+            }
+            printf("]");
+        }
+        printf("}}%s\n", ti + 1 < sizeof(types) / sizeof(types[0]) ? "," : "");
+    }
+    printf("  ]\n}\n");
+    ggml_backend_free(be);
+    return 0;
+}
