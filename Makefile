@@ -65,6 +65,8 @@ LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
 # here, with the same compiler, so that scalar tails round the same way.
 $(BUILD)/kernels/cpu/%_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c -ffp-contract=fast
 $(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+# -O3 as ggml-base is built: the quantizers' search loops run as fast as the peer's (same results: no -ffast-math, no contraction).
+$(BUILD)/kernels/cpu/quant_%.o:   CFLAGS += -O3
 
 .PHONY: all fixtures check check-unit check-kernels check-cli check-fuzz man-lint asan ubsan fuzz \
         install uninstall clean help demo bench
