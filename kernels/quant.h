@@ -10,9 +10,11 @@
  *     and ggml's weighted search (quantize_row_*_impl) with one;
  *   - k-quants have separate unweighted and weighted searches;
  *   - IQ4_NL / IQ4_XS always use their own weighted search.
- * Bit-exactness holds for the scalar reference (kernels/cpu/quant_ref.c,
- * built with -ffp-contract=off, float/double types and operation order as in
- * ggml's ggml-quants.c).
+ * The output is byte-identical with the llama.cpp peer's for any input,
+ * NaN and Inf included (kernels/cpu/quant_ref.c keeps ggml's float types and
+ * operation order, is built with -ffp-contract=off, and reproduces x86's
+ * float-to-int casts; tests/unit/test_quantize.c checks it against
+ * tests/golden/quant/, written by scripts/mkgolden-quant).
  *
  * All functions are thread-safe, keep their scratch on the stack and never
  * allocate; rows are independent, so callers may split rows across threads
@@ -33,9 +35,10 @@ size_t quant_row_size(uint32_t type, int64_t n);
 int quant_supported(uint32_t type);
 
 /* quant_needs_imatrix() : 1 if llama.cpp refuses to produce `type` without an
- * importance matrix (IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M ...), else 0.  None
- * of the types quant_chunk supports needs one; the query answers for every
- * type id so that a tool can explain its refusal. */
+ * importance matrix: IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS
+ * (tensor_requires_imatrix in llama-quant.cpp; it also wants one for Q2_K in a
+ * Q2_K_S file, a file-type rule the caller applies).  0 for every type
+ * quant_chunk supports.  Answers for any id so a tool can explain a refusal. */
 int quant_needs_imatrix(uint32_t type);
 
 /* quant_chunk() : quantize nrows rows of n_per_row floats (row-major,

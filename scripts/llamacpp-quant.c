@@ -23,8 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ggml.h"
-#include "gguf.h"
+#include <ggml.h>
+#include <gguf.h>
 #include "quant_gen.h"
 
 static const enum ggml_type types[] = {

@@ -35,13 +35,15 @@ enum qgen_kind {
     QGEN_GRID,          /* k/8 for k in -8..7: exact rounding ties */
     QGEN_LARGE,         /* 1e5 N(0, 1): fp16 scales overflow */
     QGEN_MIXED_SCALE,   /* N(0, 1) * 2^e, e in -10..10 per 32-element group */
+    QGEN_NAN,           /* N(0, 1) with one element in 50 a quiet NaN */
+    QGEN_INF,           /* N(0, 1) with one element in 50 +-Inf */
     QGEN_KIND_COUNT
 };
 
 static const char *const qgen_kind_names[QGEN_KIND_COUNT] = {
     "gauss", "gauss-small", "outliers", "zero", "tiny", "denormal", "one-huge",
     "negative", "uniform-pos", "sparse-groups", "constant", "grid", "large",
-    "mixed-scale",
+    "mixed-scale", "nan", "inf",
 };
 
 static inline int
@@ -140,6 +142,18 @@ qgen_row(struct rng *r, int kind, int64_t n, float *x)
                 s = e < 0 ? s / 2 : s * 2;
             for (int64_t j = i; j < i + 32 && j < n; j++)
                 x[j] = (float)(s * qgen_gauss(r));
+        }
+        break;
+    case QGEN_NAN:
+    case QGEN_INF:
+        for (int64_t i = 0; i < n; i++) {
+            double g = qgen_gauss(r);
+            if (rng_uniform(r) >= 1.0 / 50)
+                x[i] = (float)g;
+            else if (kind == QGEN_NAN)
+                x[i] = __builtin_nanf("");
+            else
+                x[i] = g < 0 ? -__builtin_inff() : __builtin_inff();
         }
         break;
     default:
