@@ -836,7 +836,7 @@ q2_k_plain(const float *x, uint8_t *dst, int64_t nb)
         if (max_min > 0) {
             float iscale = q4scale / max_min;
             for (int j = 0; j < QK_K / 16; j++)
-                b.scales[j] |= (uint8_t)(round_even(iscale * mins[j]) << 4);
+                b.scales[j] |= (uint8_t)((unsigned)round_even(iscale * mins[j]) << 4);
             b.dmin = to_fp16(max_min / q4scale);
         } else {
             b.dmin = to_fp16(0.f);
