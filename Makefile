@@ -24,7 +24,7 @@ WERROR   ?= 1
 # (no fused multiply-add), or files stop being bit-identical with llama.cpp.
 CFLAGS_BASE = -std=c11 -O2 -g -D_GNU_SOURCE -ffp-contract=off \
               -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-              -Icommon -Ikernels -MMD -MP
+              -iquote common -iquote kernels -MMD -MP
 ifeq ($(WERROR),1)
 CFLAGS_BASE += -Werror
 endif
@@ -58,6 +58,9 @@ REPLAY_BIN  := $(FUZZ_SRC:tests/fuzz/fuzz_%.c=$(BUILD)/fuzz/replay_%)
 LIBLLMKIT   := $(BUILD)/libllmkit.a
 LIBKERNELS  := $(BUILD)/libkernels.a
 LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
+
+# (-iquote: "x.h" finds common/ and kernels/ headers, <x.h> never does, so a
+# header of ours can never shadow a system one such as <sched.h>.)
 
 # SIMD files get their own flags; the right one is picked at run time.
 # The AVX2 kernels mirror ggml-cpu's arithmetic bit for bit, and GCC builds
@@ -116,6 +119,11 @@ $(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(LIBS)
 $(BUILD)/membw: tests/bench/membw.c $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -O3 -mavx2 -o $@ $< $(LIBS) $(LDLIBS)
+
+# Matmul kernels, ref vs avx2, one thread (tests/bench/mmbench.c).
+$(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
 bench: all $(BUILD)/membw
 	@scripts/bench

@@ -244,7 +244,7 @@ iq4nl_lut(void)
 /* ---- legacy 32-element blocks ---- */
 
 /* Unpacked block: 32 codes in element order, scale d and (Q4_1/Q5_1) min m. */
-static inline __m256i
+static inline __attribute__((always_inline)) __m256i
 legacy_block(const uint8_t *row, uint32_t type, int64_t b, float *d, float *m)
 {
     switch (type) {
@@ -367,7 +367,7 @@ k4_scales(const uint8_t *s, int j, int *sc, int *m)
     }
 }
 
-static inline void
+static inline __attribute__((always_inline)) void
 k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
 {
     const __m256i m3 = _mm256_set1_epi8(3), m15 = _mm256_set1_epi8(15);
@@ -599,7 +599,7 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
 
 /* ---- float weights ---- */
 
-static inline __m256
+static inline __attribute__((always_inline)) __m256
 load_w8(const void *row, uint32_t type, int64_t i)
 {
     if (type == T_F32)
@@ -715,22 +715,47 @@ rows_tile(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t wt
             break;
         case ACT_Q8_0:
         case ACT_Q8_1:
-#define LEG(n) legacy_row(out, ldy, row, wtype, ar, n, cols / 32)
-            switch (nt) { case 1: LEG(1); break; case 2: LEG(2); break;
-                          case 3: LEG(3); break; default: LEG(4); break; }
+            /* constant type and token count: each instance is specialized */
+#define LEG(ty, n) legacy_row(out, ldy, row, ty, ar, n, cols / 32)
+#define LEG_NT(ty) switch (nt) { case 1: LEG(ty, 1); break; case 2: LEG(ty, 2); break; \
+                                 case 3: LEG(ty, 3); break; default: LEG(ty, 4); break; }
+            switch (wtype) {
+            case T_Q4_0: LEG_NT(T_Q4_0); break;
+            case T_Q4_1: LEG_NT(T_Q4_1); break;
+            case T_Q5_0: LEG_NT(T_Q5_0); break;
+            case T_Q5_1: LEG_NT(T_Q5_1); break;
+            case T_Q8_0: LEG_NT(T_Q8_0); break;
+            default: LEG_NT(T_IQ4_NL); break;
+            }
+#undef LEG_NT
 #undef LEG
             continue;
         default:
-#define KQ(n) kquant_row(out, ldy, row, wtype, ar, n, cols / QK_K)
-            switch (nt) { case 1: KQ(1); break; case 2: KQ(2); break;
-                          case 3: KQ(3); break; default: KQ(4); break; }
+#define KQ(ty, n) kquant_row(out, ldy, row, ty, ar, n, cols / QK_K)
+#define KQ_NT(ty) switch (nt) { case 1: KQ(ty, 1); break; case 2: KQ(ty, 2); break; \
+                                case 3: KQ(ty, 3); break; default: KQ(ty, 4); break; }
+            switch (wtype) {
+            case T_Q2_K: KQ_NT(T_Q2_K); break;
+            case T_Q3_K: KQ_NT(T_Q3_K); break;
+            case T_Q4_K: KQ_NT(T_Q4_K); break;
+            case T_Q5_K: KQ_NT(T_Q5_K); break;
+            case T_Q6_K: KQ_NT(T_Q6_K); break;
+            default: KQ_NT(T_IQ4_XS); break;
+            }
+#undef KQ_NT
 #undef KQ
             continue;
         }
         /* float weights, batches of two or more */
-#define TB(n) tinyblas_row(out, ldy, row, wtype, xt, n, cols)
-        switch (nt) { case 1: TB(1); break; case 2: TB(2); break;
-                      case 3: TB(3); break; default: TB(4); break; }
+#define TB(ty, n) tinyblas_row(out, ldy, row, ty, xt, n, cols)
+#define TB_NT(ty) switch (nt) { case 1: TB(ty, 1); break; case 2: TB(ty, 2); break; \
+                                case 3: TB(ty, 3); break; default: TB(ty, 4); break; }
+        switch (wtype) {
+        case T_F32: TB_NT(T_F32); break;
+        case T_F16: TB_NT(T_F16); break;
+        default: TB_NT(T_BF16); break;
+        }
+#undef TB_NT
 #undef TB
     }
 }

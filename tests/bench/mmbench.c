@@ -1,0 +1,120 @@
+/*
+ * mmbench.c - single-thread matmul speed of each kernel table (ref, avx2):
+ * decode-like (n_tok = 1) and prefill-like (n_tok = 512) on SmolLM2-135M
+ * shapes, mm_prepare + mm_rows per call.
+ *
+ *   build/mmbench [n_tok_prefill]
+ *
+ * Prints one line per type, shape, batch and kernel: time per call, GFLOP/s
+ * (2 rows cols n_tok) and the weight bytes streamed per second.
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops.h"
+#include "qtypes.h"
+#include "quant.h"
+
+static double
+now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static uint64_t rs = 88172645463325252ull;
+
+static float
+frnd(void)
+{
+    rs ^= rs << 13;
+    rs ^= rs >> 7;
+    rs ^= rs << 17;
+    return (float)((double)(rs >> 11) * 0x1p-53 * 2.0 - 1.0);
+}
+
+/* seconds per call, best of a few repetitions of enough calls for ~0.2 s */
+static double
+time_mm(const struct kernel_ops *o, uint32_t t, const void *w, size_t rb, int64_t rows,
+        int64_t cols, const float *x, int64_t n_tok, float *y, void *work, float *tmp)
+{
+    double best = 1e30;
+    int reps = 1;
+    for (int round = 0; round < 4; round++) {
+        double t0 = now();
+        for (int i = 0; i < reps; i++) {
+            o->mm_prepare(work, t, x, cols, n_tok, cols);
+            o->mm_rows(y, rows, w, rb, t, work, x, cols, n_tok, cols, 0, rows, tmp);
+        }
+        double dt = (now() - t0) / reps;
+        if (dt < best)
+            best = dt;
+        if (round == 0)
+            reps = (int)(0.05 / dt) + 1;
+    }
+    return best;
+}
+
+int
+main(int argc, char **argv)
+{
+    int64_t prefill = argc > 1 ? atoll(argv[1]) : 512;
+    static const uint32_t types[] = {
+        GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
+        GGML_TYPE_Q6_K, GGML_TYPE_F16,
+    };
+    const char *kn[2] = { "ref", "avx2" };
+    const struct kernel_ops *ko[2] = { ops_select("ref"), ops_select("avx2") };
+
+    if (!ko[1])
+        fprintf(stderr, "mmbench: no avx2 here; ref only\n");
+    printf("%-6s %-10s %5s %-5s %10s %9s %8s %8s\n", "type", "rows x cols", "n_tok", "kern",
+           "us/call", "GFLOP/s", "GB/s(w)", "speedup");
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        uint32_t t = types[ti];
+        int kq = qtype_get(t)->blck == 256;
+        /* (rows, cols): attention-like 576x576 and FFN 1536x576; k-quants need
+         * cols % 256 == 0, so they run the ffn_down shape 576x1536 too */
+        int64_t shapes[2][2] = { { kq ? 576 : 576, kq ? 1536 : 576 }, { kq ? 1536 : 1536, kq ? 1536 : 576 } };
+        for (int si = 0; si < 2; si++) {
+            int64_t rows = shapes[si][0], cols = shapes[si][1];
+            size_t rb = qtype_row_bytes(t, cols);
+            float *wf = malloc((size_t)(rows * cols) * sizeof(float));
+            for (int64_t i = 0; i < rows * cols; i++)
+                wf[i] = frnd() * 0.05f;
+            void *w = malloc(rb * (size_t)rows);
+            quant_chunk(t, wf, w, rows, cols, NULL);
+            free(wf);
+            float *x = malloc((size_t)(prefill * cols) * sizeof(float));
+            for (int64_t i = 0; i < prefill * cols; i++)
+                x[i] = frnd();
+            float *y = malloc((size_t)(prefill * rows) * sizeof(float));
+            float *tmp = malloc((size_t)ko[0]->mm_tmp_floats(cols) * sizeof(float) + 64);
+            int64_t nts[2] = { 1, prefill };
+            for (int ni = 0; ni < 2; ni++) {
+                int64_t n_tok = nts[ni];
+                double tref = 0;
+                for (int k = 0; k < 2; k++) {
+                    if (!ko[k])
+                        continue;
+                    void *work = malloc(ko[k]->mm_work_size(t, n_tok, cols) + 64);
+                    double dt = time_mm(ko[k], t, w, rb, rows, cols, x, n_tok, y, work, tmp);
+                    free(work);
+                    if (k == 0)
+                        tref = dt;
+                    printf("%-6s %4lldx%-5lld %5lld %-5s %10.1f %9.2f %8.2f %7.2fx\n",
+                           qtype_get(t)->name, (long long)rows, (long long)cols, (long long)n_tok,
+                           kn[k], dt * 1e6, 2.0 * (double)(rows * cols * n_tok) / dt * 1e-9,
+                           (double)(rb * (size_t)rows) / dt * 1e-9, tref / dt);
+                    fflush(stdout);
+                }
+            }
+            free(w), free(x), free(y), free(tmp);
+        }
+    }
+    return 0;
+}
