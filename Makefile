@@ -161,7 +161,7 @@ fuzz:
 	$(MAKE) BUILD=build-fuzz/obj CC=clang SAN=fuzzer-no-link,address CUDA=0 build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  echo "clang $$f -> build-fuzz/$$n"; \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -Icommon -Ikernels -fsanitize=fuzzer,address $$f \
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE -iquote common -iquote kernels -fsanitize=fuzzer,address $$f \
 	    build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a $(CFG_LIBS) -lm -lpthread -o build-fuzz/$$n || exit 1; done
 
 # ---- demo: SmolLM2 answers a question (scripts/fetch-models first if needed) ----

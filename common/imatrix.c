@@ -169,7 +169,7 @@ read_gguf(struct imatrix *im, const void *p, size_t len, struct diag *d)
     /* pair every "<name>.in_sum2" with its "<name>.counts" */
     for (uint64_t i = 0; i < g.n_tensors; i++) {
         const struct gguf_tensor *ts = &g.t[i], *tc;
-        char name[GGUF_MAX_NAME + 1], cname[GGUF_MAX_NAME + 8];
+        char name[GGUF_MAX_NAME + 1], cname[GGUF_MAX_NAME + 16];
         size_t stem;
         int64_t nval, ncnt, ci;
         const float *sums, *cnt;
