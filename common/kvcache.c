@@ -126,11 +126,10 @@ kv_row_put(uint32_t dtype, void *dst, const float *src, int64_t n)
             for (int j = 0; j < QK8_0; j++)
                 if (fabsf(x[j]) > amax)
                     amax = fabsf(x[j]);
-            float dd = amax / 127.0f;
-            float id = dd != 0.0f ? 1.0f / dd : 0.0f;
-            blk.d = qconv_fp32_to_fp16(dd);
+            float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            blk.d = qconv_fp32_to_fp16(amax / 127.0f);
             for (int j = 0; j < QK8_0; j++)
-                blk.qs[j] = (int8_t)roundf(x[j] * id);
+                blk.qs[j] = (int8_t)nearbyintf(x[j] * id);
             memcpy(o + (size_t)b * sizeof(blk), &blk, sizeof(blk));
         }
     }

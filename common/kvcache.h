@@ -97,8 +97,8 @@ size_t kv_dtype_row_bytes(uint32_t dtype, int64_t n);
 
 /* kv_row_put() : stores n floats as one cache row of dtype at dst
  * (kv_dtype_row_bytes(dtype, n) bytes): f16 rounds to nearest even; q8_0
- * takes d = max|x| / 127 per 32 values, code = round(x / d) (ggml's
- * quantize_row_q8_0 reference). */
+ * takes d = fp16(max|x| / 127) per 32 values and codes
+ * round-half-even(x * 127 / max|x|) (what ggml's x86 build stores). */
 void kv_row_put(uint32_t dtype, void *dst, const float *src, int64_t n);
 
 /* kv_row_get() : converts one cache row of n elements back to floats. */

@@ -68,6 +68,7 @@ struct sched {
     double t0;
     int64_t step;
     int64_t budget;             /* tokens left in this step's batch */
+    bool hold;                  /* admit only preempted sequences */
     size_t swap_bytes;
     struct sched_totals tot;
 };
@@ -235,6 +236,12 @@ int64_t
 sched_ctx(const struct sched *s)
 {
     return s->ctx;
+}
+
+void
+sched_hold(struct sched *s, bool hold)
+{
+    s->hold = hold;
 }
 
 int64_t
@@ -559,7 +566,7 @@ sched_step(struct sched *s, struct diag *d)
     int64_t n_run0 = s->n_run;
     int rc, gone;
 
-    if (s->n_run == 0 && s->n_wait == 0)
+    if (s->n_run == 0 && (s->n_wait == 0 || (s->hold && s->wait[0]->t_admit == 0)))
         return 0;
     for (int64_t i = 0; i < s->n_run; i++) {
         s->run[i]->chunk = 0;
@@ -606,6 +613,8 @@ sched_step(struct sched *s, struct diag *d)
     while (may_admit && s->n_wait > 0 && s->n_run < s->o.max_seqs &&
            (s->budget > 0 || s->o.policy == SCHED_STATIC)) {
         struct seq *q = s->wait[0];
+        if (s->hold && q->t_admit == 0)
+            break;
         if ((rc = admit(s, q, s->budget, &hits, d)) < 0)
             return rc;
         if (rc == 0)

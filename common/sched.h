@@ -169,10 +169,15 @@ int64_t sched_ctx(const struct sched *s);
 int sched_add(struct sched *s, const struct sched_req *r, struct diag *d);
 
 /* sched_step() : one iteration as described at the top.  Returns 1 when a
- * step ran, 0 when there was nothing to do (no request running or
- * waiting); a negative -ST_* code on failure (forward pass, memory) or a
+ * step ran, 0 when there was nothing to do (no request running or waiting,
+ * or held with only never-admitted requests waiting); a negative -ST_* code on failure (forward pass, memory) or a
  * callback's code. */
 int sched_step(struct sched *s, struct diag *d);
+
+/* sched_hold() : with hold set, no request that was never admitted is
+ * admitted any more (preempted ones still resume), so that the running
+ * sequences drain (a batch run that was asked to stop). */
+void sched_hold(struct sched *s, bool hold);
 
 /* sched_running() / sched_waiting() : sequences running / queued now. */
 int64_t sched_running(const struct sched *s);

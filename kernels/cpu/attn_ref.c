@@ -26,10 +26,11 @@ int64_t
 ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim,
                             int64_t head_dim_v)
 {
-    (void)head_dim;
-    /* acc [n_q][head_dim_v] | M [n_q] | S [n_q]; block_size is not needed */
+    /* acc [n_q][head_dim_v] | M [n_q] | S [n_q]; block_size is not needed;
+     * for a q8_0 cache also a dequantized V row [head_dim_v] and the query
+     * heads as q8_0 blocks [n_q][head_dim / 32] */
     (void)block_size;
-    return n_q * head_dim_v + 2 * n_q;
+    return n_q * head_dim_v + 2 * n_q + head_dim_v + (n_q * (head_dim / 32) * 34 + 3) / 4;
 }
 
 static inline float
@@ -51,6 +52,94 @@ round16(float x)
     return qconv_fp16_to_fp32(qconv_fp32_to_fp16(x));
 }
 
+/* ---- q8_0 cache (GGML_TYPE_Q8_0 = 8): as ggml's CPU flash attention with
+ * a q8_0 K/V: the query is quantized to q8_0 (x86 quantize_row_q8_0: d =
+ * amax / 127 as fp16, codes round-half-even(x * 127 / amax)), q.k is the
+ * q8_0 x q8_0 block dot product (exact integer sums, scaled per block,
+ * summed in f32), and V rows are dequantized and accumulated in f32. */
+
+static void
+q8_0_quantize(const float *x, uint8_t *out, int64_t n)
+{
+    for (int64_t b = 0; b < n / 32; b++, x += 32, out += 34) {
+        float amax = 0.0f;
+        for (int j = 0; j < 32; j++)
+            if (fabsf(x[j]) > amax)
+                amax = fabsf(x[j]);
+        float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        uint16_t d = qconv_fp32_to_fp16(amax / 127.0f);
+        memcpy(out, &d, 2);
+        for (int j = 0; j < 32; j++)
+            out[2 + j] = (uint8_t)(int8_t)nearbyintf(x[j] * id);
+    }
+}
+
+static float
+q8_0_dot(const uint8_t *a, const uint8_t *b, int64_t n)
+{
+    float sum = 0.0f;
+    for (int64_t k = 0; k < n / 32; k++, a += 34, b += 34) {
+        uint16_t da, db;
+        int32_t si = 0;
+        memcpy(&da, a, 2);
+        memcpy(&db, b, 2);
+        for (int j = 0; j < 32; j++)
+            si += (int32_t)(int8_t)a[2 + j] * (int32_t)(int8_t)b[2 + j];
+        sum += (float)si * (qconv_fp16_to_fp32(da) * qconv_fp16_to_fp32(db));
+    }
+    return sum;
+}
+
+static void
+attn_q8_0(const struct attn_args *a, float *scratch)
+{
+    const int64_t nq = a->n_q, bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
+    const size_t krow_b = (size_t)(dk / 32) * 34, vrow_b = (size_t)(dv / 32) * 34;
+    float *acc = scratch;               /* [nq][dv] */
+    float *M = acc + nq * dv;           /* [nq] */
+    float *S = M + nq;                  /* [nq] */
+    float *v32 = S + nq;                /* [dv] */
+    uint8_t *qq = (uint8_t *)(v32 + dv);    /* [nq][krow_b] */
+
+    for (int64_t h = 0; h < nq; h++) {
+        M[h] = -INFINITY;
+        S[h] = 0.0f;
+        for (int64_t i = 0; i < dv; i++)
+            acc[h * dv + i] = 0.0f;
+        q8_0_quantize(a->q + h * dk, qq + (size_t)h * krow_b, dk);
+    }
+    for (int64_t s = 0; s < a->n_kv; s++) {
+        if (a->vis && !a->vis[s])
+            continue;
+        size_t blk = (size_t)a->table[s / bs] * a->block_stride;
+        const uint8_t *krow = a->k_base + blk + (size_t)(s % bs) * krow_b;
+        const uint8_t *vrow = a->v_base + blk + (size_t)(s % bs) * vrow_b;
+        dequantize_row_q8_0_ref(vrow, v32, dv);
+        for (int64_t h = 0; h < nq; h++) {
+            float *ah = acc + h * dv;
+            float sc = q8_0_dot(qq + (size_t)h * krow_b, krow, dk) * a->scale;
+            float ms = 1.0f, vs = 1.0f;
+            if (sc > M[h]) {
+                float mold = M[h];
+                M[h] = sc;
+                ms = expf(mold - sc);
+                for (int64_t i = 0; i < dv; i++)
+                    ah[i] *= ms;
+            } else {
+                vs = expf(sc - M[h]);
+            }
+            for (int64_t i = 0; i < dv; i++)
+                ah[i] += v32[i] * vs;
+            S[h] = S[h] * ms + vs;
+        }
+    }
+    for (int64_t h = 0; h < nq; h++) {
+        float inv = S[h] > 0.0f ? 1.0f / S[h] : 0.0f;
+        for (int64_t i = 0; i < dv; i++)
+            a->out[h * dv + i] = acc[h * dv + i] * inv;
+    }
+}
+
 void
 ops_attn_ref(const struct attn_args *a, float *scratch)
 {
@@ -60,6 +149,11 @@ ops_attn_ref(const struct attn_args *a, float *scratch)
     float *acc = scratch;               /* [nq][dv] */
     float *M = acc + nq * dv;           /* [nq] */
     float *S = M + nq;                  /* [nq] */
+
+    if (a->kv_type == 8) {
+        attn_q8_0(a, scratch);
+        return;
+    }
 
     for (int64_t h = 0; h < nq; h++) {
         M[h] = -INFINITY;

@@ -9,6 +9,7 @@
  * shares its batch (for every kernel implementation), the pool is empty after
  * a run, stop strings and max_tokens 0, and the engine's error paths.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -311,6 +312,77 @@ test_invariance(const char *path, const char *kernel)
     model_free(m);
 }
 
+/* The reference attention over a q8_0 pool agrees with a plain f64
+ * softmax over the dequantized rows (the query is quantized too, so the
+ * tolerance is that of 8-bit codes). */
+static void
+test_attn_q8_0(void)
+{
+    struct kv_config c = KV_CONFIG_INIT;
+    struct kvcache *kv = NULL;
+    struct diag d;
+    struct kv_head_view v;
+    const int64_t nq = 2, dk = 64, dv = 32, n = 37;
+    float q[2 * 64], row[64], out[2 * 32], k32[37][64], v32[37][32];
+    int32_t seq;
+    int64_t nb;
+
+    c.n_layer = 1;
+    c.n_head_kv = 1;
+    c.head_dim_k = dk;
+    c.head_dim_v = dv;
+    c.block_size = 8;
+    c.dtype = GGML_TYPE_Q8_0;
+    c.mem = kv_block_bytes(&c) * 8;
+    CHECK_EQ(kv_new(&kv, &c, &d), 0);
+    if (!kv)
+        return;
+    kv_seq_new(kv, &seq);
+    kv_seq_grow(kv, seq, n, &d);
+    kv_head_view(kv, 0, 0, &v);
+    const int32_t *tab = kv_seq_table(kv, seq, &nb);
+    for (int64_t s = 0; s < n; s++) {
+        size_t off = (size_t)tab[s / 8] * v.block_stride + (size_t)(s % 8) * v.k_row_bytes;
+        for (int i = 0; i < dk; i++)
+            row[i] = (float)((int)rnd(2001) - 1000) / 700.0f;
+        kv_row_put(GGML_TYPE_Q8_0, v.k + off, row, dk);
+        kv_row_get(GGML_TYPE_Q8_0, k32[s], v.k + off, dk);
+        off = (size_t)tab[s / 8] * v.block_stride + (size_t)(s % 8) * v.v_row_bytes;
+        for (int i = 0; i < dv; i++)
+            row[i] = (float)((int)rnd(2001) - 1000) / 900.0f;
+        kv_row_put(GGML_TYPE_Q8_0, v.v + off, row, dv);
+        kv_row_get(GGML_TYPE_Q8_0, v32[s], v.v + off, dv);
+    }
+    for (int i = 0; i < nq * dk; i++)
+        q[i] = (float)((int)rnd(2001) - 1000) / 500.0f;
+    struct attn_args a = { q, out, nq, dk, dv, 0.125f, v.k, v.v, v.block_stride, GGML_TYPE_Q8_0,
+                           8, tab, n, NULL };
+    int64_t nscr = ops_attn_scratch_floats_ref(nq, 8, dk, dv);
+    float *scr = malloc((size_t)nscr * sizeof(float));
+    ops_attn_ref(&a, scr);
+    for (int h = 0; h < nq; h++) {
+        double w[37], mx = -1e30, sum = 0;
+        for (int s = 0; s < n; s++) {
+            double dot = 0;
+            for (int i = 0; i < dk; i++)
+                dot += (double)q[h * dk + i] * k32[s][i];
+            w[s] = dot * 0.125;
+            if (w[s] > mx)
+                mx = w[s];
+        }
+        for (int s = 0; s < n; s++)
+            sum += (w[s] = exp(w[s] - mx));
+        for (int i = 0; i < dv; i++) {
+            double o = 0;
+            for (int s = 0; s < n; s++)
+                o += w[s] / sum * v32[s][i];
+            CHECK_NEAR(out[h * dv + i], o, 0.02);
+        }
+    }
+    free(scr);
+    kv_free(kv);
+}
+
 static int
 collect_one(void *ctx, const struct sched_result *r)
 {
@@ -436,6 +508,7 @@ main(void)
         fprintf(stderr, "test_batch: %s missing: run `make fixtures`\n", F16_PATH);
         return 77;
     }
+    test_attn_q8_0();
     for (int i = 0; names[i]; i++) {
         if (!ops_select(names[i]))
             continue;

@@ -1,0 +1,919 @@
+/*
+ * batch.c - run_generate_batch(): requests in, results out, through the
+ * continuous-batching engine; the request parser; the KV trace writer.
+ * See batch.h.
+ *
+ * The input is read with read(2) into a buffer of our own so that the loop
+ * can look for more requests without blocking while sequences run (poll
+ * with no timeout), and block only when the engine is idle: a slow
+ * producer on a pipe gets its requests admitted as they come.  At most
+ * `lookahead` requests wait in the engine; the rest of the input stays
+ * unread, so memory does not grow with the input.
+ */
+#include "batch.h"
+
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+#include "chat.h"
+#include "cli.h"
+#include "json.h"
+#include "kvcache.h"
+#include "model.h"
+#include "qtypes.h"
+#include "sched.h"
+#include "threadpool.h"
+#include "tokenizer.h"
+#include "xio.h"
+
+#define DEFAULT_CTX 4096
+#define DEFAULT_KV_MEM ((size_t)1 << 30)
+#define MAX_STOPS 16
+#define MAX_STOP_LEN 1024
+
+void
+batch_opts_init(struct batch_opts *o, const struct generate_opts *g)
+{
+    memset(o, 0, sizeof(*o));
+    o->g = g;
+    o->max_seqs = 16;
+    o->max_batch_tokens = 512;
+    o->kv_type = GGML_TYPE_F16;
+    o->policy = SCHED_CONTINUOUS;
+    o->preempt = SCHED_PREEMPT_RECOMPUTE;
+    o->prefix_cache = true;
+}
+
+/* ---- request parsing ---- */
+
+void
+batch_req_release(struct batch_req *r)
+{
+    json_decref(r->id);
+    free(r->prompt);
+    free(r->tokens);
+    for (size_t i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    memset(r, 0, sizeof(*r));
+}
+
+static int
+get_num(const json_t *o, const char *key, double lo, double hi, float *out, struct diag *d)
+{
+    json_t *v = json_object_get(o, key);
+    double x;
+
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return diag_set(d, ST_FORMAT, "'%s' is not a number", key);
+    x = json_number_value(v);
+    if (!(x >= lo && x <= hi))
+        return diag_set(d, ST_FORMAT, "'%s' %g out of range %g..%g", key, x, lo, hi);
+    *out = (float)x;
+    return 0;
+}
+
+static int
+get_int(const json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, struct diag *d)
+{
+    json_t *v = json_object_get(o, key);
+    double x;
+
+    if (!v || json_is_null(v))
+        return 0;
+    if (json_is_integer(v)) {
+        json_int_t i = json_integer_value(v);
+        if (i < lo || i > hi)
+            return diag_set(d, ST_FORMAT, "'%s' %lld out of range %lld..%lld", key,
+                            (long long)i, (long long)lo, (long long)hi);
+        *out = (int64_t)i;
+        return 0;
+    }
+    /* an integral real such as 4.0 is accepted */
+    if (!json_is_real(v))
+        return diag_set(d, ST_FORMAT, "'%s' is not an integer", key);
+    x = json_real_value(v);
+    if (x != floor(x))
+        return diag_set(d, ST_FORMAT, "'%s' is not an integer", key);
+    if (!(x >= (double)lo && x <= (double)hi))
+        return diag_set(d, ST_FORMAT, "'%s' %g out of range %lld..%lld", key, x, (long long)lo,
+                        (long long)hi);
+    *out = (int64_t)x;
+    return 0;
+}
+
+static int
+add_stop(struct batch_req *r, const json_t *v, struct diag *d)
+{
+    size_t n;
+
+    if (!json_is_string(v))
+        return diag_set(d, ST_FORMAT, "'stop' holds a value that is not a string");
+    n = json_string_length(v);
+    if (n == 0 || n > MAX_STOP_LEN || memchr(json_string_value(v), 0, n))
+        return diag_set(d, ST_FORMAT, "a stop string must have 1..%d bytes and no NUL",
+                        MAX_STOP_LEN);
+    if (r->n_stop == MAX_STOPS)
+        return diag_set(d, ST_FORMAT, "more than %d stop strings", MAX_STOPS);
+    if (!(r->stop[r->n_stop] = strdup(json_string_value(v))))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    r->n_stop++;
+    return 0;
+}
+
+static int
+parse_object(const json_t *o, struct batch_req *r, struct diag *d)
+{
+    json_t *id = json_object_get(o, "id");
+    json_t *prompt = json_object_get(o, "prompt");
+    json_t *toks = json_object_get(o, "tokens");
+    json_t *stop = json_object_get(o, "stop");
+    int64_t v;
+    int rc;
+
+    if (id && !json_is_null(id)) {
+        if (!json_is_string(id) && !json_is_integer(id))
+            return diag_set(d, ST_FORMAT, "'id' must be a string or an integer");
+        json_decref(r->id);
+        r->id = json_incref(id);
+    }
+    if (json_is_null(prompt))
+        prompt = NULL;
+    if (json_is_null(toks))
+        toks = NULL;
+    if (!prompt == !toks)
+        return diag_set(d, ST_FORMAT, "a request needs exactly one of 'prompt' and 'tokens'");
+    if (prompt) {
+        size_t n;
+        if (!json_is_string(prompt))
+            return diag_set(d, ST_FORMAT, "'prompt' is not a string");
+        n = json_string_length(prompt);
+        if (!(r->prompt = malloc(n + 1)))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        memcpy(r->prompt, json_string_value(prompt), n + 1);
+        r->prompt_len = n;
+    } else {
+        size_t n, i;
+        json_t *t;
+        if (!json_is_array(toks) || (n = json_array_size(toks)) == 0)
+            return diag_set(d, ST_FORMAT, "'tokens' is not a non-empty array");
+        if (!(r->tokens = malloc(n * sizeof(int32_t))))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        json_array_foreach(toks, i, t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0 ||
+                json_integer_value(t) > INT32_MAX)
+                return diag_set(d, ST_FORMAT, "'tokens'[%zu] is not a token id", i);
+            r->tokens[i] = (int32_t)json_integer_value(t);
+        }
+        r->n_tokens = (int64_t)n;
+    }
+    if ((rc = get_int(o, "max_tokens", -1, (int64_t)1 << 30, &r->max_tokens, d)) < 0)
+        return rc;
+    if ((rc = get_num(o, "temperature", 0, 1e6, &r->sp.temp, d)) < 0 ||
+        (rc = get_num(o, "top_p", 0, 1, &r->sp.top_p, d)) < 0 ||
+        (rc = get_num(o, "min_p", 0, 1, &r->sp.min_p, d)) < 0 ||
+        (rc = get_num(o, "repeat_penalty", 1e-3, 1e3, &r->sp.repeat_penalty, d)) < 0)
+        return rc;
+    v = r->sp.top_k;
+    if ((rc = get_int(o, "top_k", 0, INT32_MAX, &v, d)) < 0)
+        return rc;
+    r->sp.top_k = (int32_t)v;
+    v = (int64_t)(r->sp.seed & INT64_MAX);
+    if (json_object_get(o, "seed")) {
+        if ((rc = get_int(o, "seed", 0, INT64_MAX, &v, d)) < 0)
+            return rc;
+        r->sp.seed = (uint64_t)v;
+    }
+    if (stop && !json_is_null(stop)) {
+        size_t i;
+        json_t *s;
+        if (!(r->stop = calloc(MAX_STOPS, sizeof(char *))))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        if (json_is_array(stop)) {
+            json_array_foreach(stop, i, s) {
+                if ((rc = add_stop(r, s, d)) < 0)
+                    return rc;
+            }
+        } else if ((rc = add_stop(r, stop, d)) < 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int
+batch_req_parse(const char *line, size_t len, int64_t lineno,
+                const struct batch_req_defaults *def, struct batch_req *r, struct diag *d)
+{
+    size_t i = 0;
+    json_t *o = NULL;
+    int rc;
+
+    memset(r, 0, sizeof(*r));
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    while (i < len && (line[i] == ' ' || line[i] == '\t'))
+        i++;
+    if (i == len)
+        return 1;
+    r->max_tokens = def->max_tokens;
+    r->sp = def->sp;
+    if (!(r->id = json_integer(lineno)))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    if (line[i] != '{') {
+        if (!(r->prompt = malloc(len + 1)))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        memcpy(r->prompt, line, len);
+        r->prompt[len] = '\0';
+        r->prompt_len = len;
+        return 0;
+    }
+    if ((rc = json_load_mem(line + i, len - i, &o, d)) < 0)
+        return rc;
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return diag_set(d, ST_FORMAT, "a request line starting with '{' is not a JSON object");
+    }
+    rc = parse_object(o, r, d);
+    json_decref(o);
+    return rc;
+}
+
+/* ---- input ---- */
+
+struct reader {
+    int fd;
+    bool own, eof;
+    char *buf;
+    size_t start, end, cap;
+    bool skipping;              /* inside an over-long line */
+    int64_t lineno;
+};
+
+/* Reads what is available (blocking when block); 0, or -ST_IO. */
+static int
+reader_fill(struct reader *rd, bool block, struct diag *d)
+{
+    if (rd->eof)
+        return 0;
+    if (!block) {
+        struct pollfd p = { rd->fd, POLLIN, 0 };
+        int n = poll(&p, 1, 0);
+        if (n < 0 && errno != EINTR)
+            return diag_set(d, ST_IO, "poll: %s", strerror(errno));
+        if (n <= 0)
+            return 0;
+    }
+    if (rd->start > 0) {
+        memmove(rd->buf, rd->buf + rd->start, rd->end - rd->start);
+        rd->end -= rd->start;
+        rd->start = 0;
+    }
+    if (rd->end == rd->cap) {
+        /* a line longer than the buffer: grow up to the limit, then skip */
+        if (rd->cap < BATCH_LINE_MAX + 1) {
+            size_t c = rd->cap * 2 > BATCH_LINE_MAX + 1 ? BATCH_LINE_MAX + 1 : rd->cap * 2;
+            char *b = realloc(rd->buf, c);
+            if (!b)
+                return diag_set(d, ST_NOMEM, "out of memory");
+            rd->buf = b;
+            rd->cap = c;
+        } else {
+            rd->skipping = true;
+            rd->end = 0;
+        }
+    }
+    ssize_t n = read(rd->fd, rd->buf + rd->end, rd->cap - rd->end);
+    if (n < 0) {
+        if (errno == EINTR || errno == EAGAIN)
+            return 0;
+        return diag_set(d, ST_IO, "read failed: %s", strerror(errno));
+    }
+    if (n == 0)
+        rd->eof = true;
+    rd->end += (size_t)n;
+    return 0;
+}
+
+/* The next complete line (the last one may lack its "\n" at EOF): 1 with
+ * *line and *len (valid until the next call; *too_long for a line over the
+ * limit, whose bytes are not given), 0 when none is buffered. */
+static int
+reader_line(struct reader *rd, const char **line, size_t *len, bool *too_long)
+{
+    char *nl;
+
+    for (;;) {
+        *too_long = false;
+        nl = memchr(rd->buf + rd->start, '\n', rd->end - rd->start);
+        if (!nl && !(rd->eof && rd->end > rd->start))
+            return 0;
+        size_t n = nl ? (size_t)(nl - (rd->buf + rd->start)) : rd->end - rd->start;
+        *line = rd->buf + rd->start;
+        *len = n;
+        rd->start += n + (nl != NULL);
+        rd->lineno++;
+        if (rd->skipping || n > BATCH_LINE_MAX) {
+            rd->skipping = false;
+            *too_long = true;
+        }
+        return 1;
+    }
+}
+
+static bool
+reader_has_line(const struct reader *rd)
+{
+    return memchr(rd->buf + rd->start, '\n', rd->end - rd->start) != NULL ||
+           (rd->eof && rd->end > rd->start);
+}
+
+/* ---- output ---- */
+
+/* a copy of s[0..n) with ill-formed UTF-8 replaced by U+FFFD (one per
+ * maximal subpart) and NUL kept */
+static char *
+utf8_fix(const char *s, size_t n, size_t *out_len)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    char *o = malloc(n * 3 + 1);
+    size_t i = 0, k = 0;
+
+    if (!o)
+        return NULL;
+    while (i < n) {
+        unsigned char c = u[i];
+        size_t need = 0, j;
+        unsigned char lo = 0x80, hi = 0xBF;
+
+        if (c < 0x80) {
+            o[k++] = (char)c;
+            i++;
+            continue;
+        }
+        if (c >= 0xC2 && c <= 0xDF) {
+            need = 1;
+        } else if (c >= 0xE0 && c <= 0xEF) {
+            need = 2;
+            lo = c == 0xE0 ? 0xA0 : 0x80;
+            hi = c == 0xED ? 0x9F : 0xBF;
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            need = 3;
+            lo = c == 0xF0 ? 0x90 : 0x80;
+            hi = c == 0xF4 ? 0x8F : 0xBF;
+        }
+        for (j = 1; need && j <= need && i + j < n; j++) {
+            unsigned char x = u[i + j];
+            if (x < (j == 1 ? lo : 0x80) || x > (j == 1 ? hi : 0xBF))
+                break;
+        }
+        if (need && j == need + 1) {
+            memcpy(o + k, s + i, need + 1);
+            k += need + 1;
+            i += need + 1;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i += need ? j : 1;
+        }
+    }
+    o[k] = '\0';
+    *out_len = k;
+    return o;
+}
+
+struct run {
+    const struct batch_opts *o;
+    struct model *m;
+    struct tokenizer tok;
+    bool tok_loaded;
+    struct chat_template ct;
+    bool ct_loaded;
+    struct kvcache *kv;
+    struct sched *s;
+    FILE *out, *trace;
+    struct batch_report *r;
+    json_t **ids;               /* [cap_ids] by tag; NULL when done */
+    int64_t *lines;
+    int64_t cap_ids;
+    int64_t pending;            /* accepted, not finished */
+    double t_first_step;
+    struct diag werr;           /* first write error */
+    int wrc;
+};
+
+static int
+jset(json_t *o, const char *k, json_t *v)
+{
+    return v ? json_object_set_new(o, k, v) : -1;
+}
+
+static int
+write_line(struct run *g, json_t *o)
+{
+    int rc = json_print_line(o, g->out, &g->werr);
+
+    if (rc == 0 && fflush(g->out) != 0)
+        rc = diag_set(&g->werr, ST_IO, "write failed: %s", strerror(errno));
+    if (rc < 0 && !g->wrc)
+        g->wrc = rc;
+    return rc;
+}
+
+static int
+write_error(struct run *g, json_t *id, int64_t lineno, const char *msg)
+{
+    json_t *o = json_object();
+    int bad = !o, rc;
+
+    bad |= jset(o, "schema", json_string("generate/1"));
+    bad |= jset(o, "type", json_string("error"));
+    bad |= json_object_set(o, "id", id);
+    bad |= jset(o, "line", json_integer(lineno));
+    bad |= jset(o, "finish_reason", json_string("error"));
+    bad |= jset(o, "error", json_string(msg));
+    rc = bad ? diag_set(&g->werr, ST_NOMEM, "out of memory") : write_line(g, o);
+    json_decref(o);
+    g->r->errors++;
+    return rc;
+}
+
+static int
+on_result(void *ctx, const struct sched_result *res)
+{
+    struct run *g = ctx;
+    json_t *o = json_object(), *a = json_array();
+    size_t tl;
+    char *text = utf8_fix(res->text, res->text_len, &tl);
+    int bad = !o || !a || !text, rc;
+
+    for (int64_t i = 0; !bad && i < res->n_tokens; i++)
+        bad |= json_array_append_new(a, json_integer(res->tokens[i]));
+    if (!bad) {
+        bad |= jset(o, "schema", json_string("generate/1"));
+        bad |= jset(o, "type", json_string("completion"));
+        bad |= json_object_set(o, "id", g->ids[res->tag]);
+        bad |= jset(o, "text", json_stringn(text, tl));
+        bad |= json_object_set(o, "tokens", a);
+        bad |= jset(o, "finish_reason", json_string(res->finish_reason));
+        bad |= jset(o, "prompt_tokens", json_integer(res->n_prompt));
+        bad |= jset(o, "completion_tokens", json_integer(res->n_tokens));
+        bad |= jset(o, "cached_tokens", json_integer(res->cached_tokens));
+        bad |= jset(o, "preemptions", json_integer(res->preemptions));
+        bad |= jset(o, "queue_ms", json_real(res->queue_ms));
+        bad |= jset(o, "ttft_ms", json_real(res->ttft_ms));
+        bad |= jset(o, "total_ms", json_real(res->total_ms));
+    }
+    rc = bad ? diag_set(&g->werr, ST_NOMEM, "out of memory") : write_line(g, o);
+    json_decref(o);
+    json_decref(a);
+    free(text);
+    json_decref(g->ids[res->tag]);
+    g->ids[res->tag] = NULL;
+    g->pending--;
+    g->r->completed++;
+    g->r->generated += res->n_tokens;
+    return rc;
+}
+
+static int
+on_step(void *ctx, const struct sched_step_info *si)
+{
+    struct run *g = ctx;
+
+    if (si->step == 0)
+        g->t_first_step = now_seconds() - si->time_ms / 1000.0;
+    if (!g->trace)
+        return 0;
+    if (fprintf(g->trace,
+                "{\"schema\":\"kvtrace/1\",\"type\":\"step\",\"step\":%lld,\"time_ms\":%.3f,"
+                "\"running\":%lld,\"waiting\":%lld,\"blocks_used\":%lld,\"blocks_free\":%lld,"
+                "\"blocks_total\":%lld,\"block_size\":%lld,\"tokens_stored\":%lld,"
+                "\"waste\":%.6f,\"preemptions\":%lld,\"prefix_hits\":%lld,\"phase\":\"%s\","
+                "\"prompt_tokens\":%lld,\"decode_tokens\":%lld,\"tokens_logical\":%lld,"
+                "\"contig_slots\":%lld,\"blocks_cached\":%lld,\"swap_bytes\":%zu}\n",
+                (long long)si->step, si->time_ms, (long long)si->running,
+                (long long)si->waiting, (long long)si->kv.blocks_used,
+                (long long)si->kv.blocks_free, (long long)si->kv.blocks_total,
+                (long long)si->kv.block_size, (long long)si->kv.slots_filled, si->kv.waste,
+                (long long)si->preemptions, (long long)si->prefix_hits, si->phase,
+                (long long)si->prompt_tokens, (long long)si->decode_tokens,
+                (long long)si->kv.tokens, (long long)si->contig_slots,
+                (long long)si->kv.blocks_cached, si->swap_bytes) < 0)
+        return diag_set(&g->werr, ST_IO, "trace: write failed: %s", strerror(errno));
+    return 0;
+}
+
+/* ---- one request line ---- */
+
+static int
+grow_ids(struct run *g, int64_t tag)
+{
+    if (tag < g->cap_ids)
+        return 0;
+    int64_t c = g->cap_ids ? g->cap_ids * 2 : 256;
+    json_t **ids = realloc(g->ids, (size_t)c * sizeof(*ids));
+    if (!ids)
+        return -ST_NOMEM;
+    memset(ids + g->cap_ids, 0, (size_t)(c - g->cap_ids) * sizeof(*ids));
+    g->ids = ids;
+    int64_t *l = realloc(g->lines, (size_t)c * sizeof(*l));
+    if (!l)
+        return -ST_NOMEM;
+    g->lines = l;
+    g->cap_ids = c;
+    return 0;
+}
+
+/* Parses, tokenizes and queues one line.  Bad requests become error lines;
+ * returns < 0 only for failures that end the run. */
+static int
+take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_long,
+          struct diag *d)
+{
+    const struct generate_opts *go = g->o->g;
+    struct batch_req_defaults def;
+    struct batch_req q;
+    struct tok_ids ids = { NULL, 0, 0 };
+    struct diag e = {{0}};
+    char *text = NULL;
+    size_t text_len = 0;
+    int rc;
+
+    def.max_tokens = go->n_predict;
+    def.sp = go->sp;
+    if (too_long) {
+        json_t *id = json_integer(lineno);
+        char msg[96];
+        snprintf(msg, sizeof(msg), "line longer than %zu bytes", BATCH_LINE_MAX);
+        g->r->requests++;
+        rc = id ? write_error(g, id, lineno, msg) : -ST_NOMEM;
+        json_decref(id);
+        return rc == -ST_NOMEM ? diag_set(d, ST_NOMEM, "out of memory") : 0;
+    }
+    rc = batch_req_parse(line, len, lineno, &def, &q, &e);
+    if (rc == 1) {
+        batch_req_release(&q);
+        return 0;
+    }
+    g->r->requests++;
+    if (rc == -ST_NOMEM)
+        goto nomem;
+    if (rc < 0)
+        goto bad;
+    q.sp.repeat_last_n = go->repeat_last_n < 0 ? (int32_t)sched_ctx(g->s) : go->repeat_last_n;
+    if (q.prompt) {
+        if (go->chat) {
+            struct chat_msg msgs[2];
+            size_t n = 0;
+            if (go->system)
+                msgs[n++] = (struct chat_msg){ "system", go->system };
+            msgs[n++] = (struct chat_msg){ "user", q.prompt };
+            if ((rc = chat_apply(&g->ct, msgs, n, true, 0, &text, &text_len, &e)) < 0)
+                goto bad;
+        }
+        if ((rc = tok_encode(&g->tok, text ? text : q.prompt, text ? text_len : q.prompt_len,
+                             true, true, &ids, &e)) < 0)
+            goto bad;
+    }
+    if ((rc = grow_ids(g, g->r->requests)) < 0)
+        goto nomem;
+    int64_t tag = g->r->requests - 1;
+    struct sched_req sr = { tag, q.prompt ? ids.v : q.tokens,
+                            q.prompt ? (int64_t)ids.n : q.n_tokens, q.max_tokens, q.sp,
+                            (const char *const *)q.stop, q.n_stop };
+    g->ids[tag] = json_incref(q.id);
+    g->lines[tag] = lineno;
+    g->pending++;
+    if ((rc = sched_add(g->s, &sr, &e)) < 0) {
+        g->pending--;
+        json_decref(g->ids[tag]);
+        g->ids[tag] = NULL;
+        if (rc == -ST_NOMEM)
+            goto nomem;
+        if (rc != -ST_RANGE) {     /* a write error from the callback */
+            *d = g->werr;
+            goto out;
+        }
+        goto bad;
+    }
+    rc = 0;
+    goto out;
+bad:
+    rc = write_error(g, q.id, lineno, e.msg);
+    if (rc < 0)
+        *d = g->werr;
+    goto out;
+nomem:
+    rc = diag_set(d, ST_NOMEM, "out of memory");
+out:
+    tok_ids_release(&ids);
+    free(text);
+    batch_req_release(&q);
+    return rc;
+}
+
+/* ---- the run ---- */
+
+static const char *
+kv_type_name(uint32_t t)
+{
+    return t == GGML_TYPE_F32 ? "f32" : t == GGML_TYPE_Q8_0 ? "q8_0" : "f16";
+}
+
+static int
+open_pool(struct run *g, int64_t ctx, struct diag *d)
+{
+    const struct batch_opts *o = g->o;
+    struct kv_config c;
+    size_t bb, mem;
+
+    model_kv_config(g->m, 0, o->kv_type, &c);
+    c.block_size = o->block_size ? o->block_size : KV_BLOCK_SIZE_DEFAULT;
+    if (!(bb = kv_block_bytes(&c)))
+        return kv_new(&g->kv, &c, d);   /* for its message */
+    if (o->g->kv_mem > 0) {
+        mem = (size_t)o->g->kv_mem;
+    } else {
+        /* enough for max_seqs full contexts, at most DEFAULT_KV_MEM */
+        double want = (double)o->max_seqs * (double)(ctx + c.block_size) * (double)bb /
+                      (double)c.block_size;
+        mem = want < (double)DEFAULT_KV_MEM ? (size_t)want : DEFAULT_KV_MEM;
+        if (mem < bb)
+            mem = bb;
+    }
+    c.mem = mem;
+    return kv_new(&g->kv, &c, d);
+}
+
+static int
+write_trace_header(struct run *g, const struct kv_stats *ks)
+{
+    const struct batch_opts *o = g->o;
+
+    if (fprintf(g->trace,
+                "{\"schema\":\"kvtrace/1\",\"type\":\"header\",\"model\":\"%s\","
+                "\"block_size\":%lld,\"blocks_total\":%lld,\"block_bytes\":%zu,"
+                "\"kv_type\":\"%s\",\"max_seqs\":%lld,\"max_batch_tokens\":%lld,"
+                "\"schedule\":\"%s\",\"preempt\":\"%s\",\"prefix_cache\":%s}\n",
+                g->m->hp.arch_name, (long long)ks->block_size, (long long)ks->blocks_total,
+                ks->block_bytes, kv_type_name(o->kv_type), (long long)o->max_seqs,
+                (long long)o->max_batch_tokens,
+                o->policy == SCHED_STATIC ? "static" : "continuous",
+                o->preempt == SCHED_PREEMPT_SWAP ? "swap" : "recompute",
+                o->prefix_cache ? "true" : "false") < 0)
+        return -ST_IO;
+    return 0;
+}
+
+static int
+write_trace_summary(struct run *g)
+{
+    struct batch_report *r = g->r;
+
+    if (fprintf(g->trace,
+                "{\"schema\":\"kvtrace/1\",\"type\":\"summary\",\"steps\":%lld,"
+                "\"requests\":%lld,\"completed\":%lld,\"errors\":%lld,\"generated\":%lld,"
+                "\"wall_ms\":%.3f,\"gen_tok_s\":%.3f,\"preemptions\":%lld,\"prefix_hits\":%lld,"
+                "\"waste_paged\":%.6f,\"waste_contig\":%.6f,\"swap_peak_bytes\":%zu}\n",
+                (long long)r->steps, (long long)r->requests, (long long)r->completed,
+                (long long)r->errors, (long long)r->generated, r->wall_ms, r->gen_tok_s,
+                (long long)r->preemptions, (long long)r->prefix_hits, r->waste_paged,
+                r->waste_contig, r->swap_peak) < 0)
+        return -ST_IO;
+    return 0;
+}
+
+static int
+stop_level(const struct batch_opts *o)
+{
+    return o->stop ? (int)*o->stop : 0;
+}
+
+static int
+main_loop(struct run *g, struct reader *rd, struct diag *d)
+{
+    const struct batch_opts *o = g->o;
+    int64_t lookahead = o->max_seqs * 2 > 64 ? o->max_seqs * 2 : 64;
+    int rc;
+
+    for (;;) {
+        if (stop_level(o) >= 2)
+            return 0;
+        if (stop_level(o) == 1)
+            sched_hold(g->s, true);
+        /* take in requests while there is room in the queue */
+        while (!stop_level(o) && sched_waiting(g->s) < lookahead) {
+            const char *line;
+            size_t len;
+            bool too_long;
+            if (reader_line(rd, &line, &len, &too_long)) {
+                if ((rc = take_line(g, line, len, rd->lineno, too_long, d)) < 0)
+                    return rc;
+                continue;
+            }
+            if (rd->eof)
+                break;
+            bool idle = sched_running(g->s) == 0 && sched_waiting(g->s) == 0;
+            size_t before = rd->end;
+            if ((rc = reader_fill(rd, idle, d)) < 0)
+                return rc;
+            if (stop_level(o))
+                break;
+            if (!idle && rd->end == before && !rd->eof)
+                break;          /* nothing more available right now */
+        }
+        rc = sched_step(g->s, d);
+        if (g->wrc) {
+            *d = g->werr;
+            return g->wrc;
+        }
+        if (rc < 0)
+            return rc;
+        if (rc == 0 && (rd->eof || stop_level(o)) && !reader_has_line(rd))
+            return 0;
+    }
+}
+
+int
+run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct diag *d)
+{
+    const struct generate_opts *go = o->g;
+    struct model_opts mopt = MODEL_OPTS_INIT;
+    struct sched_opts so = SCHED_OPTS_INIT;
+    struct sched_callbacks cb;
+    struct reader rd;
+    struct run g;
+    struct xout out, tr;
+    struct kv_stats ks;
+    struct sched_totals t;
+    bool out_open = false, tr_open = false;
+    bool to_stdout = !go->output || !strcmp(go->output, "-");
+    int64_t ctx;
+    int rc;
+
+    memset(r, 0, sizeof(*r));
+    memset(&g, 0, sizeof(g));
+    memset(&rd, 0, sizeof(rd));
+    memset(&out, 0, sizeof(out));
+    memset(&tr, 0, sizeof(tr));
+    g.o = o;
+    g.r = r;
+    rd.fd = -1;
+    if (!to_stdout && !go->force && path_exists(go->output))
+        return diag_set(d, ST_RANGE, "'%s' already exists (use --force to overwrite)",
+                        go->output);
+    if (o->trace && strcmp(o->trace, "-") && !go->force && path_exists(o->trace))
+        return diag_set(d, ST_RANGE, "'%s' already exists (use --force to overwrite)", o->trace);
+
+    /* input first: a missing request file fails before the model loads */
+    if (!o->input || !strcmp(o->input, "-")) {
+        rd.fd = STDIN_FILENO;
+    } else {
+        rd.fd = open(o->input, O_RDONLY | O_CLOEXEC);
+        if (rd.fd < 0)
+            return diag_set(d, ST_IO, "cannot open '%s': %s", o->input, strerror(errno));
+        rd.own = true;
+    }
+    rd.cap = 1 << 16;
+    if (!(rd.buf = malloc(rd.cap))) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+
+    mopt.n_threads = go->threads;
+    mopt.kernel = go->kernel;
+    if ((rc = model_open(&g.m, go->model, &mopt, d)) < 0) {
+        diag_prefix(d, "'%s'", go->model);
+        goto out;
+    }
+    if ((rc = tok_load(&g.tok, &g.m->gguf, d)) < 0) {
+        diag_prefix(d, "'%s'", go->model);
+        goto out;
+    }
+    g.tok_loaded = true;
+    if (g.tok.warning[0] && go->warn)
+        go->warn(go->cb_ctx, g.tok.warning);
+    if (go->chat) {
+        if ((rc = chat_template_from_gguf(&g.ct, &g.m->gguf, &g.tok, d)) < 0)
+            goto out;
+        g.ct_loaded = true;
+        if (g.ct.guessed && go->warn)
+            go->warn(go->cb_ctx, g.ct.note);
+    }
+    ctx = go->ctx > 0 ? go->ctx : g.m->hp.n_ctx_train > 0 ? g.m->hp.n_ctx_train : DEFAULT_CTX;
+    if ((rc = open_pool(&g, ctx, d)) < 0)
+        goto out;
+    so.max_seqs = o->max_seqs;
+    so.max_batch_tokens = o->max_batch_tokens;
+    so.policy = o->policy;
+    so.preempt = o->preempt;
+    so.prefix_cache = o->prefix_cache;
+    so.ignore_eos = go->ignore_eos;
+    so.ctx = ctx;
+    cb.result = on_result;
+    cb.step = on_step;
+    cb.ctx = &g;
+    if ((rc = sched_new(&g.s, g.m, g.kv, &g.tok, &so, &cb, d)) < 0)
+        goto out;
+    kv_stats(g.kv, &ks);
+    r->ctx = sched_ctx(g.s);
+    r->blocks_total = ks.blocks_total;
+    r->block_size = ks.block_size;
+    r->threads = threadpool_size(g.m->tp);
+    r->kernel = g.m->ops->name;
+    if (go->info) {
+        char msg[320];
+        snprintf(msg, sizeof(msg), "'%s': %lld KV blocks of %lld tokens (%s, %.1f MiB), context "
+                 "%lld per sequence, %lld sequences, %lld tokens per step, %d threads, kernel %s",
+                 go->model, (long long)ks.blocks_total, (long long)ks.block_size,
+                 kv_type_name(o->kv_type), (double)ks.block_bytes * (double)ks.blocks_total /
+                 1048576.0, (long long)r->ctx, (long long)o->max_seqs,
+                 (long long)o->max_batch_tokens, r->threads, r->kernel);
+        go->info(go->cb_ctx, msg);
+    }
+
+    if (to_stdout) {
+        g.out = stdout;
+    } else {
+        if ((rc = xout_open(&out, go->output, go->force, d)) < 0) {
+            diag_prefix(d, "'%s'", go->output);
+            goto out;
+        }
+        out_open = true;
+        g.out = out.fp;
+    }
+    if (o->trace) {
+        if ((rc = xout_open(&tr, o->trace, go->force, d)) < 0) {
+            diag_prefix(d, "'%s'", o->trace);
+            goto out;
+        }
+        tr_open = true;
+        g.trace = tr.fp;
+        if (write_trace_header(&g, &ks) < 0) {
+            rc = diag_set(d, ST_IO, "'%s': write failed: %s", o->trace, strerror(errno));
+            goto out;
+        }
+    }
+
+    rc = main_loop(&g, &rd, d);
+    if (rc < 0)
+        goto out;
+
+    sched_get_totals(g.s, &t);
+    r->unfinished = g.pending;
+    r->steps = t.steps;
+    r->prompt_tokens = t.prompt_tokens;
+    r->preemptions = t.preemptions;
+    r->prefix_hits = t.prefix_hits;
+    r->swap_peak = t.swap_bytes_peak;
+    r->wall_ms = g.t_first_step > 0 ? (now_seconds() - g.t_first_step) * 1000.0 : 0.0;
+    r->gen_tok_s = r->wall_ms > 0 ? (double)r->generated / (r->wall_ms / 1000.0) : 0.0;
+    r->waste_paged = t.sum_slots > 0 ? 1.0 - t.sum_stored / t.sum_slots : 0.0;
+    r->waste_contig = t.sum_contig > 0 ? 1.0 - t.sum_logical / t.sum_contig : 0.0;
+    if (g.trace && write_trace_summary(&g) < 0) {
+        rc = diag_set(d, ST_IO, "'%s': write failed: %s", o->trace, strerror(errno));
+        goto out;
+    }
+    if (tr_open) {
+        tr_open = false;
+        if ((rc = xout_commit(&tr, d)) < 0) {
+            diag_prefix(d, "'%s'", o->trace);
+            goto out;
+        }
+    }
+    if (out_open) {
+        out_open = false;
+        if ((rc = xout_commit(&out, d)) < 0) {
+            diag_prefix(d, "'%s'", go->output);
+            goto out;
+        }
+    }
+out:
+    if (tr_open)
+        xout_abort(&tr);
+    if (out_open)
+        xout_abort(&out);
+    sched_free(g.s);
+    kv_free(g.kv);
+    if (g.ct_loaded)
+        chat_template_release(&g.ct);
+    if (g.tok_loaded)
+        tok_release(&g.tok);
+    model_free(g.m);
+    for (int64_t i = 0; i < g.cap_ids; i++)
+        json_decref(g.ids[i]);
+    free(g.ids);
+    free(g.lines);
+    if (rd.own)
+        close(rd.fd);
+    free(rd.buf);
+    return rc;
+}

@@ -1,0 +1,128 @@
+/*
+ * batch.h - `generate --batch`: a file or stream of requests through the
+ * continuous-batching engine (sched.h), one JSON result line per request
+ * as soon as it finishes.
+ *
+ * Input: one request per line (JSON Lines; at most BATCH_LINE_MAX bytes a
+ * line; "\r\n" accepted; blank lines skipped).  A line whose first
+ * non-blank byte is '{' is a JSON object:
+ *
+ *   {"id": "a1" | 7, "prompt": "text" | "tokens": [1, 2, ...],
+ *    "max_tokens": N, "temperature": t, "top_p": p, "top_k": k,
+ *    "min_p": p, "repeat_penalty": r, "seed": s, "stop": "x" | ["x", ...]}
+ *
+ * Exactly one of prompt and tokens; everything else is optional (defaults:
+ * the line number as id, and the tool's -n, --temp, --top-p, --top-k,
+ * --min-p, --repeat-penalty, --seed).  Unknown keys are ignored.  A prompt
+ * is wrapped in the chat template with --chat and tokenized with the
+ * model's BOS; tokens are used as given.  Any other line is a prompt as
+ * plain text (id = its line number).
+ *
+ * Output: per request, in the order requests finish,
+ *
+ *   {"schema":"generate/1","type":"completion","id":..,"text":"..",
+ *    "tokens":[..],"finish_reason":"stop"|"length","prompt_tokens":N,
+ *    "completion_tokens":N,"cached_tokens":N,"preemptions":N,
+ *    "queue_ms":x,"ttft_ms":x,"total_ms":x}
+ *
+ * (text with invalid UTF-8 replaced by U+FFFD; times from the moment the
+ * line was read), or for a line that cannot be run
+ *
+ *   {"schema":"generate/1","type":"error","id":..,"line":N,
+ *    "finish_reason":"error","error":"message"}
+ *
+ * and the run goes on.  With a KV trace file, one kvtrace/1 line per
+ * engine step (docs/kv-trace.md), after a "header" line and before a
+ * closing "summary" line.
+ */
+#ifndef LLMKIT_BATCH_H
+#define LLMKIT_BATCH_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "generate.h"
+#include "sample.h"
+#include "status.h"
+
+#define BATCH_LINE_MAX ((size_t)16 << 20)
+
+struct batch_opts {
+    const struct generate_opts *g;  /* model, output, force, n_predict, chat, system,
+                                     * ignore_eos, sampling defaults, repeat_last_n,
+                                     * threads, kernel, kv_mem, ctx */
+    const char *input;          /* request file; NULL or "-" = stdin */
+    int64_t max_seqs;           /* --max-seqs */
+    int64_t max_batch_tokens;   /* --max-batch-tokens */
+    int64_t block_size;         /* --block-size; 0 = 16 */
+    uint32_t kv_type;           /* GGML_TYPE_F16, _F32 or _Q8_0 */
+    int policy;                 /* enum sched_policy */
+    int preempt;                /* enum sched_preempt */
+    bool prefix_cache;
+    const char *trace;          /* --kv-trace FILE, or NULL */
+    /* Set asynchronously (signal handler) to the number of stop requests:
+     * 1 = admit nothing new and finish the running requests; 2 = stop
+     * after the current step.  May be NULL. */
+    volatile sig_atomic_t *stop;
+};
+
+void batch_opts_init(struct batch_opts *o, const struct generate_opts *g);
+
+struct batch_report {
+    int64_t requests;           /* lines that were requests */
+    int64_t completed;          /* result lines written */
+    int64_t errors;             /* error lines written */
+    int64_t unfinished;         /* accepted but cut off by a stop request */
+    int64_t prompt_tokens, generated;
+    int64_t steps, preemptions, prefix_hits;
+    double wall_ms;             /* first step to last */
+    double gen_tok_s;           /* generated tokens / wall */
+    double waste_paged;         /* 1 - stored / allocated slots, over all steps */
+    double waste_contig;        /* 1 - tokens / (prompt + max output) reserved, over all steps */
+    size_t swap_peak;
+    int64_t ctx, blocks_total, block_size;
+    int threads;
+    const char *kernel;
+};
+
+/* run_generate_batch() : the run described at the top of this file.  The
+ * output (and the trace) are written atomically unless stdout; what
+ * finished before a stop request is kept.  Returns 0 (error lines may have
+ * been written: see r->errors); -ST_IO, -ST_FORMAT (model), -ST_RANGE (bad
+ * option), -ST_NOMEM (including a KV budget too small for any request). */
+int run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct diag *d);
+
+/* ---- the request parser (also for the fuzz harness) ---- */
+
+struct batch_req_defaults {
+    int64_t max_tokens;         /* < 0 = until the end or the context */
+    struct sample_params sp;
+};
+
+struct batch_req {
+    json_t *id;                 /* string or integer (a reference is held) */
+    char *prompt;               /* NUL-terminated (may hold NULs: prompt_len), or NULL */
+    size_t prompt_len;
+    int32_t *tokens;            /* or NULL */
+    int64_t n_tokens;
+    int64_t max_tokens;
+    struct sample_params sp;
+    char **stop;
+    size_t n_stop;
+};
+
+/* batch_req_parse() : one input line (without its "\n"; a final "\r" is
+ * dropped) numbered lineno.  Returns 0 with r filled, 1 for a blank line
+ * (r empty), -ST_FORMAT for a bad request (message in d; r->id is still
+ * set, to the request's id when it could be read, else the line number),
+ * -ST_NOMEM.  Release r with batch_req_release() in every case. */
+int batch_req_parse(const char *line, size_t len, int64_t lineno,
+                    const struct batch_req_defaults *def, struct batch_req *r, struct diag *d);
+
+void batch_req_release(struct batch_req *r);
+
+#endif
