@@ -25,14 +25,14 @@
 #include "t.h"
 
 #define GOLDEN "tests/golden/generate/smollm2-greedy.json"
-/* Logit margin below which llama.cpp and we may pick different tokens.
- * SmolLM2 is very sensitive to rounding (its residual stream carries values
- * of 2e4): llama.cpp's own two attention paths (flash attention on/off)
- * disagree on 2 of these golden steps, at margins 0.19 and 0.21.  Our
- * integer dot products, norms and rope are bit-identical with llama.cpp's
- * x86 build; f32 summation orders differ, and its SiLU uses a vectorized exp
- * approximation that differs from libm's expf in the last bit, so
- * last-bit differences are always present. */
+/* Logit margin below which the scalar reference kernels and llama.cpp may
+ * pick different tokens.  SmolLM2 is very sensitive to rounding (its
+ * residual stream carries values of 2e4): llama.cpp's own two attention
+ * paths (flash attention on/off) disagree on 2 of these golden steps, at
+ * margins 0.19 and 0.21.  The reference sums in its own order and uses
+ * libm's expf; the avx2 kernels reproduce ggml's AVX2 arithmetic bit for bit
+ * (lane order, FMA, its vectorised exp), so with them every token must
+ * match. */
 #define NEAR_TIE 0.25
 
 static int
@@ -125,7 +125,8 @@ check_golden(struct model *m, struct kvcache *kv, int slow)
             if (got != want) {
                 fprintf(stderr, "%s step %zu: %d, llama.cpp %d (margin %.3f)\n", name, s, got,
                         want, margin);
-                if (margin >= NEAR_TIE)
+                /* the avx2 kernels compute what llama.cpp computes: no excuse */
+                if (margin >= NEAR_TIE || strcmp(m->ops->name, "avx2") == 0)
                     CHECK(0);
                 else
                     n_tie_miss++;
