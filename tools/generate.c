@@ -1,9 +1,12 @@
 /*
  * generate - text generation with a GGUF model: one prompt streamed to
- * standard output, or the perplexity of a text file.  Options are parsed
- * here; the work is run_generate() in common/generate.c.
+ * standard output, a batch of requests (JSONL in, JSONL out) through the
+ * continuous-batching engine, or the perplexity of a text file.  Options
+ * are parsed here; the work is run_generate() in common/generate.c and
+ * run_generate_batch() in common/batch.c.
  */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,15 +14,24 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "cli.h"
 #include "generate.h"
 #include "ops.h"
+#include "qtypes.h"
+#include "sched.h"
+#include "xio.h"
 
 static const char usage_line[] =
     "usage: generate [-hqVv] -m model [-p text | -f file] [-n n] [-o file] [--force]\n"
     "                [--chat] [--system text] [--temp t] [--top-k k] [--top-p p] [--min-p p]\n"
     "                [--repeat-penalty r] [--repeat-last-n n] [--seed n] [-t n] [--ctx n]\n"
     "                [--kv-mem size] [--kernel name] [--json]\n"
+    "       generate [-hqVv] -m model --batch [file | -] [-o file] [--force] [-n n]\n"
+    "                [--max-seqs n] [--max-batch-tokens n] [--kv-mem size] [--block-size n]\n"
+    "                [--kv-type type] [--schedule policy] [--preempt mode] [--no-prefix-cache]\n"
+    "                [--kv-trace file] [--chat] [--system text] [--ignore-eos] [sampling options]\n"
+    "                [-t n] [--ctx n] [--kernel name]\n"
     "       generate [-hqVv] -m model --perplexity file [--ctx n] [--chunks n] [-o file]\n"
     "                [--force] [-t n] [--kv-mem size] [--kernel name] [--json]";
 
@@ -45,6 +57,20 @@ static const char help_text[] =
     "      --seed N            random seed (default: random, shown with --json and -v)\n"
     "      Order: penalty, top-k, top-p, min-p, temperature, draw (as llama.cpp)\n"
     "\n"
+    "Batch (requests as JSON Lines or plain text lines; results as JSON Lines):\n"
+    "      --batch [FILE|-]    run every request of FILE (default stdin) with continuous\n"
+    "                          batching; one result line per request as it finishes\n"
+    "      --max-seqs N        sequences decoded together at most (default 16)\n"
+    "      --max-batch-tokens N  tokens per step: decodes plus prefill chunks (default 512)\n"
+    "      --block-size N      KV tokens per block (default 16)\n"
+    "      --kv-type TYPE      KV element type: f16, f32, q8_0 (default f16)\n"
+    "      --schedule POLICY   continuous, or static batches (default continuous)\n"
+    "      --preempt MODE      when blocks run out: recompute or swap (default recompute)\n"
+    "      --no-prefix-cache   do not share KV blocks of common prompt prefixes\n"
+    "      --kv-trace FILE     one kvtrace/1 JSON line per step (read by kvstat --trace)\n"
+    "      Per request: id, prompt | tokens, max_tokens, temperature, top_p, top_k, min_p,\n"
+    "      repeat_penalty, seed, stop (defaults: the options above and below)\n"
+    "\n"
     "Perplexity:\n"
     "      --perplexity FILE   perplexity of FILE the way llama-perplexity computes it\n"
     "      --chunks N          evaluate at most N chunks of --ctx tokens (default all)\n"
@@ -52,7 +78,8 @@ static const char help_text[] =
     "Resources:\n"
     "  -t, --threads N         worker threads (default: all CPUs)\n"
     "      --ctx N             context in tokens (default: the model's; 512 for --perplexity)\n"
-    "      --kv-mem SIZE       KV-cache budget, e.g. 256MiB (default: enough for --ctx)\n"
+    "      --kv-mem SIZE       KV-cache budget, e.g. 256MiB (default: enough for --ctx;\n"
+    "                          --batch: for --max-seqs contexts, at most 1GiB)\n"
     "      --kernel NAME       kernel implementation: auto, ref (default $LLMKIT_KERNEL or auto)\n"
     "\n"
     "Output:\n"
@@ -67,10 +94,13 @@ static const char help_text[] =
 enum {
     OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM, OPT_MIN_P,
     OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
-    OPT_TOP_K, OPT_TOP_P,
+    OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_BLOCK_SIZE, OPT_KV_TRACE, OPT_KV_TYPE,
+    OPT_MAX_BATCH_TOKENS, OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
 };
 
 static const struct option longopts[] = {
+    { "batch", no_argument, NULL, OPT_BATCH },
+    { "block-size", required_argument, NULL, OPT_BLOCK_SIZE },
     { "chat", no_argument, NULL, OPT_CHAT },
     { "chunks", required_argument, NULL, OPT_CHUNKS },
     { "ctx", required_argument, NULL, OPT_CTX },
@@ -81,15 +111,22 @@ static const struct option longopts[] = {
     { "json", no_argument, NULL, OPT_JSON },
     { "kernel", required_argument, NULL, OPT_KERNEL },
     { "kv-mem", required_argument, NULL, OPT_KV_MEM },
+    { "kv-trace", required_argument, NULL, OPT_KV_TRACE },
+    { "kv-type", required_argument, NULL, OPT_KV_TYPE },
+    { "max-batch-tokens", required_argument, NULL, OPT_MAX_BATCH_TOKENS },
+    { "max-seqs", required_argument, NULL, OPT_MAX_SEQS },
     { "min-p", required_argument, NULL, OPT_MIN_P },
     { "model", required_argument, NULL, 'm' },
     { "n-predict", required_argument, NULL, 'n' },
+    { "no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE },
     { "output", required_argument, NULL, 'o' },
     { "perplexity", required_argument, NULL, OPT_PERPLEXITY },
+    { "preempt", required_argument, NULL, OPT_PREEMPT },
     { "prompt", required_argument, NULL, 'p' },
     { "quiet", no_argument, NULL, 'q' },
     { "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N },
     { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
+    { "schedule", required_argument, NULL, OPT_SCHEDULE },
     { "seed", required_argument, NULL, OPT_SEED },
     { "system", required_argument, NULL, OPT_SYSTEM },
     { "temp", required_argument, NULL, OPT_TEMP },
@@ -128,6 +165,73 @@ on_warn(void *ctx, const char *msg)
     warnmsg("%s", msg);
 }
 
+/* ---- batch mode: SIGINT/SIGTERM stop admission and let the running
+ * requests finish (a second signal stops after the current step); what
+ * finished is kept and the exit status is 128 + the signal.  SIGPIPE (the
+ * reader of the results went away) removes partial files and ends quietly. */
+
+static volatile sig_atomic_t stop_count, stop_sig;
+
+static void
+on_stop(int sig)
+{
+    stop_sig = sig;
+    if (stop_count < 2)
+        stop_count++;
+}
+
+static void
+on_pipe(int sig)
+{
+    xio_cleanup_all();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void
+batch_signals(void)
+{
+    struct sigaction sa;
+
+    memset(&sa, 0, sizeof(sa));
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_stop;        /* no SA_RESTART: a blocked read returns */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_pipe;
+    sigaction(SIGPIPE, &sa, NULL);
+}
+
+static int
+run_batch(struct batch_opts *b)
+{
+    struct batch_report r;
+    struct diag d = {{0}};
+    int rc;
+
+    batch_signals();
+    b->stop = &stop_count;
+    rc = run_generate_batch(b, &r, &d);
+    if (rc)
+        die(rc_from_st(rc), "%s", d.msg);
+    if (cli_verbosity >= 1) {
+        fprintf(stderr, "%s: %lld requests: %lld completed, %lld errors", cli_progname,
+                (long long)r.requests, (long long)r.completed, (long long)r.errors);
+        if (r.unfinished)
+            fprintf(stderr, ", %lld unfinished", (long long)r.unfinished);
+        fprintf(stderr, "; %lld tokens generated in %.2f s, %.1f tok/s\n", (long long)r.generated,
+                r.wall_ms / 1000.0, r.gen_tok_s);
+        fprintf(stderr, "%s: %lld steps, %lld preemptions, %lld prefix-cache blocks reused; "
+                "KV waste %.1f%% paged vs %.1f%% contiguous\n", cli_progname, (long long)r.steps,
+                (long long)r.preemptions, (long long)r.prefix_hits, 100.0 * r.waste_paged,
+                100.0 * r.waste_contig);
+    }
+    cli_finish_stdout();
+    if (stop_count)
+        return 128 + stop_sig;
+    return r.errors ? RC_FAIL : RC_OK;
+}
+
 static uint64_t
 random_seed(void)
 {
@@ -159,14 +263,60 @@ main(int argc, char **argv)
 {
     struct generate_opts o;
     struct generate_report r;
+    struct batch_opts b;
     struct diag d = {{0}};
-    bool seed_set = false, have_chunks = false, have_n = false;
+    bool seed_set = false, have_chunks = false, have_n = false, batch = false, batch_opt = false;
     int c, rc;
 
     cli_init(argv[0]);
     generate_opts_init(&o);
+    batch_opts_init(&b, &o);
     while ((c = getopt_long(argc, argv, "f:hm:n:o:p:qt:Vv", longopts, NULL)) != -1) {
         switch (c) {
+        case OPT_BATCH: batch = true; break;
+        case OPT_BLOCK_SIZE:
+            b.block_size = cli_parse_i64(optarg, 1, 4096, "--block-size", false);
+            batch_opt = true;
+            break;
+        case OPT_KV_TRACE: b.trace = optarg; batch_opt = true; break;
+        case OPT_KV_TYPE:
+            if (!strcmp(optarg, "f16"))
+                b.kv_type = GGML_TYPE_F16;
+            else if (!strcmp(optarg, "f32"))
+                b.kv_type = GGML_TYPE_F32;
+            else if (!strcmp(optarg, "q8_0"))
+                b.kv_type = GGML_TYPE_Q8_0;
+            else
+                usage_error(usage_line, "--kv-type: '%s' is not f16, f32 or q8_0", optarg);
+            batch_opt = true;
+            break;
+        case OPT_MAX_BATCH_TOKENS:
+            b.max_batch_tokens = cli_parse_i64(optarg, 1, 1 << 24, "--max-batch-tokens", true);
+            batch_opt = true;
+            break;
+        case OPT_MAX_SEQS:
+            b.max_seqs = cli_parse_i64(optarg, 1, 1 << 16, "--max-seqs", false);
+            batch_opt = true;
+            break;
+        case OPT_NO_PREFIX_CACHE: b.prefix_cache = false; batch_opt = true; break;
+        case OPT_PREEMPT:
+            if (!strcmp(optarg, "recompute"))
+                b.preempt = SCHED_PREEMPT_RECOMPUTE;
+            else if (!strcmp(optarg, "swap"))
+                b.preempt = SCHED_PREEMPT_SWAP;
+            else
+                usage_error(usage_line, "--preempt: '%s' is not recompute or swap", optarg);
+            batch_opt = true;
+            break;
+        case OPT_SCHEDULE:
+            if (!strcmp(optarg, "continuous"))
+                b.policy = SCHED_CONTINUOUS;
+            else if (!strcmp(optarg, "static"))
+                b.policy = SCHED_STATIC;
+            else
+                usage_error(usage_line, "--schedule: '%s' is not continuous or static", optarg);
+            batch_opt = true;
+            break;
         case OPT_CHAT: o.chat = true; break;
         case OPT_CHUNKS:
             o.chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--chunks", false);
@@ -225,10 +375,20 @@ main(int argc, char **argv)
             return RC_USAGE;
         }
     }
+    if (batch && optind < argc)
+        b.input = argv[optind++];
     if (optind < argc)
         usage_error(usage_line, "unexpected operand '%s' (the prompt goes after -p)", argv[optind]);
     if (!o.model)
         usage_error(usage_line, "no model given (-m)");
+    if (batch_opt && !batch)
+        usage_error(usage_line, "--max-seqs, --max-batch-tokens, --block-size, --kv-type, "
+                    "--schedule, --preempt, --no-prefix-cache and --kv-trace need --batch");
+    if (batch && (o.prompt || o.prompt_file || o.perplexity || o.json))
+        usage_error(usage_line, "--batch takes no -p, -f, --perplexity or --json (the results "
+                    "are JSON Lines)");
+    if (b.trace && !strcmp(b.trace, "-") && (!o.output || !strcmp(o.output, "-")))
+        usage_error(usage_line, "--kv-trace - needs -o FILE for the results");
     if (o.prompt && o.prompt_file)
         usage_error(usage_line, "-p and -f are exclusive");
     if (o.system && !o.chat)
@@ -242,6 +402,8 @@ main(int argc, char **argv)
     o.progress = o.json ? NULL : on_progress;   /* no bar with --json (STYLE) */
     o.info = on_info;
     o.warn = on_warn;
+    if (batch)
+        return run_batch(&b);
 
     rc = run_generate(&o, &r, &d);
     if (rc)

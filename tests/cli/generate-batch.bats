@@ -1,0 +1,240 @@
+#!/usr/bin/env bats
+# generate --batch: options, request lines (JSON and plain text, bad lines),
+# results, the same tokens batched as alone (64 requests, also with a KV
+# budget that forces preemption by recompute and by swap), prefix caching,
+# the KV trace read by kvstat, atomic -o, SIGTERM and SIGPIPE, and SmolLM2.
+
+load common
+
+TINY="$TOP/tests/fixtures/tiny-llama-f16.gguf"
+
+# mkreqs N FILE : N JSON requests with varied prompts (a third share a long
+# prefix) and max_tokens 1..40, greedy
+mkreqs() {
+    python3 - "$1" "$2" <<'EOF'
+import json, random, sys
+n, out = int(sys.argv[1]), sys.argv[2]
+r = random.Random(7)
+words = "the a cat dog sat on mat red blue green over under quick brown fox jumps lazy river hill".split()
+shared = " ".join(r.choice(words) for _ in range(30))
+with open(out, "w") as f:
+    for i in range(n):
+        p = " ".join(r.choice(words) for _ in range(r.randint(1, 40)))
+        if i % 3 == 1:
+            p = shared + " " + p
+        f.write(json.dumps({"id": "r%d" % i, "prompt": p, "max_tokens": r.randint(1, 40)}) + "\n")
+EOF
+}
+
+# alone_tokens REQS OUT : each request run on its own with generate -p
+alone_tokens() {
+    while IFS= read -r line; do
+        id=$(jq -r .id <<<"$line")
+        p=$(jq -r .prompt <<<"$line")
+        n=$(jq -r .max_tokens <<<"$line")
+        generate -q -m "$TINY" --temp 0 -n "$n" --json -p "$p" |
+            jq -c --arg id "$id" '{id: $id, tokens: .tokens}'
+    done <"$1" | sort >"$2"
+}
+
+batch_tokens() {
+    jq -c '{id: .id, tokens: .tokens}' "$1" | sort
+}
+
+@test "--help documents --batch; batch usage errors exit 2" {
+    run -0 generate --help
+    assert_output --partial "--batch [FILE|-]"
+    assert_output --partial "--kv-trace FILE"
+    run -2 --separate-stderr generate -m "$TINY" --max-seqs 4 -p hi
+    [[ "$stderr" == *"need --batch"* ]]
+    run -2 --separate-stderr generate -m "$TINY" --batch -p hi
+    [[ "$stderr" == *"--batch takes no -p"* ]]
+    run -2 --separate-stderr generate -m "$TINY" --batch --kv-type q4_0 /dev/null
+    [[ "$stderr" == *"--kv-type"* ]]
+    run -2 --separate-stderr generate -m "$TINY" --batch --schedule fifo /dev/null
+    run -2 --separate-stderr generate -m "$TINY" --batch --preempt drop /dev/null
+    run -2 --separate-stderr generate -m "$TINY" --batch --max-seqs 0 /dev/null
+    run -2 --separate-stderr generate -m "$TINY" --batch a b
+    [[ "$stderr" == *"unexpected operand 'b'"* ]]
+    run -2 --separate-stderr generate -m "$TINY" --batch --kv-trace - /dev/null
+}
+
+@test "a missing request file exits 4 before the model loads" {
+    run -4 --separate-stderr generate -m /nonexistent.gguf --batch "$BATS_TEST_TMPDIR/none.jsonl"
+    [[ "$stderr" == *"none.jsonl"* ]]
+}
+
+@test "JSON and plain-text lines; a bad line is an error result and the rest go on" {
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' 'first plain prompt' \
+        '{"id": "j", "prompt": "the cat", "max_tokens": 4, "temperature": 0}' \
+        '{"id": 9, "tokens": [5, 6, 7], "max_tokens": 3}' \
+        '{not json' '' \
+        '{"prompt": "x", "tokens": [1]}' \
+        '{"id": [1], "prompt": "x"}' \
+        '{"id": "big", "tokens": [999999]}' \
+        '{"id": "t", "prompt": "x", "temperature": -1}' \
+        '{"id": "z", "prompt": "x", "max_tokens": 0}' \
+        'last plain prompt' >req.jsonl
+    run -1 --separate-stderr generate -m "$TINY" --batch req.jsonl -n 5 --temp 0
+    [ "$(grep -c . <<<"$output")" -eq 10 ]
+    # every line is a generate/1 object; ids echoed with their JSON type
+    jq -e -s 'all(.schema == "generate/1")' <<<"$output"
+    jq -e -s 'map(select(.id == 1 and .type == "completion")) | length == 1' <<<"$output"
+    jq -e -s 'map(select(.id == 11 and .type == "completion")) | length == 1' <<<"$output"
+    jq -e -s 'map(select(.id == "j")) | .[0] | .completion_tokens <= 4 and (.tokens | length) == .completion_tokens' <<<"$output"
+    jq -e -s 'map(select(.id == 9)) | .[0].prompt_tokens == 3' <<<"$output"
+    jq -e -s 'map(select(.id == "z")) | .[0] | .completion_tokens == 0 and .finish_reason == "length"' <<<"$output"
+    # errors: line numbers, ids where readable, and messages
+    jq -e -s '[.[] | select(.type == "error") | .line] == [4, 6, 7, 8, 9]' <<<"$output"
+    jq -e -s 'map(select(.line == 4)) | .[0].error | test("invalid JSON")' <<<"$output"
+    jq -e -s 'map(select(.line == 8)) | .[0] | .id == "big" and (.error | test("out of range"))' <<<"$output"
+    jq -e -s 'map(select(.type == "error")) | all(.finish_reason == "error")' <<<"$output"
+    [[ "$stderr" == *"10 requests: 5 completed, 5 errors"* ]]
+}
+
+@test "64 requests give the same tokens batched as alone (greedy)" {
+    cd "$BATS_TEST_TMPDIR"
+    mkreqs 64 req.jsonl
+    alone_tokens req.jsonl alone.txt
+    [ "$(wc -l <alone.txt)" -eq 64 ]
+    generate -q -m "$TINY" --batch req.jsonl --temp 0 --max-seqs 16 --max-batch-tokens 96 >out.jsonl
+    batch_tokens out.jsonl >batch.txt
+    diff alone.txt batch.txt
+    # prefix caching shared the common prompt start
+    jq -e -s 'map(.cached_tokens) | add > 0' out.jsonl
+    # tiny KV budgets: 24 blocks of 16 tokens force preemption
+    for mode in recompute swap; do
+        generate -m "$TINY" --batch req.jsonl --temp 0 --kv-mem 96KiB --preempt $mode \
+            --kv-trace tr-$mode.jsonl >out-$mode.jsonl 2>err-$mode.txt
+        batch_tokens out-$mode.jsonl >batch-$mode.txt
+        diff alone.txt batch-$mode.txt
+        jq -e -s 'map(select(.type == "step") | .preemptions) | add > 0' tr-$mode.jsonl
+        jq -e -s 'map(.preemptions) | add > 0' out-$mode.jsonl
+        kvstat --trace tr-$mode.jsonl >/dev/null
+    done
+    grep -q 'swap_bytes":[1-9]' tr-swap.jsonl
+    # static batches and no prefix cache: same tokens again
+    generate -q -m "$TINY" --batch req.jsonl --temp 0 --schedule static --no-prefix-cache \
+        --max-seqs 8 --block-size 8 >out-static.jsonl
+    batch_tokens out-static.jsonl | diff alone.txt -
+    jq -e -s 'map(.cached_tokens) | add == 0' out-static.jsonl
+}
+
+@test "seeded sampling per request is the same batched as alone" {
+    cd "$BATS_TEST_TMPDIR"
+    for i in 1 2 3 4 5 6; do
+        printf '{"id":%d,"prompt":"story %d about a fox","max_tokens":12,"temperature":0.9,"seed":%d}\n' \
+            "$i" "$i" "$((i * 11))"
+    done >req.jsonl
+    generate -q -m "$TINY" --batch req.jsonl >out.jsonl
+    for i in 1 2 3 4 5 6; do
+        want=$(generate -q -m "$TINY" -p "story $i about a fox" -n 12 --temp 0.9 --seed $((i * 11)) --json | jq -c .tokens)
+        got=$(jq -c "select(.id == $i) | .tokens" out.jsonl)
+        [ "$want" = "$got" ]
+    done
+}
+
+@test "stop strings cut the text; max_tokens and finish reasons" {
+    cd "$BATS_TEST_TMPDIR"
+    full=$(generate -q -m "$TINY" -p "the quick fox" -n 20 --temp 0 --ignore-eos --json)
+    text=$(jq -r .text <<<"$full")
+    [ "${#text}" -gt 6 ]
+    stop=${text:3:2}
+    jq -nc --arg s "$stop" '{id: "s", prompt: "the quick fox", max_tokens: 20, stop: [$s]}' >req.jsonl
+    run -0 --separate-stderr generate -m "$TINY" --batch req.jsonl --temp 0 --ignore-eos
+    jq -e '.finish_reason == "stop"' <<<"$output"
+    got=$(jq -r .text <<<"$output")
+    [[ "$got" != *"$stop"* ]]
+    [[ "$text" == "$got$stop"* ]]
+}
+
+@test "the KV trace is kvtrace/1 for kvstat, with header and summary" {
+    cd "$BATS_TEST_TMPDIR"
+    mkreqs 20 req.jsonl
+    generate -q -m "$TINY" --batch req.jsonl --temp 0 --kv-trace tr.jsonl --max-seqs 4 >/dev/null
+    jq -e -s '.[0].type == "header" and .[-1].type == "summary"' tr.jsonl
+    jq -e -s 'map(select(.type == "step")) | all(.blocks_used + .blocks_free == .blocks_total)' tr.jsonl
+    jq -e -s 'map(select(.type == "step")) | all(.running <= 4)' tr.jsonl
+    jq -e -s 'map(select(.type == "step") | .phase) | unique | length >= 2' tr.jsonl
+    jq -e -s '.[-1].completed == 20' tr.jsonl
+    run -0 kvstat --trace tr.jsonl
+    assert_output --partial "steps"
+    steps=$(jq -s 'map(select(.type == "step")) | length' tr.jsonl)
+    [[ "$output" == *"$steps"* ]]
+    run -0 kvstat --trace tr.jsonl --svg tr.svg
+    grep -q '<svg' tr.svg
+}
+
+@test "-o writes atomically and keeps an existing file without --force" {
+    cd "$BATS_TEST_TMPDIR"
+    printf 'one\ntwo\n' >req.txt
+    echo keep >out.jsonl
+    run -2 --separate-stderr generate -m "$TINY" --batch req.txt -o out.jsonl
+    [ "$(cat out.jsonl)" = keep ]
+    run -0 generate -q -m "$TINY" --batch req.txt -o out.jsonl --force -n 3
+    [ "$(wc -l <out.jsonl)" -eq 2 ]
+    [ -z "$(ls | grep tmp)" ]
+}
+
+@test "pipeline: prompt file on stdin to a JSONL report" {
+    printf 'alpha\nbeta\ngamma\n' |
+        generate -q -m "$TINY" --batch - -n 4 --temp 0 |
+        jq -s -e 'length == 3 and all(.completion_tokens <= 4) and (map(.id) | sort == [1, 2, 3])'
+}
+
+@test "SIGTERM stops admission, keeps the finished results, exits 143" {
+    cd "$BATS_TEST_TMPDIR"
+    mkfifo in.fifo
+    printf '{"id":"a","prompt":"one","max_tokens":3}\n{"id":"b","prompt":"two","max_tokens":3}\n' >first.jsonl
+    generate -q -m "$TINY" --batch in.fifo -o out.jsonl --kv-trace tr.jsonl 2>err.txt &
+    pid=$!
+    exec 7>in.fifo
+    cat first.jsonl >&7
+    # the two requests finish while the input stays open; then TERM
+    sleep 1
+    kill -TERM $pid
+    rc=0
+    wait $pid || rc=$?
+    exec 7>&-
+    [ "$rc" -eq 143 ]
+    [ "$(jq -s 'length' out.jsonl)" -eq 2 ]
+    jq -e -s '.[-1].type == "summary"' tr.jsonl
+    [ -z "$(ls | grep tmp)" ]
+}
+
+@test "SIGPIPE ends the run quietly with 141 and no partial trace" {
+    cd "$BATS_TEST_TMPDIR"
+    for i in $(seq 1 200); do echo "prompt $i"; done >req.txt
+    run bash -c "generate -m '$TINY' --batch req.txt -n 20 --ignore-eos --max-seqs 2 \
+        --kv-trace tr.jsonl 2>err.txt | head -n 1 >/dev/null; echo \${PIPESTATUS[0]}"
+    [ "$output" = 141 ]
+    [ ! -s err.txt ]
+    [ -z "$(ls | grep tmp)" ]
+    [ ! -e tr.jsonl ]
+}
+
+@test "q8_0 KV is refused until the forward pass stores it" {
+    run -2 --separate-stderr generate -m "$TINY" --batch --kv-type q8_0 /dev/null
+    [[ "$stderr" == *"q8_0"* ]]
+}
+
+@test "SmolLM2: 4 requests batched give the same greedy tokens as alone" {
+    M=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' \
+        '{"id":1,"prompt":"The capital of France is","max_tokens":8}' \
+        '{"id":2,"prompt":"Once upon a time, in a small village by the sea, there lived","max_tokens":12}' \
+        '{"id":3,"prompt":"1, 2, 3, 4,","max_tokens":6}' \
+        '{"id":4,"prompt":"The capital of France is a city where","max_tokens":10}' >req.jsonl
+    generate -q -m "$M" --batch req.jsonl --temp 0 --kv-mem 2MiB --preempt swap \
+        --kv-trace tr.jsonl >out.jsonl
+    while IFS= read -r line; do
+        id=$(jq -r .id <<<"$line")
+        want=$(generate -q -m "$M" --temp 0 -n "$(jq -r .max_tokens <<<"$line")" \
+            -p "$(jq -r .prompt <<<"$line")" --json | jq -c .tokens)
+        got=$(jq -c "select(.id == $id) | .tokens" out.jsonl)
+        [ "$want" = "$got" ]
+    done <req.jsonl
+    kvstat --trace tr.jsonl >/dev/null
+}
