@@ -26,7 +26,7 @@
 #include "kvcache.h"
 #include "model.h"
 #include "qtypes.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "threadpool.h"
 #include "tokenizer.h"
 #include "xio.h"

@@ -1,6 +1,6 @@
 /*
  * batch.h - `generate --batch`: a file or stream of requests through the
- * continuous-batching engine (sched.h), one JSON result line per request
+ * continuous-batching engine (scheduler.h), one JSON result line per request
  * as soon as it finishes.
  *
  * Input: one request per line (JSON Lines; at most BATCH_LINE_MAX bytes a

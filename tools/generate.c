@@ -19,7 +19,7 @@
 #include "generate.h"
 #include "ops.h"
 #include "qtypes.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "xio.h"
 
 static const char usage_line[] =

@@ -1,5 +1,5 @@
 /*
- * test_batch.c - the continuous-batching engine (sched.h) on the tiny
+ * test_batch.c - the continuous-batching engine (scheduler.h) on the tiny
  * fixture models: every one of 64 requests of varied prompt and output
  * lengths (some sharing prefixes, some sampled with seeds) gives the same
  * tokens in a batch as alone, under several engine settings: default,
@@ -18,7 +18,7 @@
 #include "model.h"
 #include "ops.h"
 #include "qtypes.h"
-#include "sched.h"
+#include "scheduler.h"
 #include "t.h"
 #include "tokenizer.h"
 

@@ -1,5 +1,5 @@
 /*
- * sched.h - the continuous-batching engine behind `generate --batch`:
+ * scheduler.h - the continuous-batching engine behind `generate --batch`:
  * iteration-level scheduling (Orca) over the paged KV cache (vLLM).
  *
  * Requests are added with sched_add() (tokens, output budget, sampling,
@@ -40,8 +40,8 @@
  * all of its members finish: the baseline continuous batching is measured
  * against.
  */
-#ifndef LLMKIT_SCHED_H
-#define LLMKIT_SCHED_H
+#ifndef LLMKIT_SCHEDULER_H
+#define LLMKIT_SCHEDULER_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * sched.c - continuous batching over the paged KV cache; see sched.h.
+ * scheduler.c - continuous batching over the paged KV cache; see scheduler.h.
  *
  * A sequence's tokens (prompt, then generated) are one array toks[0 ..
  * n_total); n_done of them have their K/V in the pool (n_done ==
@@ -8,7 +8,7 @@
  * being prefilled or a preempted sequence being recomputed.  A chunk that
  * reaches n_total asks for logits, and the sequence samples its next token.
  */
-#include "sched.h"
+#include "scheduler.h"
 
 #include <stdlib.h>
 #include <string.h>
