@@ -8,6 +8,9 @@
  *                           256 byte tokens + merges + 3 special tokens, all F32
  * DIR/tiny-llama-f16.gguf   the same weights with 2-D tensors in F16, and an
  *                           untied output.weight
+ * DIR/tiny-llama256-f32.gguf  dim 256, 4 layers, 4 heads (1 KV head), ff 512,
+ *                           untied output, the GPT-2 vocabulary: rows that
+ *                           k-quants (256-element blocks) divide (quantize tests)
  * DIR/tiny-spm-f32.gguf     the same shapes with a SentencePiece-style vocabulary
  *                           (tokenizer.ggml.model "llama": <unk> <s> </s>, byte
  *                           tokens <0x00>..<0xFF>, scored pieces)
@@ -30,11 +33,16 @@
 #include "qtypes.h"
 #include "xio.h"
 
-#define N_EMBD 64
-#define N_LAYER 2
-#define N_HEAD 4
-#define N_HEAD_KV 2
-#define N_FF 128
+/* Shapes of the model being written: the tiny ones below by default;
+ * main() switches to 256-wide rows for tiny-llama256-f32.gguf. */
+static struct {
+    int n_embd, n_layer, n_head, n_head_kv, n_ff;
+} dims = { 64, 2, 4, 2, 128 };
+#define N_EMBD dims.n_embd
+#define N_LAYER dims.n_layer
+#define N_HEAD dims.n_head
+#define N_HEAD_KV dims.n_head_kv
+#define N_FF dims.n_ff
 
 static uint64_t rng_state;
 
@@ -398,6 +406,18 @@ main(int argc, char **argv)
     rc |= write_model(path, &v, false, false, false, seed);
     snprintf(path, sizeof(path), "%s/tiny-llama-f16.gguf", argv[optind]);
     rc |= write_model(path, &v, false, true, true, seed);
+    dims.n_embd = 256;
+    dims.n_layer = 4;
+    dims.n_head = 4;
+    dims.n_head_kv = 1;
+    dims.n_ff = 512;
+    snprintf(path, sizeof(path), "%s/tiny-llama256-f32.gguf", argv[optind]);
+    rc |= write_model(path, &v, false, false, true, seed);
+    dims.n_embd = 64;
+    dims.n_layer = 2;
+    dims.n_head = 4;
+    dims.n_head_kv = 2;
+    dims.n_ff = 128;
     for (int i = 0; i < v.n; i++)
         free(v.tok[i]);
     v.n = 0;

@@ -1,0 +1,344 @@
+#!/usr/bin/env bats
+# quantize: options, exit codes, atomic output, pipes, and tensor data
+# identical to llama-quantize's (goldens from scripts/mkgolden-quantize).
+
+load common
+
+FIX="$TOP/tests/fixtures"
+GOLD="$TOP/tests/golden/quantize"
+SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
+GEMMA=gemma-3-270m.Q4_K_M.gguf
+CALIB="$SHARED/data/calibration-groups-merged.txt"
+EVAL="$SHARED/data/wikitext-2-test.raw"
+PY="${LLMKIT_CACHE}/venv/bin/python"
+
+# listing : our --json tensor records as "name type sha256[:16]" lines
+listing() {
+    jq -r 'select(.type == "tensor") | "\(.name) \(.ggml_type) \(.sha256[0:16])"'
+}
+
+# case_opts CASE : our options for a golden case name
+case_opts() {
+    case $1 in
+    *-imatrix) echo "--type ${1%-imatrix}" ;;
+    pure-*) echo "--pure --type ${1#pure-}" ;;
+    tt-*) echo "--tensor-type attn_v=q8_0 --tensor-type ffn_(up|gate)=q5_k --type ${1#tt-}" ;;
+    keep-output-*) echo "--keep-output --type ${1#keep-output-}" ;;
+    output-type-*) echo "--output-type q8_0 --type ${1#output-type-}" ;;
+    embd-type-*) echo "--embd-type q4_0 --type ${1#embd-type-}" ;;
+    *) echo "--type $1" ;;
+    esac
+}
+
+# check_case MODEL_GGUF IMATRIX CASE : prints our listing for the case
+run_case() {
+    local m=$1 imx=$2 c=$3 extra=()
+    [[ $c == *-imatrix ]] && extra=(--imatrix "$imx")
+    # shellcheck disable=SC2046
+    quantize -q -f -t 2 --json "${extra[@]}" $(case_opts "$c") "$m" "$BATS_TEST_TMPDIR/c.gguf" | listing
+}
+
+need_py() {
+    if ! "$PY" -c 'import gguf, numpy' 2>/dev/null; then
+        [ "${CI:-}" != true ] || { echo "no venv at $PY (scripts/pyenv)"; return 1; }
+        skip "no gguf-py venv (run scripts/pyenv)"
+    fi
+}
+
+# ---- usage and errors ----
+
+@test "--help prints the usage and every file type on stdout, exit 0" {
+    run -0 --separate-stderr quantize --help
+    assert_output --partial 'usage: quantize'
+    assert_output --partial 'Q4_K_M'
+    assert_output --partial 'IQ4_NL'
+    [ -z "$stderr" ]
+}
+
+@test "usage errors exit 2 with the usage line on stderr" {
+    run -2 --separate-stderr quantize --bogus a b
+    [[ "$stderr" == *"usage: quantize"* ]]
+    run -2 --separate-stderr quantize "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/o.gguf"
+    [[ "$stderr" == *"missing --type"* ]]
+    run -2 --separate-stderr quantize --type Q9_K "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/o.gguf"
+    [[ "$stderr" == *"unknown file type 'Q9_K'"* ]]
+    run -2 --separate-stderr quantize --type Q4_0 --tensor-type attn_v "$FIX/tiny-llama-f32.gguf" x.gguf
+    [[ "$stderr" == *"PATTERN=TYPE"* ]]
+    run -2 --separate-stderr quantize --type Q4_0 --tensor-type attn_v=q7_0 "$FIX/tiny-llama-f32.gguf" x.gguf
+    run -2 --separate-stderr quantize --type Q4_0 --tensor-type '(=q8_0' "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/o.gguf"
+    [[ "$stderr" == *"pattern"* ]]
+    run -2 --separate-stderr quantize --type Q4_0 "$FIX/tiny-llama-f32.gguf"
+    run -2 --separate-stderr quantize --type Q4_0 --imatrix a --calib b "$FIX/tiny-llama-f32.gguf" o.gguf
+    run -2 --separate-stderr quantize --type Q4_0 --eval "$EVAL" "$FIX/tiny-llama-f32.gguf" -
+    [ ! -e "$BATS_TEST_TMPDIR/o.gguf" ]
+}
+
+@test "bad input: missing file 4, bad magic 3, truncated 3, and no output left behind" {
+    cd "$BATS_TEST_TMPDIR"
+    run -4 --separate-stderr quantize --type Q4_0 nope.gguf o.gguf
+    [[ "$stderr" == *"'nope.gguf'"* ]]
+    printf 'GGUX0000000000000000000000000000' >bad.gguf
+    run -3 --separate-stderr quantize --type Q4_0 bad.gguf o.gguf
+    head -c 5000 "$FIX/tiny-llama-f32.gguf" >trunc.gguf
+    run -3 --separate-stderr quantize --type Q4_0 trunc.gguf o.gguf
+    run -3 --separate-stderr quantize --type Q4_0 - o.gguf <trunc.gguf
+    [ ! -e o.gguf ]
+    [ -z "$(ls | grep tmp)" ]
+}
+
+@test "an existing output is kept without -f (exit 2) and replaced with -f" {
+    cd "$BATS_TEST_TMPDIR"
+    echo keep >o.gguf
+    run -2 --separate-stderr quantize --type Q8_0 "$FIX/tiny-llama-f32.gguf" o.gguf
+    [ "$(cat o.gguf)" = keep ]
+    run -0 quantize -q -f --type Q8_0 "$FIX/tiny-llama-f32.gguf" o.gguf
+    [ "$(head -c 4 o.gguf)" = GGUF ]
+}
+
+@test "a bad imatrix file is bad input (3) and a missing one an I/O error (4)" {
+    cd "$BATS_TEST_TMPDIR"
+    printf '\x01\x00\x00\x00\xff\xff\x00\x00' >bad.dat
+    run -3 --separate-stderr quantize --type Q4_0 --imatrix bad.dat "$FIX/tiny-llama-f32.gguf" o.gguf
+    run -4 --separate-stderr quantize --type Q4_0 --imatrix none.dat "$FIX/tiny-llama-f32.gguf" o.gguf
+    [ ! -e o.gguf ]
+}
+
+@test "binary output to a terminal is refused without -f" {
+    command -v script >/dev/null || skip "script(1) not installed"
+    run script -qec "$LLMKIT_BIN/quantize --type Q8_0 $FIX/tiny-llama-f32.gguf -" /dev/null
+    [ "$status" -eq 2 ]
+    assert_output --partial 'refusing to write binary output to a terminal'
+}
+
+@test "a write error (disk full) is an I/O error" {
+    [ -w /dev/full ] || skip "no /dev/full"
+    run -4 --separate-stderr bash -c "quantize --type Q8_0 '$FIX/tiny-llama-f32.gguf' - > /dev/full"
+    [[ "$stderr" == *"No space left on device"* ]]
+}
+
+@test "SIGINT leaves no partial output or temporary file" {
+    f=$(need_model "$SMOL")
+    mkdir "$BATS_TEST_TMPDIR/o"
+    quantize -q -t 1 --type Q4_K_S "$f" "$BATS_TEST_TMPDIR/o/q.gguf" &
+    pid=$!
+    for _ in $(seq 200); do ls "$BATS_TEST_TMPDIR/o" | grep -q tmp && break; sleep 0.05; done
+    kill -INT "$pid"
+    rc=0
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 130 ]
+    [ -z "$(ls -A "$BATS_TEST_TMPDIR/o")" ]
+}
+
+# ---- behaviour ----
+
+@test "pipes: stdin to stdout gives the same bytes as files" {
+    cd "$BATS_TEST_TMPDIR"
+    quantize -q --type Q4_K_M "$FIX/tiny-llama256-f32.gguf" a.gguf
+    convert "$FIX/tiny-llama256-f32.gguf" - | quantize -q --type Q4_K_M - - >b.gguf
+    cmp a.gguf b.gguf
+    run -0 convert --info b.gguf
+    assert_output --regexp 'blk.3.attn_v.weight +Q6_K'    # use_more_bits(3, 4)
+    assert_output --regexp 'blk.0.attn_v.weight +Q4_K'
+}
+
+@test "the bytes do not depend on the thread count" {
+    cd "$BATS_TEST_TMPDIR"
+    quantize -q -t 1 --type Q3_K_M "$FIX/tiny-llama256-f32.gguf" a.gguf
+    quantize -q -t 3 --type Q3_K_M "$FIX/tiny-llama256-f32.gguf" b.gguf
+    cmp a.gguf b.gguf
+}
+
+@test "metadata: input keys copied, file type and provenance set, tokenizer kept" {
+    cd "$BATS_TEST_TMPDIR"
+    quantize -q --type Q4_K_M "$FIX/tiny-llama256-f32.gguf" o.gguf
+    run -0 convert --info --json o.gguf
+    assert_output --partial '"key":"general.file_type","value_type":"u32","value":15'
+    assert_output --partial '"key":"general.quantization_version","value_type":"u32","value":2'
+    assert_output --partial '"key":"llmkit.quantize.type","value_type":"str","value":"Q4_K_M"'
+    assert_output --partial '"key":"tokenizer.ggml.merges"'
+    # the quantized model runs
+    run -0 generate -m o.gguf -n 4 --temp 0 -p 'the'
+}
+
+@test "--json sha256 is the sha256 of the tensor bytes in the file" {
+    need_py
+    cd "$BATS_TEST_TMPDIR"
+    quantize -q --json --type Q5_K_M "$FIX/tiny-llama256-f32.gguf" o.gguf | listing >ours
+    "$PY" - o.gguf >file <<'EOF'
+import hashlib, sys
+from gguf import GGUFReader
+for t in GGUFReader(sys.argv[1]).tensors:
+    print(t.name, t.tensor_type.name, hashlib.sha256(t.data.tobytes()).hexdigest()[:16])
+EOF
+    diff ours file
+}
+
+@test "a quantized input is dequantized first, with a warning" {
+    cd "$BATS_TEST_TMPDIR"
+    quantize -q --type Q8_0 "$FIX/tiny-llama256-f32.gguf" q8.gguf
+    run -0 --separate-stderr quantize --type Q4_0 q8.gguf q4.gguf
+    [[ "$stderr" == *"quality is lost twice"* ]]
+    run -0 convert --info q4.gguf
+    assert_output --regexp 'blk.0.ffn_up.weight +Q4_0'
+}
+
+# ---- bit-exactness with llama-quantize (tests/golden/quantize) ----
+
+golden_fixture() {
+    local fx=$1 bad=0 c
+    for g in "$GOLD/$fx"/*.tensors; do
+        c=$(basename "$g" .tensors)
+        run_case "$FIX/$fx.gguf" "$GOLD/$fx.imatrix.gguf" "$c" >"$BATS_TEST_TMPDIR/ours"
+        if ! diff -q "$g" "$BATS_TEST_TMPDIR/ours" >/dev/null; then
+            echo "case $c differs from llama-quantize:"
+            diff "$g" "$BATS_TEST_TMPDIR/ours" | head -5
+            bad=1
+        fi
+    done
+    return $bad
+}
+
+@test "golden: tiny-llama-f32 (dim 64, fallbacks) as llama-quantize, every file type +- imatrix" {
+    golden_fixture tiny-llama-f32
+}
+
+@test "golden: tiny-llama256-f32 as llama-quantize, every file type +- imatrix, pure types, overrides" {
+    golden_fixture tiny-llama256-f32
+}
+
+# Real models: all 36 cases are in the goldens; `make check` runs the
+# subset below (the full list with LLMKIT_SLOW=1): ~1-6 s per case for
+# SmolLM2 at scalar speed.
+REAL_CASES="Q2_K Q3_K_M Q4_0 Q4_K_M Q5_K_S Q6_K Q8_0 Q4_K_M-imatrix Q4_0-imatrix IQ4_NL-imatrix"
+
+golden_real() {
+    local name=$1 f32=$2 bad=0 c want got cases
+    cases=$REAL_CASES
+    [ -n "${LLMKIT_SLOW:-}" ] && cases=$(cut -d' ' -f1 "$GOLD/$name.digests")
+    for c in $cases; do
+        want=$(awk -v c="$c" '$1 == c { print $2 }' "$GOLD/$name.digests")
+        got=$(run_case "$f32" "$GOLD/$name.imatrix.gguf" "$c" | sha256sum | cut -c1-64)
+        if [ "$want" != "$got" ]; then
+            echo "case $c differs from llama-quantize"
+            bad=1
+        fi
+    done
+    return $bad
+}
+
+@test "golden: SmolLM2 (576-wide rows) dequantized to f32, as llama-quantize" {
+    not_under_sanitizer
+    f=$(need_model "$SMOL")
+    convert -q --type f32 "$f" "$BATS_TEST_TMPDIR/s32.gguf"
+    golden_real smollm2 "$BATS_TEST_TMPDIR/s32.gguf"
+}
+
+@test "golden: gemma-3-270m dequantized to f32, as llama-quantize" {
+    not_under_sanitizer
+    f=$(need_model "$GEMMA")
+    convert -q --type f32 "$f" "$BATS_TEST_TMPDIR/g32.gguf"
+    REAL_CASES="Q4_K_M Q8_0 Q4_K_M-imatrix" golden_real gemma3 "$BATS_TEST_TMPDIR/g32.gguf"
+}
+
+# ---- importance matrix ----
+
+# imatrix_close A B TOL : every tensor of B (sums, counts) is in A within TOL
+# relative
+imatrix_close() {
+    "$PY" - "$@" <<'EOF'
+import sys
+import numpy as np
+from gguf import GGUFReader
+def load(p):
+    return {t.name: np.array(t.data, dtype=np.float64).ravel() for t in GGUFReader(p).tensors}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+bad = 0
+for n, v in b.items():
+    if n not in a:
+        print('missing', n); bad += 1; continue
+    w = a[n]
+    err = np.max(np.abs(w - v) / np.maximum(np.abs(v), 1e-30))
+    if err > float(sys.argv[3]):
+        print('%s: relative difference %.3g' % (n, err)); bad += 1
+print('%d entries compared, %d differ' % (len(b), bad))
+sys.exit(1 if bad else 0)
+EOF
+}
+
+# On the random fixture, attention rounds differently enough (f16 cache and
+# query) to move the sums of later inputs by up to ~2e-3 relative; the inputs
+# of layer 0's q/k/v (no attention before them) and every count are exact.
+@test "--calib collects llama-imatrix's matrix (fixture, 2 chunks of 64)" {
+    need_py
+    cd "$BATS_TEST_TMPDIR"
+    quantize -q --type Q4_K_M --calib "$CALIB" --calib-ctx 64 --calib-chunks 2 --imatrix-out ours.gguf \
+        "$FIX/tiny-llama256-f32.gguf" o.gguf
+    run -0 imatrix_close ours.gguf "$GOLD/tiny-llama256-f32.imatrix.gguf" 5e-3
+    assert_output --partial '32 entries compared, 0 differ'
+    "$PY" - ours.gguf "$GOLD/tiny-llama256-f32.imatrix.gguf" <<'EOF'
+import sys
+import numpy as np
+from gguf import GGUFReader
+a, b = ({t.name: np.array(t.data) for t in GGUFReader(p).tensors} for p in sys.argv[1:3])
+for n in b:
+    if n.endswith('.counts') or n.startswith('blk.0.attn_q') or n.startswith('blk.0.attn_k'):
+        assert np.array_equal(a[n], b[n]), n
+EOF
+}
+
+@test "--calib on SmolLM2 matches llama-imatrix within 1e-4 (2 chunks of 128)" {
+    not_under_sanitizer
+    need_py
+    f=$(need_model "$SMOL")
+    cd "$BATS_TEST_TMPDIR"
+    convert -q --type f32 "$f" s32.gguf
+    quantize -q --type Q8_0 --calib "$CALIB" --calib-ctx 128 --calib-chunks 2 --imatrix-out ours.gguf \
+        s32.gguf o.gguf
+    run -0 imatrix_close ours.gguf "$GOLD/smollm2.imatrix.gguf" 1e-4
+    assert_output --partial 'differ'
+    assert_output --partial ', 0 differ'
+}
+
+@test "imatrix files: GGUF and legacy .dat written and read back, same quantization" {
+    cd "$BATS_TEST_TMPDIR"
+    m="$FIX/tiny-llama256-f32.gguf"
+    quantize -q --type Q4_K_M --calib "$CALIB" --calib-ctx 64 --calib-chunks 2 --imatrix-out i.gguf "$m" a.gguf
+    quantize -q --json --type Q4_K_M --calib "$CALIB" --calib-ctx 64 --calib-chunks 2 --imatrix-out i.dat \
+        --imatrix-format dat "$m" b.gguf | listing >lb
+    quantize -q --json --type Q4_K_M --imatrix i.gguf "$m" a2.gguf | listing >la
+    diff la lb
+    quantize -q --type Q4_K_M --imatrix i.gguf "$m" c.gguf
+    quantize -q --type Q4_K_M --imatrix i.dat "$m" d.gguf
+    quantize -q --json --type Q4_K_M --imatrix i.gguf "$m" e.gguf | listing >le
+    quantize -q --json --type Q4_K_M --imatrix i.dat "$m" f.gguf | listing >lf
+    diff le lf      # chunk size 64: ncall = 2, so the legacy means may round differently
+    quantize -q --json --type Q4_K_M "$m" g.gguf | listing >lg
+    ! diff -q le lg >/dev/null    # the imatrix changed the k-quants
+    run -0 --separate-stderr quantize --type Q4_K_M --imatrix i.gguf --exclude-weights attn "$m" h.gguf
+    run -0 convert --info --json c.gguf
+    assert_output --partial '"key":"quantize.imatrix.entries_count","value_type":"u32","value":16'
+    assert_output --partial '"key":"llmkit.quantize.imatrix_sha256"'
+    # the last two input-derived keys come after the copied ones, as llama-quantize appends them
+    run -0 bash -c "convert --info --json c.gguf | jq -r 'select(.type == \"kv\") | .key' | grep -v '^llmkit' | tail -6 | tr '\n' ' '"
+    assert_output 'general.quantization_version general.file_type quantize.imatrix.file quantize.imatrix.dataset quantize.imatrix.entries_count quantize.imatrix.chunks_count '
+}
+
+# ---- quality report ----
+
+@test "--eval: an unchanged model has KL 0 and full top-1 agreement; Q2_K does not" {
+    cd "$BATS_TEST_TMPDIR"
+    m="$FIX/tiny-llama256-f32.gguf"
+    run -0 --separate-stderr quantize --json --type F32 --eval "$EVAL" --eval-ctx 32 --eval-chunks 2 "$m" f.gguf
+    s=$(echo "$output" | jq -c 'select(.type == "summary")')
+    [ "$(echo "$s" | jq '.kld_mean')" = 0 ]
+    [ "$(echo "$s" | jq '.top1_agreement')" = 1 ]
+    [ "$(echo "$s" | jq '.ppl_base == .ppl_quant')" = true ]
+    [ "$(echo "$s" | jq '.eval_scored')" = 30 ]
+    run -0 --separate-stderr quantize --json --type Q2_K --eval "$EVAL" --eval-ctx 32 --eval-chunks 2 "$m" q.gguf
+    s=$(echo "$output" | jq -c 'select(.type == "summary")')
+    [ "$(echo "$s" | jq '.kld_mean > 0 and .kld_p99 >= .kld_median')" = true ]
+    [ "$(echo "$s" | jq '.bpw < 4')" = true ]
+    run -0 --separate-stderr quantize -f --type Q2_K --eval "$EVAL" --eval-ctx 32 --eval-chunks 2 "$m" q.gguf
+    assert_output --partial 'KL divergence mean'
+    assert_output --partial 'perplexity'
+}
