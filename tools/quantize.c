@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include <jansson.h>
 
@@ -342,6 +343,9 @@ main(int argc, char **argv)
     }
     {
         double bpw = rep.n_params ? 8.0 * (double)rep.out_bytes / (double)rep.n_params : 0.0;
+        struct stat st;
+        double in_mib = stat(o.input, &st) == 0 && S_ISREG(st.st_mode) ? (double)st.st_size / 1048576.0
+                                                                        : (double)rep.src_bytes / 1048576.0;
         if (json) {
             json_t *j = json_object();
             json_object_set_new(j, "schema", json_string("quantize/1"));
@@ -374,12 +378,13 @@ main(int argc, char **argv)
             fputc('\n', stdout);
             json_decref(j);
         } else {
+            (void)in_mib;
             fprintf(stderr, "%s: %s: %zu tensors, %.2f MiB -> %.2f MiB, %.4f bits per weight, %.2f s\n",
                     cli_progname, ft->name, rep.n, (double)rep.src_bytes / 1048576.0,
                     (double)rep.out_bytes / 1048576.0, bpw, rep.seconds);
             if (eval) {
                 printf("%-22s %14s %14s\n", "", "base", ft->name);
-                printf("%-22s %14.2f %14.2f\n", "file size (MiB)", (double)rep.src_bytes / 1048576.0,
+                printf("%-22s %14.2f %14.2f\n", "file size (MiB)", in_mib,
                        (double)rep.file_bytes / 1048576.0);
                 printf("%-22s %14.4f %14.4f\n", "bits per weight",
                        rep.n_params ? 8.0 * (double)rep.src_bytes / (double)rep.n_params : 0.0, bpw);
