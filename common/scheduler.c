@@ -599,7 +599,8 @@ sched_step(struct sched *s, struct diag *d)
             i++;
             continue;
         }
-        if ((rc = schedule_chunk(s, q, want < s->budget ? want : s->budget, &preempted, &gone, d)) < 0)
+        int64_t take = want < s->budget ? want : s->budget;
+        if ((rc = schedule_chunk(s, q, take, &preempted, &gone, d)) < 0)
             return rc;
         if (gone)
             continue;

@@ -170,7 +170,9 @@ int sched_add(struct sched *s, const struct sched_req *r, struct diag *d);
 
 /* sched_step() : one iteration as described at the top.  Returns 1 when a
  * step ran, 0 when there was nothing to do (no request running or waiting,
- * or held with only never-admitted requests waiting); a negative -ST_* code on failure (forward pass, memory) or a
+ * or held with only never-admitted requests waiting); a negative -ST_*
+ * code on failure (forward pass, memory; -ST_NOMEM "kv cache too small"
+ * when the pool cannot hold the head of the queue even alone) or a
  * callback's code. */
 int sched_step(struct sched *s, struct diag *d);
 
