@@ -2,15 +2,18 @@
  * llamacpp-vecdot.c - llmkit's driver over the llama.cpp peer's libggml that
  * prints, as JSON on stdout, what ggml's CPU backend computes for
  * y = W x (GGML_OP_MUL_MAT) for every weight type llmkit's matmul supports:
- * the raw weight bytes (hex), the f32 activations (hex) and the outputs as
- * f32 bit patterns, for batches of 1, 4 and 6 tokens, single-threaded.
+ * the raw weight bytes (hex), the f32 activations of NTOK tokens (hex) and,
+ * for each token computed alone (a batch of one, single-threaded), the
+ * outputs as f32 bit patterns.  llmkit's kernels are batch invariant: a
+ * token's result must equal ggml's single-token result whatever batch it
+ * shares and wherever it sits in it, so the single-token arithmetic of ggml
+ * (ggml_vec_dot_*, the repacked gemv) is the reference for every batch.
  *
  * Weights are quantized by ggml_quantize_chunk from deterministic f32 values
  * (splitmix64 below).  Q4_0, Q4_K and IQ4_NL weights are placed in the CPU
  * backend's repack ("extra") buffer type, as llama.cpp does with model
  * weights on an AVX2 CPU, so their results are those of the repacked
- * kernels; the other types use the plain CPU buffer (ggml_vec_dot_* for one
- * token, llamafile sgemm for the batch where it applies).
+ * gemv; the other types use the plain CPU buffer (ggml_vec_dot_*).
  *
  * Built and run by scripts/mkgolden-vecdot; not part of llmkit.
  *   usage: llamacpp-vecdot > vecdot.json
@@ -27,7 +30,7 @@
 
 #define ROWS 8
 #define COLS 512
-#define NTOK 6
+#define NTOK 9
 
 static uint64_t seed = 0x6c6c6d6b69742d76ull;
 
@@ -146,31 +149,26 @@ main(void)
         size_t wbytes = ggml_quantize_chunk(t, wf, wq, 0, ROWS, COLS, NULL);
         int want_repack = rp && (t == GGML_TYPE_Q4_0 || t == GGML_TYPE_Q4_K || t == GGML_TYPE_IQ4_NL);
         ggml_backend_buffer_type_t buft = want_repack ? rp : ggml_backend_cpu_buffer_type();
-        const char *path = want_repack ? "repack"
-                         : (t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16)
-                             ? "vec_dot/tinyblas"
-                         : (t == GGML_TYPE_Q8_0 || t == GGML_TYPE_Q5_0) ? "vec_dot/sgemm" : "vec_dot";
+        const char *path = want_repack ? "repack gemv" : "vec_dot";
         printf("    {\"type\": \"%s\", \"id\": %d, \"path\": \"%s\", \"w\": ", ggml_type_name(t),
                (int)t, path);
         put_hex(wq, wbytes);
-        printf(", \"out\": {");
-        const int nts[3] = { 1, 4, NTOK };
-        for (int k = 0; k < 3; k++) {
-            int repacked = mul_mat(be, buft, t, wq, wbytes, x, nts[k], y);
+        printf(", \"alone\": [");
+        for (int k = 0; k < NTOK; k++) {
+            int repacked = mul_mat(be, buft, t, wq, wbytes, x + (size_t)k * COLS, 1, y);
             if (repacked != want_repack) {
                 fprintf(stderr, "llamacpp-vecdot: %s: repacked %d, expected %d\n",
                         ggml_type_name(t), repacked, want_repack);
                 return 1;
             }
-            printf("%s\"%d\": [", k ? ", " : "", nts[k]);
-            for (int i = 0; i < nts[k] * ROWS; i++) {
+            for (int i = 0; i < ROWS; i++) {
                 uint32_t u;
                 memcpy(&u, &y[i], 4);
-                printf("%s%u", i ? ", " : "", u);
+                printf("%s%u", k || i ? ", " : "", u);
             }
-            printf("]");
         }
-        printf("}}%s\n", ti + 1 < sizeof(types) / sizeof(types[0]) ? "," : "");
+        printf("]");
+        printf("}%s\n", ti + 1 < sizeof(types) / sizeof(types[0]) ? "," : "");
     }
     printf("  ]\n}\n");
     ggml_backend_free(be);

@@ -541,20 +541,8 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
                 break;
             }
             case T_Q4_K: {
-                /* repacked: exact integer sums, one chain for the scales and one
-                 * for the mins; the 4-token gemm takes a step per 64 elements,
-                 * the gemv (the n_tok % 4 last tokens) one per super-block */
-                if (nt == NT) {
-                    for (int sb = 0; sb < 4; sb++) {
-                        __m256i s2 = _mm256_add_epi32(k_chunk(&k, ar[t].q + QK_K * b, 2 * sb, 0),
-                                                      k_chunk(&k, ar[t].q + QK_K * b, 2 * sb + 1, 0));
-                        int32_t ms = k.mn[2 * sb] * (bs[4 * sb] + bs[4 * sb + 1]) +
-                                     k.mn[2 * sb + 1] * (bs[4 * sb + 2] + bs[4 * sb + 3]);
-                        sacc[t] = fmadd_ss((float)hsum_epi32(s2), k.d * yd, sacc[t]);
-                        macc[t] = fmadd_ss((float)ms, k.dmin * yd, macc[t]);
-                    }
-                    break;
-                }
+                /* repacked gemv: exact integer sums, one chain for the
+                 * scales and one for the mins, a step per super-block */
                 int32_t msum = 0;
                 for (int j = 0; j < 8; j++)
                     msum += k.mn[j] * (bs[2 * j] + bs[2 * j + 1]);
@@ -773,8 +761,8 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
     if (a == ACT_NONE)
         return;
     if (a == ACT_F32 || a == ACT_F16 || a == ACT_BF16) {
-        /* ggml: vec_dot for a batch of one (or cols % 8 != 0), tinyBLAS otherwise */
-        if (n_tok == 1 || cols % 8 != 0) {
+        /* ggml_vec_dot_* per token, whatever the batch */
+        {
             for (int64_t t = 0; t < n_tok; t++) {
                 const float *xt = a == ACT_F32 ? x + t * ldx
                                                : (const float *)(const void *)(act + (size_t)t * arb);

@@ -9,25 +9,23 @@
 
 #include "ops.h"
 
-/* Same contracts as the ops.h table entries.  Same contracts as the ops.h table entries; the
- * work buffer has the reference's layout (ops_mm_prepare_avx2 writes the
- * same bytes as ops_mm_prepare_ref).
+/* Same contracts as the ops.h table entries; the work buffer has the
+ * reference's layout (ops_mm_prepare_avx2 writes the same bytes as
+ * ops_mm_prepare_ref).
  *
- * Arithmetic is that of llama.cpp's AVX2 CPU backend for the path it takes
- * with the same weight type and batch size (n_tok), so results are bit-identical
- * with ggml's:
- *   Q4_0, IQ4_NL, Q4_K : the repacked (8-row interleaved) gemv/gemm kernels
+ * Batch invariant: every token of every batch gets the arithmetic llama.cpp's
+ * AVX2 CPU backend applies to a batch of one token, so a token's outputs are
+ * bit-identical with ggml's single-token results whatever the batch size,
+ * the token's position in it and the row range [r0, r1):
+ *   Q4_0, IQ4_NL, Q4_K : the repacked (8-row interleaved) gemv kernels
  *       llama.cpp uses for weights with rows % 8 == 0: one f32 multiply-add
  *       chain per output over the exact integer block sums;
  *   Q8_0, Q5_0, Q4_1, Q5_1, Q2_K, Q3_K, Q5_K, Q6_K, IQ4_XS : ggml_vec_dot_*
  *       (8 f32 lanes of 4-element integer sums, fused multiply-add per block,
- *       horizontal sum at the end); llamafile's sgemm computes Q8_0/Q5_0
- *       batches identically;
- *   F32, F16, BF16 : ggml_vec_dot_* for n_tok == 1, llamafile tinyBLAS (one
- *       8-lane FMA accumulator) for n_tok >= 2 when cols % 8 == 0.
- * Not mirrored: llama.cpp's tiled k-quant kernels for batches >= 8 (Q2_K,
- * Q3_K, Q5_K, Q6_K, IQ4_XS prefill), and weights with rows % 8 != 0 for
- * the repacked types. */
+ *       horizontal sum at the end);
+ *   F32, F16, BF16 : ggml_vec_dot_f32 / _f16 / _bf16.
+ * llama.cpp's batched kernels (repack gemm, llamafile tinyBLAS, the tiled
+ * k-quant kernels) round differently and are deliberately not used. */
 size_t ops_mm_work_size_avx2(uint32_t wtype, int64_t n_tok, int64_t cols);
 void ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int64_t n_tok,
                          int64_t cols);

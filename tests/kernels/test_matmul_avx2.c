@@ -6,10 +6,13 @@
  *    n_tok 1..9: avx2 equals ref within f32 rounding of the block sums
  *    (both dot the same quantized activations; only the order of the f32
  *    operations differs), and mm_prepare writes the same work bytes.
- * 2. tests/golden/kernels/vecdot.json (scripts/mkgolden-vecdot, made by
+ * 2. Batch invariance: every type, a token's outputs in batches of any size,
+ *    at any position, with any row split, equal its outputs alone, bitwise.
+ * 3. tests/golden/kernels/vecdot.json (scripts/mkgolden-vecdot, made by
  *    llama.cpp's libggml through scripts/llamacpp-vecdot.c): raw weights,
- *    activations and ggml's mul_mat outputs as f32 bit patterns for batches
- *    of 1, 4 and 6; the avx2 kernel must reproduce each exactly.
+ *    activations of 9 tokens and ggml's mul_mat outputs for each token
+ *    alone, as f32 bit patterns; every batch of those tokens (each size and
+ *    offset, several row splits) must reproduce them exactly.
  *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
@@ -163,6 +166,25 @@ unhex(const char *s, uint8_t **out)
     return (long)(n / 2);
 }
 
+/* y[t][r] for tokens [t0, t0 + n) of x (stride ldx) through av, rows split
+ * into [0, split) and [split, rows) as two threads would do */
+static void
+run_mm(const struct kernel_ops *av, uint32_t t, const void *w, size_t rb, int64_t rows,
+       int64_t cols, const float *x, int64_t ldx, int64_t t0, int64_t n, int64_t split, float *y,
+       int64_t ldy)
+{
+    void *work = malloc(av->mm_work_size(t, n, cols) + 1);
+    float *tmp = malloc((size_t)av->mm_tmp_floats(cols) * sizeof(float));
+    av->mm_prepare(work, t, x + t0 * ldx, ldx, n, cols);
+    if (split > 0)
+        av->mm_rows(y, ldy, w, rb, t, work, x + t0 * ldx, ldx, n, cols, 0, split, tmp);
+    if (split < rows)
+        av->mm_rows(y, ldy, w, rb, t, work, x + t0 * ldx, ldx, n, cols, split, rows, tmp);
+    free(work), free(tmp);
+}
+
+/* Every batch [t0, t0 + n) of the golden tokens, with two row splits: each
+ * token's outputs must be ggml's for that token alone, bit for bit. */
 static int
 test_golden(const struct kernel_ops *av, const char *path, int verbose)
 {
@@ -177,9 +199,12 @@ test_golden(const struct kernel_ops *av, const char *path, int verbose)
     int64_t cols = json_integer_value(json_object_get(root, "cols"));
     int64_t n_tok = json_integer_value(json_object_get(root, "n_tok"));
     uint8_t *xb = NULL;
-    long xn = unhex(json_string_value(json_object_get(root, "x")) ? json_string_value(json_object_get(root, "x")) : "", &xb);
-    CHECK(rows > 0 && cols > 0 && n_tok > 0 && xn == (long)(n_tok * cols * 4));
-    if (!(rows > 0 && cols > 0 && n_tok > 0 && xn == (long)(n_tok * cols * 4))) {
+    const char *xs = json_string_value(json_object_get(root, "x"));
+    long xn = unhex(xs ? xs : "", &xb);
+    int ok = rows > 0 && cols > 0 && n_tok > 0 && xn == (long)(n_tok * cols * 4);
+    CHECK(ok);
+    if (!ok) {
+        free(xb);
         json_decref(root);
         return 0;
     }
@@ -188,56 +213,110 @@ test_golden(const struct kernel_ops *av, const char *path, int verbose)
     size_t i;
     json_t *c;
     int n_cases = 0;
+    float *y = malloc((size_t)(n_tok * rows) * sizeof(float));
     json_array_foreach(cases, i, c) {
         const char *name = json_string_value(json_object_get(c, "type"));
         uint32_t t = (uint32_t)json_integer_value(json_object_get(c, "id"));
         const char *path_kind = json_string_value(json_object_get(c, "path"));
+        json_t *alone = json_object_get(c, "alone");
         uint8_t *w = NULL;
         long wn = unhex(json_string_value(json_object_get(c, "w")), &w);
         size_t rb = qtype_row_bytes(t, cols);
-        CHECK(wn == (long)(rb * (size_t)rows));
-        if (wn != (long)(rb * (size_t)rows)) {
+        ok = wn == (long)(rb * (size_t)rows) && (int64_t)json_array_size(alone) == n_tok * rows;
+        CHECK(ok);
+        if (!ok) {
             free(w);
             continue;
         }
-        json_t *outs = json_object_get(c, "out");
-        const char *key;
-        json_t *arr;
-        json_object_foreach(outs, key, arr) {
-            int64_t nt = atoll(key);
-            if (nt < 1 || nt > n_tok || (int64_t)json_array_size(arr) != nt * rows) {
-                CHECK(0);
-                continue;
-            }
-            float *y = malloc((size_t)(nt * rows) * sizeof(float));
-            void *work = malloc(av->mm_work_size(t, nt, cols) + 1);
-            float *tmp = malloc((size_t)av->mm_tmp_floats(cols) * sizeof(float));
-            av->mm_prepare(work, t, x, cols, nt, cols);
-            av->mm_rows(y, rows, w, rb, t, work, x, cols, nt, cols, 0, rows, tmp);
-            int bad = 0;
-            for (int64_t k = 0; k < nt * rows; k++) {
-                uint32_t want = (uint32_t)json_integer_value(json_array_get(arr, (size_t)k)), got;
-                memcpy(&got, &y[k], 4);
-                if (got != want) {
-                    float wf;
-                    memcpy(&wf, &want, 4);
-                    if (bad++ < 2 || verbose)
-                        fprintf(stderr, "golden %s (%s) n_tok %lld [%lld]: %.9g vs ggml %.9g\n",
-                                name, path_kind, (long long)nt, (long long)k, y[k], wf);
+        int bad = 0;
+        for (int64_t n = 1; n <= n_tok; n++) {
+            for (int64_t t0 = 0; t0 + n <= n_tok; t0++) {
+                for (int64_t split = 0; split <= rows; split += 3) {
+                    run_mm(av, t, w, rb, rows, cols, x, cols, t0, n, split, y, rows);
+                    for (int64_t k = 0; k < n * rows; k++) {
+                        size_t gi = (size_t)(t0 * rows + k);
+                        uint32_t want = (uint32_t)json_integer_value(json_array_get(alone, gi)), got;
+                        memcpy(&got, &y[k], 4);
+                        if (got != want) {
+                            float wf;
+                            memcpy(&wf, &want, 4);
+                            if (bad++ < 2 || verbose)
+                                fprintf(stderr, "golden %s (%s) batch [%lld, +%lld) split %lld "
+                                        "token %lld row %lld: %.9g vs ggml alone %.9g\n", name,
+                                        path_kind, (long long)t0, (long long)n, (long long)split,
+                                        (long long)(t0 + k / rows), (long long)(k % rows), y[k], wf);
+                        }
+                    }
+                    n_cases++;
                 }
             }
-            if (verbose)
-                fprintf(stderr, "golden %-7s %-8s n_tok %lld: %s\n", name, path_kind,
-                        (long long)nt, bad ? "DIFFERS" : "bit-exact");
-            CHECK_EQ(bad, 0);
-            n_cases++;
-            free(y), free(work), free(tmp);
         }
+        if (verbose)
+            fprintf(stderr, "golden %-7s %-12s: %s\n", name, path_kind, bad ? "DIFFERS" : "bit-exact");
+        CHECK_EQ(bad, 0);
         free(w);
     }
+    free(y);
     free(xb);
     json_decref(root);
     return n_cases;
+}
+
+/* ---- batch invariance ----
+ * A token's outputs must not depend on the batch it shares or its place in
+ * it, nor on how the rows are split across threads: for every type, tokens
+ * computed in batches of 1..9, 16, 37 and 70 at several offsets, with
+ * several row splits, equal the same tokens computed alone, bit for bit.
+ * Rows and batch sizes are chosen to leave partial row tiles and token
+ * groups in the kernels. */
+static void
+test_invariance(const struct kernel_ops *av)
+{
+    const int64_t rows = 37, max_tok = 80;
+    static const int64_t ns[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 37, 70 };
+    static const int64_t splits[] = { 0, 5, 8, 16, 37 };
+
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        uint32_t t = types[ti];
+        const struct qtype *qt = qtype_get(t);
+        int64_t cols = qt->blck == 256 ? 512 : qt->blck == 1 ? 72 : 576;
+        int64_t ldx = cols + 5, ldy = rows + 3;
+        void *w = make_weight(t, rows, cols);
+        size_t rb = qtype_row_bytes(t, cols);
+        float *x = malloc((size_t)(max_tok * ldx) * sizeof(float));
+        float *alone = malloc((size_t)(max_tok * rows) * sizeof(float));
+        float *y = malloc((size_t)(max_tok * ldy) * sizeof(float));
+        for (int64_t i = 0; i < max_tok * ldx; i++)
+            x[i] = frnd() * (i % 61 == 7 ? 6.0f : 1.0f);
+        for (int64_t k = 0; k < max_tok; k++)
+            run_mm(av, t, w, rb, rows, cols, x, ldx, k, 1, rows, alone + k * rows, rows);
+        int bad = 0;
+        for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
+            int64_t n = ns[ni];
+            int64_t offs[3] = { 0, 3, max_tok - n };
+            for (int oi = 0; oi < 3; oi++) {
+                int64_t t0 = offs[oi];
+                if (t0 + n > max_tok)
+                    continue;
+                for (size_t si = 0; si < sizeof(splits) / sizeof(splits[0]); si++) {
+                    for (int64_t i = 0; i < n * ldy; i++)
+                        y[i] = -777.0f;
+                    run_mm(av, t, w, rb, rows, cols, x, ldx, t0, n, splits[si], y, ldy);
+                    for (int64_t k = 0; k < n; k++) {
+                        if (memcmp(y + k * ldy, alone + (t0 + k) * rows,
+                                   (size_t)rows * sizeof(float)) != 0 && bad++ < 3)
+                            fprintf(stderr, "%s: token %lld in batch [%lld, +%lld) split %lld "
+                                    "differs from alone\n", qt->name, (long long)(t0 + k),
+                                    (long long)t0, (long long)n, (long long)splits[si]);
+                        if (y[k * ldy + rows] != -777.0f)
+                            bad++;
+                    }
+                }
+            }
+        }
+        CHECK_EQ(bad, 0);
+        free(w), free(x), free(alone), free(y);
+    }
 }
 
 int
@@ -253,6 +332,7 @@ main(int argc, char **argv)
     CHECK(ref != NULL);
     CHECK(ops_select("auto") == av);
     test_vs_ref(av, ref);
+    test_invariance(av);
     const char *g = getenv("LLMKIT_GOLDEN_VECDOT");
     int n = test_golden(av, g && *g ? g : "tests/golden/kernels/vecdot.json", verbose);
     CHECK(n > 0);
