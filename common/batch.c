@@ -400,14 +400,48 @@ struct run {
     struct sched *s;
     FILE *out, *trace;
     struct batch_report *r;
-    json_t **ids;               /* [cap_ids] by tag; NULL when done */
-    int64_t *lines;
-    int64_t cap_ids;
+    json_t **ids;               /* [cap_ids] request ids by tag; NULL = free slot */
+    int64_t *free_tags;         /* [cap_ids] stack of free slots (reused: memory is
+                                 * bounded by the requests in flight) */
+    int64_t cap_ids, n_tags, n_free_tags;
     int64_t pending;            /* accepted, not finished */
     double t_first_step;
     struct diag werr;           /* first write error */
     int wrc;
 };
+
+/* A free slot for a request id (tags index g->ids). */
+static int
+take_tag(struct run *g, int64_t *tag)
+{
+    if (g->n_free_tags > 0) {
+        *tag = g->free_tags[--g->n_free_tags];
+        return 0;
+    }
+    if (g->n_tags == g->cap_ids) {
+        int64_t c = g->cap_ids ? g->cap_ids * 2 : 256;
+        json_t **ids = realloc(g->ids, (size_t)c * sizeof(*ids));
+        if (!ids)
+            return -ST_NOMEM;
+        memset(ids + g->cap_ids, 0, (size_t)(c - g->cap_ids) * sizeof(*ids));
+        g->ids = ids;
+        int64_t *f = realloc(g->free_tags, (size_t)c * sizeof(*f));
+        if (!f)
+            return -ST_NOMEM;
+        g->free_tags = f;
+        g->cap_ids = c;
+    }
+    *tag = g->n_tags++;
+    return 0;
+}
+
+static void
+release_tag(struct run *g, int64_t tag)
+{
+    json_decref(g->ids[tag]);
+    g->ids[tag] = NULL;
+    g->free_tags[g->n_free_tags++] = tag;
+}
 
 static int
 jset(json_t *o, const char *k, json_t *v)
@@ -475,8 +509,7 @@ on_result(void *ctx, const struct sched_result *res)
     json_decref(o);
     json_decref(a);
     free(text);
-    json_decref(g->ids[res->tag]);
-    g->ids[res->tag] = NULL;
+    release_tag(g, res->tag);
     g->pending--;
     g->r->completed++;
     g->r->generated += res->n_tokens;
@@ -512,25 +545,6 @@ on_step(void *ctx, const struct sched_step_info *si)
 }
 
 /* ---- one request line ---- */
-
-static int
-grow_ids(struct run *g, int64_t tag)
-{
-    if (tag < g->cap_ids)
-        return 0;
-    int64_t c = g->cap_ids ? g->cap_ids * 2 : 256;
-    json_t **ids = realloc(g->ids, (size_t)c * sizeof(*ids));
-    if (!ids)
-        return -ST_NOMEM;
-    memset(ids + g->cap_ids, 0, (size_t)(c - g->cap_ids) * sizeof(*ids));
-    g->ids = ids;
-    int64_t *l = realloc(g->lines, (size_t)c * sizeof(*l));
-    if (!l)
-        return -ST_NOMEM;
-    g->lines = l;
-    g->cap_ids = c;
-    return 0;
-}
 
 /* Parses, tokenizes and queues one line.  Bad requests become error lines;
  * returns < 0 only for failures that end the run. */
@@ -583,19 +597,17 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
                              true, true, &ids, &e)) < 0)
             goto bad;
     }
-    if ((rc = grow_ids(g, g->r->requests)) < 0)
+    int64_t tag;
+    if ((rc = take_tag(g, &tag)) < 0)
         goto nomem;
-    int64_t tag = g->r->requests - 1;
     struct sched_req sr = { tag, q.prompt ? ids.v : q.tokens,
                             q.prompt ? (int64_t)ids.n : q.n_tokens, q.max_tokens, q.sp,
                             (const char *const *)q.stop, q.n_stop };
     g->ids[tag] = json_incref(q.id);
-    g->lines[tag] = lineno;
     g->pending++;
     if ((rc = sched_add(g->s, &sr, &e)) < 0) {
         g->pending--;
-        json_decref(g->ids[tag]);
-        g->ids[tag] = NULL;
+        release_tag(g, tag);
         if (rc == -ST_NOMEM)
             goto nomem;
         if (rc != -ST_RANGE) {     /* a write error from the callback */
@@ -918,7 +930,7 @@ out:
     for (int64_t i = 0; i < g.cap_ids; i++)
         json_decref(g.ids[i]);
     free(g.ids);
-    free(g.lines);
+    free(g.free_tags);
     if (rd.own)
         close(rd.fd);
     free(rd.buf);
