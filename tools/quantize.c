@@ -283,7 +283,9 @@ main(int argc, char **argv)
     o.mix.ftype = ft->ftype;
     o.mix.ov = ov;
     o.mix.n_ov = n_ov;
-    o.progress = json ? (progress_mode == 1) : progress_mode;
+    if (json && progress_mode < 0)
+        progress_mode = 0;      /* --json: bars only when asked for */
+    o.progress = progress_mode;
     if (!strcmp(o.input, "-") && isatty(STDIN_FILENO) && !o.force)
         die(RC_USAGE, "refusing to read binary input from a terminal (use -f to force)");
     if (!strcmp(o.output, "-") && isatty(STDOUT_FILENO) && !o.force)
