@@ -224,7 +224,7 @@ batch_tokens() {
     [[ "$stderr" == *"q8_0"* ]]
 }
 
-@test "SmolLM2: 4 requests batched give the same greedy tokens as alone" {
+@test "SmolLM2: 4 requests give the same greedy tokens batched as alone, also preempted" {
     M=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
     not_under_sanitizer
     cd "$BATS_TEST_TMPDIR"
@@ -233,14 +233,17 @@ batch_tokens() {
         '{"id":2,"prompt":"Once upon a time, in a small village by the sea, there lived","max_tokens":12}' \
         '{"id":3,"prompt":"1, 2, 3, 4,","max_tokens":6}' \
         '{"id":4,"prompt":"The capital of France is a city where","max_tokens":10}' >req.jsonl
-    generate -q -m "$M" --batch req.jsonl --temp 0 --kv-mem 2MiB --preempt swap \
-        --kv-trace tr.jsonl >out.jsonl
     while IFS= read -r line; do
-        id=$(jq -r .id <<<"$line")
-        want=$(generate -q -m "$M" --temp 0 -n "$(jq -r .max_tokens <<<"$line")" \
-            -p "$(jq -r .prompt <<<"$line")" --json | jq -c .tokens)
-        got=$(jq -c "select(.id == $id) | .tokens" out.jsonl)
-        [ "$want" = "$got" ]
-    done <req.jsonl
-    kvstat --trace tr.jsonl >/dev/null
+        generate -q -m "$M" --temp 0 -n "$(jq -r .max_tokens <<<"$line")" \
+            -p "$(jq -r .prompt <<<"$line")" --json | jq -c --argjson id "$(jq .id <<<"$line")" \
+            '{id: $id, tokens: .tokens}'
+    done <req.jsonl | sort >alone.txt
+    # 1 MiB holds 2 blocks of 16 tokens: sequences are preempted
+    for mode in swap recompute; do
+        generate -q -m "$M" --batch req.jsonl --temp 0 --kv-mem 1MiB --preempt $mode \
+            --kv-trace tr-$mode.jsonl >out-$mode.jsonl
+        jq -c '{id: .id, tokens: .tokens}' out-$mode.jsonl | sort | diff alone.txt -
+        jq -e -s 'map(.preemptions) | add > 0' out-$mode.jsonl
+        kvstat --trace tr-$mode.jsonl >/dev/null
+    done
 }
