@@ -15,6 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "model.h"
 #include "ops.h"
 #include "qtypes.h"
@@ -530,6 +531,79 @@ test_stop_and_errors(struct model *m, const struct tokenizer *tok)
     kv_free(kv);
 }
 
+static void
+test_parse(void)
+{
+    struct batch_req_defaults def;
+    struct batch_req r;
+    struct diag d;
+    const char *l;
+
+    def.max_tokens = 33;
+    sample_params_init(&def.sp);
+    def.sp.seed = 5;
+    def.sp.temp = 0.5f;
+
+    l = "  hello world\r";
+    CHECK_EQ(batch_req_parse(l, strlen(l), 3, &def, &r, &d), 0);
+    CHECK(json_is_integer(r.id) && json_integer_value(r.id) == 3);
+    CHECK_STR(r.prompt, "  hello world");
+    CHECK_EQ(r.max_tokens, 33);
+    CHECK(r.sp.seed == 5 && r.sp.temp == 0.5f && r.n_stop == 0 && !r.tokens);
+    batch_req_release(&r);
+
+    l = " \t\r";
+    CHECK_EQ(batch_req_parse(l, strlen(l), 4, &def, &r, &d), 1);
+    CHECK(!r.id);
+    batch_req_release(&r);
+
+    l = "{\"id\":\"q\",\"tokens\":[1,2,3],\"max_tokens\":4.0,\"temperature\":0,\"top_k\":7,"
+        "\"top_p\":0.5,\"min_p\":0,\"repeat_penalty\":1.2,\"seed\":99,\"stop\":\"x\"}";
+    CHECK_EQ(batch_req_parse(l, strlen(l), 5, &def, &r, &d), 0);
+    CHECK(json_is_string(r.id) && !strcmp(json_string_value(r.id), "q"));
+    CHECK(!r.prompt && r.n_tokens == 3 && r.tokens[2] == 3);
+    CHECK_EQ(r.max_tokens, 4);
+    CHECK(r.sp.temp == 0.0f && r.sp.top_k == 7 && r.sp.top_p == 0.5f && r.sp.min_p == 0.0f);
+    CHECK(r.sp.repeat_penalty == 1.2f && r.sp.seed == 99);
+    CHECK(r.n_stop == 1 && !strcmp(r.stop[0], "x"));
+    batch_req_release(&r);
+
+    l = "{\"id\":12,\"prompt\":\"a\\u0000b\",\"stop\":[\"s1\",\"s2\"],\"unknown\":{}}";
+    CHECK_EQ(batch_req_parse(l, strlen(l), 6, &def, &r, &d), 0);
+    CHECK(json_integer_value(r.id) == 12 && r.prompt_len == 3 && r.prompt[1] == 0);
+    CHECK(r.n_stop == 2 && r.max_tokens == 33 && r.sp.seed == 5);
+    batch_req_release(&r);
+
+    static const char *const bad[] = {
+        "{\"id\":\"k\",\"prompt\":\"a\",\"max_tokens\":4.5}",
+        "{\"id\":\"k\",\"prompt\":\"a\",\"temperature\":-1}",
+        "{\"id\":\"k\",\"prompt\":\"a\",\"seed\":-3}",
+        "{\"id\":\"k\",\"prompt\":\"a\",\"stop\":[\"\"]}",
+        "{\"id\":\"k\",\"prompt\":\"a\",\"tokens\":[1]}",
+        "{\"id\":\"k\"}",
+        "{\"id\":\"k\",\"tokens\":[]}",
+        "{\"id\":\"k\",\"tokens\":[-1]}",
+        "{\"id\":\"k\",\"prompt\":7}",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        CHECK_EQ(batch_req_parse(bad[i], strlen(bad[i]), 9, &def, &r, &d), -ST_FORMAT);
+        CHECK(json_is_string(r.id) && !strcmp(json_string_value(r.id), "k"));   /* echoed */
+        CHECK(d.msg[0] != 0);
+        batch_req_release(&r);
+    }
+    l = "{\"id\":[1],\"prompt\":\"a\"}";
+    CHECK_EQ(batch_req_parse(l, strlen(l), 10, &def, &r, &d), -ST_FORMAT);
+    CHECK(json_is_integer(r.id) && json_integer_value(r.id) == 10);    /* the line number */
+    batch_req_release(&r);
+    l = "{\"prompt\":";
+    CHECK_EQ(batch_req_parse(l, strlen(l), 11, &def, &r, &d), -ST_FORMAT);
+    CHECK(strstr(d.msg, "invalid JSON") != NULL);
+    batch_req_release(&r);
+    l = "{\"prompt\":\"a\"} {";
+    CHECK_EQ(batch_req_parse(l, strlen(l), 12, &def, &r, &d), -ST_FORMAT);
+    batch_req_release(&r);
+}
+
 int
 main(void)
 {
@@ -543,6 +617,7 @@ main(void)
         fprintf(stderr, "test_batch: %s missing: run `make fixtures`\n", F16_PATH);
         return 77;
     }
+    test_parse();
     test_attn_q8_0();
     /* and on a real quantized model when it has been fetched */
     char real[4096];
