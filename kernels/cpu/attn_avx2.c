@@ -15,8 +15,15 @@
  * (s > M: rescale, else weight exp(s - M)), S = S * ms + w; at the end the
  * accumulator is divided by S.  Other KV types use the reference.
  *
+ * Fast path (dv a multiple of 32, up to 256; F16 or F32 cache): one head at
+ * a time with its accumulator in registers, 8 visible slots at a time with
+ * one vector evaluation of libm's expf (ops_expf_libm_avx2, bit-identical);
+ * the sum S is updated with one fused multiply-add, as ggml's compiled
+ * S = S*ms + vs.  Other shapes take the slot-major loop (attn_slotwise).
+ *
  * Scratch per call: acc [n_q][dv] (f32, or f16 in its first half) | M [n_q] |
- * S [n_q] | the f16 query [n_q][dk].
+ * S [n_q] | the f16 query [n_q][dk] (the fast path uses only the query of
+ * one head).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -25,6 +32,7 @@
 
 #include "ops.h"
 #include "simd_avx2.h"
+#include "cpu/attn_avx2.h"
 
 int64_t
 ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
@@ -125,8 +133,9 @@ mad_f32(float *acc, const float *v, int64_t n, float w)
         acc[i] += v[i] * w;
 }
 
-void
-ops_attn_avx2(const struct attn_args *a, float *scratch)
+/* Slot-major fallback for head sizes the fast path does not take. */
+static void
+attn_slotwise(const struct attn_args *a, float *scratch)
 {
     const int64_t nq = a->n_q, bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
 
@@ -189,7 +198,7 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
                 mad_f16(acc16 + h * dv, (const uint16_t *)vrow, dv, vs);
             else
                 mad_f32(acc + h * dv, (const float *)vrow, dv, vs);
-            S[h] = S[h] * ms + vs;
+            S[h] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(S[h]), _mm_set_ss(ms), _mm_set_ss(vs)));
         }
     }
 
@@ -199,6 +208,193 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
         for (int64_t i = 0; i < dv; i++) {
             float v = f16 ? _cvtsh_ss(acc16[h * dv + i]) : acc[h * dv + i];
             out[i] = v * inv;
+        }
+    }
+}
+
+/* ---- libm's expf, 4 and 8 lanes at a time ----
+ *
+ * ggml's flash attention calls the C library's expf once per slot; to stay
+ * bit-identical the vector version below performs exactly the double
+ * precision operations of glibc's expf (the x86-64 FMA variant the dynamic
+ * loader selects on this CPU): with N = 32,
+ *   kd = fma(N/ln2, x, 0x1.8p52); ki = bits(kd); kd -= 0x1.8p52;
+ *   r = fma(N/ln2, x, -kd); s = 2^(ki/N) from the table below;
+ *   y = fma(fma(C0, r, C1), r*r, fma(C2, r, 1)) * s, rounded to float.
+ * Lanes outside its fast range (|x| >= 2^7 in exponent terms, infinities,
+ * NaN) are recomputed with libm's expf itself. */
+static const uint64_t exp2_32[32] = {
+    /* bits(2^(i/32)) - (i << 47): the nearest double to 2^(i/32), with
+     * the exponent of the index folded out (so that adding ki << 47 puts
+     * it back) */
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+
+static inline __m256d
+dbits(uint64_t u)
+{
+    return _mm256_castsi256_pd(_mm256_set1_epi64x((long long)u));
+}
+
+static inline __m128
+expf4_fast(__m128 x)
+{
+    const __m256d invln2n = dbits(0x40471547652b82feull), shift = dbits(0x4338000000000000ull);
+    const __m256d c0 = dbits(0x3ebc6af84b912394ull), c1 = dbits(0x3f2ebfce50fac4f3ull);
+    const __m256d c2 = dbits(0x3f962e42ff0c52d6ull), one = _mm256_set1_pd(1.0);
+    __m256d xd = _mm256_cvtps_pd(x);
+    __m256d kd = _mm256_fmadd_pd(invln2n, xd, shift);
+    __m256i ki = _mm256_castpd_si256(kd);
+    kd = _mm256_sub_pd(kd, shift);
+    __m256d r = _mm256_fmsub_pd(invln2n, xd, kd);
+    __m256i t = _mm256_i64gather_epi64((const long long *)(const void *)exp2_32,
+                                       _mm256_and_si256(ki, _mm256_set1_epi64x(31)), 8);
+    t = _mm256_add_epi64(t, _mm256_slli_epi64(ki, 47));
+    __m256d z = _mm256_fmadd_pd(c0, r, c1);
+    __m256d r2 = _mm256_mul_pd(r, r);
+    __m256d y = _mm256_fmadd_pd(c2, r, one);
+    y = _mm256_fmadd_pd(z, r2, y);
+    y = _mm256_mul_pd(y, _mm256_castsi256_pd(t));
+    return _mm256_cvtpd_ps(y);
+}
+
+void
+ops_expf_libm_avx2(float *y, const float *x, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m128 v = _mm_loadu_ps(x + i);
+        __m128i top = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(v), 20), _mm_set1_epi32(0x7ff));
+        int slow = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpgt_epi32(top, _mm_set1_epi32(0x42a))));
+        _mm_storeu_ps(y + i, expf4_fast(v));
+        if (slow)
+            for (int j = 0; j < 4; j++)
+                if (slow >> j & 1)
+                    y[i + j] = expf(x[i + j]);
+    }
+    for (; i < n; i++)
+        y[i] = expf(x[i]);
+}
+
+/* ---- the head-major fast path ----
+ *
+ * Each query head is processed on its own (heads are independent, so the
+ * order between them does not matter), its output accumulator held in
+ * registers as f32 values (rounded through f16 after every operation for an
+ * f16 cache, exactly as ggml's f16 accumulator).  Visible slots are taken 8
+ * at a time: their scores first, then the running maximum slot by slot,
+ * which fixes each slot's exp argument (mold - M for a new maximum, s - M
+ * otherwise), then one vector exp for the 8 arguments, then the
+ * accumulator and sum updates in slot order. */
+#define AV_MAX 32               /* dv / 8 at most (dv <= 256) */
+
+static inline __attribute__((always_inline)) __m256
+round_f16(__m256 v)
+{
+    return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+}
+
+static inline __attribute__((always_inline)) void
+attn_head(const struct attn_args *a, const void *qh, float *out, int f16, int nv)
+{
+    const int64_t bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
+    const size_t esz = f16 ? 2 : 4;
+    __m256 acc[AV_MAX];
+    float M = -INFINITY, S = 0.0f;
+    float sc[8] __attribute__((aligned(32))), arg[8] __attribute__((aligned(32)));
+    float e[8] __attribute__((aligned(32)));
+    const uint8_t *vrows[8];
+    int newmax[8];
+
+    for (int i = 0; i < nv; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int64_t s0 = 0; s0 < a->n_kv;) {
+        int n = 0;
+        for (; s0 < a->n_kv && n < 8; s0++) {
+            if (a->vis && !a->vis[s0])
+                continue;
+            size_t blk = (size_t)a->table[s0 / bs] * a->block_stride;
+            const uint8_t *krow = a->k_base + blk + (size_t)(s0 % bs) * (size_t)dk * esz;
+            vrows[n] = a->v_base + blk + (size_t)(s0 % bs) * (size_t)dv * esz;
+            float d = f16 ? dot_f16((const uint16_t *)krow, qh, dk)
+                          : dot_f32((const float *)krow, qh, dk);
+            sc[n++] = d * a->scale;
+        }
+        for (int j = 0; j < n; j++) {
+            if (sc[j] > M) {
+                arg[j] = M - sc[j];
+                M = sc[j];
+                newmax[j] = 1;
+            } else {
+                arg[j] = sc[j] - M;
+                newmax[j] = 0;
+            }
+        }
+        ops_expf_libm_avx2(e, arg, n);
+        for (int j = 0; j < n; j++) {
+            float ms = 1.0f, vs = 1.0f;
+            if (newmax[j]) {
+                ms = e[j];
+                __m256 vm = _mm256_set1_ps(ms);
+                for (int i = 0; i < nv; i++)
+                    acc[i] = f16 ? round_f16(_mm256_mul_ps(acc[i], vm)) : _mm256_mul_ps(acc[i], vm);
+            } else {
+                vs = e[j];
+            }
+            __m256 vw = _mm256_set1_ps(vs);
+            for (int i = 0; i < nv; i++) {
+                __m256 v = f16 ? avx2_load_f16((const uint16_t *)vrows[j] + 8 * i)
+                               : _mm256_loadu_ps((const float *)vrows[j] + 8 * i);
+                acc[i] = f16 ? round_f16(_mm256_fmadd_ps(v, vw, acc[i]))
+                             : _mm256_fmadd_ps(v, vw, acc[i]);
+            }
+            /* one fused multiply-add, as ggml's S = S*ms + vs compiles */
+            S = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(S), _mm_set_ss(ms), _mm_set_ss(vs)));
+        }
+    }
+    float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    __m256 vi = _mm256_set1_ps(inv);
+    for (int i = 0; i < nv; i++)
+        _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], vi));
+}
+
+void
+ops_attn_avx2(const struct attn_args *a, float *scratch)
+{
+    const int64_t nq = a->n_q, dk = a->head_dim, dv = a->head_dim_v;
+
+    if ((a->kv_type != 0 && a->kv_type != 1) || dv % 32 != 0 || dv / 8 > AV_MAX) {
+        attn_slotwise(a, scratch);
+        return;
+    }
+    const int f16 = a->kv_type == 1;
+    uint16_t *q16 = (uint16_t *)scratch;
+
+    for (int64_t h = 0; h < nq; h++) {
+        const float *qh = a->q + h * dk;
+        float *out = a->out + h * dv;
+        if (f16) {
+            int64_t i = 0;
+            for (; i + 8 <= dk; i += 8)
+                avx2_store_f16(q16 + i, _mm256_loadu_ps(qh + i));
+            for (; i < dk; i++)
+                q16[i] = _cvtss_sh(qh[i], _MM_FROUND_TO_NEAREST_INT);
+            if (dv == 64)
+                attn_head(a, q16, out, 1, 8);
+            else
+                attn_head(a, q16, out, 1, (int)(dv / 8));
+        } else {
+            if (dv == 64)
+                attn_head(a, qh, out, 0, 8);
+            else
+                attn_head(a, qh, out, 0, (int)(dv / 8));
         }
     }
 }

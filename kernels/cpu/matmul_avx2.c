@@ -234,6 +234,13 @@ bits32(const uint8_t *p)
     return _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
 }
 
+/* f16 -> f32 by F16C (exact, as qconv_fp16_to_fp32) */
+static inline float
+h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
 static inline __m256i
 iq4nl_lut(void)
 {
@@ -250,36 +257,36 @@ legacy_block(const uint8_t *row, uint32_t type, int64_t b, float *d, float *m)
     switch (type) {
     case T_Q4_0: {
         const struct block_q4_0 *x = (const struct block_q4_0 *)(const void *)row + b;
-        *d = qconv_fp16_to_fp32(x->d);
+        *d = h2f(x->d);
         return _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
     }
     case T_Q4_1: {
         const struct block_q4_1 *x = (const struct block_q4_1 *)(const void *)row + b;
-        *d = qconv_fp16_to_fp32(x->d);
-        *m = qconv_fp16_to_fp32(x->m);
+        *d = h2f(x->d);
+        *m = h2f(x->m);
         return nibbles32(x->qs);
     }
     case T_Q5_0: {
         const struct block_q5_0 *x = (const struct block_q5_0 *)(const void *)row + b;
-        *d = qconv_fp16_to_fp32(x->d);
+        *d = h2f(x->d);
         __m256i hi = _mm256_andnot_si256(bits32(x->qh), _mm256_set1_epi8((char)0xf0));
         return _mm256_or_si256(nibbles32(x->qs), hi);
     }
     case T_Q5_1: {
         const struct block_q5_1 *x = (const struct block_q5_1 *)(const void *)row + b;
-        *d = qconv_fp16_to_fp32(x->d);
-        *m = qconv_fp16_to_fp32(x->m);
+        *d = h2f(x->d);
+        *m = h2f(x->m);
         __m256i hi = _mm256_and_si256(bits32(x->qh), _mm256_set1_epi8(0x10));
         return _mm256_or_si256(nibbles32(x->qs), hi);
     }
     case T_Q8_0: {
         const struct block_q8_0 *x = (const struct block_q8_0 *)(const void *)row + b;
-        *d = qconv_fp16_to_fp32(x->d);
+        *d = h2f(x->d);
         return _mm256_loadu_si256((const __m256i *)(const void *)x->qs);
     }
     default: {  /* T_IQ4_NL */
         const struct block_iq4_nl *x = (const struct block_iq4_nl *)(const void *)row + b;
-        *d = qconv_fp16_to_fp32(x->d);
+        *d = h2f(x->d);
         return _mm256_shuffle_epi8(iq4nl_lut(), nibbles32(x->qs));
     }
     }
@@ -334,6 +341,144 @@ legacy_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
     }
 }
 
+/* ---- prefill: unpacked row tiles ----
+ *
+ * For batches of TILE_MIN tokens or more, a tile of weight rows is unpacked
+ * once into an L1-resident buffer (int8 codes in element order, f32 scales
+ * and mins), then every group of TG tokens is dotted with each row of the
+ * tile, reading the unpacked codes.  The per-(row, token) arithmetic is the
+ * single-token one: the same int32 lanes, the same scale products, fused
+ * multiply-adds in block order and the same final sums; only the number of
+ * unpack operations changes.  Token-group scales are transposed once per
+ * (tile, group) so that one vector multiply gives a block's scale products
+ * for the TG tokens. */
+#define TG 8
+#define TILE_MIN 4
+#define TILE_BYTES (40 * 1024)
+#define TG_MAX_NB 1024          /* blocks per row the transposed scales hold */
+
+struct tgroup {
+    int nt;
+    const int8_t *q[TG];
+    float dT[TG_MAX_NB * TG] __attribute__((aligned(32)));   /* [block][token] */
+    float sT[TG_MAX_NB * TG] __attribute__((aligned(32)));   /* Q8_1 s, or unused */
+};
+
+static void
+tgroup_fill(struct tgroup *g, enum act a, const uint8_t *act, size_t arb, int64_t t0, int nt,
+            int64_t cols, int64_t nb)
+{
+    struct act_row ar;
+    g->nt = nt;
+    for (int t = 0; t < TG; t++) {
+        act_row_at(&ar, a, act + (size_t)(t0 + (t < nt ? t : 0)) * arb, cols);
+        g->q[t] = ar.q;
+        for (int64_t b = 0; b < nb; b++) {
+            g->dT[b * TG + t] = t < nt ? ar.d[b] : 0.0f;
+            if (a == ACT_Q8_1)
+                g->sT[b * TG + t] = t < nt ? ar.s[b] : 0.0f;
+        }
+    }
+}
+
+/* One unpacked legacy row against the group's tokens (nt constant when
+ * inlined with a literal). */
+static inline __attribute__((always_inline)) void
+legacy_tile_row(float *out, int64_t ldo, const int8_t *qx, const float *dx, const float *mx,
+                uint32_t type, const struct tgroup *g, int nt, int64_t nb)
+{
+    const int has_min = type == T_Q4_1 || type == T_Q5_1;
+    const int sgn = !has_min;
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 acc[TG], macc = _mm256_setzero_ps();
+    float dd[TG] __attribute__((aligned(32)));
+
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i x = _mm256_load_si256((const __m256i *)(const void *)(qx + 32 * b));
+        __m256i ax = sgn ? _mm256_sign_epi8(x, x) : x;
+        _mm256_store_ps(dd, _mm256_mul_ps(_mm256_set1_ps(dx[b]), _mm256_load_ps(g->dT + TG * b)));
+        if (has_min)
+            macc = _mm256_fmadd_ps(_mm256_set1_ps(mx[b]), _mm256_load_ps(g->sT + TG * b), macc);
+    #pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+            __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(g->q[t] + 32 * b));
+            __m256i p = sgn ? _mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x))
+                            : _mm256_maddubs_epi16(x, y);
+            acc[t] = _mm256_fmadd_ps(_mm256_broadcast_ss(dd + t),
+                                     _mm256_cvtepi32_ps(_mm256_madd_epi16(p, ones)), acc[t]);
+        }
+    }
+    float ms[TG] __attribute__((aligned(32)));
+    _mm256_store_ps(ms, macc);
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = has_min ? hsum8(acc[t]) + ms[t] : hsum8(acc[t]);
+}
+
+/* Rows [r0, r1) of a legacy vec_dot type (Q4_1, Q5_1, Q8_0, Q5_0) for all
+ * n_tok tokens; 0 when the row does not fit the tile buffer (the caller
+ * then takes the direct path). */
+static int
+legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+             enum act a, const uint8_t *act, size_t arb, int64_t n_tok, int64_t cols, int64_t r0,
+             int64_t r1)
+{
+    const int64_t nb = cols / 32;
+    const int has_min = type == T_Q4_1 || type == T_Q5_1;
+    size_t rowu = (size_t)cols + (size_t)nb * sizeof(float) * (has_min ? 2 : 1);
+    uint8_t buf[TILE_BYTES] __attribute__((aligned(32)));
+    static __thread struct tgroup g;
+
+    if (rowu > sizeof(buf) || nb > TG_MAX_NB)
+        return 0;
+    int64_t R = (int64_t)(sizeof(buf) / rowu);
+    if (R > 16)
+        R = 16;
+    int8_t *q = (int8_t *)buf;
+    float *d = (float *)(void *)(buf + (size_t)R * (size_t)cols);
+    float *m = d + R * nb;
+
+    for (int64_t rb = r0; rb < r1; rb += R) {
+        int64_t nr = r1 - rb < R ? r1 - rb : R;
+        for (int64_t i = 0; i < nr; i++) {
+            const uint8_t *row = w + (size_t)(rb + i) * row_bytes;
+            for (int64_t b = 0; b < nb; b++) {
+                float db, mb = 0.0f;
+                __m256i x = legacy_block(row, type, b, &db, &mb);
+                _mm256_store_si256((__m256i *)(void *)(q + i * cols + 32 * b), x);
+                d[i * nb + b] = db;
+                m[i * nb + b] = mb;
+            }
+        }
+        for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
+            int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
+            tgroup_fill(&g, a, act, arb, t0, nt, cols, nb);
+            for (int64_t i = 0; i < nr; i++) {
+                float *out = y + t0 * ldy + rb + i;
+                const int8_t *qx = q + i * cols;
+                const float *dx = d + i * nb, *mx = m + i * nb;
+#define LT(ty, n) legacy_tile_row(out, ldy, qx, dx, mx, ty, &g, n, nb)
+#define LT_NT(ty) switch (nt) { case 1: LT(ty, 1); break; case 2: LT(ty, 2); break; \
+                                case 3: LT(ty, 3); break; case 4: LT(ty, 4); break; \
+                                case 5: LT(ty, 5); break; case 6: LT(ty, 6); break; \
+                                case 7: LT(ty, 7); break; default: LT(ty, 8); break; }
+                switch (type) {
+                case T_Q4_1: LT_NT(T_Q4_1); break;
+                case T_Q5_1: LT_NT(T_Q5_1); break;
+                case T_Q5_0: LT_NT(T_Q5_0); break;
+                default: LT_NT(T_Q8_0); break;
+                }
+#undef LT_NT
+#undef LT
+            }
+        }
+    }
+    return 1;
+}
+
 /* ---- k-quants ---- */
 
 /* An unpacked super-block: codes in element order (unsigned, or signed for
@@ -375,8 +520,8 @@ k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
     switch (type) {
     case T_Q2_K: {
         const struct block_q2_K *x = (const struct block_q2_K *)(const void *)row + b;
-        k->d = qconv_fp16_to_fp32(x->d);
-        k->dmin = qconv_fp16_to_fp32(x->dmin);
+        k->d = h2f(x->d);
+        k->dmin = h2f(x->dmin);
         for (int h = 0; h < 2; h++) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
             for (int g = 0; g < 4; g++)
@@ -390,7 +535,7 @@ k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
     }
     case T_Q3_K: {
         const struct block_q3_K *x = (const struct block_q3_K *)(const void *)row + b;
-        k->d = qconv_fp16_to_fp32(x->d);
+        k->d = h2f(x->d);
         __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)x->hmask);
         for (int h = 0; h < 2; h++) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
@@ -418,13 +563,13 @@ k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
         const uint8_t *scales, *qs, *qh = NULL;
         if (type == T_Q4_K) {
             const struct block_q4_K *x = (const struct block_q4_K *)(const void *)row + b;
-            k->d = qconv_fp16_to_fp32(x->d);
-            k->dmin = qconv_fp16_to_fp32(x->dmin);
+            k->d = h2f(x->d);
+            k->dmin = h2f(x->dmin);
             scales = x->scales, qs = x->qs;
         } else {
             const struct block_q5_K *x = (const struct block_q5_K *)(const void *)row + b;
-            k->d = qconv_fp16_to_fp32(x->d);
-            k->dmin = qconv_fp16_to_fp32(x->dmin);
+            k->d = h2f(x->d);
+            k->dmin = h2f(x->dmin);
             scales = x->scales, qs = x->qs, qh = x->qh;
         }
         __m256i hb = qh ? _mm256_loadu_si256((const __m256i *)(const void *)qh) : _mm256_setzero_si256();
@@ -453,7 +598,7 @@ k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
     }
     case T_Q6_K: {
         const struct block_q6_K *x = (const struct block_q6_K *)(const void *)row + b;
-        k->d = qconv_fp16_to_fp32(x->d);
+        k->d = h2f(x->d);
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h));
             __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h + 32));
@@ -476,7 +621,7 @@ k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
     }
     default: {  /* T_IQ4_XS */
         const struct block_iq4_xs *x = (const struct block_iq4_xs *)(const void *)row + b;
-        k->d = qconv_fp16_to_fp32(x->d);
+        k->d = h2f(x->d);
         __m256i lut = iq4nl_lut();
         for (int ib = 0; ib < 8; ib++) {
             k->q[ib] = _mm256_shuffle_epi8(lut, nibbles32(x->qs + 16 * ib));
@@ -505,26 +650,32 @@ static inline __m256i
 k_lanes(const struct ksb *k, const int8_t *y, int is_signed)
 {
     __m256i s = _mm256_setzero_si256();
+#pragma GCC unroll 8
     for (int c = 0; c < 8; c++)
         s = _mm256_add_epi32(s, k_chunk(k, y, c, is_signed));
     return s;
 }
 
 static inline __attribute__((always_inline)) void
-kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
+kquant_row(float *out, int64_t ldo, const uint8_t *row, const struct ksb *pre, uint32_t type,
            const struct act_row *ar, int nt, int64_t nb)
 {
     const int is_signed = type == T_Q3_K || type == T_IQ4_XS;
-    __m256 acc[NT];
-    float sacc[NT], macc[NT];
-    struct ksb k;
+    __m256 acc[TG];
+    float sacc[TG], macc[TG];
+    struct ksb kl;
 
+#pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
         acc[t] = _mm256_setzero_ps();
         sacc[t] = macc[t] = 0.0f;
     }
     for (int64_t b = 0; b < nb; b++) {
-        k_unpack(row, type, b, &k);
+        const struct ksb *kp = pre ? pre + b : &kl;
+        if (!pre)
+            k_unpack(row, type, b, &kl);
+#define k (*kp)
+#pragma GCC unroll 8
         for (int t = 0; t < nt; t++) {
             const int16_t *bs = ar[t].bsums + 16 * b;
             float yd = ar[t].d[b];
@@ -532,10 +683,10 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
                                           : k_lanes(&k, ar[t].q + QK_K * b, is_signed);
             switch (type) {
             case T_Q2_K: {
-                int32_t ml[8];
-                for (int m = 0; m < 8; m++)
-                    ml[m] = k.mn[2 * m] * bs[2 * m] + k.mn[2 * m + 1] * bs[2 * m + 1];
-                __m256 mv = _mm256_cvtepi32_ps(_mm256_loadu_si256((const __m256i *)(void *)ml));
+                /* lane m: mn[2m] bs[2m] + mn[2m+1] bs[2m+1] */
+                __m256 mv = _mm256_cvtepi32_ps(_mm256_madd_epi16(
+                    _mm256_loadu_si256((const __m256i *)(const void *)k.mn),
+                    _mm256_loadu_si256((const __m256i *)(const void *)bs)));
                 acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-yd * k.dmin), mv, acc[t]);
                 acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * k.d), _mm256_cvtepi32_ps(sumi), acc[t]);
                 break;
@@ -560,10 +711,11 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
                 break;
             }
             case T_Q6_K: {
-                int32_t cl[8];
-                for (int m = 0; m < 8; m++)
-                    cl[m] = 32 * (bs[2 * m] * k.sc16[2 * m] + bs[2 * m + 1] * k.sc16[2 * m + 1]);
-                sumi = _mm256_sub_epi32(sumi, _mm256_loadu_si256((const __m256i *)(void *)cl));
+                /* lane m: 32 (bs[2m] sc[2m] + bs[2m+1] sc[2m+1]) */
+                __m256i cl = _mm256_slli_epi32(_mm256_madd_epi16(
+                    _mm256_loadu_si256((const __m256i *)(const void *)bs),
+                    _mm256_loadu_si256((const __m256i *)(const void *)k.sc16)), 5);
+                sumi = _mm256_sub_epi32(sumi, cl);
                 acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * k.d), _mm256_cvtepi32_ps(sumi), acc[t]);
                 break;
             }
@@ -572,7 +724,9 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
                 break;
             }
         }
+#undef k
     }
+#pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
         float r;
         if (type == T_Q4_K)
@@ -583,6 +737,55 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
             r = hsum8(acc[t]);
         out[t * ldo] = r;
     }
+}
+
+/* Rows [r0, r1) of a k-quant for all n_tok tokens from unpacked row tiles
+ * (struct ksb per super-block); 0 when one row does not fit the buffer. */
+static int
+kquant_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+             const uint8_t *act, size_t arb, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    const int64_t nb = cols / QK_K;
+    size_t rowu = (size_t)nb * sizeof(struct ksb);
+    static __thread struct ksb buf[(TILE_BYTES + 8 * 1024) / sizeof(struct ksb)];
+    struct act_row ar[TG];
+
+    if (rowu > sizeof(buf))
+        return 0;
+    int64_t R = (int64_t)(sizeof(buf) / rowu);
+    if (R > 16)
+        R = 16;
+    for (int64_t rb = r0; rb < r1; rb += R) {
+        int64_t nr = r1 - rb < R ? r1 - rb : R;
+        for (int64_t i = 0; i < nr; i++)
+            for (int64_t b = 0; b < nb; b++)
+                k_unpack(w + (size_t)(rb + i) * row_bytes, type, b, &buf[i * nb + b]);
+        for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
+            int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
+            for (int t = 0; t < nt; t++)
+                act_row_at(&ar[t], ACT_Q8_K, act + (size_t)(t0 + t) * arb, cols);
+            for (int64_t i = 0; i < nr; i++) {
+                float *out = y + t0 * ldy + rb + i;
+                const struct ksb *pre = buf + i * nb;
+#define KT(ty, n) kquant_row(out, ldy, NULL, pre, ty, ar, n, nb)
+#define KT_NT(ty) switch (nt) { case 1: KT(ty, 1); break; case 2: KT(ty, 2); break; \
+                                case 3: KT(ty, 3); break; case 4: KT(ty, 4); break; \
+                                case 5: KT(ty, 5); break; case 6: KT(ty, 6); break; \
+                                case 7: KT(ty, 7); break; default: KT(ty, 8); break; }
+                switch (type) {
+                case T_Q2_K: KT_NT(T_Q2_K); break;
+                case T_Q3_K: KT_NT(T_Q3_K); break;
+                case T_Q4_K: KT_NT(T_Q4_K); break;
+                case T_Q5_K: KT_NT(T_Q5_K); break;
+                case T_Q6_K: KT_NT(T_Q6_K); break;
+                default: KT_NT(T_IQ4_XS); break;
+                }
+#undef KT_NT
+#undef KT
+            }
+        }
+    }
+    return 1;
 }
 
 /* ---- float weights ---- */
@@ -719,7 +922,7 @@ rows_tile(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t wt
 #undef LEG
             continue;
         default:
-#define KQ(ty, n) kquant_row(out, ldy, row, ty, ar, n, cols / QK_K)
+#define KQ(ty, n) kquant_row(out, ldy, row, NULL, ty, ar, n, cols / QK_K)
 #define KQ_NT(ty) switch (nt) { case 1: KQ(ty, 1); break; case 2: KQ(ty, 2); break; \
                                 case 3: KQ(ty, 3); break; default: KQ(ty, 4); break; }
             switch (wtype) {
@@ -775,6 +978,13 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
             return;
         }
     }
+    if (n_tok >= TILE_MIN && a != ACT_Q8_K &&
+        (wtype == T_Q4_1 || wtype == T_Q5_1 || wtype == T_Q5_0 || wtype == T_Q8_0) &&
+        legacy_tiles(y, ldy, wb, row_bytes, wtype, a, act, arb, n_tok, cols, r0, r1))
+        return;
+    if (n_tok >= TILE_MIN && a == ACT_Q8_K &&
+        kquant_tiles(y, ldy, wb, row_bytes, wtype, act, arb, n_tok, cols, r0, r1))
+        return;
     for (int64_t rb = r0; rb < r1; rb += ROW_TILE) {
         int64_t re = rb + ROW_TILE < r1 ? rb + ROW_TILE : r1;
         for (int64_t t0 = 0; t0 < n_tok; t0 += NT) {

@@ -3,7 +3,10 @@
  * decode-like (n_tok = 1) and prefill-like (n_tok = 512) on SmolLM2-135M
  * shapes, mm_prepare + mm_rows per call.
  *
- *   build/mmbench [n_tok_prefill]
+ *   build/mmbench [n_tok_prefill [avx2|ref [TYPE...]]]
+ *
+ * A second argument runs only that kernel table; further arguments restrict
+ * the weight types (names as in qtypes, e.g. q4_1 q6_K).
  *
  * Prints one line per type, shape, batch and kernel: time per call, GFLOP/s
  * (2 rows cols n_tok) and the weight bytes streamed per second.
@@ -12,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "ops.h"
@@ -64,11 +68,16 @@ main(int argc, char **argv)
 {
     int64_t prefill = argc > 1 ? atoll(argv[1]) : 512;
     static const uint32_t types[] = {
-        GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q8_0, GGML_TYPE_Q4_K,
-        GGML_TYPE_Q6_K, GGML_TYPE_F16,
+        GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
+        GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16,
     };
     const char *kn[2] = { "ref", "avx2" };
     const struct kernel_ops *ko[2] = { ops_select("ref"), ops_select("avx2") };
+    const char *only = argc > 2 ? argv[2] : NULL;
+
+    for (int k = 0; k < 2; k++)
+        if (only && strcmp(only, kn[k]) != 0)
+            ko[k] = NULL;
 
     if (!ko[1])
         fprintf(stderr, "mmbench: no avx2 here; ref only\n");
@@ -76,6 +85,13 @@ main(int argc, char **argv)
            "us/call", "GFLOP/s", "GB/s(w)", "speedup");
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         uint32_t t = types[ti];
+        if (argc > 3) {
+            int want = 0;
+            for (int i = 3; i < argc; i++)
+                want |= strcasecmp(argv[i], qtype_get(t)->name) == 0;
+            if (!want)
+                continue;
+        }
         int kq = qtype_get(t)->blck == 256;
         /* (rows, cols): attention-like 576x576 and FFN 1536x576; k-quants need
          * cols % 256 == 0, so they run the ffn_down shape 576x1536 too */
@@ -93,7 +109,7 @@ main(int argc, char **argv)
             for (int64_t i = 0; i < prefill * cols; i++)
                 x[i] = frnd();
             float *y = malloc((size_t)(prefill * rows) * sizeof(float));
-            float *tmp = malloc((size_t)ko[0]->mm_tmp_floats(cols) * sizeof(float) + 64);
+            float *tmp = malloc((size_t)ops_mm_tmp_floats_ref(cols) * sizeof(float) + 64);
             int64_t nts[2] = { 1, prefill };
             for (int ni = 0; ni < 2; ni++) {
                 int64_t n_tok = nts[ni];
@@ -109,7 +125,7 @@ main(int argc, char **argv)
                     printf("%-6s %4lldx%-5lld %5lld %-5s %10.1f %9.2f %8.2f %7.2fx\n",
                            qtype_get(t)->name, (long long)rows, (long long)cols, (long long)n_tok,
                            kn[k], dt * 1e6, 2.0 * (double)(rows * cols * n_tok) / dt * 1e-9,
-                           (double)(rb * (size_t)rows) / dt * 1e-9, tref / dt);
+                           (double)(rb * (size_t)rows) / dt * 1e-9, tref > 0 ? tref / dt : 0.0);
                     fflush(stdout);
                 }
             }

@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "ops.h"
+#include "cpu/attn_avx2.h"
 #include "qconv.h"
 #include "qtypes.h"
 #include "quant.h"
@@ -319,6 +320,54 @@ test_invariance(const struct kernel_ops *av)
     }
 }
 
+/* The attention kernel's vector expf must equal the C library's expf bit for
+ * bit (ggml calls expf): a sweep over every 97th float bit pattern from
+ * -120 to +100 plus the special values. */
+static void
+test_expf(void)
+{
+    enum { N = 4096 };
+    static float x[N], y[N];
+    int64_t bad = 0, n = 0;
+    static const float special[] = { 0.0f, -0.0f, 1.0f, -1.0f, 88.0f, 88.72f, 89.0f, -87.0f,
+                                     -103.0f, -103.5f, -104.0f, -150.0f, 1e-30f, -1e-30f,
+                                     INFINITY, -INFINITY, NAN };
+    uint32_t lo, hi;
+    float f = -120.0f;
+    memcpy(&hi, &f, 4);                 /* negative: bit patterns grow toward -120 */
+    f = 100.0f;
+    memcpy(&lo, &f, 4);
+    for (int pass = 0; pass < 3; pass++) {
+        uint64_t u = pass == 0 ? 0x80000000u : 0, end = pass == 0 ? hi : lo;
+        if (pass == 2) {
+            memcpy(x, special, sizeof(special));
+            u = end = 0;
+        }
+        while (pass == 2 || u < end) {
+            int k = 0;
+            if (pass == 2)
+                k = (int)(sizeof(special) / sizeof(special[0]));
+            else
+                for (; k < N && u < end; k++, u += 97) {
+                    uint32_t b = (uint32_t)u;
+                    memcpy(&x[k], &b, 4);
+                }
+            ops_expf_libm_avx2(y, x, k);
+            for (int i = 0; i < k; i++) {
+                float want = expf(x[i]);
+                if (memcmp(&want, &y[i], 4) != 0 && !(isnan(want) && isnan(y[i])) && bad++ < 3)
+                    fprintf(stderr, "expf(%a): %a, libm %a\n", (double)x[i], (double)y[i],
+                            (double)want);
+            }
+            n += k;
+            if (pass == 2)
+                break;
+        }
+    }
+    CHECK(n > 10000000);
+    CHECK_EQ(bad, 0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -333,6 +382,7 @@ main(int argc, char **argv)
     CHECK(ops_select("auto") == av);
     test_vs_ref(av, ref);
     test_invariance(av);
+    test_expf();
     const char *g = getenv("LLMKIT_GOLDEN_VECDOT");
     int n = test_golden(av, g && *g ? g : "tests/golden/kernels/vecdot.json", verbose);
     CHECK(n > 0);
