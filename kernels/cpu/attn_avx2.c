@@ -134,8 +134,8 @@ mad_f32(float *acc, const float *v, int64_t n, float w)
 }
 
 /* Slot-major fallback for head sizes the fast path does not take. */
-static void
-attn_slotwise(const struct attn_args *a, float *scratch)
+void
+ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
 {
     const int64_t nq = a->n_q, bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
 
@@ -371,7 +371,7 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
     const int64_t nq = a->n_q, dk = a->head_dim, dv = a->head_dim_v;
 
     if ((a->kv_type != 0 && a->kv_type != 1) || dv % 32 != 0 || dv / 8 > AV_MAX) {
-        attn_slotwise(a, scratch);
+        ops_attn_slotwise_avx2(a, scratch);
         return;
     }
     const int f16 = a->kv_type == 1;

@@ -368,6 +368,54 @@ test_expf(void)
     CHECK_EQ(bad, 0);
 }
 
+/* The attention kernel's head-major fast path equals its slot-major loop bit
+ * for bit (the loop whose results tests/kernels/test_ggml_exact.c checks
+ * against ggml) on SmolLM2-shaped heads with large scores (many new maxima
+ * and tiny weights), f16 and f32 caches, with and without masks. */
+static void
+test_attn_paths(const struct kernel_ops *av)
+{
+    const int64_t nq = 3, dk = 64, dv = 64, bs = 16;
+    int bad = 0;
+
+    for (int trial = 0; trial < 60; trial++) {
+        int64_t nkv = 1 + (int64_t)(rnd() % 700), nblk = (nkv + bs - 1) / bs;
+        int f16 = trial % 2 == 0;
+        size_t esz = f16 ? 2 : 4;
+        uint8_t *kp = malloc((size_t)(nblk * bs * (dk + dv)) * esz);
+        uint8_t *vp = kp + (size_t)(nblk * bs * dk) * esz;
+        for (int64_t i = 0; i < nblk * bs * (dk + dv); i++) {
+            float x = frnd() * (i < nblk * bs * dk ? 2.0f : 1.0f);
+            if (f16) {
+                uint16_t h = qconv_fp32_to_fp16(x);
+                memcpy(kp + 2 * i, &h, 2);
+            } else {
+                memcpy(kp + 4 * i, &x, 4);
+            }
+        }
+        float q[3 * 64], o1[3 * 64], o2[3 * 64];
+        for (int i = 0; i < nq * dk; i++)
+            q[i] = frnd() * (trial % 3 == 0 ? 1.5f : 15.0f);
+        int32_t *tab = malloc((size_t)nblk * sizeof(int32_t));
+        uint8_t *vis = malloc((size_t)nkv);
+        for (int64_t i = 0; i < nblk; i++)
+            tab[i] = (int32_t)(nblk - 1 - i);
+        for (int64_t i = 0; i < nkv; i++)
+            vis[i] = rnd() % 5 != 0 || i == nkv - 1;
+        float *scr = malloc((size_t)av->attn_scratch_floats(nq, bs, dk, dv) * sizeof(float));
+        struct attn_args a = { q, o1, nq, dk, dv, 0.125f, kp, vp, (size_t)(bs * dk) * esz,
+                               f16 ? 1u : 0u, bs, tab, nkv, trial % 4 < 2 ? vis : NULL };
+        av->attn(&a, scr);
+        a.out = o2;
+        ops_attn_slotwise_avx2(&a, scr);
+        if (memcmp(o1, o2, sizeof(o1)) != 0 && bad++ < 3)
+            fprintf(stderr, "attention trial %d (n_kv %lld, %s): fast path differs\n", trial,
+                    (long long)nkv, f16 ? "f16" : "f32");
+        free(kp), free(tab), free(vis), free(scr);
+    }
+    CHECK_EQ(bad, 0);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -383,6 +431,7 @@ main(int argc, char **argv)
     test_vs_ref(av, ref);
     test_invariance(av);
     test_expf();
+    test_attn_paths(av);
     const char *g = getenv("LLMKIT_GOLDEN_VECDOT");
     int n = test_golden(av, g && *g ? g : "tests/golden/kernels/vecdot.json", verbose);
     CHECK(n > 0);
