@@ -32,7 +32,7 @@ alone_tokens() {
         id=$(jq -r .id <<<"$line")
         p=$(jq -r .prompt <<<"$line")
         n=$(jq -r .max_tokens <<<"$line")
-        generate -q -m "$TINY" --kernel ref --temp 0 -n "$n" --json -p "$p" |
+        generate -q -m "$TINY" --temp 0 -n "$n" --json -p "$p" |
             jq -c --arg id "$id" '{id: $id, tokens: .tokens}'
     done <"$1" | sort >"$2"
 }
@@ -93,11 +93,7 @@ batch_tokens() {
     [[ "$stderr" == *"10 requests: 5 completed, 5 errors"* ]]
 }
 
-# The tiny model has F16/F32 weights, for which the avx2 kernels (like ggml)
-# sum in another order for one token than for a batch: equality is checked on
-# the reference kernels, which are exactly batch-invariant (test_batch.c).
 @test "64 requests give the same tokens batched as alone (greedy)" {
-    export LLMKIT_KERNEL=ref
     cd "$BATS_TEST_TMPDIR"
     mkreqs 64 req.jsonl
     alone_tokens req.jsonl alone.txt
@@ -126,7 +122,6 @@ batch_tokens() {
 }
 
 @test "seeded sampling per request is the same batched as alone" {
-    export LLMKIT_KERNEL=ref
     cd "$BATS_TEST_TMPDIR"
     for i in 1 2 3 4 5 6; do
         printf '{"id":%d,"prompt":"story %d about a fox","max_tokens":12,"temperature":0.9,"seed":%d}\n' \
