@@ -277,6 +277,18 @@ set_metadata(struct gguf *out, const struct gguf *in, const struct quantize_opts
     return bad ? -ST_NOMEM : 0;
 }
 
+/* ggml_n_dims: dimensions up to the last one above 1 (llama.cpp decides and
+ * writes with it, whatever the input file stored). */
+static uint32_t
+n_dims_of(const int64_t *ne)
+{
+    uint32_t n = GGUF_MAX_DIMS;
+
+    while (n > 1 && ne[n - 1] == 1)
+        n--;
+    return n;
+}
+
 static bool
 is_regular_file(const char *path)
 {
@@ -355,7 +367,8 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
         struct quantize_tensor_info *ti = &r->t[k];
         struct out_tensor *ot = &ts[k];
         bool fb = false;
-        int ty = quant_mix_type(&mix, t->name.p, t->type, t->n_dims, t->ne, &fb, d);
+        uint32_t nd = n_dims_of(t->ne);
+        int ty = quant_mix_type(&mix, t->name.p, t->type, nd, t->ne, &fb, d);
 
         if (ty < 0) {
             rc = ty;
@@ -369,7 +382,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
         snprintf(ti->name, sizeof(ti->name), "%s", t->name.p);
         ti->src_type = t->type;
         ti->type = (uint32_t)ty;
-        ti->n_dims = t->n_dims;
+        ti->n_dims = nd;
         memcpy(ti->ne, t->ne, sizeof(ti->ne));
         ti->src_bytes = t->nbytes;
         ti->quantized = (uint32_t)ty != t->type;
@@ -388,7 +401,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
             }
         }
         snprintf(ot->name, sizeof(ot->name), "%s", t->name.p);
-        ot->n_dims = t->n_dims;
+        ot->n_dims = nd;
         memcpy(ot->ne, t->ne, sizeof(ot->ne));
         ot->type = (uint32_t)ty;
         ot->src.data = t->data;

@@ -309,7 +309,7 @@ EOF
     ! diff -q le lg >/dev/null    # the imatrix changed the k-quants
     run -0 --separate-stderr quantize --type Q4_K_M --imatrix i.gguf --exclude-weights attn "$m" h.gguf
     run -0 convert --info --json c.gguf
-    assert_output --partial '"key":"quantize.imatrix.entries_count","value_type":"u32","value":16'
+    assert_output --partial '"key":"quantize.imatrix.entries_count","value_type":"u32","value":28'
     assert_output --partial '"key":"llmkit.quantize.imatrix_sha256"'
     # the last two input-derived keys come after the copied ones, as llama-quantize appends them
     run -0 bash -c "convert --info --json c.gguf | jq -r 'select(.type == \"kv\") | .key' | grep -v '^llmkit' | tail -6 | tr '\n' ' '"
