@@ -647,13 +647,6 @@ open_pool(struct run *g, int64_t ctx, struct diag *d)
     struct kv_config c;
     size_t bb, mem;
 
-    /* TODO(batch): the forward pass stores K/V rows as f16 or f32 only
-     * (forward.c kv_store); q8_0 needs it to call kv_row_put(), and the
-     * avx2 attention kernel a q8_0 case (the reference has one).  Until
-     * then a q8_0 pool would be written out of bounds: refuse it. */
-    if (o->kv_type == GGML_TYPE_Q8_0)
-        return diag_set(d, ST_RANGE, "--kv-type q8_0: the forward pass cannot store q8_0 K/V "
-                        "rows yet");
     model_kv_config(g->m, 0, o->kv_type, &c);
     c.block_size = o->block_size ? o->block_size : KV_BLOCK_SIZE_DEFAULT;
     if (!(bb = kv_block_bytes(&c)))

@@ -357,19 +357,8 @@ kv_store(struct model *m, struct kvcache *kv, int64_t layer, int64_t nc)
             uint8_t *vd = view.v + off + (size_t)st->bidx[t] * view.v_row_bytes;
             const float *ks = st->k + t * hp->n_head_kv * hd + h * hd;
             const float *vs = st->v + t * hp->n_head_kv * hdv + h * hdv;
-            if (kc->dtype == GGML_TYPE_F16) {
-                for (int64_t i = 0; i < hd; i++) {
-                    uint16_t u = qconv_fp32_to_fp16(ks[i]);
-                    memcpy(kd + 2 * i, &u, 2);
-                }
-                for (int64_t i = 0; i < hdv; i++) {
-                    uint16_t u = qconv_fp32_to_fp16(vs[i]);
-                    memcpy(vd + 2 * i, &u, 2);
-                }
-            } else {
-                memcpy(kd, ks, (size_t)hd * sizeof(float));
-                memcpy(vd, vs, (size_t)hdv * sizeof(float));
-            }
+            kv_row_put(kc->dtype, kd, ks, hd);
+            kv_row_put(kc->dtype, vd, vs, hdv);
         }
     }
 }

@@ -474,7 +474,6 @@ model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_con
 size_t
 model_kv_bytes_per_token(const struct model *m, uint32_t dtype)
 {
-    size_t elem = dtype == GGML_TYPE_F32 ? 4 : 2;
     return (size_t)m->hp.n_layer * (size_t)m->hp.n_head_kv *
-           (size_t)(m->hp.head_dim + m->hp.head_dim_v) * elem;
+           (kv_dtype_row_bytes(dtype, m->hp.head_dim) + kv_dtype_row_bytes(dtype, m->hp.head_dim_v));
 }

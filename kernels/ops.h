@@ -125,9 +125,9 @@ typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, in
  * slots: slot s is in physical block table[s / block_size] at index
  * s % block_size.  For physical block b the keys of this layer and KV head
  * start at k_base + b * block_stride (bytes) and are block_size rows of
- * head_dim elements of kv_type (GGML_TYPE_F32 or GGML_TYPE_F16), rows
- * head_dim elements apart; values likewise at v_base with head_dim_v
- * elements per row.
+ * head_dim elements of kv_type (GGML_TYPE_F32, GGML_TYPE_F16 or
+ * GGML_TYPE_Q8_0: rows of kv_dtype_row_bytes(kv_type, head_dim) bytes, back
+ * to back); values likewise at v_base with head_dim_v elements per row.
  *
  * For each query head h (q + h * head_dim, out + h * head_dim_v):
  *   out = sum_s softmax_s(scale * q . k_s) v_s over visible slots s < n_kv,
@@ -151,7 +151,7 @@ struct attn_args {
     const uint8_t *k_base;      /* this layer/KV head in physical block 0 */
     const uint8_t *v_base;
     size_t block_stride;        /* bytes between consecutive physical blocks */
-    uint32_t kv_type;           /* GGML_TYPE_F32 or GGML_TYPE_F16 */
+    uint32_t kv_type;           /* GGML_TYPE_F32, GGML_TYPE_F16 or GGML_TYPE_Q8_0 */
     int64_t block_size;
     const int32_t *table;       /* logical block -> physical block */
     int64_t n_kv;               /* slots considered: 0 .. n_kv-1 */

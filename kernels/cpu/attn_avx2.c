@@ -38,9 +38,11 @@ int64_t
 ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
                              int64_t head_dim_v)
 {
-    (void)block_size;
-    /* acc [n_q][dv] | M [n_q] | S [n_q] | f16 query [n_q][dk] (half a float each) */
-    return n_q * head_dim_v + 2 * n_q + (n_q * head_dim + 1) / 2 + 8;
+    /* acc [n_q][dv] | M [n_q] | S [n_q] | f16 query [n_q][dk] (half a float each);
+     * other KV types go to the reference, which must find its own room */
+    int64_t own = n_q * head_dim_v + 2 * n_q + (n_q * head_dim + 1) / 2 + 8;
+    int64_t ref = ops_attn_scratch_floats_ref(n_q, block_size, head_dim, head_dim_v);
+    return own > ref ? own : ref;
 }
 
 /* q.k over n f16 elements, as ggml_vec_dot_f16. */

@@ -214,9 +214,19 @@ batch_tokens() {
     [ ! -e tr.jsonl ]
 }
 
-@test "q8_0 KV is refused until the forward pass stores it" {
-    run -2 --separate-stderr generate -m "$TINY" --batch --kv-type q8_0 /dev/null
-    [[ "$stderr" == *"q8_0"* ]]
+@test "q8_0 KV needs heads that are whole q8_0 blocks; SmolLM2 runs with it" {
+    # the tiny fixture's heads are 16 wide: not a multiple of 32
+    run --separate-stderr generate -m "$TINY" --batch --kv-type q8_0 /dev/null
+    [ "$status" -ne 0 ]
+    [[ "$stderr" == *"q8_0"* || "$stderr" == *"block"* ]]
+    M=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    not_under_sanitizer
+    printf '%s\n' '{"id":"a","prompt":"The capital of France is","max_tokens":8}' \
+        '{"id":"b","prompt":"1, 2, 3, 4,","max_tokens":6}' >"$BATS_TEST_TMPDIR/req.jsonl"
+    run -0 --separate-stderr generate -m "$M" --batch "$BATS_TEST_TMPDIR/req.jsonl" --temp 0 \
+        --kv-type q8_0
+    [ "$(jq -s 'length' <<<"$output")" -eq 2 ]
+    [ "$(jq -s '[.[] | select(.error == null and (.tokens | length) > 0)] | length' <<<"$output")" -eq 2 ]
 }
 
 @test "SmolLM2: 4 requests give the same greedy tokens batched as alone, also preempted" {
