@@ -339,6 +339,19 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
         goto out;
     }
     in_open = true;
+    if (o->imatrix) {
+        /* llama-quantize refuses a matrix with any non-finite value, used or not */
+        const struct imatrix *im = o->imatrix;
+        for (size_t i = 0; i < im->n; i++) {
+            const struct imatrix_entry *e = &im->e[i];
+            if (grow((void **)&q.imx, &q.imx_cap, (size_t)(e->ne0 * e->n_mat), sizeof(float)) < 0) {
+                rc = diag_set(d, ST_NOMEM, "out of memory");
+                goto out;
+            }
+            if ((rc = imatrix_values(im, e, q.imx, d)) < 0)
+                goto out;
+        }
+    }
     if ((rc = quant_mix_init(&mix, &in, &o->mix, d)) < 0) {
         diag_prefix(d, "'%s'", o->input);
         goto out;

@@ -100,6 +100,10 @@ need_py() {
     printf '\x01\x00\x00\x00\xff\xff\x00\x00' >bad.dat
     run -3 --separate-stderr quantize --type Q4_0 --imatrix bad.dat "$FIX/tiny-llama-f32.gguf" o.gguf
     run -4 --separate-stderr quantize --type Q4_0 --imatrix none.dat "$FIX/tiny-llama-f32.gguf" o.gguf
+    # a NaN in any entry, used or not, is refused as llama-quantize refuses it
+    run -3 --separate-stderr quantize --type Q4_0 --imatrix "$TOP/tests/fuzz/corpus/imatrix/dat-nan.dat" \
+        "$FIX/tiny-llama-f32.gguf" o.gguf
+    [[ "$stderr" == *"non-finite"* ]]
     [ ! -e o.gguf ]
 }
 
