@@ -22,6 +22,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -38,6 +39,22 @@ enum {
 };
 
 enum act { ACT_NONE, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
+
+/* The same conversion by table (one load instead of an insert and a
+ * conversion, which matters in the decode loops on cores where F16C is
+ * slow); filled once by mm_prepare (pthread_once), which every matmul calls
+ * before its row kernels. */
+static float f16_tab[65536];
+static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
+
+static void
+f16_tab_fill(void)
+{
+    for (uint32_t i = 0; i < 65536; i += 8) {
+        __m128i h = _mm_add_epi16(_mm_set1_epi16((short)i), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
+        _mm256_storeu_ps(f16_tab + i, _mm256_cvtph_ps(h));
+    }
+}
 
 /* tokens dotted per unpacked weight block, and rows per cache tile */
 #define NT 4
@@ -156,6 +173,7 @@ ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int
     enum act a = act_type(wtype);
     size_t rb = act_row_bytes(a, cols);
 
+    pthread_once(&f16_once, f16_tab_fill);
     if (a == ACT_Q8_0 || a == ACT_Q8_1) {
         for (int64_t t = 0; t < n_tok; t++) {
             struct act_row r;
@@ -193,7 +211,7 @@ hsum8(__m256 x)
 static inline float
 fmadd_ss(float a, float b, float c)
 {
-    return _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(a), _mm_set_ss(b), _mm_set_ss(c)));
+    return __builtin_fmaf(a, b, c);    /* one vfmadd (-mfma), correctly rounded */
 }
 
 /* int32 lane k = sum of products of bytes 4k..4k+3: signed x signed */
@@ -241,6 +259,12 @@ h2f(uint16_t h)
     return _cvtsh_ss(h);
 }
 
+static inline float
+h2f_tab(uint16_t h)
+{
+    return f16_tab[h];
+}
+
 static inline __m256i
 iq4nl_lut(void)
 {
@@ -257,36 +281,36 @@ legacy_block(const uint8_t *row, uint32_t type, int64_t b, float *d, float *m)
     switch (type) {
     case T_Q4_0: {
         const struct block_q4_0 *x = (const struct block_q4_0 *)(const void *)row + b;
-        *d = h2f(x->d);
+        *d = h2f_tab(x->d);
         return _mm256_sub_epi8(nibbles32(x->qs), _mm256_set1_epi8(8));
     }
     case T_Q4_1: {
         const struct block_q4_1 *x = (const struct block_q4_1 *)(const void *)row + b;
-        *d = h2f(x->d);
-        *m = h2f(x->m);
+        *d = h2f_tab(x->d);
+        *m = h2f_tab(x->m);
         return nibbles32(x->qs);
     }
     case T_Q5_0: {
         const struct block_q5_0 *x = (const struct block_q5_0 *)(const void *)row + b;
-        *d = h2f(x->d);
+        *d = h2f_tab(x->d);
         __m256i hi = _mm256_andnot_si256(bits32(x->qh), _mm256_set1_epi8((char)0xf0));
         return _mm256_or_si256(nibbles32(x->qs), hi);
     }
     case T_Q5_1: {
         const struct block_q5_1 *x = (const struct block_q5_1 *)(const void *)row + b;
-        *d = h2f(x->d);
-        *m = h2f(x->m);
+        *d = h2f_tab(x->d);
+        *m = h2f_tab(x->m);
         __m256i hi = _mm256_and_si256(bits32(x->qh), _mm256_set1_epi8(0x10));
         return _mm256_or_si256(nibbles32(x->qs), hi);
     }
     case T_Q8_0: {
         const struct block_q8_0 *x = (const struct block_q8_0 *)(const void *)row + b;
-        *d = h2f(x->d);
+        *d = h2f_tab(x->d);
         return _mm256_loadu_si256((const __m256i *)(const void *)x->qs);
     }
     default: {  /* T_IQ4_NL */
         const struct block_iq4_nl *x = (const struct block_iq4_nl *)(const void *)row + b;
-        *d = h2f(x->d);
+        *d = h2f_tab(x->d);
         return _mm256_shuffle_epi8(iq4nl_lut(), nibbles32(x->qs));
     }
     }
@@ -338,6 +362,86 @@ legacy_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
             out[t * ldo] = hsum8(acc[t]) + sacc[t];
         else
             out[t * ldo] = hsum8(acc[t]);
+    }
+}
+
+/* Decode (one token): DR rows at once, so that their block chains overlap
+ * and the token's block is loaded once for them; each row's arithmetic is
+ * legacy_row's with nt = 1. */
+#define DR 4
+
+static inline __attribute__((always_inline)) void
+legacy_rows1(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
+             const struct act_row *ar, int nr, int64_t nb)
+{
+    const int has_min = type == T_Q4_1 || type == T_Q5_1;
+    const int chain = type == T_Q4_0 || type == T_IQ4_NL;
+    __m256 acc[DR];
+    float sacc[DR];
+
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        acc[i] = _mm256_setzero_ps();
+        sacc[i] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar->q + 32 * b));
+        float da = ar->d[b];
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            float d, m = 0.0f;
+            __m256i qx = legacy_block(row0 + (size_t)i * row_bytes, type, b, &d, &m);
+            if (chain) {
+                int isum = hsum_epi32(lanes_ss(qx, qy));
+                sacc[i] = fmadd_ss((float)isum, d * da, sacc[i]);
+            } else if (has_min) {
+                __m256 q = _mm256_cvtepi32_ps(lanes_us(qx, qy));
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), q, acc[i]);
+                sacc[i] = fmadd_ss(m, ar->s[b], sacc[i]);
+            } else {
+                __m256 q = _mm256_cvtepi32_ps(lanes_ss(qx, qy));
+                acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da), q, acc[i]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        if (chain)
+            out[i] = sacc[i];
+        else if (has_min)
+            out[i] = hsum8(acc[i]) + sacc[i];
+        else
+            out[i] = hsum8(acc[i]);
+    }
+}
+
+static void
+legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
+              int64_t cols, int64_t r0, int64_t r1)
+{
+    struct act_row ar;
+    const int64_t nb = cols / 32;
+
+    act_row_at(&ar, type == T_Q4_1 || type == T_Q5_1 ? ACT_Q8_1 : ACT_Q8_0, act, cols);
+    for (int64_t r = r0; r < r1; r += DR) {
+        int nr = r1 - r < DR ? (int)(r1 - r) : DR;
+        const uint8_t *row0 = w + (size_t)r * row_bytes;
+        /* the weights stream from memory once: ask for the group after next */
+        for (size_t off = 0; off < DR * row_bytes; off += 64)
+            _mm_prefetch((const char *)row0 + 2 * DR * row_bytes + off, _MM_HINT_T0);
+#define LD(ty, n) legacy_rows1(y + r, row0, row_bytes, ty, &ar, n, nb)
+#define LD_NR(ty) switch (nr) { case 1: LD(ty, 1); break; case 2: LD(ty, 2); break; \
+                                case 3: LD(ty, 3); break; default: LD(ty, 4); break; }
+        switch (type) {
+        case T_Q4_0: LD_NR(T_Q4_0); break;
+        case T_Q4_1: LD_NR(T_Q4_1); break;
+        case T_Q5_0: LD_NR(T_Q5_0); break;
+        case T_Q5_1: LD_NR(T_Q5_1); break;
+        case T_Q8_0: LD_NR(T_Q8_0); break;
+        default: LD_NR(T_IQ4_NL); break;
+        }
+#undef LD_NR
+#undef LD
     }
 }
 
@@ -977,6 +1081,10 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
             }
             return;
         }
+    }
+    if (n_tok == 1 && (a == ACT_Q8_0 || a == ACT_Q8_1)) {
+        legacy_decode(y, wb, row_bytes, wtype, act, cols, r0, r1);
+        return;
     }
     if (n_tok >= TILE_MIN && a != ACT_Q8_K &&
         (wtype == T_Q4_1 || wtype == T_Q5_1 || wtype == T_Q5_0 || wtype == T_Q8_0) &&

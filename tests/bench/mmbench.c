@@ -6,7 +6,9 @@
  *   build/mmbench [n_tok_prefill [avx2|ref [TYPE...]]]
  *
  * A second argument runs only that kernel table; further arguments restrict
- * the weight types (names as in qtypes, e.g. q4_1 q6_K).
+ * the weight types (names as in qtypes, e.g. q4_1 q6_K).  MMBENCH_ROWS=N
+ * replaces the row counts (e.g. 49152, an output layer that does not fit the
+ * caches, to see decode as DRAM-bound).
  *
  * Prints one line per type, shape, batch and kernel: time per call, GFLOP/s
  * (2 rows cols n_tok) and the weight bytes streamed per second.
@@ -96,8 +98,9 @@ main(int argc, char **argv)
         /* (rows, cols): attention-like 576x576 and FFN 1536x576; k-quants need
          * cols % 256 == 0, so they run the ffn_down shape 576x1536 too */
         int64_t shapes[2][2] = { { kq ? 576 : 576, kq ? 1536 : 576 }, { kq ? 1536 : 1536, kq ? 1536 : 576 } };
+        const char *er = getenv("MMBENCH_ROWS");
         for (int si = 0; si < 2; si++) {
-            int64_t rows = shapes[si][0], cols = shapes[si][1];
+            int64_t rows = er && atoll(er) > 0 ? atoll(er) : shapes[si][0], cols = shapes[si][1];
             size_t rb = qtype_row_bytes(t, cols);
             float *wf = malloc((size_t)(rows * cols) * sizeof(float));
             for (int64_t i = 0; i < rows * cols; i++)
