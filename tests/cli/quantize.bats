@@ -241,7 +241,7 @@ golden_real() {
     not_under_sanitizer
     f=$(need_model "$GEMMA")
     convert -q --type f32 "$f" "$BATS_TEST_TMPDIR/g32.gguf"
-    REAL_CASES="Q4_K_M Q8_0 Q4_K_M-imatrix" golden_real gemma3 "$BATS_TEST_TMPDIR/g32.gguf"
+    REAL_CASES="Q4_K_M Q4_K_M-imatrix" golden_real gemma3 "$BATS_TEST_TMPDIR/g32.gguf"
 }
 
 # ---- importance matrix ----
