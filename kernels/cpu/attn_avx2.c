@@ -34,6 +34,8 @@
 #include "simd_avx2.h"
 #include "cpu/attn_avx2.h"
 
+#define AC 64                   /* slots per chunk of converted keys and values */
+
 int64_t
 ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
                              int64_t head_dim_v)
@@ -41,6 +43,11 @@ ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
     /* acc [n_q][dv] | M [n_q] | S [n_q] | f16 query [n_q][dk] (half a float each);
      * other KV types go to the reference, which must find its own room */
     int64_t own = n_q * head_dim_v + 2 * n_q + (n_q * head_dim + 1) / 2 + 8;
+    /* the fast path: acc [n_q][dv] | M | S | f32 query [n_q][dk] | a chunk of
+     * keys and values in f32 [AC][dk] + [AC][dv] */
+    int64_t fast = n_q * head_dim_v + 2 * n_q + n_q * head_dim + AC * (head_dim + head_dim_v) + 16;
+    if (fast > own)
+        own = fast;
     int64_t ref = ops_attn_scratch_floats_ref(n_q, block_size, head_dim, head_dim_v);
     return own > ref ? own : ref;
 }
@@ -303,33 +310,29 @@ round_f16(__m256 v)
     return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
+/* One head over a chunk of n visible slots whose keys and values are in
+ * f32 (kc [n][dk], vc [n][dv]); the head's state (accumulator, M, S) is
+ * loaded from and stored back to memory around the chunk. */
 static inline __attribute__((always_inline)) void
-attn_head(const struct attn_args *a, const void *qh, float *out, int f16, int nv)
+attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, float scale,
+           const float *qh, float *accm, float *Mp, float *Sp, int f16, int nv)
 {
-    const int64_t bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
-    const size_t esz = f16 ? 2 : 4;
-    __m256 acc[AV_MAX];
-    float M = -INFINITY, S = 0.0f;
+    __m256 acc[AV_MAX] = { 0 };
+    float M = *Mp, S = *Sp;
     float sc[8] __attribute__((aligned(32))), arg[8] __attribute__((aligned(32)));
     float e[8] __attribute__((aligned(32)));
-    const uint8_t *vrows[8];
     int newmax[8];
 
+#pragma GCC unroll 32
     for (int i = 0; i < nv; i++)
-        acc[i] = _mm256_setzero_ps();
-    for (int64_t s0 = 0; s0 < a->n_kv;) {
-        int n = 0;
-        for (; s0 < a->n_kv && n < 8; s0++) {
-            if (a->vis && !a->vis[s0])
-                continue;
-            size_t blk = (size_t)a->table[s0 / bs] * a->block_stride;
-            const uint8_t *krow = a->k_base + blk + (size_t)(s0 % bs) * (size_t)dk * esz;
-            vrows[n] = a->v_base + blk + (size_t)(s0 % bs) * (size_t)dv * esz;
-            float d = f16 ? dot_f16((const uint16_t *)krow, qh, dk)
-                          : dot_f32((const float *)krow, qh, dk);
-            sc[n++] = d * a->scale;
-        }
-        for (int j = 0; j < n; j++) {
+        acc[i] = _mm256_loadu_ps(accm + 8 * i);
+    for (int j0 = 0; j0 < n; j0 += 8) {
+        int m = n - j0 < 8 ? n - j0 : 8;
+        /* ggml_vec_dot_f16 on exact f32 copies of the f16 operands is
+         * ggml_vec_dot_f32's sequence of operations */
+        for (int j = 0; j < m; j++)
+            sc[j] = dot_f32(kc + (int64_t)(j0 + j) * dk, qh, dk) * scale;
+        for (int j = 0; j < m; j++) {
             if (sc[j] > M) {
                 arg[j] = M - sc[j];
                 M = sc[j];
@@ -339,64 +342,102 @@ attn_head(const struct attn_args *a, const void *qh, float *out, int f16, int nv
                 newmax[j] = 0;
             }
         }
-        ops_expf_libm_avx2(e, arg, n);
-        for (int j = 0; j < n; j++) {
+        ops_expf_libm_avx2(e, arg, m);
+        for (int j = 0; j < m; j++) {
+            const float *v = vc + (int64_t)(j0 + j) * dv;
             float ms = 1.0f, vs = 1.0f;
             if (newmax[j]) {
                 ms = e[j];
                 __m256 vm = _mm256_set1_ps(ms);
-                for (int i = 0; i < nv; i++)
+            #pragma GCC unroll 32
+    for (int i = 0; i < nv; i++)
                     acc[i] = f16 ? round_f16(_mm256_mul_ps(acc[i], vm)) : _mm256_mul_ps(acc[i], vm);
             } else {
                 vs = e[j];
             }
             __m256 vw = _mm256_set1_ps(vs);
-            for (int i = 0; i < nv; i++) {
-                __m256 v = f16 ? avx2_load_f16((const uint16_t *)vrows[j] + 8 * i)
-                               : _mm256_loadu_ps((const float *)vrows[j] + 8 * i);
-                acc[i] = f16 ? round_f16(_mm256_fmadd_ps(v, vw, acc[i]))
-                             : _mm256_fmadd_ps(v, vw, acc[i]);
+        #pragma GCC unroll 32
+    for (int i = 0; i < nv; i++) {
+                __m256 t = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * i), vw, acc[i]);
+                acc[i] = f16 ? round_f16(t) : t;
             }
             /* one fused multiply-add, as ggml's S = S*ms + vs compiles */
             S = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(S), _mm_set_ss(ms), _mm_set_ss(vs)));
         }
     }
-    float inv = S == 0.0f ? 0.0f : 1.0f / S;
-    __m256 vi = _mm256_set1_ps(inv);
+#pragma GCC unroll 32
     for (int i = 0; i < nv; i++)
-        _mm256_storeu_ps(out + 8 * i, _mm256_mul_ps(acc[i], vi));
+        _mm256_storeu_ps(accm + 8 * i, acc[i]);
+    *Mp = M;
+    *Sp = S;
 }
 
 void
 ops_attn_avx2(const struct attn_args *a, float *scratch)
 {
-    const int64_t nq = a->n_q, dk = a->head_dim, dv = a->head_dim_v;
+    const int64_t nq = a->n_q, dk = a->head_dim, dv = a->head_dim_v, bs = a->block_size;
 
     if ((a->kv_type != 0 && a->kv_type != 1) || dv % 32 != 0 || dv / 8 > AV_MAX) {
         ops_attn_slotwise_avx2(a, scratch);
         return;
     }
     const int f16 = a->kv_type == 1;
-    uint16_t *q16 = (uint16_t *)scratch;
+    const size_t esz = f16 ? 2 : 4;
+    const int nv = (int)(dv / 8);
+    float *accs = scratch, *Ms = accs + nq * dv, *Ss = Ms + nq, *qf = Ss + nq;
+    float *kc = qf + nq * dk, *vc = kc + AC * dk;
 
+    memset(accs, 0, (size_t)(nq * dv) * sizeof(float));
     for (int64_t h = 0; h < nq; h++) {
-        const float *qh = a->q + h * dk;
-        float *out = a->out + h * dv;
-        if (f16) {
-            int64_t i = 0;
-            for (; i + 8 <= dk; i += 8)
-                avx2_store_f16(q16 + i, _mm256_loadu_ps(qh + i));
-            for (; i < dk; i++)
-                q16[i] = _cvtss_sh(qh[i], _MM_FROUND_TO_NEAREST_INT);
-            if (dv == 64)
-                attn_head(a, q16, out, 1, 8);
-            else
-                attn_head(a, q16, out, 1, (int)(dv / 8));
-        } else {
-            if (dv == 64)
-                attn_head(a, qh, out, 0, 8);
-            else
-                attn_head(a, qh, out, 0, (int)(dv / 8));
+        Ms[h] = -INFINITY;
+        Ss[h] = 0.0f;
+    }
+    /* the query, rounded to f16 for an f16 cache (exact in f32) */
+    for (int64_t i = 0; i < nq * dk; i++)
+        qf[i] = f16 ? _cvtsh_ss(_cvtss_sh(a->q[i], _MM_FROUND_TO_NEAREST_INT)) : a->q[i];
+
+    for (int64_t s0 = 0; s0 < a->n_kv;) {
+        /* the next AC visible slots, converted once for all the group's heads */
+        int n = 0;
+        for (; s0 < a->n_kv && n < AC; s0++) {
+            if (a->vis && !a->vis[s0])
+                continue;
+            size_t blk = (size_t)a->table[s0 / bs] * a->block_stride;
+            const uint8_t *krow = a->k_base + blk + (size_t)(s0 % bs) * (size_t)dk * esz;
+            const uint8_t *vrow = a->v_base + blk + (size_t)(s0 % bs) * (size_t)dv * esz;
+            float *kd = kc + (int64_t)n * dk, *vd = vc + (int64_t)n * dv;
+            if (f16) {
+                int64_t i = 0;
+                for (; i + 8 <= dk; i += 8)
+                    _mm256_storeu_ps(kd + i, avx2_load_f16((const uint16_t *)krow + i));
+                for (; i < dk; i++)
+                    kd[i] = _cvtsh_ss(((const uint16_t *)krow)[i]);
+                for (i = 0; i < dv; i += 8)
+                    _mm256_storeu_ps(vd + i, avx2_load_f16((const uint16_t *)vrow + i));
+            } else {
+                memcpy(kd, krow, (size_t)dk * sizeof(float));
+                memcpy(vd, vrow, (size_t)dv * sizeof(float));
+            }
+            n++;
         }
+        for (int64_t h = 0; h < nq; h++) {
+            float *accm = accs + h * dv;
+            const float *qh = qf + h * dk;
+            if (f16 && nv == 8)
+                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 1, 8);
+            else if (f16)
+                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 1, nv);
+            else if (nv == 8)
+                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 0, 8);
+            else
+                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 0, nv);
+        }
+    }
+    for (int64_t h = 0; h < nq; h++) {
+        float inv = Ss[h] == 0.0f ? 0.0f : 1.0f / Ss[h];
+        __m256 vi = _mm256_set1_ps(inv);
+        for (int i = 0; i < nv; i++)
+            _mm256_storeu_ps(a->out + h * dv + 8 * i,
+                             _mm256_mul_ps(_mm256_loadu_ps(accs + h * dv + 8 * i), vi));
     }
 }
