@@ -522,7 +522,50 @@ legacy_tile_row(float *out, int64_t ldo, const int8_t *qx, const float *dx, cons
         out[t * ldo] = has_min ? hsum8(acc[t]) + ms[t] : hsum8(acc[t]);
 }
 
-/* Rows [r0, r1) of a legacy vec_dot type (Q4_1, Q5_1, Q8_0, Q5_0) for all
+/* The 8 horizontal sums of v[0..7] in one vector (lane t = sum of v[t]'s
+ * lanes); exact integer sums. */
+static inline __m256i
+hsum8x8_epi32(const __m256i *v)
+{
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    /* a = [t0..t3 low halves | t0..t3 high halves], b likewise for t4..t7 */
+    __m256i lo = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
+    __m256i hi = _mm256_blend_epi32(_mm256_castsi128_si256(_mm256_extracti128_si256(a, 1)), b, 0xf0);
+    return _mm256_add_epi32(lo, hi);
+}
+
+/* One unpacked Q4_0 / IQ4_NL row (the repacked gemv chain) against a group
+ * of TG tokens, the tokens in the lanes: per block the 8 exact integer sums,
+ * then sacc = fma(float(sum), d * da, sacc) lane by lane, as the
+ * single-token chain does. */
+static inline __attribute__((always_inline)) void
+chain_tile_row(float *out, int64_t ldo, const int8_t *qx, const float *dx,
+               const struct tgroup *g, int64_t nb)
+{
+    __m256 sacc = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i x = _mm256_load_si256((const __m256i *)(const void *)(qx + 32 * b));
+        __m256i ax = _mm256_sign_epi8(x, x);
+        __m256i v[TG];
+#pragma GCC unroll 8
+        for (int t = 0; t < TG; t++) {
+            __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(g->q[t] + 32 * b));
+            v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones);
+        }
+        __m256 dd = _mm256_mul_ps(_mm256_set1_ps(dx[b]), _mm256_load_ps(g->dT + TG * b));
+        sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(v)), dd, sacc);
+    }
+    float r[TG] __attribute__((aligned(32)));
+    _mm256_store_ps(r, sacc);
+    for (int t = 0; t < g->nt; t++)
+        out[t * ldo] = r[t];
+}
+
+/* Rows [r0, r1) of a legacy type (Q4_1, Q5_1, Q8_0, Q5_0; Q4_0, IQ4_NL) for all
  * n_tok tokens; 0 when the row does not fit the tile buffer (the caller
  * then takes the direct path). */
 static int
@@ -564,6 +607,10 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                 float *out = y + t0 * ldy + rb + i;
                 const int8_t *qx = q + i * cols;
                 const float *dx = d + i * nb, *mx = m + i * nb;
+                if (type == T_Q4_0 || type == T_IQ4_NL) {
+                    chain_tile_row(out, ldy, qx, dx, &g, nb);
+                    continue;
+                }
 #define LT(ty, n) legacy_tile_row(out, ldy, qx, dx, mx, ty, &g, n, nb)
 #define LT_NT(ty) switch (nt) { case 1: LT(ty, 1); break; case 2: LT(ty, 2); break; \
                                 case 3: LT(ty, 3); break; case 4: LT(ty, 4); break; \
@@ -919,8 +966,8 @@ load_w1(const void *row, uint32_t type, int64_t i)
  * (element i in accumulator (i / 8) % 4, lane i % 8), reduced as
  * (a0 + a2) + (a1 + a3), then (lo + hi) and two hadds; leftovers added
  * one by one (f32 for F32, double for F16). */
-static float
-vecdot_f32_f16(const void *row, uint32_t type, const float *x, int64_t n)
+static inline __attribute__((always_inline)) float
+vecdot_f32_f16_as(const void *row, uint32_t type, uint32_t ttype, const float *x, int64_t n)
 {
     __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
     int64_t np = n & ~(int64_t)31, i;
@@ -934,7 +981,7 @@ vecdot_f32_f16(const void *row, uint32_t type, const float *x, int64_t n)
     __m128 t0 = _mm_add_ps(_mm256_castps256_ps128(a[0]), _mm256_extractf128_ps(a[0], 1));
     __m128 t1 = _mm_hadd_ps(t0, t0);
     float s = _mm_cvtss_f32(_mm_hadd_ps(t1, t1));
-    if (type == T_F32) {
+    if (ttype == T_F32) {
         for (i = np; i < n; i++)
             s = fmadd_ss(load_w1(row, type, i), x[i], s);
         return s;
@@ -945,69 +992,88 @@ vecdot_f32_f16(const void *row, uint32_t type, const float *x, int64_t n)
     return (float)sd;
 }
 
+/* type: how the row is stored and loaded; the arithmetic (the leftovers'
+ * accumulation) is that of ggml's kernel for that type */
+static float
+vecdot_f32_f16(const void *row, uint32_t type, const float *x, int64_t n)
+{
+    return vecdot_f32_f16_as(row, type, type, x, n);
+}
+
 /* ggml_vec_dot_bf16 (AVX2): 4 accumulators of separate multiply and add,
  * (c1 + c3) + (c2 + c4), hsum8, then double leftovers. */
-static float
-vecdot_bf16(const void *row, const float *x, int64_t n)
+static inline __attribute__((always_inline)) float
+vecdot_bf16_as(const void *row, uint32_t type, const float *x, int64_t n)
 {
     __m256 c[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
     int64_t i = 0;
 
     for (; i + 32 <= n; i += 32)
         for (int j = 0; j < 4; j++)
-            c[j] = _mm256_add_ps(_mm256_mul_ps(load_w8(row, T_BF16, i + 8 * j),
+            c[j] = _mm256_add_ps(_mm256_mul_ps(load_w8(row, type, i + 8 * j),
                                                _mm256_loadu_ps(x + i + 8 * j)), c[j]);
     __m256 s = _mm256_add_ps(_mm256_add_ps(c[0], c[2]), _mm256_add_ps(c[1], c[3]));
     double sd = (double)hsum8(s);
     for (; i < n; i++)
-        sd += (double)(load_w1(row, T_BF16, i) * x[i]);
+        sd += (double)(load_w1(row, type, i) * x[i]);
     return (float)sd;
 }
 
-/* llamafile tinyBLAS (batches of 2 or more, cols % 8 == 0): one 8-lane FMA
- * accumulator per output, hsum8. */
-static inline __attribute__((always_inline)) void
-tinyblas_row(float *out, int64_t ldo, const void *row, uint32_t type, const float *const *xt,
-             int nt, int64_t n)
+static float
+vecdot_bf16(const void *row, const float *x, int64_t n)
 {
-    __m256 acc[NT];
-    for (int t = 0; t < nt; t++)
-        acc[t] = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += 8) {
-        __m256 w = load_w8(row, type, i);
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_fmadd_ps(w, _mm256_loadu_ps(xt[t] + i), acc[t]);
+    return vecdot_bf16_as(row, T_BF16, x, n);
+}
+
+/* F16 / BF16 rows [r0, r1) for a batch: tiles of rows widened to f32 once
+ * (exact), then each token's ggml_vec_dot_f16 / _bf16 reads the tile; 0 when
+ * one row does not fit. */
+static int
+float_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+            const uint8_t *act, size_t arb, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    static __thread float buf[TILE_BYTES / sizeof(float)] __attribute__((aligned(32)));
+    size_t rowu = (size_t)cols * sizeof(float);
+
+    if (rowu > sizeof(buf))
+        return 0;
+    int64_t R = (int64_t)(sizeof(buf) / rowu);
+    for (int64_t rb = r0; rb < r1; rb += R) {
+        int64_t nr = r1 - rb < R ? r1 - rb : R;
+        for (int64_t i = 0; i < nr; i++) {
+            const uint8_t *row = w + (size_t)(rb + i) * row_bytes;
+            float *d = buf + i * cols;
+            int64_t c = 0;
+            for (; c + 8 <= cols; c += 8)
+                _mm256_storeu_ps(d + c, load_w8(row, type, c));
+            for (; c < cols; c++)
+                d[c] = load_w1(row, type, c);
+        }
+        for (int64_t t = 0; t < n_tok; t++) {
+            const float *xt = (const float *)(const void *)(act + (size_t)t * arb);
+            for (int64_t i = 0; i < nr; i++)
+                y[t * ldy + rb + i] = type == T_BF16
+                                          ? vecdot_bf16_as(buf + i * cols, T_F32, xt, cols)
+                                          : vecdot_f32_f16_as(buf + i * cols, T_F32, T_F16, xt, cols);
+        }
     }
-    for (int t = 0; t < nt; t++)
-        out[t * ldo] = hsum8(acc[t]);
+    return 1;
 }
 
 /* ---- the row kernel ---- */
 
 static void
 rows_tile(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t wtype, enum act a,
-          const uint8_t *act, size_t arb, const float *x, int64_t ldx, int64_t t0, int nt,
-          int64_t cols, int64_t r0, int64_t r1)
+          const uint8_t *act, size_t arb, int64_t t0, int nt, int64_t cols, int64_t r0, int64_t r1)
 {
     struct act_row ar[NT];
-    const float *xt[NT];
 
-    for (int t = 0; t < nt; t++) {
-        if (a == ACT_F32)
-            xt[t] = x + (t0 + t) * ldx;
-        else if (a == ACT_F16 || a == ACT_BF16)
-            xt[t] = (const float *)(const void *)(act + (size_t)(t0 + t) * arb);
-        else
-            act_row_at(&ar[t], a, act + (size_t)(t0 + t) * arb, cols);
-    }
+    for (int t = 0; t < nt; t++)
+        act_row_at(&ar[t], a, act + (size_t)(t0 + t) * arb, cols);
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *row = w + (size_t)r * row_bytes;
         float *out = y + t0 * ldy + r;
         switch (a) {
-        case ACT_F32:
-        case ACT_F16:
-        case ACT_BF16:
-            break;
         case ACT_Q8_0:
         case ACT_Q8_1:
             /* constant type and token count: each instance is specialized */
@@ -1039,19 +1105,8 @@ rows_tile(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t wt
             }
 #undef KQ_NT
 #undef KQ
-            continue;
+            break;
         }
-        /* float weights, batches of two or more */
-#define TB(ty, n) tinyblas_row(out, ldy, row, ty, xt, n, cols)
-#define TB_NT(ty) switch (nt) { case 1: TB(ty, 1); break; case 2: TB(ty, 2); break; \
-                                case 3: TB(ty, 3); break; default: TB(ty, 4); break; }
-        switch (wtype) {
-        case T_F32: TB_NT(T_F32); break;
-        case T_F16: TB_NT(T_F16); break;
-        default: TB_NT(T_BF16); break;
-        }
-#undef TB_NT
-#undef TB
     }
 }
 
@@ -1069,6 +1124,9 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
         return;
     if (a == ACT_F32 || a == ACT_F16 || a == ACT_BF16) {
         /* ggml_vec_dot_* per token, whatever the batch */
+        if ((wtype == T_F16 || wtype == T_BF16) && n_tok >= TILE_MIN &&
+            float_tiles(y, ldy, wb, row_bytes, wtype, act, arb, n_tok, cols, r0, r1))
+            return;
         {
             for (int64_t t = 0; t < n_tok; t++) {
                 const float *xt = a == ACT_F32 ? x + t * ldx
@@ -1086,8 +1144,7 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
         legacy_decode(y, wb, row_bytes, wtype, act, cols, r0, r1);
         return;
     }
-    if (n_tok >= TILE_MIN && a != ACT_Q8_K &&
-        (wtype == T_Q4_1 || wtype == T_Q5_1 || wtype == T_Q5_0 || wtype == T_Q8_0) &&
+    if (n_tok >= TILE_MIN && (a == ACT_Q8_0 || a == ACT_Q8_1) &&
         legacy_tiles(y, ldy, wb, row_bytes, wtype, a, act, arb, n_tok, cols, r0, r1))
         return;
     if (n_tok >= TILE_MIN && a == ACT_Q8_K &&
@@ -1097,7 +1154,7 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
         int64_t re = rb + ROW_TILE < r1 ? rb + ROW_TILE : r1;
         for (int64_t t0 = 0; t0 < n_tok; t0 += NT) {
             int nt = n_tok - t0 < NT ? (int)(n_tok - t0) : NT;
-            rows_tile(y, ldy, wb, row_bytes, wtype, a, act, arb, x, ldx, t0, nt, cols, rb, re);
+            rows_tile(y, ldy, wb, row_bytes, wtype, a, act, arb, t0, nt, cols, rb, re);
         }
     }
 }
