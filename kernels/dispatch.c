@@ -29,6 +29,8 @@ const struct kernel_ops kernel_ops_ref = {
     .silu_mul = ops_silu_mul_ref,
     .attn = ops_attn_ref,
     .attn_scratch_floats = ops_attn_scratch_floats_ref,
+    .attn_tiled = ops_attn_tiled_ref,
+    .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_ref,
 };
 
 /* AVX2 + FMA + F16C (kernels/cpu/ *_avx2.c, compiled with those flags and
@@ -61,6 +63,8 @@ const struct kernel_ops kernel_ops_avx2 = {
     .silu_mul = ops_silu_mul_avx2,
     .attn = ops_attn_avx2,
     .attn_scratch_floats = ops_attn_scratch_floats_avx2,
+    .attn_tiled = ops_attn_tiled_avx2,
+    .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_avx2,
 };
 
 /* Best first: "auto" takes the first available entry. */

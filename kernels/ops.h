@@ -162,6 +162,58 @@ typedef void (*ops_attn_fn)(const struct attn_args *a, float *scratch);
 typedef int64_t (*ops_attn_scratch_floats_fn)(int64_t n_q, int64_t block_size, int64_t head_dim,
                                               int64_t head_dim_v);
 
+/* ---- tiled attention: a tile of query rows of one sequence ----
+ *
+ * The arithmetic of llama.cpp's CPU flash attention for a ubatch of at
+ * least ATTN_TILE_Q query rows (ggml_compute_forward_flash_attn_ext_tiled):
+ * llama-perplexity and llama-imatrix run it, so tools reproducing their
+ * results bit for bit call this kernel instead of ops_attn_fn.  Unlike the
+ * one-row arithmetic its rounding depends on the KV tiling, not on the other
+ * rows: each row's result is a function of its query, its visible slots and
+ * the tiles of ATTN_TILE_KV slots aligned at slot 0 (a llama.cpp KV cell
+ * index = the slot), so rows may be grouped in any tiles.
+ *
+ * Rows r < n_rows (at most ATTN_TILE_Q) and heads h < n_q share one KV
+ * head (paged as in struct attn_args; kv_type GGML_TYPE_F32 or F16 only).
+ * Row r sees slots 0 .. n_kv[r]-1 (n_kv[r] >= 1: causal prefix).  For each
+ * (r, h), with q = q + r * ldq + h * head_dim, out = out + r * ldo + h *
+ * head_dim_v, all in f32 (the query is not rounded, keys and values are
+ * converted exactly), per KV tile t of slots [64t, 64t+64) holding a visible
+ * slot, in tile order:
+ *   s_j   = fma chain over d of q[d] * k_j[d] from 0, times scale; -inf for
+ *           slots not visible
+ *   Mnew  = max(M, max_j s_j); when Mnew > M: acc *= expf(M - Mnew) and
+ *           S *= the same; M = Mnew
+ *   p_j   = ggml's vectorised exp (avx2_expf) of s_j - M, summed per 8 lanes
+ *           in ggml_vec_soft_max_f32's order, the 8-lane sums in double;
+ *           S = (float)(S + sum)
+ *   acc   = fma chain over j of p_j * v_j, per element, in slot order
+ * out = acc * (1 / S).  scratch holds attn_tiled_scratch_floats(n_q,
+ * head_dim, head_dim_v) floats (per thread). */
+#define ATTN_TILE_Q 64          /* ggml's GGML_FA_TILE_Q: query rows per tile, and the
+                                 * ubatch size from which llama.cpp tiles */
+#define ATTN_TILE_KV 64         /* GGML_FA_TILE_KV: slots per KV tile */
+
+struct attn_tiled_args {
+    const float *q;             /* row r, head h at q + r * ldq + h * head_dim */
+    float *out;                 /* row r, head h at out + r * ldo + h * head_dim_v */
+    int64_t ldq, ldo;
+    int64_t n_rows;             /* 1 .. ATTN_TILE_Q */
+    int64_t n_q, head_dim, head_dim_v;
+    float scale;
+    const uint8_t *k_base;      /* as struct attn_args */
+    const uint8_t *v_base;
+    size_t block_stride;
+    uint32_t kv_type;           /* GGML_TYPE_F32 or GGML_TYPE_F16 */
+    int64_t block_size;
+    const int32_t *table;
+    const int64_t *n_kv;        /* [n_rows]: row r sees slots 0 .. n_kv[r]-1 */
+};
+
+typedef void (*ops_attn_tiled_fn)(const struct attn_tiled_args *a, float *scratch);
+typedef int64_t (*ops_attn_tiled_scratch_floats_fn)(int64_t n_q, int64_t head_dim,
+                                                    int64_t head_dim_v);
+
 /* ---- the dispatch table ---- */
 struct kernel_ops {
     const char *name;           /* "ref", later "avx2", "avx512", "cuda" */
@@ -178,6 +230,8 @@ struct kernel_ops {
     ops_silu_mul_fn silu_mul;
     ops_attn_fn attn;
     ops_attn_scratch_floats_fn attn_scratch_floats;
+    ops_attn_tiled_fn attn_tiled;                       /* may be NULL */
+    ops_attn_tiled_scratch_floats_fn attn_tiled_scratch_floats;
 };
 
 /* The reference implementation (kernels/cpu/ *_ref.c); always available. */
@@ -218,6 +272,8 @@ void ops_silu_mul_ref(float *y, const float *gate, const float *up, int64_t n);
 void ops_attn_ref(const struct attn_args *a, float *scratch);
 int64_t ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim,
                                     int64_t head_dim_v);
+void ops_attn_tiled_ref(const struct attn_tiled_args *a, float *scratch);
+int64_t ops_attn_tiled_scratch_floats_ref(int64_t n_q, int64_t head_dim, int64_t head_dim_v);
 
 /* AVX2 kernels (only callable when kernel_ops_avx2.available() is 1). */
 void ops_rmsnorm_avx2(float *y, const float *x, const float *w, int64_t n, float eps);
@@ -225,5 +281,7 @@ void ops_silu_mul_avx2(float *y, const float *gate, const float *up, int64_t n);
 void ops_attn_avx2(const struct attn_args *a, float *scratch);
 int64_t ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
                                      int64_t head_dim_v);
+void ops_attn_tiled_avx2(const struct attn_tiled_args *a, float *scratch);
+int64_t ops_attn_tiled_scratch_floats_avx2(int64_t n_q, int64_t head_dim, int64_t head_dim_v);
 
 #endif

@@ -86,4 +86,49 @@ gc_attn_inputs(const struct gc_attn *c, float *q, void *k, void *v, uint8_t *vis
     }
 }
 
+/* Tiled attention cases (llama.cpp's path for ubatches of >= 64 query
+ * rows): n_rows consecutive query rows of one sequence, n_q heads sharing
+ * one KV head, causal: row r sees slots 0 .. n_kv - n_rows + r. */
+struct gc_tiled {
+    int64_t n_rows, n_q, dk, dv, n_kv;
+    int f16;                    /* KV type: 1 = F16, 0 = F32 */
+    uint64_t seed;
+};
+
+static const struct gc_tiled gc_tiled_cases[] = {
+    { 64, 3, 64, 64, 100, 1, 21 },      /* SmolLM2's head shape, one Q tile */
+    { 100, 3, 64, 64, 300, 1, 22 },     /* two Q tiles per head, 5 KV tiles */
+    { 100, 3, 64, 64, 230, 0, 23 },     /* f32 cache */
+    { 70, 2, 80, 80, 150, 1, 24 },      /* a head size past 64 */
+    { 64, 1, 40, 36, 64, 0, 25 },       /* a fresh prefill; dv with a 4-column tail */
+};
+#define GC_N_TILED ((int)(sizeof(gc_tiled_cases) / sizeof(gc_tiled_cases[0])))
+
+/* Fills q [n_rows][n_q][dk] f32 and keys/values in slot order (k [n_kv][dk],
+ * v [n_kv][dv] as f16 bits or f32, per c->f16). */
+static inline void
+gc_tiled_inputs(const struct gc_tiled *c, float *q, void *k, void *v)
+{
+    struct rng r;
+    rng_seed(&r, c->seed);
+    for (int64_t i = 0; i < c->n_rows * c->n_q * c->dk; i++)
+        q[i] = gc_normal(&r) * 1.5f;
+    for (int64_t s = 0; s < c->n_kv; s++) {
+        for (int64_t i = 0; i < c->dk; i++) {
+            float x = gc_normal(&r) * 2.0f;
+            if (c->f16)
+                ((uint16_t *)k)[s * c->dk + i] = qconv_fp32_to_fp16(x);
+            else
+                ((float *)k)[s * c->dk + i] = x;
+        }
+        for (int64_t i = 0; i < c->dv; i++) {
+            float x = gc_normal(&r);
+            if (c->f16)
+                ((uint16_t *)v)[s * c->dv + i] = qconv_fp32_to_fp16(x);
+            else
+                ((float *)v)[s * c->dv + i] = x;
+        }
+    }
+}
+
 #endif
