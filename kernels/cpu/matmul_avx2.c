@@ -166,6 +166,77 @@ quantize_q8_01_avx2(const float *x, int8_t *q, float *dd, float *ss, int64_t n)
     }
 }
 
+/* Q8_K blocks as ggml's quantize_row_q8_K_ref (which x86 builds use):
+ * max = the first value of largest magnitude (NaN ignored), iscale =
+ * -127 / max, codes = nearest_int(iscale * x) by the 1.5 * 2^23 addition
+ * (the product rounded first: no fused multiply-add), clamped above at 127
+ * and truncated to int8, 16-element sums, d = 1 / iscale. */
+static void
+quantize_q8_k_avx2(const float *x, int8_t *q, float *dd, int16_t *bsums, int64_t n)
+{
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    const __m256 magic = _mm256_set1_ps(12582912.0f);
+    /* byte 0 of each 32-bit lane to the low 4 bytes of each 128-bit half */
+    const __m256i pick = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, -1, 0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1,
+                                          -1, -1, -1, -1);
+
+    for (int64_t b = 0; b < n / QK_K; b++, x += QK_K, q += QK_K, bsums += 16) {
+        __m256 m = _mm256_setzero_ps();
+        for (int j = 0; j < QK_K; j += 8)
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.0f) {
+            memset(q, 0, QK_K);
+            memset(bsums, 0, 16 * sizeof(int16_t));
+            dd[b] = 0.0f;
+            continue;
+        }
+        float max = 0.0f;
+        __m256 va = _mm256_set1_ps(amax);
+        for (int j = 0; j < QK_K; j += 8) {
+            int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)),
+                                                       va, _CMP_EQ_OQ));
+            if (hit) {
+                max = x[j + __builtin_ctz((unsigned)hit)];
+                break;
+            }
+        }
+        float iscale = -127.0f / max;
+        __m256 vs = _mm256_set1_ps(iscale);
+        for (int j = 0; j < QK_K; j += 32) {
+            __m256i c[4];
+            for (int k = 0; k < 4; k++) {
+                __m256 p = _mm256_mul_ps(vs, _mm256_loadu_ps(x + j + 8 * k));
+                __asm__("" : "+x"(p));  /* keep the product rounded on its own */
+                __m256i i = _mm256_castps_si256(_mm256_add_ps(p, magic));
+                i = _mm256_sub_epi32(_mm256_and_si256(i, _mm256_set1_epi32(0x007fffff)),
+                                     _mm256_set1_epi32(0x00400000));
+                c[k] = _mm256_min_epi32(i, _mm256_set1_epi32(127));
+            }
+            /* truncate to bytes: lane order 0..7 of c[0], then c[1], ... */
+            for (int k = 0; k < 4; k++) {
+                __m256i t = _mm256_shuffle_epi8(c[k], pick);
+                uint32_t lo = (uint32_t)_mm256_extract_epi32(t, 0), hi = (uint32_t)_mm256_extract_epi32(t, 4);
+                memcpy(q + j + 8 * k, &lo, 4);
+                memcpy(q + j + 8 * k + 4, &hi, 4);
+            }
+        }
+        for (int s16 = 0; s16 < 16; s16++) {
+            __m128i v = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(q + 16 * s16)));
+            __m128i w = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)(const void *)(q + 16 * s16 + 8)));
+            __m128i t = _mm_madd_epi16(_mm_add_epi16(v, w), _mm_set1_epi16(1));
+            t = _mm_add_epi32(t, _mm_unpackhi_epi64(t, t));
+            t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
+            bsums[s16] = (int16_t)_mm_cvtsi128_si32(t);
+        }
+        dd[b] = 1.0f / iscale;
+    }
+}
+
 void
 ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int64_t n_tok,
                     int64_t cols)
@@ -190,8 +261,14 @@ ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int
             for (; i < cols; i++)
                 yt[i] = fp16_round(xt[i]);
         }
+    } else if (a == ACT_Q8_K) {
+        for (int64_t t = 0; t < n_tok; t++) {
+            struct act_row r;
+            act_row_at(&r, a, (uint8_t *)work + (size_t)t * rb, cols);
+            quantize_q8_k_avx2(x + t * ldx, (int8_t *)r.q, (float *)r.d, (int16_t *)r.bsums, cols);
+        }
     } else {
-        /* Q8_K (scalar in ggml too) and BF16 */
+        /* BF16 */
         ops_mm_prepare_ref(work, wtype, x, ldx, n_tok, cols);
     }
 }

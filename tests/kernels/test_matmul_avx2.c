@@ -416,6 +416,63 @@ test_attn_paths(const struct kernel_ops *av)
     CHECK_EQ(bad, 0);
 }
 
+/* mm_prepare on edge rows writes the reference's bytes: an all-zero block,
+ * a block whose largest magnitude occurs as -a before +a (the first one sets
+ * the scale's sign), exact halves after scaling, tiny and huge values, and
+ * (Q8_K only, whose reference ignores them in the maximum) a NaN. */
+static void
+test_prepare_edges(const struct kernel_ops *av, const struct kernel_ops *ref)
+{
+    static const uint32_t pt[] = { GGML_TYPE_Q4_K, GGML_TYPE_Q8_0, GGML_TYPE_Q4_1, GGML_TYPE_F16,
+                                   GGML_TYPE_BF16 };
+    const int64_t cols = 1024, n_tok = 3;
+    float *x = malloc((size_t)(n_tok * cols) * sizeof(float));
+
+    for (size_t pi = 0; pi < sizeof(pt) / sizeof(pt[0]); pi++) {
+        uint32_t t = pt[pi];
+        for (int64_t i = 0; i < n_tok * cols; i++)
+            x[i] = frnd() * 3.0f;
+        for (int64_t i = 0; i < 256; i++)
+            x[i] = 0.0f;                                    /* token 0, block 0: zeros */
+        x[256 + 5] = -4.0f, x[256 + 77] = 4.0f;            /* block 1: -a first */
+        for (int64_t i = 512; i < 768; i++)
+            x[i] = (float)((i % 9) - 4) * 0.5f;             /* block 2: halves */
+        x[768 + 3] = 1e-30f, x[768 + 4] = 3e30f;            /* block 3: tiny and huge */
+        if (t == GGML_TYPE_Q4_K) {
+            x[cols + 100] = NAN;                            /* token 1 */
+            /* token 2, block 0: values whose scaled code differs when the
+             * product and the rounding addition are fused (ggml rounds the
+             * product first) */
+            float *b = x + 2 * cols, iscale;
+            int found = 0;
+            b[0] = 3.0f;
+            iscale = -127.0f / b[0];
+            for (int k = 0; k < 200000 && found < 255; k++) {
+                float c = (float)(k % 120) + 0.5f, v = c / -iscale;
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                u += (uint32_t)(k / 120) - 800;
+                memcpy(&v, &u, 4);
+                volatile float prod = iscale * v;
+                float unf = prod + 12582912.0f, fus = fmaf(iscale, v, 12582912.0f);
+                if (unf != fus && fabsf(v) < 3.0f)
+                    b[1 + found++] = v;
+            }
+            CHECK(found > 8);
+        }
+        size_t ws = ref->mm_work_size(t, n_tok, cols);
+        uint8_t *wa = malloc(ws + 1), *wr = malloc(ws + 1);
+        av->mm_prepare(wa, t, x, cols, n_tok, cols);
+        ref->mm_prepare(wr, t, x, cols, n_tok, cols);
+        if (memcmp(wa, wr, ws) != 0) {
+            fprintf(stderr, "%s: prepare differs from ref on edge rows\n", qtype_get(t)->name);
+            CHECK(0);
+        }
+        free(wa), free(wr);
+    }
+    free(x);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -430,6 +487,7 @@ main(int argc, char **argv)
     CHECK(ops_select("auto") == av);
     test_vs_ref(av, ref);
     test_invariance(av);
+    test_prepare_edges(av, ref);
     test_expf();
     test_attn_paths(av);
     const char *g = getenv("LLMKIT_GOLDEN_VECDOT");
