@@ -46,6 +46,11 @@ struct forward_state {
     int64_t attn_scr_n, attn_scr_cap;
     uint8_t *vis;               /* [nth][vis_n] */
     int64_t vis_n, vis_cap;
+    /* llamacpp_ubatch mode: the chunk's runs of at most ATTN_TILE_Q
+     * consecutive rows of one sequence, and per-thread visible lengths */
+    int32_t *run0;              /* [B + 1] first chunk row of each run, then nc */
+    int64_t n_run;
+    int64_t *tnkv;              /* [nth][ATTN_TILE_Q] */
     int64_t *slot;              /* [n] slot of each batch token */
     int32_t *perm;              /* [n] batch indices grouped by sequence, in batch order */
     int64_t cap_n;
@@ -111,6 +116,8 @@ forward_state_new(struct model *m, struct diag *d)
     st->up = malloc(B * (size_t)hp->n_ff * sizeof(float));
     st->blk = malloc(B * sizeof(int32_t));
     st->bidx = malloc(B * sizeof(int64_t));
+    st->run0 = malloc((B + 1) * sizeof(int32_t));
+    st->tnkv = malloc((size_t)st->nth * ATTN_TILE_Q * sizeof(int64_t));
 
     /* matmul work and per-thread row buffers: the largest any weight needs */
     const struct model_weight *ws[9] = { &m->output, NULL };
@@ -132,7 +139,8 @@ forward_state_new(struct model *m, struct diag *d)
     st->mm_work = work ? aligned_alloc(64, (work + 63) / 64 * 64) : NULL;
     st->mm_tmp = malloc((size_t)st->nth * (size_t)(st->mm_tmp_n ? st->mm_tmp_n : 1) * sizeof(float));
     if (!st->x || !st->xn || !st->tmp || !st->q || !st->k || !st->v || !st->att || !st->gate ||
-        !st->up || !st->blk || !st->bidx || (work && !st->mm_work) || !st->mm_tmp)
+        !st->up || !st->blk || !st->bidx || !st->run0 || !st->tnkv || (work && !st->mm_work) ||
+        !st->mm_tmp)
         return diag_set(d, ST_NOMEM, "out of memory for forward scratch (%lld tokens)",
                         (long long)st->B);
     return 0;
@@ -156,6 +164,8 @@ forward_state_free(struct model *m)
     free(st->up);
     free(st->blk);
     free(st->bidx);
+    free(st->run0);
+    free(st->tnkv);
     free(st->mm_work);
     free(st->mm_tmp);
     free(st->attn_scr);
@@ -339,6 +349,64 @@ attn_range(void *arg, int64_t i0, int64_t i1, int ith)
     }
 }
 
+/* llamacpp_ubatch mode: job it = run it / n_kvh of the chunk's rows through
+ * the tiled kernel for KV head it % n_kvh (rows are independent in it, so
+ * any grouping of a sequence's rows gives llama.cpp's results) */
+static void
+attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
+{
+    struct attn_job *j = arg;
+    struct model *m = j->m;
+    struct forward_state *st = m->st;
+    const struct model_hparams *hp = &m->hp;
+    const struct kv_config *kc = kv_config_get(j->kv);
+    int64_t n_kvh = hp->n_head_kv, grp = hp->n_head / hp->n_head_kv;
+    int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
+    int64_t qd = hp->n_head * hd, ad = hp->n_head * hdv;
+    float *scr = st->attn_scr + (int64_t)ith * st->attn_scr_n;
+    int64_t *nkv = st->tnkv + (int64_t)ith * ATTN_TILE_Q;
+
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t r = it / n_kvh, g = it % n_kvh;
+        int64_t t0 = st->run0[r], t1 = st->run0[r + 1];
+        const struct batch_tok *bt = &j->b->tok[j->c0 + t0];
+        struct kv_head_view view;
+        struct attn_tiled_args a;
+        int64_t nb;
+
+        for (int64_t t = t0; t < t1; t++)
+            nkv[t - t0] = st->slot[j->c0 + t] + 1;
+        kv_head_view(j->kv, j->layer, g, &view);
+        a.q = st->q + t0 * qd + g * grp * hd;
+        a.out = st->att + t0 * ad + g * grp * hdv;
+        a.ldq = qd;
+        a.ldo = ad;
+        a.n_rows = t1 - t0;
+        a.n_q = grp;
+        a.head_dim = hd;
+        a.head_dim_v = hdv;
+        a.scale = 1.0f / sqrtf((float)hd);
+        a.k_base = view.k;
+        a.v_base = view.v;
+        a.block_stride = view.block_stride;
+        a.kv_type = kc->dtype;
+        a.block_size = kc->block_size;
+        a.table = kv_seq_table(j->kv, bt->seq, &nb);
+        a.n_kv = nkv;
+        m->ops->attn_tiled(&a, scr);
+    }
+}
+
+/* whether this call's attention takes the tiled arithmetic (see
+ * model.h, llamacpp_ubatch) */
+static int
+use_tiled(const struct model *m, const struct kvcache *kv, const struct batch *b)
+{
+    uint32_t t = kv_config_get(kv)->dtype;
+    return m->llamacpp_ubatch >= ATTN_TILE_Q && m->ops->attn_tiled && !b->mask &&
+           (t == GGML_TYPE_F32 || t == GGML_TYPE_F16);
+}
+
 /* writes the chunk's K and V rows into their slots */
 static void
 kv_store(struct model *m, struct kvcache *kv, int64_t layer, int64_t nc)
@@ -387,6 +455,15 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
     }
     if ((rc = hook(h, MODEL_HOOK_EMBD, -1, "inp_embd", NULL, st->x, nc, E, E, c0, b)) < 0)
         return rc;
+    const int tiled = use_tiled(m, kv, b);
+    if (tiled) {
+        st->n_run = 0;
+        for (int64_t t = 0; t < nc; t++)
+            if (t == 0 || b->tok[c0 + t].seq != b->tok[c0 + t - 1].seq ||
+                t - st->run0[st->n_run - 1] == ATTN_TILE_Q)
+                st->run0[st->n_run++] = (int32_t)t;
+        st->run0[st->n_run] = (int32_t)nc;
+    }
 
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
@@ -413,7 +490,10 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
         kv_store(m, kv, l, nc);
 
         struct attn_job aj = { m, kv, b, c0, l };
-        threadpool_for(m->tp, nc * hp->n_head_kv, 1, attn_range, &aj);
+        if (tiled)
+            threadpool_for(m->tp, st->n_run * hp->n_head_kv, 1, attn_tiled_range, &aj);
+        else
+            threadpool_for(m->tp, nc * hp->n_head_kv, 1, attn_range, &aj);
 
         if ((rc = hook_linear(h, il, &L->wo, st->att, nc, ad, c0, b)) < 0)
             return rc;
@@ -566,6 +646,11 @@ model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
     /* per-thread attention scratch for this pool's block size */
     int64_t grp = hp->n_head / hp->n_head_kv;
     int64_t need = m->ops->attn_scratch_floats(grp, kc->block_size, hp->head_dim, hp->head_dim_v);
+    if (use_tiled(m, kv, b)) {
+        int64_t nt = m->ops->attn_tiled_scratch_floats(grp, hp->head_dim, hp->head_dim_v);
+        if (nt > need)
+            need = nt;
+    }
     if (need > st->attn_scr_n) {
         int64_t cap = st->attn_scr_cap;
         if (!(p = grow(st->attn_scr, &cap, need * st->nth, sizeof(float))))

@@ -19,6 +19,7 @@
 
 #define IMATRIX_FILE_MAX ((size_t)1 << 32)  /* 4 GiB: far above any real imatrix */
 #define IMATRIX_MIN_ROWS 16                 /* llama-imatrix ignores smaller batches */
+#define IMATRIX_UBATCH 512                  /* llama-imatrix's default n_ubatch */
 
 void
 imatrix_init(struct imatrix *im)
@@ -629,8 +630,18 @@ imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const i
             bt[i].token = i == 0 && o->bos >= 0 ? o->bos : ct[i];
             bt[i].logits = 0;
         }
-        if ((rc = model_forward(m, kv, &b, &hooks, NULL, d)) < 0)
-            goto out;
+        /* in llama-imatrix's ubatches (its default n_ubatch, 512 tokens),
+         * each call stating its ubatch size so that attention rounds as
+         * llama.cpp's does (model.h, llamacpp_ubatch) */
+        for (int64_t p0 = 0; p0 < ctx; p0 += b.n) {
+            b.n = ctx - p0 < IMATRIX_UBATCH ? ctx - p0 : IMATRIX_UBATCH;
+            b.tok = bt + p0;
+            m->llamacpp_ubatch = b.n;
+            rc = model_forward(m, kv, &b, &hooks, NULL, d);
+            m->llamacpp_ubatch = 0;
+            if (rc < 0)
+                goto out;
+        }
         kv_seq_free(kv, seq);
         seq = -1;
         im->chunk_count++;

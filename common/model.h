@@ -94,7 +94,7 @@ struct model_hparams {
     bool tied_output;           /* no output.weight: token_embd.weight is the LM head */
 };
 
-/* Read-only for callers after model_open(). */
+/* Read-only for callers after model_open(), except llamacpp_ubatch. */
 struct model {
     struct gguf gguf;           /* the parsed file; tokenizers load from it */
     struct model_hparams hp;
@@ -107,6 +107,18 @@ struct model {
     struct threadpool *tp;
     int64_t max_batch;
     struct forward_state *st;           /* scratch, private to forward.c */
+    /* Batch-dependent attention, for tools that reproduce a llama.cpp run bit
+     * for bit (perplexity, importance matrix); the one field callers may
+     * write, and generation never does.  0 (model_open's default): every
+     * query row takes the one-row flash-attention arithmetic (ops->attn), so
+     * a token's result never depends on the other tokens of the call.
+     * n > 0: the tokens of the next model_forward() calls were, in the
+     * llama.cpp run being mirrored, in ubatches of n tokens; llama.cpp's CPU
+     * backend then computes attention with its tiled arithmetic when n >=
+     * ATTN_TILE_Q (64) and the cache is F32 or F16, and so does the forward
+     * pass (ops->attn_tiled; not with a batch mask).  Set it before each such
+     * call (to the size of the ubatch its tokens were in) and back to 0. */
+    int64_t llamacpp_ubatch;
 };
 
 struct model_opts {

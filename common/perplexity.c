@@ -1,9 +1,13 @@
 /*
  * perplexity.c - llama-perplexity's method (see perplexity.h for the steps
  * and where they were read).  Each chunk is one sequence of the paged KV
- * cache: its first half is prefilled in one model_forward() call without
- * logits, the second half in calls of PPL_GROUP tokens that return logits,
- * so the logits buffer stays at PPL_GROUP rows whatever the context.
+ * cache: its first half is prefilled without logits, the second half in
+ * calls of PPL_GROUP tokens that return logits, so the logits buffer stays
+ * at PPL_GROUP rows whatever the context.  Attention rounds as in
+ * llama-perplexity run with its default ubatch of 512 tokens and one
+ * sequence per batch (-b 512 or -b ctx): no call straddles a ubatch
+ * boundary, and each states the size of its ubatch (model.h,
+ * llamacpp_ubatch).
  */
 #include "perplexity.h"
 
@@ -15,6 +19,33 @@
 #include "model.h"
 
 #define PPL_GROUP 64
+#define LLAMACPP_UBATCH 512     /* llama-perplexity's default n_ubatch */
+
+/* Runs tokens [p0, p0 + b->n) of a chunk of ctx tokens, stating to the
+ * forward pass the size of the llama.cpp ubatch they were in (the chunk cut
+ * in ubatches of LLAMACPP_UBATCH from position 0), so that attention rounds
+ * as llama-perplexity's does (model.h, llamacpp_ubatch).  The caller never
+ * lets a call straddle two ubatches. */
+static int
+ppl_forward(struct model *m, struct kvcache *kv, const struct batch *b, struct model_out *mo,
+            int64_t ctx, int64_t p0, struct diag *d)
+{
+    int64_t u0 = p0 / LLAMACPP_UBATCH * LLAMACPP_UBATCH;
+    int rc;
+
+    m->llamacpp_ubatch = ctx - u0 < LLAMACPP_UBATCH ? ctx - u0 : LLAMACPP_UBATCH;
+    rc = model_forward(m, kv, b, NULL, mo, d);
+    m->llamacpp_ubatch = 0;
+    return rc;
+}
+
+/* the length of the next call from p0, at most n, not past a ubatch boundary */
+static int64_t
+ppl_cut(int64_t p0, int64_t n)
+{
+    int64_t to = (p0 / LLAMACPP_UBATCH + 1) * LLAMACPP_UBATCH - p0;
+    return n < to ? n : to;
+}
 
 double
 ppl_token_nll(const float *logits, int64_t n_vocab, int32_t tok)
@@ -108,15 +139,19 @@ perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64
             bt[i].token = i == 0 && bos >= 0 ? bos : ct[i];
             bt[i].logits = 0;
         }
-        b.n = first;
-        b.tok = bt;
         b.mask = NULL;
-        if ((rc = model_forward(m, kv, &b, NULL, &mo, d)) < 0)
-            goto out;
+        for (p0 = 0; p0 < first; p0 += n) {
+            n = ppl_cut(p0, first - p0);
+            b.n = n;
+            b.tok = bt + p0;
+            if ((rc = ppl_forward(m, kv, &b, &mo, ctx, p0, d)) < 0)
+                goto out;
+        }
         /* second half: logits at first .. ctx-2 score tokens first+1 .. ctx-1 */
         mo.logits = logits;
+        b.tok = bt;
         for (p0 = first; p0 < ctx; p0 += n) {
-            n = ctx - p0 < PPL_GROUP ? ctx - p0 : PPL_GROUP;
+            n = ppl_cut(p0, ctx - p0 < PPL_GROUP ? ctx - p0 : PPL_GROUP);
             for (i = 0; i < n; i++) {
                 bt[i].seq = seq;
                 bt[i].pos = (int32_t)(p0 + i);
@@ -124,7 +159,7 @@ perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64
                 bt[i].logits = p0 + i < ctx - 1;
             }
             b.n = n;
-            if ((rc = model_forward(m, kv, &b, NULL, &mo, d)) < 0)
+            if ((rc = ppl_forward(m, kv, &b, &mo, ctx, p0, d)) < 0)
                 goto out;
             for (i = 0; i < n && p0 + i < ctx - 1; i++)
                 ppl_acc_add(&acc, ppl_token_nll(logits + i * n_vocab, n_vocab, ct[p0 + i + 1]));

@@ -248,10 +248,11 @@ golden_real() {
 
 # imatrix_close A B TOL : every tensor of B is in A; counts and the inputs of
 # layer 0's q/k/v (nothing computed before them but a norm) are identical; the
-# other sums are within TOL in relative L2 norm per entry.  Our forward pass
-# does not round attention exactly as llama.cpp does (flash attention on or
-# off: llama.cpp disagrees with itself by up to 4e-4), so later sums differ
-# at the 1e-4..1e-3 level; the collection itself is exact.
+# other sums are within TOL in relative L2 norm per entry.  Attention rounds
+# as llama-imatrix's (its tiled flash attention: model.h, llamacpp_ubatch);
+# what remains (SmolLM2: median 3e-6, worst 1.3e-4; the fixture: worst
+# 3e-6) comes from the f32 weights' matmuls, whose batched summation order
+# in llama.cpp differs from ours; the collection itself is exact.
 imatrix_close() {
     "$PY" - "$@" <<'EOF'
 import sys
@@ -280,7 +281,7 @@ EOF
     cd "$BATS_TEST_TMPDIR"
     quantize -q --type Q4_K_M --calib "$CALIB" --calib-ctx 64 --calib-chunks 2 --imatrix-out ours.gguf \
         "$FIX/tiny-llama256-f32.gguf" o.gguf
-    run -0 imatrix_close ours.gguf "$GOLD/tiny-llama256-f32.imatrix.gguf" 2e-3
+    run -0 imatrix_close ours.gguf "$GOLD/tiny-llama256-f32.imatrix.gguf" 5e-5
     assert_output --partial '56 tensors compared'
 }
 
@@ -292,7 +293,7 @@ EOF
     convert -q --type f32 "$f" s32.gguf
     quantize -q --type Q8_0 --calib "$CALIB" --calib-ctx 128 --calib-chunks 2 --imatrix-out ours.gguf \
         s32.gguf o.gguf
-    run -0 imatrix_close ours.gguf "$GOLD/smollm2.imatrix.gguf" 3e-3
+    run -0 imatrix_close ours.gguf "$GOLD/smollm2.imatrix.gguf" 5e-4
     assert_output --partial '56 tensors compared'
 }
 
