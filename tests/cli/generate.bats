@@ -382,7 +382,7 @@ PY
     done
 }
 
-@test "SmolLM2 perplexity on wikitext-2 (first chunks) is within 0.5% of llama-perplexity" {
+@test "SmolLM2 perplexity on wikitext-2 (first chunks): llama-perplexity's figures (avx2), within 0.5% (ref)" {
     not_under_sanitizer
     local m data chunks want got
     m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
@@ -390,18 +390,25 @@ PY
     data=${LLMKIT_WIKITEXT:-$SHARED/data/wikitext-2-test.raw}
     [ -f "$data" ] || skip "no $data"
     [ "$(sha256sum < "$data" | cut -d' ' -f1)" = "$(jq -r .data.sha256 "$GOLD/smollm2-ppl.json")" ]
-    # The golden has llama.cpp's running estimate after every chunk; the
-    # reference kernels prefill ~15 tok/s here, so CI compares the first
-    # LLMKIT_PPL_CHUNKS (default 4) chunks, the same tokens on both sides.
+    # The golden has llama.cpp's running estimate after every chunk (4
+    # decimals); CI compares the first LLMKIT_PPL_CHUNKS (default 4) chunks,
+    # the same tokens on both sides.  Perplexity mirrors llama.cpp's ubatch
+    # arithmetic (tiled attention for >= 64 rows), so with the avx2 kernels
+    # the figures are llama.cpp's to the last printed digit; the scalar
+    # reference sums in its own order and must stay within the issue's 0.5%.
+    local kern tol
     chunks=$(jq .chunks "$GOLD/smollm2-ppl.json")
     [ "${LLMKIT_PPL_CHUNKS:-4}" -lt "$chunks" ] && chunks=${LLMKIT_PPL_CHUNKS:-4}
-    run -0 --separate-stderr generate -m "$m" --perplexity "$data" --ctx 512 --chunks "$chunks" -t 2 --json
+    kern=ref tol=0.005
+    have_avx2 && kern=avx2 tol=0.00001
+    run -0 --separate-stderr generate -m "$m" --perplexity "$data" --ctx 512 --chunks "$chunks" -t 2 \
+        --kernel "$kern" --json
     jq -e --argjson c "$chunks" '.chunks == $c' <<<"$output"
     want=$(jq ".running_ppl[$((chunks - 1))]" "$GOLD/smollm2-ppl.json")
     got=$(jq .ppl <<<"$output")
-    echo "PPL ours $got, llama.cpp $want" >&3
-    python3 -c "import sys; o, w = $got, $want; sys.exit(0 if abs(o - w) / w <= 0.005 else 1)" ||
-        { echo "PPL $got vs llama.cpp $want: off by more than 0.5%"; return 1; }
+    echo "PPL ours ($kern) $got, llama.cpp $want" >&3
+    python3 -c "import sys; o, w = $got, $want; sys.exit(0 if abs(o - w) / w <= $tol else 1)" ||
+        { echo "PPL $got vs llama.cpp $want: off by more than $tol (relative)"; return 1; }
     # the per-chunk running values agree too
     jq -c .chunk_ppl <<<"$output" > "$BATS_TEST_TMPDIR/ours"
     jq -c .running_ppl "$GOLD/smollm2-ppl.json" > "$BATS_TEST_TMPDIR/theirs"
