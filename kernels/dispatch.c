@@ -7,6 +7,7 @@
 
 #include "ops.h"
 #include "cpu/matmul_avx2.h"
+#include "cpu/matmul_mirror_avx2.h"
 
 static int
 ref_available(void)
@@ -65,6 +66,7 @@ const struct kernel_ops kernel_ops_avx2 = {
     .attn_scratch_floats = ops_attn_scratch_floats_avx2,
     .attn_tiled = ops_attn_tiled_avx2,
     .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_avx2,
+    .mm_rows_mirror = ops_mm_rows_mirror_avx2,
 };
 
 /* Best first: "auto" takes the first available entry. */

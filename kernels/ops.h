@@ -232,6 +232,13 @@ struct kernel_ops {
     ops_attn_scratch_floats_fn attn_scratch_floats;
     ops_attn_tiled_fn attn_tiled;                       /* may be NULL */
     ops_attn_tiled_scratch_floats_fn attn_tiled_scratch_floats;
+    /* may be NULL: llama.cpp's batched float matmul (llamafile tinyBLAS) for
+     * tools mirroring a llama.cpp run bit for bit (model->llamacpp_ubatch):
+     * the mm_rows contract for F32/F16/BF16 weights with cols % 8 == 0 (work
+     * from this table's mm_prepare), which ggml runs when a mul_mat has >= 2
+     * tokens and rows % 4 == 0; unlike mm_rows its rounding is not that of
+     * a batch of one (cpu/matmul_mirror_avx2.h) */
+    ops_mm_rows_fn mm_rows_mirror;
 };
 
 /* The reference implementation (kernels/cpu/ *_ref.c); always available. */

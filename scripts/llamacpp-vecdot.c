@@ -15,8 +15,15 @@
  * weights on an AVX2 CPU, so their results are those of the repacked
  * gemv; the other types use the plain CPU buffer (ggml_vec_dot_*).
  *
+ * With --tinyblas it prints instead the multi-token results of F32, F16 and
+ * BF16 weights (batches of 2..NTOK tokens, plain CPU buffer), which ggml
+ * computes with llamafile's tinyBLAS (sgemm.cpp; when n >= 2, k % 8 == 0 and
+ * m % 4 == 0), each batch with 1 and with 2 threads (they must agree), and
+ * how many outputs differ from the same token computed alone (vec_dot).
+ *
  * Built and run by scripts/mkgolden-vecdot; not part of llmkit.
  *   usage: llamacpp-vecdot > vecdot.json
+ *          llamacpp-vecdot --tinyblas > vecdot-tinyblas.json
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -112,8 +119,97 @@ mul_mat(ggml_backend_t be, ggml_backend_buffer_type_t wbuft, enum ggml_type type
     return repacked;
 }
 
+/* y[nt][rows] = W x for a float weight W [rows, cols] in the plain CPU
+ * buffer, computed with n_threads threads */
+static void
+mul_mat_float(ggml_backend_t be, enum ggml_type type, int rows, int cols, const void *wdata,
+              size_t wbytes, const float *x, int nt, int n_threads, float *y)
+{
+    struct ggml_init_params ip = { ggml_tensor_overhead() * 8 + ggml_graph_overhead() + 4096,
+                                   NULL, true };
+    struct ggml_context *ctx = ggml_init(ip);
+    struct ggml_tensor *w = ggml_new_tensor_2d(ctx, type, cols, rows);
+    struct ggml_tensor *xt = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, cols, nt);
+    struct ggml_tensor *yt = ggml_mul_mat(ctx, w, xt);
+    struct ggml_cgraph *gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, yt);
+
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, ggml_backend_cpu_buffer_type());
+    ggml_backend_tensor_set(w, wdata, 0, wbytes);
+    ggml_backend_tensor_set(xt, x, 0, (size_t)nt * cols * sizeof(float));
+    ggml_backend_cpu_set_n_threads(be, n_threads);
+    if (ggml_backend_graph_compute(be, gf) != GGML_STATUS_SUCCESS) {
+        fprintf(stderr, "llamacpp-vecdot: compute failed\n");
+        exit(1);
+    }
+    ggml_backend_tensor_get(yt, y, 0, (size_t)nt * rows * sizeof(float));
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+}
+
+/* --tinyblas: per case (rows x cols) and float type, the outputs of every
+ * batch of the first n tokens, n = 2..NTOK, token-major, concatenated */
+static int
+tinyblas_main(ggml_backend_t be)
+{
+    static const enum ggml_type types[] = { GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16 };
+    static const int cases[][2] = { { 16, 512 }, { 12, 136 }, { 20, 64 } };
+    const int ncase = (int)(sizeof(cases) / sizeof(cases[0]));
+    static float x[NTOK * COLS], wf[20 * COLS], y1[NTOK * 20], y2[NTOK * 20], ya[20];
+    static uint8_t wq[20 * COLS * 4];
+
+    printf("{\n  \"generator\": \"scripts/llamacpp-vecdot.c --tinyblas over libggml (llama.cpp "
+           "peer), 1 and 2 threads\",\n  \"n_tok\": %d,\n  \"cases\": [\n", NTOK);
+    for (int ci = 0; ci < ncase; ci++) {
+        int rows = cases[ci][0], cols = cases[ci][1];
+        for (int i = 0; i < NTOK * cols; i++)
+            x[i] = unif() * ((i % cols) % 97 == 3 ? 8.0f : 1.0f);
+        for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+            enum ggml_type t = types[ti];
+            for (int r = 0; r < rows; r++) {
+                float sc = 0.02f + 0.05f * (float)(splitmix64() % 100) / 100.0f;
+                for (int c = 0; c < cols; c++)
+                    wf[r * cols + c] = unif() * sc;
+            }
+            size_t wbytes = ggml_quantize_chunk(t, wf, wq, 0, rows, cols, NULL);
+            printf("    {\"type\": \"%s\", \"id\": %d, \"rows\": %d, \"cols\": %d, \"x\": ",
+                   ggml_type_name(t), (int)t, rows, cols);
+            put_hex(x, (size_t)NTOK * cols * sizeof(float));
+            printf(", \"w\": ");
+            put_hex(wq, wbytes);
+            printf(", \"batches\": [");
+            long differ = 0;
+            for (int n = 2; n <= NTOK; n++) {
+                mul_mat_float(be, t, rows, cols, wq, wbytes, x, n, 1, y1);
+                mul_mat_float(be, t, rows, cols, wq, wbytes, x, n, 2, y2);
+                if (memcmp(y1, y2, (size_t)n * rows * sizeof(float)) != 0) {
+                    fprintf(stderr, "llamacpp-vecdot: %s %dx%d n %d: 1 and 2 threads differ\n",
+                            ggml_type_name(t), rows, cols, n);
+                    return 1;
+                }
+                for (int k = 0; k < n; k++) {
+                    mul_mat_float(be, t, rows, cols, wq, wbytes, x + (size_t)k * cols, 1, 1, ya);
+                    for (int i = 0; i < rows; i++)
+                        differ += memcmp(&ya[i], &y1[k * rows + i], 4) != 0;
+                }
+                printf("%s[", n > 2 ? ", " : "");
+                for (int i = 0; i < n * rows; i++) {
+                    uint32_t u;
+                    memcpy(&u, &y1[i], 4);
+                    printf("%s%u", i ? ", " : "", u);
+                }
+                printf("]");
+            }
+            printf("], \"differ_from_alone\": %ld}%s\n", differ,
+                   ci + 1 < ncase || ti + 1 < sizeof(types) / sizeof(types[0]) ? "," : "");
+        }
+    }
+    printf("  ]\n}\n");
+    return 0;
+}
+
 int
-main(void)
+main(int argc, char **argv)
 {
     static const enum ggml_type types[] = {
         GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
@@ -127,6 +223,11 @@ main(void)
     if (!be) {
         fprintf(stderr, "llamacpp-vecdot: no CPU backend\n");
         return 1;
+    }
+    if (argc > 1 && strcmp(argv[1], "--tinyblas") == 0) {
+        int rc = tinyblas_main(be);
+        ggml_backend_free(be);
+        return rc;
     }
     ggml_backend_cpu_set_n_threads(be, 1);
     ggml_backend_buffer_type_t rp = repack_buft(be);
