@@ -40,6 +40,17 @@ enum {
 
 enum act { ACT_NONE, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
 
+/* 1 on cores that execute 256-bit operations as two 128-bit halves (AMD
+ * family 17h before Zen 2: models below 0x30), where 128-bit code is
+ * cheaper for some unpacking; set with the f16 table. */
+static int split_256;
+
+static inline int
+cpu_splits_256(void)
+{
+    return split_256;
+}
+
 /* The same conversion by table (one load instead of an insert and a
  * conversion, which matters in the decode loops on cores where F16C is
  * slow); filled once by mm_prepare (pthread_once), which every matmul calls
@@ -50,6 +61,13 @@ static pthread_once_t f16_once = PTHREAD_ONCE_INIT;
 static void
 f16_tab_fill(void)
 {
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+    if (b == 0x68747541u) {                 /* "AuthenticAMD" */
+        __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+        unsigned fam = ((a >> 8) & 15) + ((a >> 20) & 255), model = ((a >> 4) & 15) | ((a >> 12) & 0xf0);
+        split_256 = fam == 0x17 && model < 0x30;
+    }
     for (uint32_t i = 0; i < 65536; i += 8) {
         __m128i h = _mm_add_epi16(_mm_set1_epi16((short)i), _mm_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7));
         _mm256_storeu_ps(f16_tab + i, _mm256_cvtph_ps(h));
@@ -492,6 +510,50 @@ legacy_rows1(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
     }
 }
 
+/* Q4_1 decode with 128-bit halves: lanes 0..3 (elements 0..15, the low
+ * nibbles) and 4..7 (16..31, the high nibbles) in separate registers, the
+ * same int32 lanes and per-lane fused multiply-adds as the 256-bit form,
+ * and hsum8's (hi + lo) first step; on cores that split 256-bit operations
+ * this saves the lane insertion of the nibble unpack. */
+static inline __attribute__((always_inline)) void
+q4_1_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar, int nr,
+             int64_t nb)
+{
+    __m128 lo[DR], hi[DR];
+    float sacc[DR];
+    const __m128i m15 = _mm_set1_epi8(15), ones = _mm_set1_epi16(1);
+
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        lo[i] = hi[i] = _mm_setzero_ps();
+        sacc[i] = 0.0f;
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
+        __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
+        float da = ar->d[b], sa = ar->s[b];
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            const struct block_q4_1 *x = (const struct block_q4_1 *)(const void *)(row0 + (size_t)i * row_bytes) + b;
+            __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)x->qs);
+            __m128i ql = _mm_and_si128(qs, m15), qh = _mm_and_si128(_mm_srli_epi16(qs, 4), m15);
+            __m128 dd = _mm_set1_ps(h2f_tab(x->d) * da);
+            __m128 pl = _mm_cvtepi32_ps(_mm_madd_epi16(_mm_maddubs_epi16(ql, ylo), ones));
+            __m128 ph = _mm_cvtepi32_ps(_mm_madd_epi16(_mm_maddubs_epi16(qh, yhi), ones));
+            lo[i] = _mm_fmadd_ps(dd, pl, lo[i]);
+            hi[i] = _mm_fmadd_ps(dd, ph, hi[i]);
+            sacc[i] = fmadd_ss(h2f_tab(x->m), sa, sacc[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        __m128 r = _mm_add_ps(hi[i], lo[i]);
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        out[i] = _mm_cvtss_f32(r) + sacc[i];
+    }
+}
+
 static void
 legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
               int64_t cols, int64_t r0, int64_t r1)
@@ -500,6 +562,7 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
     const int64_t nb = cols / 32;
 
     act_row_at(&ar, type == T_Q4_1 || type == T_Q5_1 ? ACT_Q8_1 : ACT_Q8_0, act, cols);
+    const int split256 = cpu_splits_256();
     for (int64_t r = r0; r < r1; r += DR) {
         int nr = r1 - r < DR ? (int)(r1 - r) : DR;
         const uint8_t *row0 = w + (size_t)r * row_bytes;
@@ -511,7 +574,18 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
                                 case 3: LD(ty, 3); break; default: LD(ty, 4); break; }
         switch (type) {
         case T_Q4_0: LD_NR(T_Q4_0); break;
-        case T_Q4_1: LD_NR(T_Q4_1); break;
+        case T_Q4_1:
+            if (split256) {
+                switch (nr) {
+                case 1: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 1, nb); break;
+                case 2: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 2, nb); break;
+                case 3: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 3, nb); break;
+                default: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 4, nb); break;
+                }
+                break;
+            }
+            LD_NR(T_Q4_1);
+            break;
         case T_Q5_0: LD_NR(T_Q5_0); break;
         case T_Q5_1: LD_NR(T_Q5_1); break;
         case T_Q8_0: LD_NR(T_Q8_0); break;
