@@ -21,12 +21,7 @@
 #define PPL_GROUP 64
 #define LLAMACPP_UBATCH 512     /* llama-perplexity's default n_ubatch */
 
-/* Runs tokens [p0, p0 + b->n) of a chunk of ctx tokens, stating to the
- * forward pass the size of the llama.cpp ubatch they were in (the chunk cut
- * in ubatches of LLAMACPP_UBATCH from position 0), so that attention rounds
- * as llama-perplexity's does (model.h, llamacpp_ubatch).  The caller never
- * lets a call straddle two ubatches. */
-static int
+int
 ppl_forward(struct model *m, struct kvcache *kv, const struct batch *b, struct model_out *mo,
             int64_t ctx, int64_t p0, struct diag *d)
 {
@@ -39,8 +34,7 @@ ppl_forward(struct model *m, struct kvcache *kv, const struct batch *b, struct m
     return rc;
 }
 
-/* the length of the next call from p0, at most n, not past a ubatch boundary */
-static int64_t
+int64_t
 ppl_cut(int64_t p0, int64_t n)
 {
     int64_t to = (p0 / LLAMACPP_UBATCH + 1) * LLAMACPP_UBATCH - p0;

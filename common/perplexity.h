@@ -35,6 +35,24 @@ struct ppl_acc {
     int64_t count;
 };
 
+struct model;
+struct kvcache;
+struct batch;
+struct model_out;
+struct diag;
+
+/* ppl_forward() : model_forward() of tokens [p0, p0 + b->n) of a chunk of
+ * ctx tokens, stating to the forward pass the size of the llama.cpp ubatch
+ * they were in (the chunk cut in ubatches of 512 from position 0), so that
+ * attention and float matmuls round as llama-perplexity's do (model.h,
+ * llamacpp_ubatch).  The call must not straddle two ubatches (ppl_cut). */
+int ppl_forward(struct model *m, struct kvcache *kv, const struct batch *b,
+                struct model_out *mo, int64_t ctx, int64_t p0, struct diag *d);
+
+/* ppl_cut() : the length of the next call from position p0: at most n, not
+ * past the end of p0's ubatch. */
+int64_t ppl_cut(int64_t p0, int64_t n);
+
 /* ppl_token_nll() : -log softmax(logits)[tok] over n_vocab logits. */
 double ppl_token_nll(const float *logits, int64_t n_vocab, int32_t tok);
 

@@ -157,16 +157,25 @@ qeval_run(const char *base_path, const char *quant_path, const char *text_path,
             bt[i].token = i == 0 && bos >= 0 ? bos : ct[i];
             bt[i].logits = 0;
         }
-        if ((rc = model_forward(mb, kb, &b, NULL, &ob, d)) < 0)
-            goto out;
-        for (int64_t i = 0; i < first; i++)
-            bt[i].seq = sq;
-        if ((rc = model_forward(mq, kq, &b, NULL, &oq, d)) < 0)
-            goto out;
+        /* both models in llama-perplexity's calls (perplexity.h) */
+        for (int64_t p0 = 0; p0 < first; p0 += n) {
+            n = ppl_cut(p0, first - p0);
+            b.n = n;
+            b.tok = bt + p0;
+            for (int64_t i = 0; i < n; i++)
+                bt[p0 + i].seq = sb;
+            if ((rc = ppl_forward(mb, kb, &b, &ob, ctx, p0, d)) < 0)
+                goto out;
+            for (int64_t i = 0; i < n; i++)
+                bt[p0 + i].seq = sq;
+            if ((rc = ppl_forward(mq, kq, &b, &oq, ctx, p0, d)) < 0)
+                goto out;
+        }
+        b.tok = bt;
         ob.logits = lb;
         oq.logits = lq;
         for (int64_t p0 = first; p0 < ctx; p0 += n) {
-            n = ctx - p0 < QEVAL_GROUP ? ctx - p0 : QEVAL_GROUP;
+            n = ppl_cut(p0, ctx - p0 < QEVAL_GROUP ? ctx - p0 : QEVAL_GROUP);
             for (int64_t i = 0; i < n; i++) {
                 bt[i].seq = sb;
                 bt[i].pos = (int32_t)(p0 + i);
@@ -174,11 +183,11 @@ qeval_run(const char *base_path, const char *quant_path, const char *text_path,
                 bt[i].logits = p0 + i < ctx - 1;
             }
             b.n = n;
-            if ((rc = model_forward(mb, kb, &b, NULL, &ob, d)) < 0)
+            if ((rc = ppl_forward(mb, kb, &b, &ob, ctx, p0, d)) < 0)
                 goto out;
             for (int64_t i = 0; i < n; i++)
                 bt[i].seq = sq;
-            if ((rc = model_forward(mq, kq, &b, NULL, &oq, d)) < 0)
+            if ((rc = ppl_forward(mq, kq, &b, &oq, ctx, p0, d)) < 0)
                 goto out;
             for (int64_t i = 0; i < n && p0 + i < ctx - 1; i++) {
                 const float *xb = lb + i * n_vocab, *xq = lq + i * n_vocab;
