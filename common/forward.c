@@ -21,6 +21,7 @@
  * the sequences back.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -197,12 +198,17 @@ struct mm_job {
     int64_t row0[MM_MAX + 1];   /* weight i owns rows [row0[i], row0[i+1]) of the job */
     const float *x;
     int64_t ldx, n_tok;
-    const void *work;
+    void *work;
     float *tmp;
     int64_t tmp_n;
-    int mirror;                 /* llama.cpp's batched float matmul (see matmul_n) */
+    uint32_t prep_type;         /* mm_prepare split over tokens: the weights' type */
+    int64_t prep_cols;
+    size_t prep_row;            /* work bytes per token */
+    int64_t chunk;              /* rows per claim */
+    atomic_llong next;          /* first row not yet claimed */
 };
 
+/* Rows [r0, r1) of the job (spanning weights as row0 says) on worker ith. */
 static void
 mm_range(void *arg, int64_t r0, int64_t r1, int ith)
 {
@@ -214,13 +220,40 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
         if (a >= b)
             continue;
         const struct model_weight *w = j->w[i];
-        ops_mm_rows_fn rows = j->mirror && w->rows % 4 == 0 && w->cols % 8 == 0 &&
-                                      (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 ||
-                                       w->type == GGML_TYPE_BF16)
-                                  ? j->ops->mm_rows_mirror : j->ops->mm_rows;
-        rows(j->y[i], j->ldy[i], w->data, w->row_bytes, w->type, j->work, j->x, j->ldx,
-             j->n_tok, w->cols, a - j->row0[i], b - j->row0[i], j->tmp + (int64_t)ith * j->tmp_n);
+        j->ops->mm_rows(j->y[i], j->ldy[i], w->data, w->row_bytes, w->type, j->work, j->x,
+                        j->ldx, j->n_tok, w->cols, a - j->row0[i], b - j->row0[i],
+                        j->tmp + (int64_t)ith * j->tmp_n);
     }
+}
+
+/* Workers claim chunks of rows until none is left, so that a worker the
+ * OS preempts (the machine is shared) or a slower range does not hold the
+ * others at the barrier.  Results do not depend on the split: the kernels
+ * are batch and range invariant. */
+static void
+mm_claim(void *arg, int ith, int nth)
+{
+    struct mm_job *j = arg;
+    int64_t n = j->row0[j->nw];
+
+    (void)nth;
+    for (;;) {
+        int64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
+        if (r0 >= n)
+            break;
+        mm_range(j, r0, r0 + j->chunk < n ? r0 + j->chunk : n, ith);
+    }
+}
+
+/* mm_prepare for tokens [t0, t1) (each token's work row is independent). */
+static void
+mm_prep_range(void *arg, int64_t t0, int64_t t1, int ith)
+{
+    struct mm_job *j = arg;
+
+    (void)ith;
+    j->ops->mm_prepare((uint8_t *)j->work + (size_t)t0 * j->prep_row, j->prep_type,
+                       j->x + t0 * j->ldx, j->ldx, t1 - t0, j->prep_cols);
 }
 
 static void
@@ -244,18 +277,23 @@ matmul_n(struct model *m, int nw, const struct model_weight *const *w,
     struct forward_state *st = m->st;
     struct mm_job j = { .ops = m->ops, .nw = 0, .x = x, .ldx = ldx, .n_tok = n_tok,
                         .work = st->mm_work, .tmp = st->mm_tmp, .tmp_n = st->mm_tmp_n };
-
-    /* mirroring llama.cpp (model.h, llamacpp_ubatch): ggml multiplies F32,
-     * F16 and BF16 weights by 2+ tokens with llamafile's tinyBLAS (when
-     * rows % 4 == 0 and cols % 8 == 0), which rounds unlike one token */
-    j.mirror = m->llamacpp_ubatch >= 2 && n_tok >= 2 && m->ops->mm_rows_mirror != NULL;
+    int nth = threadpool_size(m->tp);
 
     for (int i = 0; i < nw;) {
         /* the longest run of weights from i with i's type */
         int k = i + 1;
         while (k < nw && w[k]->type == w[i]->type)
             k++;
-        m->ops->mm_prepare(st->mm_work, w[i]->type, x, ldx, n_tok, w[i]->cols);
+        /* activations converted once, split over tokens for a batch */
+        j.prep_type = w[i]->type;
+        j.prep_cols = w[i]->cols;
+        j.prep_row = n_tok > 0 ? m->ops->mm_work_size(w[i]->type, 1, w[i]->cols) : 0;
+        /* (the kernels' work is token-major: n_tok rows of one token's size) */
+        if (nth > 1 && n_tok >= 32 &&
+            m->ops->mm_work_size(w[i]->type, n_tok, w[i]->cols) == (size_t)n_tok * j.prep_row)
+            threadpool_for(m->tp, n_tok, 8, mm_prep_range, &j);
+        else
+            m->ops->mm_prepare(st->mm_work, w[i]->type, x, ldx, n_tok, w[i]->cols);
         j.nw = k - i;
         j.row0[0] = 0;
         for (int q = i; q < k; q++) {
@@ -264,7 +302,16 @@ matmul_n(struct model *m, int nw, const struct model_weight *const *w,
             j.ldy[q - i] = ldy[q];
             j.row0[q - i + 1] = j.row0[q - i] + w[q]->rows;
         }
-        threadpool_for(m->tp, j.row0[j.nw], 16, mm_range, &j);
+        /* about 8 claims per worker, in multiples of 16 rows */
+        int64_t rows = j.row0[j.nw];
+        j.chunk = (rows / (8 * (int64_t)nth) + 15) / 16 * 16;
+        if (j.chunk < 16)
+            j.chunk = 16;
+        atomic_init(&j.next, 0);
+        if (nth > 1)
+            threadpool_run(m->tp, mm_claim, &j);
+        else
+            mm_range(&j, 0, rows, 0);
         i = k;
     }
     for (int i = 0; i < nw; i++)
