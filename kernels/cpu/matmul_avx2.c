@@ -467,7 +467,7 @@ legacy_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
 
 static inline __attribute__((always_inline)) void
 legacy_rows1(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
-             const struct act_row *ar, int nr, int64_t nb)
+             const struct act_row *ar, int nr, int64_t nb, const char *pf, int64_t pf_lines)
 {
     const int has_min = type == T_Q4_1 || type == T_Q5_1;
     const int chain = type == T_Q4_0 || type == T_IQ4_NL;
@@ -482,6 +482,9 @@ legacy_rows1(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
     for (int64_t b = 0; b < nb; b++) {
         __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar->q + 32 * b));
         float da = ar->d[b];
+        /* the prefetch of a later group, spread over the blocks */
+        for (int64_t l = b * pf_lines / nb; l < (b + 1) * pf_lines / nb; l++)
+            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             float d, m = 0.0f;
@@ -517,7 +520,7 @@ legacy_rows1(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
  * this saves the lane insertion of the nibble unpack. */
 static inline __attribute__((always_inline)) void
 q4_1_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar, int nr,
-             int64_t nb)
+             int64_t nb, const char *pf, int64_t pf_lines)
 {
     __m128 lo[DR], hi[DR];
     float sacc[DR];
@@ -532,6 +535,8 @@ q4_1_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, const struct act
         __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
         __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
         float da = ar->d[b], sa = ar->s[b];
+        for (int64_t l = b * pf_lines / nb; l < (b + 1) * pf_lines / nb; l++)
+            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             const struct block_q4_1 *x = (const struct block_q4_1 *)(const void *)(row0 + (size_t)i * row_bytes) + b;
@@ -567,9 +572,9 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
         int nr = r1 - r < DR ? (int)(r1 - r) : DR;
         const uint8_t *row0 = w + (size_t)r * row_bytes;
         /* the weights stream from memory once: ask for the group after next */
-        for (size_t off = 0; off < DR * row_bytes; off += 64)
-            _mm_prefetch((const char *)row0 + 2 * DR * row_bytes + off, _MM_HINT_T0);
-#define LD(ty, n) legacy_rows1(y + r, row0, row_bytes, ty, &ar, n, nb)
+        const char *pf = (const char *)row0 + 2 * DR * row_bytes;
+        int64_t pf_lines = (int64_t)((DR * row_bytes + 63) / 64);
+#define LD(ty, n) legacy_rows1(y + r, row0, row_bytes, ty, &ar, n, nb, pf, pf_lines)
 #define LD_NR(ty) switch (nr) { case 1: LD(ty, 1); break; case 2: LD(ty, 2); break; \
                                 case 3: LD(ty, 3); break; default: LD(ty, 4); break; }
         switch (type) {
@@ -577,10 +582,10 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
         case T_Q4_1:
             if (split256) {
                 switch (nr) {
-                case 1: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 1, nb); break;
-                case 2: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 2, nb); break;
-                case 3: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 3, nb); break;
-                default: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 4, nb); break;
+                case 1: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 1, nb, pf, pf_lines); break;
+                case 2: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 2, nb, pf, pf_lines); break;
+                case 3: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 3, nb, pf, pf_lines); break;
+                default: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 4, nb, pf, pf_lines); break;
                 }
                 break;
             }
