@@ -11,10 +11,17 @@
  * any instruction sequence that yields the same int32 value per f32 lane
  * gives the same result.  The kernels below therefore only reproduce ggml's
  * partition of the integer products into lanes, its scale products, its
- * fused multiply-adds and its horizontal-sum trees.  The weights are unpacked
- * once per block and the unpacked codes are dotted with up to four tokens'
- * activations (prefill); each (row, token) result is computed exactly as for
- * a batch of one.
+ * fused multiply-adds and its horizontal-sum trees, for every token the
+ * single-token ones (batch invariance: a token's result never depends on the
+ * batch or the row range).  Paths:
+ *   decode (1 token): legacy types 4 rows per pass with a spread prefetch of
+ *       the rows after next (Q4_1 in 128-bit halves on cores that split
+ *       256-bit operations), k-quants row by row;
+ *   2..3 tokens: each weight block unpacked once for the tokens;
+ *   4+ tokens: row tiles unpacked once into an L1-sized buffer (int8 codes,
+ *       f32 scales; struct ksb per k-quant super-block; f32 rows for
+ *       F16/BF16) and dotted with groups of 8 tokens; Q4_0/IQ4_NL put the 8
+ *       tokens in the lanes of their gemv chain.
  *
  * Activations are converted by mm_prepare into the reference's work layout
  * (cpu/matmul_ref.c): per token, f32 block scales followed by int8 codes
