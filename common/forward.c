@@ -206,6 +206,7 @@ struct mm_job {
     size_t prep_row;            /* work bytes per token */
     int64_t chunk;              /* rows per claim */
     atomic_llong next;          /* first row not yet claimed */
+    int mirror;                 /* llama.cpp's batched float matmul (see matmul_n) */
 };
 
 /* Rows [r0, r1) of the job (spanning weights as row0 says) on worker ith. */
@@ -220,9 +221,12 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
         if (a >= b)
             continue;
         const struct model_weight *w = j->w[i];
-        j->ops->mm_rows(j->y[i], j->ldy[i], w->data, w->row_bytes, w->type, j->work, j->x,
-                        j->ldx, j->n_tok, w->cols, a - j->row0[i], b - j->row0[i],
-                        j->tmp + (int64_t)ith * j->tmp_n);
+        ops_mm_rows_fn rows = j->mirror && w->rows % 4 == 0 && w->cols % 8 == 0 &&
+                                      (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 ||
+                                       w->type == GGML_TYPE_BF16)
+                                  ? j->ops->mm_rows_mirror : j->ops->mm_rows;
+        rows(j->y[i], j->ldy[i], w->data, w->row_bytes, w->type, j->work, j->x, j->ldx,
+             j->n_tok, w->cols, a - j->row0[i], b - j->row0[i], j->tmp + (int64_t)ith * j->tmp_n);
     }
 }
 
@@ -278,6 +282,11 @@ matmul_n(struct model *m, int nw, const struct model_weight *const *w,
     struct mm_job j = { .ops = m->ops, .nw = 0, .x = x, .ldx = ldx, .n_tok = n_tok,
                         .work = st->mm_work, .tmp = st->mm_tmp, .tmp_n = st->mm_tmp_n };
     int nth = threadpool_size(m->tp);
+
+    /* mirroring llama.cpp (model.h, llamacpp_ubatch): ggml multiplies F32,
+     * F16 and BF16 weights by 2+ tokens with llamafile's tinyBLAS (when
+     * rows % 4 == 0 and cols % 8 == 0), which rounds unlike one token */
+    j.mirror = m->llamacpp_ubatch >= 2 && n_tok >= 2 && m->ops->mm_rows_mirror != NULL;
 
     for (int i = 0; i < nw;) {
         /* the longest run of weights from i with i's type */
