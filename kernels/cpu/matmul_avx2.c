@@ -39,13 +39,7 @@
 #include "qconv.h"
 #include "cpu/matmul_avx2.h"
 
-enum {
-    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
-    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20,
-    T_IQ4_XS = 23, T_BF16 = 30,
-};
-
-enum act { ACT_NONE, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
+#include "cpu/mm_layout.h"
 
 /* 1 on cores that execute 256-bit operations as two 128-bit halves (AMD
  * family 17h before Zen 2: models below 0x30), where 128-bit code is
@@ -84,58 +78,6 @@ f16_tab_fill(void)
 /* tokens dotted per unpacked weight block, and rows per cache tile */
 #define NT 4
 #define ROW_TILE 16
-
-static enum act
-act_type(uint32_t wtype)
-{
-    switch (wtype) {
-    case T_F32: return ACT_F32;
-    case T_F16: return ACT_F16;
-    case T_BF16: return ACT_BF16;
-    case T_Q4_0: case T_Q5_0: case T_Q8_0: case T_IQ4_NL: return ACT_Q8_0;
-    case T_Q4_1: case T_Q5_1: return ACT_Q8_1;
-    case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS:
-        return ACT_Q8_K;
-    default: return ACT_NONE;
-    }
-}
-
-/* ---- the work layout (identical to matmul_ref.c) ---- */
-
-struct act_row {
-    const int8_t *q;
-    const float *d, *s;
-    const int16_t *bsums;
-};
-
-static size_t
-act_row_bytes(enum act a, int64_t cols)
-{
-    size_t n = (size_t)cols;
-    switch (a) {
-    case ACT_F16: case ACT_BF16: return n * sizeof(float);
-    case ACT_Q8_0: case ACT_Q8_1: return n + 2 * (n / 32) * sizeof(float);
-    case ACT_Q8_K: return n + (n / QK_K) * sizeof(float) + (n / 16) * sizeof(int16_t);
-    default: return 0;
-    }
-}
-
-static void
-act_row_at(struct act_row *r, enum act a, const void *base, int64_t cols)
-{
-    const uint8_t *p = base;
-    if (a == ACT_Q8_K) {
-        r->d = (const float *)(const void *)p;
-        r->s = NULL;
-        r->bsums = (const int16_t *)(const void *)(r->d + cols / QK_K);
-        r->q = (const int8_t *)(r->bsums + cols / 16);
-    } else {
-        r->d = (const float *)(const void *)p;
-        r->s = r->d + cols / 32;
-        r->bsums = NULL;
-        r->q = (const int8_t *)(r->s + cols / 32);
-    }
-}
 
 size_t
 ops_mm_work_size_avx2(uint32_t wtype, int64_t n_tok, int64_t cols)
