@@ -508,6 +508,64 @@ q4_1_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, const struct act
     }
 }
 
+/* Q4_0 / IQ4_NL decode, 8 rows at once: the chain of the repacked gemv
+ * (per row and block the exact integer sum, then sacc = fma(float(sum),
+ * d * da, sacc)) with the 8 rows in the lanes, so that one vector fused
+ * multiply-add serves 8 rows and the horizontal sums become one hadd tree.
+ * 128-bit halves (low nibbles = elements 0..15, high = 16..31).  Q4_0 codes
+ * are taken unsigned (0..15) and the sum corrected by 8 * sum(y) (ys8[b]):
+ * the same integer as sum((q - 8) * y), without the sign operations. */
+#define CHAIN_MAX_NB 1024       /* blocks per row of the 8-row decode */
+
+static inline __attribute__((always_inline)) void
+chain_rows8(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
+            const struct act_row *ar, const int32_t *ys8, int64_t nb, const char *pf,
+            int64_t pf_lines)
+{
+    const __m128i m15 = _mm_set1_epi8(15), ones = _mm_set1_epi16(1);
+    const __m128i lut = _mm_loadu_si128((const __m128i *)(const void *)kvalues_iq4nl);
+    __m256 sacc = _mm256_setzero_ps();
+    /* Q4_0 and IQ4_NL blocks are both { fp16 d; 16 bytes of nibbles } */
+    const size_t bs = sizeof(struct block_q4_0);
+
+    for (int64_t b = 0; b < nb; b++) {
+        __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
+        __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
+        __m128i v[8], dh = _mm_setzero_si128();
+        for (int64_t l = b * pf_lines / nb; l < (b + 1) * pf_lines / nb; l++)
+            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bs;
+            __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
+            __m128i lo = _mm_and_si128(qs, m15), hi = _mm_and_si128(_mm_srli_epi16(qs, 4), m15);
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            dh = _mm_insert_epi16(dh, h, i);
+            if (type == T_Q4_0) {
+                /* |pair| <= 2 * 15 * 127: the two halves add in int16 */
+                __m128i p = _mm_add_epi16(_mm_maddubs_epi16(lo, ylo), _mm_maddubs_epi16(hi, yhi));
+                v[i] = _mm_madd_epi16(p, ones);
+            } else {
+                lo = _mm_shuffle_epi8(lut, lo);
+                hi = _mm_shuffle_epi8(lut, hi);
+                __m128i pl = _mm_maddubs_epi16(_mm_sign_epi8(lo, lo), _mm_sign_epi8(ylo, lo));
+                __m128i ph = _mm_maddubs_epi16(_mm_sign_epi8(hi, hi), _mm_sign_epi8(yhi, hi));
+                v[i] = _mm_add_epi32(_mm_madd_epi16(pl, ones), _mm_madd_epi16(ph, ones));
+            }
+        }
+        __m128i s03 = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+        __m128i s47 = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
+        __m256i isum = _mm256_inserti128_si256(_mm256_castsi128_si256(s03), s47, 1);
+        if (type == T_Q4_0)
+            isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(ys8[b]));
+        __m256 d = _mm256_cvtph_ps(dh);
+        __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(ar->d[b]));
+        sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, sacc);
+    }
+    _mm256_storeu_ps(out, sacc);
+}
+
 static void
 legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
               int64_t cols, int64_t r0, int64_t r1)
@@ -517,6 +575,24 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
 
     act_row_at(&ar, type == T_Q4_1 || type == T_Q5_1 ? ACT_Q8_1 : ACT_Q8_0, act, cols);
     const int split256 = cpu_splits_256();
+    if ((type == T_Q4_0 || type == T_IQ4_NL) && nb <= CHAIN_MAX_NB) {
+        int32_t ys8[CHAIN_MAX_NB];
+        if (type == T_Q4_0)
+            for (int64_t b = 0; b < nb; b++) {
+                __m256i yv = _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b));
+                __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), yv);
+                ys8[b] = 8 * hsum_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+            }
+        const int64_t pf_lines = (int64_t)((8 * row_bytes + 63) / 64);
+        for (; r0 + 8 <= r1; r0 += 8) {
+            const uint8_t *row0 = w + (size_t)r0 * row_bytes;
+            const char *pf = (const char *)row0 + 16 * row_bytes;
+            if (type == T_Q4_0)
+                chain_rows8(y + r0, row0, row_bytes, T_Q4_0, &ar, ys8, nb, pf, pf_lines);
+            else
+                chain_rows8(y + r0, row0, row_bytes, T_IQ4_NL, &ar, ys8, nb, pf, pf_lines);
+        }
+    }
     for (int64_t r = r0; r < r1; r += DR) {
         int nr = r1 - r < DR ? (int)(r1 - r) : DR;
         const uint8_t *row0 = w + (size_t)r * row_bytes;
@@ -1067,19 +1143,12 @@ load_w1(const void *row, uint32_t type, int64_t i)
     return qconv_bf16_to_fp32(((const uint16_t *)row)[i]);
 }
 
-/* ggml_vec_dot_f32 / _f16 (batch of one): 4 accumulators over steps of 32
- * (element i in accumulator (i / 8) % 4, lane i % 8), reduced as
- * (a0 + a2) + (a1 + a3), then (lo + hi) and two hadds; leftovers added
- * one by one (f32 for F32, double for F16). */
+/* vecdot_f32_f16_as's end: the accumulators' reduction and the leftovers */
 static inline __attribute__((always_inline)) float
-vecdot_f32_f16_as(const void *row, uint32_t type, uint32_t ttype, const float *x, int64_t n)
+vecdot_f32_f16_end(__m256 *a, const void *row, uint32_t type, uint32_t ttype, const float *x,
+                   int64_t np, int64_t n)
 {
-    __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
-    int64_t np = n & ~(int64_t)31, i;
-
-    for (i = 0; i < np; i += 32)
-        for (int j = 0; j < 4; j++)
-            a[j] = _mm256_fmadd_ps(load_w8(row, type, i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), a[j]);
+    int64_t i;
     a[0] = _mm256_add_ps(a[0], a[2]);
     a[1] = _mm256_add_ps(a[1], a[3]);
     a[0] = _mm256_add_ps(a[0], a[1]);
@@ -1097,12 +1166,65 @@ vecdot_f32_f16_as(const void *row, uint32_t type, uint32_t ttype, const float *x
     return (float)sd;
 }
 
+/* ggml_vec_dot_f32 / _f16 (batch of one): 4 accumulators over steps of 32
+ * (element i in accumulator (i / 8) % 4, lane i % 8), reduced as
+ * (a0 + a2) + (a1 + a3), then (lo + hi) and two hadds; leftovers added
+ * one by one (f32 for F32, double for F16). */
+static inline __attribute__((always_inline)) float
+vecdot_f32_f16_as(const void *row, uint32_t type, uint32_t ttype, const float *x, int64_t n)
+{
+    __m256 a[4] = { _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps() };
+    int64_t np = n & ~(int64_t)31, i;
+
+    for (i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            a[j] = _mm256_fmadd_ps(load_w8(row, type, i + 8 * j), _mm256_loadu_ps(x + i + 8 * j), a[j]);
+    return vecdot_f32_f16_end(a, row, type, ttype, x, np, n);
+}
+
+/* F16 decode: vecdot_f32_f16_as for two rows at once (their chains are
+ * independent; each activation vector is loaded once for both), with the
+ * prefetch of the rows after next spread over the steps. */
+static void
+f16_decode(float *y, const uint8_t *w, size_t row_bytes, const float *x, int64_t n, int64_t r0,
+           int64_t r1)
+{
+    const int64_t np = n & ~(int64_t)31;
+    const int64_t pf_lines = (int64_t)((2 * row_bytes + 63) / 64), steps = np / 32;
+    int64_t r = r0;
+
+    for (; steps > 0 && r + 2 <= r1; r += 2) {
+        const uint8_t *w0 = w + (size_t)r * row_bytes, *w1 = w0 + row_bytes;
+        const char *pf = (const char *)w0 + 4 * row_bytes;
+        __m256 a[4], b[4];
+        for (int j = 0; j < 4; j++)
+            a[j] = b[j] = _mm256_setzero_ps();
+        for (int64_t i = 0, k = 0; i < np; i += 32, k++) {
+            for (int64_t l = k * pf_lines / steps; l < (k + 1) * pf_lines / steps; l++)
+                _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m256 xv = _mm256_loadu_ps(x + i + 8 * j);
+                a[j] = _mm256_fmadd_ps(load_w8(w0, T_F16, i + 8 * j), xv, a[j]);
+                b[j] = _mm256_fmadd_ps(load_w8(w1, T_F16, i + 8 * j), xv, b[j]);
+            }
+        }
+        y[r] = vecdot_f32_f16_end(a, w0, T_F16, T_F16, x, np, n);
+        y[r + 1] = vecdot_f32_f16_end(b, w1, T_F16, T_F16, x, np, n);
+    }
+    for (; r < r1; r++)
+        y[r] = vecdot_f32_f16_as(w + (size_t)r * row_bytes, T_F16, T_F16, x, n);
+}
+
 /* type: how the row is stored and loaded; the arithmetic (the leftovers'
  * accumulation) is that of ggml's kernel for that type */
 static float
 vecdot_f32_f16(const void *row, uint32_t type, const float *x, int64_t n)
 {
-    return vecdot_f32_f16_as(row, type, type, x, n);
+    /* literal types: each instance compiled without run-time type tests */
+    if (type == T_F16)
+        return vecdot_f32_f16_as(row, T_F16, T_F16, x, n);
+    return vecdot_f32_f16_as(row, T_F32, T_F32, x, n);
 }
 
 /* ggml_vec_dot_bf16 (AVX2): 4 accumulators of separate multiply and add,
@@ -1130,6 +1252,51 @@ vecdot_bf16(const void *row, const float *x, int64_t n)
     return vecdot_bf16_as(row, T_BF16, x, n);
 }
 
+/* ggml_vec_dot_f16 for FRB widened rows x FTB tokens at once.  The four
+ * accumulators of one (row, token) are independent chains, so each is run
+ * for the whole block before the next (j outer): 8 chains in registers,
+ * every loaded vector used 2 or 4 times, instead of two loads per fused
+ * multiply-add.  Each chain sees the same operands in the same order as in
+ * vecdot_f32_f16_as, and the reduction is its own: the same bits. */
+#define FRB 2
+#define FTB 4
+
+static void
+f16_block(float *y, int64_t ldy, const float *w, int64_t cols, int nr, const float *const *xs, int nt)
+{
+    const int64_t np = cols & ~(int64_t)31;
+    const float *w0 = w, *w1 = w + (nr > 1 ? cols : 0);
+    const float *x0 = xs[0], *x1 = xs[nt > 1 ? 1 : 0], *x2 = xs[nt > 2 ? 2 : 0], *x3 = xs[nt > 3 ? 3 : 0];
+    __m256 part[4][FRB * FTB];
+
+    for (int j = 0; j < 4; j++) {
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+        __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+        for (int64_t i = 8 * j; i < np; i += 32) {
+            __m256 v0 = _mm256_loadu_ps(x0 + i), v1 = _mm256_loadu_ps(x1 + i);
+            __m256 v2 = _mm256_loadu_ps(x2 + i), v3 = _mm256_loadu_ps(x3 + i);
+            __m256 wv = _mm256_loadu_ps(w0 + i);
+            a00 = _mm256_fmadd_ps(wv, v0, a00);
+            a01 = _mm256_fmadd_ps(wv, v1, a01);
+            a02 = _mm256_fmadd_ps(wv, v2, a02);
+            a03 = _mm256_fmadd_ps(wv, v3, a03);
+            wv = _mm256_loadu_ps(w1 + i);
+            a10 = _mm256_fmadd_ps(wv, v0, a10);
+            a11 = _mm256_fmadd_ps(wv, v1, a11);
+            a12 = _mm256_fmadd_ps(wv, v2, a12);
+            a13 = _mm256_fmadd_ps(wv, v3, a13);
+        }
+        part[j][0] = a00, part[j][1] = a01, part[j][2] = a02, part[j][3] = a03;
+        part[j][4] = a10, part[j][5] = a11, part[j][6] = a12, part[j][7] = a13;
+    }
+    for (int r = 0; r < nr; r++)
+        for (int t = 0; t < nt; t++) {
+            __m256 a[4] = { part[0][r * FTB + t], part[1][r * FTB + t], part[2][r * FTB + t],
+                            part[3][r * FTB + t] };
+            y[t * ldy + r] = vecdot_f32_f16_end(a, r ? w1 : w0, T_F32, T_F16, xs[t], np, cols);
+        }
+}
+
 /* F16 / BF16 rows [r0, r1) for a batch: tiles of rows widened to f32 once
  * (exact), then each token's ggml_vec_dot_f16 / _bf16 reads the tile; 0 when
  * one row does not fit. */
@@ -1153,6 +1320,18 @@ float_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t 
                 _mm256_storeu_ps(d + c, load_w8(row, type, c));
             for (; c < cols; c++)
                 d[c] = load_w1(row, type, c);
+        }
+        if (type == T_F16) {
+            for (int64_t t0 = 0; t0 < n_tok; t0 += FTB) {
+                int nt = n_tok - t0 < FTB ? (int)(n_tok - t0) : FTB;
+                const float *xs[FTB];
+                for (int t = 0; t < nt; t++)
+                    xs[t] = (const float *)(const void *)(act + (size_t)(t0 + t) * arb);
+                for (int64_t i = 0; i < nr; i += FRB)
+                    f16_block(y + t0 * ldy + rb + i, ldy, buf + i * cols, cols,
+                              nr - i < FRB ? (int)(nr - i) : FRB, xs, nt);
+            }
+            continue;
         }
         for (int64_t t = 0; t < n_tok; t++) {
             const float *xt = (const float *)(const void *)(act + (size_t)t * arb);
@@ -1232,6 +1411,10 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
         if ((wtype == T_F16 || wtype == T_BF16) && n_tok >= TILE_MIN &&
             float_tiles(y, ldy, wb, row_bytes, wtype, act, arb, n_tok, cols, r0, r1))
             return;
+        if (wtype == T_F16 && n_tok == 1) {
+            f16_decode(y, wb, row_bytes, (const float *)(const void *)act, cols, r0, r1);
+            return;
+        }
         {
             for (int64_t t = 0; t < n_tok; t++) {
                 const float *xt = a == ACT_F32 ? x + t * ldx
