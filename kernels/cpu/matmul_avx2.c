@@ -409,6 +409,17 @@ legacy_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
     }
 }
 
+/* The prefetch of a later group of rows, spread over the n steps of a
+ * pass: step k asks for the lines below (k + 1) * lines / n, counted without
+ * a division (*l: next line, *acc: (k + 1) * lines). */
+static inline __attribute__((always_inline)) void
+pf_spread(const char *pf, int64_t *l, int64_t *acc, int64_t lines, int64_t n)
+{
+    *acc += lines;
+    for (; *l * n < *acc; (*l)++)
+        _mm_prefetch(pf + 64 * *l, _MM_HINT_T0);
+}
+
 /* Decode (one token): DR rows at once, so that their block chains overlap
  * and the token's block is loaded once for them; each row's arithmetic is
  * legacy_row's with nt = 1. */
@@ -428,12 +439,12 @@ legacy_rows1(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
         acc[i] = _mm256_setzero_ps();
         sacc[i] = 0.0f;
     }
+    int64_t pfl = 0, pfa = 0;
     for (int64_t b = 0; b < nb; b++) {
         __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar->q + 32 * b));
         float da = ar->d[b];
         /* the prefetch of a later group, spread over the blocks */
-        for (int64_t l = b * pf_lines / nb; l < (b + 1) * pf_lines / nb; l++)
-            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             float d, m = 0.0f;
@@ -480,12 +491,12 @@ q4_1_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, const struct act
         lo[i] = hi[i] = _mm_setzero_ps();
         sacc[i] = 0.0f;
     }
+    int64_t pfl = 0, pfa = 0;
     for (int64_t b = 0; b < nb; b++) {
         __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
         __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
         float da = ar->d[b], sa = ar->s[b];
-        for (int64_t l = b * pf_lines / nb; l < (b + 1) * pf_lines / nb; l++)
-            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             const struct block_q4_1 *x = (const struct block_q4_1 *)(const void *)(row0 + (size_t)i * row_bytes) + b;
@@ -528,12 +539,12 @@ chain_rows8(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
     /* Q4_0 and IQ4_NL blocks are both { fp16 d; 16 bytes of nibbles } */
     const size_t bs = sizeof(struct block_q4_0);
 
+    int64_t pfl = 0, pfa = 0;
     for (int64_t b = 0; b < nb; b++) {
         __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
         __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
         __m128i v[8], dh = _mm_setzero_si128();
-        for (int64_t l = b * pf_lines / nb; l < (b + 1) * pf_lines / nb; l++)
-            _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bs;
@@ -1071,6 +1082,149 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, const struct ksb *pre, u
     }
 }
 
+/* ---- k-quant decode without the unpacked super-block ---- */
+
+/* Q4_K scales and mins of one super-block as bytes: sc8 = the 8 scales,
+ * mn8 = the 8 mins (k4_scales for j = 0..7, four bytes at a time). */
+static inline void
+k4_scales8(const uint8_t *s, uint64_t *sc8, uint64_t *mn8)
+{
+    uint32_t u0, u1, u2;
+    memcpy(&u0, s, 4);
+    memcpy(&u1, s + 4, 4);
+    memcpy(&u2, s + 8, 4);
+    const uint32_t m6 = 0x3f3f3f3fu, m4 = 0x0f0f0f0fu, m2 = 0x03030303u;
+    uint32_t sc_lo = u0 & m6, mn_lo = u1 & m6;
+    uint32_t sc_hi = (u2 & m4) | ((u0 >> 6) & m2) << 4;
+    uint32_t mn_hi = ((u2 >> 4) & m4) | ((u1 >> 6) & m2) << 4;
+    *sc8 = (uint64_t)sc_hi << 32 | sc_lo;
+    *mn8 = (uint64_t)mn_hi << 32 | mn_lo;
+}
+
+/* Q4_K decode, 8 rows at once: the repacked gemv's two chains per row
+ * (sacc = fma(float(isum), d * yd, sacc), macc = fma(float(msum), dmin * yd,
+ * macc), out = sacc - macc) with the 8 rows in the lanes; the integer sums
+ * straight from the packed block (the same values as k_unpack + k_lanes). */
+static inline void
+q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar, int64_t nb,
+          const char *pf, int64_t pf_lines)
+{
+    const __m256i m15 = _mm256_set1_epi8(15);
+    __m256 sacc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    int64_t pfl = 0, pfa = 0;
+
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *y = ar->q + QK_K * b;
+        /* bsums in pairs: |pair| <= 32 * 127 fits int16 */
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b));
+        __m256i bp32 = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+        __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(bp32), _mm256_extracti128_si256(bp32, 1));
+        __m128i v[8], mv[8], dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const struct block_q4_K *x = (const struct block_q4_K *)(const void *)(row0 + (size_t)i * row_bytes) + b;
+            uint64_t sc8, mn8;
+            k4_scales8(x->scales, &sc8, &mn8);
+            dh = _mm_insert_epi16(dh, x->d, i);
+            mh = _mm_insert_epi16(mh, x->dmin, i);
+            __m256i acc = _mm256_setzero_si256();
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
+                __m256i lo = _mm256_and_si256(bits, m15);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m15);
+                __m256i yl = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c));
+                __m256i yh = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c + 32));
+                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl),
+                                               _mm256_set1_epi16((short)(sc8 >> (16 * c) & 0xff)));
+                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh),
+                                               _mm256_set1_epi16((short)(sc8 >> (16 * c + 8) & 0xff)));
+                acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
+            }
+            v[i] = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
+            mv[i] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)), bp);
+        }
+        __m128i s03 = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+        __m128i s47 = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
+        __m128i m03 = _mm_hadd_epi32(_mm_hadd_epi32(mv[0], mv[1]), _mm_hadd_epi32(mv[2], mv[3]));
+        __m128i m47 = _mm_hadd_epi32(_mm_hadd_epi32(mv[4], mv[5]), _mm_hadd_epi32(mv[6], mv[7]));
+        __m256 isum = _mm256_cvtepi32_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(s03), s47, 1));
+        __m256 msum = _mm256_cvtepi32_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(m03), m47, 1));
+        __m256 yd = _mm256_set1_ps(ar->d[b]);
+        sacc = _mm256_fmadd_ps(isum, _mm256_mul_ps(_mm256_cvtph_ps(dh), yd), sacc);
+        macc = _mm256_fmadd_ps(msum, _mm256_mul_ps(_mm256_cvtph_ps(mh), yd), macc);
+    }
+    _mm256_storeu_ps(out, _mm256_sub_ps(sacc, macc));
+}
+
+/* Q6_K decode, one row: kquant_row's lanes (chunk c = 32 codes with the
+ * scale pair of its two halves; bsums correction 32 * sum(bs * sc)) read
+ * straight from the packed block. */
+static inline float
+q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+{
+    const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
+    __m256 acc = _mm256_setzero_ps();
+
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q6_K *x = (const struct block_q6_K *)(const void *)row + b;
+        const int8_t *y = ar->q + QK_K * b;
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h));
+            __m256i l1 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h + 32));
+            __m256i hh = _mm256_loadu_si256((const __m256i *)(const void *)(x->qh + 32 * h));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                int c = 4 * h + g;
+                __m256i lo = g == 0 ? _mm256_and_si256(l0, m15)
+                           : g == 1 ? _mm256_and_si256(l1, m15)
+                           : g == 2 ? _mm256_and_si256(_mm256_srli_epi16(l0, 4), m15)
+                                    : _mm256_and_si256(_mm256_srli_epi16(l1, 4), m15);
+                __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hh, 2 * g), m3);
+                __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair(x->scales[2 * c], x->scales[2 * c + 1]),
+                                                                _mm256_maddubs_epi16(q, qy)));
+            }
+        }
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)x->scales));
+        __m256i cl = _mm256_slli_epi32(_mm256_madd_epi16(
+            _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b)), sc16), 5);
+        sumi = _mm256_sub_epi32(sumi, cl);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(ar->d[b] * h2f(x->d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc);
+}
+
+/* k-quant decode (one token); 0 for the types without a direct path */
+static int
+kquant_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
+              int64_t cols, int64_t r0, int64_t r1)
+{
+    struct act_row ar;
+    const int64_t nb = cols / QK_K;
+
+    if (type != T_Q4_K && type != T_Q6_K)
+        return 0;
+    act_row_at(&ar, ACT_Q8_K, act, cols);
+    if (type == T_Q6_K) {
+        for (int64_t r = r0; r < r1; r++)
+            y[r] = q6k_row1(w + (size_t)r * row_bytes, &ar, nb);
+        return 1;
+    }
+    const int64_t pf_lines = (int64_t)((8 * row_bytes + 63) / 64);
+    for (; r0 + 8 <= r1; r0 += 8) {
+        const uint8_t *row0 = w + (size_t)r0 * row_bytes;
+        q4k_rows8(y + r0, row0, row_bytes, &ar, nb, (const char *)row0 + 16 * row_bytes, pf_lines);
+    }
+    for (; r0 < r1; r0++)
+        kquant_row(y + r0, 1, w + (size_t)r0 * row_bytes, NULL, T_Q4_K, &ar, 1, nb);
+    return 1;
+}
+
 /* Rows [r0, r1) of a k-quant for all n_tok tokens from unpacked row tiles
  * (struct ksb per super-block); 0 when one row does not fit the buffer. */
 static int
@@ -1199,9 +1353,9 @@ f16_decode(float *y, const uint8_t *w, size_t row_bytes, const float *x, int64_t
         __m256 a[4], b[4];
         for (int j = 0; j < 4; j++)
             a[j] = b[j] = _mm256_setzero_ps();
-        for (int64_t i = 0, k = 0; i < np; i += 32, k++) {
-            for (int64_t l = k * pf_lines / steps; l < (k + 1) * pf_lines / steps; l++)
-                _mm_prefetch(pf + 64 * l, _MM_HINT_T0);
+        int64_t pfl = 0, pfa = 0;
+        for (int64_t i = 0; i < np; i += 32) {
+            pf_spread(pf, &pfl, &pfa, pf_lines, steps);
 #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
                 __m256 xv = _mm256_loadu_ps(x + i + 8 * j);
@@ -1434,6 +1588,8 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
     }
     if (n_tok >= TILE_MIN && (a == ACT_Q8_0 || a == ACT_Q8_1) &&
         legacy_tiles(y, ldy, wb, row_bytes, wtype, a, act, arb, n_tok, cols, r0, r1))
+        return;
+    if (n_tok == 1 && a == ACT_Q8_K && kquant_decode(y, wb, row_bytes, wtype, act, cols, r0, r1))
         return;
     if (n_tok >= TILE_MIN && a == ACT_Q8_K &&
         kquant_tiles(y, ldy, wb, row_bytes, wtype, act, arb, n_tok, cols, r0, r1))
