@@ -474,7 +474,7 @@ use_tiled(const struct model *m, const struct kvcache *kv, const struct batch *b
 
 /* writes the chunk's K and V rows into their slots */
 static void
-kv_store(struct model *m, struct kvcache *kv, int64_t layer, int64_t nc)
+kv_store(struct model *m, struct kvcache *kv, int64_t layer, int64_t t0, int64_t t1)
 {
     struct forward_state *st = m->st;
     const struct model_hparams *hp = &m->hp;
@@ -484,7 +484,7 @@ kv_store(struct model *m, struct kvcache *kv, int64_t layer, int64_t nc)
     for (int64_t h = 0; h < hp->n_head_kv; h++) {
         struct kv_head_view view;
         kv_head_view(kv, layer, h, &view);
-        for (int64_t t = 0; t < nc; t++) {
+        for (int64_t t = t0; t < t1; t++) {
             size_t off = (size_t)st->blk[t] * view.block_stride;
             uint8_t *kd = view.k + off + (size_t)st->bidx[t] * view.k_row_bytes;
             uint8_t *vd = view.v + off + (size_t)st->bidx[t] * view.v_row_bytes;
@@ -494,6 +494,72 @@ kv_store(struct model *m, struct kvcache *kv, int64_t layer, int64_t nc)
             kv_row_put(kc->dtype, vd, vs, hdv);
         }
     }
+}
+
+/* ---- per-token steps of a chunk ----
+ *
+ * Norms, RoPE with the KV store, residual adds and SwiGLU are independent
+ * per token: a prefill chunk splits them over the pool (each token's
+ * arithmetic is the same however the chunk is split). */
+#define TOK_PAR_MIN 16          /* tokens from which a step is split */
+
+enum tok_op { TOK_NORM, TOK_ROPE_KV, TOK_RESID, TOK_SWIGLU };
+
+struct tok_job {
+    struct model *m;
+    struct kvcache *kv;
+    const struct batch *b;
+    int64_t c0, layer;
+    enum tok_op op;
+    const float *norm;
+};
+
+static void
+tok_range(void *arg, int64_t t0, int64_t t1, int ith)
+{
+    struct tok_job *j = arg;
+    struct model *m = j->m;
+    struct forward_state *st = m->st;
+    const struct kernel_ops *ops = m->ops;
+    const struct model_hparams *hp = &m->hp;
+    int64_t E = hp->n_embd, F = hp->n_ff, hd = hp->head_dim;
+    int64_t qd = hp->n_head * hd, kd = hp->n_head_kv * hd;
+
+    (void)ith;
+    switch (j->op) {
+    case TOK_NORM:
+        for (int64_t t = t0; t < t1; t++)
+            ops->rmsnorm(st->xn + t * E, st->x + t * E, j->norm, E, hp->rms_eps);
+        break;
+    case TOK_ROPE_KV:
+        for (int64_t t = t0; t < t1; t++) {
+            int32_t pos = j->b->tok[j->c0 + t].pos;
+            ops->rope(st->q + t * qd, hp->n_head, hd, pos, &hp->rope);
+            ops->rope(st->k + t * kd, hp->n_head_kv, hd, pos, &hp->rope);
+        }
+        kv_store(m, j->kv, j->layer, t0, t1);
+        break;
+    case TOK_RESID:
+        for (int64_t i = t0 * E; i < t1 * E; i++)
+            st->x[i] += st->tmp[i];
+        break;
+    case TOK_SWIGLU:
+        /* one row at a time, as ggml_swiglu */
+        for (int64_t t = t0; t < t1; t++)
+            ops->silu_mul(st->gate + t * F, st->gate + t * F, st->up + t * F, F);
+        break;
+    }
+}
+
+static void
+tok_step(struct tok_job *j, enum tok_op op, const float *norm, int64_t nc)
+{
+    j->op = op;
+    j->norm = norm;
+    if (nc >= TOK_PAR_MIN)
+        threadpool_for(j->m->tp, nc, 1, tok_range, j);
+    else
+        tok_range(j, 0, nc, 0);
 }
 
 /* ---- one chunk ---- */
@@ -530,12 +596,13 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
         st->run0[st->n_run] = (int32_t)nc;
     }
 
+    struct tok_job tj = { m, kv, b, c0, 0, TOK_NORM, NULL };
     for (int64_t l = 0; l < hp->n_layer; l++) {
         const struct model_layer *L = &m->layers[l];
         int il = (int)l;
 
-        for (int64_t t = 0; t < nc; t++)
-            ops->rmsnorm(st->xn + t * E, st->x + t * E, L->attn_norm.data, E, hp->rms_eps);
+        tj.layer = l;
+        tok_step(&tj, TOK_NORM, L->attn_norm.data, nc);
         if ((rc = hook_linear(h, il, &L->wq, st->xn, nc, E, c0, b)) < 0 ||
             (rc = hook_linear(h, il, &L->wk, st->xn, nc, E, c0, b)) < 0 ||
             (rc = hook_linear(h, il, &L->wv, st->xn, nc, E, c0, b)) < 0)
@@ -547,27 +614,21 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
             int64_t ld3[3] = { qd, kd, vd };
             matmul_n(m, 3, w3, b3, st->xn, E, nc, y3, ld3);
         }
-        for (int64_t t = 0; t < nc; t++) {
-            int32_t pos = b->tok[c0 + t].pos;
-            ops->rope(st->q + t * qd, hp->n_head, hd, pos, &hp->rope);
-            ops->rope(st->k + t * kd, hp->n_head_kv, hd, pos, &hp->rope);
-        }
-        kv_store(m, kv, l, nc);
+        tok_step(&tj, TOK_ROPE_KV, NULL, nc);
 
+        /* (token, kv head) items claimed one by one: their costs grow with
+         * the position */
         struct attn_job aj = { m, kv, b, c0, l };
         if (tiled)
-            threadpool_for(m->tp, st->n_run * hp->n_head_kv, 1, attn_tiled_range, &aj);
+            threadpool_claim(m->tp, st->n_run * hp->n_head_kv, 1, attn_tiled_range, &aj);
         else
-            threadpool_for(m->tp, nc * hp->n_head_kv, 1, attn_range, &aj);
+            threadpool_claim(m->tp, nc * hp->n_head_kv, 1, attn_range, &aj);
 
         if ((rc = hook_linear(h, il, &L->wo, st->att, nc, ad, c0, b)) < 0)
             return rc;
         matmul(m, &L->wo, &L->bo, st->att, ad, nc, st->tmp, E);
-        for (int64_t i = 0; i < nc * E; i++)
-            st->x[i] += st->tmp[i];
-
-        for (int64_t t = 0; t < nc; t++)
-            ops->rmsnorm(st->xn + t * E, st->x + t * E, L->ffn_norm.data, E, hp->rms_eps);
+        tok_step(&tj, TOK_RESID, NULL, nc);
+        tok_step(&tj, TOK_NORM, L->ffn_norm.data, nc);
         if ((rc = hook_linear(h, il, &L->ffn_gate, st->xn, nc, E, c0, b)) < 0 ||
             (rc = hook_linear(h, il, &L->ffn_up, st->xn, nc, E, c0, b)) < 0)
             return rc;
@@ -577,12 +638,11 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
             int64_t ld2[2] = { F, F };
             matmul_n(m, 2, w2, NULL, st->xn, E, nc, y2, ld2);
         }
-        ops->silu_mul(st->gate, st->gate, st->up, nc * F);
+        tok_step(&tj, TOK_SWIGLU, NULL, nc);
         if ((rc = hook_linear(h, il, &L->ffn_down, st->gate, nc, F, c0, b)) < 0)
             return rc;
         matmul(m, &L->ffn_down, NULL, st->gate, F, nc, st->tmp, E);
-        for (int64_t i = 0; i < nc * E; i++)
-            st->x[i] += st->tmp[i];
+        tok_step(&tj, TOK_RESID, NULL, nc);
 
         if (h && (h->sites & MODEL_HOOK_LAYER_OUT)) {
             char name[32];
@@ -592,8 +652,7 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
         }
     }
 
-    for (int64_t t = 0; t < nc; t++)
-        ops->rmsnorm(st->xn + t * E, st->x + t * E, m->output_norm.data, E, hp->rms_eps);
+    tok_step(&tj, TOK_NORM, m->output_norm.data, nc);
     if (out && out->hidden)
         memcpy(out->hidden + c0 * E, st->xn, (size_t)(nc * E) * sizeof(float));
     if (out && out->logits) {

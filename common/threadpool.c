@@ -223,3 +223,45 @@ threadpool_for(struct threadpool *tp, int64_t n, int64_t grain, threadpool_range
     }
     threadpool_run(tp, for_worker, &j);
 }
+
+struct claim_job {
+    threadpool_range_fn fn;
+    void *arg;
+    int64_t n, grain;
+    atomic_llong next;
+};
+
+static void
+claim_worker(void *p, int ith, int nth)
+{
+    struct claim_job *j = p;
+
+    (void)nth;
+    for (;;) {
+        int64_t i0 = atomic_fetch_add_explicit(&j->next, j->grain, memory_order_relaxed);
+        if (i0 >= j->n)
+            return;
+        j->fn(j->arg, i0, i0 + j->grain < j->n ? i0 + j->grain : j->n, ith);
+    }
+}
+
+void
+threadpool_claim(struct threadpool *tp, int64_t n, int64_t grain, threadpool_range_fn fn, void *arg)
+{
+    struct claim_job j;
+
+    if (n <= 0)
+        return;
+    if (grain < 1)
+        grain = 1;
+    if (threadpool_size(tp) == 1 || n <= grain) {
+        fn(arg, 0, n, 0);
+        return;
+    }
+    j.fn = fn;
+    j.arg = arg;
+    j.n = n;
+    j.grain = grain;
+    atomic_init(&j.next, 0);
+    threadpool_run(tp, claim_worker, &j);
+}

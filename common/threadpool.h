@@ -57,4 +57,10 @@ void threadpool_run(struct threadpool *tp, threadpool_job_fn fn, void *arg);
 void threadpool_for(struct threadpool *tp, int64_t n, int64_t grain, threadpool_range_fn fn,
                     void *arg);
 
+/* threadpool_claim() : like threadpool_for, for items of unequal cost:
+ * workers claim chunks of grain items (the last may be shorter) in order
+ * from a shared counter until [0, n) is done. */
+void threadpool_claim(struct threadpool *tp, int64_t n, int64_t grain, threadpool_range_fn fn,
+                      void *arg);
+
 #endif

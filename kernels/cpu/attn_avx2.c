@@ -310,67 +310,130 @@ round_f16(__m256 v)
     return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-/* One head over a chunk of n visible slots whose keys and values are in
- * f32 (kc [n][dk], vc [n][dv]); the head's state (accumulator, M, S) is
- * loaded from and stored back to memory around the chunk. */
+/* The scaled scores of 8 slots (keys kc [8][dk], the first m real), dk a
+ * multiple of 32: dot_f32's accumulators per slot, then its reduction
+ * ((a0 + a2) + (a1 + a3), low + high half, two pairwise adds) done for the
+ * 8 slots together with the same pairings, so each score has dot_f32's
+ * bits. */
+static inline __attribute__((always_inline)) void
+scores8(const float *kc, int m, int64_t dk, const float *qh, float scale, float *sc)
+{
+    __m256 S[8];
+
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        const float *k = kc + (int64_t)(j < m ? j : 0) * dk;
+        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+        for (int64_t i = 0; i < dk; i += 32) {
+            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), _mm256_loadu_ps(qh + i), s0);
+            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8), _mm256_loadu_ps(qh + i + 8), s1);
+            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 16), _mm256_loadu_ps(qh + i + 16), s2);
+            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 24), _mm256_loadu_ps(qh + i + 24), s3);
+        }
+        S[j] = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+    }
+    /* U[j/2] = [lo + hi of slot j | lo + hi of slot j + 1] */
+    __m256 U[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        U[j] = _mm256_add_ps(_mm256_permute2f128_ps(S[2 * j], S[2 * j + 1], 0x20),
+                             _mm256_permute2f128_ps(S[2 * j], S[2 * j + 1], 0x31));
+    /* pairs, then pairs of pairs: slots in the order 0 2 4 6 | 1 3 5 7 */
+    __m256 g = _mm256_hadd_ps(_mm256_hadd_ps(U[0], U[1]), _mm256_hadd_ps(U[2], U[3]));
+    g = _mm256_permutevar8x32_ps(g, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_store_ps(sc, _mm256_mul_ps(g, _mm256_set1_ps(scale)));
+}
+
+/* nh (1 or 2) heads over a chunk of n visible slots whose keys and values
+ * are in f32 (kc [n][dk], vc [n][dv]); each head's state (accumulator, M,
+ * S) is loaded from and stored back to memory around the chunk.  Two heads
+ * run side by side so that their accumulator chains (a fused multiply-add
+ * and, for f16, a round trip through f16 per slot) overlap; each head's
+ * operations are those it would do alone. */
+/* acc[h][i] is read only for i < nv, each written first (GCC cannot see it
+ * through the unrolled loops) */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 static inline __attribute__((always_inline)) void
 attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, float scale,
-           const float *qh, float *accm, float *Mp, float *Sp, int f16, int nv)
+           const float *const *qh, float *const *accm, float *Mp, float *Sp, int f16, int nv, int nh)
 {
-    __m256 acc[AV_MAX] = { 0 };
-    float M = *Mp, S = *Sp;
-    float sc[8] __attribute__((aligned(32))), arg[8] __attribute__((aligned(32)));
-    float e[8] __attribute__((aligned(32)));
-    int newmax[8];
+    __m256 acc[2][AV_MAX];
+    float M[2], S[2];
+    float sc[2][8] __attribute__((aligned(32))), arg[16] __attribute__((aligned(32)));
+    float e[16] __attribute__((aligned(32)));
+    int newmax[2][8];
 
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++) {
+        M[h] = Mp[h];
+        S[h] = Sp[h];
 #pragma GCC unroll 32
-    for (int i = 0; i < nv; i++)
-        acc[i] = _mm256_loadu_ps(accm + 8 * i);
+        for (int i = 0; i < nv; i++)
+            acc[h][i] = _mm256_loadu_ps(accm[h] + 8 * i);
+    }
     for (int j0 = 0; j0 < n; j0 += 8) {
         int m = n - j0 < 8 ? n - j0 : 8;
-        /* ggml_vec_dot_f16 on exact f32 copies of the f16 operands is
-         * ggml_vec_dot_f32's sequence of operations */
-        for (int j = 0; j < m; j++)
-            sc[j] = dot_f32(kc + (int64_t)(j0 + j) * dk, qh, dk) * scale;
-        for (int j = 0; j < m; j++) {
-            if (sc[j] > M) {
-                arg[j] = M - sc[j];
-                M = sc[j];
-                newmax[j] = 1;
-            } else {
-                arg[j] = sc[j] - M;
-                newmax[j] = 0;
+#pragma GCC unroll 2
+        for (int h = 0; h < nh; h++) {
+            if (dk % 32 == 0)
+                scores8(kc + (int64_t)j0 * dk, m, dk, qh[h], scale, sc[h]);
+            else
+                /* ggml_vec_dot_f16 on exact f32 copies of the f16 operands
+                 * is ggml_vec_dot_f32's sequence of operations */
+                for (int j = 0; j < m; j++)
+                    sc[h][j] = dot_f32(kc + (int64_t)(j0 + j) * dk, qh[h], dk) * scale;
+            for (int j = 0; j < m; j++) {
+                if (sc[h][j] > M[h]) {
+                    arg[8 * h + j] = M[h] - sc[h][j];
+                    M[h] = sc[h][j];
+                    newmax[h][j] = 1;
+                } else {
+                    arg[8 * h + j] = sc[h][j] - M[h];
+                    newmax[h][j] = 0;
+                }
             }
         }
-        ops_expf_libm_avx2(e, arg, m);
+        if (nh == 2 && m == 8)
+            ops_expf_libm_avx2(e, arg, 16);
+        else
+            for (int h = 0; h < nh; h++)
+                ops_expf_libm_avx2(e + 8 * h, arg + 8 * h, m);
         for (int j = 0; j < m; j++) {
             const float *v = vc + (int64_t)(j0 + j) * dv;
-            float ms = 1.0f, vs = 1.0f;
-            if (newmax[j]) {
-                ms = e[j];
-                __m256 vm = _mm256_set1_ps(ms);
-            #pragma GCC unroll 32
-    for (int i = 0; i < nv; i++)
-                    acc[i] = f16 ? round_f16(_mm256_mul_ps(acc[i], vm)) : _mm256_mul_ps(acc[i], vm);
-            } else {
-                vs = e[j];
+#pragma GCC unroll 2
+            for (int h = 0; h < nh; h++) {
+                float ms = 1.0f, vs = 1.0f;
+                if (newmax[h][j]) {
+                    ms = e[8 * h + j];
+                    __m256 vm = _mm256_set1_ps(ms);
+#pragma GCC unroll 32
+                    for (int i = 0; i < nv; i++)
+                        acc[h][i] = f16 ? round_f16(_mm256_mul_ps(acc[h][i], vm)) : _mm256_mul_ps(acc[h][i], vm);
+                } else {
+                    vs = e[8 * h + j];
+                }
+                __m256 vw = _mm256_set1_ps(vs);
+#pragma GCC unroll 32
+                for (int i = 0; i < nv; i++) {
+                    __m256 t = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * i), vw, acc[h][i]);
+                    acc[h][i] = f16 ? round_f16(t) : t;
+                }
+                /* one fused multiply-add, as ggml's S = S*ms + vs compiles */
+                S[h] = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(S[h]), _mm_set_ss(ms), _mm_set_ss(vs)));
             }
-            __m256 vw = _mm256_set1_ps(vs);
-        #pragma GCC unroll 32
-    for (int i = 0; i < nv; i++) {
-                __m256 t = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * i), vw, acc[i]);
-                acc[i] = f16 ? round_f16(t) : t;
-            }
-            /* one fused multiply-add, as ggml's S = S*ms + vs compiles */
-            S = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss(S), _mm_set_ss(ms), _mm_set_ss(vs)));
         }
     }
+#pragma GCC unroll 2
+    for (int h = 0; h < nh; h++) {
 #pragma GCC unroll 32
-    for (int i = 0; i < nv; i++)
-        _mm256_storeu_ps(accm + 8 * i, acc[i]);
-    *Mp = M;
-    *Sp = S;
+        for (int i = 0; i < nv; i++)
+            _mm256_storeu_ps(accm[h] + 8 * i, acc[h][i]);
+        Mp[h] = M[h];
+        Sp[h] = S[h];
+    }
 }
+#pragma GCC diagnostic pop
 
 void
 ops_attn_avx2(const struct attn_args *a, float *scratch)
@@ -420,17 +483,21 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
             }
             n++;
         }
-        for (int64_t h = 0; h < nq; h++) {
-            float *accm = accs + h * dv;
-            const float *qh = qf + h * dk;
+        for (int64_t h = 0; h < nq;) {
+            int nh = nq - h >= 2 ? 2 : 1;
+            float *accm[2] = { accs + h * dv, accs + (h + nh - 1) * dv };
+            const float *qh[2] = { qf + h * dk, qf + (h + nh - 1) * dk };
+#define AC_(f, v, k) attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], f, v, k)
             if (f16 && nv == 8)
-                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 1, 8);
+                nh == 2 ? AC_(1, 8, 2) : AC_(1, 8, 1);
             else if (f16)
-                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 1, nv);
+                nh == 2 ? AC_(1, nv, 2) : AC_(1, nv, 1);
             else if (nv == 8)
-                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 0, 8);
+                nh == 2 ? AC_(0, 8, 2) : AC_(0, 8, 1);
             else
-                attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], 0, nv);
+                nh == 2 ? AC_(0, nv, 2) : AC_(0, nv, 1);
+#undef AC_
+            h += nh;
         }
     }
     for (int64_t h = 0; h < nq; h++) {

@@ -1,6 +1,7 @@
 /*
  * test_threadpool.c - the worker pool: every index of a range is handled
- * exactly once, chunks respect the grain, jobs see all workers, and many
+ * exactly once (threadpool_for's fixed split and threadpool_claim's claimed
+ * chunks), chunks respect the grain, jobs see all workers, and many
  * back-to-back jobs (the barrier) neither lose nor repeat work.
  */
 #include <stdatomic.h>
@@ -77,16 +78,24 @@ test_pool(int n)
             c.hits = calloc((size_t)len, sizeof(atomic_int));
             c.grain = grains[gi];
             atomic_init(&c.bad, 0);
-            threadpool_for(tp, len, c.grain, cover_range, &c);
-            int wrong = 0;
-            for (int64_t i = 0; i < len; i++)
-                wrong += atomic_load(&c.hits[i]) != 1;
-            CHECK_EQ(wrong, 0);
-            CHECK_EQ(atomic_load(&c.bad), 0);
+            for (int claim = 0; claim < 2; claim++) {
+                for (int64_t i = 0; i < len; i++)
+                    atomic_init(&c.hits[i], 0);
+                if (claim)
+                    threadpool_claim(tp, len, c.grain, cover_range, &c);
+                else
+                    threadpool_for(tp, len, c.grain, cover_range, &c);
+                int wrong = 0;
+                for (int64_t i = 0; i < len; i++)
+                    wrong += atomic_load(&c.hits[i]) != 1;
+                CHECK_EQ(wrong, 0);
+                CHECK_EQ(atomic_load(&c.bad), 0);
+            }
             free(c.hits);
         }
     }
     threadpool_for(tp, 0, 1, cover_range, NULL);   /* nothing to do, fn not called */
+    threadpool_claim(tp, 0, 1, cover_range, NULL);
 
     struct all a;
     memset(&a, 0, sizeof(a));
