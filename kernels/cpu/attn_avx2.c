@@ -73,11 +73,11 @@ dot_f16(const uint16_t *k, const uint16_t *q, int64_t n)
     return (float)sum;
 }
 
-/* q.k over n f32 elements, as ggml_vec_dot_f32. */
-static inline float
-dot_f32(const float *k, const float *q, int64_t n)
+/* ggml_vec_dot_f32's four accumulators over the first np (a multiple of
+ * 32) elements, combined as its reduction begins: (a0 + a2) + (a1 + a3) */
+static inline __m256
+dot_f32_lanes(const float *k, const float *q, int64_t np)
 {
-    int64_t np = n & ~(int64_t)31;
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
 
     for (int64_t i = 0; i < np; i += 32) {
@@ -86,7 +86,15 @@ dot_f32(const float *k, const float *q, int64_t n)
         s2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 16), _mm256_loadu_ps(q + i + 16), s2);
         s3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 24), _mm256_loadu_ps(q + i + 24), s3);
     }
-    double sum = np ? (double)avx2_reduce4(s0, s1, s2, s3) : 0.0;
+    return _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+}
+
+/* q.k over n f32 elements, as ggml_vec_dot_f32. */
+static inline float
+dot_f32(const float *k, const float *q, int64_t n)
+{
+    int64_t np = n & ~(int64_t)31;
+    double sum = np ? (double)avx2_reduce1(dot_f32_lanes(k, q, np)) : 0.0;
     for (int64_t i = np; i < n; i++)
         sum += (double)(k[i] * q[i]);
     return (float)sum;
@@ -322,15 +330,7 @@ scores8(const float *kc, int m, int64_t dk, const float *qh, float scale, float 
 
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        const float *k = kc + (int64_t)(j < m ? j : 0) * dk;
-        __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
-        for (int64_t i = 0; i < dk; i += 32) {
-            s0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), _mm256_loadu_ps(qh + i), s0);
-            s1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8), _mm256_loadu_ps(qh + i + 8), s1);
-            s2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 16), _mm256_loadu_ps(qh + i + 16), s2);
-            s3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 24), _mm256_loadu_ps(qh + i + 24), s3);
-        }
-        S[j] = _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
+        S[j] = dot_f32_lanes(kc + (int64_t)(j < m ? j : 0) * dk, qh, dk);
     }
     /* U[j/2] = [lo + hi of slot j | lo + hi of slot j + 1] */
     __m256 U[4];

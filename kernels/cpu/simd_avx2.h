@@ -11,16 +11,21 @@
 __m256 avx2_expf(__m256 x);
 
 /* Sum of 4 accumulators of 8 lanes in ggml's GGML_F32x8_REDUCE order:
- * (a0 + a2) + (a1 + a3), then the two 128-bit halves, then two horizontal
- * adds. */
+ * (a0 + a2) + (a1 + a3) (avx2_reduce4), then the two 128-bit halves, then
+ * two horizontal adds (avx2_reduce1, from the combined vector). */
 static inline float
-avx2_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+avx2_reduce1(__m256 s)
 {
-    __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3));
     __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
     t = _mm_hadd_ps(t, t);
     t = _mm_hadd_ps(t, t);
     return _mm_cvtss_f32(t);
+}
+
+static inline float
+avx2_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
+{
+    return avx2_reduce1(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));
 }
 
 /* f16 <-> f32 for 8 lanes (F16C, round to nearest even). */
