@@ -47,10 +47,14 @@ struct forward_state {
     int64_t attn_scr_n, attn_scr_cap;
     uint8_t *vis;               /* [nth][vis_n] */
     int64_t vis_n, vis_cap;
-    /* llamacpp_ubatch mode: the chunk's runs of at most ATTN_TILE_Q
-     * consecutive rows of one sequence, and per-thread visible lengths */
-    int32_t *run0;              /* [B + 1] first chunk row of each run, then nc */
+    /* tiled attention (llamacpp_ubatch mode, or tokens marked tiled): the
+     * chunk's runs of at most ATTN_TILE_Q consecutive rows of one sequence,
+     * [run0[r], run1[r]); the other rows (one-row arithmetic) in one[];
+     * per-thread visible lengths */
+    int32_t *run0, *run1;       /* [B] */
     int64_t n_run;
+    int32_t *one;               /* [B] */
+    int64_t n_one;
     int64_t *tnkv;              /* [nth][ATTN_TILE_Q] */
     int64_t *slot;              /* [n] slot of each batch token */
     int32_t *perm;              /* [n] batch indices grouped by sequence, in batch order */
@@ -118,6 +122,8 @@ forward_state_new(struct model *m, struct diag *d)
     st->blk = malloc(B * sizeof(int32_t));
     st->bidx = malloc(B * sizeof(int64_t));
     st->run0 = malloc((B + 1) * sizeof(int32_t));
+    st->run1 = malloc((B + 1) * sizeof(int32_t));
+    st->one = malloc((B + 1) * sizeof(int32_t));
     st->tnkv = malloc((size_t)st->nth * ATTN_TILE_Q * sizeof(int64_t));
 
     /* matmul work and per-thread row buffers: the largest any weight needs */
@@ -140,7 +146,7 @@ forward_state_new(struct model *m, struct diag *d)
     st->mm_work = work ? aligned_alloc(64, (work + 63) / 64 * 64) : NULL;
     st->mm_tmp = malloc((size_t)st->nth * (size_t)(st->mm_tmp_n ? st->mm_tmp_n : 1) * sizeof(float));
     if (!st->x || !st->xn || !st->tmp || !st->q || !st->k || !st->v || !st->att || !st->gate ||
-        !st->up || !st->blk || !st->bidx || !st->run0 || !st->tnkv || (work && !st->mm_work) ||
+        !st->up || !st->blk || !st->bidx || !st->run0 || !st->run1 || !st->one || !st->tnkv || (work && !st->mm_work) ||
         !st->mm_tmp)
         return diag_set(d, ST_NOMEM, "out of memory for forward scratch (%lld tokens)",
                         (long long)st->B);
@@ -166,6 +172,8 @@ forward_state_free(struct model *m)
     free(st->blk);
     free(st->bidx);
     free(st->run0);
+    free(st->run1);
+    free(st->one);
     free(st->tnkv);
     free(st->mm_work);
     free(st->mm_tmp);
@@ -379,7 +387,7 @@ attn_range(void *arg, int64_t i0, int64_t i1, int ith)
     uint8_t *vis = st->vis + (int64_t)ith * st->vis_n;
 
     for (int64_t it = i0; it < i1; it++) {
-        int64_t t = it / n_kvh, g = it % n_kvh;
+        int64_t t = st->one[it / n_kvh], g = it % n_kvh;
         int64_t i = j->c0 + t;                  /* batch index */
         const struct batch_tok *bt = &j->b->tok[i];
         struct kv_head_view view;
@@ -414,9 +422,9 @@ attn_range(void *arg, int64_t i0, int64_t i1, int ith)
     }
 }
 
-/* llamacpp_ubatch mode: job it = run it / n_kvh of the chunk's rows through
- * the tiled kernel for KV head it % n_kvh (rows are independent in it, so
- * any grouping of a sequence's rows gives llama.cpp's results) */
+/* job it = run it / n_kvh of the chunk's tiled rows through the tiled kernel
+ * for KV head it % n_kvh (rows are independent in it, so any grouping of a
+ * sequence's rows gives llama.cpp's results) */
 static void
 attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
 {
@@ -433,7 +441,7 @@ attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
 
     for (int64_t it = i0; it < i1; it++) {
         int64_t r = it / n_kvh, g = it % n_kvh;
-        int64_t t0 = st->run0[r], t1 = st->run0[r + 1];
+        int64_t t0 = st->run0[r], t1 = st->run1[r];
         const struct batch_tok *bt = &j->b->tok[j->c0 + t0];
         struct kv_head_view view;
         struct attn_tiled_args a;
@@ -462,14 +470,16 @@ attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
     }
 }
 
-/* whether this call's attention takes the tiled arithmetic (see
- * model.h, llamacpp_ubatch) */
+/* whether this call's attention may take the tiled arithmetic: 2 for all
+ * rows (llamacpp_ubatch mode, see model.h), 1 for the tokens marked tiled,
+ * 0 for none */
 static int
 use_tiled(const struct model *m, const struct kvcache *kv, const struct batch *b)
 {
     uint32_t t = kv_config_get(kv)->dtype;
-    return m->llamacpp_ubatch >= ATTN_TILE_Q && m->ops->attn_tiled && !b->mask &&
-           (t == GGML_TYPE_F32 || t == GGML_TYPE_F16);
+    if (!m->ops->attn_tiled || b->mask || (t != GGML_TYPE_F32 && t != GGML_TYPE_F16))
+        return 0;
+    return m->llamacpp_ubatch >= ATTN_TILE_Q ? 2 : 1;
 }
 
 /* writes the chunk's K and V rows into their slots */
@@ -586,14 +596,22 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
     }
     if ((rc = hook(h, MODEL_HOOK_EMBD, -1, "inp_embd", NULL, st->x, nc, E, E, c0, b)) < 0)
         return rc;
+    /* rows by attention arithmetic: runs of tiled rows, one-row rows */
     const int tiled = use_tiled(m, kv, b);
-    if (tiled) {
-        st->n_run = 0;
-        for (int64_t t = 0; t < nc; t++)
-            if (t == 0 || b->tok[c0 + t].seq != b->tok[c0 + t - 1].seq ||
-                t - st->run0[st->n_run - 1] == ATTN_TILE_Q)
-                st->run0[st->n_run++] = (int32_t)t;
-        st->run0[st->n_run] = (int32_t)nc;
+    st->n_run = st->n_one = 0;
+    for (int64_t t = 0; t < nc; t++) {
+        const struct batch_tok *bt = &b->tok[c0 + t];
+        if (!(tiled == 2 || (tiled == 1 && bt->tiled))) {
+            st->one[st->n_one++] = (int32_t)t;
+            continue;
+        }
+        int64_t r = st->n_run - 1;
+        if (r < 0 || st->run1[r] != t || b->tok[c0 + t - 1].seq != bt->seq ||
+            t - st->run0[r] == ATTN_TILE_Q) {
+            st->run0[++r] = (int32_t)t;
+            st->n_run = r + 1;
+        }
+        st->run1[r] = (int32_t)(t + 1);
     }
 
     struct tok_job tj = { m, kv, b, c0, 0, TOK_NORM, NULL };
@@ -619,10 +637,10 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
         /* (token, kv head) items claimed one by one: their costs grow with
          * the position */
         struct attn_job aj = { m, kv, b, c0, l };
-        if (tiled)
+        if (st->n_run)
             threadpool_claim(m->tp, st->n_run * hp->n_head_kv, 1, attn_tiled_range, &aj);
-        else
-            threadpool_claim(m->tp, nc * hp->n_head_kv, 1, attn_range, &aj);
+        if (st->n_one)
+            threadpool_claim(m->tp, st->n_one * hp->n_head_kv, 1, attn_range, &aj);
 
         if ((rc = hook_linear(h, il, &L->wo, st->att, nc, ad, c0, b)) < 0)
             return rc;

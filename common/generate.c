@@ -414,7 +414,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
         cap_gen = o->n_predict;
     if ((rc = sampler_new(&smp, &sp, (int32_t)n_vocab, d)) < 0)
         return rc;
-    bt = malloc((size_t)n_prompt * sizeof(*bt));
+    bt = calloc((size_t)n_prompt, sizeof(*bt));
     logits = malloc((size_t)n_vocab * sizeof(*logits));
     gen = malloc((size_t)(cap_gen > 0 ? cap_gen : 1) * sizeof(*gen));
     if (!bt || !logits || !gen) {
@@ -432,6 +432,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
         bt[i].pos = (int32_t)i;
         bt[i].token = prompt[i];
         bt[i].logits = i == n_prompt - 1;
+        bt[i].tiled = model_prompt_tiled(n_prompt, i);
         sampler_accept(smp, prompt[i]);
     }
     b.n = n_prompt;
@@ -456,6 +457,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             bt[0].pos = (int32_t)(n_prompt + n_gen - 1);
             bt[0].token = gen[n_gen - 1];
             bt[0].logits = 1;
+            bt[0].tiled = 0;
             b.n = 1;
             if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
                 goto out;

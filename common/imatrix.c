@@ -606,7 +606,7 @@ imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const i
     n_chunk = n_tokens / ctx;
     if (o->max_chunks >= 0 && o->max_chunks < n_chunk)
         n_chunk = o->max_chunks;
-    bt = malloc((size_t)ctx * sizeof(*bt));
+    bt = calloc((size_t)ctx, sizeof(*bt));
     if (!bt)
         return diag_set(d, ST_NOMEM, "out of memory");
     if (o->dataset && add_dataset(im, o->dataset, strlen(o->dataset)) < 0) {

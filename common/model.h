@@ -158,7 +158,31 @@ struct batch_tok {
     int32_t pos;                /* position for RoPE, >= 0 */
     int32_t token;              /* token id, 0 <= token < n_vocab */
     int32_t logits;             /* nonzero: write this token's logits to out */
+    int32_t tiled;              /* nonzero: attention in the tiled arithmetic
+                                 * (ops->attn_tiled, when the cache is F16/F32
+                                 * and there is no mask); see model_prompt_tiled */
 };
+
+/*
+ * Prompt tokens and llama.cpp's ubatches.  llama.cpp decodes a prompt of n
+ * tokens in ubatches of LLAMACPP_N_UBATCH and computes the attention of a
+ * ubatch of ATTN_TILE_Q rows or more with its tiled arithmetic, of a smaller
+ * one (and of every generated token) with the one-row arithmetic.
+ * model_prompt_tiled(n, i) says which for token i < n of such a prompt:
+ * callers set batch_tok.tiled with it for prompt tokens (0 for generated
+ * ones), so that prompts are computed as llama.cpp computes them, and since
+ * the choice depends on the request alone, never on how the tokens are
+ * batched or chunked, a token's result stays independent of its batch.
+ */
+#define LLAMACPP_N_UBATCH 512
+
+static inline int32_t
+model_prompt_tiled(int64_t n_prompt, int64_t i)
+{
+    int64_t u0 = i / LLAMACPP_N_UBATCH * LLAMACPP_N_UBATCH;
+    int64_t rows = n_prompt - u0 < LLAMACPP_N_UBATCH ? n_prompt - u0 : LLAMACPP_N_UBATCH;
+    return i >= 0 && i < n_prompt && rows >= ATTN_TILE_Q;
+}
 
 /*
  * Slots and visibility.  The tokens of one sequence are appended to it in

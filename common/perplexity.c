@@ -107,7 +107,7 @@ perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64
     n_chunk = n_tokens / ctx;
     if (max_chunks >= 0 && max_chunks < n_chunk)
         n_chunk = max_chunks;
-    bt = malloc((size_t)(first > PPL_GROUP ? first : PPL_GROUP) * sizeof(*bt));
+    bt = calloc((size_t)(first > PPL_GROUP ? first : PPL_GROUP), sizeof(*bt));
     logits = malloc((size_t)PPL_GROUP * (size_t)n_vocab * sizeof(*logits));
     r->chunk_ppl = malloc((size_t)n_chunk * sizeof(*r->chunk_ppl));
     if (!bt || !logits || !r->chunk_ppl) {

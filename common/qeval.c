@@ -130,7 +130,7 @@ qeval_run(const char *base_path, const char *quant_path, const char *text_path,
     first = ctx / 2;
     if ((rc = open_kv(mb, ctx, &kb, d)) < 0 || (rc = open_kv(mq, ctx, &kq, d)) < 0)
         goto out;
-    bt = malloc((size_t)(first > QEVAL_GROUP ? first : QEVAL_GROUP) * sizeof(*bt));
+    bt = calloc((size_t)(first > QEVAL_GROUP ? first : QEVAL_GROUP), sizeof(*bt));
     lb = malloc((size_t)QEVAL_GROUP * (size_t)n_vocab * sizeof(float));
     lq = malloc((size_t)QEVAL_GROUP * (size_t)n_vocab * sizeof(float));
     kls = malloc((size_t)(n_chunk * (ctx - 1 - first) + 1) * sizeof(double));

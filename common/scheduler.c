@@ -204,7 +204,7 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
     if (o->ctx > 0 && o->ctx < s->ctx)
         s->ctx = o->ctx;
     s->run = malloc((size_t)o->max_seqs * sizeof(*s->run));
-    s->bt = malloc((size_t)o->max_batch_tokens * sizeof(*s->bt));
+    s->bt = calloc((size_t)o->max_batch_tokens, sizeof(*s->bt));
     s->logits = malloc((size_t)o->max_seqs * (size_t)s->n_vocab * sizeof(float));
     if (!s->run || !s->bt || !s->logits) {
         sched_free(s);
@@ -439,6 +439,29 @@ schedule_chunk(struct sched *s, struct seq *q, int64_t take, int64_t *preempted,
 
 /* ---- admission ---- */
 
+/* The prefix-cache key of logical block lblock of q: its tokens chained to
+ * the parent key, and, when some of them take the tiled attention
+ * (model_prompt_tiled: a function of the prompt length), how many (they are
+ * always the first ones of the block), so that a block is shared only
+ * between requests that compute its keys and values the same way. */
+static void
+block_key(const struct seq *q, int64_t lblock, int64_t bs, const struct kv_prefix_key *parent,
+          struct kv_prefix_key *out)
+{
+    struct kv_prefix_key k;
+    int32_t n_tiled = 0;
+
+    kv_prefix_key_next(parent, q->toks + lblock * bs, bs, &k);
+    for (int64_t p = lblock * bs; p < (lblock + 1) * bs; p++)
+        n_tiled += model_prompt_tiled(q->n_prompt, p);
+    if (n_tiled) {
+        int32_t salt = -1 - n_tiled;    /* no token id is negative */
+        kv_prefix_key_next(&k, &salt, 1, out);
+    } else {
+        *out = k;
+    }
+}
+
 /* Puts waiting request q (the queue's head) into the pool with a first
  * chunk of at most budget tokens.  Returns 1 when admitted, 0 when it does
  * not fit now (nothing changed), -ST_* on failure. */
@@ -475,7 +498,7 @@ admit(struct sched *s, struct seq *q, int64_t budget, int64_t *hits, struct diag
         int64_t nh = 0;
         while ((q->n_pub + 1) * bs <= n_total(q) - 1) {
             struct kv_prefix_key k;
-            kv_prefix_key_next(&q->key, q->toks + q->n_pub * bs, bs, &k);
+            block_key(q, q->n_pub, bs, &q->key, &k);
             if ((rc = kv_prefix_attach(s->kv, q->kvs, &k)) < 0) {
                 kv_seq_free(s->kv, q->kvs);
                 q->kvs = -1;
@@ -514,7 +537,9 @@ static void
 publish(struct sched *s, struct seq *q)
 {
     while ((q->n_pub + 1) * s->bs <= q->n_done) {
-        kv_prefix_key_next(&q->key, q->toks + q->n_pub * s->bs, s->bs, &q->key);
+        struct kv_prefix_key k;
+        block_key(q, q->n_pub, s->bs, &q->key, &k);
+        q->key = k;
         kv_prefix_publish(s->kv, q->kvs, q->n_pub, &q->key);
         q->n_pub++;
     }
@@ -647,6 +672,9 @@ sched_step(struct sched *s, struct diag *d)
             b->pos = (int32_t)p;
             b->token = q->toks[p];
             b->logits = p == n_total(q) - 1;
+            /* as the request alone (generate.c) computes it; generated
+             * tokens recomputed after a preemption stay one-row */
+            b->tiled = model_prompt_tiled(q->n_prompt, p);
         }
         if (q->n_done + q->chunk == n_total(q))
             q->logit_row = n_rows++;

@@ -658,11 +658,12 @@ struct tgroup {
     const int8_t *q[TG];
     float dT[TG_MAX_NB * TG] __attribute__((aligned(32)));   /* [block][token] */
     float sT[TG_MAX_NB * TG] __attribute__((aligned(32)));   /* Q8_1 s, or unused */
+    int32_t yT[TG_MAX_NB * TG] __attribute__((aligned(32))); /* 8 * sum of codes (Q4_0) */
 };
 
 static void
 tgroup_fill(struct tgroup *g, enum act a, const uint8_t *act, size_t arb, int64_t t0, int nt,
-            int64_t cols, int64_t nb)
+            int64_t cols, int64_t nb, int ysum8)
 {
     struct act_row ar;
     g->nt = nt;
@@ -673,6 +674,11 @@ tgroup_fill(struct tgroup *g, enum act a, const uint8_t *act, size_t arb, int64_
             g->dT[b * TG + t] = t < nt ? ar.d[b] : 0.0f;
             if (a == ACT_Q8_1)
                 g->sT[b * TG + t] = t < nt ? ar.s[b] : 0.0f;
+            if (ysum8) {
+                __m256i yv = _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b));
+                __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), yv);
+                g->yT[b * TG + t] = 8 * hsum_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+            }
         }
     }
 }
@@ -731,25 +737,29 @@ hsum8x8_epi32(const __m256i *v)
 /* One unpacked Q4_0 / IQ4_NL row (the repacked gemv chain) against a group
  * of TG tokens, the tokens in the lanes: per block the 8 exact integer sums,
  * then sacc = fma(float(sum), d * da, sacc) lane by lane, as the
- * single-token chain does. */
+ * single-token chain does.  uns (Q4_0): the row holds the unsigned codes
+ * 0..15 and the sums are corrected by 8 * sum(y) (g->yT), as chain_rows8. */
 static inline __attribute__((always_inline)) void
 chain_tile_row(float *out, int64_t ldo, const int8_t *qx, const float *dx,
-               const struct tgroup *g, int64_t nb)
+               const struct tgroup *g, int64_t nb, int uns)
 {
     __m256 sacc = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
 
     for (int64_t b = 0; b < nb; b++) {
         __m256i x = _mm256_load_si256((const __m256i *)(const void *)(qx + 32 * b));
-        __m256i ax = _mm256_sign_epi8(x, x);
+        __m256i ax = uns ? x : _mm256_sign_epi8(x, x);
         __m256i v[TG];
 #pragma GCC unroll 8
         for (int t = 0; t < TG; t++) {
             __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(g->q[t] + 32 * b));
-            v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones);
+            v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, uns ? y : _mm256_sign_epi8(y, x)), ones);
         }
+        __m256i isum = hsum8x8_epi32(v);
+        if (uns)
+            isum = _mm256_sub_epi32(isum, _mm256_load_si256((const __m256i *)(const void *)(g->yT + TG * b)));
         __m256 dd = _mm256_mul_ps(_mm256_set1_ps(dx[b]), _mm256_load_ps(g->dT + TG * b));
-        sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(v)), dd, sacc);
+        sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, sacc);
     }
     float r[TG] __attribute__((aligned(32)));
     _mm256_store_ps(r, sacc);
@@ -787,6 +797,8 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
             for (int64_t b = 0; b < nb; b++) {
                 float db, mb = 0.0f;
                 __m256i x = legacy_block(row, type, b, &db, &mb);
+                if (type == T_Q4_0)     /* the unsigned codes, for chain_tile_row */
+                    x = _mm256_add_epi8(x, _mm256_set1_epi8(8));
                 _mm256_store_si256((__m256i *)(void *)(q + i * cols + 32 * b), x);
                 d[i * nb + b] = db;
                 m[i * nb + b] = mb;
@@ -794,13 +806,16 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
             int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
-            tgroup_fill(&g, a, act, arb, t0, nt, cols, nb);
+            tgroup_fill(&g, a, act, arb, t0, nt, cols, nb, type == T_Q4_0);
             for (int64_t i = 0; i < nr; i++) {
                 float *out = y + t0 * ldy + rb + i;
                 const int8_t *qx = q + i * cols;
                 const float *dx = d + i * nb, *mx = m + i * nb;
                 if (type == T_Q4_0 || type == T_IQ4_NL) {
-                    chain_tile_row(out, ldy, qx, dx, &g, nb);
+                    if (type == T_Q4_0)
+                        chain_tile_row(out, ldy, qx, dx, &g, nb, 1);
+                    else
+                        chain_tile_row(out, ldy, qx, dx, &g, nb, 0);
                     continue;
                 }
 #define LT(ty, n) legacy_tile_row(out, ldy, qx, dx, mx, ty, &g, n, nb)

@@ -289,7 +289,7 @@ run_batch(struct model *m, struct kvcache *kv, int32_t seq, const int32_t *tok, 
     int64_t len0 = kv_seq_len(kv, seq);
 
     for (int64_t i = 0; i < n; i++)
-        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], 1 };
+        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], 1, 0 };
     int rc = model_forward(m, kv, &b, NULL, &out, &d);
     if (rc < 0 && rc != -ST_NOMEM)
         fprintf(stderr, "model_forward: %s\n", d.msg);
@@ -379,8 +379,8 @@ test_batch_equivalence(void)
     kv_seq_new(kv, &s3);
     struct batch_tok bt[24];
     for (int64_t i = 0; i < n; i++) {
-        bt[2 * i] = (struct batch_tok){ s2, (int32_t)i, prompt[i], 1 };
-        bt[2 * i + 1] = (struct batch_tok){ s3, (int32_t)i, rev[i], 1 };
+        bt[2 * i] = (struct batch_tok){ s2, (int32_t)i, prompt[i], 1, 0 };
+        bt[2 * i + 1] = (struct batch_tok){ s3, (int32_t)i, rev[i], 1, 0 };
     }
     struct batch b = { 2 * n, bt, NULL };
     struct model_out out = { inter, NULL };
@@ -416,7 +416,7 @@ test_batch_equivalence(void)
     int32_t s5;
     kv_seq_new(kv, &s5);
     for (int64_t i = 0; i < n; i++)
-        bt2[i] = (struct batch_tok){ s5, (int32_t)i, prompt[i], i == 3 || i == n - 1 };
+        bt2[i] = (struct batch_tok){ s5, (int32_t)i, prompt[i], i == 3 || i == n - 1, 0 };
     struct batch b2 = { n, bt2, NULL };
     out.logits = chunk;
     CHECK_EQ(model_forward(m, kv, &b2, NULL, &out, &d), 0);
@@ -456,7 +456,7 @@ test_mask(void)
     CHECK_EQ(run_batch(m, kv, s, &pre, 1, got), 0);
     int32_t a = 11, bb = 22, c = 33, dd = 44;
     struct batch_tok bt[4] = {
-        { s, 1, a, 1 }, { s, 2, bb, 1 }, { s, 3, c, 1 }, { s, 3, dd, 1 },
+        { s, 1, a, 1, 0 }, { s, 2, bb, 1, 0 }, { s, 3, c, 1, 0 }, { s, 3, dd, 1, 0 },
     };
     uint8_t mask[16] = {
         1, 0, 0, 0,
@@ -565,7 +565,7 @@ test_hooks(void)
     kv_seq_new(kv, &s);
     struct batch_tok bt[5];
     for (int i = 0; i < 5; i++)
-        bt[i] = (struct batch_tok){ s, i, prompt[i], i >= 3 };
+        bt[i] = (struct batch_tok){ s, i, prompt[i], i >= 3, 0 };
     struct batch b = { 5, bt, NULL };
     struct hook_log h = { 0 };
     h.E = E, h.F = m->hp.n_ff, h.V = V;
@@ -658,8 +658,8 @@ test_hooks(void)
     /* two sequences in one batch where the second does not fit: neither grows */
     struct batch_tok two[6];
     for (int i = 0; i < 3; i++) {
-        two[2 * i] = (struct batch_tok){ a1, 5 + i, prompt[i], 0 };
-        two[2 * i + 1] = (struct batch_tok){ a2, i, prompt[i], 0 };
+        two[2 * i] = (struct batch_tok){ a1, 5 + i, prompt[i], 0, 0 };
+        two[2 * i + 1] = (struct batch_tok){ a2, i, prompt[i], 0, 0 };
     }
     struct batch b3 = { 6, two, NULL };
     CHECK_EQ(model_forward(m, small, &b3, NULL, NULL, &d), -ST_NOMEM);

@@ -63,7 +63,7 @@ fwd(struct model *m, struct kvcache *kv, int32_t seq, const int32_t *tok, int64_
     struct diag d;
 
     for (int64_t i = 0; i < n; i++)
-        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], i == n - 1 };
+        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], i == n - 1, 0 };
     struct batch b = { n, bt, NULL };
     struct model_out out = { last_logits, NULL };
     int rc = model_forward(m, kv, &b, NULL, &out, &d);
