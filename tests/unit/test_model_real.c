@@ -62,8 +62,11 @@ fwd(struct model *m, struct kvcache *kv, int32_t seq, const int32_t *tok, int64_
     int64_t len0 = kv_seq_len(kv, seq);
     struct diag d;
 
+    /* a prompt (into an empty sequence) as llama.cpp decodes it: tiled
+     * attention for 64+ tokens; the steps after it one-row */
     for (int64_t i = 0; i < n; i++)
-        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], i == n - 1, 0 };
+        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], i == n - 1,
+                                    len0 == 0 ? model_prompt_tiled(n, i) : 0 };
     struct batch b = { n, bt, NULL };
     struct model_out out = { last_logits, NULL };
     int rc = model_forward(m, kv, &b, NULL, &out, &d);
