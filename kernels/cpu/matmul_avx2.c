@@ -577,6 +577,74 @@ chain_rows8(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
     _mm256_storeu_ps(out, sacc);
 }
 
+/* Q5_0 / Q8_0 decode with 128-bit halves (elements 0..15 in lanes 0..3,
+ * 16..31 in lanes 4..7, as the 256-bit form), for cores that split 256-bit
+ * operations: the same int32 lanes, per-lane fused multiply-adds and
+ * hsum8's first step (hi + lo); the Q5_0 unpack needs no lane crossing. */
+static inline __attribute__((always_inline)) __m128i
+bits16(uint32_t w)
+{
+    /* byte j = 0xff when bit j of the 16-bit w is set */
+    __m128i v = _mm_shuffle_epi8(_mm_cvtsi32_si128((int)w),
+                                 _mm_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
+    __m128i m = _mm_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm_cmpeq_epi8(_mm_and_si128(v, m), m);
+}
+
+static inline __attribute__((always_inline)) void
+q50_q80_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
+                const struct act_row *ar, int nr, int64_t nb, const char *pf, int64_t pf_lines)
+{
+    __m128 lo[DR], hi[DR];
+    const __m128i m15 = _mm_set1_epi8(15), ones = _mm_set1_epi16(1), f0 = _mm_set1_epi8((char)0xf0);
+    int64_t pfl = 0, pfa = 0;
+
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+        lo[i] = hi[i] = _mm_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
+        __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
+        float da = ar->d[b];
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *row = row0 + (size_t)i * row_bytes;
+            __m128i xl, xh;
+            float d;
+            if (type == T_Q5_0) {
+                const struct block_q5_0 *x = (const struct block_q5_0 *)(const void *)row + b;
+                uint32_t qh;
+                memcpy(&qh, x->qh, 4);
+                __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)x->qs);
+                xl = _mm_or_si128(_mm_and_si128(qs, m15), _mm_andnot_si128(bits16(qh & 0xffff), f0));
+                xh = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qs, 4), m15),
+                                  _mm_andnot_si128(bits16(qh >> 16), f0));
+                d = h2f_tab(x->d);
+            } else {
+                const struct block_q8_0 *x = (const struct block_q8_0 *)(const void *)row + b;
+                xl = _mm_loadu_si128((const __m128i *)(const void *)x->qs);
+                xh = _mm_loadu_si128((const __m128i *)(const void *)(x->qs + 16));
+                d = h2f_tab(x->d);
+            }
+            __m128 dd = _mm_set1_ps(d * da);
+            __m128 pl = _mm_cvtepi32_ps(_mm_madd_epi16(
+                _mm_maddubs_epi16(_mm_sign_epi8(xl, xl), _mm_sign_epi8(ylo, xl)), ones));
+            __m128 ph = _mm_cvtepi32_ps(_mm_madd_epi16(
+                _mm_maddubs_epi16(_mm_sign_epi8(xh, xh), _mm_sign_epi8(yhi, xh)), ones));
+            lo[i] = _mm_fmadd_ps(dd, pl, lo[i]);
+            hi[i] = _mm_fmadd_ps(dd, ph, hi[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        __m128 r = _mm_add_ps(hi[i], lo[i]);
+        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+        r = _mm_add_ss(r, _mm_movehdup_ps(r));
+        out[i] = _mm_cvtss_f32(r);
+    }
+}
+
 static void
 legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
               int64_t cols, int64_t r0, int64_t r1)
@@ -611,6 +679,9 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
         const char *pf = (const char *)row0 + 2 * DR * row_bytes;
         int64_t pf_lines = (int64_t)((DR * row_bytes + 63) / 64);
 #define LD(ty, n) legacy_rows1(y + r, row0, row_bytes, ty, &ar, n, nb, pf, pf_lines)
+#define LX(ty, n) q50_q80_rows1_x(y + r, row0, row_bytes, ty, &ar, n, nb, pf, pf_lines)
+#define LX_NR(ty) switch (nr) { case 1: LX(ty, 1); break; case 2: LX(ty, 2); break; \
+                                case 3: LX(ty, 3); break; default: LX(ty, 4); break; }
 #define LD_NR(ty) switch (nr) { case 1: LD(ty, 1); break; case 2: LD(ty, 2); break; \
                                 case 3: LD(ty, 3); break; default: LD(ty, 4); break; }
         switch (type) {
@@ -627,11 +698,19 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
             }
             LD_NR(T_Q4_1);
             break;
-        case T_Q5_0: LD_NR(T_Q5_0); break;
+        case T_Q5_0:
+            if (split256) {
+                LX_NR(T_Q5_0);
+                break;
+            }
+            LD_NR(T_Q5_0);
+            break;
         case T_Q5_1: LD_NR(T_Q5_1); break;
         case T_Q8_0: LD_NR(T_Q8_0); break;
         default: LD_NR(T_IQ4_NL); break;
         }
+#undef LX_NR
+#undef LX
 #undef LD_NR
 #undef LD
     }
