@@ -828,15 +828,29 @@ chain_tile_row(float *out, int64_t ldo, const int8_t *qx, const float *dx,
     for (int64_t b = 0; b < nb; b++) {
         __m256i x = _mm256_load_si256((const __m256i *)(const void *)(qx + 32 * b));
         __m256i ax = uns ? x : _mm256_sign_epi8(x, x);
-        __m256i v[TG];
+        __m256i v[TG], isum;
+        if (uns) {
+            /* |pair| <= 2 * 15 * 127, so the 8 int16 of a token's half
+             * block add up in int16 (<= 30480): three hadd levels give
+             * [t0 .. t7] per half, then the halves widen and add */
 #pragma GCC unroll 8
-        for (int t = 0; t < TG; t++) {
-            __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(g->q[t] + 32 * b));
-            v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, uns ? y : _mm256_sign_epi8(y, x)), ones);
-        }
-        __m256i isum = hsum8x8_epi32(v);
-        if (uns)
+            for (int t = 0; t < TG; t++)
+                v[t] = _mm256_maddubs_epi16(ax, _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(g->q[t] + 32 * b)));
+            __m256i h = _mm256_hadd_epi16(
+                _mm256_hadd_epi16(_mm256_hadd_epi16(v[0], v[1]), _mm256_hadd_epi16(v[2], v[3])),
+                _mm256_hadd_epi16(_mm256_hadd_epi16(v[4], v[5]), _mm256_hadd_epi16(v[6], v[7])));
+            isum = _mm256_add_epi32(_mm256_cvtepi16_epi32(_mm256_castsi256_si128(h)),
+                                    _mm256_cvtepi16_epi32(_mm256_extracti128_si256(h, 1)));
             isum = _mm256_sub_epi32(isum, _mm256_load_si256((const __m256i *)(const void *)(g->yT + TG * b)));
+        } else {
+#pragma GCC unroll 8
+            for (int t = 0; t < TG; t++) {
+                __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(g->q[t] + 32 * b));
+                v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(y, x)), ones);
+            }
+            isum = hsum8x8_epi32(v);
+        }
         __m256 dd = _mm256_mul_ps(_mm256_set1_ps(dx[b]), _mm256_load_ps(g->dT + TG * b));
         sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), dd, sacc);
     }
