@@ -1237,6 +1237,8 @@ q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
             dh = _mm_insert_epi16(dh, x->d, i);
             mh = _mm_insert_epi16(mh, x->dmin, i);
             __m256i acc = _mm256_setzero_si256();
+            /* the 8 scales as int16 in both lanes; chunk c takes 2c and 2c + 1 */
+            __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
@@ -1244,10 +1246,10 @@ q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m15);
                 __m256i yl = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c));
                 __m256i yh = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c + 32));
-                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl),
-                                               _mm256_set1_epi16((short)(sc8 >> (16 * c) & 0xff)));
-                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh),
-                                               _mm256_set1_epi16((short)(sc8 >> (16 * c + 8) & 0xff)));
+                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_shuffle_epi8(
+                    s16, _mm256_set1_epi16((short)((4 * c + 1) << 8 | 4 * c))));
+                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_shuffle_epi8(
+                    s16, _mm256_set1_epi16((short)((4 * c + 3) << 8 | (4 * c + 2)))));
                 acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
             }
             v[i] = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
@@ -1279,6 +1281,11 @@ q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
         const struct block_q6_K *x = (const struct block_q6_K *)(const void *)row + b;
         const int8_t *y = ar->q + QK_K * b;
         __m256i sumi = _mm256_setzero_si256();
+        /* the 16 scales as int16, the even ones in the low lane and the odd
+         * ones in the high lane: chunk c's scale pair is int16 c of each */
+        __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)x->scales);
+        __m256i seo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
+            sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             __m256i l0 = _mm256_loadu_si256((const __m256i *)(const void *)(x->ql + 64 * h));
@@ -1294,11 +1301,11 @@ q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hh, 2 * g), m3);
                 __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
                 __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(scale_pair(x->scales[2 * c], x->scales[2 * c + 1]),
-                                                                _mm256_maddubs_epi16(q, qy)));
+                __m256i sv = _mm256_shuffle_epi8(seo, _mm256_set1_epi16((short)((2 * c + 1) << 8 | 2 * c)));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q, qy)));
             }
         }
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)x->scales));
+        __m256i sc16 = _mm256_cvtepi8_epi16(sc);
         __m256i cl = _mm256_slli_epi32(_mm256_madd_epi16(
             _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b)), sc16), 5);
         sumi = _mm256_sub_epi32(sumi, cl);
