@@ -39,7 +39,7 @@ LDFLAGS += $(LDFLAGS_SAN)
 COMMON_SRC  := $(sort $(wildcard common/*.c common/quant/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/cpu/*.c))
 ifeq ($(HAVE_CUDA),1)
-KERNEL_SRC  := $(filter-out kernels/cuda_stub.c,$(KERNEL_SRC))
+KERNEL_SRC  := $(filter-out kernels/cuda_absent.c,$(KERNEL_SRC))
 CUDA_SRC    := $(sort $(wildcard kernels/cuda/*.cu))
 else
 CUDA_SRC    :=

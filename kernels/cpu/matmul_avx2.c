@@ -75,6 +75,15 @@ f16_tab_fill(void)
     }
 }
 
+int
+ops_mm_avx2_split256(int on)
+{
+    pthread_once(&f16_once, f16_tab_fill);
+    int was = split_256;
+    split_256 = on != 0;
+    return was;
+}
+
 /* tokens dotted per unpacked weight block, and rows per cache tile */
 #define NT 4
 #define ROW_TILE 16
@@ -100,6 +109,15 @@ hsum_epi32(__m256i v)
     s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
     s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
     return _mm_cvtsi128_si32(s);
+}
+
+/* 8 * the sum of a Q8_0 activation block's 32 codes: the correction that
+ * turns Q4_0's unsigned codes (0..15) into q - 8 in an exact integer sum */
+static inline int
+q4_0_ysum8(const int8_t *q)
+{
+    __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), _mm256_loadu_si256((const __m256i *)(const void *)q));
+    return 8 * hsum_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
 }
 
 /* Q8_0 / Q8_1 blocks as ggml's x86 quantize_row_q8_0/_1: amax over the
@@ -242,14 +260,31 @@ ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int
 
 /* ---- shared pieces ---- */
 
-/* ggml's hsum_float_8: (hi + lo), then lanes (0+2, 1+3), then their sum */
+/* ggml's hsum_float_8 of a vector held as its two 128-bit halves: (hi +
+ * lo), then lanes (0+2, 1+3), then their sum */
 static inline float
-hsum8(__m256 x)
+hsum8_halves(__m128 lo, __m128 hi)
 {
-    __m128 r = _mm_add_ps(_mm256_extractf128_ps(x, 1), _mm256_castps256_ps128(x));
+    __m128 r = _mm_add_ps(hi, lo);
     r = _mm_add_ps(r, _mm_movehl_ps(r, r));
     r = _mm_add_ss(r, _mm_movehdup_ps(r));
     return _mm_cvtss_f32(r);
+}
+
+static inline float
+hsum8(__m256 x)
+{
+    return hsum8_halves(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+}
+
+/* The sums of 8 vectors of 4 int32 lanes, as one vector [sum v0 .. sum v7]
+ * (exact integers: the order of the additions does not matter) */
+static inline __m256i
+hsum8x4_epi32(const __m128i *v)
+{
+    __m128i s03 = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+    __m128i s47 = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(s03), s47, 1);
 }
 
 static inline float
@@ -511,12 +546,8 @@ q4_1_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, const struct act
         }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < nr; i++) {
-        __m128 r = _mm_add_ps(hi[i], lo[i]);
-        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        r = _mm_add_ss(r, _mm_movehdup_ps(r));
-        out[i] = _mm_cvtss_f32(r) + sacc[i];
-    }
+    for (int i = 0; i < nr; i++)
+        out[i] = hsum8_halves(lo[i], hi[i]) + sacc[i];
 }
 
 /* Q4_0 / IQ4_NL decode, 8 rows at once: the chain of the repacked gemv
@@ -565,9 +596,7 @@ chain_rows8(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
                 v[i] = _mm_add_epi32(_mm_madd_epi16(pl, ones), _mm_madd_epi16(ph, ones));
             }
         }
-        __m128i s03 = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
-        __m128i s47 = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
-        __m256i isum = _mm256_inserti128_si256(_mm256_castsi128_si256(s03), s47, 1);
+        __m256i isum = hsum8x4_epi32(v);
         if (type == T_Q4_0)
             isum = _mm256_sub_epi32(isum, _mm256_set1_epi32(ys8[b]));
         __m256 d = _mm256_cvtph_ps(dh);
@@ -577,10 +606,10 @@ chain_rows8(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
     _mm256_storeu_ps(out, sacc);
 }
 
-/* Q5_0 / Q8_0 decode with 128-bit halves (elements 0..15 in lanes 0..3,
- * 16..31 in lanes 4..7, as the 256-bit form), for cores that split 256-bit
+/* Q5_0 decode with 128-bit halves (elements 0..15 in lanes 0..3, 16..31 in
+ * lanes 4..7, as the 256-bit form), for cores that split 256-bit
  * operations: the same int32 lanes, per-lane fused multiply-adds and
- * hsum8's first step (hi + lo); the Q5_0 unpack needs no lane crossing. */
+ * hsum8's first step (hi + lo); the unpack needs no lane crossing. */
 static inline __attribute__((always_inline)) __m128i
 bits16(uint32_t w)
 {
@@ -592,8 +621,8 @@ bits16(uint32_t w)
 }
 
 static inline __attribute__((always_inline)) void
-q50_q80_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
-                const struct act_row *ar, int nr, int64_t nb, const char *pf, int64_t pf_lines)
+q5_0_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar, int nr,
+             int64_t nb, const char *pf, int64_t pf_lines)
 {
     __m128 lo[DR], hi[DR];
     const __m128i m15 = _mm_set1_epi8(15), ones = _mm_set1_epi16(1), f0 = _mm_set1_epi8((char)0xf0);
@@ -609,25 +638,14 @@ q50_q80_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type
         pf_spread(pf, &pfl, &pfa, pf_lines, nb);
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
-            const uint8_t *row = row0 + (size_t)i * row_bytes;
-            __m128i xl, xh;
-            float d;
-            if (type == T_Q5_0) {
-                const struct block_q5_0 *x = (const struct block_q5_0 *)(const void *)row + b;
-                uint32_t qh;
-                memcpy(&qh, x->qh, 4);
-                __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)x->qs);
-                xl = _mm_or_si128(_mm_and_si128(qs, m15), _mm_andnot_si128(bits16(qh & 0xffff), f0));
-                xh = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qs, 4), m15),
-                                  _mm_andnot_si128(bits16(qh >> 16), f0));
-                d = h2f_tab(x->d);
-            } else {
-                const struct block_q8_0 *x = (const struct block_q8_0 *)(const void *)row + b;
-                xl = _mm_loadu_si128((const __m128i *)(const void *)x->qs);
-                xh = _mm_loadu_si128((const __m128i *)(const void *)(x->qs + 16));
-                d = h2f_tab(x->d);
-            }
-            __m128 dd = _mm_set1_ps(d * da);
+            const struct block_q5_0 *x = (const struct block_q5_0 *)(const void *)(row0 + (size_t)i * row_bytes) + b;
+            uint32_t qh;
+            memcpy(&qh, x->qh, 4);
+            __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)x->qs);
+            __m128i xl = _mm_or_si128(_mm_and_si128(qs, m15), _mm_andnot_si128(bits16(qh & 0xffff), f0));
+            __m128i xh = _mm_or_si128(_mm_and_si128(_mm_srli_epi16(qs, 4), m15),
+                                      _mm_andnot_si128(bits16(qh >> 16), f0));
+            __m128 dd = _mm_set1_ps(h2f_tab(x->d) * da);
             __m128 pl = _mm_cvtepi32_ps(_mm_madd_epi16(
                 _mm_maddubs_epi16(_mm_sign_epi8(xl, xl), _mm_sign_epi8(ylo, xl)), ones));
             __m128 ph = _mm_cvtepi32_ps(_mm_madd_epi16(
@@ -637,12 +655,8 @@ q50_q80_rows1_x(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type
         }
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < nr; i++) {
-        __m128 r = _mm_add_ps(hi[i], lo[i]);
-        r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-        r = _mm_add_ss(r, _mm_movehdup_ps(r));
-        out[i] = _mm_cvtss_f32(r);
-    }
+    for (int i = 0; i < nr; i++)
+        out[i] = hsum8_halves(lo[i], hi[i]);
 }
 
 static void
@@ -658,9 +672,7 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
         int32_t ys8[CHAIN_MAX_NB];
         if (type == T_Q4_0)
             for (int64_t b = 0; b < nb; b++) {
-                __m256i yv = _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b));
-                __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), yv);
-                ys8[b] = 8 * hsum_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+                ys8[b] = q4_0_ysum8(ar.q + 32 * b);
             }
         const int64_t pf_lines = (int64_t)((8 * row_bytes + 63) / 64);
         for (; r0 + 8 <= r1; r0 += 8) {
@@ -678,41 +690,36 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
         /* the weights stream from memory once: ask for the group after next */
         const char *pf = (const char *)row0 + 2 * DR * row_bytes;
         int64_t pf_lines = (int64_t)((DR * row_bytes + 63) / 64);
+        /* each kernel instantiated for a literal row count (and type) */
+#define BY_NR(F, ...) switch (nr) { case 1: F(__VA_ARGS__, 1); break; case 2: F(__VA_ARGS__, 2); break; \
+                                    case 3: F(__VA_ARGS__, 3); break; default: F(__VA_ARGS__, 4); break; }
 #define LD(ty, n) legacy_rows1(y + r, row0, row_bytes, ty, &ar, n, nb, pf, pf_lines)
-#define LX(ty, n) q50_q80_rows1_x(y + r, row0, row_bytes, ty, &ar, n, nb, pf, pf_lines)
-#define LX_NR(ty) switch (nr) { case 1: LX(ty, 1); break; case 2: LX(ty, 2); break; \
-                                case 3: LX(ty, 3); break; default: LX(ty, 4); break; }
-#define LD_NR(ty) switch (nr) { case 1: LD(ty, 1); break; case 2: LD(ty, 2); break; \
-                                case 3: LD(ty, 3); break; default: LD(ty, 4); break; }
+#define X41(unused, n) q4_1_rows1_x(y + r, row0, row_bytes, &ar, n, nb, pf, pf_lines)
+#define X50(unused, n) q5_0_rows1_x(y + r, row0, row_bytes, &ar, n, nb, pf, pf_lines)
         switch (type) {
-        case T_Q4_0: LD_NR(T_Q4_0); break;
+        case T_Q4_0: BY_NR(LD, T_Q4_0); break;
         case T_Q4_1:
             if (split256) {
-                switch (nr) {
-                case 1: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 1, nb, pf, pf_lines); break;
-                case 2: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 2, nb, pf, pf_lines); break;
-                case 3: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 3, nb, pf, pf_lines); break;
-                default: q4_1_rows1_x(y + r, row0, row_bytes, &ar, 4, nb, pf, pf_lines); break;
-                }
-                break;
+                BY_NR(X41, 0);
+            } else {
+                BY_NR(LD, T_Q4_1);
             }
-            LD_NR(T_Q4_1);
             break;
         case T_Q5_0:
             if (split256) {
-                LX_NR(T_Q5_0);
-                break;
+                BY_NR(X50, 0);
+            } else {
+                BY_NR(LD, T_Q5_0);
             }
-            LD_NR(T_Q5_0);
             break;
-        case T_Q5_1: LD_NR(T_Q5_1); break;
-        case T_Q8_0: LD_NR(T_Q8_0); break;
-        default: LD_NR(T_IQ4_NL); break;
+        case T_Q5_1: BY_NR(LD, T_Q5_1); break;
+        case T_Q8_0: BY_NR(LD, T_Q8_0); break;
+        default: BY_NR(LD, T_IQ4_NL); break;
         }
-#undef LX_NR
-#undef LX
-#undef LD_NR
+#undef X50
+#undef X41
 #undef LD
+#undef BY_NR
     }
 }
 
@@ -754,9 +761,7 @@ tgroup_fill(struct tgroup *g, enum act a, const uint8_t *act, size_t arb, int64_
             if (a == ACT_Q8_1)
                 g->sT[b * TG + t] = t < nt ? ar.s[b] : 0.0f;
             if (ysum8) {
-                __m256i yv = _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b));
-                __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), yv);
-                g->yT[b * TG + t] = 8 * hsum_epi32(_mm256_madd_epi16(s16, _mm256_set1_epi16(1)));
+                g->yT[b * TG + t] = q4_0_ysum8(ar.q + 32 * b);
             }
         }
     }
@@ -1255,12 +1260,8 @@ q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
             v[i] = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
             mv[i] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)), bp);
         }
-        __m128i s03 = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
-        __m128i s47 = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
-        __m128i m03 = _mm_hadd_epi32(_mm_hadd_epi32(mv[0], mv[1]), _mm_hadd_epi32(mv[2], mv[3]));
-        __m128i m47 = _mm_hadd_epi32(_mm_hadd_epi32(mv[4], mv[5]), _mm_hadd_epi32(mv[6], mv[7]));
-        __m256 isum = _mm256_cvtepi32_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(s03), s47, 1));
-        __m256 msum = _mm256_cvtepi32_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(m03), m47, 1));
+        __m256 isum = _mm256_cvtepi32_ps(hsum8x4_epi32(v));
+        __m256 msum = _mm256_cvtepi32_ps(hsum8x4_epi32(mv));
         __m256 yd = _mm256_set1_ps(ar->d[b]);
         sacc = _mm256_fmadd_ps(isum, _mm256_mul_ps(_mm256_cvtph_ps(dh), yd), sacc);
         macc = _mm256_fmadd_ps(msum, _mm256_mul_ps(_mm256_cvtph_ps(mh), yd), macc);

@@ -33,4 +33,10 @@ void ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, ui
                       const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                       int64_t r0, int64_t r1, float *tmp);
 
+/* Which decode forms run: 1 takes the 128-bit-half forms chosen on cores
+ * that split 256-bit operations (Q4_1, Q5_0), 0 the 256-bit ones; both give
+ * the same bits.  The CPU check sets it; tests call this to run both.
+ * Returns the previous choice. */
+int ops_mm_avx2_split256(int on);
+
 #endif

@@ -1,4 +1,4 @@
-/* cuda_stub.c - the device interface of a build without CUDA (CUDA=0 or no
+/* cuda_absent.c - the device interface of a build without CUDA (CUDA=0 or no
  * nvcc): no device is ever available. */
 #include "device.h"
 
