@@ -27,6 +27,7 @@
 #include "ops.h"
 #include "cpu/attn_avx2.h"
 #include "cpu/matmul_avx2.h"
+#include "kernel_test.h"
 #include "qconv.h"
 #include "qtypes.h"
 #include "quant.h"
@@ -152,49 +153,6 @@ test_vs_ref(const struct kernel_ops *av, const struct kernel_ops *ref)
 
 /* ---- golden: ggml's own outputs ---- */
 
-static int
-hexval(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* hex string -> bytes; returns the byte count or -1 */
-static long
-unhex(const char *s, uint8_t **out)
-{
-    size_t n = strlen(s);
-    if (n % 2)
-        return -1;
-    uint8_t *b = malloc(n / 2 + 1);
-    for (size_t i = 0; i < n / 2; i++) {
-        int h = hexval(s[2 * i]), l = hexval(s[2 * i + 1]);
-        if (h < 0 || l < 0) {
-            free(b);
-            return -1;
-        }
-        b[i] = (uint8_t)(h << 4 | l);
-    }
-    *out = b;
-    return (long)(n / 2);
-}
-
-/* y[t][r] for tokens [t0, t0 + n) of x (stride ldx) through av, rows split
- * into [0, split) and [split, rows) as two threads would do */
-static void
-run_mm(const struct kernel_ops *av, uint32_t t, const void *w, size_t rb, int64_t rows,
-       int64_t cols, const float *x, int64_t ldx, int64_t t0, int64_t n, int64_t split, float *y,
-       int64_t ldy)
-{
-    void *work = malloc(av->mm_work_size(t, n, cols) + 1);
-    float *tmp = malloc((size_t)av->mm_tmp_floats(cols) * sizeof(float));
-    av->mm_prepare(work, t, x + t0 * ldx, ldx, n, cols);
-    if (split > 0)
-        av->mm_rows(y, ldy, w, rb, t, work, x + t0 * ldx, ldx, n, cols, 0, split, tmp);
-    if (split < rows)
-        av->mm_rows(y, ldy, w, rb, t, work, x + t0 * ldx, ldx, n, cols, split, rows, tmp);
-    free(work), free(tmp);
-}
-
 /* Every batch [t0, t0 + n) of the golden tokens, with two row splits: each
  * token's outputs must be ggml's for that token alone, bit for bit. */
 static int
@@ -212,7 +170,7 @@ test_golden(const struct kernel_ops *av, const char *path, int verbose)
     int64_t n_tok = json_integer_value(json_object_get(root, "n_tok"));
     uint8_t *xb = NULL;
     const char *xs = json_string_value(json_object_get(root, "x"));
-    long xn = unhex(xs ? xs : "", &xb);
+    long xn = kt_unhex(xs ? xs : "", &xb);
     int ok = rows > 0 && cols > 0 && n_tok > 0 && xn == (long)(n_tok * cols * 4);
     CHECK(ok);
     if (!ok) {
@@ -232,7 +190,7 @@ test_golden(const struct kernel_ops *av, const char *path, int verbose)
         const char *path_kind = json_string_value(json_object_get(c, "path"));
         json_t *alone = json_object_get(c, "alone");
         uint8_t *w = NULL;
-        long wn = unhex(json_string_value(json_object_get(c, "w")), &w);
+        long wn = kt_unhex(json_string_value(json_object_get(c, "w")), &w);
         size_t rb = qtype_row_bytes(t, cols);
         ok = wn == (long)(rb * (size_t)rows) && (int64_t)json_array_size(alone) == n_tok * rows;
         CHECK(ok);
@@ -244,7 +202,7 @@ test_golden(const struct kernel_ops *av, const char *path, int verbose)
         for (int64_t n = 1; n <= n_tok; n++) {
             for (int64_t t0 = 0; t0 + n <= n_tok; t0++) {
                 for (int64_t split = 0; split <= rows; split += 3) {
-                    run_mm(av, t, w, rb, rows, cols, x, cols, t0, n, split, y, rows);
+                    kt_run_rows(av, av->mm_rows, t, w, rb, rows, cols, x, cols, t0, n, split, y, rows);
                     for (int64_t k = 0; k < n * rows; k++) {
                         size_t gi = (size_t)(t0 * rows + k);
                         uint32_t want = (uint32_t)json_integer_value(json_array_get(alone, gi)), got;
@@ -301,7 +259,7 @@ test_invariance(const struct kernel_ops *av)
         for (int64_t i = 0; i < max_tok * ldx; i++)
             x[i] = frnd() * (i % 61 == 7 ? 6.0f : 1.0f);
         for (int64_t k = 0; k < max_tok; k++)
-            run_mm(av, t, w, rb, rows, cols, x, ldx, k, 1, rows, alone + k * rows, rows);
+            kt_run_rows(av, av->mm_rows, t, w, rb, rows, cols, x, ldx, k, 1, rows, alone + k * rows, rows);
         int bad = 0;
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
             int64_t n = ns[ni];
@@ -313,7 +271,7 @@ test_invariance(const struct kernel_ops *av)
                 for (size_t si = 0; si < sizeof(splits) / sizeof(splits[0]); si++) {
                     for (int64_t i = 0; i < n * ldy; i++)
                         y[i] = -777.0f;
-                    run_mm(av, t, w, rb, rows, cols, x, ldx, t0, n, splits[si], y, ldy);
+                    kt_run_rows(av, av->mm_rows, t, w, rb, rows, cols, x, ldx, t0, n, splits[si], y, ldy);
                     for (int64_t k = 0; k < n; k++) {
                         if (memcmp(y + k * ldy, alone + (t0 + k) * rows,
                                    (size_t)rows * sizeof(float)) != 0 && bad++ < 3)

@@ -26,6 +26,7 @@
 
 #include <jansson.h>
 
+#include "kernel_test.h"
 #include "ops.h"
 #include "qconv.h"
 #include "qtypes.h"
@@ -40,49 +41,6 @@ frnd(void)
     rng ^= rng >> 7;
     rng ^= rng << 17;
     return (float)((double)(uint32_t)(rng >> 16) / 2147483648.0 - 1.0);
-}
-
-static int
-hexval(int c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
-/* hex string -> bytes; returns the byte count or -1 */
-static long
-unhex(const char *s, uint8_t **out)
-{
-    size_t n = s ? strlen(s) : 1;
-    if (n % 2)
-        return -1;
-    uint8_t *b = malloc(n / 2 + 1);
-    for (size_t i = 0; i < n / 2; i++) {
-        int h = hexval(s[2 * i]), l = hexval(s[2 * i + 1]);
-        if (h < 0 || l < 0) {
-            free(b);
-            return -1;
-        }
-        b[i] = (uint8_t)(h << 4 | l);
-    }
-    *out = b;
-    return (long)(n / 2);
-}
-
-/* y (stride ldy) = tokens [t0, t0 + n) of x (stride ldx) through the table's
- * mm_prepare and mm_rows_mirror, rows split at split (two "threads") */
-static void
-run_mirror(const struct kernel_ops *ko, uint32_t t, const void *w, size_t rb, int64_t rows,
-           int64_t cols, const float *x, int64_t ldx, int64_t t0, int64_t n, int64_t split,
-           float *y, int64_t ldy)
-{
-    void *work = malloc(ko->mm_work_size(t, n, cols) + 1);
-    float *tmp = malloc((size_t)ko->mm_tmp_floats(cols) * sizeof(float));
-    ko->mm_prepare(work, t, x + t0 * ldx, ldx, n, cols);
-    if (split > 0)
-        ko->mm_rows_mirror(y, ldy, w, rb, t, work, x + t0 * ldx, ldx, n, cols, 0, split, tmp);
-    if (split < rows)
-        ko->mm_rows_mirror(y, ldy, w, rb, t, work, x + t0 * ldx, ldx, n, cols, split, rows, tmp);
-    free(work), free(tmp);
 }
 
 static int
@@ -107,8 +65,8 @@ test_golden(const struct kernel_ops *ko, const char *path, int verbose)
         int64_t cols = json_integer_value(json_object_get(c, "cols"));
         json_t *batches = json_object_get(c, "batches");
         uint8_t *w = NULL, *xb = NULL;
-        long wn = unhex(json_string_value(json_object_get(c, "w")), &w);
-        long xn = unhex(json_string_value(json_object_get(c, "x")), &xb);
+        long wn = kt_unhex(json_string_value(json_object_get(c, "w")), &w);
+        long xn = kt_unhex(json_string_value(json_object_get(c, "x")), &xb);
         int ok = name && rows > 0 && rows <= 4096 && cols > 0 && cols % 8 == 0 &&
                  cols <= 65536 && qtype_get(t) && wn >= 0 && xn >= 0;
         size_t rb = ok ? qtype_row_bytes(t, cols) : 0;
@@ -136,7 +94,7 @@ test_golden(const struct kernel_ops *ko, const char *path, int verbose)
             for (int64_t split = 0; split <= rows; split += (split == 0 ? 1 : 5)) {
                 for (int64_t i = 0; i < n_tok * ldy; i++)
                     y[i] = -777.0f;
-                run_mirror(ko, t, w, rb, rows, cols, x, ldx, 0, n, split, y, ldy);
+                kt_run_rows(ko, ko->mm_rows_mirror, t, w, rb, rows, cols, x, ldx, 0, n, split, y, ldy);
                 for (int64_t k = 0; k < n; k++) {
                     for (int64_t r = 0; r < ldy; r++) {
                         float got = y[k * ldy + r];
@@ -216,7 +174,7 @@ test_invariance(const struct kernel_ops *ko)
         int bad = 0;
         /* each token alone (through the mirror kernel: a batch of one) */
         for (int64_t k = 0; k < max_tok; k++)
-            run_mirror(ko, t, w, rb, rows, cols, x, ldx, k, 1, 0, ya + k * ldy, ldy);
+            kt_run_rows(ko, ko->mm_rows_mirror, t, w, rb, rows, cols, x, ldx, k, 1, 0, ya + k * ldy, ldy);
         for (int64_t k = 0; k < max_tok; k++) {
             for (int64_t r = 0; r < rows; r++) {
                 /* exact product of the weight and the rounded activations */
@@ -241,7 +199,7 @@ test_invariance(const struct kernel_ops *ko)
                 int64_t split = (n * 7 + t0) % (rows + 1);
                 for (int64_t i = 0; i < max_tok * ldy; i++)
                     yb[i] = -777.0f;
-                run_mirror(ko, t, w, rb, rows, cols, x, ldx, t0, n, split, yb, ldy);
+                kt_run_rows(ko, ko->mm_rows_mirror, t, w, rb, rows, cols, x, ldx, t0, n, split, yb, ldy);
                 for (int64_t k = 0; k < max_tok; k++)
                     for (int64_t r = 0; r < ldy; r++) {
                         float got = yb[k * ldy + r];
