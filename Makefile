@@ -67,7 +67,7 @@ LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
 # ggml-cpu (-std=gnu11/gnu++17 -mfma) with a*b+c contracted to FMA; so do we
 # here, with the same compiler, so that scalar tails round the same way.
 $(BUILD)/kernels/cpu/%_avx2.o:   CFLAGS += -mavx2 -mfma -mf16c -ffp-contract=fast
-$(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c
+$(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mfma -mf16c -ffp-contract=fast
 # -O3 as ggml-base is built: the quantizers' search loops run as fast as the peer's (same results: no -ffast-math, no contraction).
 $(BUILD)/kernels/cpu/quant_%.o:   CFLAGS += -O3
 

@@ -248,9 +248,14 @@ extern const struct kernel_ops kernel_ops_ref;
  * arithmetic is known (see each file), so greedy decoding matches
  * llama.cpp token for token. */
 extern const struct kernel_ops kernel_ops_avx2;
+/* The AVX2 set with AVX-512 (F/BW/VL/DQ + VNNI) batched matmul tiles; the
+ * same bits as kernel_ops_avx2 for every input.  available() checks the
+ * CPU, then executes the instructions once under a SIGILL guard;
+ * LLMKIT_NO_AVX512=1 makes it unavailable (auto then picks "avx2"). */
+extern const struct kernel_ops kernel_ops_avx512;
 
 /* ops_select() : the implementation named want: "ref", or "auto" (the best
- * available on this machine; "avx2" on a CPU with AVX2, FMA and F16C, else "ref").  want == NULL means the
+ * available on this machine; "avx512" where it is available, else "avx2" on a CPU with AVX2, FMA and F16C, else "ref").  want == NULL means the
  * LLMKIT_KERNEL environment variable, or "auto" when it is unset or empty.
  * Returns NULL for an unknown or unavailable name. */
 const struct kernel_ops *ops_select(const char *want);

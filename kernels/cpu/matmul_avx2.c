@@ -40,6 +40,7 @@
 #include "cpu/matmul_avx2.h"
 
 #include "cpu/mm_layout.h"
+#include "cpu/simd_avx2.h"
 
 /* 1 on cores that execute 256-bit operations as two 128-bit halves (AMD
  * family 17h before Zen 2: models below 0x30), where 128-bit code is
@@ -259,23 +260,6 @@ ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int
 }
 
 /* ---- shared pieces ---- */
-
-/* ggml's hsum_float_8 of a vector held as its two 128-bit halves: (hi +
- * lo), then lanes (0+2, 1+3), then their sum */
-static inline float
-hsum8_halves(__m128 lo, __m128 hi)
-{
-    __m128 r = _mm_add_ps(hi, lo);
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
-static inline float
-hsum8(__m256 x)
-{
-    return hsum8_halves(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
-}
 
 /* The sums of 8 vectors of 4 int32 lanes, as one vector [sum v0 .. sum v7]
  * (exact integers: the order of the additions does not matter) */
@@ -804,20 +788,6 @@ legacy_tile_row(float *out, int64_t ldo, const int8_t *qx, const float *dx, cons
         out[t * ldo] = has_min ? hsum8(acc[t]) + ms[t] : hsum8(acc[t]);
 }
 
-/* The 8 horizontal sums of v[0..7] in one vector (lane t = sum of v[t]'s
- * lanes); exact integer sums. */
-static inline __m256i
-hsum8x8_epi32(const __m256i *v)
-{
-    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
-    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
-    __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
-    /* a = [t0..t3 low halves | t0..t3 high halves], b likewise for t4..t7 */
-    __m256i lo = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
-    __m256i hi = _mm256_blend_epi32(_mm256_castsi128_si256(_mm256_extracti128_si256(a, 1)), b, 0xf0);
-    return _mm256_add_epi32(lo, hi);
-}
-
 /* One unpacked Q4_0 / IQ4_NL row (the repacked gemv chain) against a group
  * of TG tokens, the tokens in the lanes: per block the 8 exact integer sums,
  * then sacc = fma(float(sum), d * da, sacc) lane by lane, as the
@@ -865,6 +835,22 @@ chain_tile_row(float *out, int64_t ldo, const int8_t *qx, const float *dx,
         out[t * ldo] = r[t];
 }
 
+void
+ops_mm_avx2_unpack_legacy(int8_t *q, float *d, float *m, const uint8_t *row, uint32_t type,
+                          int64_t nb)
+{
+    for (int64_t b = 0; b < nb; b++) {
+        float db, mb = 0.0f;
+        __m256i x = legacy_block(row, type, b, &db, &mb);
+        if (type == T_Q4_0)     /* the unsigned codes */
+            x = _mm256_add_epi8(x, _mm256_set1_epi8(8));
+        _mm256_storeu_si256((__m256i *)(void *)(q + 32 * b), x);
+        d[b] = db;
+        if (m)
+            m[b] = mb;
+    }
+}
+
 /* Rows [r0, r1) of a legacy type (Q4_1, Q5_1, Q8_0, Q5_0; Q4_0, IQ4_NL) for all
  * n_tok tokens; 0 when the row does not fit the tile buffer (the caller
  * then takes the direct path). */
@@ -891,16 +877,8 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     for (int64_t rb = r0; rb < r1; rb += R) {
         int64_t nr = r1 - rb < R ? r1 - rb : R;
         for (int64_t i = 0; i < nr; i++) {
-            const uint8_t *row = w + (size_t)(rb + i) * row_bytes;
-            for (int64_t b = 0; b < nb; b++) {
-                float db, mb = 0.0f;
-                __m256i x = legacy_block(row, type, b, &db, &mb);
-                if (type == T_Q4_0)     /* the unsigned codes, for chain_tile_row */
-                    x = _mm256_add_epi8(x, _mm256_set1_epi8(8));
-                _mm256_store_si256((__m256i *)(void *)(q + i * cols + 32 * b), x);
-                d[i * nb + b] = db;
-                m[i * nb + b] = mb;
-            }
+            ops_mm_avx2_unpack_legacy(q + i * cols, d + i * nb, m + i * nb,
+                                      w + (size_t)(rb + i) * row_bytes, type, nb);
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
             int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;

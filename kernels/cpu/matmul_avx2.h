@@ -33,6 +33,15 @@ void ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, ui
                       const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                       int64_t r0, int64_t r1, float *tmp);
 
+/* One row of a legacy type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL; nb blocks
+ * of 32) unpacked: q[32 * nb] the codes in element order (Q4_1 and Q5_1 as
+ * their unsigned codes, Q4_0 as its unsigned codes 0..15 (value + 8), the
+ * others signed), d[nb] the block scales, m[nb] (if m is not NULL) the
+ * mins (0 for the types without one).  The legacy prefill tiles read this
+ * form (also those of cpu/matmul_avx512.c). */
+void ops_mm_avx2_unpack_legacy(int8_t *q, float *d, float *m, const uint8_t *row, uint32_t type,
+                               int64_t nb);
+
 /* Which decode forms run: 1 takes the 128-bit-half forms chosen on cores
  * that split 256-bit operations (Q4_1, Q5_0), 0 the 256-bit ones; both give
  * the same bits.  The CPU check sets it; tests call this to run both.

@@ -1,6 +1,7 @@
 /*
- * simd_avx2.h - small AVX2 helpers shared by kernels/cpu/ *_avx2.c: only
- * files compiled with -mavx2 -mfma -mf16c may include it.
+ * simd_avx2.h - small AVX2 helpers shared by kernels/cpu/ *_avx2.c and
+ * *_avx512.c: only files compiled with -mavx2 -mfma -mf16c (or a superset)
+ * may include it.
  */
 #ifndef LLMKIT_SIMD_AVX2_H
 #define LLMKIT_SIMD_AVX2_H
@@ -26,6 +27,37 @@ static inline float
 avx2_reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3)
 {
     return avx2_reduce1(_mm256_add_ps(_mm256_add_ps(a0, a2), _mm256_add_ps(a1, a3)));
+}
+
+/* ggml's hsum_float_8 of a vector held as its two 128-bit halves: (hi +
+ * lo), then lanes (0+2, 1+3), then their sum */
+static inline float
+hsum8_halves(__m128 lo, __m128 hi)
+{
+    __m128 r = _mm_add_ps(hi, lo);
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+static inline float
+hsum8(__m256 x)
+{
+    return hsum8_halves(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+}
+
+/* The 8 horizontal sums of v[0..7] in one vector (lane t = sum of v[t]'s
+ * lanes); exact integer sums. */
+static inline __m256i
+hsum8x8_epi32(const __m256i *v)
+{
+    __m256i h01 = _mm256_hadd_epi32(v[0], v[1]), h23 = _mm256_hadd_epi32(v[2], v[3]);
+    __m256i h45 = _mm256_hadd_epi32(v[4], v[5]), h67 = _mm256_hadd_epi32(v[6], v[7]);
+    __m256i a = _mm256_hadd_epi32(h01, h23), b = _mm256_hadd_epi32(h45, h67);
+    /* a = [t0..t3 low halves | t0..t3 high halves], b likewise for t4..t7 */
+    __m256i lo = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
+    __m256i hi = _mm256_blend_epi32(_mm256_castsi128_si256(_mm256_extracti128_si256(a, 1)), b, 0xf0);
+    return _mm256_add_epi32(lo, hi);
 }
 
 /* f16 <-> f32 for 8 lanes (F16C, round to nearest even). */

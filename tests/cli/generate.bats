@@ -300,6 +300,14 @@ have_avx2() {
     grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && grep -qw f16c /proc/cpuinfo
 }
 
+# have_avx512 : the CPU runs the avx512 kernels (AVX-512 F/BW/VL/DQ and VNNI
+# on top of avx2's set).
+have_avx512() {
+    have_avx2 && for f in avx512f avx512bw avx512vl avx512dq avx512_vnni; do
+        grep -qw "$f" /proc/cpuinfo || return 1
+    done
+}
+
 # greedy_case I KERNEL : (bats' run clobbers a variable named i, hence ci)
 # runs golden case I with the given kernels and compares prompt and
 # generated tokens.  With avx2 (ggml's AVX2 arithmetic, bit for bit) every
@@ -336,19 +344,26 @@ sys.exit(0 if kern == 'ref' and m is not None and m < 0.25 else 1)
 PY
 }
 
-@test "SmolLM2 greedy reproduces llama.cpp's 10 golden continuations token for token, prompts of 64+ tokens (tiled attention) and near-ties included (avx2 kernels)" {
+@test "SmolLM2 greedy reproduces llama.cpp's 10 golden continuations token for token, prompts of 64+ tokens (tiled attention) and near-ties included (avx2 and avx512 kernels)" {
     not_under_sanitizer
-    local m ci n
+    local m ci n kern kerns=avx2
     m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
     [ -f "$GOLD/smollm2-greedy.json" ] || skip "no golden file $GOLD/smollm2-greedy.json"
     have_avx2 || skip "this CPU lacks AVX2/FMA/F16C: the avx2 kernels cannot run"
+    if have_avx512; then
+        kerns="avx2 avx512"
+    else
+        echo "# no AVX-512 F/BW/VL/DQ + VNNI here: the avx512 kernels not checked" >&3
+    fi
     n=$(jq '.cases | length' "$GOLD/smollm2-greedy.json")
     [ "$n" -eq 10 ]
-    exact=0
-    for ci in $(seq 0 $((n - 1))); do
-        greedy_case "$ci" "$m" avx2
+    for kern in $kerns; do
+        exact=0
+        for ci in $(seq 0 $((n - 1))); do
+            greedy_case "$ci" "$m" "$kern"
+        done
+        [ "$exact" -eq "$n" ]
     done
-    [ "$exact" -eq "$n" ]
 }
 
 @test "SmolLM2 greedy with the scalar reference kernels diverges from llama.cpp only at near ties" {
@@ -401,6 +416,9 @@ PY
     [ "${LLMKIT_PPL_CHUNKS:-4}" -lt "$chunks" ] && chunks=${LLMKIT_PPL_CHUNKS:-4}
     kern=ref tol=0.005
     have_avx2 && kern=avx2 tol=0.00001
+    # the avx512 kernels (their batched matmuls: all of a perplexity run)
+    # give the avx2 bits
+    have_avx512 && kern=avx512
     run -0 --separate-stderr generate -m "$m" --perplexity "$data" --ctx 512 --chunks "$chunks" -t 2 \
         --kernel "$kern" --json
     jq -e --argjson c "$chunks" '.chunks == $c' <<<"$output"

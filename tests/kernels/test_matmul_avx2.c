@@ -14,6 +14,10 @@
  *    alone, as f32 bit patterns; every batch of those tokens (each size and
  *    offset, several row splits) must reproduce them exactly.
  *
+ * Every check runs for the "avx2" table and, on a CPU that has AVX-512
+ * F/BW/VL/DQ + VNNI, for the "avx512" one (its batch tiles must give the
+ * avx2 bits: check 2 compares them with the AVX2 single-token outputs).
+ *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
 #include <math.h>
@@ -249,7 +253,11 @@ test_invariance(const struct kernel_ops *av)
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         uint32_t t = types[ti];
         const struct qtype *qt = qtype_get(t);
-        int64_t cols = qt->blck == 256 ? 512 : qt->blck == 1 ? 72 : 576;
+      /* the second width: F16 rows a multiple of 32, legacy rows in
+       * several 16-row tiles of the AVX-512 kernels */
+      for (int wi = 0; wi < 2; wi++) {
+        int64_t cols = qt->blck == 256 ? 512 * (wi + 1) : qt->blck == 1 ? (wi ? 576 : 72)
+                                                                        : (wi ? 1536 : 576);
         int64_t ldx = cols + 5, ldy = rows + 3;
         void *w = make_weight(t, rows, cols);
         size_t rb = qtype_row_bytes(t, cols);
@@ -286,6 +294,7 @@ test_invariance(const struct kernel_ops *av)
         }
         CHECK_EQ(bad, 0);
         free(w), free(x), free(alone), free(y);
+      }
     }
 }
 
@@ -453,18 +462,25 @@ main(int argc, char **argv)
         return 77;
     }
     CHECK(ref != NULL);
-    CHECK(ops_select("auto") == av);
+    const struct kernel_ops *a5 = ops_select("avx512");
+    CHECK(ops_select("auto") == (a5 ? a5 : av));
+    if (!a5)
+        fprintf(stderr, "test_matmul_avx2: avx512 kernels unavailable (CPU, or LLMKIT_NO_AVX512): the avx512 "
+                "table's checks skipped\n");
     const char *g = getenv("LLMKIT_GOLDEN_VECDOT");
     int native = ops_mm_avx2_split256(0);
     /* the 256-bit decode forms, then the 128-bit-half ones, whatever this CPU
-     * would choose */
-    for (int split = 0; split < 2; split++) {
-        ops_mm_avx2_split256(split);
-        test_vs_ref(av, ref);
-        test_invariance(av);
-        int n = test_golden(av, g && *g ? g : "tests/golden/kernels/vecdot.json", verbose);
-        CHECK(n > 0);
-    }
+     * would choose; the avx512 table (AVX2 decode, AVX-512 batch tiles) the
+     * same way: ggml's bits, batch invariant, so also the avx2 table's */
+    const struct kernel_ops *tabs[2] = { av, a5 };
+    for (int k = 0; k < 2 && tabs[k]; k++)
+        for (int split = 0; split < 2; split++) {
+            ops_mm_avx2_split256(split);
+            test_vs_ref(tabs[k], ref);
+            test_invariance(tabs[k]);
+            int n = test_golden(tabs[k], g && *g ? g : "tests/golden/kernels/vecdot.json", verbose);
+            CHECK(n > 0);
+        }
     ops_mm_avx2_split256(native);
     test_prepare_edges(av, ref);
     test_expf();

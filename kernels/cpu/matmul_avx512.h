@@ -1,0 +1,25 @@
+/*
+ * matmul_avx512.h - the AVX-512 (F/BW/VL/DQ + VNNI) matmul kernels
+ * (cpu/matmul_avx512.c).  Only callable when kernel_ops_avx512.available()
+ * is 1; kernels/dispatch.c puts them in the "avx512" table, whose other
+ * entries are the AVX2 ones.
+ */
+#ifndef LLMKIT_MATMUL_AVX512_H
+#define LLMKIT_MATMUL_AVX512_H
+
+#include "ops.h"
+
+/* The mm_rows contract of ops.h, with the bits of ops_mm_rows_avx2 for every
+ * type, batch and row range (the work buffer is the AVX2/reference one):
+ * batches of 4+ tokens of the legacy types and F16 run the AVX-512 tiles,
+ * the rest the AVX2 kernels. */
+void ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
+                        const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
+                        int64_t r0, int64_t r1, float *tmp);
+
+/* Executes one 512-bit operation and one VPDPBUSD; returns 1.  The CPU
+ * check calls it under a SIGILL guard, so that a CPU or hypervisor that
+ * lists the features but faults on them falls back instead of crashing. */
+int ops_avx512_probe(void);
+
+#endif
