@@ -38,16 +38,22 @@ static inline void
 scores(float *sc, const float *kt, const float *q, int64_t dk, float scale, int64_t nvis)
 {
     __m256 acc[8];
+    /* (the unroll pragmas keep the 8 chains in registers: at -O2 GCC
+     * leaves the loops rolled and the array in memory, a store and reload
+     * per fused multiply-add) */
+#pragma GCC unroll 8
     for (int c = 0; c < 8; c++)
         acc[c] = _mm256_setzero_ps();
     for (int64_t d = 0; d < dk; d++) {
         __m256 qd = _mm256_set1_ps(q[d]);
         const float *k = kt + d * TK;
+#pragma GCC unroll 8
         for (int c = 0; c < 8; c++)
             acc[c] = _mm256_fmadd_ps(_mm256_loadu_ps(k + 8 * c), qd, acc[c]);
     }
     const __m256 vs = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+#pragma GCC unroll 8
     for (int c = 0; c < 8; c++) {
         /* mask: 0 for visible slots, -inf otherwise (ggml_vec_add_f32) */
         __m256 vis = _mm256_castsi256_ps(
@@ -81,6 +87,7 @@ values(float *acc, const float *sc, const float *vt, int n, int64_t dv)
     int64_t c0 = 0;
     for (; c0 + 64 <= dv; c0 += 64) {
         __m256 a[8];
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++)
             a[i] = _mm256_loadu_ps(acc + c0 + 8 * i);
         for (int j = 0; j < n; j++) {
@@ -88,9 +95,11 @@ values(float *acc, const float *sc, const float *vt, int n, int64_t dv)
                 continue;
             __m256 w = _mm256_set1_ps(sc[j]);
             const float *v = vt + (int64_t)j * dv + c0;
+#pragma GCC unroll 8
             for (int i = 0; i < 8; i++)
                 a[i] = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * i), w, a[i]);
         }
+#pragma GCC unroll 8
         for (int i = 0; i < 8; i++)
             _mm256_storeu_ps(acc + c0 + 8 * i, a[i]);
     }
