@@ -261,16 +261,6 @@ ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int
 
 /* ---- shared pieces ---- */
 
-/* The sums of 8 vectors of 4 int32 lanes, as one vector [sum v0 .. sum v7]
- * (exact integers: the order of the additions does not matter) */
-static inline __m256i
-hsum8x4_epi32(const __m128i *v)
-{
-    __m128i s03 = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
-    __m128i s47 = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(s03), s47, 1);
-}
-
 static inline float
 fmadd_ss(float a, float b, float c)
 {
@@ -290,29 +280,6 @@ static inline __m256i
 lanes_us(__m256i qx, __m256i qy)
 {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(qx, qy), _mm256_set1_epi16(1));
-}
-
-/* 32 nibbles: low nibbles in bytes 0..15, high nibbles in bytes 16..31 */
-static inline __m256i
-nibbles32(const uint8_t *p)
-{
-    __m128i t = _mm_loadu_si128((const __m128i *)(const void *)p);
-    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
-    return _mm256_and_si256(b, _mm256_set1_epi8(15));
-}
-
-/* byte j = 0xff when bit j of the little-endian 32-bit word at p is set */
-static inline __m256i
-bits32(const uint8_t *p)
-{
-    uint32_t w;
-    memcpy(&w, p, 4);
-    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
-                                    _mm256_setr_epi64x(0, 0x0101010101010101ll,
-                                                       0x0202020202020202ll,
-                                                       0x0303030303030303ll));
-    __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201ull);
-    return _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
 }
 
 /* f16 -> f32 by F16C (exact, as qconv_fp16_to_fp32) */
@@ -426,17 +393,6 @@ legacy_row(float *out, int64_t ldo, const uint8_t *row, uint32_t type,
         else
             out[t * ldo] = hsum8(acc[t]);
     }
-}
-
-/* The prefetch of a later group of rows, spread over the n steps of a
- * pass: step k asks for the lines below (k + 1) * lines / n, counted without
- * a division (*l: next line, *acc: (k + 1) * lines). */
-static inline __attribute__((always_inline)) void
-pf_spread(const char *pf, int64_t *l, int64_t *acc, int64_t lines, int64_t n)
-{
-    *acc += lines;
-    for (; *l * n < *acc; (*l)++)
-        _mm_prefetch(pf + 64 * *l, _MM_HINT_T0);
 }
 
 /* Decode (one token): DR rows at once, so that their block chains overlap

@@ -8,24 +8,30 @@
  * after the run-time CPU check in kernels/dispatch.c.
  *
  * Same bits, fewer instructions:
- *   legacy types (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, IQ4_NL): ggml's int32 lane k
- *       of a block is the sum of the products of bytes 4k..4k+3, which AVX2
- *       gets from sign/maddubs/madd and VPDPBUSD gets in one instruction.
- *       VPDPBUSD multiplies unsigned by signed bytes, so the weight codes
- *       are stored offset to unsigned (u = code + off, off = 128 for the
- *       signed types, 8 for Q4_0, 0 for Q4_1/Q5_1) and each lane starts from
- *       -off * (the sum of the 4 activation codes of that lane), computed
- *       once per token and block: the same exact integer per lane.  The f32
- *       operations that follow (scale products, fused multiply-adds in block
- *       order, the horizontal sums) are the AVX2 kernels' own.  Two weight
- *       rows share each activation load.
+ *   Q8_0, Q5_0, Q4_1, Q5_1 (ggml_vec_dot lanes): ggml's int32 lane k of a
+ *       block is the sum of the products of bytes 4k..4k+3, which AVX2 gets
+ *       from sign/maddubs/madd and VPDPBUSD in one instruction.  VPDPBUSD
+ *       multiplies unsigned by signed bytes, so the weight codes are offset
+ *       to unsigned (u = code + off: 128 for Q8_0, 16 for Q5_0, 0 for
+ *       Q4_1/Q5_1) and each lane starts from -off * (the sum of the 4
+ *       activation codes of that lane), computed once per token and block:
+ *       the same exact integer per lane.  The f32 operations that follow
+ *       (scale products, fused multiply-adds in block order, the horizontal
+ *       sums) are the AVX2 kernels' own.  Batches: two unpacked rows share
+ *       each activation load; decode (Q8_0, Q5_0): 4 rows per pass straight
+ *       from the blocks.
+ *   Q4_0, IQ4_NL (the repacked gemv chain: one f32 fma per block on the
+ *       exact block sum): batches take 8 rows interleaved so that the sums
+ *       land in the lanes with no horizontal adds (ileave_tiles); decode
+ *       takes VPDPBUSD for the block sums of chain_rows8's 8 rows.
  *   F16: ggml_vec_dot_f16's four 8-lane accumulators are independent, so a
  *       512-bit register carries two of them (elements i..i+15 of a step of
  *       32 are accumulators 0 and 1): each lane sees the same operands in
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
- * Everything else (decode, k-quants, F32, BF16, small batches) is the AVX2
- * kernels' (ops_mm_rows_avx2).
+ * Everything else (k-quants, F32, BF16, Q4_1/Q5_1/F16 decode, 2-3 token
+ * batches, rows too long for a tile) is the AVX2 kernels'
+ * (ops_mm_rows_avx2).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -74,6 +80,15 @@ vgroup_fill(struct vgroup *g, enum act a, const uint8_t *act, size_t arb, int64_
             }
         }
     }
+}
+
+static inline int32_t
+hsum_epi32_8(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
 }
 
 /* The int32 lanes of ggml's block dot for (weight block x, token t, block b) */
@@ -130,53 +145,18 @@ lanes_rows2(float *out, int64_t ldo, const uint8_t *u0, const uint8_t *u1, const
     }
 }
 
-/* Two unpacked Q4_0 / IQ4_NL rows (the repacked gemv chain) against a full
- * group, the tokens in the lanes: chain_tile_row of cpu/matmul_avx2.c. */
-static inline __attribute__((always_inline)) void
-chain_rows2(float *out, int64_t ldo, const uint8_t *u0, const uint8_t *u1, const float *d0,
-            const float *d1, const struct vgroup *g, int nr, int off, int64_t nb)
-{
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-
-    for (int64_t b = 0; b < nb; b++) {
-        __m256i x0 = _mm256_load_si256((const __m256i *)(const void *)(u0 + 32 * b));
-        __m256i x1 = _mm256_load_si256((const __m256i *)(const void *)(u1 + 32 * b));
-        __m256i v0[TG], v1[TG];
-#pragma GCC unroll 8
-        for (int t = 0; t < TG; t++) {
-            __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(g->q[t] + 32 * b));
-            v0[t] = vlanes(g, x0, y, t, b, off);
-            v1[t] = vlanes(g, x1, y, t, b, off);
-        }
-        __m256 dT = _mm256_load_ps(g->dT + TG * b);
-        s0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(v0)),
-                             _mm256_mul_ps(_mm256_set1_ps(d0[b]), dT), s0);
-        s1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(v1)),
-                             _mm256_mul_ps(_mm256_set1_ps(d1[b]), dT), s1);
-    }
-    float r0[TG] __attribute__((aligned(32))), r1[TG] __attribute__((aligned(32)));
-    _mm256_store_ps(r0, s0);
-    _mm256_store_ps(r1, s1);
-    for (int t = 0; t < g->nt; t++) {
-        out[t * ldo] = r0[t];
-        if (nr > 1)
-            out[t * ldo + 1] = r1[t];
-    }
-}
-
 /* the code offset that makes a type's unpacked codes unsigned */
 static int
 code_offset(uint32_t type)
 {
     switch (type) {
     case T_Q4_1: case T_Q5_1: return 0;
-    case T_Q4_0: return 8;      /* unpacked as 0..15 already */
-    default: return 128;        /* Q8_0, Q5_0, IQ4_NL: signed codes */
+    default: return 128;        /* Q8_0, Q5_0: signed codes */
     }
 }
 
-/* Rows [r0, r1) of a legacy type for all n_tok tokens; 0 when a row does
- * not fit (the caller then takes the AVX2 path). */
+/* Rows [r0, r1) of Q8_0, Q5_0, Q4_1 or Q5_1 for all n_tok tokens; 0 when a
+ * row does not fit (the caller then takes the AVX2 path). */
 static int
 legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
              enum act a, const uint8_t *act, size_t arb, int64_t n_tok, int64_t cols, int64_t r0,
@@ -184,7 +164,6 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
 {
     const int64_t nb = cols / 32;
     const int off = code_offset(type), has_min = type == T_Q4_1 || type == T_Q5_1;
-    const int chain = type == T_Q4_0 || type == T_IQ4_NL;
     const size_t rowu = (size_t)cols + (size_t)nb * sizeof(float) * 2;
     static __thread uint8_t buf[TILE_BYTES] __attribute__((aligned(64)));
     static __thread struct vgroup g;
@@ -220,13 +199,6 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                 const uint8_t *u0 = q + i * cols, *u1 = q + (i + two - 1) * cols;
                 const float *d0 = d + i * nb, *d1 = d + (i + two - 1) * nb;
                 const float *m0 = m + i * nb, *m1 = m + (i + two - 1) * nb;
-                if (chain) {
-                    if (off == 8)
-                        chain_rows2(out, ldy, u0, u1, d0, d1, &g, two, 8, nb);
-                    else
-                        chain_rows2(out, ldy, u0, u1, d0, d1, &g, two, 128, nb);
-                    continue;
-                }
 #define LR(o, hm, n) lanes_rows2(out, ldy, u0, u1, d0, d1, m0, m1, &g, n, two, o, hm, nb)
 #define LR_NT(o, hm) switch (nt) { case 1: LR(o, hm, 1); break; case 2: LR(o, hm, 2); break; \
                                    case 3: LR(o, hm, 3); break; case 4: LR(o, hm, 4); break; \
@@ -239,6 +211,145 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                 }
 #undef LR_NT
 #undef LR
+            }
+        }
+    }
+    return 1;
+}
+
+/* ---- Q4_0 / IQ4_NL: rows in the lanes ----
+ *
+ * Their chain wants, per row, token and block, the exact integer sum of the
+ * 32 products.  The tile stores 8 rows interleaved: for block b, vector j
+ * (j = 0..7) holds in lane k the 4 codes 4j..4j+3 of row k (offset to
+ * unsigned).  VPDPBUSD of vector j with the token's 4 codes 4j..4j+3
+ * broadcast adds each row's 4 products to its own lane, so 8 of them, from
+ * -off * the sum of the token's 32 codes, give the 8 rows' block sums in the
+ * lanes with no horizontal sums; then sacc = fma(float(sum), d_row * d_tok,
+ * sacc) per lane, the chain's operation. */
+struct ichunk {
+    int n;                      /* tokens */
+    const int8_t *q[TG];
+    float dT[G_MAX_NB * TG];    /* [block][token] */
+    int32_t cT[G_MAX_NB * TG];  /* [block][token]: -off * the sum of the 32 codes */
+};
+
+static void
+ichunk_fill(struct ichunk *g, const uint8_t *act, size_t arb, int64_t t0, int nt, int64_t cols,
+            int64_t nb, int off)
+{
+    struct act_row ar;
+    g->n = nt;
+    for (int t = 0; t < nt; t++) {
+        act_row_at(&ar, ACT_Q8_0, act + (size_t)(t0 + t) * arb, cols);
+        g->q[t] = ar.q;
+        for (int64_t b = 0; b < nb; b++) {
+            g->dT[b * TG + t] = ar.d[b];
+            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
+                                            _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b)));
+            g->cT[b * TG + t] = -off * hsum_epi32_8(s);
+        }
+    }
+}
+
+/* one group of 8 interleaved rows (x: [nb][8 vectors], d: [nb][8]) against
+ * the chunk's nt tokens; rows past nr are not stored */
+static inline __attribute__((always_inline)) void
+ileave_rows8(float *out, int64_t ldo, const __m256i *x, const float *d, const struct ichunk *g,
+             int nt, int nr, int64_t nb)
+{
+    __m256 sacc[TG];
+    const __mmask8 keep = (__mmask8)((1u << nr) - 1);
+
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        sacc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const __m256i *xb = x + 8 * b;
+        __m256i x0 = xb[0], x1 = xb[1], x2 = xb[2], x3 = xb[3];
+        __m256i x4 = xb[4], x5 = xb[5], x6 = xb[6], x7 = xb[7];
+        __m256 dr = _mm256_load_ps(d + 8 * b);
+#pragma GCC unroll 8
+        for (int t = 0; t < nt; t++) {
+            const int32_t *y = (const int32_t *)(const void *)(g->q[t] + 32 * b);
+            __m256i acc = _mm256_set1_epi32(g->cT[b * TG + t]);
+            acc = _mm256_dpbusd_epi32(acc, x0, _mm256_set1_epi32(y[0]));
+            acc = _mm256_dpbusd_epi32(acc, x1, _mm256_set1_epi32(y[1]));
+            acc = _mm256_dpbusd_epi32(acc, x2, _mm256_set1_epi32(y[2]));
+            acc = _mm256_dpbusd_epi32(acc, x3, _mm256_set1_epi32(y[3]));
+            acc = _mm256_dpbusd_epi32(acc, x4, _mm256_set1_epi32(y[4]));
+            acc = _mm256_dpbusd_epi32(acc, x5, _mm256_set1_epi32(y[5]));
+            acc = _mm256_dpbusd_epi32(acc, x6, _mm256_set1_epi32(y[6]));
+            acc = _mm256_dpbusd_epi32(acc, x7, _mm256_set1_epi32(y[7]));
+            __m256 dd = _mm256_mul_ps(dr, _mm256_set1_ps(g->dT[b * TG + t]));
+            sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), dd, sacc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        _mm256_mask_storeu_ps(out + t * ldo, keep, sacc[t]);
+}
+
+/* Rows [r0, r1) of Q4_0 / IQ4_NL for all n_tok tokens; 0 when a row group
+ * does not fit. */
+static int
+ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+             const uint8_t *act, size_t arb, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    const int64_t nb = cols / 32;
+    const int off = type == T_Q4_0 ? 8 : 128;
+    /* one group: 8 rows of codes and their scales */
+    const size_t grp = (size_t)cols * 8 + (size_t)nb * 8 * sizeof(float);
+    static __thread uint8_t buf[TILE_BYTES] __attribute__((aligned(64)));
+    static __thread struct ichunk g;
+    int8_t codes[8][32 * 64] __attribute__((aligned(32)));
+    float dr[8][64], mr[64];
+
+    if (grp > sizeof(buf) || nb > 64)
+        return 0;
+    int64_t G = (int64_t)(sizeof(buf) / grp);
+    if (G > 2)
+        G = 2;
+    for (int64_t rb = r0; rb < r1; rb += 8 * G) {
+        int64_t nrt = r1 - rb < 8 * G ? r1 - rb : 8 * G;
+        int64_t ng = (nrt + 7) / 8;
+        for (int64_t gi = 0; gi < ng; gi++) {
+            __m256i *x = (__m256i *)(void *)(buf + (size_t)gi * grp);
+            float *d = (float *)(void *)(x + 8 * nb);
+            for (int k = 0; k < 8; k++) {
+                /* rows past the end repeat the group's first row (not stored) */
+                int64_t r = rb + 8 * gi + k < r1 ? rb + 8 * gi + k : rb + 8 * gi;
+                ops_mm_avx2_unpack_legacy(codes[k], dr[k], mr, w + (size_t)r * row_bytes, type, nb);
+            }
+            for (int64_t b = 0; b < nb; b++) {
+                uint32_t v[8][8];
+                for (int k = 0; k < 8; k++) {
+                    for (int j = 0; j < 8; j++) {
+                        uint32_t u;
+                        memcpy(&u, codes[k] + 32 * b + 4 * j, 4);
+                        v[j][k] = off == 128 ? u ^ 0x80808080u : u;
+                    }
+                    d[8 * b + k] = dr[k][b];
+                }
+                for (int j = 0; j < 8; j++)
+                    x[8 * b + j] = _mm256_loadu_si256((const __m256i *)(const void *)v[j]);
+            }
+        }
+        for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
+            int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
+            ichunk_fill(&g, act, arb, t0, nt, cols, nb, off);
+            for (int64_t gi = 0; gi < ng; gi++) {
+                const __m256i *x = (const __m256i *)(const void *)(buf + (size_t)gi * grp);
+                const float *d = (const float *)(const void *)(x + 8 * nb);
+                int nr = nrt - 8 * gi < 8 ? (int)(nrt - 8 * gi) : 8;
+                float *out = y + t0 * ldy + rb + 8 * gi;
+#define IL(n) ileave_rows8(out, ldy, x, d, &g, n, nr, nb)
+                switch (nt) {
+                case 1: IL(1); break; case 2: IL(2); break; case 3: IL(3); break;
+                case 4: IL(4); break; case 5: IL(5); break; case 6: IL(6); break;
+                case 7: IL(7); break; default: IL(8); break;
+                }
+#undef IL
             }
         }
     }
@@ -323,6 +434,145 @@ f16_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
     return 1;
 }
 
+/* ---- decode (one token) ---- */
+
+#define DR 4                    /* rows per pass of the lanes decode */
+#define DEC_MAX_NB 1024         /* blocks per row of the decode paths */
+
+/* nr (<= DR) rows of Q8_0 or Q5_0 against one token: ggml_vec_dot's lanes
+ * (as legacy_rows1 of cpu/matmul_avx2.c), each from one VPDPBUSD on the
+ * codes offset to unsigned (Q8_0: code ^ 0x80 = code + 128; Q5_0: nibble |
+ * high bit << 4 = code + 16) started from c[b] = -off * the lane sums of
+ * the token's block b. */
+static inline __attribute__((always_inline)) void
+lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
+          const struct act_row *ar, const __m256i *c, int nr, int64_t nb, const char *pf,
+          int64_t pf_lines)
+{
+    __m256 acc[DR];
+    int64_t pfl = 0, pfa = 0;
+
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+        acc[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(ar->q + 32 * b));
+        float da = ar->d[b];
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            const uint8_t *row = row0 + (size_t)i * row_bytes;
+            __m256i x;
+            float d;
+            if (type == T_Q8_0) {
+                const struct block_q8_0 *q = (const struct block_q8_0 *)(const void *)row + b;
+                x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q->qs),
+                                     _mm256_set1_epi8((char)0x80));
+                d = _cvtsh_ss(q->d);
+            } else {
+                const struct block_q5_0 *q = (const struct block_q5_0 *)(const void *)row + b;
+                x = _mm256_or_si256(nibbles32(q->qs),
+                                    _mm256_and_si256(bits32(q->qh), _mm256_set1_epi8(0x10)));
+                d = _cvtsh_ss(q->d);
+            }
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da),
+                                     _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c[b], x, y)), acc[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++)
+        out[i] = hsum8(acc[i]);
+}
+
+/* 8 Q4_0 rows against one token, the rows in the lanes of the repacked gemv
+ * chain (chain_rows8 of cpu/matmul_avx2.c): per row and block the exact
+ * sum of (nibble - 8) * y from two VPDPBUSD started from c[b] = -8 * the
+ * lane sums of the token's block b (the low-nibble half), then one fused
+ * multiply-add per block for the 8 rows. */
+static void
+chain_dec8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar,
+           const __m128i *c, int64_t nb, const char *pf, int64_t pf_lines)
+{
+    const __m128i m15 = _mm_set1_epi8(15);
+    const size_t bs = sizeof(struct block_q4_0);
+    __m256 sacc = _mm256_setzero_ps();
+    int64_t pfl = 0, pfa = 0;
+
+    for (int64_t b = 0; b < nb; b++) {
+        __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
+        __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
+        __m128i v[8], dh = _mm_setzero_si128();
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bs;
+            __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
+            uint16_t h;
+            memcpy(&h, blk, 2);
+            dh = _mm_insert_epi16(dh, h, i);
+            v[i] = _mm_dpbusd_epi32(_mm_dpbusd_epi32(c[b], _mm_and_si128(qs, m15), ylo),
+                                    _mm_and_si128(_mm_srli_epi16(qs, 4), m15), yhi);
+        }
+        __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(ar->d[b]));
+        sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4_epi32(v)), dd, sacc);
+    }
+    _mm256_storeu_ps(out, sacc);
+}
+
+/* rows [r0, r1) of Q8_0, Q5_0 or Q4_0 for one token; returns the first row
+ * left to the AVX2 kernels (r1 when all were done) */
+static int64_t
+legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
+              int64_t cols, int64_t r0, int64_t r1)
+{
+    struct act_row ar;
+    const int64_t nb = cols / 32;
+    __m256i c[DEC_MAX_NB];
+
+    if (nb > DEC_MAX_NB)
+        return r0;
+    act_row_at(&ar, ACT_Q8_0, act, cols);
+    if (type == T_Q4_0) {
+        /* the low-nibble half's start: -8 * the sums of all 32 codes, as 4 lanes */
+        __m128i *c4 = (__m128i *)(void *)c;
+        for (int64_t b = 0; b < nb; b++) {
+            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8),
+                                            _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b)));
+            c4[b] = _mm_sub_epi32(_mm_setzero_si128(), _mm_add_epi32(_mm256_castsi256_si128(s),
+                                                                       _mm256_extracti128_si256(s, 1)));
+        }
+        const int64_t pf_lines = (int64_t)((8 * row_bytes + 63) / 64);
+        for (; r0 + 8 <= r1; r0 += 8) {
+            const uint8_t *row0 = w + (size_t)r0 * row_bytes;
+            chain_dec8(y + r0, row0, row_bytes, &ar, c4, nb, (const char *)row0 + 16 * row_bytes,
+                       pf_lines);
+        }
+        return r0;
+    }
+    const __m256i uoff = _mm256_set1_epi8(type == T_Q8_0 ? (char)0x80 : 16);
+    for (int64_t b = 0; b < nb; b++)
+        c[b] = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                _mm256_dpbusd_epi32(_mm256_setzero_si256(), uoff,
+                                                    _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b))));
+    const int64_t pf_lines = (int64_t)((DR * row_bytes + 63) / 64);
+    for (int64_t r = r0; r < r1; r += DR) {
+        int nr = r1 - r < DR ? (int)(r1 - r) : DR;
+        const uint8_t *row0 = w + (size_t)r * row_bytes;
+        const char *pf = (const char *)row0 + 2 * DR * row_bytes;
+#define LD(ty, n) lanes_dec(y + r, row0, row_bytes, ty, &ar, c, n, nb, pf, pf_lines)
+#define LD_NR(ty) switch (nr) { case 1: LD(ty, 1); break; case 2: LD(ty, 2); break; \
+                                case 3: LD(ty, 3); break; default: LD(ty, 4); break; }
+        if (type == T_Q8_0) {
+            LD_NR(T_Q8_0);
+        } else {
+            LD_NR(T_Q5_0);
+        }
+#undef LD_NR
+#undef LD
+    }
+    return r1;
+}
+
 void
 ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                    const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
@@ -331,10 +581,18 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     enum act a = act_type(wtype);
     size_t arb = act_row_bytes(a, cols);
 
+    if (n_tok == 1 && (wtype == T_Q8_0 || wtype == T_Q5_0 || wtype == T_Q4_0)) {
+        r0 = legacy_decode(y, w, row_bytes, wtype, work, cols, r0, r1);
+        if (r0 == r1)
+            return;
+    }
     if (n_tok >= TILE_MIN) {
         if (wtype == T_F16 && f16_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;
-        if ((a == ACT_Q8_0 || a == ACT_Q8_1) &&
+        if ((wtype == T_Q4_0 || wtype == T_IQ4_NL) &&
+            ileave_tiles(y, ldy, w, row_bytes, wtype, work, arb, n_tok, cols, r0, r1))
+            return;
+        if ((a == ACT_Q8_0 || a == ACT_Q8_1) && wtype != T_Q4_0 && wtype != T_IQ4_NL &&
             legacy_tiles(y, ldy, w, row_bytes, wtype, a, work, arb, n_tok, cols, r0, r1))
             return;
     }

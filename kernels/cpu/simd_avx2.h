@@ -7,6 +7,8 @@
 #define LLMKIT_SIMD_AVX2_H
 
 #include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
 
 /* exp of 8 lanes, bit-identical to ggml's AVX2 ggml_v_expf (misc_avx2.c). */
 __m256 avx2_expf(__m256 x);
@@ -58,6 +60,50 @@ hsum8x8_epi32(const __m256i *v)
     __m256i lo = _mm256_inserti128_si256(a, _mm256_castsi256_si128(b), 1);
     __m256i hi = _mm256_blend_epi32(_mm256_castsi128_si256(_mm256_extracti128_si256(a, 1)), b, 0xf0);
     return _mm256_add_epi32(lo, hi);
+}
+
+/* 32 nibbles: low nibbles in bytes 0..15, high nibbles in bytes 16..31 */
+static inline __m256i
+nibbles32(const uint8_t *p)
+{
+    __m128i t = _mm_loadu_si128((const __m128i *)(const void *)p);
+    __m256i b = _mm256_inserti128_si256(_mm256_castsi128_si256(t), _mm_srli_epi16(t, 4), 1);
+    return _mm256_and_si256(b, _mm256_set1_epi8(15));
+}
+
+/* byte j = 0xff when bit j of the little-endian 32-bit word at p is set */
+static inline __m256i
+bits32(const uint8_t *p)
+{
+    uint32_t w;
+    memcpy(&w, p, 4);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)w),
+                                    _mm256_setr_epi64x(0, 0x0101010101010101ll,
+                                                       0x0202020202020202ll,
+                                                       0x0303030303030303ll));
+    __m256i m = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    return _mm256_cmpeq_epi8(_mm256_and_si256(v, m), m);
+}
+
+/* The prefetch of a later group of rows, spread over the n steps of a
+ * pass: step k asks for the lines below (k + 1) * lines / n, counted without
+ * a division (*l: next line, *acc: (k + 1) * lines). */
+static inline __attribute__((always_inline)) void
+pf_spread(const char *pf, int64_t *l, int64_t *acc, int64_t lines, int64_t n)
+{
+    *acc += lines;
+    for (; *l * n < *acc; (*l)++)
+        _mm_prefetch(pf + 64 * *l, _MM_HINT_T0);
+}
+
+/* The sums of 8 vectors of 4 int32 lanes, as one vector [sum v0 .. sum v7]
+ * (exact integers: the order of the additions does not matter) */
+static inline __m256i
+hsum8x4_epi32(const __m128i *v)
+{
+    __m128i s03 = _mm_hadd_epi32(_mm_hadd_epi32(v[0], v[1]), _mm_hadd_epi32(v[2], v[3]));
+    __m128i s47 = _mm_hadd_epi32(_mm_hadd_epi32(v[4], v[5]), _mm_hadd_epi32(v[6], v[7]));
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(s03), s47, 1);
 }
 
 /* f16 <-> f32 for 8 lanes (F16C, round to nearest even). */
