@@ -50,36 +50,49 @@
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 256            /* blocks per row a group holds (8192 columns) */
 
-/* A group of up to TG tokens' activations, transposed per block. */
+/* A group of up to TG tokens' activations, per block: the scales with the
+ * tokens in the lanes, and for each pair of tokens (2p, 2p + 1) their codes,
+ * lane starts and scales side by side in one 512-bit vector (the lower half
+ * token 2p).  Tokens past nt repeat token 0 with scale 0 (dropped). */
+#define TP (TG / 2)
 struct vgroup {
     int nt;
-    const int8_t *q[TG];
     float dT[G_MAX_NB * TG] __attribute__((aligned(32)));   /* [block][token] */
     float sT[G_MAX_NB * TG] __attribute__((aligned(32)));   /* Q8_1 s */
-    __m256i c[G_MAX_NB * TG];   /* [block][token]: -off * the 4-code lane sums */
+    __m512i yP[G_MAX_NB * TP];  /* [block][pair] codes */
+    __m512i cP[G_MAX_NB * TP];  /* [block][pair] -off * the 4-code lane sums */
+    __m512 dP[G_MAX_NB * TP];   /* [block][pair] the two scales, 8 lanes each */
 };
 
 static void
 vgroup_fill(struct vgroup *g, enum act a, const uint8_t *act, size_t arb, int64_t t0, int nt,
             int64_t cols, int64_t nb, int off)
 {
-    struct act_row ar;
+    struct act_row ar[TG];
     const __m256i uoff = _mm256_set1_epi8((char)off);
 
     g->nt = nt;
     for (int t = 0; t < TG; t++) {
-        act_row_at(&ar, a, act + (size_t)(t0 + (t < nt ? t : 0)) * arb, cols);
-        g->q[t] = ar.q;
+        act_row_at(&ar[t], a, act + (size_t)(t0 + (t < nt ? t : 0)) * arb, cols);
         for (int64_t b = 0; b < nb; b++) {
-            g->dT[b * TG + t] = t < nt ? ar.d[b] : 0.0f;
-            g->sT[b * TG + t] = t < nt && a == ACT_Q8_1 ? ar.s[b] : 0.0f;
-            if (off) {
-                __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b));
-                g->c[b * TG + t] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                                    _mm256_dpbusd_epi32(_mm256_setzero_si256(), uoff, y));
-            }
+            g->dT[b * TG + t] = t < nt ? ar[t].d[b] : 0.0f;
+            g->sT[b * TG + t] = t < nt && a == ACT_Q8_1 ? ar[t].s[b] : 0.0f;
         }
     }
+    for (int64_t b = 0; b < nb; b++)
+        for (int p = 0; p < TP; p++) {
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(const void *)(ar[2 * p].q + 32 * b));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(const void *)(ar[2 * p + 1].q + 32 * b));
+            __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), uoff, y0));
+            __m256i c1 = _mm256_sub_epi32(_mm256_setzero_si256(),
+                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), uoff, y1));
+            g->yP[b * TP + p] = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
+            g->cP[b * TP + p] = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
+            g->dP[b * TP + p] = _mm512_insertf32x8(
+                _mm512_castps256_ps512(_mm256_set1_ps(g->dT[b * TG + 2 * p])),
+                _mm256_set1_ps(g->dT[b * TG + 2 * p + 1]), 1);
+        }
 }
 
 static inline int32_t
@@ -91,58 +104,57 @@ hsum_epi32_8(__m256i v)
     return _mm_cvtsi128_si32(s);
 }
 
-/* The int32 lanes of ggml's block dot for (weight block x, token t, block b) */
-static inline __attribute__((always_inline)) __m256i
-vlanes(const struct vgroup *g, __m256i x, __m256i y, int t, int64_t b, int off)
-{
-    __m256i c = off ? g->c[b * TG + t] : _mm256_setzero_si256();
-    return _mm256_dpbusd_epi32(c, x, y);
-}
-
-/* Two unpacked rows (nr = 1 or 2; u codes offset to unsigned) of a type
- * with ggml_vec_dot's lane arithmetic (Q8_0, Q5_0, Q4_1, Q5_1) against the
- * group's nt tokens: legacy_tile_row of cpu/matmul_avx2.c, two rows at a
- * time. */
+/* Two unpacked rows (nr = 1 or 2; codes offset to unsigned) of a type with
+ * ggml_vec_dot's lane arithmetic (Q8_0, Q5_0, Q4_1, Q5_1) against the
+ * group's nt tokens, two tokens per 512-bit register: each half is
+ * legacy_tile_row's 8-lane accumulator of cpu/matmul_avx2.c for one token
+ * (lanes from VPDPBUSD, the scale product d_row * d_tok, a fused
+ * multiply-add per block, hsum8 at the end, + the min term). */
 static inline __attribute__((always_inline)) void
 lanes_rows2(float *out, int64_t ldo, const uint8_t *u0, const uint8_t *u1, const float *d0,
-            const float *d1, const float *m0, const float *m1, const struct vgroup *g, int nt,
+            const float *d1, const float *m0, const float *m1, const struct vgroup *g, int np,
             int nr, int off, int has_min, int64_t nb)
 {
-    __m256 a0[TG], a1[TG], mc0 = _mm256_setzero_ps(), mc1 = _mm256_setzero_ps();
-    float dd0[TG] __attribute__((aligned(32))), dd1[TG] __attribute__((aligned(32)));
+    __m512 a0[TP], a1[TP];
+    __m256 mc0 = _mm256_setzero_ps(), mc1 = _mm256_setzero_ps();
 
-#pragma GCC unroll 8
-    for (int t = 0; t < nt; t++)
-        a0[t] = a1[t] = _mm256_setzero_ps();
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++)
+        a0[p] = a1[p] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        __m256i x0 = _mm256_load_si256((const __m256i *)(const void *)(u0 + 32 * b));
-        __m256i x1 = _mm256_load_si256((const __m256i *)(const void *)(u1 + 32 * b));
-        __m256 dT = _mm256_load_ps(g->dT + TG * b);
-        _mm256_store_ps(dd0, _mm256_mul_ps(_mm256_set1_ps(d0[b]), dT));
-        _mm256_store_ps(dd1, _mm256_mul_ps(_mm256_set1_ps(d1[b]), dT));
+        __m512i x0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(const void *)(u0 + 32 * b)));
+        __m512i x1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(const void *)(u1 + 32 * b)));
+        __m512 dr0 = _mm512_set1_ps(d0[b]), dr1 = _mm512_set1_ps(d1[b]);
         if (has_min) {
             __m256 sT = _mm256_load_ps(g->sT + TG * b);
             mc0 = _mm256_fmadd_ps(_mm256_set1_ps(m0[b]), sT, mc0);
             mc1 = _mm256_fmadd_ps(_mm256_set1_ps(m1[b]), sT, mc1);
         }
-#pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)(g->q[t] + 32 * b));
-            a0[t] = _mm256_fmadd_ps(_mm256_set1_ps(dd0[t]),
-                                    _mm256_cvtepi32_ps(vlanes(g, x0, y, t, b, off)), a0[t]);
-            a1[t] = _mm256_fmadd_ps(_mm256_set1_ps(dd1[t]),
-                                    _mm256_cvtepi32_ps(vlanes(g, x1, y, t, b, off)), a1[t]);
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            __m512i y = g->yP[b * TP + p];
+            __m512i c = off ? g->cP[b * TP + p] : _mm512_setzero_si512();
+            __m512 dp = g->dP[b * TP + p];
+            a0[p] = _mm512_fmadd_ps(_mm512_mul_ps(dr0, dp),
+                                    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, x0, y)), a0[p]);
+            a1[p] = _mm512_fmadd_ps(_mm512_mul_ps(dr1, dp),
+                                    _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, x1, y)), a1[p]);
         }
     }
     float ms0[TG] __attribute__((aligned(32))), ms1[TG] __attribute__((aligned(32)));
     _mm256_store_ps(ms0, mc0);
     _mm256_store_ps(ms1, mc1);
-#pragma GCC unroll 8
-    for (int t = 0; t < nt; t++) {
-        out[t * ldo] = has_min ? hsum8(a0[t]) + ms0[t] : hsum8(a0[t]);
-        if (nr > 1)
-            out[t * ldo + 1] = has_min ? hsum8(a1[t]) + ms1[t] : hsum8(a1[t]);
-    }
+    const int nt = g->nt;
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++)
+        for (int h = 0; h < 2 && 2 * p + h < nt; h++) {
+            int t = 2 * p + h;
+            __m256 s0 = h ? _mm512_extractf32x8_ps(a0[p], 1) : _mm512_castps512_ps256(a0[p]);
+            __m256 s1 = h ? _mm512_extractf32x8_ps(a1[p], 1) : _mm512_castps512_ps256(a1[p]);
+            out[t * ldo] = has_min ? hsum8(s0) + ms0[t] : hsum8(s0);
+            if (nr > 1)
+                out[t * ldo + 1] = has_min ? hsum8(s1) + ms1[t] : hsum8(s1);
+        }
 }
 
 /* the code offset that makes a type's unpacked codes unsigned */
@@ -200,16 +212,14 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                 const float *d0 = d + i * nb, *d1 = d + (i + two - 1) * nb;
                 const float *m0 = m + i * nb, *m1 = m + (i + two - 1) * nb;
 #define LR(o, hm, n) lanes_rows2(out, ldy, u0, u1, d0, d1, m0, m1, &g, n, two, o, hm, nb)
-#define LR_NT(o, hm) switch (nt) { case 1: LR(o, hm, 1); break; case 2: LR(o, hm, 2); break; \
-                                   case 3: LR(o, hm, 3); break; case 4: LR(o, hm, 4); break; \
-                                   case 5: LR(o, hm, 5); break; case 6: LR(o, hm, 6); break; \
-                                   case 7: LR(o, hm, 7); break; default: LR(o, hm, 8); break; }
+#define LR_NP(o, hm) switch ((nt + 1) / 2) { case 1: LR(o, hm, 1); break; case 2: LR(o, hm, 2); break; \
+                                             case 3: LR(o, hm, 3); break; default: LR(o, hm, 4); break; }
                 if (has_min) {
-                    LR_NT(0, 1);
+                    LR_NP(0, 1);
                 } else {
-                    LR_NT(128, 0);
+                    LR_NP(128, 0);
                 }
-#undef LR_NT
+#undef LR_NP
 #undef LR
             }
         }
