@@ -368,46 +368,60 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
 
 /* ---- F16 ---- */
 
-/* One half of ggml_vec_dot_f16 (accumulators 0,1 at h = 0, or 2,3 at
- * h = 16) for 4 widened rows x 4 tokens: acc[r][t] lanes 0..7 accumulator
- * 2h/16, lanes 8..15 the next. */
-static inline __attribute__((always_inline)) void
-f16_half(__m512 acc[4][4], const float *w, int64_t cols, const float *const *xs, int64_t np,
-         int h)
-{
-    for (int r = 0; r < 4; r++)
-        for (int t = 0; t < 4; t++)
-            acc[r][t] = _mm512_setzero_ps();
-    for (int64_t i = h; i < np; i += 32) {
-        __m512 x0 = _mm512_loadu_ps(xs[0] + i), x1 = _mm512_loadu_ps(xs[1] + i);
-        __m512 x2 = _mm512_loadu_ps(xs[2] + i), x3 = _mm512_loadu_ps(xs[3] + i);
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            __m512 wv = _mm512_loadu_ps(w + r * cols + i);
-            acc[r][0] = _mm512_fmadd_ps(wv, x0, acc[r][0]);
-            acc[r][1] = _mm512_fmadd_ps(wv, x1, acc[r][1]);
-            acc[r][2] = _mm512_fmadd_ps(wv, x2, acc[r][2]);
-            acc[r][3] = _mm512_fmadd_ps(wv, x3, acc[r][3]);
-        }
-    }
-}
-
-/* 4 widened rows (w, stride cols; cols % 32 == 0) x nt <= 4 tokens */
+/* 4 widened rows (w, stride cols; cols % 32 == 0) x nt <= 4 tokens: ggml_vec_dot_f16
+ * in two passes, accumulators 0,1 (elements i..i+15 of each step of 32),
+ * then 2,3 (i+16..i+31): per pass 16 registers acc[r][t], lanes 0..7 the
+ * first accumulator of the pair, 8..15 the second.  Then per output
+ * (a0 + a2 | a1 + a3), (a0 + a2) + (a1 + a3), and avx2_reduce1's halves
+ * and two horizontal adds, four outputs at a time (the same additions). */
 static void
 f16_block4(float *y, int64_t ldy, const float *w, int64_t cols, int nr, const float *const *xs,
            int nt)
 {
-    __m512 lo[4][4], hi[4][4];
+    __m512 part[2][4][4];
 
-    f16_half(lo, w, cols, xs, cols, 0);
-    f16_half(hi, w, cols, xs, cols, 16);
-    for (int r = 0; r < nr; r++)
-        for (int t = 0; t < nt; t++) {
-            /* (a0 + a2 | a1 + a3), then (a0 + a2) + (a1 + a3) */
-            __m512 s = _mm512_add_ps(lo[r][t], hi[r][t]);
-            __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
-            y[t * ldy + r] = avx2_reduce1(s8);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512 acc[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                acc[r][t] = _mm512_setzero_ps();
+        for (int64_t i = 16 * h; i < cols; i += 32) {
+            __m512 x0 = _mm512_loadu_ps(xs[0] + i), x1 = _mm512_loadu_ps(xs[1] + i);
+            __m512 x2 = _mm512_loadu_ps(xs[2] + i), x3 = _mm512_loadu_ps(xs[3] + i);
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                __m512 wv = _mm512_loadu_ps(w + r * cols + i);
+                acc[r][0] = _mm512_fmadd_ps(wv, x0, acc[r][0]);
+                acc[r][1] = _mm512_fmadd_ps(wv, x1, acc[r][1]);
+                acc[r][2] = _mm512_fmadd_ps(wv, x2, acc[r][2]);
+                acc[r][3] = _mm512_fmadd_ps(wv, x3, acc[r][3]);
+            }
         }
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++)
+                part[h][r][t] = acc[r][t];
+    }
+    for (int t = 0; t < nt; t++) {
+        __m128 q[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            __m512 s = _mm512_add_ps(part[0][r][t], part[1][r][t]);
+            __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
+            q[r] = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+        }
+        /* hadd(hadd(q0, q1), hadd(q2, q3)) lane r = (q_r0 + q_r1) + (q_r2 + q_r3),
+         * what two hadds of q_r with itself leave in lane 0 */
+        __m128 o = _mm_hadd_ps(_mm_hadd_ps(q[0], q[1]), _mm_hadd_ps(q[2], q[3]));
+        float ov[4];
+        _mm_storeu_ps(ov, o);
+        for (int r = 0; r < nr; r++)
+            y[t * ldy + r] = ov[r];
+    }
 }
 
 static int
