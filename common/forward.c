@@ -233,6 +233,12 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
                                       (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 ||
                                        w->type == GGML_TYPE_BF16)
                                   ? j->ops->mm_rows_mirror : j->ops->mm_rows;
+        if (w->packed && rows == j->ops->mm_rows) {
+            rows(j->y[i], j->ldy[i], w->packed, w->row_bytes, w->type | OPS_MM_PACKED, j->work,
+                 j->x, j->ldx, j->n_tok, w->cols, a - j->row0[i], b - j->row0[i],
+                 j->tmp + (int64_t)ith * j->tmp_n);
+            continue;
+        }
         rows(j->y[i], j->ldy[i], w->data, w->row_bytes, w->type, j->work, j->x, j->ldx,
              j->n_tok, w->cols, a - j->row0[i], b - j->row0[i], j->tmp + (int64_t)ith * j->tmp_n);
     }

@@ -4,9 +4,12 @@
  * mapping with their types and shapes checked (§2.5), kernels and threads.
  */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "model.h"
 #include "qtypes.h"
@@ -402,6 +405,65 @@ load_tensors(struct model *m, struct diag *d)
     return 0;
 }
 
+/* The matmul weights the kernel table keeps in its own layout
+ * (ops->mm_pack), packed once into one buffer; the GGUF pages of a packed
+ * tensor are then dropped from memory (the mapping stays valid: a later
+ * read faults them back in from the file), so the model costs about its
+ * file size, not twice it. */
+static int
+pack_weights(struct model *m, struct diag *d)
+{
+    const struct kernel_ops *ops = m->ops;
+    int64_t n = 0, nl = m->hp.n_layer;
+    size_t total = 0;
+
+    if (!ops->mm_pack_size || !ops->mm_pack)
+        return 0;
+    struct model_weight **ws = malloc((size_t)(7 * nl + 1) * sizeof(*ws));
+    if (!ws)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    for (int64_t l = 0; l < nl; l++) {
+        struct model_layer *L = &m->layers[l];
+        struct model_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up,
+                                       &L->ffn_down };
+        for (int i = 0; i < 7; i++)
+            ws[n++] = lw[i];
+    }
+    ws[n++] = &m->output;
+    size_t *off = malloc((size_t)n * sizeof(*off));
+    if (!off) {
+        free(ws);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        size_t b = ws[i]->data ? ops->mm_pack_size(ws[i]->type, ws[i]->rows, ws[i]->cols) : 0;
+        off[i] = b ? total : SIZE_MAX;
+        total += (b + 63) & ~(size_t)63;
+    }
+    if (total) {
+        m->pack_buf = aligned_alloc(64, total);
+        if (!m->pack_buf) {
+            free(ws), free(off);
+            return diag_set(d, ST_NOMEM, "out of memory packing the weights (%zu bytes)", total);
+        }
+    }
+    long pg = sysconf(_SC_PAGESIZE);
+    for (int64_t i = 0; i < n; i++) {
+        struct model_weight *w = ws[i];
+        if (off[i] == SIZE_MAX)
+            continue;
+        void *dst = (uint8_t *)m->pack_buf + off[i];
+        ops->mm_pack(dst, w->data, w->row_bytes, w->type, w->rows, w->cols);
+        w->packed = dst;
+        uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+        uintptr_t e = ((uintptr_t)w->data + w->row_bytes * (size_t)w->rows) & ~((uintptr_t)pg - 1);
+        if (pg > 0 && e > a)
+            (void)madvise((void *)a, e - a, MADV_DONTNEED);
+    }
+    free(ws), free(off);
+    return 0;
+}
+
 int
 model_open(struct model **out, const char *path, const struct model_opts *o, struct diag *d)
 {
@@ -417,7 +479,7 @@ model_open(struct model **out, const char *path, const struct model_opts *o, str
         return diag_set(d, ST_NOMEM, "out of memory");
     m->ops = ops_select(o->kernel);
     if (!m->ops) {
-        rc = diag_set(d, ST_RANGE, "unknown or unavailable kernel '%s' (known: auto, ref)",
+        rc = diag_set(d, ST_RANGE, "unknown or unavailable kernel '%s' (known: auto, avx512, avx2, ref)",
                       o->kernel ? o->kernel : getenv("LLMKIT_KERNEL"));
         free(m);
         return rc;
@@ -431,7 +493,8 @@ model_open(struct model **out, const char *path, const struct model_opts *o, str
         rc = diag_set(d, ST_IO, "a model must be a regular file (it is mapped, not streamed)");
         goto err;
     }
-    if ((rc = load_hparams(m, d)) < 0 || (rc = load_tensors(m, d)) < 0)
+    if ((rc = load_hparams(m, d)) < 0 || (rc = load_tensors(m, d)) < 0 ||
+        (rc = pack_weights(m, d)) < 0)
         goto err;
     if ((rc = threadpool_new(&m->tp, o->n_threads, d)) < 0)
         goto err;
@@ -453,6 +516,7 @@ model_free(struct model *m)
     forward_state_free(m);
     threadpool_free(m->tp);
     free(m->layers);
+    free(m->pack_buf);
     gguf_release(&m->gguf);
     free(m);
 }

@@ -59,6 +59,8 @@ enum model_arch {
 struct model_weight {
     const char *name;           /* tensor name (owned by the model's gguf) */
     const void *data;           /* into the read-only mapping */
+    const void *packed;         /* NULL, or the kernels' own layout of a matmul
+                                 * weight (kernel_ops.mm_pack, made at load) */
     uint32_t type;              /* enum ggml_type */
     int64_t rows, cols;
     size_t row_bytes;
@@ -107,6 +109,7 @@ struct model {
     struct threadpool *tp;
     int64_t max_batch;
     struct forward_state *st;           /* scratch, private to forward.c */
+    void *pack_buf;                     /* the packed weights (model_weight.packed) */
     /* Batch-dependent attention, for tools that reproduce a llama.cpp run bit
      * for bit (perplexity, importance matrix); the one field callers may
      * write, and generation never does.  0 (model_open's default): every

@@ -128,6 +128,8 @@ const struct kernel_ops kernel_ops_avx512 = {
     .name = "avx512",
     .available = avx512_available,
     .mm_rows = ops_mm_rows_avx512,
+    .mm_pack_size = ops_mm_pack_size_avx512,
+    .mm_pack = ops_mm_pack_avx512,
     AVX2_SET,
 };
 

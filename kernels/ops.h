@@ -214,6 +214,19 @@ typedef void (*ops_attn_tiled_fn)(const struct attn_tiled_args *a, float *scratc
 typedef int64_t (*ops_attn_tiled_scratch_floats_fn)(int64_t n_q, int64_t head_dim,
                                                     int64_t head_dim_v);
 
+/* Weights in a table's own layout (optional; both NULL in tables that keep
+ * the GGUF layout).  mm_pack_size(wtype, rows, cols): the bytes of the
+ * packed form of such a matrix, 0 when the table does not pack that type or
+ * shape; mm_pack writes it (dst 64-byte aligned).  The model packs its
+ * matmul weights once at load and passes mm_rows the packed buffer as w
+ * with wtype | OPS_MM_PACKED (row_bytes still the GGUF row size;
+ * mm_work_size and mm_prepare get the plain type).  A packed matrix gives
+ * the same bits as its GGUF form, for any batch and row range. */
+#define OPS_MM_PACKED 0x10000u
+typedef size_t (*ops_mm_pack_size_fn)(uint32_t wtype, int64_t rows, int64_t cols);
+typedef void (*ops_mm_pack_fn)(void *dst, const void *w, size_t row_bytes, uint32_t wtype,
+                               int64_t rows, int64_t cols);
+
 /* ---- the dispatch table ---- */
 struct kernel_ops {
     const char *name;           /* "ref", later "avx2", "avx512", "cuda" */
@@ -239,6 +252,8 @@ struct kernel_ops {
      * tokens and rows % 4 == 0; unlike mm_rows its rounding is not that of
      * a batch of one (cpu/matmul_mirror_avx2.h) */
     ops_mm_rows_fn mm_rows_mirror;
+    ops_mm_pack_size_fn mm_pack_size;                   /* may be NULL */
+    ops_mm_pack_fn mm_pack;
 };
 
 /* The reference implementation (kernels/cpu/ *_ref.c); always available. */

@@ -262,38 +262,40 @@ ichunk_fill(struct ichunk *g, const uint8_t *act, size_t arb, int64_t t0, int nt
     }
 }
 
+/* One block of a group of 8 rows (x[j]: the interleaved codes 4j..4j+3, dr
+ * the rows' scales) against the chunk's nt tokens, into sacc[t]. */
+static inline __attribute__((always_inline)) void
+rows8_block(__m256 *sacc, const __m256i *x, __m256 dr, const struct ichunk *g, int64_t b, int nt)
+{
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++) {
+        const int32_t *y = (const int32_t *)(const void *)(g->q[t] + 32 * b);
+        __m256i acc = _mm256_set1_epi32(g->cT[b * TG + t]);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            acc = _mm256_dpbusd_epi32(acc, x[j], _mm256_set1_epi32(y[j]));
+        __m256 dd = _mm256_mul_ps(dr, _mm256_set1_ps(g->dT[b * TG + t]));
+        sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), dd, sacc[t]);
+    }
+}
+
 /* one group of 8 interleaved rows (x: [nb][8 vectors], d: [nb][8]) against
- * the chunk's nt tokens; rows past nr are not stored */
+ * the chunk's nt tokens; only the rows in keep are stored */
 static inline __attribute__((always_inline)) void
 ileave_rows8(float *out, int64_t ldo, const __m256i *x, const float *d, const struct ichunk *g,
-             int nt, int nr, int64_t nb)
+             int nt, __mmask8 keep, int64_t nb)
 {
     __m256 sacc[TG];
-    const __mmask8 keep = (__mmask8)((1u << nr) - 1);
 
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++)
         sacc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const __m256i *xb = x + 8 * b;
-        __m256i x0 = xb[0], x1 = xb[1], x2 = xb[2], x3 = xb[3];
-        __m256i x4 = xb[4], x5 = xb[5], x6 = xb[6], x7 = xb[7];
-        __m256 dr = _mm256_load_ps(d + 8 * b);
+        __m256i xb[8];
 #pragma GCC unroll 8
-        for (int t = 0; t < nt; t++) {
-            const int32_t *y = (const int32_t *)(const void *)(g->q[t] + 32 * b);
-            __m256i acc = _mm256_set1_epi32(g->cT[b * TG + t]);
-            acc = _mm256_dpbusd_epi32(acc, x0, _mm256_set1_epi32(y[0]));
-            acc = _mm256_dpbusd_epi32(acc, x1, _mm256_set1_epi32(y[1]));
-            acc = _mm256_dpbusd_epi32(acc, x2, _mm256_set1_epi32(y[2]));
-            acc = _mm256_dpbusd_epi32(acc, x3, _mm256_set1_epi32(y[3]));
-            acc = _mm256_dpbusd_epi32(acc, x4, _mm256_set1_epi32(y[4]));
-            acc = _mm256_dpbusd_epi32(acc, x5, _mm256_set1_epi32(y[5]));
-            acc = _mm256_dpbusd_epi32(acc, x6, _mm256_set1_epi32(y[6]));
-            acc = _mm256_dpbusd_epi32(acc, x7, _mm256_set1_epi32(y[7]));
-            __m256 dd = _mm256_mul_ps(dr, _mm256_set1_ps(g->dT[b * TG + t]));
-            sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), dd, sacc[t]);
-        }
+        for (int j = 0; j < 8; j++)
+            xb[j] = x[8 * b + j];
+        rows8_block(sacc, xb, _mm256_load_ps(d + 8 * b), g, b, nt);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++)
@@ -353,7 +355,7 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                 const float *d = (const float *)(const void *)(x + 8 * nb);
                 int nr = nrt - 8 * gi < 8 ? (int)(nrt - 8 * gi) : 8;
                 float *out = y + t0 * ldy + rb + 8 * gi;
-#define IL(n) ileave_rows8(out, ldy, x, d, &g, n, nr, nb)
+#define IL(n) ileave_rows8(out, ldy, x, d, &g, n, (__mmask8)((1u << nr) - 1), nb)
                 switch (nt) {
                 case 1: IL(1); break; case 2: IL(2); break; case 3: IL(3); break;
                 case 4: IL(4); break; case 5: IL(5); break; case 6: IL(6); break;
@@ -364,6 +366,108 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
         }
     }
     return 1;
+}
+
+/* ---- Q4_0 packed at load (kernel_ops.mm_pack) ----
+ *
+ * Per group of 8 rows (the last padded with zero rows) and block: the 8
+ * rows' fp16 scales (16 bytes), then 4 vectors of 32 bytes, vector j lane k
+ * = bytes 4j..4j+3 of row k's 16 nibble bytes.  Vector j & 15 is then the
+ * interleaved codes 4j..4j+3 of ileave_tiles and (vector j >> 4) & 15 the
+ * codes 16 + 4j..: the rows-in-lanes kernel reads the weights straight from
+ * memory, one sequential stream, for any number of tokens. */
+#define PK_BLOCK (16 + 128)
+
+size_t
+ops_mm_pack_size_avx512(uint32_t wtype, int64_t rows, int64_t cols)
+{
+    if (wtype != T_Q4_0 || cols % 32 || cols / 32 > G_MAX_NB || rows <= 0)
+        return 0;
+    return (size_t)((rows + 7) / 8) * (size_t)(cols / 32) * PK_BLOCK;
+}
+
+void
+ops_mm_pack_avx512(void *dst, const void *w, size_t row_bytes, uint32_t wtype, int64_t rows,
+                   int64_t cols)
+{
+    const int64_t nb = cols / 32;
+    uint8_t *o = dst;
+
+    (void)wtype;
+    for (int64_t g = 0; g < (rows + 7) / 8; g++)
+        for (int64_t b = 0; b < nb; b++) {
+            uint8_t *p = o + ((size_t)g * (size_t)nb + (size_t)b) * PK_BLOCK;
+            memset(p, 0, PK_BLOCK);
+            for (int k = 0; k < 8 && 8 * g + k < rows; k++) {
+                const uint8_t *blk = (const uint8_t *)w + (size_t)(8 * g + k) * row_bytes +
+                                     (size_t)b * sizeof(struct block_q4_0);
+                memcpy(p + 2 * k, blk, 2);
+                for (int j = 0; j < 4; j++)
+                    memcpy(p + 16 + 32 * j + 4 * k, blk + 2 + 4 * j, 4);
+            }
+        }
+}
+
+static inline __attribute__((always_inline)) void
+packed_rows8(float *out, int64_t ldo, const uint8_t *pk, const struct ichunk *g, int nt,
+             __mmask8 keep, int64_t nb, const char *pf, int64_t pf_lines)
+{
+    const __m256i m15 = _mm256_set1_epi8(15);
+    __m256 sacc[TG];
+    int64_t pfl = 0, pfa = 0;
+
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        sacc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; b++) {
+        const uint8_t *p = pk + (size_t)b * PK_BLOCK;
+        __m256i x[8];
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + 16 + 32 * j));
+            x[j] = _mm256_and_si256(v, m15);
+            x[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+        }
+        __m256 dr = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
+        rows8_block(sacc, x, dr, g, b, nt);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        _mm256_mask_storeu_ps(out + t * ldo, keep, sacc[t]);
+}
+
+/* rows [r0, r1) of a packed Q4_0 matrix for all n_tok tokens: whole groups
+ * are computed (each row's lane is independent of the others) and only the
+ * rows in the range stored */
+static void
+packed_q4_0(float *y, int64_t ldy, const uint8_t *pk, const uint8_t *act, size_t arb,
+            int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    const int64_t nb = cols / 32;
+    const size_t gbytes = (size_t)nb * PK_BLOCK;
+    const int64_t pf_lines = (int64_t)((gbytes + 63) / 64);
+    static __thread struct ichunk g;
+
+    for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
+        int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
+        ichunk_fill(&g, act, arb, t0, nt, cols, nb, 8);
+        for (int64_t gi = r0 / 8; gi * 8 < r1; gi++) {
+            int64_t lo = r0 > 8 * gi ? r0 - 8 * gi : 0, hi = r1 < 8 * gi + 8 ? r1 - 8 * gi : 8;
+            __mmask8 keep = (__mmask8)(((1u << hi) - 1) & ~((1u << lo) - 1));
+            const uint8_t *pg = pk + (size_t)gi * gbytes;
+            /* decode streams the groups from memory: ask for the one after next */
+            const char *pf = (const char *)pg + 2 * gbytes;
+            float *out = y + t0 * ldy + 8 * gi;
+#define PR(n) packed_rows8(out, ldy, pg, &g, n, keep, nb, pf, n_tok == 1 ? pf_lines : 0)
+            switch (nt) {
+            case 1: PR(1); break; case 2: PR(2); break; case 3: PR(3); break;
+            case 4: PR(4); break; case 5: PR(5); break; case 6: PR(6); break;
+            case 7: PR(7); break; default: PR(8); break;
+            }
+#undef PR
+        }
+    }
 }
 
 /* ---- F16 ---- */
@@ -602,6 +706,11 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
                    const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                    int64_t r0, int64_t r1, float *tmp)
 {
+    if (wtype & OPS_MM_PACKED) {
+        /* only Q4_0 is packed (ops_mm_pack_size_avx512) */
+        packed_q4_0(y, ldy, w, work, act_row_bytes(ACT_Q8_0, cols), n_tok, cols, r0, r1);
+        return;
+    }
     enum act a = act_type(wtype);
     size_t arb = act_row_bytes(a, cols);
 

@@ -17,6 +17,13 @@ void ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, 
                         const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                         int64_t r0, int64_t r1, float *tmp);
 
+/* kernel_ops.mm_pack_size / mm_pack (ops.h): Q4_0 matrices (cols / 32 <=
+ * 256) packed in groups of 8 rows for the rows-in-lanes kernel; 0 bytes
+ * (not packed) for anything else. */
+size_t ops_mm_pack_size_avx512(uint32_t wtype, int64_t rows, int64_t cols);
+void ops_mm_pack_avx512(void *dst, const void *w, size_t row_bytes, uint32_t wtype, int64_t rows,
+                        int64_t cols);
+
 /* Executes one 512-bit operation and one VPDPBUSD; returns 1.  The CPU
  * check calls it under a SIGILL guard, so that a CPU or hypervisor that
  * lists the features but faults on them falls back instead of crashing. */

@@ -48,9 +48,12 @@ kt_run_rows(const struct kernel_ops *ko, ops_mm_rows_fn rows_fn, uint32_t t, con
             size_t rb, int64_t rows, int64_t cols, const float *x, int64_t ldx, int64_t t0,
             int64_t n, int64_t split, float *y, int64_t ldy)
 {
-    void *work = malloc(ko->mm_work_size(t, n, cols) + 1);
+    /* t may carry OPS_MM_PACKED (w then a packed matrix): the activations
+     * are those of the plain type */
+    uint32_t pt = t & ~OPS_MM_PACKED;
+    void *work = malloc(ko->mm_work_size(pt, n, cols) + 1);
     float *tmp = malloc((size_t)ko->mm_tmp_floats(cols) * sizeof(float));
-    ko->mm_prepare(work, t, x + t0 * ldx, ldx, n, cols);
+    ko->mm_prepare(work, pt, x + t0 * ldx, ldx, n, cols);
     if (split > 0)
         rows_fn(y, ldy, w, rb, t, work, x + t0 * ldx, ldx, n, cols, 0, split, tmp);
     if (split < rows)

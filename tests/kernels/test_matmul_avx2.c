@@ -16,7 +16,8 @@
  *
  * Every check runs for the "avx2" table and, on a CPU that has AVX-512
  * F/BW/VL/DQ + VNNI, for the "avx512" one (its batch tiles must give the
- * avx2 bits: check 2 compares them with the AVX2 single-token outputs).
+ * avx2 bits: check 2 compares them with the AVX2 single-token outputs, and
+ * does so for its packed Q4_0 layout, kernel_ops.mm_pack, too).
  *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
@@ -53,6 +54,9 @@ frnd(void)
 {
     return (float)((double)rnd() / 2147483648.0 - 1.0);
 }
+
+/* matrices test_invariance checked in a table's packed layout */
+static int n_packed;
 
 static const uint32_t types[] = {
     GGML_TYPE_F32, GGML_TYPE_F16, GGML_TYPE_BF16, GGML_TYPE_Q4_0, GGML_TYPE_Q4_1,
@@ -243,6 +247,32 @@ test_golden(const struct kernel_ops *av, const char *path, int verbose)
  * several row splits, equal the same tokens computed alone, bit for bit.
  * Rows and batch sizes are chosen to leave partial row tiles and token
  * groups in the kernels. */
+/* Tokens [t0, t0 + n) of x in one batch, rows split at split, against
+ * alone[token][row]; the number of tokens that differ (or that wrote past
+ * the rows); the first few reported while seen (the caller's count so far)
+ * is small.  t may carry OPS_MM_PACKED (w then the packed matrix). */
+static int
+batch_vs_alone(const struct kernel_ops *av, uint32_t t, const void *w, size_t rb, int64_t rows,
+               int64_t cols, const float *x, int64_t ldx, int64_t t0, int64_t n, int64_t split,
+               float *y, int64_t ldy, const float *alone, int seen)
+{
+    int bad = 0;
+    for (int64_t i = 0; i < n * ldy; i++)
+        y[i] = -777.0f;
+    kt_run_rows(av, av->mm_rows, t, w, rb, rows, cols, x, ldx, t0, n, split, y, ldy);
+    for (int64_t k = 0; k < n; k++) {
+        if (memcmp(y + k * ldy, alone + (t0 + k) * rows, (size_t)rows * sizeof(float)) != 0 &&
+            seen + bad++ < 3)
+            fprintf(stderr, "%s%s: token %lld in batch [%lld, +%lld) split %lld differs from "
+                    "alone\n", qtype_get(t & ~OPS_MM_PACKED)->name,
+                    t & OPS_MM_PACKED ? " packed" : "", (long long)(t0 + k), (long long)t0,
+                    (long long)n, (long long)split);
+        if (y[k * ldy + rows] != -777.0f)
+            bad++;
+    }
+    return bad;
+}
+
 static void
 test_invariance(const struct kernel_ops *av)
 {
@@ -269,6 +299,21 @@ test_invariance(const struct kernel_ops *av)
         for (int64_t k = 0; k < max_tok; k++)
             kt_run_rows(av, av->mm_rows, t, w, rb, rows, cols, x, ldx, k, 1, rows, alone + k * rows, rows);
         int bad = 0;
+        /* the table's own layout (kernel_ops.mm_pack): the same bits for
+         * every token, batch and row split */
+        size_t pb = av->mm_pack_size ? av->mm_pack_size(t, rows, cols) : 0;
+        if (pb) {
+            void *pk = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+            av->mm_pack(pk, w, rb, t, rows, cols);
+            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                for (size_t si = 0; si < sizeof(splits) / sizeof(splits[0]); si++) {
+                    int64_t n = ns[ni], t0 = max_tok - n;
+                    bad += batch_vs_alone(av, t | OPS_MM_PACKED, pk, rb, rows, cols, x, ldx, t0, n,
+                                          splits[si], y, ldy, alone, bad);
+                }
+            free(pk);
+            n_packed++;
+        }
         for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++) {
             int64_t n = ns[ni];
             int64_t offs[3] = { 0, 3, max_tok - n };
@@ -277,18 +322,8 @@ test_invariance(const struct kernel_ops *av)
                 if (t0 + n > max_tok)
                     continue;
                 for (size_t si = 0; si < sizeof(splits) / sizeof(splits[0]); si++) {
-                    for (int64_t i = 0; i < n * ldy; i++)
-                        y[i] = -777.0f;
-                    kt_run_rows(av, av->mm_rows, t, w, rb, rows, cols, x, ldx, t0, n, splits[si], y, ldy);
-                    for (int64_t k = 0; k < n; k++) {
-                        if (memcmp(y + k * ldy, alone + (t0 + k) * rows,
-                                   (size_t)rows * sizeof(float)) != 0 && bad++ < 3)
-                            fprintf(stderr, "%s: token %lld in batch [%lld, +%lld) split %lld "
-                                    "differs from alone\n", qt->name, (long long)(t0 + k),
-                                    (long long)t0, (long long)n, (long long)splits[si]);
-                        if (y[k * ldy + rows] != -777.0f)
-                            bad++;
-                    }
+                    bad += batch_vs_alone(av, t, w, rb, rows, cols, x, ldx, t0, n, splits[si], y,
+                                          ldy, alone, bad);
                 }
             }
         }
@@ -482,6 +517,8 @@ main(int argc, char **argv)
             CHECK(n > 0);
         }
     ops_mm_avx2_split256(native);
+    /* the avx512 table packs Q4_0 (both widths, both decode forms) */
+    CHECK_EQ(n_packed, a5 ? 4 : 0);
     test_prepare_edges(av, ref);
     test_expf();
     test_attn_paths(av);
