@@ -599,8 +599,13 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
                 d = _cvtsh_ss(q->d);
             } else {
                 const struct block_q5_0 *q = (const struct block_q5_0 *)(const void *)row + b;
+                /* the 32 high bits straight into a mask register, then one
+                 * byte per bit (AVX512BW) */
+                uint32_t qh;
+                memcpy(&qh, q->qh, 4);
                 x = _mm256_or_si256(nibbles32(q->qs),
-                                    _mm256_and_si256(bits32(q->qh), _mm256_set1_epi8(0x10)));
+                                    _mm256_and_si256(_mm256_movm_epi8((__mmask32)qh),
+                                                     _mm256_set1_epi8(0x10)));
                 d = _cvtsh_ss(q->d);
             }
             acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da),

@@ -1,9 +1,10 @@
 /*
- * mmbench.c - single-thread matmul speed of each kernel table (ref, avx2):
+ * mmbench.c - single-thread matmul speed of the kernel tables (ref and the
+ * best one here, or the one named):
  * decode-like (n_tok = 1) and prefill-like (n_tok = 512) on SmolLM2-135M
  * shapes, mm_prepare + mm_rows per call.
  *
- *   build/mmbench [n_tok_prefill [avx2|ref [TYPE...]]]
+ *   build/mmbench [n_tok_prefill [avx512|avx2|ref [TYPE...]]]
  *
  * A second argument runs only that kernel table; further arguments restrict
  * the weight types (names as in qtypes, e.g. q4_1 q6_K).  MMBENCH_ROWS=N
@@ -73,16 +74,19 @@ main(int argc, char **argv)
         GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
         GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16,
     };
-    const char *kn[2] = { "ref", "avx2" };
-    const struct kernel_ops *ko[2] = { ops_select("ref"), ops_select("avx2") };
     const char *only = argc > 2 ? argv[2] : NULL;
+    /* ref, and the fastest table here or the one named */
+    const char *kn[2] = { "ref", only && strcmp(only, "ref") != 0 ? only : "auto" };
+    const struct kernel_ops *ko[2] = { ops_select("ref"), ops_select(kn[1]) };
 
-    for (int k = 0; k < 2; k++)
-        if (only && strcmp(only, kn[k]) != 0)
-            ko[k] = NULL;
-
-    if (!ko[1])
-        fprintf(stderr, "mmbench: no avx2 here; ref only\n");
+    if (ko[1] == ko[0] || (only && strcmp(only, "ref") == 0))
+        ko[1] = NULL;
+    if (only && strcmp(only, "ref") != 0)
+        ko[0] = NULL;
+    if (ko[1])
+        kn[1] = ko[1]->name;
+    else if (!only || strcmp(only, "ref") != 0)
+        fprintf(stderr, "mmbench: no %s kernels here; ref only\n", only ? only : "SIMD");
     printf("%-6s %-10s %5s %-5s %10s %9s %8s %8s\n", "type", "rows x cols", "n_tok", "kern",
            "us/call", "GFLOP/s", "GB/s(w)", "speedup");
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
