@@ -470,6 +470,140 @@ packed_q4_0(float *y, int64_t ldy, const uint8_t *pk, const uint8_t *act, size_t
     }
 }
 
+/* ---- Q4_K batches: rows in the lanes ----
+ *
+ * Q4_K takes the repacked gemv chain (kquant_row of cpu/matmul_avx2.c): per
+ * row, token and super-block the exact sums isum = sum of sc * q * y and
+ * msum = sum of mn * (the activations' 32-element sums), then
+ * sacc = fma(isum, d * yd, sacc), macc = fma(msum, dmin * yd, macc), and
+ * sacc - macc at the end.  As ileave_tiles for Q4_0, a tile group holds 8
+ * rows interleaved (vector i of sub-block j, lane k: row k's codes
+ * 32j + 4i .. + 3), so 8 VPDPBUSD with the token's codes broadcast give the
+ * 8 rows' sub-block sums in the lanes; one VPMULLD by the rows' scales per
+ * sub-block, and the mins by VPDPWSSD on int16 pairs. */
+#define K4_SB_BYTES (2048 + 8 * 32 + 4 * 32 + 2 * 32)   /* codes, sc, mn pairs, d, dmin */
+#define K4_MAX_SB 32                                    /* super-blocks per row (8192 columns) */
+
+static void
+q4k_group_unpack(uint8_t *dst, const uint8_t *w, size_t row_bytes, int64_t rows_left, int64_t nsb)
+{
+    for (int64_t b = 0; b < nsb; b++) {
+        uint8_t *o = dst + (size_t)b * K4_SB_BYTES;
+        int32_t sc[8][8];       /* [sub-block][row] */
+        int16_t mn[8][8][2];    /* [pair][row][2] */
+        float d[8], dm[8];
+        for (int k = 0; k < 8; k++) {
+            /* rows past the end repeat row 0 (their lanes are not stored) */
+            const struct block_q4_K *x = (const struct block_q4_K *)(const void *)(
+                w + (size_t)(k < rows_left ? k : 0) * row_bytes) + b;
+            d[k] = _cvtsh_ss(x->d);
+            dm[k] = _cvtsh_ss(x->dmin);
+            for (int j = 0; j < 8; j++) {
+                int s6, m6;
+                if (j < 4) {
+                    s6 = x->scales[j] & 63;
+                    m6 = x->scales[j + 4] & 63;
+                } else {
+                    s6 = (x->scales[j + 4] & 15) | (x->scales[j - 4] >> 6) << 4;
+                    m6 = (x->scales[j + 4] >> 4) | (x->scales[j] >> 6) << 4;
+                }
+                sc[j][k] = s6;
+                mn[j / 2][k][j % 2] = (int16_t)m6;
+                for (int i = 0; i < 8; i++)
+                    for (int e = 0; e < 4; e++) {
+                        int el = 32 * j + 4 * i + e;        /* element */
+                        int byte = x->qs[32 * (el / 64) + el % 32];
+                        o[256 * j + 32 * i + 4 * k + e] = (uint8_t)(el % 64 < 32 ? byte & 15 : byte >> 4);
+                    }
+            }
+        }
+        memcpy(o + 2048, sc, sizeof sc);
+        memcpy(o + 2048 + 256, mn, 4 * 8 * 2 * sizeof(int16_t));
+        memcpy(o + 2048 + 256 + 128, d, sizeof d);
+        memcpy(o + 2048 + 256 + 128 + 32, dm, sizeof dm);
+    }
+}
+
+static inline __attribute__((always_inline)) void
+q4k_rows8(float *out, int64_t ldo, const uint8_t *u, const struct act_row *ar, int nt,
+          __mmask8 keep, int64_t nsb)
+{
+    __m256 sacc[TG], macc[TG];
+
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        sacc[t] = macc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nsb; b++) {
+        const uint8_t *o = u + (size_t)b * K4_SB_BYTES;
+        __m256 d = _mm256_loadu_ps((const float *)(const void *)(o + 2048 + 384));
+        __m256 dm = _mm256_loadu_ps((const float *)(const void *)(o + 2048 + 416));
+#pragma GCC unroll 1
+        for (int t = 0; t < nt; t++) {
+            const int32_t *y = (const int32_t *)(const void *)(ar[t].q + 256 * b);
+            const int16_t *bs = ar[t].bsums + 16 * b;
+            __m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) {
+                const __m256i *x = (const __m256i *)(const void *)(o + 256 * j);
+                __m256i a = _mm256_setzero_si256();
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++)
+                    a = _mm256_dpbusd_epi32(a, _mm256_loadu_si256(x + i), _mm256_set1_epi32(y[8 * j + i]));
+                isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(
+                    a, _mm256_loadu_si256((const __m256i *)(const void *)(o + 2048 + 32 * j))));
+            }
+#pragma GCC unroll 4
+            for (int p = 0; p < 4; p++) {
+                /* (32-element sums of sub-blocks 2p, 2p + 1) as an int16 pair */
+                int16_t s0 = (int16_t)(bs[4 * p] + bs[4 * p + 1]), s1 = (int16_t)(bs[4 * p + 2] + bs[4 * p + 3]);
+                uint32_t pr = (uint16_t)s0 | (uint32_t)(uint16_t)s1 << 16;
+                msum = _mm256_dpwssd_epi32(msum, _mm256_loadu_si256((const __m256i *)(const void *)(o + 2048 + 256 + 32 * p)),
+                                           _mm256_set1_epi32((int)pr));
+            }
+            __m256 yd = _mm256_set1_ps(ar[t].d[b]);
+            sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d, yd), sacc[t]);
+            macc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dm, yd), macc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < nt; t++)
+        _mm256_mask_storeu_ps(out + t * ldo, keep, _mm256_sub_ps(sacc[t], macc[t]));
+}
+
+/* Rows [r0, r1) of Q4_K for all n_tok tokens; 0 when a group does not fit. */
+static int
+q4k_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8_t *act,
+          size_t arb, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    const int64_t nsb = cols / 256;
+    const size_t grp = (size_t)nsb * K4_SB_BYTES;
+    static __thread uint8_t buf[2 * K4_MAX_SB * K4_SB_BYTES] __attribute__((aligned(64)));
+
+    if (nsb > K4_MAX_SB || grp > sizeof(buf))
+        return 0;
+    int64_t G = (int64_t)(sizeof(buf) / grp);
+    if (G > 2)
+        G = 2;
+    for (int64_t rb = r0; rb < r1; rb += 8 * G) {
+        int64_t nrt = r1 - rb < 8 * G ? r1 - rb : 8 * G, ng = (nrt + 7) / 8;
+        for (int64_t gi = 0; gi < ng; gi++)
+            q4k_group_unpack(buf + (size_t)gi * grp, w + (size_t)(rb + 8 * gi) * row_bytes, row_bytes,
+                             nrt - 8 * gi, nsb);
+        for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
+            int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
+            struct act_row ar[TG];
+            for (int t = 0; t < nt; t++)
+                act_row_at(&ar[t], ACT_Q8_K, act + (size_t)(t0 + t) * arb, cols);
+            for (int64_t gi = 0; gi < ng; gi++) {
+                int nr = nrt - 8 * gi < 8 ? (int)(nrt - 8 * gi) : 8;
+                float *out = y + t0 * ldy + rb + 8 * gi;
+                q4k_rows8(out, ldy, buf + (size_t)gi * grp, ar, nt, (__mmask8)((1u << nr) - 1), nsb);
+            }
+        }
+    }
+    return 1;
+}
+
 /* ---- F16 ---- */
 
 /* 4 widened rows (w, stride cols; cols % 32 == 0) x nt <= 4 tokens: ggml_vec_dot_f16
@@ -726,6 +860,9 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     }
     if (n_tok >= TILE_MIN) {
         if (wtype == T_F16 && f16_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
+            return;
+        if (wtype == T_Q4_K &&
+            q4k_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;
         if ((wtype == T_Q4_0 || wtype == T_IQ4_NL) &&
             ileave_tiles(y, ldy, w, row_bytes, wtype, work, arb, n_tok, cols, r0, r1))
