@@ -1,7 +1,7 @@
 /*
- * matmul_avx512.c - the batched (prefill) matmul kernels for CPUs with
- * AVX-512 F/BW/VL/DQ and VNNI, bit-identical with the AVX2 kernels
- * (cpu/matmul_avx2.c) and so with llama.cpp's AVX2 arithmetic.
+ * matmul_avx512.c - matmul kernels (batches, decode, and a packed Q4_0
+ * layout) for CPUs with AVX-512 F/BW/VL/DQ and VNNI, bit-identical with the
+ * AVX2 kernels (cpu/matmul_avx2.c) and so with llama.cpp's AVX2 arithmetic.
  *
  * This file is compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
  * -mavx512vnni -mfma -mf16c and is only entered through kernel_ops_avx512
@@ -12,8 +12,8 @@
  *       block is the sum of the products of bytes 4k..4k+3, which AVX2 gets
  *       from sign/maddubs/madd and VPDPBUSD in one instruction.  VPDPBUSD
  *       multiplies unsigned by signed bytes, so the weight codes are offset
- *       to unsigned (u = code + off: 128 for Q8_0, 16 for Q5_0, 0 for
- *       Q4_1/Q5_1) and each lane starts from -off * (the sum of the 4
+ *       to unsigned (u = code + off: 128 for Q8_0 and for Q5_0 in batches,
+ *       16 for Q5_0 in decode, 0 for Q4_1/Q5_1) and each lane starts from -off * (the sum of the 4
  *       activation codes of that lane), computed once per token and block:
  *       the same exact integer per lane.  The f32 operations that follow
  *       (scale products, fused multiply-adds in block order, the horizontal
@@ -22,16 +22,21 @@
  *       from the blocks.
  *   Q4_0, IQ4_NL (the repacked gemv chain: one f32 fma per block on the
  *       exact block sum): batches take 8 rows interleaved so that the sums
- *       land in the lanes with no horizontal adds (ileave_tiles); decode
- *       takes VPDPBUSD for the block sums of chain_rows8's 8 rows.
+ *       land in the lanes with no horizontal adds (ileave_tiles); Q4_0
+ *       decode takes VPDPBUSD for the block sums of chain_rows8's 8 rows
+ *       (IQ4_NL decode stays AVX2).  A model packs its Q4_0 matrices at load
+ *       (ops_mm_pack_avx512): then one rows-in-lanes kernel reads them for
+ *       every batch size.
+ *   Q4_K batches: the same rows-in-lanes form, per 32-element sub-block,
+ *       with the scales by VPMULLD and the mins by VPDPWSSD.
  *   F16: ggml_vec_dot_f16's four 8-lane accumulators are independent, so a
  *       512-bit register carries two of them (elements i..i+15 of a step of
  *       32 are accumulators 0 and 1): each lane sees the same operands in
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
- * Everything else (k-quants, F32, BF16, Q4_1/Q5_1/F16 decode, 2-3 token
- * batches, rows too long for a tile) is the AVX2 kernels'
- * (ops_mm_rows_avx2).
+ * Everything else (the other k-quants, F32, BF16, Q4_1/Q5_1/IQ4_NL/F16
+ * decode, 2-3 token batches, rows too long for a tile) is the AVX2
+ * kernels' (ops_mm_rows_avx2).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -48,7 +53,7 @@
 #define TG 8                    /* tokens per group */
 #define TILE_MIN 4              /* fewer tokens: the AVX2 paths */
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
-#define G_MAX_NB 256            /* blocks per row a group holds (8192 columns) */
+#define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
 
 /* A group of up to TG tokens' activations, per block: the scales with the
  * tokens in the lanes, and for each pair of tokens (2p, 2p + 1) their codes,
@@ -93,6 +98,15 @@ vgroup_fill(struct vgroup *g, enum act a, const uint8_t *act, size_t arb, int64_
                 _mm512_castps256_ps512(_mm256_set1_ps(g->dT[b * TG + 2 * p])),
                 _mm256_set1_ps(g->dT[b * TG + 2 * p + 1]), 1);
         }
+}
+
+/* 4 activation codes as one int32 (no aliasing of the int8 array) */
+static inline int32_t
+ld32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
 }
 
 static inline int32_t
@@ -269,11 +283,11 @@ rows8_block(__m256 *sacc, const __m256i *x, __m256 dr, const struct ichunk *g, i
 {
 #pragma GCC unroll 8
     for (int t = 0; t < nt; t++) {
-        const int32_t *y = (const int32_t *)(const void *)(g->q[t] + 32 * b);
+        const int8_t *y = g->q[t] + 32 * b;
         __m256i acc = _mm256_set1_epi32(g->cT[b * TG + t]);
 #pragma GCC unroll 8
         for (int j = 0; j < 8; j++)
-            acc = _mm256_dpbusd_epi32(acc, x[j], _mm256_set1_epi32(y[j]));
+            acc = _mm256_dpbusd_epi32(acc, x[j], _mm256_set1_epi32(ld32(y + 4 * j)));
         __m256 dd = _mm256_mul_ps(dr, _mm256_set1_ps(g->dT[b * TG + t]));
         sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), dd, sacc[t]);
     }
@@ -482,7 +496,7 @@ packed_q4_0(float *y, int64_t ldy, const uint8_t *pk, const uint8_t *act, size_t
  * 8 rows' sub-block sums in the lanes; one VPMULLD by the rows' scales per
  * sub-block, and the mins by VPDPWSSD on int16 pairs. */
 #define K4_SB_BYTES (2048 + 8 * 32 + 4 * 32 + 2 * 32)   /* codes, sc, mn pairs, d, dmin */
-#define K4_MAX_SB 32                                    /* super-blocks per row (8192 columns) */
+#define K4_MAX_SB 16                                    /* super-blocks per row (4096 columns) */
 
 static void
 q4k_group_unpack(uint8_t *dst, const uint8_t *w, size_t row_bytes, int64_t rows_left, int64_t nsb)
@@ -539,7 +553,7 @@ q4k_rows8(float *out, int64_t ldo, const uint8_t *u, const struct act_row *ar, i
         __m256 dm = _mm256_loadu_ps((const float *)(const void *)(o + 2048 + 416));
 #pragma GCC unroll 1
         for (int t = 0; t < nt; t++) {
-            const int32_t *y = (const int32_t *)(const void *)(ar[t].q + 256 * b);
+            const int8_t *y = ar[t].q + 256 * b;
             const int16_t *bs = ar[t].bsums + 16 * b;
             __m256i isum = _mm256_setzero_si256(), msum = _mm256_setzero_si256();
 #pragma GCC unroll 8
@@ -548,7 +562,8 @@ q4k_rows8(float *out, int64_t ldo, const uint8_t *u, const struct act_row *ar, i
                 __m256i a = _mm256_setzero_si256();
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++)
-                    a = _mm256_dpbusd_epi32(a, _mm256_loadu_si256(x + i), _mm256_set1_epi32(y[8 * j + i]));
+                    a = _mm256_dpbusd_epi32(a, _mm256_loadu_si256(x + i),
+                                            _mm256_set1_epi32(ld32(y + 32 * j + 4 * i)));
                 isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(
                     a, _mm256_loadu_si256((const __m256i *)(const void *)(o + 2048 + 32 * j))));
             }

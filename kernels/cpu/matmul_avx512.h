@@ -11,14 +11,15 @@
 
 /* The mm_rows contract of ops.h, with the bits of ops_mm_rows_avx2 for every
  * type, batch and row range (the work buffer is the AVX2/reference one):
- * batches of 4+ tokens of the legacy types and F16, and the decode of
- * Q8_0, Q5_0 and Q4_0, run the AVX-512 kernels, the rest the AVX2 ones. */
+ * batches of 4+ tokens of the legacy types, Q4_K and F16, the decode of
+ * Q8_0, Q5_0 and Q4_0, and packed Q4_0 (wtype | OPS_MM_PACKED) at every
+ * batch size run the AVX-512 kernels, the rest the AVX2 ones. */
 void ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                         const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                         int64_t r0, int64_t r1, float *tmp);
 
 /* kernel_ops.mm_pack_size / mm_pack (ops.h): Q4_0 matrices (cols / 32 <=
- * 256) packed in groups of 8 rows for the rows-in-lanes kernel; 0 bytes
+ * 128) packed in groups of 8 rows for the rows-in-lanes kernel; 0 bytes
  * (not packed) for anything else. */
 size_t ops_mm_pack_size_avx512(uint32_t wtype, int64_t rows, int64_t cols);
 void ops_mm_pack_avx512(void *dst, const void *w, size_t row_bytes, uint32_t wtype, int64_t rows,

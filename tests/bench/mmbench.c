@@ -83,10 +83,14 @@ main(int argc, char **argv)
         ko[1] = NULL;
     if (only && strcmp(only, "ref") != 0)
         ko[0] = NULL;
-    if (ko[1])
+    if (ko[1]) {
         kn[1] = ko[1]->name;
-    else if (!only || strcmp(only, "ref") != 0)
-        fprintf(stderr, "mmbench: no %s kernels here; ref only\n", only ? only : "SIMD");
+    } else if (only && strcmp(only, "ref") != 0) {
+        fprintf(stderr, "mmbench: no %s kernels here\n", only);
+        return 1;
+    } else if (!only) {
+        fprintf(stderr, "mmbench: no SIMD kernels here; ref only\n");
+    }
     printf("%-6s %-10s %5s %-5s %10s %9s %8s %8s\n", "type", "rows x cols", "n_tok", "kern",
            "us/call", "GFLOP/s", "GB/s(w)", "speedup");
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {

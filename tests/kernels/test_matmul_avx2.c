@@ -15,9 +15,11 @@
  *    offset, several row splits) must reproduce them exactly.
  *
  * Every check runs for the "avx2" table and, on a CPU that has AVX-512
- * F/BW/VL/DQ + VNNI, for the "avx512" one (its batch tiles must give the
- * avx2 bits: check 2 compares them with the AVX2 single-token outputs, and
- * does so for its packed Q4_0 layout, kernel_ops.mm_pack, too).
+ * F/BW/VL/DQ + VNNI, for the "avx512" one; check 2 also runs the avx512
+ * table's packed Q4_0 layout (kernel_ops.mm_pack) against its single-token
+ * outputs, and 4. requires the avx512 outputs to equal the avx2 ones bit for
+ * bit: every type, two widths, batches of 1, 3, 8 and 19 tokens, three row
+ * splits (37 rows: partial 8-row groups).
  *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
@@ -333,6 +335,46 @@ test_invariance(const struct kernel_ops *av)
     }
 }
 
+/* 4. The avx512 table against the avx2 one, bit for bit. */
+static void
+test_same_bits(const struct kernel_ops *av, const struct kernel_ops *a5)
+{
+    const int64_t rows = 37, max_tok = 19;
+    static const int64_t ns[] = { 1, 3, 8, 19 };
+    static const int64_t splits[] = { 0, 13, 37 };
+
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        uint32_t t = types[ti];
+        const struct qtype *qt = qtype_get(t);
+        for (int wi = 0; wi < 2; wi++) {
+            int64_t cols = qt->blck == 256 ? 512 * (wi + 1) : qt->blck == 1 ? (wi ? 576 : 72)
+                                                                            : (wi ? 1536 : 576);
+            int64_t ldx = cols + 1, ldy = rows + 1;
+            void *w = make_weight(t, rows, cols);
+            size_t rb = qtype_row_bytes(t, cols);
+            float *x = malloc((size_t)(max_tok * ldx) * sizeof(float));
+            float *y2 = malloc((size_t)(max_tok * ldy) * sizeof(float));
+            float *y5 = malloc((size_t)(max_tok * ldy) * sizeof(float));
+            for (int64_t i = 0; i < max_tok * ldx; i++)
+                x[i] = frnd() * (i % 53 == 3 ? 5.0f : 1.0f);
+            for (size_t ni = 0; ni < sizeof(ns) / sizeof(ns[0]); ni++)
+                for (size_t si = 0; si < sizeof(splits) / sizeof(splits[0]); si++) {
+                    int64_t n = ns[ni];
+                    for (int64_t i = 0; i < n * ldy; i++)
+                        y2[i] = y5[i] = -777.0f;
+                    kt_run_rows(av, av->mm_rows, t, w, rb, rows, cols, x, ldx, 0, n, splits[si], y2, ldy);
+                    kt_run_rows(a5, a5->mm_rows, t, w, rb, rows, cols, x, ldx, 0, n, splits[si], y5, ldy);
+                    if (memcmp(y2, y5, (size_t)(n * ldy) * sizeof(float)) != 0) {
+                        fprintf(stderr, "%s cols %lld, %lld tokens, split %lld: avx512 differs from avx2\n",
+                                qt->name, (long long)cols, (long long)n, (long long)splits[si]);
+                        CHECK(0);
+                    }
+                }
+            free(w), free(x), free(y2), free(y5);
+        }
+    }
+}
+
 /* The attention kernel's vector expf must equal the C library's expf bit for
  * bit (ggml calls expf): a sweep over every 97th float bit pattern from
  * -120 to +100 plus the special values. */
@@ -519,6 +561,8 @@ main(int argc, char **argv)
     ops_mm_avx2_split256(native);
     /* the avx512 table packs Q4_0 (both widths, both decode forms) */
     CHECK_EQ(n_packed, a5 ? 4 : 0);
+    if (a5)
+        test_same_bits(av, a5);
     test_prepare_edges(av, ref);
     test_expf();
     test_attn_paths(av);
