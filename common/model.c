@@ -405,6 +405,25 @@ load_tensors(struct model *m, struct diag *d)
     return 0;
 }
 
+/* matmul weight i of the model: 7 per layer, then the output */
+static struct model_weight *
+mm_weight(struct model *m, int64_t i)
+{
+    if (i == 7 * m->hp.n_layer)
+        return &m->output;
+    struct model_layer *L = &m->layers[i / 7];
+    struct model_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up,
+                                   &L->ffn_down };
+    return lw[i % 7];
+}
+
+/* bytes of weight w's packed form, 0 when the table keeps it as it is */
+static size_t
+pack_bytes(const struct model *m, const struct model_weight *w)
+{
+    return w->data ? m->ops->mm_pack_size(w->type, w->rows, w->cols) : 0;
+}
+
 /* The matmul weights the kernel table keeps in its own layout
  * (ops->mm_pack), packed once into one buffer; the GGUF pages of a packed
  * tensor are then dropped from memory (the mapping stays valid: a later
@@ -413,54 +432,36 @@ load_tensors(struct model *m, struct diag *d)
 static int
 pack_weights(struct model *m, struct diag *d)
 {
-    const struct kernel_ops *ops = m->ops;
-    int64_t n = 0, nl = m->hp.n_layer;
-    size_t total = 0;
+    const int64_t n = 7 * m->hp.n_layer + 1;
+    const long pg = sysconf(_SC_PAGESIZE);
+    size_t total = 0, at = 0;
 
-    if (!ops->mm_pack_size || !ops->mm_pack)
+    if (!m->ops->mm_pack_size || !m->ops->mm_pack)
         return 0;
-    struct model_weight **ws = malloc((size_t)(7 * nl + 1) * sizeof(*ws));
-    if (!ws)
-        return diag_set(d, ST_NOMEM, "out of memory");
-    for (int64_t l = 0; l < nl; l++) {
-        struct model_layer *L = &m->layers[l];
-        struct model_weight *lw[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up,
-                                       &L->ffn_down };
-        for (int i = 0; i < 7; i++)
-            ws[n++] = lw[i];
-    }
-    ws[n++] = &m->output;
-    size_t *off = malloc((size_t)n * sizeof(*off));
-    if (!off) {
-        free(ws);
-        return diag_set(d, ST_NOMEM, "out of memory");
-    }
+    for (int64_t i = 0; i < n; i++)
+        total += (pack_bytes(m, mm_weight(m, i)) + 63) & ~(size_t)63;
+    if (!total)
+        return 0;
+    m->pack_buf = aligned_alloc(64, total);
+    if (!m->pack_buf)
+        return diag_set(d, ST_NOMEM, "out of memory packing the weights (%zu bytes)", total);
     for (int64_t i = 0; i < n; i++) {
-        size_t b = ws[i]->data ? ops->mm_pack_size(ws[i]->type, ws[i]->rows, ws[i]->cols) : 0;
-        off[i] = b ? total : SIZE_MAX;
-        total += (b + 63) & ~(size_t)63;
-    }
-    if (total) {
-        m->pack_buf = aligned_alloc(64, total);
-        if (!m->pack_buf) {
-            free(ws), free(off);
-            return diag_set(d, ST_NOMEM, "out of memory packing the weights (%zu bytes)", total);
-        }
-    }
-    long pg = sysconf(_SC_PAGESIZE);
-    for (int64_t i = 0; i < n; i++) {
-        struct model_weight *w = ws[i];
-        if (off[i] == SIZE_MAX)
+        struct model_weight *w = mm_weight(m, i);
+        size_t b = pack_bytes(m, w);
+        if (!b)
             continue;
-        void *dst = (uint8_t *)m->pack_buf + off[i];
-        ops->mm_pack(dst, w->data, w->row_bytes, w->type, w->rows, w->cols);
+        void *dst = (uint8_t *)m->pack_buf + at;
+        at += (b + 63) & ~(size_t)63;
+        m->ops->mm_pack(dst, w->data, w->row_bytes, w->type, w->rows, w->cols);
         w->packed = dst;
+        /* (pages of a large page-cache folio that the tensor covers only in
+         * part stay mapped: with 2 MiB folios, about a quarter of the
+         * dropped bytes for SmolLM2's small tensors) */
         uintptr_t a = ((uintptr_t)w->data + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
         uintptr_t e = ((uintptr_t)w->data + w->row_bytes * (size_t)w->rows) & ~((uintptr_t)pg - 1);
         if (pg > 0 && e > a)
             (void)madvise((void *)a, e - a, MADV_DONTNEED);
     }
-    free(ws), free(off);
     return 0;
 }
 

@@ -103,15 +103,6 @@ fp16_round(float v)
     return _cvtsh_ss(_cvtss_sh(v, 0));
 }
 
-static inline int
-hsum_epi32(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
-}
-
 /* 8 * the sum of a Q8_0 activation block's 32 codes: the correction that
  * turns Q4_0's unsigned codes (0..15) into q - 8 in an exact integer sum */
 static inline int

@@ -22,11 +22,10 @@
  *       from the blocks.
  *   Q4_0, IQ4_NL (the repacked gemv chain: one f32 fma per block on the
  *       exact block sum): batches take 8 rows interleaved so that the sums
- *       land in the lanes with no horizontal adds (ileave_tiles); Q4_0
- *       decode takes VPDPBUSD for the block sums of chain_rows8's 8 rows
- *       (IQ4_NL decode stays AVX2).  A model packs its Q4_0 matrices at load
- *       (ops_mm_pack_avx512): then one rows-in-lanes kernel reads them for
- *       every batch size.
+ *       land in the lanes with no horizontal adds (ileave_tiles).  A model
+ *       packs its Q4_0 matrices at load (ops_mm_pack_avx512): then one
+ *       rows-in-lanes kernel reads them for every batch size, decode
+ *       included (unpacked Q4_0 and IQ4_NL decode are the AVX2 kernel's).
  *   Q4_K batches: the same rows-in-lanes form, per 32-element sub-block,
  *       with the scales by VPMULLD and the mins by VPDPWSSD.
  *   F16: ggml_vec_dot_f16's four 8-lane accumulators are independent, so a
@@ -34,9 +33,10 @@
  *       32 are accumulators 0 and 1): each lane sees the same operands in
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
- * Everything else (the other k-quants, F32, BF16, Q4_1/Q5_1/IQ4_NL/F16
- * decode, 2-3 token batches, rows too long for a tile) is the AVX2
- * kernels' (ops_mm_rows_avx2).
+ * Everything else (the other k-quants, F32, BF16, the decode of Q4_1,
+ * Q5_1, IQ4_NL, F16 and unpacked Q4_0, 2-3 token batches of unpacked
+ * matrices, rows too long for a tile) is the AVX2 kernels'
+ * (ops_mm_rows_avx2).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -54,6 +54,22 @@
 #define TILE_MIN 4              /* fewer tokens: the AVX2 paths */
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
+
+/* The start of each VPDPBUSD lane of an activation block q[32] whose weight
+ * codes are stored as code + off (unsigned): -off * the sum of the lane's
+ * 4 activation codes, so that the instruction leaves ggml's exact lane. */
+static inline __m256i
+lane_starts(const int8_t *q, int off)
+{
+    __m256i y = _mm256_loadu_si256((const __m256i *)(const void *)q);
+    return _mm256_sub_epi32(_mm256_setzero_si256(),
+                            _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)off), y));
+}
+
+/* literal token counts 1..8 for the kernels' unrolled token loops */
+#define BY_NT8(F) switch (nt) { case 1: F(1); break; case 2: F(2); break; case 3: F(3); break; \
+                                case 4: F(4); break; case 5: F(5); break; case 6: F(6); break; \
+                                case 7: F(7); break; default: F(8); break; }
 
 /* A group of up to TG tokens' activations, per block: the scales with the
  * tokens in the lanes, and for each pair of tokens (2p, 2p + 1) their codes,
@@ -74,7 +90,6 @@ vgroup_fill(struct vgroup *g, enum act a, const uint8_t *act, size_t arb, int64_
             int64_t cols, int64_t nb, int off)
 {
     struct act_row ar[TG];
-    const __m256i uoff = _mm256_set1_epi8((char)off);
 
     g->nt = nt;
     for (int t = 0; t < TG; t++) {
@@ -88,10 +103,8 @@ vgroup_fill(struct vgroup *g, enum act a, const uint8_t *act, size_t arb, int64_
         for (int p = 0; p < TP; p++) {
             __m256i y0 = _mm256_loadu_si256((const __m256i *)(const void *)(ar[2 * p].q + 32 * b));
             __m256i y1 = _mm256_loadu_si256((const __m256i *)(const void *)(ar[2 * p + 1].q + 32 * b));
-            __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), uoff, y0));
-            __m256i c1 = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                          _mm256_dpbusd_epi32(_mm256_setzero_si256(), uoff, y1));
+            __m256i c0 = lane_starts(ar[2 * p].q + 32 * b, off);
+            __m256i c1 = lane_starts(ar[2 * p + 1].q + 32 * b, off);
             g->yP[b * TP + p] = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
             g->cP[b * TP + p] = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
             g->dP[b * TP + p] = _mm512_insertf32x8(
@@ -107,15 +120,6 @@ ld32(const int8_t *p)
     int32_t v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-static inline int32_t
-hsum_epi32_8(__m256i v)
-{
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-    return _mm_cvtsi128_si32(s);
 }
 
 /* Two unpacked rows (nr = 1 or 2; codes offset to unsigned) of a type with
@@ -171,16 +175,6 @@ lanes_rows2(float *out, int64_t ldo, const uint8_t *u0, const uint8_t *u1, const
         }
 }
 
-/* the code offset that makes a type's unpacked codes unsigned */
-static int
-code_offset(uint32_t type)
-{
-    switch (type) {
-    case T_Q4_1: case T_Q5_1: return 0;
-    default: return 128;        /* Q8_0, Q5_0: signed codes */
-    }
-}
-
 /* Rows [r0, r1) of Q8_0, Q5_0, Q4_1 or Q5_1 for all n_tok tokens; 0 when a
  * row does not fit (the caller then takes the AVX2 path). */
 static int
@@ -189,7 +183,8 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
              int64_t r1)
 {
     const int64_t nb = cols / 32;
-    const int off = code_offset(type), has_min = type == T_Q4_1 || type == T_Q5_1;
+    /* Q4_1/Q5_1 codes are unsigned; Q8_0/Q5_0 signed, stored + 128 */
+    const int has_min = type == T_Q4_1 || type == T_Q5_1, off = has_min ? 0 : 128;
     const size_t rowu = (size_t)cols + (size_t)nb * sizeof(float) * 2;
     static __thread uint8_t buf[TILE_BYTES] __attribute__((aligned(64)));
     static __thread struct vgroup g;
@@ -269,9 +264,7 @@ ichunk_fill(struct ichunk *g, const uint8_t *act, size_t arb, int64_t t0, int nt
         g->q[t] = ar.q;
         for (int64_t b = 0; b < nb; b++) {
             g->dT[b * TG + t] = ar.d[b];
-            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1),
-                                            _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b)));
-            g->cT[b * TG + t] = -off * hsum_epi32_8(s);
+            g->cT[b * TG + t] = hsum_epi32(lane_starts(ar.q + 32 * b, off));
         }
     }
 }
@@ -370,11 +363,7 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                 int nr = nrt - 8 * gi < 8 ? (int)(nrt - 8 * gi) : 8;
                 float *out = y + t0 * ldy + rb + 8 * gi;
 #define IL(n) ileave_rows8(out, ldy, x, d, &g, n, (__mmask8)((1u << nr) - 1), nb)
-                switch (nt) {
-                case 1: IL(1); break; case 2: IL(2); break; case 3: IL(3); break;
-                case 4: IL(4); break; case 5: IL(5); break; case 6: IL(6); break;
-                case 7: IL(7); break; default: IL(8); break;
-                }
+                BY_NT8(IL)
 #undef IL
             }
         }
@@ -474,11 +463,7 @@ packed_q4_0(float *y, int64_t ldy, const uint8_t *pk, const uint8_t *act, size_t
             const char *pf = (const char *)pg + 2 * gbytes;
             float *out = y + t0 * ldy + 8 * gi;
 #define PR(n) packed_rows8(out, ldy, pg, &g, n, keep, nb, pf, n_tok == 1 ? pf_lines : 0)
-            switch (nt) {
-            case 1: PR(1); break; case 2: PR(2); break; case 3: PR(3); break;
-            case 4: PR(4); break; case 5: PR(5); break; case 6: PR(6); break;
-            case 7: PR(7); break; default: PR(8); break;
-            }
+            BY_NT8(PR)
 #undef PR
         }
     }
@@ -766,44 +751,9 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
         out[i] = hsum8(acc[i]);
 }
 
-/* 8 Q4_0 rows against one token, the rows in the lanes of the repacked gemv
- * chain (chain_rows8 of cpu/matmul_avx2.c): per row and block the exact
- * sum of (nibble - 8) * y from two VPDPBUSD started from c[b] = -8 * the
- * lane sums of the token's block b (the low-nibble half), then one fused
- * multiply-add per block for the 8 rows. */
-static void
-chain_dec8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar,
-           const __m128i *c, int64_t nb, const char *pf, int64_t pf_lines)
-{
-    const __m128i m15 = _mm_set1_epi8(15);
-    const size_t bs = sizeof(struct block_q4_0);
-    __m256 sacc = _mm256_setzero_ps();
-    int64_t pfl = 0, pfa = 0;
-
-    for (int64_t b = 0; b < nb; b++) {
-        __m128i ylo = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b));
-        __m128i yhi = _mm_loadu_si128((const __m128i *)(const void *)(ar->q + 32 * b + 16));
-        __m128i v[8], dh = _mm_setzero_si128();
-        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
-#pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            const uint8_t *blk = row0 + (size_t)i * row_bytes + (size_t)b * bs;
-            __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
-            uint16_t h;
-            memcpy(&h, blk, 2);
-            dh = _mm_insert_epi16(dh, h, i);
-            v[i] = _mm_dpbusd_epi32(_mm_dpbusd_epi32(c[b], _mm_and_si128(qs, m15), ylo),
-                                    _mm_and_si128(_mm_srli_epi16(qs, 4), m15), yhi);
-        }
-        __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(dh), _mm256_set1_ps(ar->d[b]));
-        sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4_epi32(v)), dd, sacc);
-    }
-    _mm256_storeu_ps(out, sacc);
-}
-
-/* rows [r0, r1) of Q8_0, Q5_0 or Q4_0 for one token; returns the first row
- * left to the AVX2 kernels (r1 when all were done) */
-static int64_t
+/* rows [r0, r1) of Q8_0 or Q5_0 for one token; 0 when a row is too long
+ * (the caller then takes the AVX2 path) */
+static int
 legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
               int64_t cols, int64_t r0, int64_t r1)
 {
@@ -812,30 +762,10 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
     __m256i c[DEC_MAX_NB];
 
     if (nb > DEC_MAX_NB)
-        return r0;
+        return 0;
     act_row_at(&ar, ACT_Q8_0, act, cols);
-    if (type == T_Q4_0) {
-        /* the low-nibble half's start: -8 * the sums of all 32 codes, as 4 lanes */
-        __m128i *c4 = (__m128i *)(void *)c;
-        for (int64_t b = 0; b < nb; b++) {
-            __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(8),
-                                            _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b)));
-            c4[b] = _mm_sub_epi32(_mm_setzero_si128(), _mm_add_epi32(_mm256_castsi256_si128(s),
-                                                                       _mm256_extracti128_si256(s, 1)));
-        }
-        const int64_t pf_lines = (int64_t)((8 * row_bytes + 63) / 64);
-        for (; r0 + 8 <= r1; r0 += 8) {
-            const uint8_t *row0 = w + (size_t)r0 * row_bytes;
-            chain_dec8(y + r0, row0, row_bytes, &ar, c4, nb, (const char *)row0 + 16 * row_bytes,
-                       pf_lines);
-        }
-        return r0;
-    }
-    const __m256i uoff = _mm256_set1_epi8(type == T_Q8_0 ? (char)0x80 : 16);
     for (int64_t b = 0; b < nb; b++)
-        c[b] = _mm256_sub_epi32(_mm256_setzero_si256(),
-                                _mm256_dpbusd_epi32(_mm256_setzero_si256(), uoff,
-                                                    _mm256_loadu_si256((const __m256i *)(const void *)(ar.q + 32 * b))));
+        c[b] = lane_starts(ar.q + 32 * b, type == T_Q8_0 ? 128 : 16);
     const int64_t pf_lines = (int64_t)((DR * row_bytes + 63) / 64);
     for (int64_t r = r0; r < r1; r += DR) {
         int nr = r1 - r < DR ? (int)(r1 - r) : DR;
@@ -852,7 +782,7 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
 #undef LD_NR
 #undef LD
     }
-    return r1;
+    return 1;
 }
 
 void
@@ -868,11 +798,9 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     enum act a = act_type(wtype);
     size_t arb = act_row_bytes(a, cols);
 
-    if (n_tok == 1 && (wtype == T_Q8_0 || wtype == T_Q5_0 || wtype == T_Q4_0)) {
-        r0 = legacy_decode(y, w, row_bytes, wtype, work, cols, r0, r1);
-        if (r0 == r1)
-            return;
-    }
+    if (n_tok == 1 && (wtype == T_Q8_0 || wtype == T_Q5_0) &&
+        legacy_decode(y, w, row_bytes, wtype, work, cols, r0, r1))
+        return;
     if (n_tok >= TILE_MIN) {
         if (wtype == T_F16 && f16_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;

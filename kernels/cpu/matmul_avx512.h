@@ -12,7 +12,7 @@
 /* The mm_rows contract of ops.h, with the bits of ops_mm_rows_avx2 for every
  * type, batch and row range (the work buffer is the AVX2/reference one):
  * batches of 4+ tokens of the legacy types, Q4_K and F16, the decode of
- * Q8_0, Q5_0 and Q4_0, and packed Q4_0 (wtype | OPS_MM_PACKED) at every
+ * Q8_0 and Q5_0, and packed Q4_0 (wtype | OPS_MM_PACKED) at every
  * batch size run the AVX-512 kernels, the rest the AVX2 ones. */
 void ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                         const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,

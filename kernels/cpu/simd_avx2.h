@@ -96,6 +96,16 @@ pf_spread(const char *pf, int64_t *l, int64_t *acc, int64_t lines, int64_t n)
         _mm_prefetch(pf + 64 * *l, _MM_HINT_T0);
 }
 
+/* the sum of 8 int32 lanes */
+static inline int
+hsum_epi32(__m256i v)
+{
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
 /* The sums of 8 vectors of 4 int32 lanes, as one vector [sum v0 .. sum v7]
  * (exact integers: the order of the additions does not matter) */
 static inline __m256i
