@@ -197,6 +197,8 @@ forward_state_free(struct model *m)
  * pays one barrier for the group instead of three. */
 #define MM_MAX 3
 
+#define MM_REGIONS 16
+
 struct mm_job {
     const struct kernel_ops *ops;
     int nw;
@@ -213,7 +215,11 @@ struct mm_job {
     int64_t prep_cols;
     size_t prep_row;            /* work bytes per token */
     int64_t chunk;              /* rows per claim */
-    atomic_llong next;          /* first row not yet claimed */
+    int n_reg;                  /* regions (mm_claim) */
+    struct mm_region {
+        _Alignas(64) atomic_llong next;         /* first row not yet claimed */
+        int64_t end;
+    } reg[MM_REGIONS];
     int mirror;                 /* llama.cpp's batched float matmul (see matmul_n) */
 };
 
@@ -244,22 +250,36 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
     }
 }
 
-/* Workers claim chunks of rows until none is left, so that a worker the
- * OS preempts (the machine is shared) or a slower range does not hold the
- * others at the barrier.  Results do not depend on the split: the kernels
- * are batch and range invariant. */
+/* The rows are cut into one region per worker (at most MM_REGIONS); each
+ * worker claims chunks of rows from the front of its own region, then from
+ * the others', so that a worker the OS preempts (the machine is shared) or a
+ * slower range does not hold the others at the barrier, while each worker
+ * still reads one contiguous stretch of the weights: interleaved claims
+ * defeat the hardware prefetchers, and with them the second thread of a
+ * decode step.  Results do not depend on the split: the kernels are batch
+ * and range invariant. */
+/* the first row of region g of n (a multiple of 16; rows for g == n) */
+static int64_t
+region_start(int64_t rows, int g, int n)
+{
+    int64_t r = (rows * g / n + 15) / 16 * 16;
+    return r < rows ? r : rows;
+}
+
 static void
 mm_claim(void *arg, int ith, int nth)
 {
     struct mm_job *j = arg;
-    int64_t n = j->row0[j->nw];
 
     (void)nth;
-    for (;;) {
-        int64_t r0 = atomic_fetch_add_explicit(&j->next, j->chunk, memory_order_relaxed);
-        if (r0 >= n)
-            break;
-        mm_range(j, r0, r0 + j->chunk < n ? r0 + j->chunk : n, ith);
+    for (int k = 0; k < j->n_reg; k++) {
+        struct mm_region *g = &j->reg[(ith + k) % j->n_reg];
+        for (;;) {
+            int64_t r0 = atomic_fetch_add_explicit(&g->next, j->chunk, memory_order_relaxed);
+            if (r0 >= g->end)
+                break;
+            mm_range(j, r0, r0 + j->chunk < g->end ? r0 + j->chunk : g->end, ith);
+        }
     }
 }
 
@@ -330,7 +350,11 @@ matmul_n(struct model *m, int nw, const struct model_weight *const *w,
         j.chunk = (rows / (8 * (int64_t)nth) + 15) / 16 * 16;
         if (j.chunk < 16)
             j.chunk = 16;
-        atomic_init(&j.next, 0);
+        j.n_reg = nth < MM_REGIONS ? nth : MM_REGIONS;
+        for (int g = 0; g < j.n_reg; g++) {
+            atomic_init(&j.reg[g].next, region_start(rows, g, j.n_reg));
+            j.reg[g].end = region_start(rows, g + 1, j.n_reg);
+        }
         if (nth > 1)
             threadpool_run(m->tp, mm_claim, &j);
         else

@@ -926,6 +926,44 @@ test_hparams(void)
     model_free(m);
 }
 
+/* Rows split over 1, 3, 7 or 20 workers (more than the matmul regions, and
+ * regions left empty by the tiny model's short matrices): the same bits,
+ * for the prompt as a batch and for one decode step. */
+static void
+test_threads_invariant(void)
+{
+    static const int nths[] = { 1, 3, 7, 20 };
+    int64_t n = 12;
+    float *want = NULL;
+    int64_t V = 0;
+
+    for (size_t i = 0; i < sizeof(nths) / sizeof(nths[0]); i++) {
+        struct model_opts o = MODEL_OPTS_INIT;
+        struct model *m = NULL;
+        struct diag d;
+        o.n_threads = nths[i];
+        CHECK_EQ(model_open(&m, F16_PATH, &o, &d), 0);
+        if (!m)
+            return;
+        V = m->hp.n_vocab;
+        float *got = malloc((size_t)((n + 1) * V) * sizeof(float));
+        struct kvcache *kv = new_kv(m, GGML_TYPE_F16, 1 << 20, 0);
+        int32_t seq;
+        CHECK_EQ(kv_seq_new(kv, &seq), 0);
+        CHECK_EQ(run_batch(m, kv, seq, prompt, n, got), 0);
+        CHECK_EQ(run_batch(m, kv, seq, prompt, 1, got + n * V), 0);
+        if (!want)
+            want = got;
+        else {
+            CHECK(memcmp(got, want, (size_t)((n + 1) * V) * sizeof(float)) == 0);
+            free(got);
+        }
+        kv_free(kv);
+        model_free(m);
+    }
+    free(want);
+}
+
 int
 main(void)
 {
@@ -938,6 +976,7 @@ main(void)
     test_against_reference(F32_PATH, GGML_TYPE_F16, 5e-3, 1);
     test_against_reference(F16_PATH, GGML_TYPE_F32, 2e-3, 2);
     test_batch_equivalence();
+    test_threads_invariant();
     test_mask();
     test_hooks();
     test_bad_files();
