@@ -54,6 +54,10 @@
 #define TILE_MIN 4              /* fewer tokens: the AVX2 paths */
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
+/* legacy_tiles: up to 128 unpacked rows (80 KiB, in L2) share each fill of
+ * an activation group, which costs about what 4 rows' arithmetic does */
+#define LEGACY_TILE_BYTES (80 * 1024)
+#define LEGACY_TILE_ROWS 128
 
 /* The start of each VPDPBUSD lane of an activation block q[32] whose weight
  * codes are stored as code + off (unsigned): -off * the sum of the lane's
@@ -186,14 +190,14 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     /* Q4_1/Q5_1 codes are unsigned; Q8_0/Q5_0 signed, stored + 128 */
     const int has_min = type == T_Q4_1 || type == T_Q5_1, off = has_min ? 0 : 128;
     const size_t rowu = (size_t)cols + (size_t)nb * sizeof(float) * 2;
-    static __thread uint8_t buf[TILE_BYTES] __attribute__((aligned(64)));
+    static __thread uint8_t buf[LEGACY_TILE_BYTES] __attribute__((aligned(64)));
     static __thread struct vgroup g;
 
     if (2 * rowu > sizeof(buf) || nb > G_MAX_NB)
         return 0;
     int64_t R = (int64_t)(sizeof(buf) / rowu) & ~(int64_t)1;
-    if (R > 16)
-        R = 16;
+    if (R > LEGACY_TILE_ROWS)
+        R = LEGACY_TILE_ROWS;
     uint8_t *q = buf;
     float *d = (float *)(void *)(buf + (size_t)R * (size_t)cols);
     float *m = d + R * nb;

@@ -349,9 +349,10 @@ test_invariance(const struct kernel_ops *av)
 static void
 test_same_bits(const struct kernel_ops *av, const struct kernel_ops *a5)
 {
-    const int64_t rows = 37, max_tok = 19;
+    /* more rows than one legacy tile holds (128), split anywhere */
+    const int64_t rows = 290, max_tok = 19;
     static const int64_t ns[] = { 1, 3, 8, 19 };
-    static const int64_t splits[] = { 0, 13, 37 };
+    static const int64_t splits[] = { 0, 13, 141 };
 
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
         uint32_t t = types[ti];
