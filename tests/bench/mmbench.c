@@ -113,7 +113,7 @@ main(int argc, char **argv)
             float *wf = malloc((size_t)(rows * cols) * sizeof(float));
             for (int64_t i = 0; i < rows * cols; i++)
                 wf[i] = frnd() * 0.05f;
-            void *w = malloc(rb * (size_t)rows);
+            void *w = aligned_alloc(64, (rb * (size_t)rows + 63) / 64 * 64);
             quant_chunk(t, wf, w, rows, cols, NULL);
             free(wf);
             float *x = malloc((size_t)(prefill * cols) * sizeof(float));
@@ -128,7 +128,8 @@ main(int argc, char **argv)
                 for (int k = 0; k < 2; k++) {
                     if (!ko[k])
                         continue;
-                    void *work = malloc(ko[k]->mm_work_size(t, n_tok, cols) + 64);
+                    /* 64-byte aligned, as the forward pass allocates it */
+                    void *work = aligned_alloc(64, (ko[k]->mm_work_size(t, n_tok, cols) + 127) / 64 * 64);
                     double dt = time_mm(ko[k], t, w, rb, rows, cols, x, n_tok, y, work, tmp);
                     free(work);
                     if (k == 0)

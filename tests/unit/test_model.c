@@ -282,12 +282,14 @@ static int
 run_batch(struct model *m, struct kvcache *kv, int32_t seq, const int32_t *tok, int64_t n,
           float *logits)
 {
-    struct batch_tok bt[64];
+    struct batch_tok bt[128];
     struct batch b = { n, bt, NULL };
     struct model_out out = { logits, NULL };
     struct diag d;
     int64_t len0 = kv_seq_len(kv, seq);
 
+    if (n > 128)
+        return -1;
     for (int64_t i = 0; i < n; i++)
         bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], 1, 0 };
     int rc = model_forward(m, kv, &b, NULL, &out, &d);
@@ -928,14 +930,19 @@ test_hparams(void)
 
 /* Rows split over 1, 3, 7 or 20 workers (more than the matmul regions, and
  * regions left empty by the tiny model's short matrices): the same bits,
- * for the prompt as a batch and for one decode step. */
+ * for a 12-token and a 70-token prompt (few and large claims) as a batch
+ * and for one decode step. */
 static void
 test_threads_invariant(void)
 {
     static const int nths[] = { 1, 3, 7, 20 };
-    int64_t n = 12;
+    int32_t toks[70];
+    int64_t n = 82;
     float *want = NULL;
     int64_t V = 0;
+
+    for (int i = 0; i < 70; i++)
+        toks[i] = prompt[i % 12];
 
     for (size_t i = 0; i < sizeof(nths) / sizeof(nths[0]); i++) {
         struct model_opts o = MODEL_OPTS_INIT;
@@ -950,7 +957,8 @@ test_threads_invariant(void)
         struct kvcache *kv = new_kv(m, GGML_TYPE_F16, 1 << 20, 0);
         int32_t seq;
         CHECK_EQ(kv_seq_new(kv, &seq), 0);
-        CHECK_EQ(run_batch(m, kv, seq, prompt, n, got), 0);
+        CHECK_EQ(run_batch(m, kv, seq, prompt, 12, got), 0);
+        CHECK_EQ(run_batch(m, kv, seq, toks, 70, got + 12 * V), 0);
         CHECK_EQ(run_batch(m, kv, seq, prompt, 1, got + n * V), 0);
         if (!want)
             want = got;
