@@ -125,6 +125,11 @@ $(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
+# Tiled (prompt) attention per kernel table, one thread (tests/bench/attnbench.c).
+$(BUILD)/attnbench: $(BUILD)/tests/bench/attnbench.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
 bench: all $(BUILD)/membw
 	@scripts/bench
 

@@ -63,6 +63,31 @@ scores(float *sc, const float *kt, const float *q, int64_t dk, float scale, int6
     }
 }
 
+/* The largest of the 64 scores, the value the sequential `t = t > s ? t :
+ * s` of ggml_vec_max_f32 leaves: a vector max gives it unless a score is
+ * NaN (then the order decides, and the loop runs).  A +-0 tie can only
+ * change the sign of a zero maximum, which s - M and exp do not see. */
+static inline float
+max64(const float *sc)
+{
+    __m256 m = _mm256_loadu_ps(sc), nan = _mm256_cmp_ps(m, m, _CMP_UNORD_Q);
+    for (int c = 1; c < 8; c++) {
+        __m256 v = _mm256_loadu_ps(sc + 8 * c);
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        m = _mm256_max_ps(m, v);
+    }
+    if (_mm256_movemask_ps(nan)) {
+        float t = -INFINITY;
+        for (int j = 0; j < TK; j++)
+            t = t > sc[j] ? t : sc[j];
+        return t;
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
 /* ggml_vec_soft_max_f32 over the 64 scores, in place; returns the sum */
 static inline double
 softmax64(float *sc, float mx)
@@ -193,9 +218,7 @@ ops_attn_tiled_avx2(const struct attn_tiled_args *a, float *scratch)
                 int64_t ih = r * nq + h;
                 float *acc = accs + ih * dv;
                 scores(sc, kt, a->q + r * a->ldq + h * dk, dk, a->scale, nvis);
-                float tmax = -INFINITY;
-                for (int j = 0; j < TK; j++)
-                    tmax = tmax > sc[j] ? tmax : sc[j];
+                float tmax = max64(sc);
                 if (tmax == -INFINITY)
                     continue;
                 float mnew = fmaxf(Ms[ih], tmax);

@@ -1,0 +1,92 @@
+/*
+ * attnbench.c - single-thread speed of the tiled (prompt) attention of each
+ * kernel table here: one call per ATTN_TILE_Q query rows of a 512-token
+ * prompt's last tile, SmolLM2-135M's shape (3 query heads per KV head, head
+ * size 64, f16 cache in 16-slot blocks), scratch 64-byte aligned as the
+ * forward pass allocates it.
+ *
+ *   build/attnbench [n_kv [table...]]
+ *
+ * Prints per table the time per call and the multiply-adds per second
+ * (scores and values of the visible slots).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ops.h"
+
+static double
+now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int
+main(int argc, char **argv)
+{
+    const int64_t nr = ATTN_TILE_Q, nq = 3, dk = 64, dv = 64, bs = 16;
+    int64_t nkv = argc > 1 ? atoll(argv[1]) : 512;
+    static const char *const all[] = { "ref", "avx2", "avx512" };
+    const char *const *names = argc > 2 ? (const char *const *)argv + 2 : all;
+    int n_names = argc > 2 ? argc - 2 : 3;
+
+    if (nkv < nr || nkv > (1 << 20)) {
+        fprintf(stderr, "attnbench: n_kv must be %lld..%d\n", (long long)nr, 1 << 20);
+        return 1;
+    }
+    int64_t nblk = (nkv + bs - 1) / bs;
+    size_t kbytes = (size_t)(bs * dk) * 2, block = kbytes + (size_t)(bs * dv) * 2;
+    uint16_t *pool = malloc((size_t)nblk * block);
+    int32_t *table = malloc((size_t)nblk * sizeof(int32_t));
+    float *q = malloc((size_t)(nr * nq * dk) * sizeof(float));
+    float *out = malloc((size_t)(nr * nq * dv) * sizeof(float));
+    int64_t kv_of_row[ATTN_TILE_Q];
+    if (!pool || !table || !q || !out)
+        return 1;
+    /* f16 values in [0.125, 0.5) and queries in [-0.5, 0.5) */
+    for (size_t i = 0; i < (size_t)nblk * block / 2; i++)
+        pool[i] = (uint16_t)(0x3000 + (i * 37) % 2048);
+    for (int64_t b = 0; b < nblk; b++)
+        table[b] = (int32_t)(nblk - 1 - b);
+    for (int64_t i = 0; i < nr * nq * dk; i++)
+        q[i] = (float)((i * 13) % 17) / 17.0f - 0.5f;
+    for (int64_t r = 0; r < nr; r++)
+        kv_of_row[r] = nkv - nr + r + 1;
+    double mac = 2.0 * (double)(nr * nq * dk) * ((double)nkv - (double)nr / 2.0);
+
+    printf("%-7s %7s %10s %9s\n", "kern", "n_kv", "us/call", "GMAC/s");
+    for (int k = 0; k < n_names; k++) {
+        const struct kernel_ops *o = ops_select(names[k]);
+        if (!o || !o->attn_tiled)
+            continue;
+        size_t sb = ((size_t)o->attn_tiled_scratch_floats(nq, dk, dv) * sizeof(float) + 63) / 64 * 64;
+        float *scr = aligned_alloc(64, sb);
+        if (!scr)
+            return 1;
+        struct attn_tiled_args a = {
+            q, out, nq * dk, nq * dv, nr, nq, dk, dv, 0.125f,
+            (const uint8_t *)pool, (const uint8_t *)pool + kbytes, block, 1, bs, table, kv_of_row,
+        };
+        double best = 1e30;
+        int reps = 1;
+        for (int round = 0; round < 6; round++) {
+            double t0 = now();
+            for (int i = 0; i < reps; i++)
+                o->attn_tiled(&a, scr);
+            double dt = (now() - t0) / reps;
+            if (dt < best)
+                best = dt;
+            if (round == 0)
+                reps = (int)(0.05 / dt) + 1;
+        }
+        printf("%-7s %7lld %10.1f %9.2f\n", o->name, (long long)nkv, best * 1e6, mac / best / 1e9);
+        free(scr);
+    }
+    free(pool), free(table), free(q), free(out);
+    return 0;
+}
