@@ -40,6 +40,7 @@ struct forward_state {
     void *mm_work;
     float *mm_tmp;              /* [nth][mm_tmp_n] */
     int64_t mm_tmp_n;
+    float *rope_cs;             /* [B][n_rot] each chunk token's RoPE cosines and sines */
     int32_t *blk;               /* [B] physical block of each chunk token's slot */
     int64_t *bidx;              /* [B] index inside that block */
     /* grown on demand, per call (never inside the token loops) */
@@ -119,6 +120,7 @@ forward_state_new(struct model *m, struct diag *d)
     st->att = malloc(B * (size_t)ad * sizeof(float));
     st->gate = malloc(B * (size_t)hp->n_ff * sizeof(float));
     st->up = malloc(B * (size_t)hp->n_ff * sizeof(float));
+    st->rope_cs = malloc(B * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
     st->blk = malloc(B * sizeof(int32_t));
     st->bidx = malloc(B * sizeof(int64_t));
     st->run0 = malloc((B + 1) * sizeof(int32_t));
@@ -146,7 +148,7 @@ forward_state_new(struct model *m, struct diag *d)
     st->mm_work = work ? aligned_alloc(64, (work + 63) / 64 * 64) : NULL;
     st->mm_tmp = malloc((size_t)st->nth * (size_t)(st->mm_tmp_n ? st->mm_tmp_n : 1) * sizeof(float));
     if (!st->x || !st->xn || !st->tmp || !st->q || !st->k || !st->v || !st->att || !st->gate ||
-        !st->up || !st->blk || !st->bidx || !st->run0 || !st->run1 || !st->one || !st->tnkv || (work && !st->mm_work) ||
+        !st->up || !st->rope_cs || !st->blk || !st->bidx || !st->run0 || !st->run1 || !st->one || !st->tnkv || (work && !st->mm_work) ||
         !st->mm_tmp)
         return diag_set(d, ST_NOMEM, "out of memory for forward scratch (%lld tokens)",
                         (long long)st->B);
@@ -169,6 +171,7 @@ forward_state_free(struct model *m)
     free(st->att);
     free(st->gate);
     free(st->up);
+    free(st->rope_cs);
     free(st->blk);
     free(st->bidx);
     free(st->run0);
@@ -576,9 +579,9 @@ tok_range(void *arg, int64_t t0, int64_t t1, int ith)
         break;
     case TOK_ROPE_KV:
         for (int64_t t = t0; t < t1; t++) {
-            int32_t pos = j->b->tok[j->c0 + t].pos;
-            ops->rope(st->q + t * qd, hp->n_head, hd, pos, &hp->rope);
-            ops->rope(st->k + t * kd, hp->n_head_kv, hd, pos, &hp->rope);
+            const float *cs = st->rope_cs + t * hp->rope.n_rot;
+            ops->rope(st->q + t * qd, hp->n_head, hd, cs, &hp->rope);
+            ops->rope(st->k + t * kd, hp->n_head_kv, hd, cs, &hp->rope);
         }
         kv_store(m, j->kv, j->layer, t0, t1);
         break;
@@ -626,6 +629,8 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
                      bt->token, E);
         /* slots were reserved in model_forward; checked there */
         kv_slot_block(kv, bt->seq, st->slot[c0 + t], &st->blk[t], &st->bidx[t]);
+        /* the token's RoPE angles, for its q and k in every layer */
+        ops_rope_angles(st->rope_cs + t * hp->rope.n_rot, bt->pos, &hp->rope);
     }
     if ((rc = hook(h, MODEL_HOOK_EMBD, -1, "inp_embd", NULL, st->x, nc, E, E, c0, b)) < 0)
         return rc;

@@ -61,7 +61,7 @@ avx2_available(void)
     .mm_tmp_floats = ops_mm_tmp_floats_ref,                       \
     .get_row = ops_get_row_ref,                                   \
     .rmsnorm = ops_rmsnorm_avx2,                                  \
-    .rope = ops_rope_ref,                                         \
+    .rope = ops_rope_avx2,                                        \
     .softmax = ops_softmax_ref,                                   \
     .silu_mul = ops_silu_mul_avx2,                                \
     .attn = ops_attn_avx2,                                        \

@@ -88,7 +88,10 @@ typedef void (*ops_rmsnorm_fn)(float *y, const float *x, const float *w, int64_t
  * first n_rot dims of each head (n_rot even, <= head_dim) are rotated, the
  * rest left alone.  For pair i (0 <= i < n_rot/2):
  *   theta_i = pos * freq_scale * base^(-2i/n_rot) / (freq_factors ? freq_factors[i] : 1)
- * computed as ggml does (base^(-2/n_rot) raised by repeated f32 multiply).
+ * computed as ggml does (base^(-2/n_rot) raised by repeated f32 multiply),
+ * once per position by ops_rope_angles into cs (cos theta_i at cs[i], sin
+ * theta_i at cs[n_rot/2 + i]; a token's q and k and every layer share
+ * them), then x0' = fma(x0, cos, -(x1 sin)), x1' = fma(x0, sin, x1 cos).
  * ROPE_NORM rotates adjacent pairs (x[2i], x[2i+1]) (arch llama);
  * ROPE_NEOX rotates (x[i], x[i + n_rot/2]) (gemma, qwen, neox). */
 enum rope_style {
@@ -104,8 +107,11 @@ struct rope_params {
     const float *freq_factors;  /* NULL, or n_rot/2 divisors (llama3 rope_freqs.weight) */
 };
 
-typedef void (*ops_rope_fn)(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
+typedef void (*ops_rope_fn)(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
                             const struct rope_params *p);
+
+/* cs[0 .. n_rot) = the cosines and sines of position pos (see above) */
+void ops_rope_angles(float *cs, int32_t pos, const struct rope_params *p);
 
 /* ---- softmax, in place ----
  * x[i] = exp(x[i] - max) / sum over i < n.  -INFINITY entries get 0; if all
@@ -293,8 +299,11 @@ int64_t ops_mm_tmp_floats_ref(int64_t cols);
 void ops_get_row_ref(float *y, const void *w, size_t row_bytes, uint32_t wtype, int64_t row,
                      int64_t cols);
 void ops_rmsnorm_ref(float *y, const float *x, const float *w, int64_t n, float eps);
-void ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
+void ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
                   const struct rope_params *p);
+/* ops_rope_ref for the pairs i0 .. n_rot/2 - 1 only */
+void ops_rope_pairs_ref(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
+                        const struct rope_params *p, int64_t i0);
 void ops_softmax_ref(float *x, int64_t n);
 void ops_silu_mul_ref(float *y, const float *gate, const float *up, int64_t n);
 void ops_attn_ref(const struct attn_args *a, float *scratch);
@@ -306,6 +315,8 @@ int64_t ops_attn_tiled_scratch_floats_ref(int64_t n_q, int64_t head_dim, int64_t
 /* AVX2 kernels (only callable when kernel_ops_avx2.available() is 1). */
 void ops_rmsnorm_avx2(float *y, const float *x, const float *w, int64_t n, float eps);
 void ops_silu_mul_avx2(float *y, const float *gate, const float *up, int64_t n);
+void ops_rope_avx2(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
+                   const struct rope_params *p);
 void ops_attn_avx2(const struct attn_args *a, float *scratch);
 int64_t ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
                                      int64_t head_dim_v);

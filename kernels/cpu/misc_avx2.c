@@ -13,7 +13,8 @@
  *
  * RMSNorm and RoPE already reproduce ggml exactly in the reference (the
  * sum of squares in double, in order; the rotation with explicit fmaf);
- * they are vectorised here only where that keeps every rounding the same.
+ * they are vectorised here only where that keeps every rounding the same
+ * (RoPE: the same fused multiply-adds, element for element).
  *
  * Compiled with -mavx2 -mfma -mf16c; called only after dispatch.c has
  * checked the CPU supports them.
@@ -122,4 +123,47 @@ ops_rmsnorm_avx2(float *y, const float *x, const float *w, int64_t n, float eps)
         for (; i < n; i++)
             y[i] = x[i] * scale;
     }
+}
+
+/* ops_rope_ref's rotation, 8 elements at a time: the same fused
+ * multiply-adds on the same operands (the sine product rounded, negated and
+ * added inside the fma for the first element of a pair, the cosine product
+ * for the second), the angles from the caller's table. */
+void
+ops_rope_avx2(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
+              const struct rope_params *p)
+{
+    const int64_t half = p->n_rot / 2;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    int64_t i = 0;
+
+    if (p->style == ROPE_NEOX) {
+        /* (x[i], x[i + half]) with 8 consecutive i */
+        for (; i + 8 <= half; i += 8) {
+            __m256 c = _mm256_loadu_ps(cs + i), s = _mm256_loadu_ps(cs + half + i);
+            for (int64_t h = 0; h < n_heads; h++) {
+                float *xh = x + h * head_dim;
+                __m256 x0 = _mm256_loadu_ps(xh + i), x1 = _mm256_loadu_ps(xh + half + i);
+                _mm256_storeu_ps(xh + i, _mm256_fmadd_ps(x0, c, _mm256_xor_ps(_mm256_mul_ps(x1, s), sign)));
+                _mm256_storeu_ps(xh + half + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+            }
+        }
+    } else {
+        /* 4 adjacent pairs: lanes 2k (x0) and 2k + 1 (x1) with pair k's
+         * angle in both */
+        const __m256i dup = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+        for (; i + 4 <= half; i += 4) {
+            __m256 c = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cs + i)), dup);
+            __m256 s = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_loadu_ps(cs + half + i)), dup);
+            for (int64_t h = 0; h < n_heads; h++) {
+                float *xh = x + h * head_dim + 2 * i;
+                __m256 v = _mm256_loadu_ps(xh), w = _mm256_permute_ps(v, 0xb1);   /* pairs swapped */
+                /* even lanes: fma(x0, c, -(x1 s)); odd lanes: fma(x0, s, x1 c) */
+                __m256 e = _mm256_fmadd_ps(v, c, _mm256_xor_ps(_mm256_mul_ps(w, s), sign));
+                __m256 o = _mm256_fmadd_ps(w, s, _mm256_mul_ps(v, c));
+                _mm256_storeu_ps(xh, _mm256_blend_ps(e, o, 0xaa));
+            }
+        }
+    }
+    ops_rope_pairs_ref(x, n_heads, head_dim, cs, p, i);   /* the pairs past the last vector */
 }

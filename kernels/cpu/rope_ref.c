@@ -16,8 +16,7 @@
 #include "ops.h"
 
 void
-ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
-             const struct rope_params *p)
+ops_rope_angles(float *cs, int32_t pos, const struct rope_params *p)
 {
     int64_t half = p->n_rot / 2;
     float theta_scale = powf(p->freq_base, -2.0f / (float)p->n_rot);
@@ -26,7 +25,20 @@ ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
     for (int64_t i = 0; i < half; i++) {
         float ff = p->freq_factors ? p->freq_factors[i] : 1.0f;
         float theta = p->freq_scale * (theta_extrap / ff);
-        float c = cosf(theta), s = sinf(theta);
+        cs[i] = cosf(theta);
+        cs[half + i] = sinf(theta);
+        theta_extrap *= theta_scale;
+    }
+}
+
+void
+ops_rope_pairs_ref(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
+                   const struct rope_params *p, int64_t i0)
+{
+    int64_t half = p->n_rot / 2;
+
+    for (int64_t i = i0; i < half; i++) {
+        float c = cs[i], s = cs[half + i];
         /* offsets of the two elements of pair i within a head */
         int64_t a = p->style == ROPE_NEOX ? i : 2 * i;
         int64_t b = p->style == ROPE_NEOX ? i + half : 2 * i + 1;
@@ -37,6 +49,12 @@ ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, int32_t pos,
             xh[a] = fmaf(x0, c, -(x1 * s));
             xh[b] = fmaf(x0, s, x1 * c);
         }
-        theta_extrap *= theta_scale;
     }
+}
+
+void
+ops_rope_ref(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
+             const struct rope_params *p)
+{
+    ops_rope_pairs_ref(x, n_heads, head_dim, cs, p, 0);
 }

@@ -262,23 +262,30 @@ test_rmsnorm(const struct kernel_ops *ops)
     CHECK(memcmp(y, z, sizeof(z)) == 0);
 }
 
+/* head size 16 (n_rot 16 or 12: vector body and scalar tail) and 64 */
 static void
 test_rope(const struct kernel_ops *ops)
 {
-    const int64_t heads = 3, hd = 16;
-    float x[48], y[48], ff[8];
+    const int64_t heads = 3;
+    float x[192], y[192], r[192], cs[64], ff[32];
 
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < 32; i++)
         ff[i] = 1.0f + (float)i;
     for (int style = 0; style < 2; style++) {
-        for (int variant = 0; variant < 4; variant++) {
-            struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM, variant == 3 ? 12 : 16,
+        for (int variant = 0; variant < 5; variant++) {
+            int64_t hd = variant == 4 ? 64 : 16;
+            struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM,
+                                     variant == 3 ? 12 : hd,
                                      variant == 1 ? 500000.0f : 10000.0f,
                                      variant == 2 ? 0.25f : 1.0f, variant == 2 ? ff : NULL };
             int32_t pos = 37 + variant * 100;
             for (int i = 0; i < heads * hd; i++)
-                x[i] = y[i] = frnd();
-            ops->rope(y, heads, hd, pos, &p);
+                x[i] = y[i] = r[i] = frnd();
+            ops_rope_angles(cs, pos, &p);
+            ops->rope(y, heads, hd, cs, &p);
+            /* the reference's bits, whatever the table */
+            ops_rope_ref(r, heads, hd, cs, &p);
+            CHECK(memcmp(y, r, (size_t)(heads * hd) * sizeof(float)) == 0);
             int64_t half = p.n_rot / 2;
             double err = 0;
             for (int64_t h = 0; h < heads; h++) {
@@ -307,8 +314,9 @@ test_rope(const struct kernel_ops *ops)
     struct rope_params p0 = { ROPE_NORM, 16, 10000.0f, 1.0f, NULL };
     for (int i = 0; i < 48; i++)
         x[i] = y[i] = frnd();
-    ops->rope(y, heads, hd, 0, &p0);
-    CHECK(memcmp(x, y, sizeof(x)) == 0);
+    ops_rope_angles(cs, 0, &p0);
+    ops->rope(y, heads, 16, cs, &p0);
+    CHECK(memcmp(x, y, 48 * sizeof(float)) == 0);
 }
 
 static void
