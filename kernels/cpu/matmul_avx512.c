@@ -608,6 +608,11 @@ q4k_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
     return 1;
 }
 
+/* ---- k-quants: the AVX2 tiles with VPDPWSSD (cpu/kquant_tiles.h) ---- */
+
+#define KQ_VNNI 1
+#include "cpu/kquant_tiles.h"
+
 /* ---- F16 ---- */
 
 /* 4 widened rows (w, stride cols; cols % 32 == 0) x nt <= 4 tokens: ggml_vec_dot_f16
@@ -810,6 +815,9 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
             return;
         if (wtype == T_Q4_K &&
             q4k_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
+            return;
+        if (a == ACT_Q8_K && wtype != T_Q4_K &&
+            kquant_tiles(y, ldy, w, row_bytes, wtype, work, arb, n_tok, cols, r0, r1))
             return;
         if ((wtype == T_Q4_0 || wtype == T_IQ4_NL) &&
             ileave_tiles(y, ldy, w, row_bytes, wtype, work, arb, n_tok, cols, r0, r1))

@@ -10,6 +10,30 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "qblock.h"
+
+/* a * b + c rounded once: one vfmadd (-mfma) */
+static inline float
+fmadd_ss(float a, float b, float c)
+{
+    return __builtin_fmaf(a, b, c);
+}
+
+/* f16 -> f32 by F16C (exact, as qconv_fp16_to_fp32) */
+static inline float
+h2f(uint16_t h)
+{
+    return _cvtsh_ss(h);
+}
+
+/* the IQ4_NL/IQ4_XS code values in both 128-bit halves (for VPSHUFB) */
+static inline __m256i
+iq4nl_lut(void)
+{
+    __m128i l = _mm_loadu_si128((const __m128i *)(const void *)kvalues_iq4nl);
+    return _mm256_broadcastsi128_si256(l);
+}
+
 /* exp of 8 lanes, bit-identical to ggml's AVX2 ggml_v_expf (misc_avx2.c). */
 __m256 avx2_expf(__m256 x);
 
