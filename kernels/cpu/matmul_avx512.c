@@ -625,11 +625,11 @@ static void
 f16_block4(float *y, int64_t ldy, const float *w, int64_t cols, int nr, const float *const *xs,
            int nt)
 {
-    __m512 part[2][4][4];
+    __m512 part[4][4];          /* the first pass (accumulators 0, 1) */
+    __m512 acc[4][4];
 
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
-        __m512 acc[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
@@ -647,27 +647,30 @@ f16_block4(float *y, int64_t ldy, const float *w, int64_t cols, int nr, const fl
                 acc[r][3] = _mm512_fmadd_ps(wv, x3, acc[r][3]);
             }
         }
+        if (h == 0)
 #pragma GCC unroll 4
-        for (int r = 0; r < 4; r++)
+            for (int r = 0; r < 4; r++)
 #pragma GCC unroll 4
-            for (int t = 0; t < 4; t++)
-                part[h][r][t] = acc[r][t];
+                for (int t = 0; t < 4; t++)
+                    part[r][t] = acc[r][t];
     }
-    for (int t = 0; t < nt; t++) {
+    /* all 4 tokens (the second pass stays in registers), the first nt
+     * stored, the first nr rows of each */
+    const __mmask8 rows = (__mmask8)((1u << nr) - 1);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) {
         __m128 q[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++) {
-            __m512 s = _mm512_add_ps(part[0][r][t], part[1][r][t]);
+            __m512 s = _mm512_add_ps(part[r][t], acc[r][t]);
             __m256 s8 = _mm256_add_ps(_mm512_castps512_ps256(s), _mm512_extractf32x8_ps(s, 1));
             q[r] = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
         }
         /* hadd(hadd(q0, q1), hadd(q2, q3)) lane r = (q_r0 + q_r1) + (q_r2 + q_r3),
          * what two hadds of q_r with itself leave in lane 0 */
         __m128 o = _mm_hadd_ps(_mm_hadd_ps(q[0], q[1]), _mm_hadd_ps(q[2], q[3]));
-        float ov[4];
-        _mm_storeu_ps(ov, o);
-        for (int r = 0; r < nr; r++)
-            y[t * ldy + r] = ov[r];
+        if (t < nt)
+            _mm_mask_storeu_ps(y + t * ldy, rows, o);
     }
 }
 
