@@ -76,9 +76,9 @@ lane_starts(const int8_t *q, int off)
                                 case 7: F(7); break; default: F(8); break; }
 
 /* A group of up to TG tokens' activations, per block: the scales with the
- * tokens in the lanes, and for each pair of tokens (2p, 2p + 1) their codes,
- * lane starts and scales side by side in one 512-bit vector (the lower half
- * token 2p).  Tokens past nt repeat token 0 with scale 0 (dropped). */
+ * tokens in the lanes, and for each pair of tokens (2p, 2p + 1) their codes
+ * and lane starts side by side in one 512-bit vector (the lower half token
+ * 2p).  Tokens past nt repeat token 0 with scale 0 (dropped). */
 #define TP (TG / 2)
 struct vgroup {
     int nt;
@@ -86,7 +86,6 @@ struct vgroup {
     float sT[G_MAX_NB * TG] __attribute__((aligned(32)));   /* Q8_1 s */
     __m512i yP[G_MAX_NB * TP];  /* [block][pair] codes */
     __m512i cP[G_MAX_NB * TP];  /* [block][pair] -off * the 4-code lane sums */
-    __m512 dP[G_MAX_NB * TP];   /* [block][pair] the two scales, 8 lanes each */
 };
 
 static void
@@ -111,9 +110,6 @@ vgroup_fill(struct vgroup *g, enum act a, const uint8_t *act, size_t arb, int64_
             __m256i c1 = lane_starts(ar[2 * p + 1].q + 32 * b, off);
             g->yP[b * TP + p] = _mm512_inserti64x4(_mm512_castsi256_si512(y0), y1, 1);
             g->cP[b * TP + p] = _mm512_inserti64x4(_mm512_castsi256_si512(c0), c1, 1);
-            g->dP[b * TP + p] = _mm512_insertf32x8(
-                _mm512_castps256_ps512(_mm256_set1_ps(g->dT[b * TG + 2 * p])),
-                _mm256_set1_ps(g->dT[b * TG + 2 * p + 1]), 1);
         }
 }
 
@@ -131,7 +127,10 @@ ld32(const int8_t *p)
  * group's nt tokens, two tokens per 512-bit register: each half is
  * legacy_tile_row's 8-lane accumulator of cpu/matmul_avx2.c for one token
  * (lanes from VPDPBUSD, the scale product d_row * d_tok, a fused
- * multiply-add per block, hsum8 at the end, + the min term). */
+ * multiply-add per block, hsum8 at the end, + the min term).  The 8 scale
+ * products of a row and block come from one 256-bit multiply, and each
+ * token pair's two from a permute (a 512-bit multiply per pair, most of
+ * whose lanes repeat the same two products, cost 20%). */
 static inline __attribute__((always_inline)) void
 lanes_rows2(float *out, int64_t ldo, const uint8_t *u0, const uint8_t *u1, const float *d0,
             const float *d1, const float *m0, const float *m1, const struct vgroup *g, int np,
@@ -146,7 +145,11 @@ lanes_rows2(float *out, int64_t ldo, const uint8_t *u0, const uint8_t *u1, const
     for (int64_t b = 0; b < nb; b++) {
         __m512i x0 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(const void *)(u0 + 32 * b)));
         __m512i x1 = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(const void *)(u1 + 32 * b)));
-        __m512 dr0 = _mm512_set1_ps(d0[b]), dr1 = _mm512_set1_ps(d1[b]);
+        /* the 8 tokens' scale products with each row (ggml's scalar
+         * d_row * d_tok), spread to token pairs by a permute */
+        __m256 dT8 = _mm256_load_ps(g->dT + TG * b);
+        __m512 pr0 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(d0[b]), dT8));
+        __m512 pr1 = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_set1_ps(d1[b]), dT8));
         if (has_min) {
             __m256 sT = _mm256_load_ps(g->sT + TG * b);
             mc0 = _mm256_fmadd_ps(_mm256_set1_ps(m0[b]), sT, mc0);
@@ -156,10 +159,12 @@ lanes_rows2(float *out, int64_t ldo, const uint8_t *u0, const uint8_t *u1, const
         for (int p = 0; p < np; p++) {
             __m512i y = g->yP[b * TP + p];
             __m512i c = off ? g->cP[b * TP + p] : _mm512_setzero_si512();
-            __m512 dp = g->dP[b * TP + p];
-            a0[p] = _mm512_fmadd_ps(_mm512_mul_ps(dr0, dp),
+            const __m512i ix = _mm512_setr_epi32(2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p, 2 * p,
+                                                 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1,
+                                                 2 * p + 1, 2 * p + 1, 2 * p + 1, 2 * p + 1);
+            a0[p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix, pr0),
                                     _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, x0, y)), a0[p]);
-            a1[p] = _mm512_fmadd_ps(_mm512_mul_ps(dr1, dp),
+            a1[p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(ix, pr1),
                                     _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(c, x1, y)), a1[p]);
         }
     }
