@@ -54,10 +54,14 @@
 #define TILE_MIN 4              /* fewer tokens: the AVX2 paths */
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
-/* legacy_tiles: up to 128 unpacked rows (80 KiB, in L2) share each fill of
- * an activation group, which costs about what 4 rows' arithmetic does */
-#define LEGACY_TILE_BYTES (80 * 1024)
-#define LEGACY_TILE_ROWS 128
+/* legacy_tiles: up to 256 unpacked rows (192 KiB, in L2) share each fill
+ * of an activation group, which costs about what 4 rows' arithmetic does,
+ * and each pass over the batch's activations */
+#define LEGACY_TILE_BYTES (192 * 1024)
+#define LEGACY_TILE_ROWS 256
+/* f16_tiles: widened rows (f32) per tile; each tile streams the whole
+ * batch's activations once (3 MiB for 512 tokens of 1536 columns) */
+#define F16_TILE_BYTES (160 * 1024)
 
 /* The start of each VPDPBUSD lane of an activation block q[32] whose weight
  * codes are stored as code + off (unsigned): -off * the sum of the lane's
@@ -683,7 +687,7 @@ static int
 f16_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8_t *act,
           size_t arb, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
 {
-    static __thread float buf[TILE_BYTES / sizeof(float)] __attribute__((aligned(64)));
+    static __thread float buf[F16_TILE_BYTES / sizeof(float)] __attribute__((aligned(64)));
     size_t rowu = (size_t)cols * sizeof(float);
 
     if (cols % 32 || 4 * rowu > sizeof(buf))

@@ -103,11 +103,12 @@ main(int argc, char **argv)
                 continue;
         }
         int kq = qtype_get(t)->blck == 256;
-        /* (rows, cols): attention-like 576x576 and FFN 1536x576; k-quants need
-         * cols % 256 == 0, so they run the ffn_down shape 576x1536 too */
-        int64_t shapes[2][2] = { { kq ? 576 : 576, kq ? 1536 : 576 }, { kq ? 1536 : 1536, kq ? 1536 : 576 } };
+        /* (rows, cols): attention-like 576x576, FFN 1536x576 and ffn_down
+         * 576x1536; k-quants need cols % 256 == 0, so they run 576x1536 and
+         * 1536x1536 */
+        int64_t shapes[3][2] = { { 576, kq ? 1536 : 576 }, { 1536, kq ? 1536 : 576 }, { 576, 1536 } };
         const char *er = getenv("MMBENCH_ROWS");
-        for (int si = 0; si < 2; si++) {
+        for (int si = 0; si < 3 - kq; si++) {
             int64_t rows = er && atoll(er) > 0 ? atoll(er) : shapes[si][0], cols = shapes[si][1];
             size_t rb = qtype_row_bytes(t, cols);
             float *wf = malloc((size_t)(rows * cols) * sizeof(float));

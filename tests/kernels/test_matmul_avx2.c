@@ -349,7 +349,7 @@ test_invariance(const struct kernel_ops *av)
 static void
 test_same_bits(const struct kernel_ops *av, const struct kernel_ops *a5)
 {
-    /* more rows than one legacy tile holds (128), split anywhere */
+    /* more rows than one legacy tile holds (256), split anywhere */
     const int64_t rows = 290, max_tok = 19;
     static const int64_t ns[] = { 1, 3, 8, 19 };
     static const int64_t splits[] = { 0, 13, 141 };
