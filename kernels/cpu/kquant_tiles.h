@@ -1,6 +1,7 @@
 /*
  * kquant_tiles.h - the k-quant batch kernels shared by cpu/matmul_avx2.c and
- * cpu/matmul_avx512.c (included by each, after its own TG and TILE_BYTES):
+ * cpu/matmul_avx512.c (included by each, after its own TG and TILE_BYTES, and
+ * optionally KQ_TILE_BYTES and KQ_TILE_ROWS, the row tile's size):
  * super-blocks unpacked once per row tile (struct ksb) and dotted with
  * groups of up to TG tokens in ggml_vec_dot's lanes.
  *
@@ -15,6 +16,13 @@
 
 #ifndef KQ_VNNI
 #define KQ_VNNI 0
+#endif
+/* unpacked super-blocks per row tile: bytes and rows at most */
+#ifndef KQ_TILE_BYTES
+#define KQ_TILE_BYTES (TILE_BYTES + 8 * 1024)
+#endif
+#ifndef KQ_TILE_ROWS
+#define KQ_TILE_ROWS 16
 #endif
 
 /* ---- k-quants ---- */
@@ -287,14 +295,14 @@ kquant_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
 {
     const int64_t nb = cols / QK_K;
     size_t rowu = (size_t)nb * sizeof(struct ksb);
-    static __thread struct ksb buf[(TILE_BYTES + 8 * 1024) / sizeof(struct ksb)];
+    static __thread struct ksb buf[KQ_TILE_BYTES / sizeof(struct ksb)];
     struct act_row ar[TG];
 
     if (rowu > sizeof(buf))
         return 0;
     int64_t R = (int64_t)(sizeof(buf) / rowu);
-    if (R > 16)
-        R = 16;
+    if (R > KQ_TILE_ROWS)
+        R = KQ_TILE_ROWS;
     for (int64_t rb = r0; rb < r1; rb += R) {
         int64_t nr = r1 - rb < R ? r1 - rb : R;
         for (int64_t i = 0; i < nr; i++)

@@ -590,13 +590,14 @@ q4k_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
 {
     const int64_t nsb = cols / 256;
     const size_t grp = (size_t)nsb * K4_SB_BYTES;
-    static __thread uint8_t buf[2 * K4_MAX_SB * K4_SB_BYTES] __attribute__((aligned(64)));
+    /* up to 16 groups (128 rows) per tile: 192 KiB, in L2 */
+    static __thread uint8_t buf[192 * 1024] __attribute__((aligned(64)));
 
     if (nsb > K4_MAX_SB || grp > sizeof(buf))
         return 0;
     int64_t G = (int64_t)(sizeof(buf) / grp);
-    if (G > 2)
-        G = 2;
+    if (G > 16)
+        G = 16;
     for (int64_t rb = r0; rb < r1; rb += 8 * G) {
         int64_t nrt = r1 - rb < 8 * G ? r1 - rb : 8 * G, ng = (nrt + 7) / 8;
         for (int64_t gi = 0; gi < ng; gi++)
@@ -620,6 +621,8 @@ q4k_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
 /* ---- k-quants: the AVX2 tiles with VPDPWSSD (cpu/kquant_tiles.h) ---- */
 
 #define KQ_VNNI 1
+#define KQ_TILE_BYTES (192 * 1024)
+#define KQ_TILE_ROWS 64
 #include "cpu/kquant_tiles.h"
 
 /* ---- F16 ---- */
