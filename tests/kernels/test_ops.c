@@ -310,6 +310,19 @@ test_rope(const struct kernel_ops *ops)
             CHECK(err < 2e-6 * pos * half + 1e-5);
         }
     }
+    /* the tables against the reference on special inputs (infinities,
+     * NaN, -0, subnormals) and a partial rotation (n_rot 48 of 64) */
+    for (int style = 0; style < 2; style++) {
+        static const float sp[] = { INFINITY, -INFINITY, NAN, -0.0f, 0.0f, 1e-40f, -3e-39f, 65504.0f };
+        struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL };
+        for (int i = 0; i < 128; i++)
+            y[i] = r[i] = i % 5 == 0 ? sp[(i / 5) % 8] : frnd();
+        ops_rope_angles(cs, 1234, &p);
+        ops->rope(y, 2, 64, cs, &p);
+        ops_rope_ref(r, 2, 64, cs, &p);
+        for (int i = 0; i < 128; i++)
+            CHECK(memcmp(&y[i], &r[i], 4) == 0 || (isnan(y[i]) && isnan(r[i])));
+    }
     /* position 0 is the identity */
     struct rope_params p0 = { ROPE_NORM, 16, 10000.0f, 1.0f, NULL };
     for (int i = 0; i < 48; i++)
