@@ -253,14 +253,6 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
     }
 }
 
-/* The rows are cut into one region per worker (at most MM_REGIONS); each
- * worker claims chunks of rows from the front of its own region, then from
- * the others', so that a worker the OS preempts (the machine is shared) or a
- * slower range does not hold the others at the barrier, while each worker
- * still reads one contiguous stretch of the weights: interleaved claims
- * defeat the hardware prefetchers, and with them the second thread of a
- * decode step.  Results do not depend on the split: the kernels are batch
- * and range invariant. */
 /* the first row of region g of n (a multiple of 16; rows for g == n) */
 static int64_t
 region_start(int64_t rows, int g, int n)
@@ -269,6 +261,14 @@ region_start(int64_t rows, int g, int n)
     return r < rows ? r : rows;
 }
 
+/* The rows are cut into one region per worker (at most MM_REGIONS); each
+ * worker claims chunks of rows from the front of its own region, then from
+ * the others', so that a worker the OS preempts (the machine is shared) or a
+ * slower range does not hold the others at the barrier, while each worker
+ * still reads one contiguous stretch of the weights: interleaved claims
+ * defeat the hardware prefetchers, and with them the second thread of a
+ * decode step.  Results do not depend on the split: the kernels are batch
+ * and range invariant. */
 static void
 mm_claim(void *arg, int ith, int nth)
 {

@@ -54,10 +54,12 @@
 #define TILE_MIN 4              /* fewer tokens: the AVX2 paths */
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
-/* legacy_tiles: up to 256 unpacked rows (192 KiB, in L2) share each fill
- * of an activation group, which costs about what 4 rows' arithmetic does,
- * and each pass over the batch's activations */
-#define LEGACY_TILE_BYTES (192 * 1024)
+/* The batch tiles of the quantized types (legacy_tiles, q4k_tiles and the
+ * k-quant tiles of cpu/kquant_tiles.h) hold their unpacked rows in this
+ * much L2: more rows share each fill of an activation group (about 4 rows'
+ * arithmetic for the legacy types) and each pass over the batch's
+ * activations (up to 3 MiB for 512 tokens, from L3). */
+#define L2_TILE_BYTES (192 * 1024)
 #define LEGACY_TILE_ROWS 256
 /* f16_tiles: widened rows (f32) per tile; each tile streams the whole
  * batch's activations once (3 MiB for 512 tokens of 1536 columns) */
@@ -199,7 +201,7 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     /* Q4_1/Q5_1 codes are unsigned; Q8_0/Q5_0 signed, stored + 128 */
     const int has_min = type == T_Q4_1 || type == T_Q5_1, off = has_min ? 0 : 128;
     const size_t rowu = (size_t)cols + (size_t)nb * sizeof(float) * 2;
-    static __thread uint8_t buf[LEGACY_TILE_BYTES] __attribute__((aligned(64)));
+    static __thread uint8_t buf[L2_TILE_BYTES] __attribute__((aligned(64)));
     static __thread struct vgroup g;
 
     if (2 * rowu > sizeof(buf) || nb > G_MAX_NB)
@@ -590,8 +592,8 @@ q4k_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
 {
     const int64_t nsb = cols / 256;
     const size_t grp = (size_t)nsb * K4_SB_BYTES;
-    /* up to 16 groups (128 rows) per tile: 192 KiB, in L2 */
-    static __thread uint8_t buf[192 * 1024] __attribute__((aligned(64)));
+    /* up to 16 groups (128 rows) per tile */
+    static __thread uint8_t buf[L2_TILE_BYTES] __attribute__((aligned(64)));
 
     if (nsb > K4_MAX_SB || grp > sizeof(buf))
         return 0;
@@ -621,7 +623,7 @@ q4k_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
 /* ---- k-quants: the AVX2 tiles with VPDPWSSD (cpu/kquant_tiles.h) ---- */
 
 #define KQ_VNNI 1
-#define KQ_TILE_BYTES (192 * 1024)
+#define KQ_TILE_BYTES L2_TILE_BYTES
 #define KQ_TILE_ROWS 64
 #include "cpu/kquant_tiles.h"
 

@@ -8,7 +8,8 @@
  *   build/attnbench [n_kv [table...]]
  *
  * Prints per table the time per call and the multiply-adds per second
- * (scores and values of the visible slots).
+ * (scores and values of the visible slots); a table named but missing here
+ * is an error.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -62,8 +63,13 @@ main(int argc, char **argv)
     printf("%-7s %7s %10s %9s\n", "kern", "n_kv", "us/call", "GMAC/s");
     for (int k = 0; k < n_names; k++) {
         const struct kernel_ops *o = ops_select(names[k]);
-        if (!o || !o->attn_tiled)
+        if (!o || !o->attn_tiled) {
+            if (argc > 2) {     /* a table asked for by name */
+                fprintf(stderr, "attnbench: no %s kernels here\n", names[k]);
+                return 1;
+            }
             continue;
+        }
         size_t sb = ((size_t)o->attn_tiled_scratch_floats(nq, dk, dv) * sizeof(float) + 63) / 64 * 64;
         float *scr = aligned_alloc(64, sb);
         if (!scr)
