@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include <jansson.h>
 
@@ -307,6 +308,15 @@ json_set(json_t *o, const char *key, json_t *v)
     return v ? json_object_set_new(o, key, v) : -1;
 }
 
+/* the process's peak resident set in bytes (0 if unknown) */
+static int64_t
+max_rss_bytes(void)
+{
+    struct rusage ru;
+
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
+}
+
 static int
 write_completion_json(FILE *fp, const struct generate_report *r, const char *text, size_t len,
                       const int32_t *prompt, int64_t n_prompt, const int32_t *toks,
@@ -344,6 +354,8 @@ write_completion_json(FILE *fp, const struct generate_report *r, const char *tex
         bad |= json_set(o, "generation_ms", json_real(r->gen_ms));
         bad |= json_set(o, "generation_tok_s", json_real(r->gen_tok_s));
         bad |= json_set(o, "total_ms", json_real(r->total_ms));
+        bad |= json_set(o, "kv_bytes", json_integer(r->kv_bytes));
+        bad |= json_set(o, "max_rss_bytes", json_integer(r->max_rss_bytes));
     }
     rc = bad ? diag_set(d, ST_NOMEM, "out of memory") : json_print_line(o, fp, d);
     json_decref(o);
@@ -494,6 +506,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     r->prompt_tok_s = r->prompt_ms > 0 ? (double)n_prompt / (r->prompt_ms / 1000.0) : 0.0;
     r->gen_tok_s = r->gen_ms > 0 && n_decode > 0 ? (double)n_decode / (r->gen_ms / 1000.0) : 0.0;
     r->ends_in_newline = o->json || text_len == 0 || text[text_len - 1] == '\n';
+    r->max_rss_bytes = max_rss_bytes();
     if (o->json)
         rc = write_completion_json(g->fp, r, text ? text : "", text_len, prompt, n_prompt, gen,
                                    n_gen, d);
@@ -539,6 +552,7 @@ run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
     r->ppl_file_tokens = (int64_t)ids.n;
     r->ppl_scored = pr.n_scored;
     r->ppl_tok_s = r->ppl_ms > 0 ? (double)(pr.n_chunks * g->ctx) / (r->ppl_ms / 1000.0) : 0.0;
+    r->max_rss_bytes = max_rss_bytes();
     if (o->json) {
         json_t *j = json_object(), *a = json_array();
         int64_t c;
@@ -562,6 +576,8 @@ run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
             bad |= json_set(j, "kernel", json_string(r->kernel));
             bad |= json_set(j, "ms", json_real(r->ppl_ms));
             bad |= json_set(j, "tok_s", json_real(r->ppl_tok_s));
+            bad |= json_set(j, "kv_bytes", json_integer(r->kv_bytes));
+            bad |= json_set(j, "max_rss_bytes", json_integer(r->max_rss_bytes));
         }
         rc = bad ? diag_set(d, ST_NOMEM, "out of memory") : json_print_line(j, g->fp, d);
         json_decref(j);
@@ -630,6 +646,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     }
     if ((rc = open_kv(o, m, &r->ctx, &kv, d)) < 0)
         goto out;
+    r->kv_bytes = (int64_t)kv_config_get(kv)->mem;
     note(o, "'%s': %s, %lld layers, vocabulary %lld; context %lld, %d threads, kernel %s, seed %llu",
          o->model, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_vocab,
          (long long)r->ctx, r->threads, r->kernel, (unsigned long long)o->sp.seed);

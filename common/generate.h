@@ -67,6 +67,9 @@ struct generate_report {
     int threads;
     const char *kernel;         /* the kernel implementation used */
     double load_ms;             /* model open + tokenizer load */
+    int64_t kv_bytes;           /* the KV pool's budget (--kv-mem, or --ctx tokens) */
+    int64_t max_rss_bytes;      /* the process's peak resident set when the
+                                 * results were written (getrusage) */
     /* generation */
     int64_t prompt_tokens;
     int64_t completion_tokens;

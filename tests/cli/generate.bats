@@ -180,6 +180,14 @@ EOF
     jq -e '(.text | type) == "string"' <<<"$output"
     jq -e '.prompt_ms >= 0 and .generation_ms >= 0 and .total_ms >= .prompt_ms and .ttft_ms > 0' <<<"$output"
     jq -e '.prompt_tok_s > 0' <<<"$output"
+    jq -e '.max_rss_bytes > 1048576' <<<"$output"
+    # the KV budget: whole blocks for --ctx, or --kv-mem as given
+    run -0 --separate-stderr generate -m "$TINY" -p 'and the' -n 2 --ctx 64 --json
+    a=$(jq .kv_bytes <<<"$output")
+    run -0 --separate-stderr generate -m "$TINY" -p 'and the' -n 2 --ctx 128 --json
+    [ "$a" -gt 0 ] && [ "$(jq .kv_bytes <<<"$output")" -eq $((2 * a)) ]
+    run -0 --separate-stderr generate -m "$TINY" -p 'and the' -n 2 --kv-mem 1MiB --json
+    jq -e '.kv_bytes == 1048576' <<<"$output"
 }
 
 @test "-n is honoured" {
@@ -391,6 +399,25 @@ PY
     done
     [ "$(wc -l < "$BATS_TEST_TMPDIR/batch.avx2")" -eq 3 ]
     ! grep -q null "$BATS_TEST_TMPDIR/batch.avx2" "$BATS_TEST_TMPDIR/short.avx2"
+}
+
+@test "SmolLM2 decode stays within the model file + KV budget + 64 MiB (Q4_1 mapped, Q4_0 packed at load)" {
+    not_under_sanitizer
+    local m q4 f size
+    m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    q4=$BATS_TEST_TMPDIR/q40.gguf
+    run -0 quantize -q "$m" "$q4" --type Q4_0
+    # a small context keeps the bound tight: a second copy of the weights
+    # (the packed Q4_0 rows next to the mapped ones) would not fit
+    for f in "$m" "$q4"; do
+        size=$(stat -c %s "$f")
+        run -0 --separate-stderr generate -m "$f" -p "Once upon a time" -n 64 --ignore-eos \
+            --temp 0 -t 2 --ctx 256 --json
+        echo "# $(basename "$f"): peak RSS $(jq '.max_rss_bytes / 1048576 | floor' <<<"$output") MiB," \
+            "file $((size >> 20)) MiB, KV $(jq '.kv_bytes / 1048576 | floor' <<<"$output") MiB" >&3
+        jq -e --argjson size "$size" '.completion_tokens == 64 and
+            .max_rss_bytes <= $size + .kv_bytes + 64 * 1048576' <<<"$output"
+    done
 }
 
 @test "SmolLM2 greedy with the scalar reference kernels diverges from llama.cpp only at near ties" {
