@@ -18,14 +18,18 @@
  *       the same exact integer per lane.  The f32 operations that follow
  *       (scale products, fused multiply-adds in block order, the horizontal
  *       sums) are the AVX2 kernels' own.  Batches: two unpacked rows share
- *       each activation load; decode (Q8_0, Q5_0): 4 rows per pass straight
- *       from the blocks.
+ *       each activation load.  Decode: Q8_0 4 rows per pass straight from
+ *       the blocks; Q4_1, Q5_0, Q5_1 two rows per 512-bit register (their
+ *       8 + 8 lanes), 8 rows per pass, the 8 rows' scales converted and
+ *       multiplied as one vector and the min terms' scalar chains in its
+ *       lanes (pair_dec).
  *   Q4_0, IQ4_NL (the repacked gemv chain: one f32 fma per block on the
  *       exact block sum): batches take 8 rows interleaved so that the sums
  *       land in the lanes with no horizontal adds (ileave_tiles).  A model
  *       packs its Q4_0 matrices at load (ops_mm_pack_avx512): then one
  *       rows-in-lanes kernel reads them for every batch size, decode
- *       included (unpacked Q4_0 and IQ4_NL decode are the AVX2 kernel's).
+ *       included (its one token's block sum in four shorter VPDPBUSD chains;
+ *       unpacked Q4_0 and IQ4_NL decode are the AVX2 kernel's).
  *   Q4_K batches: the same rows-in-lanes form, per 32-element sub-block,
  *       with the scales by VPMULLD and the mins by VPDPWSSD.
  *   F16: ggml_vec_dot_f16's four 8-lane accumulators are independent, so a
@@ -33,8 +37,8 @@
  *       32 are accumulators 0 and 1): each lane sees the same operands in
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
- * Everything else (the other k-quants, F32, BF16, the decode of Q4_1,
- * Q5_1, IQ4_NL, F16 and unpacked Q4_0, 2-3 token batches of unpacked
+ * Everything else (the other k-quants, F32, BF16, the decode of IQ4_NL,
+ * F16 and unpacked Q4_0, 2-3 token batches of unpacked
  * matrices, rows too long for a tile) is the AVX2 kernels'
  * (ops_mm_rows_avx2).
  */
@@ -293,9 +297,24 @@ rows8_block(__m256 *sacc, const __m256i *x, __m256 dr, const struct ichunk *g, i
     for (int t = 0; t < nt; t++) {
         const int8_t *y = g->q[t] + 32 * b;
         __m256i acc = _mm256_set1_epi32(g->cT[b * TG + t]);
+        if (nt <= 2) {
+            /* few tokens: four shorter chains of VPDPBUSD, whose latency
+             * would otherwise bound the decode (the int32 sums are exact,
+             * so their order does not matter) */
+            __m256i a[4];
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                a[j] = _mm256_dpbusd_epi32(j ? _mm256_setzero_si256() : acc, x[j],
+                                           _mm256_set1_epi32(ld32(y + 4 * j)));
+#pragma GCC unroll 4
+            for (int j = 4; j < 8; j++)
+                a[j - 4] = _mm256_dpbusd_epi32(a[j - 4], x[j], _mm256_set1_epi32(ld32(y + 4 * j)));
+            acc = _mm256_add_epi32(_mm256_add_epi32(a[0], a[1]), _mm256_add_epi32(a[2], a[3]));
+        } else {
 #pragma GCC unroll 8
-        for (int j = 0; j < 8; j++)
-            acc = _mm256_dpbusd_epi32(acc, x[j], _mm256_set1_epi32(ld32(y + 4 * j)));
+            for (int j = 0; j < 8; j++)
+                acc = _mm256_dpbusd_epi32(acc, x[j], _mm256_set1_epi32(ld32(y + 4 * j)));
+        }
         __m256 dd = _mm256_mul_ps(dr, _mm256_set1_ps(g->dT[b * TG + t]));
         sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), dd, sacc[t]);
     }
@@ -727,15 +746,13 @@ f16_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
 #define DR 4                    /* rows per pass of the lanes decode */
 #define DEC_MAX_NB 1024         /* blocks per row of the decode paths */
 
-/* nr (<= DR) rows of Q8_0 or Q5_0 against one token: ggml_vec_dot's lanes
- * (as legacy_rows1 of cpu/matmul_avx2.c), each from one VPDPBUSD on the
- * codes offset to unsigned (Q8_0: code ^ 0x80 = code + 128; Q5_0: nibble |
- * high bit << 4 = code + 16) started from c[b] = -off * the lane sums of
- * the token's block b. */
+/* nr (<= DR) rows of Q8_0 against one token: ggml_vec_dot's lanes (as
+ * legacy_rows1 of cpu/matmul_avx2.c), each from one VPDPBUSD on the codes
+ * offset to unsigned (code ^ 0x80 = code + 128) started from c[b] = -128 *
+ * the lane sums of the token's block b. */
 static inline __attribute__((always_inline)) void
-lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
-          const struct act_row *ar, const __m256i *c, int nr, int64_t nb, const char *pf,
-          int64_t pf_lines)
+lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar,
+          const __m256i *c, int nr, int64_t nb, const char *pf, int64_t pf_lines)
 {
     __m256 acc[DR];
     int64_t pfl = 0, pfa = 0;
@@ -749,26 +766,10 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
         pf_spread(pf, &pfl, &pfa, pf_lines, nb);
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
-            const uint8_t *row = row0 + (size_t)i * row_bytes;
-            __m256i x;
-            float d;
-            if (type == T_Q8_0) {
-                const struct block_q8_0 *q = (const struct block_q8_0 *)(const void *)row + b;
-                x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q->qs),
-                                     _mm256_set1_epi8((char)0x80));
-                d = _cvtsh_ss(q->d);
-            } else {
-                const struct block_q5_0 *q = (const struct block_q5_0 *)(const void *)row + b;
-                /* the 32 high bits straight into a mask register, then one
-                 * byte per bit (AVX512BW) */
-                uint32_t qh;
-                memcpy(&qh, q->qh, 4);
-                x = _mm256_or_si256(nibbles32(q->qs),
-                                    _mm256_and_si256(_mm256_movm_epi8((__mmask32)qh),
-                                                     _mm256_set1_epi8(0x10)));
-                d = _cvtsh_ss(q->d);
-            }
-            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(d * da),
+            const struct block_q8_0 *q = (const struct block_q8_0 *)(const void *)(row0 + (size_t)i * row_bytes) + b;
+            __m256i x = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(const void *)q->qs),
+                                         _mm256_set1_epi8((char)0x80));
+            acc[i] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(q->d) * da),
                                      _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(c[b], x, y)), acc[i]);
         }
     }
@@ -777,8 +778,113 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
         out[i] = hsum8(acc[i]);
 }
 
-/* rows [r0, r1) of Q8_0 or Q5_0 for one token; 0 when a row is too long
- * (the caller then takes the AVX2 path) */
+/* ggml's hsum_float_8 after its first step (hi + lo), from that sum */
+static inline float
+hsum8_tail(__m128 r)
+{
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    r = _mm_add_ss(r, _mm_movehdup_ps(r));
+    return _mm_cvtss_f32(r);
+}
+
+#define PD 4                    /* row pairs per pass of pair_dec */
+
+/* 2 * np (np <= PD) rows of Q4_1, Q5_0 or Q5_1 against one token, two rows
+ * per 512-bit register: ggml_vec_dot's eight int32 lanes of row A in
+ * register lanes 0..3 and 8..11, row B's in 4..7 and 12..15 (128-bit
+ * quarters: A's low nibbles, B's low, A's high, B's high; the token's
+ * block as y.lo, y.lo, y.hi, y.hi), from one VPDPBUSD for both rows on the
+ * unsigned codes (Q5: the high bits added as 16 by a byte mask in the same
+ * order; Q5_0's codes offset by 16, the lanes started from c = -16 * the
+ * token's lane sums), and the lane-wise acc = fma(d * da, lanes, acc).  The
+ * 8 rows' d (and m) come in one vector per block: d * da for all of them by
+ * one multiply, spread to the pairs by a permute, and the min terms' scalar
+ * chains sacc = fma(m, s, sacc) in the 8 lanes of one register.  The result
+ * is hsum_float_8(acc) (+ sacc), whose first step (hi + lo) adds the
+ * register's two 256-bit halves.  Rows past nr repeat the last row. */
+static inline __attribute__((always_inline)) void
+pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const struct act_row *ar,
+         const __m256i *c, int nr, int64_t nb, const char *pf, int64_t pf_lines)
+{
+    const int has_min = type != T_Q5_0;
+    const size_t bsz = type == T_Q4_1 ? sizeof(struct block_q4_1)
+                     : type == T_Q5_0 ? sizeof(struct block_q5_0) : sizeof(struct block_q5_1);
+    /* offsets of the high bits and the nibbles in a block */
+    const size_t oqh = type == T_Q5_0 ? 2 : 4, oqs = type == T_Q4_1 ? 4 : type == T_Q5_0 ? 6 : 8;
+    const int np = (nr + 1) / 2;
+    const __m512i m15 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
+    const __m512i yidx = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
+    const uint8_t *rp[2 * PD];
+    __m512i didx[PD];
+    __m512 acc[PD];
+    __m256 sacc = _mm256_setzero_ps();
+    int64_t pfl = 0, pfa = 0;
+
+#pragma GCC unroll 8
+    for (int i = 0; i < 2 * PD; i++)
+        rp[i] = row0 + (size_t)(i < nr ? i : nr - 1) * row_bytes;
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        /* lanes of row 2p: 0..3, 8..11; of row 2p + 1: 4..7, 12..15 */
+        didx[p] = _mm512_or_si512(_mm512_set1_epi32(2 * p),
+                                  _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1));
+        acc[p] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const size_t o = (size_t)b * bsz;
+        __m512i y = _mm512_permutexvar_epi64(
+            yidx, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(ar->q + 32 * b))));
+        __m512i c0 = type == T_Q5_0 ? _mm512_permutexvar_epi64(yidx, _mm512_castsi256_si512(c[b]))
+                                    : _mm512_setzero_si512();
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+        /* the 8 rows' first 4 bytes of block b: d (and m) */
+        __m128i g0 = _mm_cvtsi32_si128(ld32((const int8_t *)(rp[0] + o)));
+        __m128i g1 = _mm_cvtsi32_si128(ld32((const int8_t *)(rp[4] + o)));
+#pragma GCC unroll 3
+        for (int i = 1; i < 4; i++) {
+            g0 = _mm_insert_epi32(g0, ld32((const int8_t *)(rp[i] + o)), i);
+            g1 = _mm_insert_epi32(g1, ld32((const int8_t *)(rp[4 + i] + o)), i);
+        }
+        __m256i g = _mm256_inserti128_si256(_mm256_castsi128_si256(g0), g1, 1);
+        __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)), _mm256_set1_ps(ar->d[b]));
+        if (has_min)
+            sacc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16))),
+                                   _mm256_set1_ps(ar->s[b]), sacc);
+        __m512 dd16 = _mm512_castps256_ps512(dd);
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            const uint8_t *ba = rp[2 * p] + o, *bb = rp[2 * p + 1] + o;
+            __m256i q = _mm256_inserti128_si256(
+                _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(ba + oqs))),
+                _mm_loadu_si128((const __m128i *)(const void *)(bb + oqs)), 1);
+            __m512i x = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+            x = _mm512_and_si512(_mm512_mask_srli_epi16(x, (__mmask32)0xffff0000u, x, 4), m15);
+            if (type != T_Q4_1) {
+                uint32_t ha, hb;
+                memcpy(&ha, ba + oqh, 4);
+                memcpy(&hb, bb + oqh, 4);
+                /* element j's bit, in the quarters' order */
+                uint64_t k = (uint64_t)(ha & 0xffff) | (uint64_t)(hb & 0xffff) << 16 |
+                             (uint64_t)(ha >> 16) << 32 | (uint64_t)(hb >> 16) << 48;
+                x = _mm512_mask_add_epi8(x, (__mmask64)k, x, b16);
+            }
+            __m512i l = _mm512_dpbusd_epi32(c0, x, y);
+            acc[p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(didx[p], dd16), _mm512_cvtepi32_ps(l), acc[p]);
+        }
+    }
+    float sm[8];
+    _mm256_storeu_ps(sm, sacc);
+#pragma GCC unroll 4
+    for (int p = 0; p < np; p++) {
+        __m256 t = _mm256_add_ps(_mm512_castps512_ps256(acc[p]), _mm512_extractf32x8_ps(acc[p], 1));
+        out[2 * p] = hsum8_tail(_mm256_castps256_ps128(t)) + (has_min ? sm[2 * p] : 0.0f);
+        if (2 * p + 1 < nr)
+            out[2 * p + 1] = hsum8_tail(_mm256_extractf128_ps(t, 1)) + (has_min ? sm[2 * p + 1] : 0.0f);
+    }
+}
+
+/* rows [r0, r1) of Q8_0, Q4_1, Q5_0 or Q5_1 for one token; 0 when a row is
+ * too long (the caller then takes the AVX2 path) */
 static int
 legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
               int64_t cols, int64_t r0, int64_t r1)
@@ -789,23 +895,43 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
 
     if (nb > DEC_MAX_NB)
         return 0;
+    if (type != T_Q8_0) {
+        act_row_at(&ar, type == T_Q5_0 ? ACT_Q8_0 : ACT_Q8_1, act, cols);
+        if (type == T_Q5_0)
+            for (int64_t b = 0; b < nb; b++)
+                c[b] = lane_starts(ar.q + 32 * b, 16);
+        const int64_t pf_lines = (int64_t)((2 * PD * row_bytes + 63) / 64);
+        for (int64_t r = r0; r < r1; r += 2 * PD) {
+            int nr = r1 - r < 2 * PD ? (int)(r1 - r) : 2 * PD;
+            const uint8_t *row0 = w + (size_t)r * row_bytes;
+            const char *pf = (const char *)row0 + 4 * PD * row_bytes;
+#define PDN(ty, n) pair_dec(y + r, row0, row_bytes, ty, &ar, c, n, nb, pf, pf_lines)
+#define PD_NR(ty) switch (nr) { case 1: PDN(ty, 1); break; case 2: PDN(ty, 2); break; \
+                                case 3: PDN(ty, 3); break; case 4: PDN(ty, 4); break; \
+                                case 5: PDN(ty, 5); break; case 6: PDN(ty, 6); break; \
+                                case 7: PDN(ty, 7); break; default: PDN(ty, 8); break; }
+            if (type == T_Q4_1) {
+                PD_NR(T_Q4_1);
+            } else if (type == T_Q5_0) {
+                PD_NR(T_Q5_0);
+            } else {
+                PD_NR(T_Q5_1);
+            }
+#undef PD_NR
+#undef PDN
+        }
+        return 1;
+    }
     act_row_at(&ar, ACT_Q8_0, act, cols);
     for (int64_t b = 0; b < nb; b++)
-        c[b] = lane_starts(ar.q + 32 * b, type == T_Q8_0 ? 128 : 16);
+        c[b] = lane_starts(ar.q + 32 * b, 128);
     const int64_t pf_lines = (int64_t)((DR * row_bytes + 63) / 64);
     for (int64_t r = r0; r < r1; r += DR) {
         int nr = r1 - r < DR ? (int)(r1 - r) : DR;
         const uint8_t *row0 = w + (size_t)r * row_bytes;
         const char *pf = (const char *)row0 + 2 * DR * row_bytes;
-#define LD(ty, n) lanes_dec(y + r, row0, row_bytes, ty, &ar, c, n, nb, pf, pf_lines)
-#define LD_NR(ty) switch (nr) { case 1: LD(ty, 1); break; case 2: LD(ty, 2); break; \
-                                case 3: LD(ty, 3); break; default: LD(ty, 4); break; }
-        if (type == T_Q8_0) {
-            LD_NR(T_Q8_0);
-        } else {
-            LD_NR(T_Q5_0);
-        }
-#undef LD_NR
+#define LD(n) lanes_dec(y + r, row0, row_bytes, &ar, c, n, nb, pf, pf_lines)
+        switch (nr) { case 1: LD(1); break; case 2: LD(2); break; case 3: LD(3); break; default: LD(4); break; }
 #undef LD
     }
     return 1;
@@ -824,7 +950,7 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     enum act a = act_type(wtype);
     size_t arb = act_row_bytes(a, cols);
 
-    if (n_tok == 1 && (wtype == T_Q8_0 || wtype == T_Q5_0) &&
+    if (n_tok == 1 && (wtype == T_Q8_0 || wtype == T_Q5_0 || wtype == T_Q4_1 || wtype == T_Q5_1) &&
         legacy_decode(y, w, row_bytes, wtype, work, cols, r0, r1))
         return;
     if (n_tok >= TILE_MIN) {
