@@ -343,6 +343,9 @@ ileave_rows8(float *out, int64_t ldo, const __m256i *x, const float *d, const st
         _mm256_mask_storeu_ps(out + t * ldo, keep, sacc[t]);
 }
 
+/* row groups (8 rows each) per ileave tile: each tile refills the token
+ * groups' block sums (ichunk_fill), 10% of an IQ4_NL prompt at 2 groups */
+#define IL_GROUPS 16
 /* Rows [r0, r1) of Q4_0 / IQ4_NL for all n_tok tokens; 0 when a row group
  * does not fit. */
 static int
@@ -353,7 +356,7 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     const int off = type == T_Q4_0 ? 8 : 128;
     /* one group: 8 rows of codes and their scales */
     const size_t grp = (size_t)cols * 8 + (size_t)nb * 8 * sizeof(float);
-    static __thread uint8_t buf[TILE_BYTES] __attribute__((aligned(64)));
+    static __thread uint8_t buf[L2_TILE_BYTES] __attribute__((aligned(64)));
     static __thread struct ichunk g;
     int8_t codes[8][32 * 64] __attribute__((aligned(32)));
     float dr[8][64], mr[64];
@@ -361,8 +364,8 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     if (grp > sizeof(buf) || nb > 64)
         return 0;
     int64_t G = (int64_t)(sizeof(buf) / grp);
-    if (G > 2)
-        G = 2;
+    if (G > IL_GROUPS)
+        G = IL_GROUPS;
     for (int64_t rb = r0; rb < r1; rb += 8 * G) {
         int64_t nrt = r1 - rb < 8 * G ? r1 - rb : 8 * G;
         int64_t ng = (nrt + 7) / 8;

@@ -74,7 +74,8 @@ main(int argc, char **argv)
     int64_t prefill = argc > 1 ? atoll(argv[1]) : 512;
     static const uint32_t types[] = {
         GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
-        GGML_TYPE_IQ4_NL, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K, GGML_TYPE_Q6_K, GGML_TYPE_F16,
+        GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
+        GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16,
     };
     const char *only = argc > 2 ? argv[2] : NULL;
     /* ref, and the fastest table here or the one named */
