@@ -35,7 +35,7 @@ struct ksb {
     __m256i q[8];
     __m256i sv[8];
     float d, dmin;
-    int16_t mn[16];             /* Q2_K: per-16 mins; Q4_K/Q5_K: per-32 mins in [0..7] */
+    int16_t mn[16];             /* Q2_K: per-16 mins; Q4_K/Q5_K: per-32 mins, each twice */
     int16_t sc16[16];           /* Q6_K: per-16 scales (for the bsums correction) */
 };
 
@@ -138,7 +138,7 @@ k_unpack(const uint8_t *row, uint32_t type, int64_t b, struct ksb *k)
             int s, m;
             k4_scales(scales, j, &s, &m);
             k->sv[j] = _mm256_set1_epi16((short)s);
-            k->mn[j] = (int16_t)m;
+            k->mn[2 * j] = k->mn[2 * j + 1] = (int16_t)m;
         }
         break;
     }
@@ -206,6 +206,15 @@ k_lanes(const struct ksb *k, const int8_t *y, int is_signed)
     return s;
 }
 
+/* Q4_K/Q5_K: the exact sum over the 8 chunks of min * (the chunk's two
+ * 16-element activation sums) */
+static inline int32_t
+k_msum(const struct ksb *k, const int16_t *bs)
+{
+    return hsum_epi32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)k->mn),
+                                        _mm256_loadu_si256((const __m256i *)(const void *)bs)));
+}
+
 static inline __attribute__((always_inline)) void
 kquant_row(float *out, int64_t ldo, const uint8_t *row, const struct ksb *pre, uint32_t type,
            const struct act_row *ar, int nt, int64_t nb)
@@ -244,18 +253,14 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, const struct ksb *pre, u
             case T_Q4_K: {
                 /* repacked gemv: exact integer sums, one chain for the
                  * scales and one for the mins, a step per super-block */
-                int32_t msum = 0;
-                for (int j = 0; j < 8; j++)
-                    msum += k.mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+                int32_t msum = k_msum(&k, bs);
                 sacc[t] = fmadd_ss((float)hsum_epi32(k_lanes(&k, ar[t].q + QK_K * b, 0)), k.d * yd,
                                    sacc[t]);
                 macc[t] = fmadd_ss((float)msum, k.dmin * yd, macc[t]);
                 break;
             }
             case T_Q5_K: {
-                int32_t msum = 0;
-                for (int j = 0; j < 8; j++)
-                    msum += k.mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+                int32_t msum = k_msum(&k, bs);
                 sacc[t] = fmadd_ss(-yd * k.dmin, (float)msum, sacc[t]);
                 acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * k.d), _mm256_cvtepi32_ps(sumi), acc[t]);
                 break;

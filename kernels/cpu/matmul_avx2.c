@@ -963,6 +963,181 @@ q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
     return hsum8(acc);
 }
 
+/* Q5_K decode, one row: kquant_row's arithmetic (the lanes sum over the 8
+ * chunks of scale * the 4-element sums, msum = the exact sum of min * the
+ * chunk's activation sum; acc = fma(yd * d, lanes, acc), sacc = fma(-yd *
+ * dmin, msum, sacc); hsum8(acc) + sacc) with the codes, scales and mins
+ * read straight from the block instead of through k_unpack. */
+static inline float
+q5k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+{
+    const __m256i m15 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    float sacc = 0.0f;
+
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q5_K *x = (const struct block_q5_K *)(const void *)row + b;
+        const int8_t *y = ar->q + QK_K * b;
+        float yd = ar->d[b];
+        uint64_t sc8, mn8;
+        k4_scales8(x->scales, &sc8, &mn8);
+        /* the 8 scales as int16 in both lanes; chunk j takes pair j */
+        __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+        __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)x->qh);
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
+            /* bit j of each qh byte (chunk j = 2c, 2c + 1) moved to bit 4 */
+            __m256i h0 = _mm256_and_si256(2 * c <= 4 ? _mm256_slli_epi16(hb, 4 - 2 * c)
+                                                     : _mm256_srli_epi16(hb, 2 * c - 4), b4);
+            __m256i h1 = _mm256_and_si256(2 * c + 1 <= 4 ? _mm256_slli_epi16(hb, 3 - 2 * c)
+                                                         : _mm256_srli_epi16(hb, 2 * c - 3), b4);
+            __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m15), h0);
+            __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m15), h1);
+            __m256i yl = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c));
+            __m256i yh = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c + 32));
+            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_shuffle_epi8(
+                s16, _mm256_set1_epi16((short)((4 * c + 1) << 8 | 4 * c))));
+            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_shuffle_epi8(
+                s16, _mm256_set1_epi16((short)((4 * c + 3) << 8 | (4 * c + 2)))));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        /* msum: the 8 mins times the pair sums of the 16 bsums */
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b));
+        __m256i bp32 = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
+        __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(bp32), _mm256_extracti128_si256(bp32, 1));
+        __m128i mv = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)), bp);
+        mv = _mm_add_epi32(mv, _mm_unpackhi_epi64(mv, mv));
+        mv = _mm_add_epi32(mv, _mm_shuffle_epi32(mv, 0xb1));
+        int32_t msum = _mm_cvtsi128_si32(mv);
+        sacc = fmadd_ss(-yd * h2f(x->dmin), (float)msum, sacc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * h2f(x->d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc) + sacc;
+}
+
+/* chunk c's int16 scale vector (lanes 0..7: byte 2c of s, 8..15: byte
+ * 2c + 1), from 16 signed or unsigned bytes */
+static inline __m256i
+k_scale_pair16(__m128i s, int c, int is_signed)
+{
+    __m128i b = _mm_shuffle_epi8(s, _mm_setr_epi8((char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
+                                                  (char)(2 * c), (char)(2 * c), (char)(2 * c), (char)(2 * c),
+                                                  (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1),
+                                                  (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1), (char)(2 * c + 1)));
+    return is_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+}
+
+/* Q2_K decode, one row: kquant_row's arithmetic (acc = fma(-yd * dmin,
+ * the lanes of the mins times the bsums, acc), then acc = fma(yd * d, the
+ * scaled lane sums, acc); hsum8(acc)) straight from the block. */
+static inline float
+q2k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+{
+    const __m256i m3 = _mm256_set1_epi8(3);
+    const __m128i m15 = _mm_set1_epi8(15);
+    __m256 acc = _mm256_setzero_ps();
+
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q2_K *x = (const struct block_q2_K *)(const void *)row + b;
+        const int8_t *y = ar->q + QK_K * b;
+        float yd = ar->d[b];
+        __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)x->scales);
+        __m128i sl = _mm_and_si128(sc, m15);
+        __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m15));
+        __m256 mv = _mm256_cvtepi32_ps(_mm256_madd_epi16(
+            mn, _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b))));
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                int c = 4 * h + g;
+                __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3);
+                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pair16(sl, c, 0),
+                                                                _mm256_maddubs_epi16(q, qy)));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(-yd * h2f(x->dmin)), mv, acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * h2f(x->d)), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc);
+}
+
+/* Q3_K decode, one row: kquant_row's lanes (the signed codes q in -4..3,
+ * per-16 scales sc - 32) from the unsigned u = q + 4 (the low bits, 4 where
+ * the hmask bit is set): maddubs(u, y) - maddubs(4, y) is the same int16
+ * pair sums as the sign form; acc = fma(d * yd, lanes, acc); hsum8(acc). */
+static inline float
+q3k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), f4 = _mm256_set1_epi8(4);
+    __m256 acc = _mm256_setzero_ps();
+
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_q3_K *x = (const struct block_q3_K *)(const void *)row + b;
+        const int8_t *y = ar->q + QK_K * b;
+        /* the 16 6-bit scales in order (as ggml's aux words), minus 32 */
+        uint32_t a0, a1, t;
+        memcpy(&a0, x->scales, 4);
+        memcpy(&a1, x->scales + 4, 4);
+        memcpy(&t, x->scales + 8, 4);
+        const uint32_t k1 = 0x03030303u, k2 = 0x0f0f0f0fu;
+        __m128i sc = _mm_setr_epi32((int)((a0 & k2) | ((t >> 0) & k1) << 4), (int)((a1 & k2) | ((t >> 2) & k1) << 4),
+                                    (int)(((a0 >> 4) & k2) | ((t >> 4) & k1) << 4),
+                                    (int)(((a1 >> 4) & k2) | ((t >> 6) & k1) << 4));
+        sc = _mm_sub_epi8(sc, _mm_set1_epi8(32));
+        __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)x->hmask);
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) {
+                int c = 4 * h + g;
+                /* bit c of each hmask byte moved to bit 2 */
+                __m256i hb = _mm256_and_si256(c <= 2 ? _mm256_slli_epi16(hm, 2 - c) : _mm256_srli_epi16(hm, c - 2), f4);
+                __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3), hb);
+                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
+                __m256i pr = _mm256_sub_epi16(_mm256_maddubs_epi16(u, qy), _mm256_maddubs_epi16(f4, qy));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pair16(sc, c, 1), pr));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * ar->d[b]), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc);
+}
+
+/* IQ4_XS decode, one row: kquant_row's lanes (the codes' table values,
+ * the sign form of maddubs, per-32 scales ls - 32); acc = fma(d * yd,
+ * lanes, acc); hsum8(acc). */
+static inline float
+iq4xs_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+{
+    const __m256i lut = iq4nl_lut();
+    __m256 acc = _mm256_setzero_ps();
+
+    for (int64_t b = 0; b < nb; b++) {
+        const struct block_iq4_xs *x = (const struct block_iq4_xs *)(const void *)row + b;
+        const int8_t *y = ar->q + QK_K * b;
+        __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int ib = 0; ib < 8; ib++) {
+            int lo4 = (x->scales_l[ib / 2] >> (4 * (ib & 1))) & 15;
+            int hi2 = (x->scales_h >> (2 * ib)) & 3;
+            __m256i q = _mm256_shuffle_epi8(lut, nibbles32(x->qs + 16 * ib));
+            __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * ib));
+            __m256i pr = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(qy, q));
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_set1_epi16((short)((lo4 | hi2 << 4) - 32)), pr));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * ar->d[b]), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum8(acc);
+}
+
 /* k-quant decode (one token); 0 for the types without a direct path */
 static int
 kquant_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
@@ -971,12 +1146,15 @@ kquant_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
     struct act_row ar;
     const int64_t nb = cols / QK_K;
 
-    if (type != T_Q4_K && type != T_Q6_K)
-        return 0;
     act_row_at(&ar, ACT_Q8_K, act, cols);
-    if (type == T_Q6_K) {
+    float (*row1)(const uint8_t *, const struct act_row *, int64_t) =
+        type == T_Q2_K ? q2k_row1 : type == T_Q3_K ? q3k_row1 : type == T_Q5_K ? q5k_row1
+      : type == T_Q6_K ? q6k_row1 : type == T_IQ4_XS ? iq4xs_row1 : NULL;
+    if (type != T_Q4_K) {
+        if (!row1)
+            return 0;
         for (int64_t r = r0; r < r1; r++)
-            y[r] = q6k_row1(w + (size_t)r * row_bytes, &ar, nb);
+            y[r] = row1(w + (size_t)r * row_bytes, &ar, nb);
         return 1;
     }
     const int64_t pf_lines = (int64_t)((8 * row_bytes + 63) / 64);
