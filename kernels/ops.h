@@ -270,7 +270,7 @@ extern const struct kernel_ops kernel_ops_ref;
  * llama.cpp token for token. */
 extern const struct kernel_ops kernel_ops_avx2;
 /* The AVX2 set with AVX-512 (F/BW/VL/DQ + VNNI) matmul kernels (batch
- * tiles, some decode paths, Q4_0 packed at load); the same bits as
+ * tiles, some decode paths, Q4_0 and IQ4_NL packed at load); the same bits as
  * kernel_ops_avx2 for every input.  available() checks the
  * CPU, then executes the instructions once under a SIGILL guard;
  * LLMKIT_NO_AVX512=1 makes it unavailable (auto then picks "avx2"). */

@@ -1,6 +1,6 @@
 /*
- * matmul_avx512.c - matmul kernels (batches, decode, and a packed Q4_0
- * layout) for CPUs with AVX-512 F/BW/VL/DQ and VNNI, bit-identical with the
+ * matmul_avx512.c - matmul kernels (batches, decode, and a packed Q4_0 /
+ * IQ4_NL layout) for CPUs with AVX-512 F/BW/VL/DQ and VNNI, bit-identical with the
  * AVX2 kernels (cpu/matmul_avx2.c) and so with llama.cpp's AVX2 arithmetic.
  *
  * This file is compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
@@ -26,10 +26,10 @@
  *   Q4_0, IQ4_NL (the repacked gemv chain: one f32 fma per block on the
  *       exact block sum): batches take 8 rows interleaved so that the sums
  *       land in the lanes with no horizontal adds (ileave_tiles).  A model
- *       packs its Q4_0 matrices at load (ops_mm_pack_avx512): then one
- *       rows-in-lanes kernel reads them for every batch size, decode
- *       included (its one token's block sum in four shorter VPDPBUSD chains;
- *       unpacked Q4_0 and IQ4_NL decode are the AVX2 kernel's).
+ *       packs its Q4_0 and IQ4_NL matrices at load (ops_mm_pack_avx512):
+ *       then one rows-in-lanes kernel reads them for every batch size,
+ *       decode included (its one token's block sum in four shorter VPDPBUSD
+ *       chains; unpacked Q4_0 and IQ4_NL decode are the AVX2 kernel's).
  *   Q4_K batches: the same rows-in-lanes form, per 32-element sub-block,
  *       with the scales by VPMULLD and the mins by VPDPWSSD.
  *   F16: ggml_vec_dot_f16's four 8-lane accumulators are independent, so a
@@ -408,8 +408,10 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     return 1;
 }
 
-/* ---- Q4_0 packed at load (kernel_ops.mm_pack) ----
+/* ---- Q4_0 and IQ4_NL packed at load (kernel_ops.mm_pack) ----
  *
+ * (The two share the block layout: an fp16 scale and 16 nibble bytes; the
+ * IQ4_NL codes go through its table, offset by 128 to unsigned.)
  * Per group of 8 rows (the last padded with zero rows) and block: the 8
  * rows' fp16 scales (16 bytes), then 4 vectors of 32 bytes, vector j lane k
  * = bytes 4j..4j+3 of row k's 16 nibble bytes.  Vector j & 15 is then the
@@ -421,7 +423,7 @@ ileave_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
 size_t
 ops_mm_pack_size_avx512(uint32_t wtype, int64_t rows, int64_t cols)
 {
-    if (wtype != T_Q4_0 || cols % 32 || cols / 32 > G_MAX_NB || rows <= 0)
+    if ((wtype != T_Q4_0 && wtype != T_IQ4_NL) || cols % 32 || cols / 32 > G_MAX_NB || rows <= 0)
         return 0;
     return (size_t)((rows + 7) / 8) * (size_t)(cols / 32) * PK_BLOCK;
 }
@@ -449,10 +451,12 @@ ops_mm_pack_avx512(void *dst, const void *w, size_t row_bytes, uint32_t wtype, i
 }
 
 static inline __attribute__((always_inline)) void
-packed_rows8(float *out, int64_t ldo, const uint8_t *pk, const struct ichunk *g, int nt,
-             __mmask8 keep, int64_t nb, const char *pf, int64_t pf_lines)
+packed_rows8(float *out, int64_t ldo, const uint8_t *pk, uint32_t type, const struct ichunk *g,
+             int nt, __mmask8 keep, int64_t nb, const char *pf, int64_t pf_lines)
 {
     const __m256i m15 = _mm256_set1_epi8(15);
+    /* IQ4_NL: the table's values + 128 (v ^ 0x80) */
+    const __m256i lut = _mm256_xor_si256(iq4nl_lut(), _mm256_set1_epi8((char)0x80));
     __m256 sacc[TG];
     int64_t pfl = 0, pfa = 0;
 
@@ -468,6 +472,10 @@ packed_rows8(float *out, int64_t ldo, const uint8_t *pk, const struct ichunk *g,
             __m256i v = _mm256_loadu_si256((const __m256i *)(const void *)(p + 16 + 32 * j));
             x[j] = _mm256_and_si256(v, m15);
             x[4 + j] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m15);
+            if (type == T_IQ4_NL) {
+                x[j] = _mm256_shuffle_epi8(lut, x[j]);
+                x[4 + j] = _mm256_shuffle_epi8(lut, x[4 + j]);
+            }
         }
         __m256 dr = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)p));
         rows8_block(sacc, x, dr, g, b, nt);
@@ -477,11 +485,11 @@ packed_rows8(float *out, int64_t ldo, const uint8_t *pk, const struct ichunk *g,
         _mm256_mask_storeu_ps(out + t * ldo, keep, sacc[t]);
 }
 
-/* rows [r0, r1) of a packed Q4_0 matrix for all n_tok tokens: whole groups
- * are computed (each row's lane is independent of the others) and only the
- * rows in the range stored */
+/* rows [r0, r1) of a packed Q4_0 or IQ4_NL matrix for all n_tok tokens:
+ * whole groups are computed (each row's lane is independent of the others)
+ * and only the rows in the range stored */
 static void
-packed_q4_0(float *y, int64_t ldy, const uint8_t *pk, const uint8_t *act, size_t arb,
+packed_rows(float *y, int64_t ldy, const uint8_t *pk, uint32_t type, const uint8_t *act, size_t arb,
             int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
 {
     const int64_t nb = cols / 32;
@@ -491,7 +499,7 @@ packed_q4_0(float *y, int64_t ldy, const uint8_t *pk, const uint8_t *act, size_t
 
     for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
         int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
-        ichunk_fill(&g, act, arb, t0, nt, cols, nb, 8);
+        ichunk_fill(&g, act, arb, t0, nt, cols, nb, type == T_Q4_0 ? 8 : 128);
         for (int64_t gi = r0 / 8; gi * 8 < r1; gi++) {
             int64_t lo = r0 > 8 * gi ? r0 - 8 * gi : 0, hi = r1 < 8 * gi + 8 ? r1 - 8 * gi : 8;
             __mmask8 keep = (__mmask8)(((1u << hi) - 1) & ~((1u << lo) - 1));
@@ -499,8 +507,13 @@ packed_q4_0(float *y, int64_t ldy, const uint8_t *pk, const uint8_t *act, size_t
             /* decode streams the groups from memory: ask for the one after next */
             const char *pf = (const char *)pg + 2 * gbytes;
             float *out = y + t0 * ldy + 8 * gi;
-#define PR(n) packed_rows8(out, ldy, pg, &g, n, keep, nb, pf, n_tok == 1 ? pf_lines : 0)
-            BY_NT8(PR)
+#define PR(n) packed_rows8(out, ldy, pg, ty, &g, n, keep, nb, pf, n_tok == 1 ? pf_lines : 0)
+#define PR_T(t) { const uint32_t ty = t; BY_NT8(PR) }
+            if (type == T_Q4_0)
+                PR_T(T_Q4_0)
+            else
+                PR_T(T_IQ4_NL)
+#undef PR_T
 #undef PR
         }
     }
@@ -946,8 +959,9 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
                    int64_t r0, int64_t r1, float *tmp)
 {
     if (wtype & OPS_MM_PACKED) {
-        /* only Q4_0 is packed (ops_mm_pack_size_avx512) */
-        packed_q4_0(y, ldy, w, work, act_row_bytes(ACT_Q8_0, cols), n_tok, cols, r0, r1);
+        /* Q4_0 and IQ4_NL (ops_mm_pack_size_avx512) */
+        packed_rows(y, ldy, w, wtype & ~(uint32_t)OPS_MM_PACKED, work, act_row_bytes(ACT_Q8_0, cols),
+                    n_tok, cols, r0, r1);
         return;
     }
     enum act a = act_type(wtype);

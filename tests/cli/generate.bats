@@ -372,33 +372,35 @@ PY
     done
 }
 
-@test "avx512 packs Q4_0 weights at load: the avx2 tokens, alone and in batch mode" {
+@test "avx512 packs Q4_0 and IQ4_NL weights at load: the avx2 tokens, alone and in batch mode" {
     not_under_sanitizer
-    local m q4 kern
+    local m q4 kern qt
     m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
     have_avx512 || skip "no AVX-512 F/BW/VL/DQ + VNNI here: the avx512 kernels cannot run"
-    q4=$BATS_TEST_TMPDIR/q40.gguf
-    run -0 quantize -q "$m" "$q4" --type Q4_0
     python3 -c "print('The' + ' the' * 99)" > "$BATS_TEST_TMPDIR/long"
     for i in 0 1 2; do
         printf '{"id": "r%d", "prompt": "Tell me about %s", "max_tokens": %d, "temperature": 0}\n' \
             "$i" "$(printf 'cats\nrivers\nthe moon' | sed -n "$((i + 1))p")" $((8 + 6 * i))
     done > "$BATS_TEST_TMPDIR/reqs"
-    for kern in avx2 avx512; do
-        generate -m "$q4" --kernel "$kern" -p "Once upon a time" -n 24 --temp 0 -t 2 --json -q |
-            jq -c .tokens > "$BATS_TEST_TMPDIR/short.$kern"
-        generate -m "$q4" --kernel "$kern" -f "$BATS_TEST_TMPDIR/long" -n 8 --temp 0 -t 2 --json -q |
-            jq -c .tokens > "$BATS_TEST_TMPDIR/long.$kern"
-        generate -m "$q4" --kernel "$kern" --batch "$BATS_TEST_TMPDIR/reqs" -t 2 -q |
-            jq -c '[.id, .tokens]' | sort > "$BATS_TEST_TMPDIR/batch.$kern"
+    for qt in Q4_0 IQ4_NL; do
+        q4=$BATS_TEST_TMPDIR/$qt.gguf
+        run -0 quantize -q "$m" "$q4" --type "$qt"
+        for kern in avx2 avx512; do
+            generate -m "$q4" --kernel "$kern" -p "Once upon a time" -n 24 --temp 0 -t 2 --json -q |
+                jq -c .tokens > "$BATS_TEST_TMPDIR/short.$kern"
+            generate -m "$q4" --kernel "$kern" -f "$BATS_TEST_TMPDIR/long" -n 8 --temp 0 -t 2 --json -q |
+                jq -c .tokens > "$BATS_TEST_TMPDIR/long.$kern"
+            generate -m "$q4" --kernel "$kern" --batch "$BATS_TEST_TMPDIR/reqs" -t 2 -q |
+                jq -c '[.id, .tokens]' | sort > "$BATS_TEST_TMPDIR/batch.$kern"
+        done
+        for f in short long batch; do
+            [ -s "$BATS_TEST_TMPDIR/$f.avx2" ]
+            cmp "$BATS_TEST_TMPDIR/$f.avx2" "$BATS_TEST_TMPDIR/$f.avx512" ||
+                { echo "$qt $f: avx512 differs"; cat "$BATS_TEST_TMPDIR/$f.avx2" "$BATS_TEST_TMPDIR/$f.avx512"; return 1; }
+        done
+        [ "$(wc -l < "$BATS_TEST_TMPDIR/batch.avx2")" -eq 3 ]
+        ! grep -q null "$BATS_TEST_TMPDIR/batch.avx2" "$BATS_TEST_TMPDIR/short.avx2"
     done
-    for f in short long batch; do
-        [ -s "$BATS_TEST_TMPDIR/$f.avx2" ]
-        cmp "$BATS_TEST_TMPDIR/$f.avx2" "$BATS_TEST_TMPDIR/$f.avx512" ||
-            { echo "$f: avx512 differs"; cat "$BATS_TEST_TMPDIR/$f.avx2" "$BATS_TEST_TMPDIR/$f.avx512"; return 1; }
-    done
-    [ "$(wc -l < "$BATS_TEST_TMPDIR/batch.avx2")" -eq 3 ]
-    ! grep -q null "$BATS_TEST_TMPDIR/batch.avx2" "$BATS_TEST_TMPDIR/short.avx2"
 }
 
 @test "SmolLM2 decode stays within the model file + KV budget + 64 MiB (Q4_1 mapped, Q4_0 packed at load)" {
