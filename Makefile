@@ -131,7 +131,7 @@ $(BUILD)/attnbench: $(BUILD)/tests/bench/attnbench.o $(LIBS)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
 bench: all $(BUILD)/membw
-	@scripts/bench
+	@scripts/bench --depth 1024
 
 fixtures: $(BUILD)/mkfixtures
 	@$(BUILD)/mkfixtures --seed 1 tests/fixtures
