@@ -39,6 +39,16 @@
  * converted: decode at 1024 tokens of context +6% (1 thread), +10-15% (2) */
 #define KV_PF 16
 
+/* slot s's key and value rows (elements of esz bytes) */
+static inline void
+slot_rows(const struct attn_args *a, int64_t s, size_t esz, const uint8_t **k, const uint8_t **v)
+{
+    size_t blk = (size_t)a->table[s / a->block_size] * a->block_stride;
+    size_t i = (size_t)(s % a->block_size);
+    *k = a->k_base + blk + i * (size_t)a->head_dim * esz;
+    *v = a->v_base + blk + i * (size_t)a->head_dim_v * esz;
+}
+
 int64_t
 ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
                              int64_t head_dim_v)
@@ -157,7 +167,7 @@ mad_f32(float *acc, const float *v, int64_t n, float w)
 void
 ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
 {
-    const int64_t nq = a->n_q, bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
+    const int64_t nq = a->n_q, dk = a->head_dim, dv = a->head_dim_v;
 
     if (a->kv_type != 0 && a->kv_type != 1) {
         ops_attn_ref(a, scratch);
@@ -194,9 +204,8 @@ ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
     for (int64_t s = 0; s < a->n_kv; s++) {
         if (a->vis && !a->vis[s])
             continue;
-        size_t blk = (size_t)a->table[s / bs] * a->block_stride;
-        const uint8_t *krow = a->k_base + blk + (size_t)(s % bs) * (size_t)dk * esz;
-        const uint8_t *vrow = a->v_base + blk + (size_t)(s % bs) * (size_t)dv * esz;
+        const uint8_t *krow, *vrow;
+        slot_rows(a, s, esz, &krow, &vrow);
 
         for (int64_t h = 0; h < nq; h++) {
             float sc = f16 ? dot_f16((const uint16_t *)krow, q16 + h * dk, dk)
@@ -441,7 +450,7 @@ attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, floa
 void
 ops_attn_avx2(const struct attn_args *a, float *scratch)
 {
-    const int64_t nq = a->n_q, dk = a->head_dim, dv = a->head_dim_v, bs = a->block_size;
+    const int64_t nq = a->n_q, dk = a->head_dim, dv = a->head_dim_v;
 
     if ((a->kv_type != 0 && a->kv_type != 1) || dv % 32 != 0 || dv / 8 > AV_MAX) {
         ops_attn_slotwise_avx2(a, scratch);
@@ -468,21 +477,18 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
         for (; s0 < a->n_kv && n < AC; s0++) {
             if (a->vis && !a->vis[s0])
                 continue;
-            size_t blk = (size_t)a->table[s0 / bs] * a->block_stride;
-            const uint8_t *krow = a->k_base + blk + (size_t)(s0 % bs) * (size_t)dk * esz;
-            const uint8_t *vrow = a->v_base + blk + (size_t)(s0 % bs) * (size_t)dv * esz;
+            const uint8_t *krow, *vrow;
+            slot_rows(a, s0, esz, &krow, &vrow);
             float *kd = kc + (int64_t)n * dk, *vd = vc + (int64_t)n * dv;
             /* the keys and values of the slot KV_PF ahead, from memory
              * (a decode step's cache is out of the caches) */
             if (s0 + KV_PF < a->n_kv) {
-                int64_t sp = s0 + KV_PF;
-                size_t bp = (size_t)a->table[sp / bs] * a->block_stride;
-                const char *kp = (const char *)a->k_base + bp + (size_t)(sp % bs) * (size_t)dk * esz;
-                const char *vp = (const char *)a->v_base + bp + (size_t)(sp % bs) * (size_t)dv * esz;
+                const uint8_t *kp, *vp;
+                slot_rows(a, s0 + KV_PF, esz, &kp, &vp);
                 for (size_t o = 0; o < (size_t)dk * esz; o += 64)
-                    _mm_prefetch(kp + o, _MM_HINT_T0);
+                    _mm_prefetch((const char *)kp + o, _MM_HINT_T0);
                 for (size_t o = 0; o < (size_t)dv * esz; o += 64)
-                    _mm_prefetch(vp + o, _MM_HINT_T0);
+                    _mm_prefetch((const char *)vp + o, _MM_HINT_T0);
             }
             if (f16) {
                 int64_t i = 0;

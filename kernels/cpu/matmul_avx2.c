@@ -862,6 +862,16 @@ k4_scales8(const uint8_t *s, uint64_t *sc8, uint64_t *mn8)
     *mn8 = (uint64_t)mn_hi << 32 | mn_lo;
 }
 
+/* the 8 sums of a super-block's 16 bsums in pairs, as int16 (|pair| <= 32 *
+ * 127 fits) */
+static inline __m128i
+bsum_pairs(const int16_t *bs)
+{
+    __m256i p = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(const void *)bs),
+                                  _mm256_set1_epi16(1));
+    return _mm_packs_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+}
+
 /* Q4_K decode, 8 rows at once: the repacked gemv's two chains per row
  * (sacc = fma(float(isum), d * yd, sacc), macc = fma(float(msum), dmin * yd,
  * macc), out = sacc - macc) with the 8 rows in the lanes; the integer sums
@@ -876,10 +886,7 @@ q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
 
     for (int64_t b = 0; b < nb; b++) {
         const int8_t *y = ar->q + QK_K * b;
-        /* bsums in pairs: |pair| <= 32 * 127 fits int16 */
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b));
-        __m256i bp32 = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
-        __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(bp32), _mm256_extracti128_si256(bp32, 1));
+        __m128i bp = bsum_pairs(ar->bsums + 16 * b);
         __m128i v[8], mv[8], dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
         pf_spread(pf, &pfl, &pfa, pf_lines, nb);
 #pragma GCC unroll 8
@@ -1004,10 +1011,8 @@ q5k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         /* msum: the 8 mins times the pair sums of the 16 bsums */
-        __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b));
-        __m256i bp32 = _mm256_madd_epi16(bs, _mm256_set1_epi16(1));
-        __m128i bp = _mm_packs_epi32(_mm256_castsi256_si128(bp32), _mm256_extracti128_si256(bp32, 1));
-        __m128i mv = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)), bp);
+        __m128i mv = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)),
+                                    bsum_pairs(ar->bsums + 16 * b));
         mv = _mm_add_epi32(mv, _mm_unpackhi_epi64(mv, mv));
         mv = _mm_add_epi32(mv, _mm_shuffle_epi32(mv, 0xb1));
         int32_t msum = _mm_cvtsi128_si32(mv);

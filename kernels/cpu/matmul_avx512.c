@@ -794,15 +794,6 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
         out[i] = hsum8(acc[i]);
 }
 
-/* ggml's hsum_float_8 after its first step (hi + lo), from that sum */
-static inline float
-hsum8_tail(__m128 r)
-{
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    r = _mm_add_ss(r, _mm_movehdup_ps(r));
-    return _mm_cvtss_f32(r);
-}
-
 #define PD 4                    /* row pairs per pass of pair_dec */
 
 /* 2 * np (np <= PD) rows of Q4_1, Q5_0 or Q5_1 against one token, two rows
@@ -816,8 +807,8 @@ hsum8_tail(__m128 r)
  * 8 rows' d (and m) come in one vector per block: d * da for all of them by
  * one multiply, spread to the pairs by a permute, and the min terms' scalar
  * chains sacc = fma(m, s, sacc) in the 8 lanes of one register.  The result
- * is hsum_float_8(acc) (+ sacc), whose first step (hi + lo) adds the
- * register's two 256-bit halves.  Rows past nr repeat the last row. */
+ * is hsum_float_8 of each row's two quarters (+ sacc).  Rows past nr repeat
+ * the last row. */
 static inline __attribute__((always_inline)) void
 pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const struct act_row *ar,
          const __m256i *c, int nr, int64_t nb, const char *pf, int64_t pf_lines)
@@ -892,10 +883,12 @@ pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const
     _mm256_storeu_ps(sm, sacc);
 #pragma GCC unroll 4
     for (int p = 0; p < np; p++) {
-        __m256 t = _mm256_add_ps(_mm512_castps512_ps256(acc[p]), _mm512_extractf32x8_ps(acc[p], 1));
-        out[2 * p] = hsum8_tail(_mm256_castps256_ps128(t)) + (has_min ? sm[2 * p] : 0.0f);
+        /* row A's lanes: quarters 0 (low) and 2 (high); row B's: 1 and 3 */
+        float ra = hsum8_halves(_mm512_castps512_ps128(acc[p]), _mm512_extractf32x4_ps(acc[p], 2));
+        float rb = hsum8_halves(_mm512_extractf32x4_ps(acc[p], 1), _mm512_extractf32x4_ps(acc[p], 3));
+        out[2 * p] = has_min ? ra + sm[2 * p] : ra;
         if (2 * p + 1 < nr)
-            out[2 * p + 1] = hsum8_tail(_mm256_extractf128_ps(t, 1)) + (has_min ? sm[2 * p + 1] : 0.0f);
+            out[2 * p + 1] = has_min ? rb + sm[2 * p + 1] : rb;
     }
 }
 
