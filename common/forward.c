@@ -57,6 +57,18 @@ struct forward_state {
     int32_t *one;               /* [B] */
     int64_t n_one;
     int64_t *tnkv;              /* [nth][ATTN_TILE_Q] */
+    /* one-row steps over a long context (ops.h, split KV) when the chunk has
+     * few one-row items: one pool item per (row, KV head, KV chunk) instead
+     * of per (row, KV head), the partials combined by whoever finishes a
+     * pair's last chunk.  pair = one-row index * n_head_kv + KV head. */
+    int fine;                   /* this chunk's one-row items are split */
+    int64_t n_item;
+    int32_t *item_pair, *item_c;        /* [fine_cap] */
+    int64_t *pair_p0;           /* [fine_pairs] first partial of the pair */
+    int32_t *pair_nch;          /* [fine_pairs] its chunks */
+    _Atomic int32_t *pair_done; /* [fine_pairs] chunks finished */
+    float *part;                /* [fine_cap][n_q per KV head][ATTN_PART(dv)] */
+    int64_t fine_cap, fine_pairs;
     int64_t *slot;              /* [n] slot of each batch token */
     int32_t *perm;              /* [n] batch indices grouped by sequence, in batch order */
     int64_t cap_n;
@@ -178,6 +190,12 @@ forward_state_free(struct model *m)
     free(st->run1);
     free(st->one);
     free(st->tnkv);
+    free(st->item_pair);
+    free(st->item_c);
+    free(st->pair_p0);
+    free(st->pair_nch);
+    free((void *)st->pair_done);
+    free(st->part);
     free(st->mm_work);
     free(st->mm_tmp);
     free(st->attn_scr);
@@ -409,52 +427,103 @@ struct attn_job {
     int64_t c0, layer;
 };
 
+/* the one-row arguments for chunk row t (batch index c0 + t) and KV head g,
+ * the whole step; vis: the thread's visibility buffer */
+static void
+one_args(const struct attn_job *j, int64_t t, int64_t g, uint8_t *vis, struct attn_args *a)
+{
+    struct model *m = j->m;
+    struct forward_state *st = m->st;
+    const struct model_hparams *hp = &m->hp;
+    const struct kv_config *kc = kv_config_get(j->kv);
+    int64_t grp = hp->n_head / hp->n_head_kv;
+    int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
+    int64_t i = j->c0 + t;                  /* batch index */
+    const struct batch_tok *bt = &j->b->tok[i];
+    struct kv_head_view view;
+    int64_t nb;
+
+    kv_head_view(j->kv, j->layer, g, &view);
+    a->q = st->q + t * hp->n_head * hd + g * grp * hd;
+    a->out = st->att + t * hp->n_head * hdv + g * grp * hdv;
+    a->n_q = grp;
+    a->head_dim = hd;
+    a->head_dim_v = hdv;
+    a->scale = 1.0f / sqrtf((float)hd);
+    a->k_base = view.k;
+    a->v_base = view.v;
+    a->block_stride = view.block_stride;
+    a->kv_type = kc->dtype;
+    a->block_size = kc->block_size;
+    a->table = kv_seq_table(j->kv, bt->seq, &nb);
+    a->n_kv = st->slot[i] + 1;
+    a->vis = NULL;
+    a->s0 = 0;
+    a->part = NULL;
+    if (j->b->mask) {
+        int64_t len0 = st->seq_len0[bt->seq];
+        const int32_t *order = st->perm + st->seq_start[bt->seq];
+        const uint8_t *row = j->b->mask + i * j->b->n;
+        memset(vis, 1, (size_t)len0);
+        for (int64_t s = len0; s < a->n_kv; s++)
+            vis[s] = row[order[s - len0]] != 0;
+        a->vis = vis;
+    }
+}
+
+/* item it = one-row row it / n_kvh, KV head it % n_kvh: the whole step */
 static void
 attn_range(void *arg, int64_t i0, int64_t i1, int ith)
 {
     struct attn_job *j = arg;
     struct model *m = j->m;
     struct forward_state *st = m->st;
-    const struct model_hparams *hp = &m->hp;
-    const struct kv_config *kc = kv_config_get(j->kv);
-    int64_t n_kvh = hp->n_head_kv, grp = hp->n_head / hp->n_head_kv;
-    int64_t hd = hp->head_dim, hdv = hp->head_dim_v;
+    int64_t n_kvh = m->hp.n_head_kv;
     float *scr = st->attn_scr + (int64_t)ith * st->attn_scr_n;
     uint8_t *vis = st->vis + (int64_t)ith * st->vis_n;
 
     for (int64_t it = i0; it < i1; it++) {
-        int64_t t = st->one[it / n_kvh], g = it % n_kvh;
-        int64_t i = j->c0 + t;                  /* batch index */
-        const struct batch_tok *bt = &j->b->tok[i];
-        struct kv_head_view view;
         struct attn_args a;
-        int64_t nb;
-
-        kv_head_view(j->kv, j->layer, g, &view);
-        a.q = st->q + t * hp->n_head * hd + g * grp * hd;
-        a.out = st->att + t * hp->n_head * hdv + g * grp * hdv;
-        a.n_q = grp;
-        a.head_dim = hd;
-        a.head_dim_v = hdv;
-        a.scale = 1.0f / sqrtf((float)hd);
-        a.k_base = view.k;
-        a.v_base = view.v;
-        a.block_stride = view.block_stride;
-        a.kv_type = kc->dtype;
-        a.block_size = kc->block_size;
-        a.table = kv_seq_table(j->kv, bt->seq, &nb);
-        a.n_kv = st->slot[i] + 1;
-        a.vis = NULL;
-        if (j->b->mask) {
-            int64_t len0 = st->seq_len0[bt->seq];
-            const int32_t *order = st->perm + st->seq_start[bt->seq];
-            const uint8_t *row = j->b->mask + i * j->b->n;
-            memset(vis, 1, (size_t)len0);
-            for (int64_t s = len0; s < a.n_kv; s++)
-                vis[s] = row[order[s - len0]] != 0;
-            a.vis = vis;
-        }
+        one_args(j, st->one[it / n_kvh], it % n_kvh, vis, &a);
         m->ops->attn(&a, scr);
+    }
+}
+
+/* fine items (st->fine): one KV chunk of a pair; the pair's last chunk to
+ * finish combines them all in chunk order (the kernel's own split does the
+ * same operations, so the bits do not depend on who ran what) */
+static void
+attn_fine_range(void *arg, int64_t i0, int64_t i1, int ith)
+{
+    struct attn_job *j = arg;
+    struct model *m = j->m;
+    struct forward_state *st = m->st;
+    int64_t n_kvh = m->hp.n_head_kv, grp = m->hp.n_head / n_kvh, dv = m->hp.head_dim_v;
+    int64_t psz = grp * ATTN_PART(dv);
+    float *scr = st->attn_scr + (int64_t)ith * st->attn_scr_n;
+    uint8_t *vis = st->vis + (int64_t)ith * st->vis_n;
+
+    for (int64_t it = i0; it < i1; it++) {
+        int64_t pair = st->item_pair[it], c = st->item_c[it], nch = st->pair_nch[pair];
+        struct attn_args a;
+        one_args(j, st->one[pair / n_kvh], pair % n_kvh, vis, &a);
+        if (nch == 1) {
+            m->ops->attn(&a, scr);
+            continue;
+        }
+        float *out = a.out, *parts = st->part + st->pair_p0[pair] * psz;
+        int64_t n_kv = a.n_kv;
+        a.s0 = c * ATTN_SPLIT_KV;
+        a.n_kv = n_kv - a.s0 < ATTN_SPLIT_KV ? n_kv : a.s0 + ATTN_SPLIT_KV;
+        a.part = parts + c * psz;
+        m->ops->attn(&a, scr);
+        if (atomic_fetch_add_explicit(&st->pair_done[pair], 1, memory_order_acq_rel) != nch - 1)
+            continue;
+        /* the last chunk: the thread's scratch is free for the maxima and sums */
+        ops_attn_combine_begin(out, scr, grp, dv);
+        for (int64_t k = 0; k < nch; k++)
+            ops_attn_combine_add(out, scr, parts + k * psz, grp, dv);
+        ops_attn_combine_end(out, scr, grp, dv);
     }
 }
 
@@ -651,6 +720,30 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
         }
         st->run1[r] = (int32_t)(t + 1);
     }
+    /* one-row steps over a long context, when there are few: one item per
+     * KV chunk (a decode step of a model with 3 KV heads would otherwise
+     * give 2 workers 3 items) */
+    st->fine = 0;
+    if (st->n_one * hp->n_head_kv <= st->fine_pairs) {
+        uint32_t dt = kv_config_get(kv)->dtype;
+        int64_t np = 0, n_item = 0;
+        for (int64_t u = 0; u < st->n_one; u++) {
+            int64_t nch = ops_attn_chunks(dt, st->slot[c0 + st->one[u]] + 1);
+            if (nch > 1)
+                st->fine = 1;
+            for (int64_t g = 0; g < hp->n_head_kv; g++) {
+                int64_t pair = u * hp->n_head_kv + g;
+                st->pair_nch[pair] = (int32_t)nch;
+                st->pair_p0[pair] = np;
+                np += nch;
+                for (int64_t c = 0; c < nch; c++) {
+                    st->item_pair[n_item] = (int32_t)pair;
+                    st->item_c[n_item++] = (int32_t)c;
+                }
+            }
+        }
+        st->n_item = n_item;
+    }
 
     struct tok_job tj = { m, kv, b, c0, 0, TOK_NORM, NULL };
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -677,8 +770,13 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
         struct attn_job aj = { m, kv, b, c0, l };
         if (st->n_run)
             threadpool_claim(m->tp, st->n_run * hp->n_head_kv, 1, attn_tiled_range, &aj);
-        if (st->n_one)
+        if (st->fine) {
+            for (int64_t p = 0; p < st->n_one * hp->n_head_kv; p++)
+                atomic_store_explicit(&st->pair_done[p], 0, memory_order_relaxed);
+            threadpool_claim(m->tp, st->n_item, 1, attn_fine_range, &aj);
+        } else if (st->n_one) {
             threadpool_claim(m->tp, st->n_one * hp->n_head_kv, 1, attn_range, &aj);
+        }
 
         if ((rc = hook_linear(h, il, &L->wo, st->att, nc, ad, c0, b)) < 0)
             return rc;
@@ -842,6 +940,25 @@ model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
         free(st->attn_scr);
         st->attn_scr = scr;
         st->attn_scr_n = need;
+    }
+    /* the fine split's items, pairs and partials (see struct forward_state) */
+    int64_t nchmax = ops_attn_chunks(kc->dtype, max_kv);
+    if (nchmax > 1 && (int64_t)4 * st->nth * nchmax > st->fine_cap) {
+        int64_t pairs = (int64_t)4 * st->nth, cap = pairs * nchmax;
+        free(st->item_pair), free(st->item_c), free(st->pair_p0), free(st->pair_nch);
+        free((void *)st->pair_done), free(st->part);
+        st->item_pair = malloc((size_t)cap * sizeof(int32_t));
+        st->item_c = malloc((size_t)cap * sizeof(int32_t));
+        st->pair_p0 = malloc((size_t)pairs * sizeof(int64_t));
+        st->pair_nch = malloc((size_t)pairs * sizeof(int32_t));
+        st->pair_done = malloc((size_t)pairs * sizeof(*st->pair_done));
+        st->part = malloc((size_t)(cap * grp * ATTN_PART(hp->head_dim_v)) * sizeof(float));
+        st->fine_cap = st->fine_pairs = 0;
+        if (!st->item_pair || !st->item_c || !st->pair_p0 || !st->pair_nch || !st->pair_done ||
+            !st->part)
+            goto nomem;
+        st->fine_cap = cap;
+        st->fine_pairs = pairs;
     }
     if (b->mask && max_kv > st->vis_n) {
         int64_t cap = st->vis_cap;

@@ -148,7 +148,21 @@ typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, in
  * to f16 before the dot products and the output accumulator is kept in f16
  * precision; with an f32 cache everything is f32.  The reference updates the
  * running max slot by slot in slot order, as llama.cpp does.
+ *
+ * Long contexts (split KV): with an f32 or f16 cache and n_kv >=
+ * ATTN_SPLIT_MIN, the slots are taken in chunks of ATTN_SPLIT_KV aligned at
+ * slot 0, each chunk walked as above from a fresh state (M = -inf, S = 0,
+ * acc = 0), and the chunks' states combined in chunk order by
+ * ops_attn_combine_*, as llama.cpp's split-KV decode combines its per-thread
+ * chunks (ggml_flash_attn_ext_reduce_partials; its chunks are one per
+ * thread, so its bits depend on the thread count: these do not).  A kernel
+ * called with part == NULL does that itself; a caller spreading the chunks
+ * over threads calls it per chunk with s0 and part set and combines the
+ * partials the same way, with the same bits.  q8_0 caches are never split
+ * (nor are they in llama.cpp).
  */
+#define ATTN_SPLIT_MIN 512      /* n_kv from which a step's KV is split (llama.cpp's) */
+#define ATTN_SPLIT_KV 256       /* slots per chunk */
 struct attn_args {
     const float *q;             /* [n_q][head_dim] */
     float *out;                 /* [n_q][head_dim_v] */
@@ -162,8 +176,42 @@ struct attn_args {
     const int32_t *table;       /* logical block -> physical block */
     int64_t n_kv;               /* slots considered: 0 .. n_kv-1 */
     const uint8_t *vis;         /* NULL (all visible) or n_kv flags */
+    /* one chunk of a split step: slots s0 .. n_kv-1 only, and instead of
+     * out, part [n_q][ATTN_PART(head_dim_v)] gets each head's state after
+     * them: M, S and the accumulator in f32 (not divided by S).  s0 = 0 and
+     * part = NULL: the whole step (split or not, see above) into out. */
+    int64_t s0;
+    float *part;
 };
+#define ATTN_PART(dv) (2 + (dv))  /* floats of one head's partial state */
 
+/* the chunks a step over n_kv slots of a kv_type cache is computed in */
+static inline int64_t
+ops_attn_chunks(uint32_t kv_type, int64_t n_kv)
+{
+    if ((kv_type != 0 && kv_type != 1) || n_kv < ATTN_SPLIT_MIN)
+        return 1;
+    return (n_kv + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV;
+}
+
+/* Combining chunk partials (in chunk order): begin sets the state (out
+ * [n_q][dv] is the accumulator, ms [2 * n_q] the maxima and sums), add folds
+ * in one chunk's part [n_q][ATTN_PART(dv)] as llama.cpp's reduction does
+ * (chunks with S = 0 skipped; M = max, both sides scaled by expf(M_side -
+ * M)), end divides by the sum (0 where nothing was visible). */
+void ops_attn_combine_begin(float *out, float *ms, int64_t n_q, int64_t dv);
+void ops_attn_combine_add(float *out, float *ms, const float *part, int64_t n_q, int64_t dv);
+void ops_attn_combine_end(float *out, const float *ms, int64_t n_q, int64_t dv);
+/* For the kernels: the end of a walk over a's slots, acc [n_q][dv] (f32),
+ * M and S [n_q]: out = acc / S (0 where S = 0), or into part when set. */
+void ops_attn_emit(const struct attn_args *a, const float *acc, const float *M, const float *S);
+/* For the kernels: when a is a whole step that is split, computes it by
+ * calling fn per chunk (with the kernel's own scratch, whose first `base`
+ * floats fn uses; the partials and state go after them: ATTN_SPLIT_FLOATS)
+ * and combining; returns 1 then, 0 when a is not split. */
+int ops_attn_split(const struct attn_args *a, float *scratch, int64_t base,
+                   void (*fn)(const struct attn_args *, float *));
+#define ATTN_SPLIT_FLOATS(n_q, dv) ((n_q) * ATTN_PART(dv) + 2 * (n_q))
 typedef void (*ops_attn_fn)(const struct attn_args *a, float *scratch);
 typedef int64_t (*ops_attn_scratch_floats_fn)(int64_t n_q, int64_t block_size, int64_t head_dim,
                                               int64_t head_dim_v);

@@ -21,9 +21,13 @@
  * the sum S is updated with one fused multiply-add, as ggml's compiled
  * S = S*ms + vs.  Other shapes take the slot-major loop (attn_slotwise).
  *
+ * A long step (ops.h: n_kv >= ATTN_SPLIT_MIN) is walked in chunks of
+ * ATTN_SPLIT_KV slots whose states ops_attn_split combines; a call for one
+ * chunk (part set) walks slots s0 .. n_kv-1 and leaves its state in part.
+ *
  * Scratch per call: acc [n_q][dv] (f32, or f16 in its first half) | M [n_q] |
  * S [n_q] | the f16 query [n_q][dk] (the fast path uses only the query of
- * one head).
+ * one head) | a split step's partials and state (ATTN_SPLIT_FLOATS).
  */
 #include <immintrin.h>
 #include <math.h>
@@ -49,9 +53,9 @@ slot_rows(const struct attn_args *a, int64_t s, size_t esz, const uint8_t **k, c
     *v = a->v_base + blk + i * (size_t)a->head_dim_v * esz;
 }
 
-int64_t
-ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
-                             int64_t head_dim_v)
+/* the floats the walks use (a split step's partials go after them) */
+static int64_t
+attn_base(int64_t n_q, int64_t block_size, int64_t head_dim, int64_t head_dim_v)
 {
     /* acc [n_q][dv] | M [n_q] | S [n_q] | f16 query [n_q][dk] (half a float each);
      * other KV types go to the reference, which must find its own room */
@@ -63,6 +67,13 @@ ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
         own = fast;
     int64_t ref = ops_attn_scratch_floats_ref(n_q, block_size, head_dim, head_dim_v);
     return own > ref ? own : ref;
+}
+
+int64_t
+ops_attn_scratch_floats_avx2(int64_t n_q, int64_t block_size, int64_t head_dim,
+                             int64_t head_dim_v)
+{
+    return attn_base(n_q, block_size, head_dim, head_dim_v) + ATTN_SPLIT_FLOATS(n_q, head_dim_v);
 }
 
 /* q.k over n f16 elements, as ggml_vec_dot_f16. */
@@ -173,6 +184,8 @@ ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
         ops_attn_ref(a, scratch);
         return;
     }
+    if (ops_attn_split(a, scratch, attn_base(nq, a->block_size, dk, dv), ops_attn_slotwise_avx2))
+        return;
     const int f16 = a->kv_type == 1;
     const size_t esz = f16 ? 2 : 4;
     /* acc: nq*dv floats (f16 accumulators use half of it); M, S. */
@@ -201,7 +214,7 @@ ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
         memset(acc, 0, (size_t)(nq * dv) * sizeof(float));
     }
 
-    for (int64_t s = 0; s < a->n_kv; s++) {
+    for (int64_t s = a->s0; s < a->n_kv; s++) {
         if (a->vis && !a->vis[s])
             continue;
         const uint8_t *krow, *vrow;
@@ -231,14 +244,12 @@ ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
         }
     }
 
-    for (int64_t h = 0; h < nq; h++) {
-        float inv = S[h] == 0.0f ? 0.0f : 1.0f / S[h];
-        float *out = a->out + h * dv;
-        for (int64_t i = 0; i < dv; i++) {
-            float v = f16 ? _cvtsh_ss(acc16[h * dv + i]) : acc[h * dv + i];
-            out[i] = v * inv;
-        }
-    }
+    /* the f16 accumulators widened in place, from the last (each float
+     * overwrites only halves already read) */
+    if (f16)
+        for (int64_t i = nq * dv - 1; i >= 0; i--)
+            acc[i] = _cvtsh_ss(acc16[i]);
+    ops_attn_emit(a, acc, M, S);
 }
 
 /* ---- libm's expf, 4 and 8 lanes at a time ----
@@ -456,6 +467,8 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
         ops_attn_slotwise_avx2(a, scratch);
         return;
     }
+    if (ops_attn_split(a, scratch, attn_base(nq, a->block_size, dk, dv), ops_attn_avx2))
+        return;
     const int f16 = a->kv_type == 1;
     const size_t esz = f16 ? 2 : 4;
     const int nv = (int)(dv / 8);
@@ -471,7 +484,7 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
     for (int64_t i = 0; i < nq * dk; i++)
         qf[i] = f16 ? _cvtsh_ss(_cvtss_sh(a->q[i], _MM_FROUND_TO_NEAREST_INT)) : a->q[i];
 
-    for (int64_t s0 = 0; s0 < a->n_kv;) {
+    for (int64_t s0 = a->s0; s0 < a->n_kv;) {
         /* the next AC visible slots, converted once for all the group's heads */
         int n = 0;
         for (; s0 < a->n_kv && n < AC; s0++) {
@@ -521,11 +534,5 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
             h += nh;
         }
     }
-    for (int64_t h = 0; h < nq; h++) {
-        float inv = Ss[h] == 0.0f ? 0.0f : 1.0f / Ss[h];
-        __m256 vi = _mm256_set1_ps(inv);
-        for (int i = 0; i < nv; i++)
-            _mm256_storeu_ps(a->out + h * dv + 8 * i,
-                             _mm256_mul_ps(_mm256_loadu_ps(accs + h * dv + 8 * i), vi));
-    }
+    ops_attn_emit(a, accs, Ms, Ss);
 }

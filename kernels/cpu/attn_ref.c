@@ -18,9 +18,17 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "ops.h"
 #include "qconv.h"
+
+/* the floats the reference's walk uses (the split's partials go after) */
+static int64_t
+attn_ref_base(int64_t n_q, int64_t head_dim, int64_t head_dim_v)
+{
+    return n_q * head_dim_v + 2 * n_q + head_dim_v + (n_q * (head_dim / 32) * 34 + 3) / 4;
+}
 
 int64_t
 ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim,
@@ -30,7 +38,85 @@ ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim,
      * for a q8_0 cache also a dequantized V row [head_dim_v] and the query
      * heads as q8_0 blocks [n_q][head_dim / 32] */
     (void)block_size;
-    return n_q * head_dim_v + 2 * n_q + head_dim_v + (n_q * (head_dim / 32) * 34 + 3) / 4;
+    return attn_ref_base(n_q, head_dim, head_dim_v) + ATTN_SPLIT_FLOATS(n_q, head_dim_v);
+}
+
+void
+ops_attn_combine_begin(float *out, float *ms, int64_t n_q, int64_t dv)
+{
+    for (int64_t i = 0; i < n_q * dv; i++)
+        out[i] = 0.0f;
+    for (int64_t h = 0; h < n_q; h++) {
+        ms[2 * h] = -INFINITY;
+        ms[2 * h + 1] = 0.0f;
+    }
+}
+
+void
+ops_attn_combine_add(float *out, float *ms, const float *part, int64_t n_q, int64_t dv)
+{
+    for (int64_t h = 0; h < n_q; h++) {
+        const float *p = part + h * ATTN_PART(dv);
+        float *acc = out + h * dv;
+        if (p[1] == 0.0f)
+            continue;           /* nothing visible in the chunk */
+        float M = ms[2 * h], mn = fmaxf(M, p[0]);
+        float so = expf(M - mn), sn = expf(p[0] - mn);
+        for (int64_t i = 0; i < dv; i++)
+            acc[i] = acc[i] * so + p[2 + i] * sn;
+        ms[2 * h + 1] = ms[2 * h + 1] * so + p[1] * sn;
+        ms[2 * h] = mn;
+    }
+}
+
+void
+ops_attn_combine_end(float *out, const float *ms, int64_t n_q, int64_t dv)
+{
+    for (int64_t h = 0; h < n_q; h++) {
+        float S = ms[2 * h + 1], inv = S != 0.0f ? 1.0f / S : 0.0f;
+        for (int64_t i = 0; i < dv; i++)
+            out[h * dv + i] *= inv;
+    }
+}
+
+void
+ops_attn_emit(const struct attn_args *a, const float *acc, const float *M, const float *S)
+{
+    const int64_t dv = a->head_dim_v;
+    for (int64_t h = 0; h < a->n_q; h++) {
+        if (a->part) {
+            float *p = a->part + h * ATTN_PART(dv);
+            p[0] = M[h];
+            p[1] = S[h];
+            memcpy(p + 2, acc + h * dv, (size_t)dv * sizeof(float));
+        } else {
+            float inv = S[h] != 0.0f ? 1.0f / S[h] : 0.0f;
+            for (int64_t i = 0; i < dv; i++)
+                a->out[h * dv + i] = acc[h * dv + i] * inv;
+        }
+    }
+}
+
+int
+ops_attn_split(const struct attn_args *a, float *scratch, int64_t base,
+               void (*fn)(const struct attn_args *, float *))
+{
+    int64_t nch = ops_attn_chunks(a->kv_type, a->n_kv);
+    if (a->part || nch == 1)
+        return 0;
+    float *part = scratch + base, *ms = part + a->n_q * ATTN_PART(a->head_dim_v);
+    struct attn_args c = *a;
+
+    ops_attn_combine_begin(a->out, ms, a->n_q, a->head_dim_v);
+    c.part = part;
+    for (int64_t k = 0; k < nch; k++) {
+        c.s0 = k * ATTN_SPLIT_KV;
+        c.n_kv = a->n_kv - c.s0 < ATTN_SPLIT_KV ? a->n_kv : c.s0 + ATTN_SPLIT_KV;
+        fn(&c, scratch);
+        ops_attn_combine_add(a->out, ms, part, a->n_q, a->head_dim_v);
+    }
+    ops_attn_combine_end(a->out, ms, a->n_q, a->head_dim_v);
+    return 1;
 }
 
 static inline float
@@ -108,7 +194,7 @@ attn_q8_0(const struct attn_args *a, float *scratch)
             acc[h * dv + i] = 0.0f;
         q8_0_quantize(a->q + h * dk, qq + (size_t)h * krow_b, dk);
     }
-    for (int64_t s = 0; s < a->n_kv; s++) {
+    for (int64_t s = a->s0; s < a->n_kv; s++) {
         if (a->vis && !a->vis[s])
             continue;
         size_t blk = (size_t)a->table[s / bs] * a->block_stride;
@@ -133,11 +219,7 @@ attn_q8_0(const struct attn_args *a, float *scratch)
             S[h] = S[h] * ms + vs;
         }
     }
-    for (int64_t h = 0; h < nq; h++) {
-        float inv = S[h] > 0.0f ? 1.0f / S[h] : 0.0f;
-        for (int64_t i = 0; i < dv; i++)
-            a->out[h * dv + i] = acc[h * dv + i] * inv;
-    }
+    ops_attn_emit(a, acc, M, S);
 }
 
 void
@@ -154,6 +236,8 @@ ops_attn_ref(const struct attn_args *a, float *scratch)
         attn_q8_0(a, scratch);
         return;
     }
+    if (ops_attn_split(a, scratch, attn_ref_base(nq, dk, dv), ops_attn_ref))
+        return;
 
     for (int64_t h = 0; h < nq; h++) {
         M[h] = -INFINITY;
@@ -162,7 +246,7 @@ ops_attn_ref(const struct attn_args *a, float *scratch)
             acc[h * dv + i] = 0.0f;
     }
 
-    for (int64_t s = 0; s < a->n_kv; s++) {
+    for (int64_t s = a->s0; s < a->n_kv; s++) {
         if (a->vis && !a->vis[s])
             continue;
         size_t blk = (size_t)a->table[s / bs] * a->block_stride;
@@ -194,9 +278,5 @@ ops_attn_ref(const struct attn_args *a, float *scratch)
         }
     }
 
-    for (int64_t h = 0; h < nq; h++) {
-        float inv = S[h] > 0.0f ? 1.0f / S[h] : 0.0f;
-        for (int64_t i = 0; i < dv; i++)
-            a->out[h * dv + i] = acc[h * dv + i] * inv;
-    }
+    ops_attn_emit(a, acc, M, S);
 }

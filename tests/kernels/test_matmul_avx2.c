@@ -467,7 +467,8 @@ test_attn_paths(const struct kernel_ops *av)
             vis[i] = rnd() % 5 != 0 || i == nkv - 1;
         float *scr = malloc((size_t)av->attn_scratch_floats(nq, bs, dk, dv) * sizeof(float));
         struct attn_args a = { q, o1, nq, dk, dv, 0.125f, kp, vp, (size_t)(bs * dk) * esz,
-                               f16 ? 1u : 0u, bs, tab, nkv, trial % 4 < 2 ? vis : NULL };
+                               f16 ? 1u : 0u, bs, tab, nkv, trial % 4 < 2 ? vis : NULL,
+                               0, NULL };
         av->attn(&a, scr);
         a.out = o2;
         ops_attn_slotwise_avx2(&a, scr);

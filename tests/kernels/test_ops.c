@@ -442,7 +442,7 @@ test_attention(const struct kernel_ops *ops)
                 pool + (size_t)head * bs * krow_f * esz,
                 pool + kbytes + (size_t)head * bs * vrow_f * esz,
                 block, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv,
-                masked ? vis : NULL,
+                masked ? vis : NULL, 0, NULL,
             };
             ops->attn(&a, scr);
             double err = 0;
@@ -478,7 +478,7 @@ test_attention(const struct kernel_ops *ops)
         memset(vis, 0, sizeof(vis));
         struct attn_args z = {
             q, out, nq, hd, hdv, 0.35f, pool, pool + kbytes, block,
-            f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, 9, vis,
+            f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, 9, vis, 0, NULL,
         };
         ops->attn(&z, scr);
         for (int i = 0; i < nq * hdv; i++)
@@ -486,6 +486,143 @@ test_attention(const struct kernel_ops *ops)
         free(scr);
         free(pool);
     }
+}
+
+/* A step over more than ATTN_SPLIT_MIN slots (split KV): close to the f64
+ * attention; the same bits as its chunks run one by one with s0 and part
+ * and combined (what the forward pass does over the pool); and, for an f16
+ * cache, not the bits of the unsplit walk (one chunk call over all the
+ * slots), so the split is in effect.  Head sizes 64 (the avx2 fast path) and
+ * 8/6 (its slot-major loop). */
+static void
+test_attention_split(const struct kernel_ops *ops)
+{
+    static const int64_t lens[] = { 511, 512, 700, 1030 };
+    const int64_t nq = 3, bs = 16;
+    int differs = 0;
+
+    for (int shape = 0; shape < 2; shape++)
+        for (int f16 = 0; f16 < 2; f16++)
+            for (size_t li = 0; li < sizeof(lens) / sizeof(lens[0]); li++) {
+                int64_t n_kv = lens[li], dk = shape ? 8 : 64, dv = shape ? 6 : 64;
+                int64_t nblk = (n_kv + bs - 1) / bs;
+                size_t esz = f16 ? 2 : 4, krow = (size_t)dk * esz, vrow = (size_t)dv * esz;
+                size_t block = (size_t)bs * (krow + vrow);
+                uint8_t *pool = malloc((size_t)nblk * block);
+                int32_t *table = malloc((size_t)nblk * sizeof(int32_t));
+                uint8_t *vis = malloc((size_t)n_kv);
+                double *K = malloc((size_t)(n_kv * dk) * sizeof(double));
+                double *Vd = malloc((size_t)(n_kv * dv) * sizeof(double));
+                double *sc = malloc((size_t)n_kv * sizeof(double));
+                float q[3 * 64], out[3 * 64], chunks[3 * 64], one[3 * 64];
+                int64_t nscr = ops->attn_scratch_floats(nq, bs, dk, dv);
+                float *scr = malloc((size_t)nscr * sizeof(float));
+                float *part = malloc((size_t)(nq * ATTN_PART(dv)) * sizeof(float));
+                float ms[6];
+                int masked = li % 2 == 1;
+
+                for (int64_t b = 0; b < nblk; b++)
+                    table[b] = (int32_t)((b * 5 + 2) % nblk);
+                if (nblk % 5 == 0)
+                    for (int64_t b = 0; b < nblk; b++)
+                        table[b] = (int32_t)(nblk - 1 - b);
+                for (int64_t s = 0; s < n_kv; s++) {
+                    uint8_t *kr = pool + (size_t)table[s / bs] * block + (size_t)(s % bs) * krow;
+                    uint8_t *vr = pool + (size_t)table[s / bs] * block + (size_t)bs * krow +
+                                  (size_t)(s % bs) * vrow;
+                    for (int64_t i = 0; i < dk + dv; i++) {
+                        float v = frnd() * (i < dk ? 2.0f : 1.0f);
+                        uint8_t *dst = i < dk ? kr + (size_t)i * esz : vr + (size_t)(i - dk) * esz;
+                        if (f16) {
+                            uint16_t h = qconv_fp32_to_fp16(v);
+                            memcpy(dst, &h, 2);
+                            v = qconv_fp16_to_fp32(h);
+                        } else {
+                            memcpy(dst, &v, 4);
+                        }
+                        if (i < dk)
+                            K[s * dk + i] = v;
+                        else
+                            Vd[s * dv + i - dk] = v;
+                    }
+                    /* (1030 slots: the first chunk wholly masked) */
+                    vis[s] = !masked || (s % 7 != 3 && (n_kv < 1000 || s >= 300));
+                }
+                for (int64_t i = 0; i < nq * dk; i++)
+                    q[i] = frnd() * 2.0f;
+                struct attn_args a = {
+                    q, out, nq, dk, dv, 0.3f, pool, pool + (size_t)bs * krow, block,
+                    f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv, masked ? vis : NULL,
+                    0, NULL,
+                };
+                ops->attn(&a, scr);
+
+                /* the f64 attention (f16: the query rounded as the kernels do) */
+                double err = 0;
+                for (int64_t h = 0; h < nq; h++) {
+                    double mx = -INFINITY, sum = 0;
+                    for (int64_t s = 0; s < n_kv; s++) {
+                        double d = 0;
+                        for (int64_t i = 0; i < dk; i++) {
+                            float qi = q[h * dk + i];
+                            if (f16)
+                                qi = qconv_fp16_to_fp32(qconv_fp32_to_fp16(qi));
+                            d += (double)qi * K[s * dk + i];
+                        }
+                        sc[s] = vis[s] ? d * 0.3 : -INFINITY;
+                        mx = sc[s] > mx ? sc[s] : mx;
+                    }
+                    for (int64_t s = 0; s < n_kv; s++)
+                        sum += (sc[s] = vis[s] ? exp(sc[s] - mx) : 0.0);
+                    for (int64_t i = 0; i < dv; i++) {
+                        double o = 0;
+                        for (int64_t s = 0; s < n_kv; s++)
+                            o += sc[s] * Vd[s * dv + i];
+                        o /= sum;
+                        double e = fabs(out[h * dv + i] - o);
+                        if (!(e <= err))
+                            err = e;            /* (a NaN too) */
+                    }
+                }
+                /* f16: accumulators rounded per slot, at most 256 slots per chunk */
+                double tol = f16 ? 256 * 0x1p-12 : 1e-5;
+                if (!(err < tol))
+                    fprintf(stderr, "%s split attention n_kv %lld f16=%d dk %lld: err %.3g\n",
+                            ops->name, (long long)n_kv, f16, (long long)dk, err);
+                CHECK(err < tol);
+
+                /* chunk by chunk, combined */
+                struct attn_args c = a;
+                int64_t nch = ops_attn_chunks(a.kv_type, n_kv);
+                CHECK_EQ(nch, n_kv < ATTN_SPLIT_MIN ? 1 : (n_kv + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV);
+                c.out = chunks;
+                c.part = part;
+                ops_attn_combine_begin(chunks, ms, nq, dv);
+                for (int64_t k = 0; k < nch; k++) {
+                    c.s0 = k * ATTN_SPLIT_KV;
+                    c.n_kv = k == nch - 1 ? n_kv : c.s0 + ATTN_SPLIT_KV;
+                    ops->attn(&c, scr);
+                    ops_attn_combine_add(chunks, ms, part, nq, dv);
+                }
+                ops_attn_combine_end(chunks, ms, nq, dv);
+                CHECK(memcmp(out, chunks, (size_t)(nq * dv) * sizeof(float)) == 0);
+
+                /* the unsplit walk: one chunk call over every slot */
+                c.s0 = 0;
+                c.n_kv = n_kv;
+                c.out = one;
+                ops->attn(&c, scr);
+                ops_attn_combine_begin(one, ms, nq, dv);
+                ops_attn_combine_add(one, ms, part, nq, dv);
+                ops_attn_combine_end(one, ms, nq, dv);
+                if (nch == 1)
+                    CHECK(memcmp(out, one, (size_t)(nq * dv) * sizeof(float)) == 0);
+                else if (f16 && memcmp(out, one, (size_t)(nq * dv) * sizeof(float)) != 0)
+                    differs++;
+                free(pool), free(table), free(vis), free(K), free(Vd), free(sc), free(scr);
+                free(part);
+            }
+    CHECK(differs > 0);
 }
 
 static void
@@ -533,6 +670,7 @@ main(void)
         test_rope(ops);
         test_softmax_silu(ops);
         test_attention(ops);
+        test_attention_split(ops);
     }
     T_DONE();
 }

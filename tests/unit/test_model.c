@@ -928,6 +928,18 @@ test_hparams(void)
     model_free(m);
 }
 
+/* the model at path on nth threads (NULL, and a failed check, if it fails) */
+static struct model *
+open_threads(const char *path, int nth)
+{
+    struct model_opts o = MODEL_OPTS_INIT;
+    struct model *m = NULL;
+    struct diag d;
+    o.n_threads = nth;
+    CHECK_EQ(model_open(&m, path, &o, &d), 0);
+    return m;
+}
+
 /* Rows split over 1, 3, 7 or 20 workers (more than the matmul regions, and
  * regions left empty by the tiny model's short matrices): the same bits,
  * for a 12-token and a 70-token prompt (few and large claims) as a batch
@@ -945,11 +957,7 @@ test_threads_invariant(void)
         toks[i] = prompt[i % 12];
 
     for (size_t i = 0; i < sizeof(nths) / sizeof(nths[0]); i++) {
-        struct model_opts o = MODEL_OPTS_INIT;
-        struct model *m = NULL;
-        struct diag d;
-        o.n_threads = nths[i];
-        CHECK_EQ(model_open(&m, F16_PATH, &o, &d), 0);
+        struct model *m = open_threads(F16_PATH, nths[i]);
         if (!m)
             break;
         V = m->hp.n_vocab;
@@ -972,6 +980,57 @@ test_threads_invariant(void)
     free(want);
 }
 
+/* Decode steps over more than ATTN_SPLIT_MIN slots (split KV, ops.h): the
+ * last 20 of 600 tokens give the same bits when decoded one by one (a step's
+ * KV chunks spread over the pool as separate items) as inside batches of
+ * 100 one-row tokens (each row's chunks walked by the kernel itself), on 1
+ * and 3 threads (test_ops checks each kernel's split against its own
+ * chunk calls and that the split is in effect). */
+static void
+test_long_context(void)
+{
+    enum { N = 600, TAIL = 20 };
+    static const int nths[] = { 1, 3 };
+    int32_t *toks = malloc(N * sizeof(int32_t));
+    float *first = NULL;
+    int64_t V = 0;
+
+    for (int i = 0; i < N; i++)
+        toks[i] = (prompt[(i * 7) % 12] + 3 * i) % 250;
+    for (size_t ti = 0; ti < sizeof(nths) / sizeof(nths[0]); ti++) {
+        struct model *m = open_threads(F16_PATH, nths[ti]);
+        if (!m)
+            break;
+        V = m->hp.n_vocab;
+        float *a = malloc((size_t)(N * V) * sizeof(float));
+        float *b = malloc((size_t)(N * V) * sizeof(float));
+        struct kvcache *kv = new_kv(m, GGML_TYPE_F16, 1 << 20, 0);
+        int32_t sa, sb;
+        CHECK_EQ(kv_seq_new(kv, &sa), 0);
+        CHECK_EQ(kv_seq_new(kv, &sb), 0);
+        for (int i = 0; i < N; i += 100)
+            CHECK_EQ(run_batch(m, kv, sa, toks + i, 100, a + (int64_t)i * V), 0);
+        for (int i = 0; i < N - TAIL; i += 100) {
+            int n = N - TAIL - i < 100 ? N - TAIL - i : 100;
+            CHECK_EQ(run_batch(m, kv, sb, toks + i, n, b + (int64_t)i * V), 0);
+        }
+        for (int i = N - TAIL; i < N; i++)
+            CHECK_EQ(run_batch(m, kv, sb, toks + i, 1, b + (int64_t)i * V), 0);
+        CHECK(memcmp(a, b, (size_t)(N * V) * sizeof(float)) == 0);
+        if (!first)
+            first = a;
+        else {
+            CHECK(memcmp(a, first, (size_t)(N * V) * sizeof(float)) == 0);
+            free(a);
+        }
+        free(b);
+        kv_free(kv);
+        model_free(m);
+    }
+    free(first);
+    free(toks);
+}
+
 int
 main(void)
 {
@@ -985,6 +1044,7 @@ main(void)
     test_against_reference(F16_PATH, GGML_TYPE_F32, 2e-3, 2);
     test_batch_equivalence();
     test_threads_invariant();
+    test_long_context();
     test_mask();
     test_hooks();
     test_bad_files();
