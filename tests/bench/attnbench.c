@@ -9,22 +9,34 @@
  *
  * Prints per table the time per call and the multiply-adds per second
  * (scores and values of the visible slots); a table named but missing here
- * is an error.
+ * is an error.  Then, as "TABLE/1", the one-row (decode) kernel on the last
+ * row alone: one step of a sequence of n_kv slots, its KV warm in cache.
  */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "ops.h"
+#include "benchtime.h"
 
-static double
-now(void)
+
+/* one kernel call, as timed */
+struct call {
+    const struct kernel_ops *o;
+    const struct attn_tiled_args *tiled;    /* or */
+    const struct attn_args *one;
+    float *scr;
+};
+
+static void
+call(void *p)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    const struct call *c = p;
+    if (c->tiled)
+        c->o->attn_tiled(c->tiled, c->scr);
+    else
+        c->o->attn(c->one, c->scr);
 }
 
 int
@@ -78,19 +90,23 @@ main(int argc, char **argv)
             q, out, nq * dk, nq * dv, nr, nq, dk, dv, 0.125f,
             (const uint8_t *)pool, (const uint8_t *)pool + kbytes, block, 1, bs, table, kv_of_row,
         };
-        double best = 1e30;
-        int reps = 1;
-        for (int round = 0; round < 6; round++) {
-            double t0 = now();
-            for (int i = 0; i < reps; i++)
-                o->attn_tiled(&a, scr);
-            double dt = (now() - t0) / reps;
-            if (dt < best)
-                best = dt;
-            if (round == 0)
-                reps = (int)(0.05 / dt) + 1;
-        }
+        double best = bench_best(call, &(struct call){ o, &a, NULL, scr }, 6);
         printf("%-7s %7lld %10.1f %9.2f\n", o->name, (long long)nkv, best * 1e6, mac / best / 1e9);
+        free(scr);
+
+        /* the one-row (decode) kernel: the last row alone, its KV warm */
+        sb = ((size_t)o->attn_scratch_floats(nq, bs, dk, dv) * sizeof(float) + 63) / 64 * 64;
+        if (!(scr = aligned_alloc(64, sb)))
+            return 1;
+        struct attn_args a1 = {
+            q, out, nq, dk, dv, 0.125f, (const uint8_t *)pool, (const uint8_t *)pool + kbytes,
+            block, 1, bs, table, nkv, NULL, 0, NULL,
+        };
+        best = bench_best(call, &(struct call){ o, NULL, &a1, scr }, 6);
+        char nm[32];
+        snprintf(nm, sizeof(nm), "%s/1", o->name);
+        printf("%-7s %7lld %10.1f %9.2f\n", nm, (long long)nkv, best * 1e6,
+               2.0 * (double)(nq * dk) * (double)nkv / best / 1e9);
         free(scr);
     }
     free(pool), free(table), free(q), free(out);

@@ -21,19 +21,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "ops.h"
+#include "benchtime.h"
 #include "qtypes.h"
 #include "quant.h"
 
-static double
-now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static uint64_t rs = 88172645463325252ull;
 
@@ -46,26 +39,33 @@ frnd(void)
     return (float)((double)(rs >> 11) * 0x1p-53 * 2.0 - 1.0);
 }
 
-/* seconds per call, best of a few repetitions of enough calls for ~0.2 s */
+struct mm_call {
+    const struct kernel_ops *o;
+    uint32_t t;
+    const void *w;
+    size_t rb;
+    int64_t rows, cols, n_tok;
+    const float *x;
+    float *y, *tmp;
+    void *work;
+};
+
+static void
+mm_call(void *p)
+{
+    const struct mm_call *c = p;
+    c->o->mm_prepare(c->work, c->t & ~(uint32_t)OPS_MM_PACKED, c->x, c->cols, c->n_tok, c->cols);
+    c->o->mm_rows(c->y, c->rows, c->w, c->rb, c->t, c->work, c->x, c->cols, c->n_tok, c->cols, 0,
+                  c->rows, c->tmp);
+}
+
+/* seconds per call, best of a few repetitions of enough calls for ~0.05 s */
 static double
 time_mm(const struct kernel_ops *o, uint32_t t, const void *w, size_t rb, int64_t rows,
         int64_t cols, const float *x, int64_t n_tok, float *y, void *work, float *tmp)
 {
-    double best = 1e30;
-    int reps = 1;
-    for (int round = 0; round < 4; round++) {
-        double t0 = now();
-        for (int i = 0; i < reps; i++) {
-            o->mm_prepare(work, t & ~(uint32_t)OPS_MM_PACKED, x, cols, n_tok, cols);
-            o->mm_rows(y, rows, w, rb, t, work, x, cols, n_tok, cols, 0, rows, tmp);
-        }
-        double dt = (now() - t0) / reps;
-        if (dt < best)
-            best = dt;
-        if (round == 0)
-            reps = (int)(0.05 / dt) + 1;
-    }
-    return best;
+    struct mm_call c = { o, t, w, rb, rows, cols, n_tok, x, y, tmp, work };
+    return bench_best(mm_call, &c, 4);
 }
 
 int
