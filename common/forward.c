@@ -63,12 +63,12 @@ struct forward_state {
      * pair's last chunk.  pair = one-row index * n_head_kv + KV head. */
     int fine;                   /* this chunk's one-row items are split */
     int64_t n_item;
-    int32_t *item_pair, *item_c;        /* [fine_cap] */
+    int32_t *item_pair, *item_c;        /* [fine_pairs * fine_chunks] */
     int64_t *pair_p0;           /* [fine_pairs] first partial of the pair */
     int32_t *pair_nch;          /* [fine_pairs] its chunks */
     _Atomic int32_t *pair_done; /* [fine_pairs] chunks finished */
-    float *part;                /* [fine_cap][n_q per KV head][ATTN_PART(dv)] */
-    int64_t fine_cap, fine_pairs;
+    float *part;                /* [fine_pairs * fine_chunks][n_q per KV head][ATTN_PART(dv)] */
+    int64_t fine_pairs, fine_chunks;    /* room for; 0: no fine items */
     int64_t *slot;              /* [n] slot of each batch token */
     int32_t *perm;              /* [n] batch indices grouped by sequence, in batch order */
     int64_t cap_n;
@@ -457,18 +457,24 @@ one_args(const struct attn_job *j, int64_t t, int64_t g, uint8_t *vis, struct at
     a->block_size = kc->block_size;
     a->table = kv_seq_table(j->kv, bt->seq, &nb);
     a->n_kv = st->slot[i] + 1;
-    a->vis = NULL;
+    a->vis = j->b->mask ? vis : NULL;
     a->s0 = 0;
     a->part = NULL;
-    if (j->b->mask) {
-        int64_t len0 = st->seq_len0[bt->seq];
-        const int32_t *order = st->perm + st->seq_start[bt->seq];
-        const uint8_t *row = j->b->mask + i * j->b->n;
-        memset(vis, 1, (size_t)len0);
-        for (int64_t s = len0; s < a->n_kv; s++)
-            vis[s] = row[order[s - len0]] != 0;
-        a->vis = vis;
-    }
+}
+
+/* vis[s0 .. s1) for chunk row t under the batch's mask (the slots before the
+ * batch all visible, the batch's own by the mask row) */
+static void
+one_vis(const struct attn_job *j, int64_t t, uint8_t *vis, int64_t s0, int64_t s1)
+{
+    const struct forward_state *st = j->m->st;
+    int64_t i = j->c0 + t;
+    int32_t seq = j->b->tok[i].seq;
+    int64_t len0 = st->seq_len0[seq];
+    const int32_t *order = st->perm + st->seq_start[seq];
+    const uint8_t *row = j->b->mask + i * j->b->n;
+    for (int64_t s = s0; s < s1; s++)
+        vis[s] = s < len0 || row[order[s - len0]] != 0;
 }
 
 /* item it = one-row row it / n_kvh, KV head it % n_kvh: the whole step */
@@ -484,7 +490,10 @@ attn_range(void *arg, int64_t i0, int64_t i1, int ith)
 
     for (int64_t it = i0; it < i1; it++) {
         struct attn_args a;
-        one_args(j, st->one[it / n_kvh], it % n_kvh, vis, &a);
+        int64_t t = st->one[it / n_kvh];
+        one_args(j, t, it % n_kvh, vis, &a);
+        if (a.vis)
+            one_vis(j, t, vis, 0, a.n_kv);
         m->ops->attn(&a, scr);
     }
 }
@@ -506,8 +515,11 @@ attn_fine_range(void *arg, int64_t i0, int64_t i1, int ith)
     for (int64_t it = i0; it < i1; it++) {
         int64_t pair = st->item_pair[it], c = st->item_c[it], nch = st->pair_nch[pair];
         struct attn_args a;
-        one_args(j, st->one[pair / n_kvh], pair % n_kvh, vis, &a);
+        int64_t t = st->one[pair / n_kvh];
+        one_args(j, t, pair % n_kvh, vis, &a);
         if (nch == 1) {
+            if (a.vis)
+                one_vis(j, t, vis, 0, a.n_kv);
             m->ops->attn(&a, scr);
             continue;
         }
@@ -516,6 +528,8 @@ attn_fine_range(void *arg, int64_t i0, int64_t i1, int ith)
         a.s0 = c * ATTN_SPLIT_KV;
         a.n_kv = n_kv - a.s0 < ATTN_SPLIT_KV ? n_kv : a.s0 + ATTN_SPLIT_KV;
         a.part = parts + c * psz;
+        if (a.vis)
+            one_vis(j, t, vis, a.s0, a.n_kv);
         m->ops->attn(&a, scr);
         if (atomic_fetch_add_explicit(&st->pair_done[pair], 1, memory_order_acq_rel) != nch - 1)
             continue;
@@ -724,7 +738,7 @@ forward_chunk(struct model *m, struct kvcache *kv, const struct batch *b, int64_
      * KV chunk (a decode step of a model with 3 KV heads would otherwise
      * give 2 workers 3 items) */
     st->fine = 0;
-    if (st->n_one * hp->n_head_kv <= st->fine_pairs) {
+    if (st->n_one * hp->n_head_kv <= st->fine_pairs) {     /* (room made in model_forward) */
         uint32_t dt = kv_config_get(kv)->dtype;
         int64_t np = 0, n_item = 0;
         for (int64_t u = 0; u < st->n_one; u++) {
@@ -941,10 +955,18 @@ model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
         st->attn_scr = scr;
         st->attn_scr_n = need;
     }
-    /* the fine split's items, pairs and partials (see struct forward_state) */
+    /* room for the fine split's items, pairs and partials (see struct
+     * forward_state): at most 4 items per thread's worth of (row, KV head)
+     * pairs, as many as the batch has; chunks grown by doubling.  Without
+     * the room (out of memory) the steps are computed whole per item, with
+     * the same bits. */
     int64_t nchmax = ops_attn_chunks(kc->dtype, max_kv);
-    if (nchmax > 1 && (int64_t)4 * st->nth * nchmax > st->fine_cap) {
-        int64_t pairs = (int64_t)4 * st->nth, cap = pairs * nchmax;
+    int64_t want_pairs = (int64_t)4 * st->nth < n * hp->n_head_kv ? (int64_t)4 * st->nth
+                                                                   : n * hp->n_head_kv;
+    if (nchmax > 1 && (want_pairs > st->fine_pairs || nchmax > st->fine_chunks)) {
+        int64_t pairs = want_pairs > st->fine_pairs ? want_pairs : st->fine_pairs;
+        int64_t chunks = nchmax > 2 * st->fine_chunks ? nchmax : 2 * st->fine_chunks;
+        int64_t cap = pairs * chunks;
         free(st->item_pair), free(st->item_c), free(st->pair_p0), free(st->pair_nch);
         free((void *)st->pair_done), free(st->part);
         st->item_pair = malloc((size_t)cap * sizeof(int32_t));
@@ -953,12 +975,12 @@ model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
         st->pair_nch = malloc((size_t)pairs * sizeof(int32_t));
         st->pair_done = malloc((size_t)pairs * sizeof(*st->pair_done));
         st->part = malloc((size_t)(cap * grp * ATTN_PART(hp->head_dim_v)) * sizeof(float));
-        st->fine_cap = st->fine_pairs = 0;
-        if (!st->item_pair || !st->item_c || !st->pair_p0 || !st->pair_nch || !st->pair_done ||
-            !st->part)
-            goto nomem;
-        st->fine_cap = cap;
-        st->fine_pairs = pairs;
+        st->fine_pairs = st->fine_chunks = 0;
+        if (st->item_pair && st->item_c && st->pair_p0 && st->pair_nch && st->pair_done &&
+            st->part) {
+            st->fine_pairs = pairs;
+            st->fine_chunks = chunks;
+        }
     }
     if (b->mask && max_kv > st->vis_n) {
         int64_t cap = st->vis_cap;

@@ -178,8 +178,9 @@ struct attn_args {
     const uint8_t *vis;         /* NULL (all visible) or n_kv flags */
     /* one chunk of a split step: slots s0 .. n_kv-1 only, and instead of
      * out, part [n_q][ATTN_PART(head_dim_v)] gets each head's state after
-     * them: M, S and the accumulator in f32 (not divided by S).  s0 = 0 and
-     * part = NULL: the whole step (split or not, see above) into out. */
+     * them: M, S and the accumulator in f32 (not scaled by 1/S).  part =
+     * NULL (then s0 must be 0): the whole step (split or not, see above)
+     * into out. */
     int64_t s0;
     float *part;
 };
@@ -198,12 +199,14 @@ ops_attn_chunks(uint32_t kv_type, int64_t n_kv)
  * [n_q][dv] is the accumulator, ms [2 * n_q] the maxima and sums), add folds
  * in one chunk's part [n_q][ATTN_PART(dv)] as llama.cpp's reduction does
  * (chunks with S = 0 skipped; M = max, both sides scaled by expf(M_side -
- * M)), end divides by the sum (0 where nothing was visible). */
+ * M), acc = acc * s_old + part * s_new in f32 without fusing), end
+ * multiplies by 1 / S (0 where nothing was visible). */
 void ops_attn_combine_begin(float *out, float *ms, int64_t n_q, int64_t dv);
 void ops_attn_combine_add(float *out, float *ms, const float *part, int64_t n_q, int64_t dv);
 void ops_attn_combine_end(float *out, const float *ms, int64_t n_q, int64_t dv);
 /* For the kernels: the end of a walk over a's slots, acc [n_q][dv] (f32),
- * M and S [n_q]: out = acc / S (0 where S = 0), or into part when set. */
+ * M and S [n_q]: out = acc * (1 / S) (0 where S = 0), or into part when
+ * set. */
 void ops_attn_emit(const struct attn_args *a, const float *acc, const float *M, const float *S);
 /* For the kernels: when a is a whole step that is split, computes it by
  * calling fn per chunk (with the kernel's own scratch, whose first `base`

@@ -245,10 +245,15 @@ ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
     }
 
     /* the f16 accumulators widened in place, from the last (each float
-     * overwrites only halves already read) */
+     * overwrites only halves already read; through memcpy, as the bytes
+     * change type) */
     if (f16)
-        for (int64_t i = nq * dv - 1; i >= 0; i--)
-            acc[i] = _cvtsh_ss(acc16[i]);
+        for (int64_t i = nq * dv - 1; i >= 0; i--) {
+            uint16_t h;
+            memcpy(&h, (const char *)scratch + 2 * i, 2);
+            float f = _cvtsh_ss(h);
+            memcpy((char *)scratch + 4 * i, &f, 4);
+        }
     ops_attn_emit(a, acc, M, S);
 }
 

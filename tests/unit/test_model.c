@@ -1031,6 +1031,78 @@ test_long_context(void)
     free(toks);
 }
 
+/* Decode rows of sequences at 700, 300 and 520 slots (3, 1 and 3 KV chunks)
+ * give the bits each gets alone when batched together (as pool items per
+ * chunk on 2 and 5 threads, per row on 1) and when batched with a masked
+ * twin (a mask fills each chunk item's visibility), for f16 and f32
+ * caches, the same on every thread count. */
+static void
+test_long_batches(void)
+{
+    static const int nths[] = { 1, 2, 5 };
+    static const int64_t lens[3] = { 700, 300, 520 };
+    static const uint32_t dts[2] = { GGML_TYPE_F16, GGML_TYPE_F32 };
+    /* rows 0-2 one per sequence; row 3 sequence 0's token again, not seeing row 0 */
+    static const uint8_t mask[16] = { 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1 };
+
+    for (int di = 0; di < 2; di++) {
+        float *first = NULL;
+        for (size_t ti = 0; ti < sizeof(nths) / sizeof(nths[0]); ti++) {
+            struct model *m = open_threads(F16_PATH, nths[ti]);
+            if (!m)
+                return;
+            int64_t V = m->hp.n_vocab;
+            float *scr = malloc((size_t)(100 * V) * sizeof(float));
+            float *res = malloc((size_t)(10 * V) * sizeof(float));
+            struct kvcache *kv = new_kv(m, dts[di], 8 << 20, 16);
+            struct batch_tok bt[100];
+            struct model_out out = { NULL, NULL };
+            struct diag d;
+            int32_t sq[3];
+            for (int k = 0; k < 3; k++) {
+                CHECK_EQ(kv_seq_new(kv, &sq[k]), 0);
+                for (int64_t i = 0; i < lens[k]; i += 100) {
+                    int64_t n = lens[k] - i < 100 ? lens[k] - i : 100;
+                    for (int64_t r = 0; r < n; r++)
+                        bt[r] = (struct batch_tok){ sq[k], (int32_t)(i + r),
+                                                    (int32_t)((7 * (i + r) + 13 * k) % 250), 1, 0 };
+                    struct batch b = { n, bt, NULL };
+                    out.logits = scr;
+                    CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
+                }
+            }
+            /* alone (res 0-2), together (3-5), with the masked twin (6-9) */
+            for (int pass = 0; pass < 3; pass++) {
+                int64_t n = pass == 0 ? 1 : pass == 1 ? 3 : 4;
+                for (int k = 0; k < (pass == 0 ? 3 : 1); k++) {
+                    for (int64_t r = 0; r < n; r++) {
+                        int q = pass == 0 ? k : (int)(r % 3);
+                        bt[r] = (struct batch_tok){ sq[q], (int32_t)lens[q], 11 + q, 1, 0 };
+                    }
+                    struct batch b = { n, bt, pass == 2 ? mask : NULL };
+                    out.logits = res + (pass == 0 ? k : pass == 1 ? 3 : 6) * V;
+                    CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
+                    for (int q = 0; q < 3; q++)
+                        CHECK_EQ(kv_seq_truncate(kv, sq[q], lens[q]), 0);
+                }
+            }
+            CHECK(memcmp(res, res + 3 * V, (size_t)(3 * V) * sizeof(float)) == 0);
+            CHECK(memcmp(res, res + 6 * V, (size_t)(3 * V) * sizeof(float)) == 0);
+            CHECK(memcmp(res, res + 9 * V, (size_t)V * sizeof(float)) == 0);
+            if (!first)
+                first = res;
+            else {
+                CHECK(memcmp(res, first, (size_t)(10 * V) * sizeof(float)) == 0);
+                free(res);
+            }
+            free(scr);
+            kv_free(kv);
+            model_free(m);
+        }
+        free(first);
+    }
+}
+
 int
 main(void)
 {
@@ -1045,6 +1117,7 @@ main(void)
     test_batch_equivalence();
     test_threads_invariant();
     test_long_context();
+    test_long_batches();
     test_mask();
     test_hooks();
     test_bad_files();
