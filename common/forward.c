@@ -513,31 +513,27 @@ attn_fine_range(void *arg, int64_t i0, int64_t i1, int ith)
     uint8_t *vis = st->vis + (int64_t)ith * st->vis_n;
 
     for (int64_t it = i0; it < i1; it++) {
-        int64_t pair = st->item_pair[it], c = st->item_c[it], nch = st->pair_nch[pair];
-        struct attn_args a;
+        int64_t pair = st->item_pair[it], nch = st->pair_nch[pair];
+        float *parts = st->part + st->pair_p0[pair] * psz;
+        struct attn_args w, a;
         int64_t t = st->one[pair / n_kvh];
-        one_args(j, t, pair % n_kvh, vis, &a);
-        if (nch == 1) {
-            if (a.vis)
-                one_vis(j, t, vis, 0, a.n_kv);
-            m->ops->attn(&a, scr);
-            continue;
-        }
-        float *out = a.out, *parts = st->part + st->pair_p0[pair] * psz;
-        int64_t n_kv = a.n_kv;
-        a.s0 = c * ATTN_SPLIT_KV;
-        a.n_kv = n_kv - a.s0 < ATTN_SPLIT_KV ? n_kv : a.s0 + ATTN_SPLIT_KV;
-        a.part = parts + c * psz;
+        one_args(j, t, pair % n_kvh, vis, &w);
+        /* a pair of one chunk: the whole step */
+        if (nch == 1)
+            a = w;
+        else
+            ops_attn_chunk(&a, &w, st->item_c[it], parts + st->item_c[it] * psz);
         if (a.vis)
             one_vis(j, t, vis, a.s0, a.n_kv);
         m->ops->attn(&a, scr);
-        if (atomic_fetch_add_explicit(&st->pair_done[pair], 1, memory_order_acq_rel) != nch - 1)
+        if (nch == 1 ||
+            atomic_fetch_add_explicit(&st->pair_done[pair], 1, memory_order_acq_rel) != nch - 1)
             continue;
         /* the last chunk: the thread's scratch is free for the maxima and sums */
-        ops_attn_combine_begin(out, scr, grp, dv);
+        ops_attn_combine_begin(w.out, scr, grp, dv);
         for (int64_t k = 0; k < nch; k++)
-            ops_attn_combine_add(out, scr, parts + k * psz, grp, dv);
-        ops_attn_combine_end(out, scr, grp, dv);
+            ops_attn_combine_add(w.out, scr, parts + k * psz, grp, dv);
+        ops_attn_combine_end(w.out, scr, grp, dv);
     }
 }
 
@@ -965,7 +961,9 @@ model_forward(struct model *m, struct kvcache *kv, const struct batch *b,
                                                                    : n * hp->n_head_kv;
     if (nchmax > 1 && (want_pairs > st->fine_pairs || nchmax > st->fine_chunks)) {
         int64_t pairs = want_pairs > st->fine_pairs ? want_pairs : st->fine_pairs;
-        int64_t chunks = nchmax > 2 * st->fine_chunks ? nchmax : 2 * st->fine_chunks;
+        int64_t chunks = nchmax <= st->fine_chunks     ? st->fine_chunks
+                         : nchmax > 2 * st->fine_chunks ? nchmax
+                                                        : 2 * st->fine_chunks;
         int64_t cap = pairs * chunks;
         free(st->item_pair), free(st->item_c), free(st->pair_p0), free(st->pair_nch);
         free((void *)st->pair_done), free(st->part);

@@ -195,6 +195,17 @@ ops_attn_chunks(uint32_t kv_type, int64_t n_kv)
     return (n_kv + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV;
 }
 
+/* *c = chunk k of the whole step *a (its slots [k * ATTN_SPLIT_KV, that +
+ * ATTN_SPLIT_KV) below n_kv), its state into part */
+static inline void
+ops_attn_chunk(struct attn_args *c, const struct attn_args *a, int64_t k, float *part)
+{
+    *c = *a;
+    c->s0 = k * ATTN_SPLIT_KV;
+    c->n_kv = a->n_kv - c->s0 < ATTN_SPLIT_KV ? a->n_kv : c->s0 + ATTN_SPLIT_KV;
+    c->part = part;
+}
+
 /* Combining chunk partials (in chunk order): begin sets the state (out
  * [n_q][dv] is the accumulator, ms [2 * n_q] the maxima and sums), add folds
  * in one chunk's part [n_q][ATTN_PART(dv)] as llama.cpp's reduction does

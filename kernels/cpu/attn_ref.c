@@ -105,13 +105,11 @@ ops_attn_split(const struct attn_args *a, float *scratch, int64_t base,
     if (a->part || nch == 1)
         return 0;
     float *part = scratch + base, *ms = part + a->n_q * ATTN_PART(a->head_dim_v);
-    struct attn_args c = *a;
+    struct attn_args c;
 
     ops_attn_combine_begin(a->out, ms, a->n_q, a->head_dim_v);
-    c.part = part;
     for (int64_t k = 0; k < nch; k++) {
-        c.s0 = k * ATTN_SPLIT_KV;
-        c.n_kv = a->n_kv - c.s0 < ATTN_SPLIT_KV ? a->n_kv : c.s0 + ATTN_SPLIT_KV;
+        ops_attn_chunk(&c, a, k, part);
         fn(&c, scratch);
         ops_attn_combine_add(a->out, ms, part, a->n_q, a->head_dim_v);
     }

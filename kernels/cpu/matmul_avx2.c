@@ -872,6 +872,22 @@ bsum_pairs(const int16_t *bs)
     return _mm_packs_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
 }
 
+/* Chunk c (64 codes) of a Q4_K/Q5_K super-block: its low 32 codes lo
+ * against y [0, 32) times scale 2c, its high 32 hi against y [32, 64) times
+ * scale 2c + 1 (s16: the 8 scales as int16 in both lanes), as int32 pair
+ * sums */
+static inline __attribute__((always_inline)) __m256i
+k4_pair_sums(__m256i lo, __m256i hi, const int8_t *y, __m256i s16, int c)
+{
+    __m256i yl = _mm256_loadu_si256((const __m256i *)(const void *)y);
+    __m256i yh = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32));
+    __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_shuffle_epi8(
+        s16, _mm256_set1_epi16((short)((4 * c + 1) << 8 | 4 * c))));
+    __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_shuffle_epi8(
+        s16, _mm256_set1_epi16((short)((4 * c + 3) << 8 | (4 * c + 2)))));
+    return _mm256_add_epi32(pl, ph);
+}
+
 /* Q4_K decode, 8 rows at once: the repacked gemv's two chains per row
  * (sacc = fma(float(isum), d * yd, sacc), macc = fma(float(msum), dmin * yd,
  * macc), out = sacc - macc) with the 8 rows in the lanes; the integer sums
@@ -904,13 +920,7 @@ q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
                 __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
                 __m256i lo = _mm256_and_si256(bits, m15);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m15);
-                __m256i yl = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c));
-                __m256i yh = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c + 32));
-                __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_shuffle_epi8(
-                    s16, _mm256_set1_epi16((short)((4 * c + 1) << 8 | 4 * c))));
-                __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_shuffle_epi8(
-                    s16, _mm256_set1_epi16((short)((4 * c + 3) << 8 | (4 * c + 2)))));
-                acc = _mm256_add_epi32(acc, _mm256_add_epi32(pl, ph));
+                acc = _mm256_add_epi32(acc, k4_pair_sums(lo, hi, y + 64 * c, s16, c));
             }
             v[i] = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
             mv[i] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)), bp);
@@ -1002,13 +1012,7 @@ q5k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
                                                          : _mm256_srli_epi16(hb, 2 * c - 3), b4);
             __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m15), h0);
             __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m15), h1);
-            __m256i yl = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c));
-            __m256i yh = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * c + 32));
-            __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), _mm256_shuffle_epi8(
-                s16, _mm256_set1_epi16((short)((4 * c + 1) << 8 | 4 * c))));
-            __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), _mm256_shuffle_epi8(
-                s16, _mm256_set1_epi16((short)((4 * c + 3) << 8 | (4 * c + 2)))));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            sumi = _mm256_add_epi32(sumi, k4_pair_sums(lo, hi, y + 64 * c, s16, c));
         }
         /* msum: the 8 mins times the pair sums of the 16 bsums */
         __m128i mv = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)),
@@ -1034,13 +1038,47 @@ k_scale_pair16(__m128i s, int c, int is_signed)
     return is_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
 }
 
+/* The scaled lane sums of a Q2_K or Q3_K super-block's 8 chunks of 32
+ * 2-bit codes qs against the token's codes y: chunk c's int16 pair sums
+ * times its scale pair (k_scale_pair16 of sc: unsigned for Q2_K, signed for
+ * Q3_K).  With hmask (Q3_K) the code is u = q + 4, bit c of each hmask byte
+ * adding the 4, and maddubs(4, y) is subtracted: the same int16 pair sums as
+ * the sign form. */
+static inline __attribute__((always_inline)) __m256i
+k2bit_sumi(const uint8_t *qs, const int8_t *y, __m128i sc, const uint8_t *hmask)
+{
+    const __m256i m3 = _mm256_set1_epi8(3), f4 = _mm256_set1_epi8(4);
+    __m256i hm = hmask ? _mm256_loadu_si256((const __m256i *)(const void *)hmask) : f4;
+    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * h));
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) {
+            int c = 4 * h + g;
+            __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3);
+            __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
+            __m256i pr;
+            if (hmask) {
+                /* bit c of each hmask byte moved to bit 2 */
+                __m256i hb = _mm256_and_si256(c <= 2 ? _mm256_slli_epi16(hm, 2 - c) : _mm256_srli_epi16(hm, c - 2), f4);
+                pr = _mm256_sub_epi16(_mm256_maddubs_epi16(_mm256_or_si256(q, hb), qy),
+                                      _mm256_maddubs_epi16(f4, qy));
+            } else {
+                pr = _mm256_maddubs_epi16(q, qy);
+            }
+            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pair16(sc, c, hmask != NULL), pr));
+        }
+    }
+    return sumi;
+}
+
 /* Q2_K decode, one row: kquant_row's arithmetic (acc = fma(-yd * dmin,
  * the lanes of the mins times the bsums, acc), then acc = fma(yd * d, the
  * scaled lane sums, acc); hsum8(acc)) straight from the block. */
 static inline float
 q2k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
 {
-    const __m256i m3 = _mm256_set1_epi8(3);
     const __m128i m15 = _mm_set1_epi8(15);
     __m256 acc = _mm256_setzero_ps();
 
@@ -1053,19 +1091,7 @@ q2k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
         __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m15));
         __m256 mv = _mm256_cvtepi32_ps(_mm256_madd_epi16(
             mn, _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b))));
-        __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                int c = 4 * h + g;
-                __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3);
-                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pair16(sl, c, 0),
-                                                                _mm256_maddubs_epi16(q, qy)));
-            }
-        }
+        __m256i sumi = k2bit_sumi(x->qs, y, sl, NULL);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(-yd * h2f(x->dmin)), mv, acc);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * h2f(x->d)), _mm256_cvtepi32_ps(sumi), acc);
     }
@@ -1079,7 +1105,6 @@ q2k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
 static inline float
 q3k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
 {
-    const __m256i m3 = _mm256_set1_epi8(3), f4 = _mm256_set1_epi8(4);
     __m256 acc = _mm256_setzero_ps();
 
     for (int64_t b = 0; b < nb; b++) {
@@ -1095,22 +1120,7 @@ q3k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
                                     (int)(((a0 >> 4) & k2) | ((t >> 4) & k1) << 4),
                                     (int)(((a1 >> 4) & k2) | ((t >> 6) & k1) << 4));
         sc = _mm_sub_epi8(sc, _mm_set1_epi8(32));
-        __m256i hm = _mm256_loadu_si256((const __m256i *)(const void *)x->hmask);
-        __m256i sumi = _mm256_setzero_si256();
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * h));
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) {
-                int c = 4 * h + g;
-                /* bit c of each hmask byte moved to bit 2 */
-                __m256i hb = _mm256_and_si256(c <= 2 ? _mm256_slli_epi16(hm, 2 - c) : _mm256_srli_epi16(hm, c - 2), f4);
-                __m256i u = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3), hb);
-                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
-                __m256i pr = _mm256_sub_epi16(_mm256_maddubs_epi16(u, qy), _mm256_maddubs_epi16(f4, qy));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pair16(sc, c, 1), pr));
-            }
-        }
+        __m256i sumi = k2bit_sumi(x->qs, y, sc, x->hmask);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * ar->d[b]), _mm256_cvtepi32_ps(sumi), acc);
     }
     return hsum8(acc);
