@@ -19,7 +19,11 @@
  * a time with its accumulator in registers, 8 visible slots at a time with
  * one vector evaluation of libm's expf (ops_expf_libm_avx2, bit-identical);
  * the sum S is updated with one fused multiply-add, as ggml's compiled
- * S = S*ms + vs.  Other shapes take the slot-major loop (attn_slotwise).
+ * S = S*ms + vs.  Keys and values are read where they lie (no f32 copy: the
+ * keys are widened per head, the values per head pair), a run of one
+ * block's consecutive visible slots at a time, the same rows of the next
+ * block prefetched into L2.  Other shapes take the slot-major loop
+ * (attn_slotwise).
  *
  * A long step (ops.h: n_kv >= ATTN_SPLIT_MIN) is walked in chunks of
  * ATTN_SPLIT_KV slots whose states ops_attn_split combines; a call for one
@@ -38,10 +42,7 @@
 #include "simd_avx2.h"
 #include "cpu/attn_avx2.h"
 
-#define AC 64                   /* slots per chunk of converted keys and values */
-/* slots ahead whose keys and values are prefetched while a chunk is
- * converted: decode at 1024 tokens of context +6% (1 thread), +10-15% (2) */
-#define KV_PF 16
+#define AC 64                   /* visible slots per chunk the heads walk in turn */
 
 /* slot s's key and value rows (elements of esz bytes) */
 static inline void
@@ -60,9 +61,8 @@ attn_base(int64_t n_q, int64_t block_size, int64_t head_dim, int64_t head_dim_v)
     /* acc [n_q][dv] | M [n_q] | S [n_q] | f16 query [n_q][dk] (half a float each);
      * other KV types go to the reference, which must find its own room */
     int64_t own = n_q * head_dim_v + 2 * n_q + (n_q * head_dim + 1) / 2 + 8;
-    /* the fast path: acc [n_q][dv] | M | S | f32 query [n_q][dk] | a chunk of
-     * keys and values in f32 [AC][dk] + [AC][dv] */
-    int64_t fast = n_q * head_dim_v + 2 * n_q + n_q * head_dim + AC * (head_dim + head_dim_v) + 16;
+    /* the fast path: acc [n_q][dv] | M | S | f32 query [n_q][dk] */
+    int64_t fast = n_q * head_dim_v + 2 * n_q + n_q * head_dim + 16;
     if (fast > own)
         own = fast;
     int64_t ref = ops_attn_scratch_floats_ref(n_q, block_size, head_dim, head_dim_v);
@@ -97,30 +97,42 @@ dot_f16(const uint16_t *k, const uint16_t *q, int64_t n)
     return (float)sum;
 }
 
+/* 8 elements from i of a row of f32 or (f16 = 1) f16 values, in f32 */
+static inline __attribute__((always_inline)) __m256
+load_row8(const void *p, int64_t i, int f16)
+{
+    return f16 ? avx2_load_f16((const uint16_t *)p + i) : _mm256_loadu_ps((const float *)p + i);
+}
+
 /* ggml_vec_dot_f32's four accumulators over the first np (a multiple of
- * 32) elements, combined as its reduction begins: (a0 + a2) + (a1 + a3) */
-static inline __m256
-dot_f32_lanes(const float *k, const float *q, int64_t np)
+ * 32) elements, combined as its reduction begins: (a0 + a2) + (a1 + a3);
+ * keys in f32 or (f16 = 1) f16, widened exactly */
+static inline __attribute__((always_inline)) __m256
+dot_f32_lanes(const void *k, const float *q, int64_t np, int f16)
 {
     __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
 
     for (int64_t i = 0; i < np; i += 32) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), _mm256_loadu_ps(q + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 8), _mm256_loadu_ps(q + i + 8), s1);
-        s2 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 16), _mm256_loadu_ps(q + i + 16), s2);
-        s3 = _mm256_fmadd_ps(_mm256_loadu_ps(k + i + 24), _mm256_loadu_ps(q + i + 24), s3);
+        s0 = _mm256_fmadd_ps(load_row8(k, i, f16), _mm256_loadu_ps(q + i), s0);
+        s1 = _mm256_fmadd_ps(load_row8(k, i + 8, f16), _mm256_loadu_ps(q + i + 8), s1);
+        s2 = _mm256_fmadd_ps(load_row8(k, i + 16, f16), _mm256_loadu_ps(q + i + 16), s2);
+        s3 = _mm256_fmadd_ps(load_row8(k, i + 24, f16), _mm256_loadu_ps(q + i + 24), s3);
     }
     return _mm256_add_ps(_mm256_add_ps(s0, s2), _mm256_add_ps(s1, s3));
 }
 
-/* q.k over n f32 elements, as ggml_vec_dot_f32. */
+/* q.k over n elements as ggml_vec_dot_f32, the keys f32 or (f16 = 1) f16
+ * widened exactly (an f16 cache's q.k: ggml_vec_dot_f16 on exact f32
+ * copies of its f16 operands is this sequence of operations) */
 static inline float
-dot_f32(const float *k, const float *q, int64_t n)
+dot_f32(const void *k, const float *q, int64_t n, int f16)
 {
     int64_t np = n & ~(int64_t)31;
-    double sum = np ? (double)avx2_reduce1(dot_f32_lanes(k, q, np)) : 0.0;
-    for (int64_t i = np; i < n; i++)
-        sum += (double)(k[i] * q[i]);
+    double sum = np ? (double)avx2_reduce1(dot_f32_lanes(k, q, np, f16)) : 0.0;
+    for (int64_t i = np; i < n; i++) {
+        float ki = f16 ? _cvtsh_ss(((const uint16_t *)k)[i]) : ((const float *)k)[i];
+        sum += (double)(ki * q[i]);
+    }
     return (float)sum;
 }
 
@@ -222,7 +234,7 @@ ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
 
         for (int64_t h = 0; h < nq; h++) {
             float sc = f16 ? dot_f16((const uint16_t *)krow, q16 + h * dk, dk)
-                           : dot_f32((const float *)krow, a->q + h * dk, dk);
+                           : dot_f32(krow, a->q + h * dk, dk, 0);
             sc = sc * a->scale;
             float mold = M[h];
             float ms = 1.0f, vs = 1.0f;
@@ -346,19 +358,20 @@ round_f16(__m256 v)
     return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-/* The scaled scores of 8 slots (keys kc [8][dk], the first m real), dk a
- * multiple of 32: dot_f32's accumulators per slot, then its reduction
- * ((a0 + a2) + (a1 + a3), low + high half, two pairwise adds) done for the
- * 8 slots together with the same pairings, so each score has dot_f32's
- * bits. */
+/* The scaled scores of 8 slots (key rows kr[0..7] of dk f16 or f32
+ * elements, the first m real), dk a multiple of 32: dot_f32's accumulators
+ * per slot, then its reduction ((a0 + a2) + (a1 + a3), low + high half,
+ * two pairwise adds) done for the 8 slots together with the same pairings,
+ * so each score has dot_f32's bits. */
 static inline __attribute__((always_inline)) void
-scores8(const float *kc, int m, int64_t dk, const float *qh, float scale, float *sc)
+scores8(const uint8_t *const *kr, int f16, int m, int64_t dk, const float *qh, float scale, float *sc)
 {
     __m256 S[8];
 
 #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
-        S[j] = dot_f32_lanes(kc + (int64_t)(j < m ? j : 0) * dk, qh, dk);
+        const void *k = kr[j < m ? j : 0];
+        S[j] = dot_f32_lanes(k, qh, dk, f16);
     }
     /* U[j/2] = [lo + hi of slot j | lo + hi of slot j + 1] */
     __m256 U[4];
@@ -372,8 +385,8 @@ scores8(const float *kc, int m, int64_t dk, const float *qh, float scale, float 
     _mm256_store_ps(sc, _mm256_mul_ps(g, _mm256_set1_ps(scale)));
 }
 
-/* nh (1 or 2) heads over a chunk of n visible slots whose keys and values
- * are in f32 (kc [n][dk], vc [n][dv]); each head's state (accumulator, M,
+/* nh (1 or 2) heads over a chunk of n visible slots whose key and value
+ * rows (f16 or f32, as the cache) are at krows[j], vrows[j]; each head's state (accumulator, M,
  * S) is loaded from and stored back to memory around the chunk.  Two heads
  * run side by side so that their accumulator chains (a fused multiply-add
  * and, for f16, a round trip through f16 per slot) overlap; each head's
@@ -383,7 +396,7 @@ scores8(const float *kc, int m, int64_t dk, const float *qh, float scale, float 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 static inline __attribute__((always_inline)) void
-attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, float scale,
+attn_chunk(const uint8_t *const *krows, const uint8_t *const *vrows, int n, int64_t dk, float scale,
            const float *const *qh, float *const *accm, float *Mp, float *Sp, int f16, int nv, int nh)
 {
     __m256 acc[2][AV_MAX];
@@ -405,12 +418,10 @@ attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, floa
 #pragma GCC unroll 2
         for (int h = 0; h < nh; h++) {
             if (dk % 32 == 0)
-                scores8(kc + (int64_t)j0 * dk, m, dk, qh[h], scale, sc[h]);
+                scores8(krows + j0, f16, m, dk, qh[h], scale, sc[h]);
             else
-                /* ggml_vec_dot_f16 on exact f32 copies of the f16 operands
-                 * is ggml_vec_dot_f32's sequence of operations */
                 for (int j = 0; j < m; j++)
-                    sc[h][j] = dot_f32(kc + (int64_t)(j0 + j) * dk, qh[h], dk) * scale;
+                    sc[h][j] = dot_f32(krows[j0 + j], qh[h], dk, f16) * scale;
             for (int j = 0; j < m; j++) {
                 if (sc[h][j] > M[h]) {
                     arg[8 * h + j] = M[h] - sc[h][j];
@@ -428,7 +439,7 @@ attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, floa
             for (int h = 0; h < nh; h++)
                 ops_expf_libm_avx2(e + 8 * h, arg + 8 * h, m);
         for (int j = 0; j < m; j++) {
-            const float *v = vc + (int64_t)(j0 + j) * dv;
+            const uint8_t *v = vrows[j0 + j];
 #pragma GCC unroll 2
             for (int h = 0; h < nh; h++) {
                 float ms = 1.0f, vs = 1.0f;
@@ -444,7 +455,7 @@ attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, floa
                 __m256 vw = _mm256_set1_ps(vs);
 #pragma GCC unroll 32
                 for (int i = 0; i < nv; i++) {
-                    __m256 t = _mm256_fmadd_ps(_mm256_loadu_ps(v + 8 * i), vw, acc[h][i]);
+                    __m256 t = _mm256_fmadd_ps(load_row8(v, 8 * i, f16), vw, acc[h][i]);
                     acc[h][i] = f16 ? round_f16(t) : t;
                 }
                 /* one fused multiply-add, as ggml's S = S*ms + vs compiles */
@@ -463,6 +474,13 @@ attn_chunk(const float *kc, const float *vc, int n, int64_t dk, int64_t dv, floa
 }
 #pragma GCC diagnostic pop
 
+static inline void
+prefetch_span(const uint8_t *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64)
+        _mm_prefetch((const char *)p + o, _MM_HINT_T1);
+}
+
 void
 ops_attn_avx2(const struct attn_args *a, float *scratch)
 {
@@ -478,7 +496,7 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
     const size_t esz = f16 ? 2 : 4;
     const int nv = (int)(dv / 8);
     float *accs = scratch, *Ms = accs + nq * dv, *Ss = Ms + nq, *qf = Ss + nq;
-    float *kc = qf + nq * dk, *vc = kc + AC * dk;
+    const uint8_t *krows[AC], *vrows[AC];
 
     memset(accs, 0, (size_t)(nq * dv) * sizeof(float));
     for (int64_t h = 0; h < nq; h++) {
@@ -490,43 +508,49 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
         qf[i] = f16 ? _cvtsh_ss(_cvtss_sh(a->q[i], _MM_FROUND_TO_NEAREST_INT)) : a->q[i];
 
     for (int64_t s0 = a->s0; s0 < a->n_kv;) {
-        /* the next AC visible slots, converted once for all the group's heads */
+        /* the rows of the next AC visible slots, a run of one block's
+         * consecutive visible slots (contiguous rows) at a time */
         int n = 0;
-        for (; s0 < a->n_kv && n < AC; s0++) {
-            if (a->vis && !a->vis[s0])
+        while (s0 < a->n_kv && n < AC) {
+            if (a->vis && !a->vis[s0]) {
+                s0++;
                 continue;
-            const uint8_t *krow, *vrow;
-            slot_rows(a, s0, esz, &krow, &vrow);
-            float *kd = kc + (int64_t)n * dk, *vd = vc + (int64_t)n * dv;
-            /* the keys and values of the slot KV_PF ahead, from memory
-             * (a decode step's cache is out of the caches) */
-            if (s0 + KV_PF < a->n_kv) {
-                const uint8_t *kp, *vp;
-                slot_rows(a, s0 + KV_PF, esz, &kp, &vp);
-                for (size_t o = 0; o < (size_t)dk * esz; o += 64)
-                    _mm_prefetch((const char *)kp + o, _MM_HINT_T0);
-                for (size_t o = 0; o < (size_t)dv * esz; o += 64)
-                    _mm_prefetch((const char *)vp + o, _MM_HINT_T0);
             }
-            if (f16) {
-                int64_t i = 0;
-                for (; i + 8 <= dk; i += 8)
-                    _mm256_storeu_ps(kd + i, avx2_load_f16((const uint16_t *)krow + i));
-                for (; i < dk; i++)
-                    kd[i] = _cvtsh_ss(((const uint16_t *)krow)[i]);
-                for (i = 0; i < dv; i += 8)
-                    _mm256_storeu_ps(vd + i, avx2_load_f16((const uint16_t *)vrow + i));
-            } else {
-                memcpy(kd, krow, (size_t)dk * sizeof(float));
-                memcpy(vd, vrow, (size_t)dv * sizeof(float));
+            const int64_t bs = a->block_size, b = s0 / bs, i = s0 % bs;
+            int64_t run = bs - i;
+            if (run > a->n_kv - s0)
+                run = a->n_kv - s0;
+            if (run > AC - n)
+                run = AC - n;
+            if (a->vis)
+                for (int64_t r = 1; r < run; r++)
+                    if (!a->vis[s0 + r]) {
+                        run = r;
+                        break;
+                    }
+            size_t blk = (size_t)a->table[b] * a->block_stride;
+            size_t ko = (size_t)i * (size_t)dk * esz, vo = (size_t)i * (size_t)dv * esz;
+            /* the same rows of the next block, from memory into L2 (a
+             * decode step's cache is out of the caches; into L1 the
+             * bursts of a block's lines cost a decode step at 1024 slots
+             * a fifth more attention time) */
+            if ((b + 1) * bs < a->n_kv) {
+                size_t nb = (size_t)a->table[b + 1] * a->block_stride;
+                prefetch_span(a->k_base + nb + ko, (size_t)(run * dk) * esz);
+                prefetch_span(a->v_base + nb + vo, (size_t)(run * dv) * esz);
             }
-            n++;
+            for (int64_t r = 0; r < run; r++) {
+                krows[n + r] = a->k_base + blk + ko + (size_t)(r * dk) * esz;
+                vrows[n + r] = a->v_base + blk + vo + (size_t)(r * dv) * esz;
+            }
+            n += (int)run;
+            s0 += run;
         }
         for (int64_t h = 0; h < nq;) {
             int nh = nq - h >= 2 ? 2 : 1;
             float *accm[2] = { accs + h * dv, accs + (h + nh - 1) * dv };
             const float *qh[2] = { qf + h * dk, qf + (h + nh - 1) * dk };
-#define AC_(f, v, k) attn_chunk(kc, vc, n, dk, dv, a->scale, qh, accm, &Ms[h], &Ss[h], f, v, k)
+#define AC_(f, v, k) attn_chunk(krows, vrows, n, dk, a->scale, qh, accm, &Ms[h], &Ss[h], f, v, k)
             if (f16 && nv == 8)
                 nh == 2 ? AC_(1, 8, 2) : AC_(1, 8, 1);
             else if (f16)

@@ -433,15 +433,18 @@ test_expf(void)
 
 /* The attention kernel's head-major fast path equals its slot-major loop bit
  * for bit (the loop whose results tests/kernels/test_ggml_exact.c checks
- * against ggml) on SmolLM2-shaped heads with large scores (many new maxima
- * and tiny weights), f16 and f32 caches, with and without masks. */
+ * against ggml) on SmolLM2-shaped heads and on key sizes with a tail past
+ * the 32-element steps (40, 72) or none (128), with large scores (many new
+ * maxima and tiny weights), f16 and f32 caches, with and without masks. */
 static void
 test_attn_paths(const struct kernel_ops *av)
 {
-    const int64_t nq = 3, dk = 64, dv = 64, bs = 16;
+    static const int64_t shapes[][2] = { { 64, 64 }, { 40, 32 }, { 72, 96 }, { 128, 128 } };
+    const int64_t nq = 3, bs = 16;
     int bad = 0;
 
-    for (int trial = 0; trial < 60; trial++) {
+    for (int trial = 0; trial < 80; trial++) {
+        const int64_t dk = shapes[trial / 2 % 4][0], dv = shapes[trial / 2 % 4][1];
         int64_t nkv = 1 + (int64_t)(rnd() % 700), nblk = (nkv + bs - 1) / bs;
         int f16 = trial % 2 == 0;
         size_t esz = f16 ? 2 : 4;
@@ -456,7 +459,7 @@ test_attn_paths(const struct kernel_ops *av)
                 memcpy(kp + 4 * i, &x, 4);
             }
         }
-        float q[3 * 64], o1[3 * 64], o2[3 * 64];
+        float q[3 * 128], o1[3 * 128], o2[3 * 128];
         for (int i = 0; i < nq * dk; i++)
             q[i] = frnd() * (trial % 3 == 0 ? 1.5f : 15.0f);
         int32_t *tab = malloc((size_t)nblk * sizeof(int32_t));
@@ -467,14 +470,14 @@ test_attn_paths(const struct kernel_ops *av)
             vis[i] = rnd() % 5 != 0 || i == nkv - 1;
         float *scr = malloc((size_t)av->attn_scratch_floats(nq, bs, dk, dv) * sizeof(float));
         struct attn_args a = { q, o1, nq, dk, dv, 0.125f, kp, vp, (size_t)(bs * dk) * esz,
-                               f16 ? 1u : 0u, bs, tab, nkv, trial % 4 < 2 ? vis : NULL,
+                               f16 ? 1u : 0u, bs, tab, nkv, trial / 8 % 2 ? vis : NULL,
                                0, NULL };
         av->attn(&a, scr);
         a.out = o2;
         ops_attn_slotwise_avx2(&a, scr);
-        if (memcmp(o1, o2, sizeof(o1)) != 0 && bad++ < 3)
-            fprintf(stderr, "attention trial %d (n_kv %lld, %s): fast path differs\n", trial,
-                    (long long)nkv, f16 ? "f16" : "f32");
+        if (memcmp(o1, o2, (size_t)(nq * dv) * sizeof(float)) != 0 && bad++ < 3)
+            fprintf(stderr, "attention trial %d (n_kv %lld, dk %lld, dv %lld, %s): fast path differs\n",
+                    trial, (long long)nkv, (long long)dk, (long long)dv, f16 ? "f16" : "f32");
         free(kp), free(tab), free(vis), free(scr);
     }
     CHECK_EQ(bad, 0);
