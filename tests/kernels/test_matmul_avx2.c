@@ -448,10 +448,12 @@ test_attn_paths(const struct kernel_ops *av)
         int64_t nkv = 1 + (int64_t)(rnd() % 700), nblk = (nkv + bs - 1) / bs;
         int f16 = trial % 2 == 0;
         size_t esz = f16 ? 2 : 4;
-        uint8_t *kp = malloc((size_t)(nblk * bs * (dk + dv)) * esz);
-        uint8_t *vp = kp + (size_t)(nblk * bs * dk) * esz;
+        /* blocks as the pool lays them out: keys [bs][dk], then values [bs][dv] */
+        const size_t stride = (size_t)(bs * (dk + dv)) * esz;
+        uint8_t *kp = malloc((size_t)nblk * stride);
+        uint8_t *vp = kp + (size_t)(bs * dk) * esz;
         for (int64_t i = 0; i < nblk * bs * (dk + dv); i++) {
-            float x = frnd() * (i < nblk * bs * dk ? 2.0f : 1.0f);
+            float x = frnd() * (i % (bs * (dk + dv)) < bs * dk ? 2.0f : 1.0f);
             if (f16) {
                 uint16_t h = qconv_fp32_to_fp16(x);
                 memcpy(kp + 2 * i, &h, 2);
@@ -469,7 +471,7 @@ test_attn_paths(const struct kernel_ops *av)
         for (int64_t i = 0; i < nkv; i++)
             vis[i] = rnd() % 5 != 0 || i == nkv - 1;
         float *scr = malloc((size_t)av->attn_scratch_floats(nq, bs, dk, dv) * sizeof(float));
-        struct attn_args a = { q, o1, nq, dk, dv, 0.125f, kp, vp, (size_t)(bs * dk) * esz,
+        struct attn_args a = { q, o1, nq, dk, dv, 0.125f, kp, vp, stride,
                                f16 ? 1u : 0u, bs, tab, nkv, trial / 8 % 2 ? vis : NULL,
                                0, NULL };
         av->attn(&a, scr);
