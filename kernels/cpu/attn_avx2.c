@@ -21,8 +21,8 @@
  * the sum S is updated with one fused multiply-add, as ggml's compiled
  * S = S*ms + vs.  Keys and values are read where they lie (no f32 copy: the
  * keys are widened per head, the values per head pair), a run of one
- * block's consecutive visible slots at a time, the same rows of the next
- * block prefetched into L2.  Other shapes take the slot-major loop
+ * block's consecutive visible slots at a time, the rows KV_PF slots ahead
+ * prefetched into L2.  Other shapes take the slot-major loop
  * (attn_slotwise).
  *
  * A long step (ops.h: n_kv >= ATTN_SPLIT_MIN) is walked in chunks of
@@ -43,6 +43,7 @@
 #include "cpu/attn_avx2.h"
 
 #define AC 64                   /* visible slots per chunk the heads walk in turn */
+#define KV_PF 16                /* slots ahead whose rows are prefetched */
 
 /* slot s's key and value rows (elements of esz bytes) */
 static inline void
@@ -481,6 +482,24 @@ prefetch_span(const uint8_t *p, size_t bytes)
         _mm_prefetch((const char *)p + o, _MM_HINT_T1);
 }
 
+/* into L2: the key and value rows of slots s .. e-1 (below n_kv) */
+static inline void
+prefetch_slots(const struct attn_args *a, int64_t s, int64_t e, size_t esz)
+{
+    const size_t krow = (size_t)a->head_dim * esz, vrow = (size_t)a->head_dim_v * esz;
+
+    if (e > a->n_kv)
+        e = a->n_kv;
+    while (s < e) {
+        const int64_t bs = a->block_size, i = s % bs;
+        int64_t r = bs - i < e - s ? bs - i : e - s;
+        size_t blk = (size_t)a->table[s / bs] * a->block_stride;
+        prefetch_span(a->k_base + blk + (size_t)i * krow, (size_t)r * krow);
+        prefetch_span(a->v_base + blk + (size_t)i * vrow, (size_t)r * vrow);
+        s += r;
+    }
+}
+
 void
 ops_attn_avx2(const struct attn_args *a, float *scratch)
 {
@@ -530,15 +549,10 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
                     }
             size_t blk = (size_t)a->table[b] * a->block_stride;
             size_t ko = (size_t)i * (size_t)dk * esz, vo = (size_t)i * (size_t)dv * esz;
-            /* the same rows of the next block, from memory into L2 (a
-             * decode step's cache is out of the caches; into L1 the
-             * bursts of a block's lines cost a decode step at 1024 slots
-             * a fifth more attention time) */
-            if ((b + 1) * bs < a->n_kv) {
-                size_t nb = (size_t)a->table[b + 1] * a->block_stride;
-                prefetch_span(a->k_base + nb + ko, (size_t)(run * dk) * esz);
-                prefetch_span(a->v_base + nb + vo, (size_t)(run * dv) * esz);
-            }
+            /* the rows KV_PF slots ahead, from memory into L2 (a decode
+             * step's cache is out of the caches; into L1 the bursts cost a
+             * decode step at 1024 slots a fifth more attention time) */
+            prefetch_slots(a, s0 + KV_PF, s0 + KV_PF + run, esz);
             for (int64_t r = 0; r < run; r++) {
                 krows[n + r] = a->k_base + blk + ko + (size_t)(r * dk) * esz;
                 vrows[n + r] = a->v_base + blk + vo + (size_t)(r * dv) * esz;

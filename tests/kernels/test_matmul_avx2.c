@@ -435,16 +435,21 @@ test_expf(void)
  * for bit (the loop whose results tests/kernels/test_ggml_exact.c checks
  * against ggml) on SmolLM2-shaped heads and on key sizes with a tail past
  * the 32-element steps (40, 72) or none (128), with large scores (many new
- * maxima and tiny weights), f16 and f32 caches, with and without masks. */
+ * maxima and tiny weights), f16 and f32 caches, with and without masks,
+ * blocks of 16 slots and of other sizes (1, 7, 17, 100: runs of visible
+ * slots end at block edges) in a shuffled table, whole steps and chunk
+ * calls (s0 anywhere, the state into part). */
 static void
 test_attn_paths(const struct kernel_ops *av)
 {
     static const int64_t shapes[][2] = { { 64, 64 }, { 40, 32 }, { 72, 96 }, { 128, 128 } };
-    const int64_t nq = 3, bs = 16;
+    static const int64_t sizes[] = { 16, 1, 7, 17, 100 };
+    const int64_t nq = 3;
     int bad = 0;
 
-    for (int trial = 0; trial < 80; trial++) {
+    for (int trial = 0; trial < 160; trial++) {
         const int64_t dk = shapes[trial / 2 % 4][0], dv = shapes[trial / 2 % 4][1];
+        const int64_t bs = sizes[trial / 16 % 5];
         int64_t nkv = 1 + (int64_t)(rnd() % 700), nblk = (nkv + bs - 1) / bs;
         int f16 = trial % 2 == 0;
         size_t esz = f16 ? 2 : 4;
@@ -461,25 +466,40 @@ test_attn_paths(const struct kernel_ops *av)
                 memcpy(kp + 4 * i, &x, 4);
             }
         }
-        float q[3 * 128], o1[3 * 128], o2[3 * 128];
+        float q[3 * 128], o1[3 * ATTN_PART(128)], o2[3 * ATTN_PART(128)];
         for (int i = 0; i < nq * dk; i++)
             q[i] = frnd() * (trial % 3 == 0 ? 1.5f : 15.0f);
         int32_t *tab = malloc((size_t)nblk * sizeof(int32_t));
         uint8_t *vis = malloc((size_t)nkv);
         for (int64_t i = 0; i < nblk; i++)
-            tab[i] = (int32_t)(nblk - 1 - i);
+            tab[i] = (int32_t)i;
+        for (int64_t i = nblk - 1; i > 0; i--) {
+            int64_t j = (int64_t)(rnd() % (uint64_t)(i + 1));
+            int32_t t = tab[i];
+            tab[i] = tab[j], tab[j] = t;
+        }
         for (int64_t i = 0; i < nkv; i++)
             vis[i] = rnd() % 5 != 0 || i == nkv - 1;
         float *scr = malloc((size_t)av->attn_scratch_floats(nq, bs, dk, dv) * sizeof(float));
         struct attn_args a = { q, o1, nq, dk, dv, 0.125f, kp, vp, stride,
                                f16 ? 1u : 0u, bs, tab, nkv, trial / 8 % 2 ? vis : NULL,
                                0, NULL };
+        /* every third trial one chunk call: slots s0 .. n_kv-1, state into part */
+        int chunk = trial % 3 == 1;
+        size_t nout = (size_t)(nq * (chunk ? ATTN_PART(dv) : dv));
+        if (chunk) {
+            a.s0 = (int64_t)(rnd() % (uint64_t)nkv);
+            a.part = o1;
+        }
         av->attn(&a, scr);
         a.out = o2;
+        if (chunk)
+            a.part = o2;
         ops_attn_slotwise_avx2(&a, scr);
-        if (memcmp(o1, o2, (size_t)(nq * dv) * sizeof(float)) != 0 && bad++ < 3)
-            fprintf(stderr, "attention trial %d (n_kv %lld, dk %lld, dv %lld, %s): fast path differs\n",
-                    trial, (long long)nkv, (long long)dk, (long long)dv, f16 ? "f16" : "f32");
+        if (memcmp(o1, o2, nout * sizeof(float)) != 0 && bad++ < 3)
+            fprintf(stderr, "attention trial %d (n_kv %lld, s0 %lld, block %lld, dk %lld, dv %lld, %s): "
+                    "fast path differs\n", trial, (long long)nkv, (long long)a.s0, (long long)bs,
+                    (long long)dk, (long long)dv, f16 ? "f16" : "f32");
         free(kp), free(tab), free(vis), free(scr);
     }
     CHECK_EQ(bad, 0);
