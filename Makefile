@@ -125,7 +125,8 @@ $(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
-# Tiled (prompt) attention per kernel table, one thread (tests/bench/attnbench.c).
+# Attention per kernel table, one thread: tiled (prompt), one-row in cache, a decode
+# step's one-row calls from memory (tests/bench/attnbench.c).
 $(BUILD)/attnbench: $(BUILD)/tests/bench/attnbench.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)

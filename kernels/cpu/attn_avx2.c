@@ -387,11 +387,11 @@ scores8(const uint8_t *const *kr, int f16, int m, int64_t dk, const float *qh, f
 }
 
 /* nh (1 or 2) heads over a chunk of n visible slots whose key and value
- * rows (f16 or f32, as the cache) are at krows[j], vrows[j]; each head's state (accumulator, M,
- * S) is loaded from and stored back to memory around the chunk.  Two heads
- * run side by side so that their accumulator chains (a fused multiply-add
- * and, for f16, a round trip through f16 per slot) overlap; each head's
- * operations are those it would do alone. */
+ * rows (f16 or f32, as the cache) are at krows[j], vrows[j]; each head's
+ * state (accumulator, M, S) is loaded from and stored back to memory around
+ * the chunk.  Two heads run side by side so that their accumulator chains
+ * (a fused multiply-add and, for f16, a round trip through f16 per slot)
+ * overlap; each head's operations are those it would do alone. */
 /* acc[h][i] is read only for i < nv, each written first (GCC cannot see it
  * through the unrolled loops) */
 #pragma GCC diagnostic push
@@ -482,20 +482,27 @@ prefetch_span(const uint8_t *p, size_t bytes)
         _mm_prefetch((const char *)p + o, _MM_HINT_T1);
 }
 
+/* slots from s that lie in s's block, at most e - s (their rows are
+ * contiguous) */
+static inline int64_t
+block_run(const struct attn_args *a, int64_t s, int64_t e)
+{
+    int64_t r = a->block_size - s % a->block_size;
+    return r < e - s ? r : e - s;
+}
+
 /* into L2: the key and value rows of slots s .. e-1 (below n_kv) */
 static inline void
 prefetch_slots(const struct attn_args *a, int64_t s, int64_t e, size_t esz)
 {
-    const size_t krow = (size_t)a->head_dim * esz, vrow = (size_t)a->head_dim_v * esz;
-
     if (e > a->n_kv)
         e = a->n_kv;
     while (s < e) {
-        const int64_t bs = a->block_size, i = s % bs;
-        int64_t r = bs - i < e - s ? bs - i : e - s;
-        size_t blk = (size_t)a->table[s / bs] * a->block_stride;
-        prefetch_span(a->k_base + blk + (size_t)i * krow, (size_t)r * krow);
-        prefetch_span(a->v_base + blk + (size_t)i * vrow, (size_t)r * vrow);
+        int64_t r = block_run(a, s, e);
+        const uint8_t *k, *v;
+        slot_rows(a, s, esz, &k, &v);
+        prefetch_span(k, (size_t)(r * a->head_dim) * esz);
+        prefetch_span(v, (size_t)(r * a->head_dim_v) * esz);
         s += r;
     }
 }
@@ -535,27 +542,23 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
                 s0++;
                 continue;
             }
-            const int64_t bs = a->block_size, b = s0 / bs, i = s0 % bs;
-            int64_t run = bs - i;
-            if (run > a->n_kv - s0)
-                run = a->n_kv - s0;
-            if (run > AC - n)
-                run = AC - n;
+            int64_t e = a->n_kv - s0 < AC - n ? a->n_kv : s0 + AC - n;
+            int64_t run = block_run(a, s0, e);
             if (a->vis)
                 for (int64_t r = 1; r < run; r++)
                     if (!a->vis[s0 + r]) {
                         run = r;
                         break;
                     }
-            size_t blk = (size_t)a->table[b] * a->block_stride;
-            size_t ko = (size_t)i * (size_t)dk * esz, vo = (size_t)i * (size_t)dv * esz;
+            const uint8_t *k, *v;
+            slot_rows(a, s0, esz, &k, &v);
             /* the rows KV_PF slots ahead, from memory into L2 (a decode
-             * step's cache is out of the caches; into L1 the bursts cost a
-             * decode step at 1024 slots a fifth more attention time) */
+             * step's cache is out of the caches; into L1, attnbench's
+             * TABLE/step at 1024 slots is about 15% slower) */
             prefetch_slots(a, s0 + KV_PF, s0 + KV_PF + run, esz);
             for (int64_t r = 0; r < run; r++) {
-                krows[n + r] = a->k_base + blk + ko + (size_t)(r * dk) * esz;
-                vrows[n + r] = a->v_base + blk + vo + (size_t)(r * dv) * esz;
+                krows[n + r] = k + (size_t)(r * dk) * esz;
+                vrows[n + r] = v + (size_t)(r * dv) * esz;
             }
             n += (int)run;
             s0 += run;
