@@ -8,17 +8,20 @@
  * with no timeout), and block only when the engine is idle: a slow
  * producer on a pipe gets its requests admitted as they come.  At most
  * `lookahead` requests wait in the engine; the rest of the input stays
- * unread, so memory does not grow with the input.
+ * unread, so memory does not grow with the input - except for the set of
+ * request ids seen so far (a duplicate id is refused), which holds a copy
+ * of every id.
  */
 #include "batch.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
-#include <fcntl.h>
 
 #include "chat.h"
 #include "cli.h"
@@ -47,6 +50,7 @@ batch_opts_init(struct batch_opts *o, const struct generate_opts *g)
     o->policy = SCHED_CONTINUOUS;
     o->preempt = SCHED_PREEMPT_RECOMPUTE;
     o->prefix_cache = true;
+    o->drain_timeout = 30;
 }
 
 /* ---- request parsing ---- */
@@ -250,6 +254,7 @@ batch_req_parse(const char *line, size_t len, int64_t lineno,
 
 struct reader {
     int fd;
+    const char *name;           /* for messages: the path or "<stdin>" */
     bool own, eof;
     char *buf;
     size_t start, end, cap;
@@ -267,7 +272,7 @@ reader_fill(struct reader *rd, bool block, struct diag *d)
         struct pollfd p = { rd->fd, POLLIN, 0 };
         int n = poll(&p, 1, 0);
         if (n < 0 && errno != EINTR)
-            return diag_set(d, ST_IO, "poll: %s", strerror(errno));
+            return diag_set(d, ST_IO, "'%s': poll failed: %s", rd->name, strerror(errno));
         if (n <= 0)
             return 0;
     }
@@ -294,7 +299,7 @@ reader_fill(struct reader *rd, bool block, struct diag *d)
     if (n < 0) {
         if (errno == EINTR || errno == EAGAIN)
             return 0;
-        return diag_set(d, ST_IO, "read failed: %s", strerror(errno));
+        return diag_set(d, ST_IO, "'%s': read failed: %s", rd->name, strerror(errno));
     }
     if (n == 0)
         rd->eof = true;
@@ -389,6 +394,106 @@ utf8_fix(const char *s, size_t n, size_t *out_len)
     return o;
 }
 
+/* ---- request ids seen (duplicates are refused) ---- */
+
+/* An open-addressing hash set of ids, keyed by their JSON type and value
+ * ('s' + the string's bytes, or 'i' + the integer's decimal digits: "7" and
+ * 7 are different ids, as they are in the results), with the line that
+ * first used each. */
+struct id_entry {
+    char *key;                  /* NULL = empty slot */
+    size_t len;
+    uint64_t hash;
+    int64_t line;
+};
+
+struct id_set {
+    struct id_entry *v;         /* [cap], cap a power of two */
+    size_t n, cap;
+};
+
+static uint64_t
+fnv1a(const char *s, size_t n)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static struct id_entry *
+id_slot(struct id_entry *v, size_t cap, const char *key, size_t len, uint64_t h)
+{
+    size_t i = (size_t)h & (cap - 1);
+
+    while (v[i].key && !(v[i].hash == h && v[i].len == len && !memcmp(v[i].key, key, len)))
+        i = (i + 1) & (cap - 1);
+    return &v[i];
+}
+
+/* Records id (first used on line); returns 0 when new, the line that first
+ * used it when seen before, -ST_NOMEM. */
+static int64_t
+id_seen(struct id_set *set, const json_t *id, int64_t line)
+{
+    char num[32], *key;
+    const char *src;
+    size_t len;
+    uint64_t h;
+    struct id_entry *e;
+
+    if (json_is_string(id)) {
+        src = json_string_value(id);
+        len = json_string_length(id);
+    } else {
+        snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(id));
+        src = num;
+        len = strlen(num);
+    }
+    if (!(key = malloc(len + 1)))
+        return -ST_NOMEM;
+    key[0] = json_is_string(id) ? 's' : 'i';
+    memcpy(key + 1, src, len);
+    len++;
+    h = fnv1a(key, len);
+    if (set->cap) {
+        e = id_slot(set->v, set->cap, key, len, h);
+        if (e->key) {
+            free(key);
+            return e->line;
+        }
+    }
+    if (2 * (set->n + 1) > set->cap) {
+        size_t nc = set->cap ? set->cap * 2 : 256;
+        struct id_entry *nv = calloc(nc, sizeof(*nv));
+
+        if (!nv) {
+            free(key);
+            return -ST_NOMEM;
+        }
+        for (size_t i = 0; i < set->cap; i++)
+            if (set->v[i].key)
+                *id_slot(nv, nc, set->v[i].key, set->v[i].len, set->v[i].hash) = set->v[i];
+        free(set->v);
+        set->v = nv;
+        set->cap = nc;
+    }
+    e = id_slot(set->v, set->cap, key, len, h);
+    *e = (struct id_entry){ key, len, h, line };
+    set->n++;
+    return 0;
+}
+
+static void
+id_set_release(struct id_set *set)
+{
+    for (size_t i = 0; i < set->cap; i++)
+        free(set->v[i].key);
+    free(set->v);
+    memset(set, 0, sizeof(*set));
+}
+
 struct run {
     const struct batch_opts *o;
     struct model *m;
@@ -399,12 +504,15 @@ struct run {
     struct kvcache *kv;
     struct sched *s;
     FILE *out, *trace;
+    const char *out_name;       /* for messages: -o FILE, NULL for stdout */
+    const char *trace_name;     /* --kv-trace FILE, NULL for stdout */
     struct batch_report *r;
     json_t **ids;               /* [cap_ids] request ids by tag; NULL = free slot */
     int64_t *free_tags;         /* [cap_ids] stack of free slots (reused: memory is
                                  * bounded by the requests in flight) */
     int64_t cap_ids, n_tags, n_free_tags;
     int64_t pending;            /* accepted, not finished */
+    struct id_set seen;         /* every request id so far */
     double t_first_step;
     struct diag werr;           /* first write error */
     int wrc;
@@ -456,6 +564,10 @@ write_line(struct run *g, json_t *o)
 
     if (rc == 0 && fflush(g->out) != 0)
         rc = diag_set(&g->werr, ST_IO, "write failed: %s", strerror(errno));
+    if (rc == -ST_IO && g->out_name)
+        diag_prefix(&g->werr, "'%s'", g->out_name);
+    else if (rc == -ST_IO)
+        diag_prefix(&g->werr, "stdout");
     if (rc < 0 && !g->wrc)
         g->wrc = rc;
     return rc;
@@ -512,8 +624,19 @@ on_result(void *ctx, const struct sched_result *res)
     release_tag(g, res->tag);
     g->pending--;
     g->r->completed++;
+    if (!strcmp(res->finish_reason, "cancelled"))
+        g->r->cancelled++;
     g->r->generated += res->n_tokens;
     return rc;
+}
+
+/* A failed write to the trace (errno set), named. */
+static int
+trace_failed(struct run *g, struct diag *d)
+{
+    if (g->trace_name)
+        return diag_set(d, ST_IO, "'%s': write failed: %s", g->trace_name, strerror(errno));
+    return diag_set(d, ST_IO, "stdout: write failed: %s", strerror(errno));
 }
 
 static int
@@ -540,14 +663,15 @@ on_step(void *ctx, const struct sched_step_info *si)
                 (long long)si->prompt_tokens, (long long)si->decode_tokens,
                 (long long)si->kv.tokens, (long long)si->contig_slots,
                 (long long)si->kv.blocks_cached, si->swap_bytes) < 0)
-        return diag_set(&g->werr, ST_IO, "trace: write failed: %s", strerror(errno));
+        return g->wrc = trace_failed(g, &g->werr);
     return 0;
 }
 
 /* ---- one request line ---- */
 
-/* Parses, tokenizes and queues one line.  Bad requests become error lines;
- * returns < 0 only for failures that end the run. */
+/* Parses, tokenizes and queues one line.  Bad requests, and requests whose
+ * id an earlier line used, become error lines; returns < 0 only for
+ * failures that end the run. */
 static int
 take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_long,
           struct diag *d)
@@ -557,8 +681,7 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
     struct batch_req q;
     struct tok_ids ids = { NULL, 0, 0 };
     struct diag e = {{0}};
-    char *text = NULL;
-    size_t text_len = 0;
+    int64_t first;
     int rc;
 
     def.max_tokens = go->n_predict;
@@ -568,7 +691,10 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
         char msg[96];
         snprintf(msg, sizeof(msg), "line longer than %zu bytes", BATCH_LINE_MAX);
         g->r->requests++;
-        rc = id ? write_error(g, id, lineno, msg) : -ST_NOMEM;
+        if (!id || id_seen(&g->seen, id, lineno) < 0)
+            rc = -ST_NOMEM;
+        else
+            rc = write_error(g, id, lineno, msg);
         json_decref(id);
         return rc == -ST_NOMEM ? diag_set(d, ST_NOMEM, "out of memory") : 0;
     }
@@ -580,8 +706,16 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
     g->r->requests++;
     if (rc == -ST_NOMEM)
         goto nomem;
+    /* the id names this line's result: a later line cannot take it, even
+     * when this one is bad */
+    if ((first = id_seen(&g->seen, q.id, lineno)) < 0)
+        goto nomem;
     if (rc < 0)
         goto bad;
+    if (first > 0) {
+        diag_set(&e, ST_RANGE, "duplicate id: line %lld has the same id", (long long)first);
+        goto bad;
+    }
     q.sp.repeat_last_n = go->repeat_last_n < 0 ? (int32_t)sched_ctx(g->s) : go->repeat_last_n;
     if (q.prompt) {
         if (go->chat) {
@@ -590,11 +724,11 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
             if (go->system)
                 msgs[n++] = (struct chat_msg){ "system", go->system };
             msgs[n++] = (struct chat_msg){ "user", q.prompt };
-            if ((rc = chat_apply(&g->ct, msgs, n, true, 0, &text, &text_len, &e)) < 0)
-                goto bad;
+            rc = chat_encode(&g->ct, &g->tok, msgs, n, go->parse_special, &ids, &e);
+        } else {
+            rc = tok_encode(&g->tok, q.prompt, q.prompt_len, true, true, &ids, &e);
         }
-        if ((rc = tok_encode(&g->tok, text ? text : q.prompt, text ? text_len : q.prompt_len,
-                             true, true, &ids, &e)) < 0)
+        if (rc < 0)
             goto bad;
     }
     int64_t tag;
@@ -627,7 +761,6 @@ nomem:
     rc = diag_set(d, ST_NOMEM, "out of memory");
 out:
     tok_ids_release(&ids);
-    free(text);
     batch_req_release(&q);
     return rc;
 }
@@ -709,18 +842,37 @@ stop_level(const struct batch_opts *o)
     return o->stop ? (int)*o->stop : 0;
 }
 
+/* Ends the started requests with "cancelled" results: the drain after a
+ * stop request ran out of time, or a second stop request came. */
+static int
+cancel_started(struct run *g, struct diag *d)
+{
+    int rc = sched_cancel(g->s);
+
+    if (g->wrc) {
+        *d = g->werr;
+        return g->wrc;
+    }
+    return rc;
+}
+
 static int
 main_loop(struct run *g, struct reader *rd, struct diag *d)
 {
     const struct batch_opts *o = g->o;
     int64_t lookahead = o->max_seqs * 2 > 64 ? o->max_seqs * 2 : 64;
+    double t_stop = 0;
     int rc;
 
     for (;;) {
-        if (stop_level(o) >= 2)
-            return 0;
-        if (stop_level(o) == 1)
+        if (stop_level(o) >= 1 && t_stop == 0) {
+            /* the drain begins: nothing new is admitted */
+            t_stop = now_seconds();
             sched_hold(g->s, true);
+        }
+        if (stop_level(o) >= 2 ||
+            (t_stop > 0 && o->drain_timeout >= 0 && now_seconds() - t_stop >= o->drain_timeout))
+            return cancel_started(g, d);
         /* take in requests while there is room in the queue */
         while (!stop_level(o) && sched_waiting(g->s) < lookahead) {
             const char *line;
@@ -763,7 +915,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     struct sched_callbacks cb;
     struct reader rd;
     struct run g;
-    struct xout out, tr;
+    struct xout xo[2];          /* -o and --kv-trace, committed together */
     struct kv_stats ks;
     struct sched_totals t;
     bool out_open = false, tr_open = false;
@@ -774,10 +926,11 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     memset(r, 0, sizeof(*r));
     memset(&g, 0, sizeof(g));
     memset(&rd, 0, sizeof(rd));
-    memset(&out, 0, sizeof(out));
-    memset(&tr, 0, sizeof(tr));
+    memset(xo, 0, sizeof(xo));
     g.o = o;
     g.r = r;
+    g.out_name = to_stdout ? NULL : go->output;
+    g.trace_name = o->trace && strcmp(o->trace, "-") ? o->trace : NULL;
     rd.fd = -1;
     if (!to_stdout && !go->force && path_exists(go->output))
         return diag_set(d, ST_RANGE, "'%s' already exists (use --force to overwrite)",
@@ -788,11 +941,19 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     /* input first: a missing request file fails before the model loads */
     if (!o->input || !strcmp(o->input, "-")) {
         rd.fd = STDIN_FILENO;
+        rd.name = "<stdin>";
     } else {
+        struct stat st;
+
+        rd.name = o->input;
         rd.fd = open(o->input, O_RDONLY | O_CLOEXEC);
         if (rd.fd < 0)
             return diag_set(d, ST_IO, "cannot open '%s': %s", o->input, strerror(errno));
         rd.own = true;
+        if (fstat(rd.fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+            rc = diag_set(d, ST_IO, "'%s': is a directory", o->input);
+            goto out;
+        }
     }
     rd.cap = 1 << 16;
     if (!(rd.buf = malloc(rd.cap))) {
@@ -814,8 +975,11 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     if (g.tok.warning[0] && go->warn)
         go->warn(go->cb_ctx, g.tok.warning);
     if (go->chat) {
-        if ((rc = chat_template_from_gguf(&g.ct, &g.m->gguf, &g.tok, d)) < 0)
+        if ((rc = chat_template_from_gguf(&g.ct, &g.m->gguf, &g.tok, d)) < 0) {
+            if (rc == -ST_FORMAT)
+                diag_prefix(d, "'%s'", go->model);
             goto out;
+        }
         g.ct_loaded = true;
         if (g.ct.guessed && go->warn)
             go->warn(go->cb_ctx, g.ct.note);
@@ -855,22 +1019,22 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     if (to_stdout) {
         g.out = stdout;
     } else {
-        if ((rc = xout_open(&out, go->output, go->force, d)) < 0) {
+        if ((rc = xout_open(&xo[0], go->output, go->force, d)) < 0) {
             diag_prefix(d, "'%s'", go->output);
             goto out;
         }
         out_open = true;
-        g.out = out.fp;
+        g.out = xo[0].fp;
     }
     if (o->trace) {
-        if ((rc = xout_open(&tr, o->trace, go->force, d)) < 0) {
+        if ((rc = xout_open(&xo[1], o->trace, go->force, d)) < 0) {
             diag_prefix(d, "'%s'", o->trace);
             goto out;
         }
         tr_open = true;
-        g.trace = tr.fp;
+        g.trace = xo[1].fp;
         if (write_trace_header(&g, &ks) < 0) {
-            rc = diag_set(d, ST_IO, "'%s': write failed: %s", o->trace, strerror(errno));
+            rc = trace_failed(&g, d);
             goto out;
         }
     }
@@ -891,28 +1055,20 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     r->waste_paged = t.sum_slots > 0 ? 1.0 - t.sum_stored / t.sum_slots : 0.0;
     r->waste_contig = t.sum_contig > 0 ? 1.0 - t.sum_logical / t.sum_contig : 0.0;
     if (g.trace && write_trace_summary(&g) < 0) {
-        rc = diag_set(d, ST_IO, "'%s': write failed: %s", o->trace, strerror(errno));
+        rc = trace_failed(&g, d);
         goto out;
     }
-    if (tr_open) {
-        tr_open = false;
-        if ((rc = xout_commit(&tr, d)) < 0) {
-            diag_prefix(d, "'%s'", o->trace);
+    if (out_open || tr_open) {
+        /* both files or neither (the message names the one that failed) */
+        out_open = tr_open = false;
+        if ((rc = xout_commit_all(xo, 2, d)) < 0)
             goto out;
-        }
-    }
-    if (out_open) {
-        out_open = false;
-        if ((rc = xout_commit(&out, d)) < 0) {
-            diag_prefix(d, "'%s'", go->output);
-            goto out;
-        }
     }
 out:
     if (tr_open)
-        xout_abort(&tr);
+        xout_abort(&xo[1]);
     if (out_open)
-        xout_abort(&out);
+        xout_abort(&xo[0]);
     sched_free(g.s);
     kv_free(g.kv);
     if (g.ct_loaded)
@@ -924,6 +1080,7 @@ out:
         json_decref(g.ids[i]);
     free(g.ids);
     free(g.free_tags);
+    id_set_release(&g.seen);
     if (rd.own)
         close(rd.fd);
     free(rd.buf);

@@ -14,9 +14,13 @@
  * Exactly one of prompt and tokens; everything else is optional (defaults:
  * the line number as id, and the tool's -n, --temp, --top-p, --top-k,
  * --min-p, --repeat-penalty, --seed).  Unknown keys are ignored.  A prompt
- * is wrapped in the chat template with --chat and tokenized with the
- * model's BOS; tokens are used as given.  Any other line is a prompt as
- * plain text (id = its line number).
+ * is wrapped in the chat template with --chat (its text tokenized literally
+ * unless --parse-special: chat_encode) and tokenized with the model's BOS;
+ * tokens are used as given.  Any other line is a prompt as plain text (id =
+ * its line number).  An id names one request: a line whose id (explicit,
+ * or its line number by default) an earlier line already had - whatever
+ * became of that line - gets an error result ("duplicate id") instead of
+ * running; ids of different JSON types ("7" and 7) differ.
  *
  * Output: per request, in the order requests finish,
  *
@@ -26,7 +30,8 @@
  *    "queue_ms":x,"ttft_ms":x,"total_ms":x}
  *
  * (text with invalid UTF-8 replaced by U+FFFD; times from the moment the
- * line was read), or for a line that cannot be run
+ * line was read; finish_reason "cancelled" for a request cut off by a stop
+ * request, below), or for a line that cannot be run
  *
  *   {"schema":"generate/1","type":"error","id":..,"line":N,
  *    "finish_reason":"error","error":"message"}
@@ -65,18 +70,25 @@ struct batch_opts {
     bool prefix_cache;
     const char *trace;          /* --kv-trace FILE, or NULL */
     /* Set asynchronously (signal handler) to the number of stop requests:
-     * 1 = admit nothing new and finish the running requests; 2 = stop
-     * after the current step.  May be NULL. */
+     * 1 = admit nothing new and let the started requests finish (drain),
+     * for at most drain_timeout seconds; 2 = end the drain after the
+     * current step.  When the drain ends early, every started request
+     * (running, or preempted and waiting to resume) ends with
+     * finish_reason "cancelled" and its result line is written; requests
+     * never started get no line.  May be NULL. */
     volatile sig_atomic_t *stop;
+    double drain_timeout;       /* --drain-timeout seconds (default 30); 0 = cancel at once;
+                                 * < 0 = no limit */
 };
 
 void batch_opts_init(struct batch_opts *o, const struct generate_opts *g);
 
 struct batch_report {
     int64_t requests;           /* lines that were requests */
-    int64_t completed;          /* result lines written */
+    int64_t completed;          /* result lines written (cancelled ones included) */
+    int64_t cancelled;          /* of which finish_reason "cancelled" */
     int64_t errors;             /* error lines written */
-    int64_t unfinished;         /* accepted but cut off by a stop request */
+    int64_t unfinished;         /* accepted, never started, dropped by a stop request */
     int64_t prompt_tokens, generated;
     int64_t steps, preemptions, prefix_hits;
     double wall_ms;             /* first step to last */
@@ -90,8 +102,9 @@ struct batch_report {
 };
 
 /* run_generate_batch() : the run described at the top of this file.  The
- * output (and the trace) are written atomically unless stdout; what
- * finished before a stop request is kept.  Returns 0 (error lines may have
+ * output and the trace are written atomically unless stdout, and committed
+ * together (xout_commit_all: both or neither); what finished before a stop
+ * request is kept.  Messages name the file concerned.  Returns 0 (error lines may have
  * been written: see r->errors); -ST_IO, -ST_FORMAT (model), -ST_RANGE (bad
  * option), -ST_NOMEM (including a KV budget too small for any request). */
 int run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct diag *d);

@@ -283,6 +283,9 @@ struct sbuf {
     char *p;
     size_t n, cap;
     bool oom;
+    /* where message content went (NULL: not recorded) */
+    struct tok_span *spans;
+    size_t n_spans, cap_spans;
 };
 
 static void
@@ -336,6 +339,55 @@ put_trim(struct sbuf *b, const char *s)
     put_n(b, s, n);
 }
 
+/* Message text: its bytes are recorded as a content span, so that the
+ * tokenizer can tell them from the template's own markers. */
+static void
+span_add(struct sbuf *b, size_t off)
+{
+    if (b->oom || b->n == off)
+        return;
+    if (b->n_spans && b->spans[b->n_spans - 1].off + b->spans[b->n_spans - 1].len == off) {
+        b->spans[b->n_spans - 1].len += b->n - off;
+        return;
+    }
+    if (b->n_spans == b->cap_spans) {
+        size_t nc = b->cap_spans ? b->cap_spans * 2 : 8;
+        struct tok_span *ns = realloc(b->spans, nc * sizeof(*ns));
+
+        if (!ns) {
+            b->oom = true;
+            return;
+        }
+        b->spans = ns;
+        b->cap_spans = nc;
+    }
+    b->spans[b->n_spans++] = (struct tok_span){off, b->n - off};
+}
+
+static void
+put_content_n(struct sbuf *b, const char *s, size_t n)
+{
+    size_t off = b->n;
+
+    put_n(b, s, n);
+    span_add(b, off);
+}
+
+static void
+put_content(struct sbuf *b, const char *s)
+{
+    put_content_n(b, s, strlen(s));
+}
+
+static void
+put_content_trim(struct sbuf *b, const char *s)
+{
+    size_t off = b->n;
+
+    put_trim(b, s);
+    span_add(b, off);
+}
+
 static bool
 role_is(const struct chat_msg *m, const char *r)
 {
@@ -358,13 +410,13 @@ render_llama2(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size
         if (role_is(&m[i], "system")) {
             if (sys)
                 put(b, "<<SYS>>\n");
-            strip ? put_trim(b, m[i].content) : put(b, m[i].content);
+            strip ? put_content_trim(b, m[i].content) : put_content(b, m[i].content);
             put(b, sys ? "\n<</SYS>>\n\n" : "\n");
         } else if (role_is(&m[i], "user")) {
-            strip ? put_trim(b, m[i].content) : put(b, m[i].content);
+            strip ? put_content_trim(b, m[i].content) : put_content(b, m[i].content);
             put(b, " [/INST]");
         } else {
-            strip ? put_trim(b, m[i].content) : put(b, m[i].content);
+            strip ? put_content_trim(b, m[i].content) : put_content(b, m[i].content);
             put(b, "</s>");
             inside = false;
         }
@@ -383,16 +435,16 @@ render_mistral(struct sbuf *b, enum chat_family f, const struct chat_msg *m, siz
             if (role_is(&m[i], "system")) {
                 put(b, "[SYSTEM_PROMPT]");
                 put(b, sp);
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "[/SYSTEM_PROMPT]");
             } else if (role_is(&m[i], "user")) {
                 put(b, "[INST]");
                 put(b, sp);
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "[/INST]");
             } else {
                 put(b, sp);
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "</s>");
             }
         }
@@ -411,15 +463,15 @@ render_mistral(struct sbuf *b, enum chat_family f, const struct chat_msg *m, siz
                 inside = true;
             }
             if (role_is(&m[i], "system")) {
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "\n\n");
             } else if (role_is(&m[i], "user")) {
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, lead);
                 put(b, "[/INST]");
             } else {
                 put(b, trail);
-                trim_asst ? put_trim(b, m[i].content) : put(b, m[i].content);
+                trim_asst ? put_content_trim(b, m[i].content) : put_content(b, m[i].content);
                 put(b, "</s>");
                 inside = false;
             }
@@ -447,11 +499,11 @@ render_gemma(struct sbuf *b, const struct chat_msg *m, size_t n, bool add_ass)
         put(b, role);
         put(b, "\n");
         if (sys.n && strcmp(role, "model")) {
-            put_n(b, sys.p, sys.n);
+            put_content_n(b, sys.p, sys.n);
             put(b, "\n\n");
             sys.n = 0;
         }
-        put_trim(b, m[i].content);
+        put_content_trim(b, m[i].content);
         put(b, "<end_of_turn>\n");
     }
     if (sys.oom)
@@ -472,7 +524,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, "<|im_start|>");
             put(b, m[i].role);
             put(b, "\n");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
             put(b, "<|im_end|>\n");
         }
         if (add_ass)
@@ -496,7 +548,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, "<|");
             put(b, m[i].role);
             put(b, "|>\n");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
             put(b, "<|end|>\n");
         }
         if (add_ass)
@@ -507,7 +559,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, "<|im_start|>");
             put(b, m[i].role);
             put(b, "<|im_sep|>");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
             put(b, "<|im_end|>");
         }
         if (add_ass)
@@ -518,7 +570,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, "<|");
             put(b, m[i].role);
             put(b, "|>\n");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
             put(b, "\n");
         }
         if (add_ass)
@@ -529,7 +581,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, "<|");
             put(b, m[i].role);
             put(b, "|>\n");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
             put(b, "<|endoftext|>\n");
         }
         if (add_ass)
@@ -540,7 +592,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, i ? "<s>" : "");         /* no BOS before the first message */
             put(b, m[i].role);
             put(b, "\n");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
             put(b, "</s>\n");
         }
         if (add_ass)
@@ -558,14 +610,14 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             } else if (role_is(&m[i], "user")) {
                 put(b, "Human: ");
                 if (sys.n) {
-                    put_n(b, sys.p, sys.n);
+                    put_content_n(b, sys.p, sys.n);
                     put(b, "\n\n");
                     sys.n = 0;
                 }
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "\n\nAssistant: </s>");
             } else {
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "</s>");
             }
         }
@@ -577,7 +629,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
     case CHAT_OPENCHAT:
         for (i = 0; i < n; i++) {
             if (role_is(&m[i], "system")) {
-                put(b, m[i].content);
+                put_content(b, m[i].content);
             } else {
                 char first[2] = {m[i].role[0], 0};
 
@@ -587,7 +639,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
                 put(b, first);
                 put(b, m[i].role[0] ? m[i].role + 1 : "");
                 put(b, ": ");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
             }
             put(b, "<|end_of_turn|>");
         }
@@ -600,19 +652,19 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             if (role_is(&m[i], "system")) {
                 if (f == CHAT_VICUNA_ORCA) {
                     put(b, "SYSTEM: ");
-                    put(b, m[i].content);
+                    put_content(b, m[i].content);
                     put(b, "\n");
                 } else {
-                    put(b, m[i].content);
+                    put_content(b, m[i].content);
                     put(b, "\n\n");
                 }
             } else if (role_is(&m[i], "user")) {
                 put(b, "USER: ");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "\n");
             } else if (role_is(&m[i], "assistant")) {
                 put(b, "ASSISTANT: ");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "</s>\n");
             }
         }
@@ -622,14 +674,14 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
     case CHAT_DEEPSEEK:
         for (i = 0; i < n; i++) {
             if (role_is(&m[i], "system")) {
-                put(b, m[i].content);
+                put_content(b, m[i].content);
             } else if (role_is(&m[i], "user")) {
                 put(b, "### Instruction:\n");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "\n");
             } else if (role_is(&m[i], "assistant")) {
                 put(b, "### Response:\n");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "\n<|EOT|>\n");
             }
         }
@@ -639,14 +691,14 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
     case CHAT_DEEPSEEK3:
         for (i = 0; i < n; i++) {
             if (role_is(&m[i], "system")) {
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "\n\n");
             } else if (role_is(&m[i], "user")) {
                 put(b, "<" FULLWIDTH_BAR "User" FULLWIDTH_BAR ">");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
             } else if (role_is(&m[i], "assistant")) {
                 put(b, "<" FULLWIDTH_BAR "Assistant" FULLWIDTH_BAR ">");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "<" FULLWIDTH_BAR "end" SP_MARK "of" SP_MARK "sentence" FULLWIDTH_BAR ">");
             }
         }
@@ -662,7 +714,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
                 continue;
             put(b, "<|START_OF_TURN_TOKEN|>");
             put(b, tag);
-            put_trim(b, m[i].content);
+            put_content_trim(b, m[i].content);
             put(b, "<|END_OF_TURN_TOKEN|>");
         }
         if (add_ass)
@@ -676,7 +728,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, l4 ? "<|header_start|>" : "<|start_header_id|>");
             put(b, m[i].role);
             put(b, l4 ? "<|header_end|>\n\n" : "<|end_header_id|>\n\n");
-            put_trim(b, m[i].content);
+            put_content_trim(b, m[i].content);
             put(b, l4 ? "<|eot|>" : "<|eot_id|>");
         }
         if (add_ass)
@@ -692,7 +744,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, "<|");
             put(b, m[i].role);
             put(b, "|>\n");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
         }
         if (add_ass)
             put(b, f == CHAT_CHATGLM4 ? "<|assistant|>\n" : "<|assistant|>");
@@ -704,7 +756,7 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
             put(b, "<|end_of_role|>");
             if (role_is(&m[i], "assistant_tool_call"))
                 put(b, "<|tool_call|>");
-            put(b, m[i].content);
+            put_content(b, m[i].content);
             put(b, "<|end_of_text|>\n");
         }
         if (add_ass)
@@ -714,15 +766,15 @@ render(struct sbuf *b, enum chat_family f, const struct chat_msg *m, size_t n, b
         put(b, "<|im_start|>");
         for (i = 0; i < n; i++) {
             if (role_is(&m[i], "system")) {
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "\n\n");
             } else if (role_is(&m[i], "user")) {
                 put(b, "User: ");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "<end_of_utterance>\n");
             } else {
                 put(b, "Assistant: ");
-                put(b, m[i].content);
+                put_content(b, m[i].content);
                 put(b, "<end_of_utterance>\n");
             }
         }
@@ -738,6 +790,14 @@ int
 chat_apply(const struct chat_template *ct, const struct chat_msg *msgs, size_t n,
            bool add_generation_prompt, unsigned flags, char **out, size_t *len, struct diag *d)
 {
+    return chat_apply_spans(ct, msgs, n, add_generation_prompt, flags, out, len, NULL, NULL, d);
+}
+
+int
+chat_apply_spans(const struct chat_template *ct, const struct chat_msg *msgs, size_t n,
+                 bool add_generation_prompt, unsigned flags, char **out, size_t *len,
+                 struct tok_span **spans, size_t *n_spans, struct diag *d)
+{
     struct sbuf b = {0};
     struct chat_msg *all = NULL;
     const struct chat_msg *m = msgs;
@@ -745,6 +805,10 @@ chat_apply(const struct chat_template *ct, const struct chat_msg *msgs, size_t n
 
     *out = NULL;
     *len = 0;
+    if (spans) {
+        *spans = NULL;
+        *n_spans = 0;
+    }
     for (i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
             return diag_set(d, ST_RANGE, "chat message %zu has no %s", i,
@@ -767,9 +831,34 @@ chat_apply(const struct chat_template *ct, const struct chat_msg *msgs, size_t n
     free(all);
     if (b.oom) {
         free(b.p);
+        free(b.spans);
         return diag_set(d, ST_NOMEM, "out of memory rendering %zu chat messages", n);
     }
     *out = b.p;
     *len = b.n;
+    if (spans) {
+        *spans = b.spans;
+        *n_spans = b.n_spans;
+    } else {
+        free(b.spans);
+    }
     return 0;
+}
+
+int
+chat_encode(const struct chat_template *ct, const struct tokenizer *tok,
+            const struct chat_msg *msgs, size_t n, bool parse_special, struct tok_ids *ids,
+            struct diag *d)
+{
+    struct tok_span *spans = NULL;
+    size_t n_spans = 0, len;
+    char *text;
+    int rc;
+
+    if ((rc = chat_apply_spans(ct, msgs, n, true, 0, &text, &len, &spans, &n_spans, d)) < 0)
+        return rc;
+    rc = tok_encode_spans(tok, text, len, true, spans, parse_special ? 0 : n_spans, ids, d);
+    free(spans);
+    free(text);
+    return rc;
 }

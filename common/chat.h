@@ -15,9 +15,12 @@
  * byte.  BOS is never written: the tokenizer adds it (tok_encode with
  * add_special), which is how llama.cpp avoids a double BOS.
  *
- * The rendered text contains control-token texts (<|im_start|>, ...): it is
- * meant to be tokenized with parse_special on, and user text that is
- * tokenized separately with it off.
+ * The rendered text contains control-token texts (<|im_start|>, ...) that
+ * must become control tokens, next to message text that must not: a user
+ * who writes "<|im_start|>system" would otherwise open a system turn.
+ * chat_apply_spans() tells where the message text went, and chat_encode()
+ * tokenizes the template's markers as special and the messages literally
+ * (tok_encode_spans).
  *
  * A template that is not recognised, or a model without one, gets a guess
  * (the family whose marker tokens the vocabulary has, else ChatML) and
@@ -113,6 +116,25 @@ void chat_template_release(struct chat_template *ct);
 int chat_apply(const struct chat_template *ct, const struct chat_msg *msgs, size_t n,
                bool add_generation_prompt, unsigned flags, char **out, size_t *len,
                struct diag *d);
+
+/* chat_apply_spans() : chat_apply(), and with spans non-NULL the byte
+ * ranges of the output that are message content (what the messages said,
+ * after any trimming the family does), in order, adjacent ones merged:
+ * *spans is malloc'd (NULL when there are none), the caller frees it. */
+int chat_apply_spans(const struct chat_template *ct, const struct chat_msg *msgs, size_t n,
+                     bool add_generation_prompt, unsigned flags, char **out, size_t *len,
+                     struct tok_span **spans, size_t *n_spans, struct diag *d);
+
+/* chat_encode() : the prompt tokens of n messages with the generation
+ * prompt (flags 0, as llama_chat_apply_template), appended to ids: BOS as
+ * the vocabulary says, the template's markers as their control tokens, and
+ * the message text literally - a control token's text in a message stays
+ * plain text - unless parse_special (then the whole text is tokenized with
+ * parse_special, as llama.cpp does).  Returns 0, -ST_RANGE, -ST_NOMEM or
+ * tok_encode's codes. */
+int chat_encode(const struct chat_template *ct, const struct tokenizer *tok,
+                const struct chat_msg *msgs, size_t n, bool parse_special, struct tok_ids *ids,
+                struct diag *d);
 
 /* chat_family_name() : "chatml", "llama2", "gemma", ... (llama.cpp's names). */
 const char *chat_family_name(enum chat_family f);

@@ -222,11 +222,11 @@ read_text(const char *path, size_t max, char **text, size_t *len, struct diag *d
     return 0;
 }
 
-/* The prompt text as the model will see it: -p, -f or stdin, through the
- * chat template with chat. */
+/* The prompt tokens: -p, -f or stdin, through the chat template with chat
+ * (message text literal unless parse_special, chat_encode). */
 static int
 build_prompt(const struct generate_opts *o, const struct model *m, const struct tokenizer *tok,
-             char **text, size_t *len, struct diag *d)
+             struct tok_ids *ids, struct diag *d)
 {
     struct chat_template ct;
     struct chat_msg msgs[2];
@@ -245,12 +245,14 @@ build_prompt(const struct generate_opts *o, const struct model *m, const struct 
         return rc;
     }
     if (!o->chat) {
-        *text = raw;
-        *len = raw_len;
-        return 0;
+        rc = tok_encode(tok, raw, raw_len, true, true, ids, d);
+        free(raw);
+        return rc;
     }
     /* llama_chat_apply_template's rendering: no default system message */
     if ((rc = chat_template_from_gguf(&ct, &m->gguf, tok, d)) < 0) {
+        if (rc == -ST_FORMAT)
+            diag_prefix(d, "'%s'", o->model);
         free(raw);
         return rc;
     }
@@ -263,7 +265,7 @@ build_prompt(const struct generate_opts *o, const struct model *m, const struct 
     }
     msgs[n_msgs].role = "user";
     msgs[n_msgs++].content = raw;
-    rc = chat_apply(&ct, msgs, n_msgs, true, 0, text, len, d);
+    rc = chat_encode(&ct, tok, msgs, n_msgs, o->parse_special, ids, d);
     chat_template_release(&ct);
     free(raw);
     return rc;
@@ -374,7 +376,28 @@ struct gen_run {
     struct kvcache *kv;
     int64_t ctx;
     FILE *fp;
+    const char *out_name;       /* for messages: -o FILE, NULL for stdout */
 };
+
+/* A failed write to the output: the message names the file. */
+static int
+out_failed(const struct gen_run *g, int rc, struct diag *d)
+{
+    if (rc == -ST_IO && g->out_name)
+        diag_prefix(d, "'%s'", g->out_name);
+    else if (rc == -ST_IO)
+        diag_prefix(d, "stdout");
+    return rc;
+}
+
+/* Flushes the output, so that a write error is seen here, with the name. */
+static int
+out_flush(const struct gen_run *g, struct diag *d)
+{
+    if (fflush(g->fp) != 0)
+        return out_failed(g, diag_set(d, ST_IO, "write failed: %s", strerror(errno)), d);
+    return 0;
+}
 
 static int
 append_bytes(char **buf, size_t *len, size_t *cap, const char *s, size_t n)
@@ -494,22 +517,27 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             rc = diag_set(d, ST_NOMEM, "out of memory");
             goto out;
         }
-        if (!o->json && plen && (rc = utf8_stream_push(&us, piece, plen, g->fp, d)) < 0)
+        if (!o->json && plen && (rc = utf8_stream_push(&us, piece, plen, g->fp, d)) < 0) {
+            out_failed(g, rc, d);
             goto out;
+        }
     }
     r->gen_ms = n_gen > 0 ? ms_since(t_dec0) : 0.0;
     r->total_ms = ms_since(t_start);
-    if (!o->json && (rc = utf8_stream_flush(&us, g->fp, d)) < 0)
+    if (!o->json && (rc = utf8_stream_flush(&us, g->fp, d)) < 0) {
+        out_failed(g, rc, d);
         goto out;
+    }
     r->prompt_tokens = n_prompt;
     r->completion_tokens = n_gen;
     r->prompt_tok_s = r->prompt_ms > 0 ? (double)n_prompt / (r->prompt_ms / 1000.0) : 0.0;
     r->gen_tok_s = r->gen_ms > 0 && n_decode > 0 ? (double)n_decode / (r->gen_ms / 1000.0) : 0.0;
     r->ends_in_newline = o->json || text_len == 0 || text[text_len - 1] == '\n';
     r->max_rss_bytes = max_rss_bytes();
-    if (o->json)
-        rc = write_completion_json(g->fp, r, text ? text : "", text_len, prompt, n_prompt, gen,
-                                   n_gen, d);
+    if (o->json && (rc = out_failed(g, write_completion_json(g->fp, r, text ? text : "",
+                                                             text_len, prompt, n_prompt, gen,
+                                                             n_gen, d), d)) == 0)
+        rc = out_flush(g, d);
 out:
     if (seq >= 0)
         kv_seq_free(g->kv, seq);
@@ -579,11 +607,16 @@ run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
             bad |= json_set(j, "kv_bytes", json_integer(r->kv_bytes));
             bad |= json_set(j, "max_rss_bytes", json_integer(r->max_rss_bytes));
         }
-        rc = bad ? diag_set(d, ST_NOMEM, "out of memory") : json_print_line(j, g->fp, d);
+        rc = bad ? diag_set(d, ST_NOMEM, "out of memory")
+                 : out_failed(g, json_print_line(j, g->fp, d), d);
+        if (rc == 0)
+            rc = out_flush(g, d);
         json_decref(j);
         json_decref(a);
     } else if (fprintf(g->fp, "PPL = %.4f +/- %.5f\n", pr.ppl, pr.err) < 0) {
-        rc = diag_set(d, ST_IO, "write failed: %s", strerror(errno));
+        rc = out_failed(g, diag_set(d, ST_IO, "write failed: %s", strerror(errno)), d);
+    } else {
+        rc = out_flush(g, d);
     }
 out:
     free(pr.chunk_ppl);
@@ -605,8 +638,6 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     struct xout out;
     struct gen_run g;
     bool tok_loaded = false, out_open = false, to_stdout = !o->output || !strcmp(o->output, "-");
-    char *prompt = NULL;
-    size_t prompt_len = 0;
     double t0 = now_seconds();
     int rc;
 
@@ -639,9 +670,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
 
     /* the prompt, before anything is written */
     if (!o->perplexity) {
-        if ((rc = build_prompt(o, m, &tok, &prompt, &prompt_len, d)) < 0)
-            goto out;
-        if ((rc = tok_encode(&tok, prompt, prompt_len, true, true, &ids, d)) < 0)
+        if ((rc = build_prompt(o, m, &tok, &ids, d)) < 0)
             goto out;
     }
     if ((rc = open_kv(o, m, &r->ctx, &kv, d)) < 0)
@@ -661,6 +690,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
         out_open = true;
         g.fp = out.fp;
     }
+    g.out_name = to_stdout ? NULL : o->output;
     g.o = o;
     g.m = m;
     g.tok = &tok;
@@ -679,7 +709,6 @@ out:
     if (out_open)
         xout_abort(&out);
     tok_ids_release(&ids);
-    free(prompt);
     kv_free(kv);
     if (tok_loaded)
         tok_release(&tok);

@@ -9,7 +9,9 @@
  * prompt (-p text, -f file or standard input; one trailing newline of a
  * file or of standard input is dropped, as llama.cpp does); with chat, wrap
  * it in the model's chat template (chat.h) with an optional system message;
- * tokenize it (with BOS when the vocabulary asks for one); prefill the whole
+ * tokenize it (with BOS when the vocabulary asks for one; control-token
+ * texts are special in a plain prompt, but with chat only in the template's
+ * markers unless parse_special: chat_encode); prefill the whole
  * prompt as ONE batch through model_forward(); then decode one token per
  * step, sampling (sample.h) from the last logits, until an end-of-generation
  * token, n_predict tokens, or the context is full.  Each token's text is
@@ -38,6 +40,9 @@ struct generate_opts {
     bool chat;                  /* wrap the prompt in the model's chat template */
     bool ignore_eos;            /* keep generating past end-of-generation tokens (benchmarks) */
     const char *system;         /* system message for chat (NULL = none) */
+    bool parse_special;         /* chat: control-token texts in the prompt and the system
+                                 * message become control tokens (default: plain text;
+                                 * only the template's markers are special) */
     struct sample_params sp;    /* sampling; sp.seed is used as given */
     int32_t repeat_last_n;      /* -1 = the whole context, else >= 0 (copied into sp) */
     int threads;                /* <= 0 = all online CPUs */
@@ -93,6 +98,8 @@ struct generate_report {
 /* run_generate() : does the whole run described at the top of this file and
  * fills r.  The output file is written atomically (xio.h) unless it is
  * stdout, where text streams as it is produced.
+ * Every message about a file names it ("'out.txt': write failed: ...";
+ * standard output is "stdout", standard input '<stdin>').
  * Returns 0; -ST_IO (model, prompt or output file); -ST_FORMAT (bad model
  * or tokenizer data, the message names it); -ST_RANGE (prompt longer than
  * the context, bad option value); -ST_NOMEM. */

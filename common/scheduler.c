@@ -349,6 +349,38 @@ nomem:
     return diag_set(d, ST_NOMEM, "out of memory");
 }
 
+int
+sched_cancel(struct sched *s)
+{
+    int rc = 0, r;
+
+    /* running ones, oldest first, then the started ones waiting to resume */
+    while (s->n_run > 0) {
+        struct seq *q = s->run[0];
+
+        run_remove(s, q);
+        r = emit(s, q, "cancelled");
+        seq_free(s, q);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    for (int64_t i = 0; i < s->n_wait;) {
+        struct seq *q = s->wait[i];
+
+        if (q->t_admit == 0) {
+            i++;
+            continue;
+        }
+        memmove(s->wait + i, s->wait + i + 1, (size_t)(s->n_wait - i - 1) * sizeof(*s->wait));
+        s->n_wait--;
+        r = emit(s, q, "cancelled");
+        seq_free(s, q);
+        if (r < 0 && rc == 0)
+            rc = r;
+    }
+    return rc;
+}
+
 /* ---- preemption ---- */
 
 /* Takes q out of the pool and back to the queue (q is running). */

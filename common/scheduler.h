@@ -96,7 +96,8 @@ struct sched_result {
     const char *text;           /* their text (tok_piece bytes, not NUL-terminated, maybe not
                                  * valid UTF-8), cut before a stop string; "" without tokenizer */
     size_t text_len;
-    const char *finish_reason;  /* "stop" (end of generation or a stop string) or "length" */
+    const char *finish_reason;  /* "stop" (end of generation or a stop string), "length",
+                                 * or "cancelled" (sched_cancel) */
     int64_t n_prompt;
     int64_t cached_tokens;      /* tokens taken from the prefix cache at the last admission */
     int64_t preemptions;        /* times this request was preempted */
@@ -180,6 +181,15 @@ int sched_step(struct sched *s, struct diag *d);
  * admitted any more (preempted ones still resume), so that the running
  * sequences drain (a batch run that was asked to stop). */
 void sched_hold(struct sched *s, bool hold);
+
+/* sched_cancel() : ends every request that has started (running, or
+ * preempted and waiting to resume) with finish_reason "cancelled": its
+ * result, with the tokens and text generated so far, goes to the result
+ * callback and its blocks are released.  Requests never admitted stay
+ * queued.  For a batch run whose drain after a stop request is cut short.
+ * Returns 0 or the first negative code of the callback (every started
+ * request is ended all the same). */
+int sched_cancel(struct sched *s);
 
 /* sched_running() / sched_waiting() : sequences running / queued now. */
 int64_t sched_running(const struct sched *s);

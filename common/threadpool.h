@@ -32,7 +32,9 @@ typedef void (*threadpool_job_fn)(void *arg, int ith, int nth);
 /* A range job: handle [i0, i1) on worker ith. */
 typedef void (*threadpool_range_fn)(void *arg, int64_t i0, int64_t i1, int ith);
 
-/* threadpool_n_cpus() : online CPUs (at least 1). */
+/* threadpool_n_cpus() : the CPUs this process may run on (its affinity
+ * mask, as nproc(1) counts them; the online CPUs when that fails), 1 to
+ * 1024.  More threads than this only compete for the same cores. */
 int threadpool_n_cpus(void);
 
 /* threadpool_new() : a pool of n_threads workers including the caller;

@@ -862,13 +862,26 @@ special_active(const struct tok_priv *p, int32_t id, bool parse_special)
     return parse_special || !(p->tok[id].attr & (TOK_ATTR_CONTROL | TOK_ATTR_UNKNOWN));
 }
 
-/* Cuts one token's occurrences out of the raw fragments of *in into *out. */
+/* Whether [at, at + n) overlaps one of the spans. */
+static bool
+in_literal(const struct tok_span *lit, size_t n_lit, size_t at, size_t n)
+{
+    for (size_t k = 0; k < n_lit; k++)
+        if (lit[k].len && lit[k].off < at + n && at < lit[k].off + lit[k].len)
+            return true;
+    return false;
+}
+
+/* Cuts one token's occurrences out of the raw fragments of *in into *out.
+ * With lit, an occurrence of a CONTROL/UNKNOWN token that overlaps a
+ * literal span stays raw text (the search goes on one byte later). */
 static int
 cut_token(const struct tok_priv *p, const char *text, int32_t id, const struct frags *in,
-          struct frags *out)
+          const struct tok_span *lit, size_t n_lit, struct frags *out)
 {
     const struct tok_entry *e = &p->tok[id];
     const char *s = p->text + e->off;
+    bool check = n_lit && !special_active(p, id, false);
     size_t i;
 
     out->n = 0;
@@ -885,6 +898,10 @@ cut_token(const struct tok_priv *p, const char *text, int32_t id, const struct f
             const char *m = memmem(text + pos, end - pos, s, e->len);
             size_t at, left;
 
+            while (m && check && in_literal(lit, n_lit, (size_t)(m - text), e->len)) {
+                size_t from = (size_t)(m - text) + 1;
+                m = from < end ? memmem(text + from, end - from, s, e->len) : NULL;
+            }
             if (!m) {
                 if (frag_push(out, -1, pos, end - pos) < 0)
                     return -ST_NOMEM;
@@ -910,7 +927,7 @@ cut_token(const struct tok_priv *p, const char *text, int32_t id, const struct f
 
 static int
 partition(const struct tokenizer *t, const char *text, size_t len, bool parse_special,
-          struct frags *res)
+          const struct tok_span *lit, size_t n_lit, struct frags *res)
 {
     const struct tok_priv *p = t->p;
     struct frags a = {0}, b = {0};
@@ -962,7 +979,7 @@ partition(const struct tokenizer *t, const char *text, size_t len, bool parse_sp
 
             if (!((occurs[k >> 3] >> (k & 7)) & 1))
                 continue;
-            if (cut_token(p, text, p->special[k], &a, &b) < 0)
+            if (cut_token(p, text, p->special[k], &a, lit, n_lit, &b) < 0)
                 goto out;
             tmp = a;
             a = b;
@@ -979,9 +996,10 @@ out:
     return rc;
 }
 
-int
-tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
-           bool parse_special, struct tok_ids *out, struct diag *d)
+static int
+encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+       bool parse_special, const struct tok_span *lit, size_t n_lit, struct tok_ids *out,
+       struct diag *d)
 {
     struct frags f = {0};
     struct tok_spm_state *spm = NULL;
@@ -992,7 +1010,7 @@ tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_spe
 
     if (!t->p)
         return diag_set(d, ST_RANGE, "tokenizer not loaded");
-    rc = partition(t, text, len, parse_special, &f);
+    rc = partition(t, text, len, parse_special, lit, n_lit, &f);
     if (rc < 0) {
         diag_set(d, ST_NOMEM, "out of memory tokenizing %zu bytes", len);
         goto out;
@@ -1031,6 +1049,21 @@ out:
     tok_spm_state_free(spm);
     tok_bpe_state_free(bpe);
     return rc;
+}
+
+int
+tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+           bool parse_special, struct tok_ids *out, struct diag *d)
+{
+    return encode(t, text, len, add_special, parse_special, NULL, 0, out, d);
+}
+
+int
+tok_encode_spans(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                 const struct tok_span *literal, size_t n_literal, struct tok_ids *out,
+                 struct diag *d)
+{
+    return encode(t, text, len, add_special, true, literal, n_literal, out, d);
 }
 
 /* ---- decoding ---- */

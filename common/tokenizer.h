@@ -141,6 +141,25 @@ void tok_release(struct tokenizer *t);
 int tok_encode(const struct tokenizer *t, const char *text, size_t len, bool add_special,
                bool parse_special, struct tok_ids *out, struct diag *d);
 
+/* A byte range [off, off + len) of a text. */
+struct tok_span {
+    size_t off, len;
+};
+
+/* tok_encode_spans() : tok_encode() with parse_special, except inside the
+ * n_literal spans (any order; they may be empty): a CONTROL or UNKNOWN
+ * token text that overlaps one of them is left as plain text, as with
+ * parse_special off (USER_DEFINED tokens are cut everywhere, as always).
+ * This is how a chat prompt is tokenized: the template's markers become
+ * control tokens, text a user wrote cannot (a "<|im_start|>system" typed in
+ * a message stays characters, and cannot forge a turn).  The span
+ * boundaries do not split the raw text: where the spans hold no special
+ * token text the result equals tok_encode(..., parse_special = true).
+ * Returns as tok_encode(). */
+int tok_encode_spans(const struct tokenizer *t, const char *text, size_t len, bool add_special,
+                     const struct tok_span *literal, size_t n_literal, struct tok_ids *out,
+                     struct diag *d);
+
 /* tok_ids_release() : frees the list's storage. */
 void tok_ids_release(struct tok_ids *ids);
 

@@ -20,20 +20,23 @@
 #include "ops.h"
 #include "qtypes.h"
 #include "scheduler.h"
+#include "threadpool.h"
 #include "xio.h"
 
 static const char usage_line[] =
     "usage: generate [-hqVv] -m model [-p text | -f file] [-n n] [-o file] [--force]\n"
-    "                [--chat] [--system text] [--temp t] [--top-k k] [--top-p p] [--min-p p]\n"
-    "                [--repeat-penalty r] [--repeat-last-n n] [--seed n] [-t n] [--ctx n]\n"
-    "                [--kv-mem size] [--kernel name] [--json]\n"
+    "                [--chat] [--system text] [--parse-special] [--temp t] [--top-k k]\n"
+    "                [--top-p p] [--min-p p] [--repeat-penalty r] [--repeat-last-n n]\n"
+    "                [--seed n] [-t n] [--oversubscribe] [--ctx n] [--kv-mem size]\n"
+    "                [--kernel name] [--json]\n"
     "       generate [-hqVv] -m model --batch [file | -] [-o file] [--force] [-n n]\n"
     "                [--max-seqs n] [--max-batch-tokens n] [--kv-mem size] [--block-size n]\n"
     "                [--kv-type type] [--schedule policy] [--preempt mode] [--no-prefix-cache]\n"
-    "                [--kv-trace file] [--chat] [--system text] [--ignore-eos] [sampling options]\n"
-    "                [-t n] [--ctx n] [--kernel name]\n"
+    "                [--kv-trace file] [--drain-timeout seconds] [--chat] [--system text]\n"
+    "                [--parse-special] [--ignore-eos] [sampling options] [-t n]\n"
+    "                [--oversubscribe] [--ctx n] [--kernel name]\n"
     "       generate [-hqVv] -m model --perplexity file [--ctx n] [--chunks n] [-o file]\n"
-    "                [--force] [-t n] [--kv-mem size] [--kernel name] [--json]";
+    "                [--force] [-t n] [--oversubscribe] [--kv-mem size] [--kernel name] [--json]";
 
 static const char help_text[] =
     "generate - text generation and perplexity with a GGUF model\n"
@@ -44,6 +47,9 @@ static const char help_text[] =
     "  -f, --file FILE         read the prompt from FILE (- = stdin; default: stdin)\n"
     "      --chat              wrap the prompt in the model's chat template\n"
     "      --system TEXT       system message for --chat\n"
+    "      --parse-special     with --chat: control-token texts in the prompt and the\n"
+    "                          system message (e.g. <|im_start|>) become control\n"
+    "                          tokens; default: they stay plain text\n"
     "\n"
     "Generation:\n"
     "  -n, --n-predict N       tokens to generate (default -1: until end of text or --ctx)\n"
@@ -68,6 +74,9 @@ static const char help_text[] =
     "      --preempt MODE      when blocks run out: recompute or swap (default recompute)\n"
     "      --no-prefix-cache   do not share KV blocks of common prompt prefixes\n"
     "      --kv-trace FILE     one kvtrace/1 JSON line per step (read by kvstat --trace)\n"
+    "      --drain-timeout S   after SIGINT/SIGTERM, let the started requests run at\n"
+    "                          most S seconds more, then end them as \"cancelled\"\n"
+    "                          (default 30; 0 = at once)\n"
     "      Per request: id, prompt | tokens, max_tokens, temperature, top_p, top_k, min_p,\n"
     "      repeat_penalty, seed, stop (defaults: the options above and below)\n"
     "\n"
@@ -76,7 +85,9 @@ static const char help_text[] =
     "      --chunks N          evaluate at most N chunks of --ctx tokens (default all)\n"
     "\n"
     "Resources:\n"
-    "  -t, --threads N         worker threads (default: all CPUs)\n"
+    "  -t, --threads N         worker threads (default: the CPUs this process may use;\n"
+    "                          more than those is capped to them, with a warning)\n"
+    "      --oversubscribe     keep -t N even above the CPUs this process may use\n"
     "      --ctx N             context in tokens (default: the model's; 512 for --perplexity)\n"
     "      --kv-mem SIZE       KV-cache budget, e.g. 256MiB (default: enough for --ctx;\n"
     "                          --batch: for --max-seqs contexts, at most 1GiB)\n"
@@ -97,6 +108,7 @@ enum {
     OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
     OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_BLOCK_SIZE, OPT_KV_TRACE, OPT_KV_TYPE,
     OPT_MAX_BATCH_TOKENS, OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
+    OPT_DRAIN_TIMEOUT, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL,
 };
 
 static const struct option longopts[] = {
@@ -105,6 +117,7 @@ static const struct option longopts[] = {
     { "chat", no_argument, NULL, OPT_CHAT },
     { "chunks", required_argument, NULL, OPT_CHUNKS },
     { "ctx", required_argument, NULL, OPT_CTX },
+    { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
     { "file", required_argument, NULL, 'f' },
     { "force", no_argument, NULL, OPT_FORCE },
     { "help", no_argument, NULL, 'h' },
@@ -121,6 +134,8 @@ static const struct option longopts[] = {
     { "n-predict", required_argument, NULL, 'n' },
     { "no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE },
     { "output", required_argument, NULL, 'o' },
+    { "oversubscribe", no_argument, NULL, OPT_OVERSUBSCRIBE },
+    { "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
     { "perplexity", required_argument, NULL, OPT_PERPLEXITY },
     { "preempt", required_argument, NULL, OPT_PREEMPT },
     { "prompt", required_argument, NULL, 'p' },
@@ -167,9 +182,11 @@ on_warn(void *ctx, const char *msg)
 }
 
 /* ---- batch mode: SIGINT/SIGTERM stop admission and let the running
- * requests finish (a second signal stops after the current step); what
- * finished is kept and the exit status is 128 + the signal.  SIGPIPE (the
- * reader of the results went away) removes partial files and ends quietly. */
+ * requests finish for at most --drain-timeout seconds (a second signal
+ * ends the drain after the current step); requests cut off get
+ * "cancelled" results, what finished is kept and the exit status is 128 +
+ * the signal.  SIGPIPE (the reader of the results went away) removes
+ * partial files and ends quietly. */
 
 static volatile sig_atomic_t stop_count, stop_sig;
 
@@ -218,6 +235,8 @@ run_batch(struct batch_opts *b)
     if (cli_verbosity >= 1) {
         fprintf(stderr, "%s: %lld requests: %lld completed, %lld errors", cli_progname,
                 (long long)r.requests, (long long)r.completed, (long long)r.errors);
+        if (r.cancelled)
+            fprintf(stderr, ", %lld cancelled", (long long)r.cancelled);
         if (r.unfinished)
             fprintf(stderr, ", %lld unfinished", (long long)r.unfinished);
         fprintf(stderr, "; %lld tokens generated in %.2f s, %.1f tok/s\n", (long long)r.generated,
@@ -243,8 +262,10 @@ random_seed(void)
     return s & (((uint64_t)1 << 53) - 1);   /* exact in a JSON number */
 }
 
+/* print_stats() : the summary line; newline_sent: the text on stdout was
+ * already ended with a newline (a terminal). */
 static void
-print_stats(const struct generate_report *r)
+print_stats(const struct generate_report *r, bool newline_sent)
 {
     if (r->perplexity) {
         fprintf(stderr, "%s: %lld chunks of %lld tokens, %lld tokens scored, %.1f tok/s, %.2f s\n",
@@ -252,8 +273,8 @@ print_stats(const struct generate_report *r)
                 (long long)r->ppl_scored, r->ppl_tok_s, r->ppl_ms / 1000.0);
         return;
     }
-    if (!r->ends_in_newline && isatty(STDERR_FILENO))
-        fputc('\n', stderr);
+    if (!r->ends_in_newline && !newline_sent && isatty(STDERR_FILENO))
+        fputc('\n', stderr);     /* the text may be on this terminal, through a pipe */
     fprintf(stderr, "%s: prompt %lld tokens, %.1f tok/s; generated %lld tokens, %.1f tok/s (%s)\n",
             cli_progname, (long long)r->prompt_tokens, r->prompt_tok_s,
             (long long)r->completion_tokens, r->gen_tok_s, r->finish_reason);
@@ -267,6 +288,7 @@ main(int argc, char **argv)
     struct batch_opts b;
     struct diag d = {{0}};
     bool seed_set = false, have_chunks = false, have_n = false, batch = false, batch_opt = false;
+    bool oversubscribe = false, newline_sent = false;
     int c, rc;
 
     cli_init(argv[0]);
@@ -324,6 +346,10 @@ main(int argc, char **argv)
             have_chunks = true;
             break;
         case OPT_CTX: o.ctx = cli_parse_i64(optarg, 1, (int64_t)1 << 24, "--ctx", true); break;
+        case OPT_DRAIN_TIMEOUT:
+            b.drain_timeout = cli_parse_double(optarg, 0, 1e9, "--drain-timeout");
+            batch_opt = true;
+            break;
         case 'f': o.prompt_file = optarg; break;
         case OPT_FORCE: o.force = true; break;
         case OPT_IGNORE_EOS: o.ignore_eos = true; break;
@@ -347,6 +373,8 @@ main(int argc, char **argv)
             have_n = true;
             break;
         case 'o': o.output = optarg; break;
+        case OPT_OVERSUBSCRIBE: oversubscribe = true; break;
+        case OPT_PARSE_SPECIAL: o.parse_special = true; break;
         case OPT_PERPLEXITY: o.perplexity = optarg; break;
         case 'p': o.prompt = optarg; break;
         case 'q': cli_verbosity = 0; break;
@@ -384,7 +412,8 @@ main(int argc, char **argv)
         usage_error(usage_line, "no model given (-m)");
     if (batch_opt && !batch)
         usage_error(usage_line, "--max-seqs, --max-batch-tokens, --block-size, --kv-type, "
-                    "--schedule, --preempt, --no-prefix-cache and --kv-trace need --batch");
+                    "--schedule, --preempt, --no-prefix-cache, --kv-trace and --drain-timeout "
+                    "need --batch");
     if (batch && (o.prompt || o.prompt_file || o.perplexity || o.json))
         usage_error(usage_line, "--batch takes no -p, -f, --perplexity or --json (the results "
                     "are JSON Lines)");
@@ -394,12 +423,23 @@ main(int argc, char **argv)
         usage_error(usage_line, "-p and -f are exclusive");
     if (o.system && !o.chat)
         usage_error(usage_line, "--system needs --chat");
+    if (o.parse_special && !o.chat)
+        usage_error(usage_line, "--parse-special needs --chat (the special-token texts of a "
+                    "plain prompt are always special)");
     if (o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n))
         usage_error(usage_line, "--perplexity takes no prompt, --chat or -n");
     if (have_chunks && !o.perplexity)
         usage_error(usage_line, "--chunks needs --perplexity");
     if (!seed_set)
         o.sp.seed = random_seed();
+    if (o.threads > threadpool_n_cpus() && !oversubscribe) {
+        /* threads sharing a core make every barrier of the forward pass wait
+         * for a descheduled thread: 20-200x slower */
+        warnmsg("-t %d: this process may run on %d CPUs; using %d threads "
+                "(--oversubscribe keeps %d)", o.threads, threadpool_n_cpus(),
+                threadpool_n_cpus(), o.threads);
+        o.threads = threadpool_n_cpus();
+    }
     o.progress = o.json ? NULL : on_progress;   /* no bar with --json (STYLE) */
     o.info = on_info;
     o.warn = on_warn;
@@ -409,8 +449,16 @@ main(int argc, char **argv)
     rc = run_generate(&o, &r, &d);
     if (rc)
         die(rc_from_st(rc), "%s", d.msg);
+    if (!o.json && !o.perplexity && (!o.output || !strcmp(o.output, "-")) &&
+        !r.ends_in_newline && isatty(STDOUT_FILENO)) {
+        /* end the line on a terminal, so that the statistics or the shell
+         * prompt do not follow the text on it; a pipe or a file gets
+         * exactly the generated bytes */
+        putchar('\n');
+        newline_sent = true;
+    }
     if (cli_verbosity >= 1)
-        print_stats(&r);
+        print_stats(&r, newline_sent);
     cli_finish_stdout();
     return RC_OK;
 }

@@ -330,6 +330,59 @@ test_spm(void)
     tok_release(&t);
 }
 
+/* tok_encode_spans: CONTROL texts inside a literal span stay text */
+static void
+test_spans(void)
+{
+    struct tokenizer t;
+    struct tok_ids got = {0}, lit = {0}, all = {0};
+    struct diag d = {{0}};
+    /* <ctl>ab<ctl>a<ctl> with "ab<ctl>a" (bytes 5..13) literal */
+    static const char text[] = "<ctl>ab<ctl>a<ctl>";
+    const struct tok_span mid = {5, 8}, part = {8, 1}, none = {0, 0};
+
+    spm_vocab(&t, -1, -5, true, NULL);
+    CHECK(tok_encode_spans(&t, text, strlen(text), false, &mid, 1, &got, &d) == 0);
+    /* the literal middle is one raw fragment, as with parse_special off */
+    CHECK(tok_encode(&t, "ab<ctl>a", 8, false, false, &lit, &d) == 0);
+    CHECK(got.n == lit.n + 2 && got.v[0] == S_CTL && got.v[got.n - 1] == S_CTL);
+    CHECK(got.n == lit.n + 2 && !memcmp(got.v + 1, lit.v, lit.n * sizeof(int32_t)));
+    tok_ids_release(&got);
+    /* a span that only touches a marker's text is enough to keep it text */
+    CHECK(tok_encode_spans(&t, text, strlen(text), false, &part, 1, &got, &d) == 0);
+    CHECK(got.n > 3 && got.v[0] == S_CTL && got.v[got.n - 1] == S_CTL);
+    for (size_t i = 1; i + 1 < got.n; i++)
+        CHECK(got.v[i] != S_CTL);
+    tok_ids_release(&got);
+    /* no span (or an empty one): tok_encode with parse_special */
+    CHECK(tok_encode(&t, text, strlen(text), true, true, &all, &d) == 0);
+    CHECK(tok_encode_spans(&t, text, strlen(text), true, &none, 1, &got, &d) == 0);
+    CHECK(ids_equal(&got, all.v, all.n));
+    tok_ids_release(&got);
+    CHECK(tok_encode_spans(&t, text, strlen(text), true, NULL, 0, &got, &d) == 0);
+    CHECK(ids_equal(&got, all.v, all.n));
+    tok_ids_release(&got);
+    /* user-defined tokens are cut inside spans too (as without parse_special) */
+    {
+        const struct tok_span whole = {0, 7};
+
+        CHECK(tok_encode_spans(&t, "a<usr>a", 7, false, &whole, 1, &got, &d) == 0);
+        CHECK(got.n == 3 && got.v[0] == S_WA && got.v[1] == S_USR && got.v[2] == S_WA);
+        tok_ids_release(&got);
+    }
+    /* a span boundary does not split the raw text around it */
+    {
+        const struct tok_span b = {1, 1};
+
+        CHECK(tok_encode_spans(&t, "ab", 2, false, &b, 1, &got, &d) == 0);
+        CHECK(got.n == 1 && got.v[0] == S_WAB);
+        tok_ids_release(&got);
+    }
+    tok_ids_release(&lit);
+    tok_ids_release(&all);
+    tok_release(&t);
+}
+
 /* BPE: the 256 byte characters, then merge results and specials */
 static void
 bpe_vocab(struct tokenizer *t, const char *pre, const char *const *extra, int n_extra,
@@ -1044,6 +1097,7 @@ int
 main(void)
 {
     test_spm();
+    test_spans();
     test_bpe();
     test_partition();
     test_load_errors();
