@@ -932,11 +932,15 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     g.out_name = to_stdout ? NULL : go->output;
     g.trace_name = o->trace && strcmp(o->trace, "-") ? o->trace : NULL;
     rd.fd = -1;
-    if (!to_stdout && !go->force && path_exists(go->output))
-        return diag_set(d, ST_RANGE, "'%s' already exists (use --force to overwrite)",
-                        go->output);
-    if (o->trace && strcmp(o->trace, "-") && !go->force && path_exists(o->trace))
-        return diag_set(d, ST_RANGE, "'%s' already exists (use --force to overwrite)", o->trace);
+    /* fail before the model loads (see xout_check) */
+    if (!to_stdout && (rc = xout_check(go->output, go->force, d)) < 0) {
+        diag_prefix(d, "'%s'", go->output);
+        return rc;
+    }
+    if (o->trace && strcmp(o->trace, "-") && (rc = xout_check(o->trace, go->force, d)) < 0) {
+        diag_prefix(d, "'%s'", o->trace);
+        return rc;
+    }
 
     /* input first: a missing request file fails before the model loads */
     if (!o->input || !strcmp(o->input, "-")) {
@@ -950,6 +954,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
         if (rd.fd < 0)
             return diag_set(d, ST_IO, "cannot open '%s': %s", o->input, strerror(errno));
         rd.own = true;
+        xio_note_input(o->input);   /* no output of this run may replace it */
         if (fstat(rd.fd, &st) == 0 && S_ISDIR(st.st_mode)) {
             rc = diag_set(d, ST_IO, "'%s': is a directory", o->input);
             goto out;

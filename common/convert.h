@@ -42,6 +42,10 @@ struct convert_opts {
     bool force;                 /* replace an existing output */
     int progress;               /* -1 auto (TTY), 0 off, 1 on */
     void (*warn)(const char *msg);  /* non-fatal notices (may be NULL) */
+    struct xout *out;           /* GGUF output: written into this open output and
+                                 * left for the caller to commit or abort (the
+                                 * caller commits it with its other outputs);
+                                 * NULL = open o->output and commit it here */
 };
 
 /* convert_model() : converts o->input to o->output.  Returns 0 or -ST_* with

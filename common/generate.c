@@ -217,6 +217,7 @@ read_text(const char *path, size_t max, char **text, size_t *len, struct diag *d
         diag_prefix(d, "'%s'", strcmp(path, "-") ? path : "<stdin>");
         return rc;
     }
+    xio_note_input(path);       /* no output of this run may replace it */
     if (*len && (*text)[*len - 1] == '\n')
         (*text)[--*len] = '\0';
     return 0;
@@ -646,8 +647,12 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     r->perplexity = o->perplexity != NULL;
     r->seed = o->sp.seed;
     r->finish_reason = "length";
-    if (!to_stdout && !o->force && path_exists(o->output))
-        return diag_set(d, ST_RANGE, "'%s' already exists (use --force to overwrite)", o->output);
+    /* fail before the model loads: an existing file without --force, a
+     * directory, a block device (a device or FIFO is written in place) */
+    if (!to_stdout && (rc = xout_check(o->output, o->force, d)) < 0) {
+        diag_prefix(d, "'%s'", o->output);
+        return rc;
+    }
 
     mopt.n_threads = o->threads;
     mopt.kernel = o->kernel;

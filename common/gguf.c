@@ -538,6 +538,11 @@ gguf_read(struct gguf *g, struct src *s, struct diag *d)
             goto fail;
         }
         g->n_tensors = i + 1;
+        /* the writer refuses an empty name too: one rule for --info and conversion */
+        if (t->name.n == 0) {
+            rc = diag_set(d, ST_FORMAT, "tensor %llu has an empty name", (unsigned long long)i);
+            goto fail;
+        }
         if (!utf8_valid(t->name.p, t->name.n) || memchr(t->name.p, 0, t->name.n)) {
             rc = diag_set(d, ST_FORMAT, "tensor %llu: name is not valid UTF-8", (unsigned long long)i);
             goto fail;
@@ -620,6 +625,28 @@ fail:
         g->own_src = own;
     }
     return rc < 0 ? rc : -ST_FORMAT;
+}
+
+int
+gguf_load_stream(struct gguf *g, struct diag *d)
+{
+    struct src *s = g->src;
+    uint64_t need = 0;
+    int rc;
+
+    if (!s || s->map)
+        return 0;
+    if (s->pos != g->data_offset)
+        return diag_set(d, ST_RANGE, "the stream was read past its data section");
+    /* up to the end of the last tensor: its padding may be missing */
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        if (g->t[i].offset + g->t[i].nbytes > need)
+            need = g->t[i].offset + g->t[i].nbytes;
+    if ((rc = src_load(s, need, d)) < 0)
+        return rc;
+    for (uint64_t i = 0; i < g->n_tensors; i++)
+        g->t[i].data = s->map + g->data_offset + g->t[i].offset;
+    return 0;
 }
 
 int

@@ -110,6 +110,12 @@ const char *gguf_type_name(enum gguf_type t);
  * Returns 0, -ST_FORMAT (bad data, message in d), -ST_IO, -ST_NOMEM. */
 int gguf_read(struct gguf *g, struct src *s, struct diag *d);
 
+/* gguf_load_stream() : after gguf_read from a pipe, reads the whole data
+ * section into memory (src_load: memory follows what the pipe delivers) so that
+ * every tensor's data points into it, as on a mapped file.  A no-op on a
+ * mapped source. */
+int gguf_load_stream(struct gguf *g, struct diag *d);
+
 /* gguf_open() : src_open(path) + gguf_read(); g owns the source. */
 int gguf_open(struct gguf *g, const char *path, struct diag *d);
 

@@ -516,10 +516,9 @@ out:
 }
 
 int
-imatrix_write(const struct imatrix *im, const char *path, bool legacy, bool force, struct diag *d)
+imatrix_write_fp(const struct imatrix *im, FILE *fp, bool legacy, struct diag *d)
 {
     struct imatrix sorted = *im;
-    struct xout xo = { 0 };
     float **cnt = NULL;
     int rc;
 
@@ -533,19 +532,27 @@ imatrix_write(const struct imatrix *im, const char *path, bool legacy, bool forc
     }
     memcpy(sorted.e, im->e, im->n * sizeof(*sorted.e));
     qsort(sorted.e, sorted.n, sizeof(*sorted.e), cmp_entry);
-    rc = xout_open(&xo, path, force, d);
-    if (rc)
-        goto out;
-    rc = legacy ? write_legacy(&sorted, xo.fp, d) : write_gguf(&sorted, xo.fp, cnt, d);
-    if (rc)
-        xout_abort(&xo);
-    else
-        rc = xout_commit(&xo, d);
-out:
+    rc = legacy ? write_legacy(&sorted, fp, d) : write_gguf(&sorted, fp, cnt, d);
     for (size_t i = 0; i < im->n; i++)
         free(cnt[i]);
     free(cnt);
     free(sorted.e);
+    return rc;
+}
+
+int
+imatrix_write(const struct imatrix *im, const char *path, bool legacy, bool force, struct diag *d)
+{
+    struct xout xo = { 0 };
+    int rc = xout_open(&xo, path, force, d);
+
+    if (rc)
+        return rc;
+    rc = imatrix_write_fp(im, xo.fp, legacy, d);
+    if (rc)
+        xout_abort(&xo);
+    else
+        rc = xout_commit(&xo, d);
     return rc;
 }
 

@@ -20,6 +20,7 @@
 #define LLMKIT_IMATRIX_H
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,6 +72,10 @@ int imatrix_read_mem(struct imatrix *im, const void *p, size_t len, struct diag 
  * a name too long for a GGUF tensor), -ST_NOMEM. */
 int imatrix_write(const struct imatrix *im, const char *path, bool legacy, bool force,
                   struct diag *d);
+
+/* imatrix_write_fp() : the same bytes written to fp (an open output the
+ * caller commits, e.g. together with the quantized model). */
+int imatrix_write_fp(const struct imatrix *im, FILE *fp, bool legacy, struct diag *d);
 
 /* imatrix_find() : the entry of a weight, or NULL. */
 const struct imatrix_entry *imatrix_find(const struct imatrix *im, const char *name);

@@ -289,25 +289,16 @@ n_dims_of(const int64_t *ne)
     return n;
 }
 
-static bool
-is_regular_file(const char *path)
-{
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 int
 quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct diag *d)
 {
     struct gguf in, outg;
-    struct src mem;
     struct quant_mix mix;
     struct order_ent *ord = NULL;
     struct out_tensor *ts = NULL;
     struct qrun q;
     struct convert_opts co = { 0 };
     const char *ftype_name = "?";
-    char *slurp = NULL;
     size_t n_ft;
     const struct quant_ftype *ftl = quant_ftype_list(&n_ft);
     bool in_open = false, mix_open = false;
@@ -320,21 +311,12 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     for (size_t i = 0; i < n_ft; i++)
         if (ftl[i].ftype == o->mix.ftype)
             ftype_name = ftl[i].name;
-    /* tensors are written in another order than they are stored: a stream is read whole */
-    if (!strcmp(o->input, "-") || !is_regular_file(o->input)) {
-        size_t len;
-        if ((rc = read_file_all(o->input, QUANTIZE_STDIN_MAX, &slurp, &len, d)) < 0) {
-            diag_prefix(d, "'%s'", o->input);
-            goto out;
-        }
-        src_open_mem(&mem, slurp, len, !strcmp(o->input, "-") ? "<stdin>" : o->input);
-        rc = gguf_read(&in, &mem, d);
-        if (rc) {
-            src_close(&mem);
-            diag_prefix(d, "'%s'", o->input);
-            goto out;
-        }
-    } else if ((rc = gguf_open(&in, o->input, d)) < 0) {
+    /* Tensors are written in another order than they are stored: a stream's
+     * data section is read whole, but only after its header has been read and
+     * checked as it streams (an endless or foreign stream fails at once). */
+    if ((rc = gguf_open(&in, o->input, d)) < 0 || (rc = gguf_load_stream(&in, d)) < 0) {
+        if (rc < 0 && in.src)
+            gguf_release(&in);
         diag_prefix(d, "'%s'", o->input);
         goto out;
     }
@@ -435,6 +417,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     co.force = o->force;
     co.progress = o->progress;
     co.warn = o->warn;
+    co.out = o->out;
     rc = write_gguf_emit(&outg, ts, in.n_tensors, NULL, NULL, emit_tensor, &q, "quantizing", &co, d);
     if (rc)
         goto out;
@@ -451,12 +434,8 @@ out:
     free(q.imx);
     if (mix_open)
         quant_mix_release(&mix);
-    if (in_open) {
+    if (in_open)
         gguf_release(&in);
-        if (slurp)
-            src_close(&mem);
-    }
-    free(slurp);
     gguf_release(&outg);
     free(ord);
     free(ts);

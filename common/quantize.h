@@ -141,6 +141,9 @@ struct quantize_opts {
     bool force;
     int progress;               /* -1 auto, 0 off, 1 on */
     void (*warn)(const char *msg);
+    struct xout *out;           /* NULL: output is opened and committed here;
+                                 * else the open output written into and left
+                                 * uncommitted (the caller commits it) */
 };
 
 /* quantize_model() : quantizes o->input into o->output (atomically; nothing

@@ -6,6 +6,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -74,6 +75,64 @@ xio_cleanup_all(void)
     }
 }
 
+/* ---- this run's inputs and outputs ---- */
+
+/* What this run reads and writes, so that an output never replaces one of its
+ * inputs or another output (each checked by device and inode, or by the
+ * canonical path of a file that does not exist yet). */
+#define XIO_FILES 64
+
+static struct {
+    dev_t dev;
+    ino_t ino;
+    int opens;         /* sources open on it now */
+    bool permanent;    /* named by xio_note_input: for the whole run */
+} in_files[XIO_FILES];
+
+static struct {
+    char *canon;       /* canonical path of the final name */
+    bool used;
+} out_files[XIO_FILES];
+
+/* input_add() : registers a regular file as an input; returns its slot + 1,
+ * or 0 when it is not a regular file or the table is full. */
+static int
+input_add(int fd, const char *path, bool permanent)
+{
+    struct stat st;
+    int i, free_i = -1;
+
+    if ((fd >= 0 ? fstat(fd, &st) : stat(path, &st)) != 0 || !S_ISREG(st.st_mode))
+        return 0;
+    for (i = 0; i < XIO_FILES; i++) {
+        if (in_files[i].opens || in_files[i].permanent) {
+            if (in_files[i].dev == st.st_dev && in_files[i].ino == st.st_ino)
+                break;
+        } else if (free_i < 0) {
+            free_i = i;
+        }
+    }
+    if (i == XIO_FILES) {
+        if (free_i < 0)
+            return 0;
+        i = free_i;
+        in_files[i].dev = st.st_dev;
+        in_files[i].ino = st.st_ino;
+    }
+    if (permanent)
+        in_files[i].permanent = true;
+    else
+        in_files[i].opens++;
+    return i + 1;
+}
+
+void
+xio_note_input(const char *path)
+{
+    if (path && strcmp(path, "-"))
+        input_add(-1, path, true);
+}
+
 /* ---- sources ---- */
 
 int
@@ -105,9 +164,18 @@ src_open(struct src *s, const char *path, struct diag *d)
         return diag_set(d, ST_IO, "is a directory");
     }
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
+        s->in_slot = input_add(fd, NULL, false);
         s->size = (uint64_t)st.st_size;
         if (st.st_size > 0) {
             void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+            if (m == MAP_FAILED && errno == ENOMEM) {
+                /* Out of address space (ulimit -v) or memory: a resource
+                 * problem, not a file that cannot be mapped. */
+                if (!s->is_stdin)
+                    close(fd);
+                return diag_set(d, ST_NOMEM, "out of memory mapping the file (%llu bytes)",
+                                (unsigned long long)st.st_size);
+            }
             if (m != MAP_FAILED) {
                 s->map = m;
                 s->map_len = (size_t)st.st_size;
@@ -144,6 +212,9 @@ src_close(struct src *s)
         munmap((void *)s->map, s->map_len);
     if (s->fp && !s->is_stdin)
         fclose(s->fp);
+    if (s->in_slot > 0 && s->in_slot <= XIO_FILES && in_files[s->in_slot - 1].opens > 0)
+        in_files[s->in_slot - 1].opens--;
+    free(s->heap);
     free(s->name);
     memset(s, 0, sizeof(*s));
 }
@@ -199,6 +270,55 @@ src_skip(struct src *s, uint64_t n, struct diag *d)
     return 0;
 }
 
+int
+src_load(struct src *s, uint64_t n, struct diag *d)
+{
+    uint64_t have = 0, cap, total;
+    uint8_t *buf = NULL;
+
+    if (s->map)
+        return 0;
+    if (n > UINT64_MAX - s->pos || s->pos + n > SIZE_MAX / 2)
+        return diag_set(d, ST_FORMAT, "data section of %llu bytes is too large",
+                        (unsigned long long)n);
+    total = s->pos + n;
+    cap = total < ((uint64_t)1 << 24) ? total : ((uint64_t)1 << 24);
+    while (have < n) {
+        size_t k;
+
+        if (s->pos + have == cap || !buf) {
+            uint64_t nc = buf ? (cap * 2 < total ? cap * 2 : total) : cap;
+            uint8_t *nb = realloc(buf, (size_t)(nc ? nc : 1));
+            if (!nb) {
+                free(buf);
+                return diag_set(d, ST_NOMEM, "out of memory reading %llu bytes of tensor data",
+                                (unsigned long long)n);
+            }
+            if (!buf)
+                memset(nb, 0, (size_t)s->pos);
+            buf = nb;
+            cap = nc;
+        }
+        k = fread(buf + s->pos + have, 1, (size_t)(cap - s->pos - have), s->fp);
+        if (k == 0) {
+            int e = errno;
+            bool err = ferror(s->fp);
+            free(buf);
+            if (err)
+                return diag_set(d, ST_IO, "read error: %s", strerror(e));
+            return diag_set(d, ST_FORMAT, "unexpected end of file after %llu bytes (%llu expected)",
+                            (unsigned long long)(s->pos + have), (unsigned long long)total);
+        }
+        have += k;
+    }
+    s->heap = buf;
+    s->map = buf;
+    s->map_len = 0;
+    s->size = total;
+    s->pos = total;
+    return 0;
+}
+
 const void *
 src_map_at(const struct src *s, uint64_t off, uint64_t n)
 {
@@ -208,6 +328,76 @@ src_map_at(const struct src *s, uint64_t off, uint64_t n)
 }
 
 /* ---- outputs ---- */
+
+static bool
+is_input(const struct stat *st)
+{
+    for (int i = 0; i < XIO_FILES; i++)
+        if ((in_files[i].opens || in_files[i].permanent) && in_files[i].dev == st->st_dev &&
+            in_files[i].ino == st->st_ino)
+            return true;
+    return false;
+}
+
+/* canonical() : malloc'd realpath of path's directory + "/" + its last
+ * component (path itself need not exist), or NULL. */
+static char *
+canonical(const char *path)
+{
+    char *cp = strdup(path), *cp2 = strdup(path), *out = NULL;
+    char *rd;
+
+    if (!cp || !cp2)
+        goto done;
+    rd = realpath(dirname(cp), NULL);
+    if (rd) {
+        out = path_join(rd, basename(cp2));
+        free(rd);
+    }
+done:
+    free(cp);
+    free(cp2);
+    return out;
+}
+
+static int
+out_add(const char *canon)
+{
+    for (int i = 0; i < XIO_FILES; i++) {
+        if (!out_files[i].used) {
+            out_files[i].canon = strdup(canon);
+            if (!out_files[i].canon)
+                return -1;
+            out_files[i].used = true;
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void
+out_del(const char *canon)
+{
+    if (!canon)
+        return;
+    for (int i = 0; i < XIO_FILES; i++) {
+        if (out_files[i].used && !strcmp(out_files[i].canon, canon)) {
+            free(out_files[i].canon);
+            out_files[i].canon = NULL;
+            out_files[i].used = false;
+            return;
+        }
+    }
+}
+
+static bool
+is_output(const char *canon)
+{
+    for (int i = 0; i < XIO_FILES; i++)
+        if (out_files[i].used && !strcmp(out_files[i].canon, canon))
+            return true;
+    return false;
+}
 
 static int
 fsync_parent(const char *path)
@@ -226,11 +416,278 @@ fsync_parent(const char *path)
     return rc;
 }
 
+/* is_tmp_name() : name is "<base>.tmp.XXXXXX" with mkstemp's six characters. */
+static bool
+is_tmp_name(const char *name, const char *base)
+{
+    size_t n = strlen(base);
+
+    if (strncmp(name, base, n) || strncmp(name + n, ".tmp.", 5) || strlen(name + n + 5) != 6)
+        return false;
+    for (const char *p = name + n + 5; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
+            return false;
+    return true;
+}
+
+/* remove_stale_temps() : removes dst's temporaries that no live run holds
+ * (their flock is free: the run that made them died, e.g. by SIGKILL).  The
+ * lock is taken before the unlink, and a run that made its temporary checks
+ * after locking it that the name is still its own (lock_tmp), so a live
+ * run's temporary is never removed. */
+static void
+remove_stale_temps(const char *dst)
+{
+    char *cp = strdup(dst), *cp2 = strdup(dst);
+    const char *dir, *base;
+    DIR *dp = NULL;
+    struct dirent *de;
+
+    if (!cp || !cp2)
+        goto out;
+    dir = dirname(cp);
+    base = basename(cp2);
+    dp = opendir(dir);
+    if (!dp)
+        goto out;
+    while ((de = readdir(dp))) {
+        struct stat st;
+        char *p;
+        int fd;
+
+        if (!is_tmp_name(de->d_name, base))
+            continue;
+        p = path_join(dir, de->d_name);
+        if (!p)
+            break;
+        if (lstat(p, &st) == 0 && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) &&
+            st.st_uid == geteuid()) {
+            fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+            if (fd >= 0) {
+                if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+                    if (S_ISDIR(st.st_mode))
+                        remove_tree(p);
+                    else
+                        unlink(p);
+                }
+                close(fd);
+            }
+        }
+        free(p);
+    }
+out:
+    if (dp)
+        closedir(dp);
+    free(cp);
+    free(cp2);
+}
+
+/* lock_tmp() : locks the new temporary fd and checks that path still names it
+ * (a concurrent remove_stale_temps may have taken it between mkstemp and the
+ * lock).  0 = ours and locked; 1 = lost, make another; -1 = error. */
+static int
+lock_tmp(int fd, const char *path)
+{
+    struct stat a, b;
+
+    if (flock(fd, LOCK_EX) != 0)
+        return -1;
+    if (fstat(fd, &a) != 0)
+        return -1;
+    if (lstat(path, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+        return 1;
+    return 0;
+}
+
+enum dst_kind { DST_NEW, DST_FILE, DST_DIR, DST_DIRECT };
+
+/* classify() : where path leads (see xio.h), the final path to write in
+ * *final (malloc'd: a symlink is resolved), and its canonical name.  Checks
+ * force, inputs and other outputs. */
+static int
+classify(const char *path, bool force, bool want_dir, enum dst_kind *kind, char **final,
+         char **canon, struct diag *d)
+{
+    struct stat st;
+    char *f = NULL, *c = NULL;
+    int rc;
+
+    *final = *canon = NULL;
+    if (lstat(path, &st) != 0) {
+        if (errno != ENOENT)
+            return diag_set(d, ST_IO, "cannot stat: %s", strerror(errno));
+        *kind = DST_NEW;
+        f = strdup(path);
+    } else if (S_ISLNK(st.st_mode)) {
+        f = realpath(path, NULL);
+        if (!f) {
+            if (errno == ENOENT)
+                return diag_set(d, ST_IO, "is a symbolic link to nothing (dangling): refusing to follow it");
+            return diag_set(d, ST_IO, "cannot follow the symbolic link: %s", strerror(errno));
+        }
+        if (stat(f, &st) != 0) {
+            rc = diag_set(d, ST_IO, "cannot stat '%s': %s", f, strerror(errno));
+            free(f);
+            return rc;
+        }
+        *kind = DST_FILE;
+    } else {
+        f = strdup(path);
+        *kind = DST_FILE;
+    }
+    if (!f)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    if (*kind == DST_FILE) {
+        if (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)) {
+            if (want_dir) {
+                rc = diag_set(d, ST_IO, "is not a directory");
+                goto fail;
+            }
+            *kind = DST_DIRECT;
+        } else if (S_ISDIR(st.st_mode)) {
+            if (!want_dir) {
+                rc = diag_set(d, ST_IO, "is a directory");
+                goto fail;
+            }
+            *kind = DST_DIR;
+        } else if (S_ISREG(st.st_mode)) {
+            if (want_dir) {
+                rc = diag_set(d, ST_IO, "is not a directory");
+                goto fail;
+            }
+        } else {
+            rc = diag_set(d, ST_IO, "is a %s, not a regular file: refusing to write to it",
+                          S_ISBLK(st.st_mode) ? "block device" : S_ISSOCK(st.st_mode) ? "socket" : "special file");
+            goto fail;
+        }
+        if (*kind != DST_DIRECT && is_input(&st)) {
+            rc = diag_set(d, ST_RANGE, "is also an input of this run: refusing to overwrite it");
+            goto fail;
+        }
+        if (*kind != DST_DIRECT && !force) {
+            rc = diag_set(d, ST_RANGE, "already exists (use -f to overwrite)");
+            goto fail;
+        }
+    }
+    if (*kind != DST_DIRECT) {
+        c = canonical(f);
+        if (!c) {
+            rc = diag_set(d, ST_IO, "cannot resolve the folder: %s", strerror(errno));
+            goto fail;
+        }
+        if (is_output(c)) {
+            rc = diag_set(d, ST_RANGE, "is named for two outputs of this run");
+            goto fail;
+        }
+    }
+    *final = f;
+    *canon = c;
+    return 0;
+fail:
+    free(f);
+    free(c);
+    return rc;
+}
+
+int
+xout_check(const char *path, bool force, struct diag *d)
+{
+    enum dst_kind k;
+    char *f, *c;
+    int rc;
+
+    if (!strcmp(path, "-"))
+        return 0;
+    rc = classify(path, force, false, &k, &f, &c, d);
+    free(f);
+    free(c);
+    return rc;
+}
+
+static void
+xout_release(struct xout *o)
+{
+    slot_del(o->slot);
+    if (o->lock_fd > 0)
+        close(o->lock_fd);
+    if (o->dst && !o->direct && !o->is_stdout) {
+        char *c = canonical(o->dst);
+        out_del(c);
+        free(c);
+    }
+    free(o->tmp);
+    free(o->dst);
+    memset(o, 0, sizeof(*o));
+    o->slot = -1;
+}
+
+/* make_temp() : registers o->dst as an output of this run (taking canon),
+ * removes its stale temporaries and creates a locked temporary beside it, a
+ * file or, for a directory output, a folder.  Returns the file's descriptor,
+ * or 0 for a folder (its locked descriptor kept in o->lock_fd); on error o is
+ * released and -ST_* returned. */
+static int
+make_temp(struct xout *o, char *canon, struct diag *d)
+{
+    size_t n;
+    int fd, rc;
+
+    rc = out_add(canon);
+    free(canon);
+    if (rc < 0) {
+        xout_release(o);
+        return diag_set(d, ST_NOMEM, "too many outputs");
+    }
+    remove_stale_temps(o->dst);
+    n = strlen(o->dst) + 16;
+    o->tmp = malloc(n);
+    if (!o->tmp) {
+        xout_release(o);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    for (int tries = 0;; tries++) {
+        bool made;
+
+        snprintf(o->tmp, n, "%s.tmp.XXXXXX", o->dst);
+        if (o->is_dir) {
+            made = mkdtemp(o->tmp) != NULL;
+            fd = made ? open(o->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+        } else {
+            fd = mkstemp(o->tmp);
+            made = fd >= 0;
+        }
+        if (!made) {
+            rc = diag_set(d, ST_IO, "cannot create: %s", strerror(errno));
+            xout_release(o);
+            return rc;
+        }
+        rc = fd < 0 ? -1 : lock_tmp(fd, o->tmp);
+        if (rc == 0)
+            break;
+        if (fd >= 0)
+            close(fd);
+        if (rc < 0 || tries >= 8) {
+            if (rc < 0 && o->is_dir)
+                remove_tree(o->tmp);
+            else if (rc < 0)
+                unlink(o->tmp);
+            xout_release(o);
+            return diag_set(d, ST_IO, "cannot lock a temporary");
+        }
+    }
+    if (o->is_dir) {
+        o->lock_fd = fd;
+        return 0;
+    }
+    return fd;
+}
+
 int
 xout_open(struct xout *o, const char *path, bool force, struct diag *d)
 {
-    size_t n;
-    int fd;
+    enum dst_kind kind;
+    char *canon = NULL;
+    int fd, rc;
 
     memset(o, 0, sizeof(*o));
     o->slot = -1;
@@ -239,27 +696,29 @@ xout_open(struct xout *o, const char *path, bool force, struct diag *d)
         o->fp = stdout;
         return 0;
     }
-    if (!force && path_exists(path))
-        return diag_set(d, ST_RANGE, "already exists (use -f to overwrite)");
-    if (path_is_dir(path))
-        return diag_set(d, ST_IO, "is a directory");
-    n = strlen(path) + 16;
-    o->dst = strdup(path);
-    o->tmp = malloc(n);
-    if (!o->dst || !o->tmp) {
-        free(o->dst);
-        free(o->tmp);
-        return diag_set(d, ST_NOMEM, "out of memory");
+    if ((rc = classify(path, force, false, &kind, &o->dst, &canon, d)) < 0)
+        return rc;
+    o->force = force;
+    if (kind == DST_DIRECT) {
+        /* A device or FIFO: written in place, never replaced. */
+        o->direct = true;
+        fd = open(o->dst, O_WRONLY | O_NOCTTY | O_CLOEXEC);
+        if (fd < 0) {
+            rc = diag_set(d, ST_IO, "cannot open: %s", strerror(errno));
+            xout_release(o);
+            return rc;
+        }
+        o->fp = fdopen(fd, "wb");
+        if (!o->fp) {
+            rc = diag_set(d, ST_IO, "cannot open: %s", strerror(errno));
+            close(fd);
+            xout_release(o);
+            return rc;
+        }
+        return 0;
     }
-    snprintf(o->tmp, n, "%s.tmp.XXXXXX", path);
-    fd = mkstemp(o->tmp);
-    if (fd < 0) {
-        int e = errno;
-        free(o->dst);
-        free(o->tmp);
-        memset(o, 0, sizeof(*o));
-        return diag_set(d, ST_IO, "cannot create: %s", strerror(e));
-    }
+    if ((fd = make_temp(o, canon, d)) < 0)
+        return fd;
     { /* mkstemp gives 0600; outputs are ordinary files */
         mode_t um = umask(0);
         umask(um);
@@ -279,30 +738,20 @@ xout_open(struct xout *o, const char *path, bool force, struct diag *d)
 int
 xout_open_dir(struct xout *o, const char *path, bool force, struct diag *d)
 {
-    size_t n;
+    enum dst_kind kind;
+    char *canon = NULL;
+    int rc;
 
     memset(o, 0, sizeof(*o));
     o->slot = -1;
     o->is_dir = true;
-    if (!force && path_exists(path))
-        return diag_set(d, ST_RANGE, "already exists (use -f to overwrite)");
-    n = strlen(path) + 16;
-    o->dst = strdup(path);
-    o->tmp = malloc(n);
-    if (!o->dst || !o->tmp) {
-        free(o->dst);
-        free(o->tmp);
-        memset(o, 0, sizeof(*o));
-        return diag_set(d, ST_NOMEM, "out of memory");
+    if ((rc = classify(path, force, true, &kind, &o->dst, &canon, d)) < 0) {
+        o->is_dir = false;
+        return rc;
     }
-    snprintf(o->tmp, n, "%s.tmp.XXXXXX", path);
-    if (!mkdtemp(o->tmp)) {
-        int e = errno;
-        free(o->dst);
-        free(o->tmp);
-        memset(o, 0, sizeof(*o));
-        return diag_set(d, ST_IO, "cannot create directory: %s", strerror(e));
-    }
+    o->force = force;
+    if ((rc = make_temp(o, canon, d)) < 0)
+        return rc;
     chmod(o->tmp, 0755);
     o->slot = slot_add(o->tmp, true);
     return 0;
@@ -313,97 +762,157 @@ xout_abort(struct xout *o)
 {
     if (o->is_stdout) {
         memset(o, 0, sizeof(*o));
+        o->slot = -1;
         return;
     }
     if (o->fp)
         fclose(o->fp);
+    o->fp = NULL;
     if (o->tmp) {
         if (o->is_dir)
             remove_tree(o->tmp);
         else
             unlink(o->tmp);
     }
-    slot_del(o->slot);
-    free(o->tmp);
-    free(o->dst);
-    memset(o, 0, sizeof(*o));
-    o->slot = -1;
+    xout_release(o);
+}
+
+/* finish() : the first half of a commit: everything is written, flushed,
+ * fsynced and closed; nothing is renamed yet.  On error o is left for
+ * xout_abort and d holds the reason. */
+static int
+finish(struct xout *o, struct diag *d)
+{
+    int e;
+
+    if (o->is_stdout) {
+        if (fflush(stdout) != 0 || ferror(stdout))
+            return diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO));
+        return 0;
+    }
+    if (o->is_dir || !o->fp)
+        return 0;
+    if (fflush(o->fp) != 0 || ferror(o->fp))
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO));
+    /* A device or FIFO may not support fsync (EINVAL): nothing to persist. */
+    if (fsync(fileno(o->fp)) != 0 && !(o->direct && (errno == EINVAL || errno == EROFS)))
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO));
+    e = fclose(o->fp);
+    o->fp = NULL;
+    if (e != 0)
+        return diag_set(d, ST_IO, "write failed: %s", strerror(errno));
+    return 0;
+}
+
+/* place() : renames a finished temporary into place.  Without force it never
+ * replaces what appeared at dst meanwhile (another run writing the same
+ * name): RENAME_NOREPLACE, or link() where the file system lacks it. */
+static int
+place(const char *tmp, const char *dst, bool force, struct diag *d)
+{
+    if (force)
+        return rename(tmp, dst) == 0 ? 0 : diag_set(d, ST_IO, "rename failed: %s", strerror(errno));
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno == EEXIST)
+        return diag_set(d, ST_RANGE, "already exists: another run wrote it meanwhile (use -f to overwrite)");
+    if (errno != EINVAL && errno != ENOSYS)
+        return diag_set(d, ST_IO, "rename failed: %s", strerror(errno));
+    if (link(tmp, dst) == 0) {
+        unlink(tmp);
+        return 0;
+    }
+    if (errno == EEXIST)
+        return diag_set(d, ST_RANGE, "already exists: another run wrote it meanwhile (use -f to overwrite)");
+    return diag_set(d, ST_IO, "rename failed: %s", strerror(errno));
+}
+
+/* publish() : the second half: the finished output takes its final name. */
+static int
+publish(struct xout *o, struct diag *d)
+{
+    int rc, e;
+
+    if (o->is_stdout || o->direct) {
+        xout_release(o);
+        return 0;
+    }
+    if (o->is_dir && o->force && path_is_dir(o->dst)) {
+        /* Replace an existing output directory (force was checked at open). */
+        char *old = malloc(strlen(o->dst) + 16);
+        if (!old) {
+            xout_abort(o);
+            return diag_set(d, ST_NOMEM, "out of memory");
+        }
+        sprintf(old, "%s.old.XXXXXX", o->dst);
+        if (!mkdtemp(old) || rename(o->dst, old) != 0) {
+            e = errno;
+            free(old);
+            xout_abort(o);
+            return diag_set(d, ST_IO, "cannot replace directory: %s", strerror(e));
+        }
+        if (rename(o->tmp, o->dst) != 0) {
+            e = errno;
+            rename(old, o->dst);
+            free(old);
+            xout_abort(o);
+            return diag_set(d, ST_IO, "rename failed: %s", strerror(e));
+        }
+        remove_tree(old);
+        free(old);
+    } else if ((rc = place(o->tmp, o->dst, o->force, d)) < 0) {
+        xout_abort(o);
+        return rc;
+    }
+    fsync_parent(o->dst);
+    xout_release(o);
+    return 0;
 }
 
 int
 xout_commit(struct xout *o, struct diag *d)
 {
-    int e;
+    int rc = finish(o, d);
 
-    if (o->is_stdout) {
-        if (fflush(stdout) != 0 || ferror(stdout)) {
-            e = errno;
-            memset(o, 0, sizeof(*o));
-            return diag_set(d, ST_IO, "write failed: %s", strerror(e));
+    if (rc < 0) {
+        xout_abort(o);
+        return rc;
+    }
+    return publish(o, d);
+}
+
+static bool
+xout_is_open(const struct xout *o)
+{
+    return o->is_stdout || o->fp || o->tmp || o->direct;
+}
+
+int
+xout_commit_all(struct xout *o, int n, struct diag *d)
+{
+    int rc = 0, i;
+
+    for (i = 0; i < n && rc == 0; i++) {
+        if (!xout_is_open(&o[i]))
+            continue;
+        if ((rc = finish(&o[i], d)) < 0)
+            diag_prefix(d, o[i].is_stdout ? "stdout" : "'%s'", o[i].dst);
+    }
+    for (i = 0; i < n; i++) {
+        char *name;
+
+        if (!xout_is_open(&o[i]))
+            continue;
+        if (rc < 0) {
+            xout_abort(&o[i]);
+            continue;
         }
-        memset(o, 0, sizeof(*o));
-        return 0;
+        name = o[i].dst ? strdup(o[i].dst) : NULL;
+        if ((rc = publish(&o[i], d)) < 0)
+            diag_prefix(d, "'%s'", name ? name : "?");
+        free(name);
     }
-    if (o->is_dir) {
-        if (path_is_dir(o->dst)) {
-            /* Replace an existing output directory (force was checked at open). */
-            char *old = malloc(strlen(o->dst) + 16);
-            if (!old) {
-                xout_abort(o);
-                return diag_set(d, ST_NOMEM, "out of memory");
-            }
-            sprintf(old, "%s.old.XXXXXX", o->dst);
-            if (!mkdtemp(old) || rename(o->dst, old) != 0) {
-                e = errno;
-                free(old);
-                xout_abort(o);
-                return diag_set(d, ST_IO, "cannot replace directory: %s", strerror(e));
-            }
-            if (rename(o->tmp, o->dst) != 0) {
-                e = errno;
-                rename(old, o->dst);
-                free(old);
-                xout_abort(o);
-                return diag_set(d, ST_IO, "rename failed: %s", strerror(e));
-            }
-            remove_tree(old);
-            free(old);
-        } else if (rename(o->tmp, o->dst) != 0) {
-            e = errno;
-            xout_abort(o);
-            return diag_set(d, ST_IO, "rename failed: %s", strerror(e));
-        }
-        fsync_parent(o->dst);
-        slot_del(o->slot);
-        free(o->tmp);
-        free(o->dst);
-        memset(o, 0, sizeof(*o));
-        return 0;
-    }
-    if (fflush(o->fp) != 0 || ferror(o->fp) || fsync(fileno(o->fp)) != 0) {
-        e = errno;
-        xout_abort(o);
-        return diag_set(d, ST_IO, "write failed: %s", strerror(e ? e : EIO));
-    }
-    if (fclose(o->fp) != 0) {
-        e = errno;
-        o->fp = NULL;
-        xout_abort(o);
-        return diag_set(d, ST_IO, "write failed: %s", strerror(e));
-    }
-    o->fp = NULL;
-    if (rename(o->tmp, o->dst) != 0) {
-        e = errno;
-        xout_abort(o);
-        return diag_set(d, ST_IO, "rename failed: %s", strerror(e));
-    }
-    fsync_parent(o->dst);
-    slot_del(o->slot);
-    free(o->tmp);
-    free(o->dst);
-    memset(o, 0, sizeof(*o));
-    o->slot = -1;
-    return 0;
+    return rc;
 }
 
 int

@@ -30,6 +30,8 @@ struct src {
     FILE *fp;              /* sequential reads when not mapped */
     bool is_stdin;
     size_t map_len;
+    uint8_t *heap;         /* the bytes src_load read from a stream, owned */
+    int in_slot;           /* 1 + its entry among this run's inputs, 0 = none */
 };
 
 /* src_open() : opens path ("-" = stdin) for reading.  Regular files are
@@ -52,20 +54,57 @@ int src_skip(struct src *s, uint64_t n, struct diag *d);
 /* src_remaining() : bytes left when the size is known, else UINT64_MAX. */
 uint64_t src_remaining(const struct src *s);
 
+/* src_load() : reads the next n bytes of a stream into memory, after which
+ * the source behaves as mapped over [0, pos + n) (the bytes before pos, already
+ * consumed, read as zeros).  Memory grows with what the stream delivers, not
+ * with n, so a short or endless stream costs no more than what it sent before
+ * the error: -ST_FORMAT when it ends early, -ST_NOMEM when memory runs out
+ * ("out of memory reading ..."), -ST_IO on a read error.  A mapped source is
+ * left as it is (0). */
+int src_load(struct src *s, uint64_t n, struct diag *d);
+
 /* src_map_at() : pointer to bytes [off, off+n) of a mapped source, or NULL if
  * the source is not mapped or the range is outside it. */
 const void *src_map_at(const struct src *s, uint64_t off, uint64_t n);
 
 /* ---- atomic outputs ---- */
 
+/*
+ * What an output path may name, and what happens to it:
+ *   "-"                      standard output, streamed.
+ *   absent                   a temporary "<dst>.tmp.XXXXXX" beside it, renamed
+ *                            into place on commit.  Without force the rename
+ *                            never replaces a file that appeared meanwhile
+ *                            (renameat2 RENAME_NOREPLACE, or link + unlink):
+ *                            the later of two runs fails instead.
+ *   a regular file           the same, replacing it; only with force.
+ *   a symbolic link          followed: the file it names is replaced as above
+ *                            and the link stays; a dangling link is refused.
+ *   a character device, FIFO written in place, with or without force: no
+ *                            temporary, no rename, so /dev/null stays a device.
+ *   anything else            (directory, block device, socket) refused.
+ * A path that is also an input of this run (a source open now, or a path
+ * named by xio_note_input) or another open output is refused with -ST_RANGE.
+ * Temporaries hold an exclusive flock while their run lives; xout_open removes
+ * its destination's temporaries whose lock nobody holds (left by a run that
+ * was killed with SIGKILL).
+ */
 struct xout {
     FILE *fp;              /* write here */
-    char *dst;             /* final path, NULL for stdout */
-    char *tmp;             /* temporary path while open */
+    char *dst;             /* final path (a symlink resolved), NULL for stdout */
+    char *tmp;             /* temporary path while open; NULL when direct */
     bool is_stdout;
     bool is_dir;
+    bool direct;           /* device or FIFO written in place */
+    bool force;            /* an existing dst may be replaced */
+    int lock_fd;           /* directory outputs: holds the temporary's lock */
     int slot;              /* cleanup registry slot */
 };
+
+/* xout_check() : the checks xout_open makes before it creates anything (see
+ * above), for a tool that wants to fail before a long computation.  0 when
+ * xout_open would accept path, else -ST_RANGE / -ST_IO with the reason. */
+int xout_check(const char *path, bool force, struct diag *d);
 
 /* xout_open() : opens an output file.  "-" = stdout.  Refuses to replace an
  * existing dst unless force.  Returns 0, -ST_IO or -ST_RANGE ("exists"). */
@@ -74,6 +113,16 @@ int xout_open(struct xout *o, const char *path, bool force, struct diag *d);
 /* xout_commit() : flush, fsync, close, rename, fsync the directory.  On error
  * the temporary is removed.  The struct is released in every case. */
 int xout_commit(struct xout *o, struct diag *d);
+
+/* xout_commit_all() : commits n outputs as one: every file is flushed, fsynced
+ * and closed first, and only when all of them succeeded are they renamed into
+ * place (in array order).  On any error every output not yet renamed is
+ * aborted, so a run whose outputs fail to write leaves none of them behind.
+ * Entries never opened (zeroed, or already released) are skipped.  Every
+ * struct is released in every case.  The message names the output that
+ * failed ("'out.svg': write failed: ..." or "stdout: ..."), so callers do
+ * not prefix it. */
+int xout_commit_all(struct xout *o, int n, struct diag *d);
 
 /* xout_abort() : closes and removes the temporary; safe to call twice. */
 void xout_abort(struct xout *o);
@@ -96,6 +145,11 @@ int write_file_atomic(const char *path, const void *buf, size_t len, bool force,
 /* read_file_all() : reads a whole file ("-" = stdin) into a malloc'd buffer,
  * NUL-terminated, refusing files larger than max bytes.  Caller frees. */
 int read_file_all(const char *path, size_t max, char **out, size_t *len, struct diag *d);
+
+/* xio_note_input() : records path as an input for the rest of the run, so
+ * that no output replaces it (an open source counts only while it is open;
+ * a tool names its inputs here so that -o cannot take one of them). */
+void xio_note_input(const char *path);
 
 /* is_dir() / is_regular() : stat helpers (false when absent). */
 bool path_is_dir(const char *path);

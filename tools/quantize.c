@@ -196,6 +196,7 @@ main(int argc, char **argv)
     struct qeval_result ev;
     struct diag d = {{0}};
     char *imx_sha = NULL, *cal_sha = NULL;
+    struct xout outs[3] = { { 0 } };   /* stdout, --imatrix-out, OUTPUT */
     int c, rc;
 
     cli_init(argv[0]);
@@ -291,8 +292,14 @@ main(int argc, char **argv)
         die(RC_USAGE, "refusing to read binary input from a terminal (use -f to force)");
     if (!strcmp(o.output, "-") && isatty(STDOUT_FILENO) && !o.force)
         die(RC_USAGE, "refusing to write binary output to a terminal (use -f to force)");
-    if (strcmp(o.output, "-") && path_exists(o.output) && !o.force)
-        die(RC_USAGE, "'%s': already exists (use -f to overwrite)", o.output);
+    /* Every output is opened now and committed together at the end (the
+     * report on stdout first): a run that fails anywhere leaves none. */
+    xio_note_input(o.input);
+    if (imatrix_out && !strcmp(imatrix_out, o.output))
+        usage_error(usage_line, "'%s' is named for two outputs", o.output);
+    if ((rc = xout_open(&outs[2], o.output, o.force, &d)) < 0)
+        die(rc_from_st(rc), "'%s': %s", o.output, d.msg);
+    o.out = &outs[2];
 
     if (imatrix_in) {
         if ((rc = imatrix_read(&im, imatrix_in, &d)) < 0)
@@ -312,7 +319,8 @@ main(int argc, char **argv)
                 (long long)im.chunk_count, (long long)calib_ctx);
         cal_sha = strcmp(calib, "-") ? file_sha256(calib) : NULL;
         if (imatrix_out) {
-            if ((rc = imatrix_write(&im, imatrix_out, dat, o.force, &d)) < 0)
+            if ((rc = xout_open(&outs[1], imatrix_out, o.force, &d)) < 0 ||
+                (rc = imatrix_write_fp(&im, outs[1].fp, dat, &d)) < 0)
                 die(rc_from_st(rc), "'%s': %s", imatrix_out, d.msg);
             o.imatrix_file = imatrix_out;
         }
@@ -341,7 +349,10 @@ main(int argc, char **argv)
         infomsg("%d quantized tensors had no imatrix entry", rep.imatrix_missing);
     if (eval) {
         struct qeval_opts eo = { eval_ctx, eval_chunks, o.n_threads, kernel, progress_cb, "evaluating" };
-        if ((rc = qeval_run(o.input, o.output, eval, &eo, &ev, &d)) < 0)
+        /* the quantized model is read where it lies, not yet committed */
+        if (outs[2].fp && fflush(outs[2].fp) != 0)
+            die(RC_IO, "'%s': write failed:", o.output);
+        if ((rc = qeval_run(o.input, outs[2].tmp ? outs[2].tmp : o.output, eval, &eo, &ev, &d)) < 0)
             die(rc_from_st(rc), "%s", d.msg);
     }
     {
@@ -406,6 +417,9 @@ main(int argc, char **argv)
     imatrix_release(&im);
     free(imx_sha);
     free(cal_sha);
+    xout_open(&outs[0], "-", false, &d);
+    if ((rc = xout_commit_all(outs, 3, &d)) < 0)
+        die(rc_from_st(rc), "%s", d.msg);
     cli_finish_stdout();
     return RC_OK;
 }

@@ -71,6 +71,7 @@ bad() {
 @test "tensor name of 64 bytes" { bad long-tensor-name 'exceeds limit 63'; }
 @test "duplicate keys" { bad duplicate-key "duplicate key 'llama.block_count'"; }
 @test "invalid UTF-8 in a key" { bad utf8-key 'not valid UTF-8'; }
+@test "empty tensor name" { bad empty-tensor-name 'tensor 0 has an empty name'; }
 @test "invalid UTF-8 in a tensor name" { bad utf8-tensor-name 'not valid UTF-8'; }
 @test "absurd string length" { bad huge-string 'exceeds limit'; }
 @test "absurd array length" { bad huge-array 'exceeds limit 2\^30'; }

@@ -120,6 +120,7 @@ def main():
     g = G(); g.tensors[1] = ('a.weight', [8], 0, 32); w('duplicate-tensor', g.render()[0])
     g = G(); g.tensors[0] = ('x' * 64, [8, 2], 0, 64); w('long-tensor-name', g.render()[0])
     g = G(); g.tensors[0] = (b'a\xff\xfe.weight', [8, 2], 0, 64); w('utf8-tensor-name', g.render()[0])
+    g = G(); g.tensors[0] = ('', [8, 2], 0, 64); w('empty-tensor-name', g.render()[0])
     g = G(); g.kvs.append(kv('llama.block_count', T_U32, struct.pack('<I', 2))); w('duplicate-key', g.render()[0])
     g = G(); g.kvs.append(kv(b'bad\xc3\x28key', T_U32, struct.pack('<I', 2))); w('utf8-key', g.render()[0])
     g = G(); g.kvs.append(kv('general.name', T_STR, struct.pack('<Q', 1 << 62) + b'abc')); w('huge-string', g.render()[0])
