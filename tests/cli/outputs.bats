@@ -14,6 +14,13 @@ TINY16="$TOP/tests/fixtures/tiny-llama-f16.gguf"
 
 setup() {
     T=$BATS_TEST_TMPDIR
+    bg=
+}
+
+# A test that fails early must not leave a process blocked on a FIFO: bats
+# would wait for it for ever.
+teardown() {
+    [ -z "$bg" ] || kill "$bg" 2>/dev/null || true
 }
 
 # mkchr PATH : a character device equal to /dev/null (1,3), made here
@@ -42,11 +49,10 @@ each_tool_writes() {
 @test "a FIFO output is written in place: the reader gets the same bytes as a file" {
     mkfifo "$T/p.gguf"
     cat "$T/p.gguf" > "$T/got.gguf" &
-    reader=$!
+    bg=$!
     convert --type f16 "$TINY" "$T/p.gguf"
-    # (a FIFO replaced by a file would leave the reader waiting for ever)
-    [ -p "$T/p.gguf" ] || { kill "$reader"; echo "the FIFO was replaced"; return 1; }
-    wait "$reader"
+    [ -p "$T/p.gguf" ]
+    wait "$bg"
     convert --type f16 "$TINY" "$T/want.gguf"
     cmp "$T/want.gguf" "$T/got.gguf"
     [ -p "$T/p.gguf" ]
@@ -70,7 +76,8 @@ each_tool_writes() {
     ln -s nowhere "$T/dang.gguf"
     run -4 --separate-stderr convert --type f16 --force "$TINY" "$T/dang.gguf"
     [[ "$stderr" == "convert: '$T/dang.gguf': "*"dangling"* ]]
-    [ -L "$T/dang.gguf" ] && [ ! -e "$T/nowhere" ]
+    [ -L "$T/dang.gguf" ]
+    [ ! -e "$T/nowhere" ]
     # (7, 255): a loop device number; it is never opened
     mknod "$T/blk.gguf" b 7 255 2>/dev/null || skip "mknod is not permitted here (needs root)"
     run -4 --separate-stderr quantize --force --type Q8_0 "$TINY" "$T/blk.gguf"
@@ -118,7 +125,7 @@ each_tool_writes() {
     # ends, so the file can appear in between, whatever the speed.
     mkfifo "$T/req"
     generate -m "$TINY16" --batch "$T/req" -o "$T/out.jsonl" 2>"$T/err" &
-    pid=$!
+    pid=$! bg=$!
     exec 7>"$T/req"
     for _ in $(seq 600); do ls "$T" | grep -q 'out.jsonl.tmp' && break; sleep 0.1; done
     ls "$T" | grep -q 'out.jsonl.tmp'
@@ -141,7 +148,8 @@ each_tool_writes() {
     # flock(1) holds the lock a live run would hold on its temporary
     flock "$T/out.gguf.tmp.GhI789" convert --type f16 "$TINY" "$T/out.gguf"
     [ -f "$T/out.gguf" ]
-    [ ! -e "$T/out.gguf.tmp.AbC123" ] && [ ! -e "$T/out.gguf.tmp.DeF456" ]
+    [ ! -e "$T/out.gguf.tmp.AbC123" ]
+    [ ! -e "$T/out.gguf.tmp.DeF456" ]
     [ "$(cat "$T/out.gguf.tmp.GhI789")" = live ]
     [ "$(cat "$T/other.gguf.tmp.JkL012")" = other ]
 }
