@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "escape.h"
 #include "status.h"
 #include "xio.h"
 
@@ -132,7 +133,7 @@ cli_parse_i64(const char *s, int64_t min, int64_t max, const char *what, bool si
     errno = 0;
     v = strtoll(s, &end, 10);
     if (end == s || errno == ERANGE)
-        die(RC_USAGE, "%s: invalid number '%s'", what, s);
+        die(RC_USAGE, "%s: invalid number '%s'", what, ESC(s));
     if (sizes && *end) {
         switch (*end) {
         case 'k': case 'K': mul = 1LL << 10; break;
@@ -153,12 +154,12 @@ cli_parse_i64(const char *s, int64_t min, int64_t max, const char *what, bool si
         }
     }
     if (*end || !mul)
-        die(RC_USAGE, "%s: invalid number '%s'", what, s);
+        die(RC_USAGE, "%s: invalid number '%s'", what, ESC(s));
     if (v != 0 && (v > INT64_MAX / mul || v < INT64_MIN / mul))
-        die(RC_USAGE, "%s: '%s' is out of range", what, s);
+        die(RC_USAGE, "%s: '%s' is out of range", what, ESC(s));
     v *= mul;
     if (v < min || v > max)
-        die(RC_USAGE, "%s: '%s' is out of range [%lld, %lld]", what, s,
+        die(RC_USAGE, "%s: '%s' is out of range [%lld, %lld]", what, ESC(s),
             (long long)min, (long long)max);
     return v;
 }
@@ -174,19 +175,23 @@ cli_parse_double(const char *s, double min, double max, const char *what)
     errno = 0;
     v = strtod(s, &end);
     if (end == s || *end || errno == ERANGE || !isfinite(v))
-        die(RC_USAGE, "%s: invalid number '%s'", what, s);
+        die(RC_USAGE, "%s: invalid number '%s'", what, ESC(s));
     if (v < min || v > max)
-        die(RC_USAGE, "%s: '%s' is out of range [%g, %g]", what, s, min, max);
+        die(RC_USAGE, "%s: '%s' is out of range [%g, %g]", what, ESC(s), min, max);
     return v;
 }
 
 void
 cli_finish_stdout(void)
 {
-    if (fflush(stdout) != 0 || ferror(stdout))
-        die(RC_IO, "stdout:");
+    errno = 0;
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        if (!errno)     /* the error came from an earlier write */
+            errno = EIO;
+        die(RC_IO, "stdout: write failed:");
+    }
     if (fclose(stdout) != 0)
-        die(RC_IO, "stdout:");
+        die(RC_IO, "stdout: write failed:");
 }
 
 double

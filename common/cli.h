@@ -55,8 +55,9 @@ int64_t cli_parse_i64(const char *s, int64_t min, int64_t max, const char *what,
 /* cli_parse_double() : parses a finite float in [min, max]; dies with RC_USAGE. */
 double cli_parse_double(const char *s, double min, double max, const char *what);
 
-/* cli_finish_stdout() : flushes and closes stdout; dies with RC_IO on error.
- * Call at the end of every tool that wrote to stdout. */
+/* cli_finish_stdout() : flushes and closes stdout; dies with RC_IO and
+ * "prog: stdout: write failed: <reason>" on error (an earlier failed write
+ * included).  Call at the end of every tool that wrote to stdout. */
 void cli_finish_stdout(void);
 
 /* ---- progress ---- */

@@ -167,6 +167,15 @@ out:
     return rc;
 }
 
+void
+diag_prefix_output(struct diag *d, const char *path)
+{
+    if (!strcmp(path, "-"))
+        diag_prefix(d, "stdout");
+    else
+        diag_prefix(d, "'%s'", path);
+}
+
 int
 sink_file(void *ctx, const void *p, size_t n, struct diag *d)
 {
@@ -212,6 +221,7 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
                 const struct convert_opts *o, struct diag *d)
 {
     struct xout xo = {0};
+    struct xout *out = o->out ? o->out : &xo;
     struct progress pb;
     uint64_t total = 0, done = 0;
     int rc;
@@ -222,12 +232,11 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
             return (int)k;
         total += meta->t[k].nbytes;
     }
-    rc = xout_open(&xo, o->output, o->force, d);
-    if (rc) {
-        diag_prefix(d, "'%s'", o->output);
+    if (!o->out && (rc = xout_open(&xo, o->output, o->force, d)) < 0) {
+        diag_prefix_output(d, o->output);
         return rc;
     }
-    rc = gguf_write_header(meta, xo.fp, d);
+    rc = gguf_write_header(meta, out->fp, d);
     if (rc)
         goto fail;
     progress_begin(&pb, o->progress, label ? label : "converting", total);
@@ -241,10 +250,10 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
                 goto fail;
             }
         }
-        rc = emit ? emit(emit_ctx, i, &s, t->type, sink_file, xo.fp, d)
-                  : tensor_emit(&s, t->type, sink_file, xo.fp, d);
+        rc = emit ? emit(emit_ctx, i, &s, t->type, sink_file, out->fp, d)
+                  : tensor_emit(&s, t->type, sink_file, out->fp, d);
         if (!rc)
-            rc = gguf_write_padding(meta, xo.fp, t->nbytes, d);
+            rc = gguf_write_padding(meta, out->fp, t->nbytes, d);
         if (rc) {
             diag_prefix(d, "tensor '%s'", t->name.p);
             goto fail;
@@ -253,14 +262,17 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
         progress_update(&pb, done);
     }
     progress_end(&pb);
+    if (o->out)
+        return 0;
     rc = xout_commit(&xo, d);
     if (rc)
-        diag_prefix(d, "'%s'", o->output);
+        diag_prefix_output(d, o->output);
     return rc;
 fail:
     if (rc == -ST_IO)
-        diag_prefix(d, "'%s'", o->output);
-    xout_abort(&xo);
+        diag_prefix_output(d, o->output);
+    if (!o->out)
+        xout_abort(&xo);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "convert_int.h"
+#include "escape.h"
 #include "gguf.h"
 #include "hf.h"
 #include "json.h"
@@ -359,12 +360,14 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         goto out;
     }
     dir_open = true;
+    /* From here on a write error names the output directory (and the file
+     * in it, where the writer says which). */
     rc = hf_write_dir(xo.tmp, &cfg, &voc, torch_dtype, d);
     if (rc)
-        goto out;
+        goto out_dir;
     rc = sft_writer_open_dir(&w, &plan, xo.tmp, false, d);
     if (rc)
-        goto out;
+        goto out_dir;
     writer_open = true;
     progress_begin(&pb, o->progress, "converting", plan.total_size);
     for (size_t k = 0; k < plan.n; k++) {
@@ -374,8 +377,9 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
                       : specs[i].dtype == SFT_BF16 ? GGML_TYPE_BF16 : GGML_TYPE_F32;
         rc = tensor_emit(&srcs[i], ty, sink_sft, &sk, d);
         if (rc) {
-            diag_prefix(d, "tensor '%s'", specs[i].name);
-            goto out;
+            if (rc != -ST_IO)
+                diag_prefix(d, "tensor '%s'", specs[i].name);
+            goto out_dir;
         }
         done += plan.nbytes[i];
         progress_update(&pb, done);
@@ -384,10 +388,14 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     writer_open = false;
     rc = sft_writer_close(&w, d);
     if (rc)
-        goto out;
+        goto out_dir;
     rc = xout_commit(&xo, d);
     dir_open = false;
     if (rc)
+        diag_prefix(d, "'%s'", o->output);
+    goto out;
+out_dir:
+    if (rc == -ST_IO)
         diag_prefix(d, "'%s'", o->output);
 out:
     if (writer_open)
@@ -429,9 +437,10 @@ info_hf(const char *dir, bool json, FILE *out, struct diag *d)
                      "), head_dim %" PRId64 ", intermediate_size %" PRId64 ", vocab_size %" PRId64
                      ", context %" PRId64 ", rope_theta %g, rms_norm_eps %g, torch_dtype %s\n"
                      "tensors:\n  %-5s %-52s %-5s %-20s %-32s %12s\n",
-                dir, cfg.hf_arch, cfg.arch_name, sm.n_files, sm.n_files == 1 ? "" : "s", sm.n_tensors,
+                ESC(dir), ESC(cfg.hf_arch), cfg.arch_name, sm.n_files, sm.n_files == 1 ? "" : "s",
+                sm.n_tensors,
                 cfg.n_embd, cfg.n_layer, cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.n_ff, cfg.n_vocab,
-                cfg.n_ctx, cfg.rope_theta, cfg.rms_eps, cfg.torch_dtype[0] ? cfg.torch_dtype : "-",
+                cfg.n_ctx, cfg.rope_theta, cfg.rms_eps, cfg.torch_dtype[0] ? ESC(cfg.torch_dtype) : "-",
                 "#", "name", "dtype", "shape", "file", "bytes");
     }
     for (size_t i = 0; i < sm.n_tensors && !rc; i++) {
@@ -445,8 +454,8 @@ info_hf(const char *dir, bool json, FILE *out, struct diag *d)
             shape[0] = '\0';
             for (int j = 0; j < t->n_dims && k < (int)sizeof(shape); j++)
                 k += snprintf(shape + k, sizeof(shape) - (size_t)k, "%s%" PRId64, j ? " x " : "", t->shape[j]);
-            fprintf(out, "  %-5zu %-52s %-5s %-20s %-32s %12" PRIu64 "\n", i, t->name,
-                    sft_dtype_name(t->dtype), shape, file, t->nbytes);
+            fprintf(out, "  %-5zu %-52s %-5s %-20s %-32s %12" PRIu64 "\n", i,
+                    ESC(t->name), sft_dtype_name(t->dtype), shape, ESC(file), t->nbytes);
         } else {
             json_t *o = json_object(), *sh = json_array();
             for (int j = 0; j < t->n_dims; j++)

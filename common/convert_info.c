@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "convert_int.h"
+#include "escape.h"
 #include "gguf.h"
 #include "json.h"
 #include "qtypes.h"
@@ -19,24 +20,12 @@
 #define ARR_SHOW 4        /* array elements shown in text */
 #define STR_SHOW 60       /* string bytes shown in text */
 
-/* Prints a string with control characters escaped, cut at max bytes. */
+/* Prints a string in double quotes, escaped (escape.h), cut at max bytes. */
 static void
 print_escaped(FILE *out, const char *p, uint64_t n, uint64_t max)
 {
     fputc('"', out);
-    for (uint64_t i = 0; i < n && i < max; i++) {
-        unsigned char c = (unsigned char)p[i];
-        if (c == '"' || c == '\\')
-            fprintf(out, "\\%c", c);
-        else if (c == '\n')
-            fputs("\\n", out);
-        else if (c == '\t')
-            fputs("\\t", out);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(out, "\\x%02x", c);
-        else
-            fputc(c, out);
-    }
+    esc_fwrite(out, p, (size_t)n, (size_t)max, ESC_DQUOTE);
     fputc('"', out);
     if (n > max)
         fprintf(out, "...(%" PRIu64 " bytes)", n);
@@ -96,7 +85,7 @@ scalar_json(enum gguf_type t, const uint8_t *raw)
 static void
 kv_text(FILE *out, const struct gguf_kv *kv)
 {
-    fprintf(out, "  %-44s %-10s ", kv->key.p,
+    fprintf(out, "  %-44s %-10s ", ESC(kv->key.p),
             kv->type == GGUF_TYPE_ARRAY ? "array" : gguf_type_name(kv->type));
     if (kv->type == GGUF_TYPE_STRING) {
         print_escaped(out, kv->v.str.p, kv->v.str.n, STR_SHOW);
@@ -166,7 +155,7 @@ info_gguf(const char *path, bool json, FILE *out, struct diag *d)
         return rc;
     if (!json) {
         fprintf(out, "%s: GGUF v%u, %" PRIu64 " metadata keys, %" PRIu64 " tensors, alignment %u, data at offset %" PRIu64 "\n",
-                path, g.version, g.n_kv, g.n_tensors, g.alignment, g.data_offset);
+                ESC(path), g.version, g.n_kv, g.n_tensors, g.alignment, g.data_offset);
         fputs("metadata:\n", out);
         for (uint64_t i = 0; i < g.n_kv; i++)
             kv_text(out, &g.kv[i]);
@@ -192,7 +181,7 @@ info_gguf(const char *path, bool json, FILE *out, struct diag *d)
             shape[0] = '\0';
             for (uint32_t j = 0; j < t->n_dims && k < (int)sizeof(shape); j++)
                 k += snprintf(shape + k, sizeof(shape) - (size_t)k, "%s%" PRId64, j ? " x " : "", t->ne[j]);
-            fprintf(out, "  %-5" PRIu64 " %-40s %-8s %-24s %14" PRIu64 " %12" PRIu64 "\n", i, t->name.p,
+            fprintf(out, "  %-5" PRIu64 " %-40s %-8s %-24s %14" PRIu64 " %12" PRIu64 "\n", i, ESC(t->name.p),
                     qt->name, shape, t->offset, t->nbytes);
         } else {
             json_t *o = json_object(), *sh = json_array();

@@ -36,6 +36,10 @@ int tensor_emit(const struct tsrc *s, uint32_t out_type, tensor_sink_fn sink, vo
 /* sink_file() : a sink that fwrites to the FILE * in ctx. */
 int sink_file(void *ctx, const void *p, size_t n, struct diag *d);
 
+/* diag_prefix_output() : prefixes the message in d with the output it is
+ * about: "stdout" for "-", else the quoted path. */
+void diag_prefix_output(struct diag *d, const char *path);
+
 /* permute_src_row() : the source row that output row r of a Q/K weight with
  * n_rows rows and n_head heads comes from; to_hf selects the GGUF -> HF
  * direction (formats.md §8.3). */

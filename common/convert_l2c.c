@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "convert_int.h"
+#include "escape.h"
 #include "gguf.h"
 #include "json.h"
 #include "llama2c.h"
@@ -243,7 +244,7 @@ info_l2c(const char *path, bool json, FILE *out, struct diag *d)
         fprintf(out, "%s: llama2.c checkpoint (legacy v0): dim %d, hidden_dim %d, n_layers %d, n_heads %d, "
                      "n_kv_heads %d, vocab_size %d, seq_len %d, %s classifier\n"
                      "tensors:\n  %-5s %-40s %-8s %-24s %14s %12s\n",
-                path, m.c.dim, m.c.hidden_dim, m.c.n_layers, m.c.n_heads, m.c.n_kv_heads, m.c.vocab_size,
+                ESC(path), m.c.dim, m.c.hidden_dim, m.c.n_layers, m.c.n_heads, m.c.n_kv_heads, m.c.vocab_size,
                 m.c.seq_len, m.c.shared_classifier ? "shared" : "separate", "#", "name", "type", "shape",
                 "offset", "bytes");
     for (size_t i = 0; i < nv; i++) {

@@ -117,17 +117,20 @@ in_range(int64_t v, int64_t lo, int64_t hi)
 int
 kv_model_check(const struct kv_model *m, struct diag *d)
 {
-    int64_t i;
+    /* MLA caches a latent and a RoPE key per layer: heads and head sizes
+     * may be unknown (0) */
+    int64_t i, lo = m->kv_lora_rank != 0 || m->rope_dim != 0 ? 0 : 1;
 
     if (!in_range(m->n_layers, 1, KV_MAX_LAYERS))
         return diag_set(d, ST_FORMAT, "layer count %lld out of range [1, %d]",
                         (long long)m->n_layers, KV_MAX_LAYERS);
-    if (!in_range(m->n_heads, 1, KV_MAX_HEADS))
-        return diag_set(d, ST_FORMAT, "attention head count %lld out of range [1, %d]",
-                        (long long)m->n_heads, KV_MAX_HEADS);
-    if (!in_range(m->head_dim_k, 1, KV_MAX_HEAD_DIM) || !in_range(m->head_dim_v, 1, KV_MAX_HEAD_DIM))
-        return diag_set(d, ST_FORMAT, "head size %lld/%lld out of range [1, %d]",
-                        (long long)m->head_dim_k, (long long)m->head_dim_v, KV_MAX_HEAD_DIM);
+    if (!in_range(m->n_heads, lo, KV_MAX_HEADS))
+        return diag_set(d, ST_FORMAT, "attention head count %lld out of range [%lld, %d]",
+                        (long long)m->n_heads, (long long)lo, KV_MAX_HEADS);
+    if (!in_range(m->head_dim_k, lo, KV_MAX_HEAD_DIM) || !in_range(m->head_dim_v, lo, KV_MAX_HEAD_DIM))
+        return diag_set(d, ST_FORMAT, "head size %lld/%lld out of range [%lld, %d]",
+                        (long long)m->head_dim_k, (long long)m->head_dim_v, (long long)lo,
+                        KV_MAX_HEAD_DIM);
     if (!in_range(m->n_ctx_train, 0, KV_MAX_LEN))
         return diag_set(d, ST_FORMAT, "context length %lld out of range [0, %lld]",
                         (long long)m->n_ctx_train, (long long)KV_MAX_LEN);
@@ -234,6 +237,8 @@ kv_compare(const struct kv_model *m, enum kv_dtype t, int64_t groups, int64_t ra
 
     if (!kv_dtype_get(t))
         return diag_set(d, ST_RANGE, "unknown KV type");
+    if (m->n_heads < 1 || hdv < 1)
+        return diag_set(d, ST_RANGE, "the MHA, GQA and MQA rows need the head count and head size");
     if (own == KV_ATTN_MLA)
         hdk = hdv;           /* the paper's MHA equivalent: d_h for K and V */
     if (groups) {

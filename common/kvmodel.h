@@ -86,10 +86,10 @@ struct kv_model {
     char name[128];          /* for reports: general.name, _name_or_path, file name */
     char arch[64];           /* "llama", "deepseek2", "falcon", ... ("" unknown) */
     int64_t n_layers;
-    int64_t n_heads;         /* query heads */
+    int64_t n_heads;         /* query heads (MLA: 0 = unknown, the cache does not need it) */
     int64_t n_kv_heads;      /* K/V heads per layer (the largest, with layer_kv_heads) */
-    int64_t head_dim_k;      /* K head size */
-    int64_t head_dim_v;      /* V head size */
+    int64_t head_dim_k;      /* K head size (MLA: 0 = unknown) */
+    int64_t head_dim_v;      /* V head size (MLA: 0 = unknown) */
     int64_t kv_lora_rank;    /* MLA latent size d_c; 0 = not MLA */
     int64_t rope_dim;        /* MLA decoupled RoPE key size d_h^R */
     int64_t n_ctx_train;     /* trained context, 0 = unknown */
@@ -106,7 +106,10 @@ void kv_model_release(struct kv_model *m);
 
 /* kv_model_check() : validates every dimension against the limits above and
  * against each other (n_heads a multiple of n_kv_heads unless per-layer,
- * per-layer K/V heads within [0, n_kv_heads], MLA rank and rope dim together).  0 or -ST_FORMAT with the offending field in d. */
+ * per-layer K/V heads within [0, n_kv_heads], MLA rank and rope dim
+ * together).  An MLA model may leave n_heads and the head sizes 0: its cache
+ * holds the latent and the RoPE key only.  0 or -ST_FORMAT with the
+ * offending field in d. */
 int kv_model_check(const struct kv_model *m, struct diag *d);
 
 /* kv_model_attn() : the attention kind m describes. */
@@ -126,7 +129,7 @@ int64_t kv_mul(int64_t a, int64_t b);
 
 struct kv_variant {
     enum kv_attn attn;
-    char label[24];          /* "MHA", "GQA-8", "MQA", "MLA-512+64" */
+    char label[48];          /* "MHA", "GQA-8", "MQA", "MLA-512+64" */
     int64_t n_kv_heads;      /* 0 for MLA */
     int64_t kv_lora_rank;    /* MLA only */
     int64_t rope_dim;        /* MLA only */
@@ -145,7 +148,8 @@ struct kv_variant {
  * for K and V, as the DeepSeek-V2 paper does.  Writes up to KV_ATTN_COUNT
  * rows to out in MHA, GQA, MQA, MLA order (GQA is left out when n_heads has
  * no divisor between 1 and n_heads) and returns how many, or -ST_RANGE when
- * groups does not divide n_heads (message in d). */
+ * groups does not divide n_heads or the model has no head count or head size
+ * to re-cast (an MLA model given without them; message in d). */
 int kv_compare(const struct kv_model *m, enum kv_dtype t, int64_t groups, int64_t rank,
                int64_t rope, struct kv_variant out[KV_ATTN_COUNT], struct diag *d);
 

@@ -5,7 +5,9 @@
  * opens the outputs and writes them, so that bad input never leaves a file
  * behind.  Records are built as lists of typed fields and rendered three
  * ways: an aligned table (sizes in KiB/MiB/GiB, fractions in percent), CSV
- * and JSON Lines (raw numbers: bytes, fractions, ratios).
+ * and JSON Lines (raw numbers: bytes, fractions, ratios).  Strings from the
+ * inputs (a model's general.name, file names) are escaped in the table and
+ * in CSV (escape.h); JSON carries them as they are.
  */
 #include "kvstat.h"
 
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "escape.h"
 #include "json.h"
 #include "svg.h"
 #include "xio.h"
@@ -1104,9 +1107,19 @@ static void
 rec_str(struct rec *r, const char *key, const char *v)
 {
     struct fld *f = rec_add(r, key, v ? FK_STR : FK_NULL);
+    size_t n;
 
-    if (v)
-        snprintf(f->s, sizeof(f->s), "%s", v);
+    if (!v)
+        return;
+    n = strlen(v);
+    if (n >= sizeof(f->s)) {
+        /* cut before a UTF-8 character that would not fit whole */
+        n = sizeof(f->s) - 1;
+        while (n > 0 && ((unsigned char)v[n] & 0xc0) == 0x80)
+            n--;
+    }
+    memcpy(f->s, v, n);
+    f->s[n] = '\0';
 }
 
 static void
@@ -1147,7 +1160,8 @@ human_bytes(char *b, size_t n, int64_t v)
         snprintf(b, n, "%.4g %s", x, unit[u]);
 }
 
-/* The text of a field: human-readable for the table, exact for CSV. */
+/* The text of a field: human-readable for the table (strings escaped), exact
+ * for CSV (strings as they are: csv_cell escapes them). */
 static void
 cell(const struct fld *f, char *b, size_t n, bool table)
 {
@@ -1155,7 +1169,12 @@ cell(const struct fld *f, char *b, size_t n, bool table)
     case FK_NULL: snprintf(b, n, "%s", table ? "-" : ""); break;
     case FK_INT: snprintf(b, n, "%lld", (long long)f->i); break;
     case FK_BOOL: snprintf(b, n, "%s", f->i ? (table ? "yes" : "true") : (table ? "no" : "false")); break;
-    case FK_STR: snprintf(b, n, "%s", f->s); break;
+    case FK_STR:
+        if (table)
+            esc_str(b, n, f->s, 0);
+        else
+            snprintf(b, n, "%s", f->s);
+        break;
     case FK_BYTES:
         if (table)
             human_bytes(b, n, f->i);
@@ -1179,26 +1198,17 @@ fk_numeric(enum fk k)
     return k != FK_STR && k != FK_BOOL;
 }
 
+/* A CSV field: quoted per RFC 4180, control characters escaped. */
 static void
 csv_cell(FILE *fp, const char *s)
 {
-    if (strpbrk(s, ",\"\n\r")) {
-        fputc('"', fp);
-        for (; *s; s++) {
-            if (*s == '"')
-                fputc('"', fp);
-            fputc(*s, fp);
-        }
-        fputc('"', fp);
-    } else {
-        fputs(s, fp);
-    }
+    esc_csv_field(fp, s);
 }
 
 static void
 emit_flush(struct emit *e)
 {
-    char b[192];
+    char b[4 * sizeof(((struct fld *)0)->s) + 8];   /* a string field, every byte escaped */
     size_t r, w, *width = NULL;
     int j;
 
@@ -1390,11 +1400,34 @@ disp(const char *path)
     return strcmp(path, "-") ? path : "<stdin>";
 }
 
+/* An output error's subject: "stdout", or the quoted path. */
+static void
+prefix_output(struct diag *d, const char *path)
+{
+    if (!strcmp(path, "-"))
+        diag_prefix(d, "stdout");
+    else
+        diag_prefix(d, "'%s'", path);
+}
+
+/* A model from --layers, --heads, --kv-heads, --head-dim, or for MLA from
+ * --layers, --kv-lora-rank and --rope-dim: its cache holds the latent and the
+ * RoPE key, so heads and head size are needed only for --compare's rows. */
 static int
 model_from_flags(const struct kvstat_opts *o, struct kv_model *m, struct diag *d)
 {
-    if (o->layers <= 0 || o->heads <= 0 || o->head_dim <= 0)
-        return diag_set(d, ST_RANGE, "a model from flags needs --layers, --heads and --head-dim");
+    if (o->rope_dim > 0 && o->kv_lora_rank <= 0)
+        return diag_set(d, ST_RANGE, "--rope-dim needs --kv-lora-rank");
+    if (o->kv_lora_rank > 0) {
+        if (o->layers <= 0)
+            return diag_set(d, ST_RANGE, "an MLA model from flags needs --layers and --kv-lora-rank");
+        if (o->compare && (o->heads <= 0 || o->head_dim <= 0))
+            return diag_set(d, ST_RANGE, "--compare needs --heads and --head-dim for the MHA, GQA "
+                            "and MQA rows");
+    } else if (o->layers <= 0 || o->heads <= 0 || o->head_dim <= 0) {
+        return diag_set(d, ST_RANGE, "a model from flags needs --layers, --heads and --head-dim "
+                        "(or --layers and --kv-lora-rank for MLA)");
+    }
     snprintf(m->name, sizeof(m->name), "flags");
     m->n_layers = o->layers;
     m->n_heads = o->heads;
@@ -1404,8 +1437,6 @@ model_from_flags(const struct kvstat_opts *o, struct kv_model *m, struct diag *d
         m->kv_lora_rank = o->kv_lora_rank;
         m->rope_dim = o->rope_dim;
         m->n_kv_heads = m->n_heads;
-    } else if (o->rope_dim > 0) {
-        return diag_set(d, ST_RANGE, "--rope-dim needs --kv-lora-rank");
     }
     if (kv_model_check(m, d)) {
         /* the flags were the input: a usage problem, not bad data */
@@ -1447,10 +1478,11 @@ model_record(const struct kvstat_opts *o, const struct model_in *mi, struct rec 
     rec_str(r, "arch", m->arch[0] ? m->arch : NULL);
     rec_str(r, "attention", kv_attn_name(a));
     rec_int(r, "n_layers", m->n_layers);
-    rec_int(r, "n_heads", m->n_heads);
+    /* null for an MLA model from flags given without them */
+    rec_opt_int(r, "n_heads", m->n_heads, m->n_heads > 0);
     rec_opt_int(r, "n_kv_heads", m->n_kv_heads, a != KV_ATTN_MLA);
-    rec_int(r, "head_dim_k", m->head_dim_k);
-    rec_int(r, "head_dim_v", m->head_dim_v);
+    rec_opt_int(r, "head_dim_k", m->head_dim_k, m->head_dim_k > 0);
+    rec_opt_int(r, "head_dim_v", m->head_dim_v, m->head_dim_v > 0);
     rec_opt_int(r, "kv_lora_rank", m->kv_lora_rank, a == KV_ATTN_MLA);
     rec_opt_int(r, "rope_dim", m->rope_dim, a == KV_ATTN_MLA);
     rec_opt_int(r, "n_ctx_train", m->n_ctx_train, m->n_ctx_train > 0);
@@ -1702,8 +1734,9 @@ run_kvstat(const struct kvstat_opts *o, struct diag *d)
     struct model_in *models = NULL;
     struct kv_workload *wl = NULL;
     struct kvtrace *tr = NULL;
-    struct xout out = {0}, svg = {0};
-    bool out_open = false, svg_open = false, to_stdout;
+    /* the report and the plot, committed together (xout_commit_all) */
+    struct xout xo[2] = {{0}, {0}}, *out = &xo[0], *svg = &xo[1];
+    bool out_open = false, svg_open = false;
     struct emit e = {0};
     struct rec *r = NULL;
     char source[256] = "";
@@ -1804,24 +1837,23 @@ run_kvstat(const struct kvstat_opts *o, struct diag *d)
     }
 
     /* 2. outputs: the report goes to stdout unless the plot does */
-    to_stdout = !strcmp(o->output, "-");
     if (o->svg) {
-        if ((rc = xout_open(&svg, o->svg, o->force, d))) {
-            diag_prefix(d, "'%s'", o->svg);
+        if ((rc = xout_open(svg, o->svg, o->force, d))) {
+            prefix_output(d, o->svg);
             goto out;
         }
         svg_open = true;
     }
-    if (!(o->svg && !strcmp(o->svg, "-") && to_stdout)) {
-        if ((rc = xout_open(&out, o->output, o->force, d))) {
-            diag_prefix(d, "'%s'", o->output);
+    if (!(o->svg && !strcmp(o->svg, "-") && !strcmp(o->output, "-"))) {
+        if ((rc = xout_open(out, o->output, o->force, d))) {
+            prefix_output(d, o->output);
             goto out;
         }
         out_open = true;
     }
 
     if (out_open) {
-        e.fp = out.fp;
+        e.fp = out->fp;
         e.fmt = o->format;
         e.d = d;
         for (i = 0; i < nm; i++) {
@@ -1871,34 +1903,29 @@ run_kvstat(const struct kvstat_opts *o, struct diag *d)
         } else {
             emit_flush(&e);
         }
-        if ((rc = e.rc))
+        if ((rc = e.rc)) {
+            if (rc == -ST_IO)
+                prefix_output(d, o->output);
             goto out;
+        }
     }
     if (svg_open) {
         char title[256];
         snprintf(title, sizeof(title), "KV cache use: %s", disp(o->trace));
-        if ((rc = kvtrace_svg(tr, svg.fp, title, d))) {
-            diag_prefix(d, "'%s'", o->svg);
-            goto out;
-        }
-        svg_open = false;
-        if ((rc = xout_commit(&svg, d))) {
-            diag_prefix(d, "'%s'", o->svg);
+        if ((rc = kvtrace_svg(tr, svg->fp, title, d))) {
+            prefix_output(d, o->svg);
             goto out;
         }
     }
-    if (out_open) {
-        out_open = false;
-        if ((rc = xout_commit(&out, d))) {
-            diag_prefix(d, "'%s'", to_stdout ? "<stdout>" : o->output);
-            goto out;
-        }
-    }
+    /* both or neither: a plot that cannot be written takes the report with
+     * it, whichever is named first */
+    out_open = svg_open = false;
+    rc = xout_commit_all(xo, 2, d);
 out:
     if (svg_open)
-        xout_abort(&svg);
+        xout_abort(svg);
     if (out_open)
-        xout_abort(&out);
+        xout_abort(out);
     for (i = 0; i < nm; i++)
         kv_model_release(&models[i].m);
     free(models);

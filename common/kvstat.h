@@ -71,10 +71,14 @@ struct kvstat_opts {
 void kvstat_opts_init(struct kvstat_opts *o);
 
 /* run_kvstat() : reads every input, computes, then writes the report to
- * o->output and the plot to o->svg, each atomically (nothing is created when
- * anything fails).  Returns 0, -ST_FORMAT (bad input data), -ST_IO,
- * -ST_NOMEM, or -ST_RANGE (inconsistent request, e.g. --groups that does not
- * divide the heads), with "'FILE': problem" or "problem" in d. */
+ * o->output and the plot to o->svg, atomically and together: both are
+ * renamed into place only when both were written (xout_commit_all), so
+ * nothing is created when anything fails.  Strings from the inputs are
+ * escaped in the table and CSV (escape.h).  Returns 0, -ST_FORMAT (bad input
+ * data), -ST_IO, -ST_NOMEM, or -ST_RANGE (inconsistent request, e.g. --groups
+ * that does not divide the heads), with "'FILE': problem" or "problem" in d;
+ * an output that fails is named "'FILE'" or "stdout".  Messages are not
+ * escaped: the caller escapes them for the terminal. */
 int run_kvstat(const struct kvstat_opts *o, struct diag *d);
 
 /* ---- model descriptions ---- */

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "convert.h"
+#include "escape.h"
 #include "qtypes.h"
 
 static const char usage_line[] =
@@ -48,7 +49,7 @@ help(void)
 static void
 warn_cb(const char *msg)
 {
-    warnmsg("%s", msg);
+    warnmsg("%s", ESC(msg));
 }
 
 int
@@ -87,16 +88,17 @@ main(int argc, char **argv)
         case 'V': printf("convert (llmkit) %s\n", LLMKIT_VERSION); cli_finish_stdout(); return RC_OK;
         case O_FROM:
             if ((o.from = model_fmt_parse(optarg)) == FMT_AUTO)
-                usage_error(usage_line, "--from: unknown format '%s' (gguf, hf, llama2c)", optarg);
+                usage_error(usage_line, "--from: unknown format '%s' (gguf, hf, llama2c)", ESC(optarg));
             break;
         case O_TO:
             if ((o.to = model_fmt_parse(optarg)) == FMT_AUTO || o.to == FMT_LLAMA2C)
-                usage_error(usage_line, "--to: unknown output format '%s' (gguf, hf)", optarg);
+                usage_error(usage_line, "--to: unknown output format '%s' (gguf, hf)", ESC(optarg));
             break;
         case O_TYPE:
             o.out_type = qtype_by_name(optarg);
             if (o.out_type != GGML_TYPE_F32 && o.out_type != GGML_TYPE_F16 && o.out_type != GGML_TYPE_BF16)
-                usage_error(usage_line, "--type: '%s' is not f32, f16 or bf16 (use quantize for other types)", optarg);
+                usage_error(usage_line, "--type: '%s' is not f32, f16 or bf16 (use quantize for other types)",
+                            ESC(optarg));
             break;
         case O_TOKENIZER: o.tokenizer = optarg; break;
         case O_SHARD: o.shard_size = (uint64_t)cli_parse_i64(optarg, 1, INT64_MAX, "--shard-size", true); break;
@@ -115,8 +117,10 @@ main(int argc, char **argv)
         if (!strcmp(argv[0], "-") && isatty(STDIN_FILENO) && !o.force)
             die(RC_USAGE, "refusing to read binary input from a terminal (use -f to force)");
         rc = convert_info(argv[0], o.from, json, stdout, &d);
+        if (rc && ferror(stdout))   /* the output failed, not the input */
+            die(RC_IO, "stdout: %s", ESC(d.msg));
         if (rc)
-            die(rc_from_st(rc), "'%s': %s", argv[0], d.msg);
+            die(rc_from_st(rc), "'%s': %s", ESC(argv[0]), ESC(d.msg));
         cli_finish_stdout();
         return RC_OK;
     }
@@ -133,7 +137,7 @@ main(int argc, char **argv)
         die(RC_USAGE, "refusing to write binary output to a terminal (use -f to force)");
     rc = convert_model(&o, &d);
     if (rc)
-        die(rc_from_st(rc), "%s", d.msg);
+        die(rc_from_st(rc), "%s", ESC(d.msg));
     cli_finish_stdout();
     return RC_OK;
 }

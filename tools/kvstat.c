@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "escape.h"
 #include "kvstat.h"
 
 static const char usage_line[] =
@@ -107,7 +108,7 @@ static const struct option longopts[] = {
 static void
 warn_cb(const char *msg)
 {
-    warnmsg("%s", msg);
+    warnmsg("%s", ESC(msg));
 }
 
 /* --mean P[,O]: one value is the mean total, split evenly. */
@@ -118,7 +119,7 @@ parse_mean(const char *s, struct kvstat_opts *o)
     char *comma;
 
     if (strlen(s) >= sizeof(buf))
-        usage_error(usage_line, "--mean: invalid value '%s'", s);
+        usage_error(usage_line, "--mean: invalid value '%s'", ESC(s));
     strcpy(buf, s);
     comma = strchr(buf, ',');
     if (comma) {
@@ -140,12 +141,12 @@ parse_weights(const char *s, struct kvstat_opts *o)
     o->weights_name = s;
     if (stat(s, &st) == 0) {
         if (!S_ISREG(st.st_mode))
-            die(RC_USAGE, "--weights: '%s' is not a regular file", s);
+            die(RC_USAGE, "--weights: '%s' is not a regular file", ESC(s));
         o->weights = (int64_t)st.st_size;
         return;
     }
     if (s[0] < '0' || s[0] > '9')
-        die(RC_IO, "--weights: '%s': cannot stat:", s);
+        die(RC_IO, "--weights: '%s': cannot stat:", ESC(s));
     o->weights = cli_parse_i64(s, 0, INT64_MAX, "--weights", true);
 }
 
@@ -170,7 +171,7 @@ main(int argc, char **argv)
         case OPT_DIST:
             if ((o.dist = kv_dist_parse(optarg)) < 0)
                 usage_error(usage_line, "--dist: unknown distribution '%s' (fixed, uniform, "
-                            "geometric, lognormal, zipf)", optarg);
+                            "geometric, lognormal, zipf)", ESC(optarg));
             break;
         case 'f': o.force = true; break;
         case OPT_GROUPS: o.groups = cli_parse_i64(optarg, 1, KV_MAX_HEADS, "--groups", false); break;
@@ -190,7 +191,7 @@ main(int argc, char **argv)
         case OPT_KV_TYPE:
             if ((t = kv_dtype_parse(optarg)) < 0)
                 usage_error(usage_line, "--kv-type: unknown type '%s' (f32, f16, bf16, fp8, q8_0, q4_0)",
-                            optarg);
+                            ESC(optarg));
             o.kv_type = (enum kv_dtype)t;
             break;
         case OPT_LAYERS: o.layers = cli_parse_i64(optarg, 1, KV_MAX_LAYERS, "--layers", false); break;
@@ -267,7 +268,7 @@ main(int argc, char **argv)
 
     rc = run_kvstat(&o, &d);
     if (rc)
-        die(rc_from_st(rc), "%s", d.msg);
+        die(rc_from_st(rc), "%s", ESC(d.msg));
     cli_finish_stdout();
     return RC_OK;
 }
