@@ -4,6 +4,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,14 +43,24 @@ cli_init(const char *argv0)
     sigaction(SIGHUP, &sa, NULL);
 }
 
+/* Messages quote names and text from files; whatever a caller forgot to
+ * escape, the line that reaches stderr holds no control character, no bytes
+ * that are not UTF-8 and no hidden reordering (escape.h), so it stays one
+ * line and cannot drive the terminal. */
 static void
 vmsg(const char *prefix, const char *fmt, va_list ap)
 {
     int e = errno;
     size_t n = strlen(fmt);
+    char *buf = NULL;
+    int len = vasprintf(&buf, fmt, ap);
 
     fprintf(stderr, "%s: %s", cli_progname, prefix);
-    vfprintf(stderr, fmt, ap);
+    if (len >= 0 && buf)
+        esc_fwrite(stderr, buf, (size_t)len, SIZE_MAX, ESC_KEEP_BACKSLASH);
+    else
+        fputs("(out of memory formatting a message)", stderr);
+    free(buf);
     if (n && fmt[n - 1] == ':')
         fprintf(stderr, " %s", strerror(e));
     fputc('\n', stderr);

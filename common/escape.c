@@ -61,7 +61,10 @@ unit(const unsigned char *s, size_t n, unsigned flags, char t[8], size_t *adv)
 
     *adv = 1;
     switch (c) {
-    case '\\': return (size_t)snprintf(t, 8, "\\\\");
+    case '\\':
+        if (flags & ESC_KEEP_BACKSLASH)
+            break;
+        return (size_t)snprintf(t, 8, "\\\\");
     case '\n': return (size_t)snprintf(t, 8, "\\n");
     case '\r': return (size_t)snprintf(t, 8, "\\r");
     case '\t': return (size_t)snprintf(t, 8, "\\t");

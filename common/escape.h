@@ -22,6 +22,9 @@
 
 /* Also escape '"' as \" : for text shown between double quotes. */
 #define ESC_DQUOTE 1u
+/* Leave the backslash as it is: for a whole message whose quoted names were
+ * escaped already (a second pass must not double their backslashes). */
+#define ESC_KEEP_BACKSLASH 4u
 
 /* esc_fwrite() : writes the n bytes at s to fp, escaped.  At most max input
  * bytes are shown, cut before a character that would cross the limit

@@ -88,3 +88,19 @@ bad() {
     run -3 --separate-stderr convert --info "$BAD/trunc-empty.gguf"
     [[ "$stderr" == *'too short'* ]]
 }
+
+@test "a name from the file reaches stderr escaped, on one line, in every tool" {
+    f="$BAD/escape-tensor-name.gguf"
+    for cmd in "convert --info" "quantize --type Q8_0" "generate -p hi -m" "kvstat"; do
+        out=
+        [ "${cmd%% *}" = quantize ] && out="$BATS_TEST_TMPDIR/o.gguf"
+        run --separate-stderr $cmd "$f" $out
+        echo "$cmd: $status: $stderr"
+        [ "$status" -eq 3 ]
+        [ "${#stderr_lines[@]}" -eq 1 ]
+        [[ "$stderr" != *$'\x1b'* ]]
+        [[ "$stderr" != *$'\x07'* ]]
+        [[ "$stderr" != *$'\u202e'* ]]
+        [[ "$stderr" == *'\x1b]0;pwned\x07\nfake: ok\u202e.weight'* ]]
+    done
+}

@@ -112,6 +112,9 @@ def main():
     g = G(); g.tensors[1] = ('b.weight', [8], 0, 32); data = g.render()[0]; w('data-past-eof', data[:-40])
     g = G(); g.tensors[0] = ('a.weight', [1 << 40, 1 << 40], 0, 64); w('dims-overflow', g.render()[0])
     g = G(); g.tensors[0] = ('a.weight', [8, 2, 1, 1, 1], 0, 64); w('five-dims', g.render()[0])
+    # a name that would retitle a terminal and start a new line, in an error message
+    g = G(); g.tensors[0] = ('\x1b]0;pwned\x07\nfake: ok\u202e.weight', [8, 2, 1, 1, 1], 0, 64)
+    w('escape-tensor-name', g.render()[0])
     g = G(); g.tensors[0] = ('a.weight', [8, 0], 0, 64); w('zero-dim', g.render()[0])
     g = G(); g.tensors[0] = ('a.weight', [8, -2], 0, 64); w('negative-dim', g.render()[0])
     g = G(); g.tensors[0] = ('a.weight', [8, 2], 4, 64); w('removed-type-4', g.render()[0])
