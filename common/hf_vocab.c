@@ -2484,8 +2484,8 @@ write_json(const char *dir, const char *name, json_t *o, struct diag *d)
 
     if (!path || !s)
         rc = diag_set(d, ST_NOMEM, "out of memory");
-    else
-        rc = write_file_atomic(path, s, len, true, d);
+    else if ((rc = write_file_atomic(path, s, len, true, d)) < 0)
+        diag_prefix(d, "'%s'", name);
     free(path);
     free(s);
     return rc;
@@ -2545,7 +2545,8 @@ hf_write_dir(const char *dir, const struct hf_config *c, const struct hf_vocab *
             rc = diag_set(d, ST_NOMEM, "out of memory");
             goto out;
         }
-        rc = write_file_atomic(path, spm, spm_len, true, d);
+        if ((rc = write_file_atomic(path, spm, spm_len, true, d)) < 0)
+            diag_prefix(d, "'tokenizer.model'");
         free(path);
     }
 out:

@@ -164,7 +164,7 @@ EOF
     mount_full
     # the first file (config.json) cannot be written
     run -4 --separate-stderr convert "$FIX/tiny-llama-f32.gguf" "$FULL/out-hf"
-    [ "$stderr" = "convert: '$FULL/out-hf': write failed: No space left on device" ]
+    [ "$stderr" = "convert: '$FULL/out-hf': 'config.json': write failed: No space left on device" ]
     [ "$(ls -A "$FULL")" = fill ]
     # the JSON files fit, the tensors do not
     rm "$FULL/fill"
