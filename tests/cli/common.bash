@@ -9,18 +9,41 @@ TOP=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 SHARED=${LLMKIT_SHARED:-$TOP/../shared}
 LLMKIT_CACHE=${LLMKIT_CACHE:-$HOME/.cache/llmkit}
 
-# need_model NAME : path of a fetched real model; skips when absent, except in
-# CI (CI=true), where a missing model is a failure.
+# need_model VAR NAME : sets VAR to the path of the fetched real model NAME
+# (scripts/fetch-models; `make check` fetches them first).  When it is not in
+# $LLMKIT_CACHE the test skips with one line saying so, except in CI
+# (CI=true), where a missing model fails the test.  Call it as a command,
+# never as VAR=$(need_model ...): bats' skip cannot end the test from the
+# subshell of a command substitution, which would go on with an empty path.
 need_model() {
-    local f="$LLMKIT_CACHE/$1"
-    if [ ! -f "$f" ]; then
+    if [ $# -ne 2 ] || ! [[ $1 =~ ^[A-Za-z_][A-Za-z0-9_]*$ ]]; then
+        echo "need_model: usage: need_model VAR NAME (not VAR=\$(need_model NAME))" >&2
+        return 1
+    fi
+    local need_model_path_="$LLMKIT_CACHE/$2"
+    if [ ! -f "$need_model_path_" ]; then
         if [ "${CI:-}" = true ]; then
-            echo "missing real model $f (run scripts/fetch-models)" >&2
+            echo "missing real model $need_model_path_ (make check-setup, or scripts/fetch-models, fetches it)" >&2
             return 1
         fi
-        skip "real model $1 not fetched (run scripts/fetch-models)"
+        skip "real model $2 not in $LLMKIT_CACHE (make check-setup, or scripts/fetch-models, fetches it)"
     fi
-    echo "$f"
+    printf -v "$1" '%s' "$need_model_path_"
+}
+
+# wait_for_tmp DIR PID : waits until a temporary output ("*.tmp.*") exists in
+# DIR, while process PID runs.  The callers make PID block before it can finish
+# (an input held open, an output pipe kept full), so the bound only turns a
+# tool that never creates its temporary into a failure instead of a hang.
+wait_for_tmp() {
+    local dir=$1 pid=$2 i
+    for ((i = 0; i < 1200; i++)); do
+        compgen -G "$dir/*.tmp.*" >/dev/null && return 0
+        kill -0 "$pid" 2>/dev/null || { echo "process $pid ended before a temporary appeared in $dir"; return 1; }
+        sleep 0.05
+    done
+    echo "no temporary appeared in $dir within 60 s"
+    return 1
 }
 
 # not_under_sanitizer : skips a slow numeric check in the sanitizer builds

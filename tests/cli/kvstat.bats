@@ -238,8 +238,8 @@ EOF
 }
 
 @test "real models: SmolLM2 (GQA 9/3) and Gemma 3 (MQA, sliding window)" {
-    smol=$(need_model SmolLM2-135M-Instruct.Q4_1.gguf)
-    gemma=$(need_model gemma-3-270m.Q4_K_M.gguf)
+    need_model smol SmolLM2-135M-Instruct.Q4_1.gguf
+    need_model gemma gemma-3-270m.Q4_K_M.gguf
     # 2 * 30 * 3 * 64 * 2 = 23040; 2 * 18 * 1 * 256 * 2 = 18432
     run -0 --separate-stderr kvstat --json "$smol" "$gemma"
     [ "$(jq -r 'select(.type=="model") | .bytes_per_token' <<<"$output" | paste -sd ' ')" = "23040 18432" ]

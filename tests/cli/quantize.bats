@@ -121,14 +121,25 @@ need_py() {
 }
 
 @test "SIGINT leaves no partial output or temporary file" {
-    f=$(need_model "$SMOL")
+    # No race: stderr is a FIFO whose pipe is full and never read, and
+    # --progress makes quantize write a bar there after it created its
+    # temporary and before it renames it (the final bar is drawn before the
+    # commit), so it cannot finish (blocked writing) whenever SIGINT arrives.
+    # A piped input would not do: quantize may read a stream whole before it
+    # opens its output.  -q keeps every other message off that pipe.
+    local fifo=$BATS_TEST_TMPDIR/err e pid rc=0
     mkdir "$BATS_TEST_TMPDIR/o"
-    quantize -q -t 1 --type Q4_K_S "$f" "$BATS_TEST_TMPDIR/o/q.gguf" &
+    mkfifo "$fifo"
+    exec {e}<>"$fifo"           # a reader that never reads
+    # Fill the pipe: one byte per non-blocking write until the pipe refuses.
+    dd if=/dev/zero of="$fifo" bs=1 count=16M oflag=nonblock 2>/dev/null || true
+    quantize -q --progress -t 1 --type Q4_K_S "$FIX/tiny-llama256-f32.gguf" "$BATS_TEST_TMPDIR/o/q.gguf" \
+        2>"$fifo" {e}>&- 3>&- &
     pid=$!
-    for _ in $(seq 200); do ls "$BATS_TEST_TMPDIR/o" | grep -q tmp && break; sleep 0.05; done
+    wait_for_tmp "$BATS_TEST_TMPDIR/o" "$pid"
     kill -INT "$pid"
-    rc=0
     wait "$pid" || rc=$?
+    exec {e}>&-
     [ "$rc" -eq 130 ]
     [ -z "$(ls -A "$BATS_TEST_TMPDIR/o")" ]
 }
@@ -232,14 +243,14 @@ golden_real() {
 
 @test "golden: SmolLM2 (576-wide rows) dequantized to f32, as llama-quantize" {
     not_under_sanitizer
-    f=$(need_model "$SMOL")
+    need_model f "$SMOL"
     convert -q --type f32 "$f" "$BATS_TEST_TMPDIR/s32.gguf"
     golden_real smollm2 "$BATS_TEST_TMPDIR/s32.gguf"
 }
 
 @test "golden: gemma-3-270m dequantized to f32, as llama-quantize" {
     not_under_sanitizer
-    f=$(need_model "$GEMMA")
+    need_model f "$GEMMA"
     convert -q --type f32 "$f" "$BATS_TEST_TMPDIR/g32.gguf"
     REAL_CASES="Q4_K_M Q4_K_M-imatrix" golden_real gemma3 "$BATS_TEST_TMPDIR/g32.gguf"
 }
@@ -289,7 +300,7 @@ EOF
 @test "--calib on SmolLM2 matches llama-imatrix (2 chunks of 128)" {
     not_under_sanitizer
     need_py
-    f=$(need_model "$SMOL")
+    need_model f "$SMOL"
     cd "$BATS_TEST_TMPDIR"
     convert -q --type f32 "$f" s32.gguf
     # the issue's 1e-4 with llama.cpp's arithmetic (avx2), else 5e-4
