@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "forward.h"
 #include "model.h"
 #include "qtypes.h"
 #include "threadpool.h"
@@ -19,10 +20,6 @@
  * three of them far from overflow before the tensor shapes are checked
  * against the bytes in the file. */
 #define MAX_DIM ((int64_t)1 << 24)
-
-/* in forward.c */
-int forward_state_new(struct model *m, struct diag *d);
-void forward_state_free(struct model *m);
 
 /* ---- metadata ---- */
 

@@ -108,7 +108,7 @@ struct model {
     const struct kernel_ops *ops;
     struct threadpool *tp;
     int64_t max_batch;
-    struct forward_state *st;           /* scratch, private to forward.c */
+    struct forward_state *st;           /* scratch, private to exec.c (forward.h) */
     void *pack_buf;                     /* the packed weights (model_weight.packed) */
     /* Batch-dependent attention, for tools that reproduce a llama.cpp run bit
      * for bit (perplexity, importance matrix); the one field callers may
