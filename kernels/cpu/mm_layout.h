@@ -1,6 +1,7 @@
 /*
- * mm_layout.h - what the matmul kernels share: the ggml type ids they use,
- * the activation form each weight type is dotted with, and the layout of
+ * mm_layout.h - what the matmul kernels share: short names for the ggml
+ * type ids they use, the activation form each weight type is dotted with
+ * (from the type table's vec_dot), and the layout of
  * the converted activations in the work buffer (mm_prepare writes it,
  * mm_rows reads it; every implementation uses this one layout, so a
  * reference prepare and an AVX2 prepare are interchangeable and tested so).
@@ -13,28 +14,43 @@
 #include <stdint.h>
 
 #include "qblock.h"
+#include "qtypes.h"
 
-/* ggml type ids used here (enum ggml_type lives in common/qtypes.h, which
- * the kernels do not include). */
-enum {
-    T_F32 = 0, T_F16 = 1, T_Q4_0 = 2, T_Q4_1 = 3, T_Q5_0 = 6, T_Q5_1 = 7, T_Q8_0 = 8,
-    T_Q2_K = 10, T_Q3_K = 11, T_Q4_K = 12, T_Q5_K = 13, T_Q6_K = 14, T_IQ4_NL = 20,
-    T_IQ4_XS = 23, T_BF16 = 30,
-};
+/* Short names of the ggml type ids (enum ggml_type, kernels/qtypes.h) that
+ * the matmul kernels switch on; aliases, not a second set of ids. */
+#define T_F32 GGML_TYPE_F32
+#define T_F16 GGML_TYPE_F16
+#define T_Q4_0 GGML_TYPE_Q4_0
+#define T_Q4_1 GGML_TYPE_Q4_1
+#define T_Q5_0 GGML_TYPE_Q5_0
+#define T_Q5_1 GGML_TYPE_Q5_1
+#define T_Q8_0 GGML_TYPE_Q8_0
+#define T_Q2_K GGML_TYPE_Q2_K
+#define T_Q3_K GGML_TYPE_Q3_K
+#define T_Q4_K GGML_TYPE_Q4_K
+#define T_Q5_K GGML_TYPE_Q5_K
+#define T_Q6_K GGML_TYPE_Q6_K
+#define T_IQ4_NL GGML_TYPE_IQ4_NL
+#define T_IQ4_XS GGML_TYPE_IQ4_XS
+#define T_BF16 GGML_TYPE_BF16
 
 enum act { ACT_NONE, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
 
+/* act_type() : the activation form a weight of type wtype is dotted with:
+ * its vec_dot type in the type table; ACT_NONE when no kernel takes wtype
+ * as a weight. */
 static inline enum act
 act_type(uint32_t wtype)
 {
-    switch (wtype) {
-    case T_F32: return ACT_F32;
-    case T_F16: return ACT_F16;
-    case T_BF16: return ACT_BF16;
-    case T_Q4_0: case T_Q5_0: case T_Q8_0: case T_IQ4_NL: return ACT_Q8_0;
-    case T_Q4_1: case T_Q5_1: return ACT_Q8_1;
-    case T_Q2_K: case T_Q3_K: case T_Q4_K: case T_Q5_K: case T_Q6_K: case T_IQ4_XS:
-        return ACT_Q8_K;
+    const struct qtype *t = qtype_get(wtype);
+
+    switch (t ? t->vec_dot : -1) {
+    case GGML_TYPE_F32: return ACT_F32;
+    case GGML_TYPE_F16: return ACT_F16;
+    case GGML_TYPE_BF16: return ACT_BF16;
+    case GGML_TYPE_Q8_0: return ACT_Q8_0;
+    case GGML_TYPE_Q8_1: return ACT_Q8_1;
+    case GGML_TYPE_Q8_K: return ACT_Q8_K;
     default: return ACT_NONE;
     }
 }

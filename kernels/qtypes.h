@@ -1,8 +1,12 @@
 /*
- * qtypes.h - the ggml tensor type table: ids as stored in GGUF, block size,
- * bytes per block, and conversion to and from f32 for the types llmkit
- * computes with.  The block byte layouts themselves live in kernels/qblock.h
- * (static_assert'ed) and the reference conversions in kernels/cpu/.
+ * qtypes.h - the ggml tensor type table, the one place ggml type ids are
+ * defined: ids as stored in GGUF, names, block size, bytes per block,
+ * conversion to and from f32, and the activation type a weight of each
+ * type is dotted with (vec_dot).  The block byte layouts themselves live in
+ * kernels/qblock.h (static_assert'ed), the reference conversions in
+ * kernels/cpu/qconv_ref.c and the reference quantizers in kernels/quant.h.
+ * It belongs to kernels/ (the lowest layer: kernels and library both use
+ * it); common/ includes it from here.
  *
  * Every id that current llama.cpp accepts is listed, so that files holding
  * types we cannot compute with can still be read, inspected and copied;
@@ -65,6 +69,12 @@ struct qtype {
     size_t bytes;            /* bytes per block */
     qtype_to_float_fn to_float;     /* NULL where not supported */
     qtype_from_float_fn from_float; /* NULL where not supported */
+    /* vec_dot: the type the matmul kernels convert activations to before
+     * dotting them with a weight of this type (ggml-cpu's vec_dot_type):
+     * F32 -> F32, F16 -> F16, BF16 -> BF16, Q4_0/Q5_0/Q8_0/IQ4_NL -> Q8_0,
+     * Q4_1/Q5_1 -> Q8_1, k-quants and IQ4_XS -> Q8_K; -1 for a type no
+     * kernel takes as a weight (kernels/cpu/mm_layout.h reads it). */
+    int vec_dot;
 };
 
 /* qtype_get() : the entry for a ggml type id, or NULL when the id is out of
