@@ -77,13 +77,14 @@
 
 #include <jansson.h>
 
+#include "arch.h"
 #include "gguf.h"
 #include "status.h"
 
-#define HF_MAX_VOCAB ((int64_t)1 << 24)       /* tokens, merges, pieces */
+#define HF_MAX_VOCAB ARCH_MAX_VOCAB           /* tokens, merges, pieces */
 #define HF_MAX_TOKEN_BYTES ((uint32_t)1 << 16) /* one token or merge string */
-#define HF_MAX_LAYERS 4096
-#define HF_MAX_DIM ((int64_t)1 << 20)        /* n_embd, n_ff, head_dim, heads */
+#define HF_MAX_LAYERS ARCH_MAX_LAYERS
+#define HF_MAX_DIM ARCH_MAX_DIM               /* n_embd, n_ff, head_dim, heads */
 
 /* GGUF token types (tokenizer.ggml.token_type, formats.md §2.4). */
 enum hf_token_type {

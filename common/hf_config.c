@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "arch.h"
 #include "hf.h"
 #include "json.h"
 #include "xio.h"
@@ -105,51 +106,28 @@ cfg_bool(const json_t *o, const char *key, bool *out, struct diag *d)
     return rc;
 }
 
+/* The table's architecture of a config.json (architectures[0], else
+ * model_type), which must be one the converter handles.  Unprefixed
+ * messages. */
 static int
-parse_arch(struct hf_config *c, const json_t *root, struct diag *d)
+config_arch(struct hf_config *c, const struct arch_hparams *hp, struct diag *d)
 {
-    static const struct {
-        const char *hf;
-        enum hf_arch arch;
-    } archs[] = {
-        {"LlamaForCausalLM", HF_ARCH_LLAMA},
-        {"LLaMAForCausalLM", HF_ARCH_LLAMA},
-        {"MistralForCausalLM", HF_ARCH_LLAMA},
-        {"Qwen2ForCausalLM", HF_ARCH_QWEN2},
-    };
-    const json_t *a = member(root, "architectures");
-    const char *name = NULL, *mt = NULL;
-    size_t i;
-
-    if (a) {
-        if (!json_is_array(a) || json_array_size(a) == 0)
-            return diag_set(d, ST_FORMAT, CFG ": 'architectures' is not a non-empty array");
-        if (!json_is_string(json_array_get(a, 0)))
-            return diag_set(d, ST_FORMAT, CFG ": 'architectures[0]' is not a string");
-        name = json_string_value(json_array_get(a, 0));
-        for (i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
-            if (!strcmp(name, archs[i].hf))
-                break;
-        if (i == sizeof(archs) / sizeof(archs[0]))
-            return diag_set(d, ST_FORMAT, CFG ": unsupported architecture '%.64s'", name);
-        c->arch = archs[i].arch;
-        snprintf(c->hf_arch, sizeof(c->hf_arch), "%s", name);
-        return 0;
-    }
-    if (json_obj_str(root, "model_type", &mt, d) < 0)
-        return diag_set(d, ST_FORMAT, CFG ": 'model_type' is not a string");
-    if (!mt)
-        return diag_set(d, ST_FORMAT, CFG ": neither 'architectures' nor 'model_type' is given");
-    if (!strcmp(mt, "llama") || !strcmp(mt, "mistral")) {
-        c->arch = HF_ARCH_LLAMA;
-        snprintf(c->hf_arch, sizeof(c->hf_arch), "%s",
-                 mt[0] == 'l' ? "LlamaForCausalLM" : "MistralForCausalLM");
-    } else if (!strcmp(mt, "qwen2")) {
-        c->arch = HF_ARCH_QWEN2;
-        snprintf(c->hf_arch, sizeof(c->hf_arch), "Qwen2ForCausalLM");
+    if (hp->hf_class) {
+        if (!hp->arch || !(hp->arch->flags & ARCH_F_CONVERT))
+            return diag_set(d, ST_FORMAT, "unsupported architecture '%.64s'", hp->hf_class);
+        snprintf(c->hf_arch, sizeof(c->hf_arch), "%s", hp->hf_class);
     } else {
-        return diag_set(d, ST_FORMAT, CFG ": unsupported architecture (model_type '%.64s')", mt);
+        if (!hp->model_type)
+            return diag_set(d, ST_FORMAT, "neither 'architectures' nor 'model_type' is given");
+        if (!hp->arch || !(hp->arch->flags & ARCH_F_CONVERT))
+            return diag_set(d, ST_FORMAT, "unsupported architecture (model_type '%.64s')",
+                            hp->model_type);
+        snprintf(c->hf_arch, sizeof(c->hf_arch), "%s", hp->hf->hf_class);
     }
+    c->arch = hp->arch->id == ARCH_ID_QWEN2 ? HF_ARCH_QWEN2 : HF_ARCH_LLAMA;
+    c->arch_name = hp->arch->name;
+    c->permute_qk = hp->arch->hf_permute_qk;
+    c->attn_bias = hp->arch->hf_attn_bias;
     return 0;
 }
 
@@ -244,17 +222,7 @@ parse_rope(struct hf_config *c, const json_t *root, struct diag *d)
 int
 hf_config_from_json(struct hf_config *c, const json_t *root, struct diag *d)
 {
-    static const char *const k_ctx[] = {"max_position_embeddings", "n_ctx", "n_positions",
-                                        "max_length", "max_sequence_length", "model_max_length",
-                                        NULL};
-    static const char *const k_embd[] = {"hidden_size", "n_embd", "dim", NULL};
-    static const char *const k_layer[] = {"num_hidden_layers", "n_layers", "n_layer",
-                                          "num_layers", NULL};
-    static const char *const k_ff[] = {"intermediate_size", "n_inner", "hidden_dim", NULL};
-    static const char *const k_head[] = {"num_attention_heads", "n_head", "n_heads", NULL};
-    static const char *const k_kv[] = {"num_key_value_heads", NULL};
-    static const char *const k_hd[] = {"head_dim", NULL};
-    static const char *const k_vocab[] = {"vocab_size", NULL};
+    struct arch_hparams hp;
     const char *dt = NULL;
     int rc, i;
 
@@ -263,74 +231,32 @@ hf_config_from_json(struct hf_config *c, const json_t *root, struct diag *d)
         c->special[i] = -1;
     if (!json_is_object(root))
         return diag_set(d, ST_FORMAT, CFG ": not a JSON object");
-    if ((rc = parse_arch(c, root, d)) < 0)
+    /* the hyperparameters: the table's reader and rules (arch.h) */
+    if ((rc = arch_read_config(root, 0, &hp, d)) < 0 || (rc = config_arch(c, &hp, d)) < 0 ||
+        (rc = arch_check_hparams(&hp, d)) < 0) {
+        diag_prefix(d, CFG);
         return rc;
-    c->arch_name = c->arch == HF_ARCH_QWEN2 ? "qwen2" : "llama";
-    c->permute_qk = c->arch == HF_ARCH_LLAMA;
-    c->attn_bias = c->arch == HF_ARCH_QWEN2;
-
-#define REQ(keys, lo, hi, dst) do { \
-        rc = cfg_int(root, keys, lo, hi, &dst, d); \
-        if (rc < 0) return rc; \
-        if (rc == 1) return diag_set(d, ST_FORMAT, CFG ": '%s' is missing", keys[0]); \
-    } while (0)
-
-    REQ(k_embd, 1, HF_MAX_DIM, c->n_embd);
-    REQ(k_layer, 1, HF_MAX_LAYERS, c->n_layer);
-    REQ(k_ff, 1, HF_MAX_DIM, c->n_ff);
-    REQ(k_head, 1, HF_MAX_DIM, c->n_head);
-#undef REQ
-    rc = cfg_int(root, k_kv, 1, HF_MAX_DIM, &c->n_head_kv, d);
-    if (rc < 0)
-        return rc;
-    c->has_n_head_kv = rc == 0;
-    if (rc == 1)
-        c->n_head_kv = c->n_head;
-    if (c->n_head_kv > c->n_head || c->n_head % c->n_head_kv)
-        return diag_set(d, ST_FORMAT,
-                        CFG ": 'num_key_value_heads' (%lld) does not divide "
-                        "'num_attention_heads' (%lld)",
-                        (long long)c->n_head_kv, (long long)c->n_head);
-    rc = cfg_int(root, k_hd, 2, HF_MAX_DIM, &c->head_dim, d);
-    if (rc < 0)
-        return rc;
-    c->has_head_dim = rc == 0;
-    if (rc == 1) {
-        if (c->n_embd % c->n_head)
-            return diag_set(d, ST_FORMAT,
-                            CFG ": 'hidden_size' (%lld) is not a multiple of "
-                            "'num_attention_heads' (%lld)",
-                            (long long)c->n_embd, (long long)c->n_head);
-        c->head_dim = c->n_embd / c->n_head;
     }
+    c->n_embd = hp.n_embd;
+    c->n_layer = hp.n_layer;
+    c->n_ff = hp.n_ff;
+    c->n_head = hp.n_head;
+    c->n_head_kv = hp.n_head_kv;
+    c->has_n_head_kv = arch_has(&hp, ARCH_HP_HEAD_COUNT_KV);
+    c->head_dim = hp.head_dim;
+    c->has_head_dim = arch_has(&hp, ARCH_HP_KEY_LENGTH);
     if (c->head_dim % 2)
         return diag_set(d, ST_FORMAT, CFG ": head dimension %lld is odd",
                         (long long)c->head_dim);
     if (c->n_head * c->head_dim > HF_MAX_DIM * 4)
         return diag_set(d, ST_FORMAT, CFG ": attention width %lld is too large",
                         (long long)(c->n_head * c->head_dim));
+    c->n_ctx = hp.n_ctx_train;
+    c->n_vocab = arch_has(&hp, ARCH_HP_VOCAB_SIZE) ? hp.n_vocab : 0;
+    c->rope_theta = hp.rope_freq_base;
+    c->has_rope_theta = arch_has(&hp, ARCH_HP_ROPE_FREQ_BASE);
+    c->rms_eps = hp.rms_eps;
 
-    rc = cfg_int(root, k_ctx, 1, UINT32_MAX, &c->n_ctx, d);
-    if (rc < 0)
-        return rc;
-    if (rc == 1)   /* the transformers defaults the converter would see */
-        c->n_ctx = c->arch == HF_ARCH_QWEN2 ? 32768
-                 : !strcmp(c->hf_arch, "MistralForCausalLM") ? 131072 : 2048;
-    rc = cfg_int(root, k_vocab, 1, HF_MAX_VOCAB, &c->n_vocab, d);
-    if (rc < 0)
-        return rc;
-    if (rc == 1)
-        c->n_vocab = 0;
-
-    c->rope_theta = 10000.0;
-    rc = cfg_num(root, "rope_theta", "rope_theta", 1e-3, 1e12, &c->rope_theta, d);
-    if (rc < 0)
-        return rc;
-    c->has_rope_theta = rc == 0;
-    c->rms_eps = 1e-6;
-    rc = cfg_num(root, "rms_norm_eps", "rms_norm_eps", 1e-30, 1.0, &c->rms_eps, d);
-    if (rc < 0)
-        return rc;
     if ((rc = cfg_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, d)) < 0)
         return rc;
     if (c->arch == HF_ARCH_LLAMA &&
@@ -395,21 +321,22 @@ hf_config_load(struct hf_config *c, const char *path, struct diag *d)
 
 /* ---- struct hf_config -> GGUF ---- */
 
+/* A hyperparameter under the key the table gives it. */
 static int
-set_u32(struct gguf *g, const char *arch, const char *key, int64_t v)
+set_u32(struct gguf *g, const char *arch, enum arch_hp id, int64_t v)
 {
     char k[128];
 
-    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    snprintf(k, sizeof(k), "%s.%s", arch, arch_keys[id].gguf);
     return gguf_set_u32(g, k, (uint32_t)v);
 }
 
 static int
-set_f32(struct gguf *g, const char *arch, const char *key, double v)
+set_f32(struct gguf *g, const char *arch, enum arch_hp id, double v)
 {
     char k[128];
 
-    snprintf(k, sizeof(k), "%s.%s", arch, key);
+    snprintf(k, sizeof(k), "%s.%s", arch, arch_keys[id].gguf);
     return gguf_set_f32(g, k, (float)v);
 }
 
@@ -423,41 +350,41 @@ hf_config_to_gguf(struct gguf *g, const struct hf_config *c, uint32_t file_type,
 
     rc |= gguf_set_str(g, "general.architecture", a);
     rc |= gguf_set_str(g, "general.type", "model");
-    rc |= set_u32(g, a, "block_count", c->n_layer);
+    rc |= set_u32(g, a, ARCH_HP_BLOCK_COUNT, c->n_layer);
     if (c->n_ctx > 0)
-        rc |= set_u32(g, a, "context_length", c->n_ctx);
-    rc |= set_u32(g, a, "embedding_length", c->n_embd);
-    rc |= set_u32(g, a, "feed_forward_length", c->n_ff);
-    rc |= set_u32(g, a, "attention.head_count", c->n_head);
-    rc |= set_u32(g, a, "attention.head_count_kv", c->n_head_kv);
+        rc |= set_u32(g, a, ARCH_HP_CONTEXT_LENGTH, c->n_ctx);
+    rc |= set_u32(g, a, ARCH_HP_EMBEDDING_LENGTH, c->n_embd);
+    rc |= set_u32(g, a, ARCH_HP_FEED_FORWARD_LENGTH, c->n_ff);
+    rc |= set_u32(g, a, ARCH_HP_HEAD_COUNT, c->n_head);
+    rc |= set_u32(g, a, ARCH_HP_HEAD_COUNT_KV, c->n_head_kv);
     if (c->rope.type == HF_ROPE_LINEAR || c->rope.type == HF_ROPE_YARN) {
-        snprintf(k, sizeof(k), "%s.rope.scaling.type", a);
+        snprintf(k, sizeof(k), "%s.%s", a, arch_keys[ARCH_HP_ROPE_SCALING_TYPE].gguf);
         rc |= gguf_set_str(g, k, c->rope.type == HF_ROPE_LINEAR ? "linear" : "yarn");
-        rc |= set_f32(g, a, "rope.scaling.factor", c->rope.factor);
+        rc |= set_f32(g, a, ARCH_HP_ROPE_SCALING_FACTOR, c->rope.factor);
     }
     if (c->rope.type == HF_ROPE_YARN) {
-        rc |= set_u32(g, a, "rope.scaling.original_context_length", c->rope.orig_ctx);
+        rc |= set_u32(g, a, ARCH_HP_ROPE_ORIG_CTX, c->rope.orig_ctx);
         if (!isnan(c->rope.yarn_ext_factor))
-            rc |= set_f32(g, a, "rope.scaling.yarn_ext_factor", c->rope.yarn_ext_factor);
+            rc |= set_f32(g, a, ARCH_HP_YARN_EXT_FACTOR, c->rope.yarn_ext_factor);
         if (!isnan(c->rope.yarn_attn_factor))
-            rc |= set_f32(g, a, "rope.scaling.yarn_attn_factor", c->rope.yarn_attn_factor);
+            rc |= set_f32(g, a, ARCH_HP_YARN_ATTN_FACTOR, c->rope.yarn_attn_factor);
         if (!isnan(c->rope.yarn_beta_fast))
-            rc |= set_f32(g, a, "rope.scaling.yarn_beta_fast", c->rope.yarn_beta_fast);
+            rc |= set_f32(g, a, ARCH_HP_YARN_BETA_FAST, c->rope.yarn_beta_fast);
         if (!isnan(c->rope.yarn_beta_slow))
-            rc |= set_f32(g, a, "rope.scaling.yarn_beta_slow", c->rope.yarn_beta_slow);
+            rc |= set_f32(g, a, ARCH_HP_YARN_BETA_SLOW, c->rope.yarn_beta_slow);
     }
     if (c->has_rope_theta)
-        rc |= set_f32(g, a, "rope.freq_base", c->rope_theta);
-    rc |= set_f32(g, a, "attention.layer_norm_rms_epsilon", c->rms_eps);
+        rc |= set_f32(g, a, ARCH_HP_ROPE_FREQ_BASE, c->rope_theta);
+    rc |= set_f32(g, a, ARCH_HP_RMS_EPS, c->rms_eps);
     if (c->has_head_dim) {
-        rc |= set_u32(g, a, "attention.key_length", c->head_dim);
-        rc |= set_u32(g, a, "attention.value_length", c->head_dim);
+        rc |= set_u32(g, a, ARCH_HP_KEY_LENGTH, c->head_dim);
+        rc |= set_u32(g, a, ARCH_HP_VALUE_LENGTH, c->head_dim);
     }
     rc |= gguf_set_u32(g, "general.file_type", file_type);
     if (c->arch == HF_ARCH_LLAMA) {
         if (c->n_vocab > 0)
-            rc |= set_u32(g, a, "vocab_size", c->n_vocab);
-        rc |= set_u32(g, a, "rope.dimension_count", c->head_dim);
+            rc |= set_u32(g, a, ARCH_HP_VOCAB_SIZE, c->n_vocab);
+        rc |= set_u32(g, a, ARCH_HP_ROPE_DIM, c->head_dim);
     }
     rc |= gguf_set_u32(g, "general.quantization_version", 2);
     if (rc)
@@ -467,68 +394,17 @@ hf_config_to_gguf(struct gguf *g, const struct hf_config *c, uint32_t file_type,
 
 /* ---- GGUF -> struct hf_config ---- */
 
-/* A u32 key that may also be an array of identical per-layer values.
- * 1 absent, 0 found, -ST_FORMAT. */
-static int
-gg_uint(const struct gguf *g, const char *arch, const char *key, int64_t lo, int64_t hi,
-        int64_t *out, struct diag *d)
-{
-    char k[128];
-    const struct gguf_kv *kv;
-    uint64_t u;
-    int64_t v, first = 0;
-    uint64_t i;
-
-    snprintf(k, sizeof(k), "%s.%s", arch, key);
-    kv = gguf_get(g, k);
-    if (!kv)
-        return 1;
-    if (kv->type == GGUF_TYPE_ARRAY) {
-        if (kv->n == 0)
-            return diag_set(d, ST_FORMAT, "'%s' is an empty array", k);
-        for (i = 0; i < kv->n; i++) {
-            if (!gguf_arr_int(kv, i, &v))
-                return diag_set(d, ST_FORMAT, "'%s' is not an integer array", k);
-            if (i == 0)
-                first = v;
-            else if (v != first)
-                return diag_set(d, ST_FORMAT,
-                                "'%s' differs between layers, which HF llama cannot express", k);
-        }
-        v = first;
-    } else {
-        int rc = gguf_get_uint(g, k, &u, d);
-        if (rc < 0)
-            return rc;
-        if (u > INT64_MAX)
-            return diag_set(d, ST_FORMAT, "'%s' is out of range", k);
-        v = (int64_t)u;
-    }
-    if (v < lo || v > hi)
-        return diag_set(d, ST_FORMAT, "'%s' = %lld is out of range", k, (long long)v);
-    *out = v;
-    return 0;
-}
-
-static int
-gg_float(const struct gguf *g, const char *arch, const char *key, double *out, struct diag *d)
-{
-    char k[128];
-
-    snprintf(k, sizeof(k), "%s.%s", arch, key);
-    int rc = gguf_get_float(g, k, out, d);
-    if (rc == 0 && !isfinite(*out))
-        return diag_set(d, ST_FORMAT, "'%s' is not finite", k);
-    return rc;
-}
-
 int
 hf_config_from_gguf(struct hf_config *c, struct gguf *g, struct diag *d)
 {
-    const char *arch = NULL, *rt = NULL;
+    static const enum arch_hp per_layer[] = { ARCH_HP_FEED_FORWARD_LENGTH, ARCH_HP_HEAD_COUNT,
+                                              ARCH_HP_HEAD_COUNT_KV };
+    struct arch_hparams hp;
+    const struct arch_hf *cls;
     const struct gguf_kv *kv;
-    int64_t v, ti;
-    char k[128];
+    int64_t ti;
+    char k[256];
+    size_t j;
     int rc, i;
 
     memset(c, 0, sizeof(*c));
@@ -536,136 +412,82 @@ hf_config_from_gguf(struct hf_config *c, struct gguf *g, struct diag *d)
         c->special[i] = -1;
     c->rope.yarn_ext_factor = c->rope.yarn_attn_factor = NAN;
     c->rope.yarn_beta_fast = c->rope.yarn_beta_slow = NAN;
-    rc = gguf_get_str(g, "general.architecture", &arch, d);
-    if (rc < 0)
+    /* the hyperparameters: the table's reader and rules (arch.h) */
+    if ((rc = arch_read_hparams(g, 0, &hp, d)) < 0)
         return rc;
-    if (rc == 1)
-        return diag_set(d, ST_FORMAT, "'general.architecture' is missing");
-    if (!strcmp(arch, "llama")) {
-        c->arch = HF_ARCH_LLAMA;
-        c->arch_name = "llama";
-        snprintf(c->hf_arch, sizeof(c->hf_arch), "LlamaForCausalLM");
-    } else if (!strcmp(arch, "qwen2")) {
-        c->arch = HF_ARCH_QWEN2;
-        c->arch_name = "qwen2";
-        snprintf(c->hf_arch, sizeof(c->hf_arch), "Qwen2ForCausalLM");
-    } else {
+    if (!hp.arch || !(hp.arch->flags & ARCH_F_CONVERT) || !(cls = arch_hf_of(hp.arch->id)))
         return diag_set(d, ST_FORMAT, "architecture '%.64s' cannot be written as a HF llama model",
-                        arch);
-    }
-    arch = c->arch_name;
-    c->permute_qk = c->arch == HF_ARCH_LLAMA;
-
-#define REQ(key, lo, hi, dst) do { \
-        rc = gg_uint(g, arch, key, lo, hi, &dst, d); \
-        if (rc < 0) return rc; \
-        if (rc == 1) return diag_set(d, ST_FORMAT, "'%s.%s' is missing", arch, key); \
-    } while (0)
-
-    REQ("block_count", 1, HF_MAX_LAYERS, c->n_layer);
-    REQ("context_length", 1, UINT32_MAX, c->n_ctx);
-    REQ("embedding_length", 1, HF_MAX_DIM, c->n_embd);
-    REQ("feed_forward_length", 1, HF_MAX_DIM, c->n_ff);
-    REQ("attention.head_count", 1, HF_MAX_DIM, c->n_head);
-#undef REQ
-    rc = gg_uint(g, arch, "attention.head_count_kv", 1, HF_MAX_DIM, &c->n_head_kv, d);
-    if (rc < 0)
+                        hp.name);
+    c->arch = hp.arch->id == ARCH_ID_QWEN2 ? HF_ARCH_QWEN2 : HF_ARCH_LLAMA;
+    c->arch_name = hp.arch->name;
+    snprintf(c->hf_arch, sizeof(c->hf_arch), "%s", cls->hf_class);
+    c->permute_qk = hp.arch->hf_permute_qk;
+    if ((rc = arch_check_hparams(&hp, d)) < 0)
         return rc;
-    c->has_n_head_kv = rc == 0;
-    if (rc == 1)
-        c->n_head_kv = c->n_head;
-    if (c->n_head_kv > c->n_head || c->n_head % c->n_head_kv)
-        return diag_set(d, ST_FORMAT, "head_count_kv %lld does not divide head_count %lld",
-                        (long long)c->n_head_kv, (long long)c->n_head);
-    rc = gg_uint(g, arch, "expert_count", 0, UINT32_MAX, &v, d);
-    if (rc < 0)
-        return rc;
-    if (rc == 0 && v > 0)
+    for (j = 0; j < sizeof(per_layer) / sizeof(per_layer[0]); j++)
+        if (hp.varies & ARCH_BIT(per_layer[j]))
+            return diag_set(d, ST_FORMAT,
+                            "'%s' differs between layers, which HF llama cannot express",
+                            arch_hp_key(&hp, per_layer[j], k, sizeof(k)));
+    if (hp.n_expert > 0)
         return diag_set(d, ST_FORMAT, "mixture-of-experts models are not supported");
 
-    rc = gg_uint(g, arch, "attention.key_length", 2, HF_MAX_DIM, &c->head_dim, d);
-    if (rc < 0)
-        return rc;
-    c->has_head_dim = rc == 0;
-    if (rc == 1) {
-        if (c->n_embd % c->n_head)
-            return diag_set(d, ST_FORMAT, "embedding_length is not a multiple of head_count");
-        c->head_dim = c->n_embd / c->n_head;
-    }
+    c->n_layer = hp.n_layer;
+    c->n_ctx = hp.n_ctx_train;
+    c->n_embd = hp.n_embd;
+    c->n_ff = hp.n_ff;
+    c->n_head = hp.n_head;
+    c->n_head_kv = hp.n_head_kv;
+    c->has_n_head_kv = arch_has(&hp, ARCH_HP_HEAD_COUNT_KV);
+    c->head_dim = hp.head_dim;
+    c->has_head_dim = arch_has(&hp, ARCH_HP_KEY_LENGTH);
     if (c->head_dim % 2)
         return diag_set(d, ST_FORMAT, "head dimension %lld is odd", (long long)c->head_dim);
-    rc = gg_uint(g, arch, "attention.value_length", 1, HF_MAX_DIM, &v, d);
-    if (rc < 0)
-        return rc;
-    if (rc == 0 && v != c->head_dim)
+    if (arch_has(&hp, ARCH_HP_VALUE_LENGTH) && hp.head_dim_v != c->head_dim)
         return diag_set(d, ST_FORMAT, "value_length %lld != key_length %lld is not supported",
-                        (long long)v, (long long)c->head_dim);
-    rc = gg_uint(g, arch, "rope.dimension_count", 1, HF_MAX_DIM, &v, d);
-    if (rc < 0)
-        return rc;
-    if (rc == 0 && v != c->head_dim)
+                        (long long)hp.head_dim_v, (long long)c->head_dim);
+    if (arch_has(&hp, ARCH_HP_ROPE_DIM) && hp.n_rot != c->head_dim)
         return diag_set(d, ST_FORMAT, "partial rotary (rope.dimension_count %lld, head dim %lld) "
-                        "is not supported", (long long)v, (long long)c->head_dim);
+                        "is not supported", (long long)hp.n_rot, (long long)c->head_dim);
+    c->rms_eps = hp.rms_eps;
+    c->rope_theta = hp.rope_freq_base;
+    c->has_rope_theta = arch_has(&hp, ARCH_HP_ROPE_FREQ_BASE);
 
-    rc = gg_float(g, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps, d);
-    if (rc < 0)
-        return rc;
-    if (rc == 1)
-        return diag_set(d, ST_FORMAT, "'%s.attention.layer_norm_rms_epsilon' is missing", arch);
-    c->rope_theta = 10000.0;
-    rc = gg_float(g, arch, "rope.freq_base", &c->rope_theta, d);
-    if (rc < 0)
-        return rc;
-    c->has_rope_theta = rc == 0;
-
-    snprintf(k, sizeof(k), "%s.rope.scaling.type", arch);
-    rc = gguf_get_str(g, k, &rt, d);
-    if (rc < 0)
-        return rc;
-    if (rc == 0 && strcmp(rt, "none")) {
-        double f = 0;
+    if (hp.rope_scaling && strcmp(hp.rope_scaling, "none")) {
+        const char *rt = hp.rope_scaling;
         if (!strcmp(rt, "linear"))
             c->rope.type = HF_ROPE_LINEAR;
         else if (!strcmp(rt, "yarn"))
             c->rope.type = HF_ROPE_YARN;
         else
             return diag_set(d, ST_FORMAT, "rope scaling type '%.32s' is not supported", rt);
-        rc = gg_float(g, arch, "rope.scaling.factor", &f, d);
-        if (rc == 1)
-            rc = gg_float(g, arch, "rope.scale_linear", &f, d);
-        if (rc < 0)
-            return rc;
-        if (rc == 1 || f <= 0)
+        /* rope.scaling.factor, else the older rope.scale_linear */
+        if ((!arch_has(&hp, ARCH_HP_ROPE_SCALING_FACTOR) &&
+             !arch_has(&hp, ARCH_HP_ROPE_SCALE_LINEAR)) || hp.rope_factor <= 0)
             return diag_set(d, ST_FORMAT, "rope scaling '%s' without a positive factor", rt);
-        c->rope.factor = f;
+        c->rope.factor = hp.rope_factor;
         if (c->rope.type == HF_ROPE_YARN) {
-            rc = gg_uint(g, arch, "rope.scaling.original_context_length", 1, UINT32_MAX,
-                         &c->rope.orig_ctx, d);
-            if (rc < 0)
-                return rc;
-            if (rc == 1)
-                c->rope.orig_ctx = c->n_ctx;
-            if ((rc = gg_float(g, arch, "rope.scaling.yarn_ext_factor",
-                               &c->rope.yarn_ext_factor, d)) < 0 ||
-                (rc = gg_float(g, arch, "rope.scaling.yarn_attn_factor",
-                               &c->rope.yarn_attn_factor, d)) < 0 ||
-                (rc = gg_float(g, arch, "rope.scaling.yarn_beta_fast",
-                               &c->rope.yarn_beta_fast, d)) < 0 ||
-                (rc = gg_float(g, arch, "rope.scaling.yarn_beta_slow",
-                               &c->rope.yarn_beta_slow, d)) < 0)
-                return rc;
+            c->rope.orig_ctx = arch_has(&hp, ARCH_HP_ROPE_ORIG_CTX) ? hp.rope_orig_ctx : c->n_ctx;
+            if (arch_has(&hp, ARCH_HP_YARN_EXT_FACTOR))
+                c->rope.yarn_ext_factor = hp.yarn_ext_factor;
+            if (arch_has(&hp, ARCH_HP_YARN_ATTN_FACTOR))
+                c->rope.yarn_attn_factor = hp.yarn_attn_factor;
+            if (arch_has(&hp, ARCH_HP_YARN_BETA_FAST))
+                c->rope.yarn_beta_fast = hp.yarn_beta_fast;
+            if (arch_has(&hp, ARCH_HP_YARN_BETA_SLOW))
+                c->rope.yarn_beta_slow = hp.yarn_beta_slow;
         }
     }
 
-    /* vocabulary size: the token list, else the embedding rows */
+    /* vocabulary size: the token list, else the embedding rows, else vocab_size */
     kv = gguf_get(g, "tokenizer.ggml.tokens");
     ti = gguf_find_tensor(g, "token_embd.weight");
     if (kv && kv->type == GGUF_TYPE_ARRAY)
         c->n_vocab = (int64_t)kv->n;
     else if (ti >= 0)
         c->n_vocab = g->t[ti].ne[1];
-    else if ((rc = gg_uint(g, arch, "vocab_size", 1, HF_MAX_VOCAB, &c->n_vocab, d)) < 0)
-        return rc;
+    else if (arch_has(&hp, ARCH_HP_VOCAB_SIZE))
+        c->n_vocab = hp.n_vocab;
     if (c->n_vocab <= 0 || c->n_vocab > HF_MAX_VOCAB)
         return diag_set(d, ST_FORMAT, "vocabulary size %lld is out of range",
                         (long long)c->n_vocab);
@@ -799,6 +621,9 @@ json_f32(double x)
     return json_real(strtod(buf, NULL));
 }
 
+/* A hyperparameter's usual config.json name (the table's first spelling). */
+#define HFK(id) (arch_keys[id].hf[0])
+
 static int
 jset(json_t *o, const char *key, json_t *v)
 {
@@ -811,6 +636,7 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
 {
     json_t *o = json_object(), *rs = NULL;
     bool llama = c->arch != HF_ARCH_QWEN2;
+    const struct arch_hf *cls = arch_hf_of(llama ? ARCH_ID_LLAMA : ARCH_ID_QWEN2);
     int rc = 0, i;
 
     *out = NULL;
@@ -818,8 +644,7 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
         return diag_set(d, ST_NOMEM, "out of memory");
     if (!torch_dtype)
         torch_dtype = c->torch_dtype[0] ? c->torch_dtype : "float32";
-    rc |= jset(o, "architectures", json_pack("[s]", llama ? "LlamaForCausalLM"
-                                                          : "Qwen2ForCausalLM"));
+    rc |= jset(o, "architectures", json_pack("[s]", cls->hf_class));
     rc |= jset(o, "attention_bias", json_boolean(c->attn_bias));
     rc |= jset(o, "attention_dropout", json_real(0.0));
     for (i = 0; i < HF_SPECIAL_COUNT; i++) {
@@ -830,21 +655,21 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
         rc |= jset(o, key, json_integer(c->special[i]));
     }
     if (c->has_head_dim)
-        rc |= jset(o, "head_dim", json_integer(c->head_dim));
+        rc |= jset(o, HFK(ARCH_HP_KEY_LENGTH), json_integer(c->head_dim));
     rc |= jset(o, "hidden_act", json_string("silu"));
-    rc |= jset(o, "hidden_size", json_integer(c->n_embd));
+    rc |= jset(o, HFK(ARCH_HP_EMBEDDING_LENGTH), json_integer(c->n_embd));
     rc |= jset(o, "initializer_range", json_real(0.02));
-    rc |= jset(o, "intermediate_size", json_integer(c->n_ff));
-    rc |= jset(o, "max_position_embeddings", json_integer(c->n_ctx));
+    rc |= jset(o, HFK(ARCH_HP_FEED_FORWARD_LENGTH), json_integer(c->n_ff));
+    rc |= jset(o, HFK(ARCH_HP_CONTEXT_LENGTH), json_integer(c->n_ctx));
     if (llama)
         rc |= jset(o, "mlp_bias", json_false());
-    rc |= jset(o, "model_type", json_string(llama ? "llama" : "qwen2"));
-    rc |= jset(o, "num_attention_heads", json_integer(c->n_head));
-    rc |= jset(o, "num_hidden_layers", json_integer(c->n_layer));
-    rc |= jset(o, "num_key_value_heads", json_integer(c->n_head_kv));
+    rc |= jset(o, "model_type", json_string(cls->model_type));
+    rc |= jset(o, HFK(ARCH_HP_HEAD_COUNT), json_integer(c->n_head));
+    rc |= jset(o, HFK(ARCH_HP_BLOCK_COUNT), json_integer(c->n_layer));
+    rc |= jset(o, HFK(ARCH_HP_HEAD_COUNT_KV), json_integer(c->n_head_kv));
     if (llama)
         rc |= jset(o, "pretraining_tp", json_integer(1));
-    rc |= jset(o, "rms_norm_eps", json_f32(c->rms_eps));
+    rc |= jset(o, HFK(ARCH_HP_RMS_EPS), json_f32(c->rms_eps));
     switch (c->rope.type) {
     case HF_ROPE_NONE:
         rs = json_null();
@@ -876,14 +701,14 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
     }
     rc |= jset(o, "rope_scaling", rs);
     if (c->has_rope_theta)
-        rc |= jset(o, "rope_theta", json_f32(c->rope_theta));
+        rc |= jset(o, HFK(ARCH_HP_ROPE_FREQ_BASE), json_f32(c->rope_theta));
     rc |= jset(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     rc |= jset(o, "torch_dtype", json_string(torch_dtype));
     rc |= jset(o, "use_cache", json_true());
     if (!llama)
         rc |= jset(o, "use_sliding_window", json_false());
     if (c->n_vocab > 0)
-        rc |= jset(o, "vocab_size", json_integer(c->n_vocab));
+        rc |= jset(o, HFK(ARCH_HP_VOCAB_SIZE), json_integer(c->n_vocab));
     if (rc) {
         json_decref(o);
         return diag_set(d, ST_NOMEM, "cannot build config.json");
@@ -892,37 +717,18 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
     return 0;
 }
 
-/* ---- tensor names ---- */
+/* ---- tensor names: the architecture table's (arch.c) ---- */
 
-static const struct {
-    const char *hf, *gguf;
-    enum hf_perm perm;
-} layer_map[] = {
-    {"input_layernorm.weight", "attn_norm.weight", HF_PERM_NONE},
-    {"self_attn.q_proj.weight", "attn_q.weight", HF_PERM_Q},
-    {"self_attn.q_proj.bias", "attn_q.bias", HF_PERM_Q},
-    {"self_attn.k_proj.weight", "attn_k.weight", HF_PERM_K},
-    {"self_attn.k_proj.bias", "attn_k.bias", HF_PERM_K},
-    {"self_attn.v_proj.weight", "attn_v.weight", HF_PERM_NONE},
-    {"self_attn.v_proj.bias", "attn_v.bias", HF_PERM_NONE},
-    {"self_attn.o_proj.weight", "attn_output.weight", HF_PERM_NONE},
-    {"self_attn.o_proj.bias", "attn_output.bias", HF_PERM_NONE},
-    {"post_attention_layernorm.weight", "ffn_norm.weight", HF_PERM_NONE},
-    {"mlp.gate_proj.weight", "ffn_gate.weight", HF_PERM_NONE},
-    {"mlp.gate_proj.bias", "ffn_gate.bias", HF_PERM_NONE},
-    {"mlp.up_proj.weight", "ffn_up.weight", HF_PERM_NONE},
-    {"mlp.up_proj.bias", "ffn_up.bias", HF_PERM_NONE},
-    {"mlp.down_proj.weight", "ffn_down.weight", HF_PERM_NONE},
-    {"mlp.down_proj.bias", "ffn_down.bias", HF_PERM_NONE},
-};
+/* The tensor table for c (llama's when c names none). */
+static const struct arch_tensor *
+tensors_of(const struct hf_config *c)
+{
+    const struct arch *a = arch_find(c->arch_name);
 
-static const struct {
-    const char *hf, *gguf;
-} global_map[] = {
-    {"model.embed_tokens.weight", "token_embd.weight"},
-    {"model.norm.weight", "output_norm.weight"},
-    {"lm_head.weight", "output.weight"},
-};
+    if (!a || !a->tensors)
+        a = arch_get(ARCH_ID_LLAMA);
+    return a->tensors;
+}
 
 static bool
 ends_with(const char *s, const char *suffix)
@@ -954,9 +760,11 @@ parse_layer(const char **p)
 }
 
 static void
-fill_perm(const struct hf_config *c, enum hf_perm perm, struct hf_tensor_map *m)
+fill_perm(const struct hf_config *c, unsigned flags, struct hf_tensor_map *m)
 {
-    m->perm = c->permute_qk ? perm : HF_PERM_NONE;
+    m->perm = !c->permute_qk ? HF_PERM_NONE
+            : (flags & ARCH_T_PERM_Q) ? HF_PERM_Q
+            : (flags & ARCH_T_PERM_K) ? HF_PERM_K : HF_PERM_NONE;
     m->perm_heads = m->perm == HF_PERM_Q ? c->n_head : m->perm == HF_PERM_K ? c->n_head_kv : 0;
 }
 
@@ -965,8 +773,8 @@ hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor
                 struct diag *d)
 {
     static const char prefix[] = "model.layers.";
+    const struct arch_tensor *t;
     const char *p;
-    size_t i;
     int32_t layer;
 
     memset(m, 0, sizeof(*m));
@@ -974,9 +782,9 @@ hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor
     if (ends_with(hf_name, ".rotary_emb.inv_freq") || ends_with(hf_name, ".attention.masked_bias") ||
         ends_with(hf_name, ".attention.bias"))
         return 0;
-    for (i = 0; i < sizeof(global_map) / sizeof(global_map[0]); i++)
-        if (!strcmp(hf_name, global_map[i].hf)) {
-            snprintf(m->name, sizeof(m->name), "%s", global_map[i].gguf);
+    for (t = tensors_of(c); t->gguf; t++)
+        if (!(t->flags & ARCH_T_LAYER) && t->hf && !strcmp(hf_name, t->hf)) {
+            snprintf(m->name, sizeof(m->name), "%s", t->gguf);
             return 1;
         }
     if (strncmp(hf_name, prefix, sizeof(prefix) - 1))
@@ -985,11 +793,11 @@ hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor
     layer = parse_layer(&p);
     if (layer < 0 || layer >= c->n_layer)
         return diag_set(d, ST_FORMAT, "tensor '%.128s': bad layer index", hf_name);
-    for (i = 0; i < sizeof(layer_map) / sizeof(layer_map[0]); i++)
-        if (!strcmp(p, layer_map[i].hf)) {
-            snprintf(m->name, sizeof(m->name), "blk.%d.%s", (int)layer, layer_map[i].gguf);
+    for (t = tensors_of(c); t->gguf; t++)
+        if ((t->flags & ARCH_T_LAYER) && t->hf && !strcmp(p, t->hf)) {
+            snprintf(m->name, sizeof(m->name), "blk.%d.%s", (int)layer, t->gguf);
             m->layer = layer;
-            fill_perm(c, layer_map[i].perm, m);
+            fill_perm(c, t->flags, m);
             return 1;
         }
     return diag_set(d, ST_FORMAT, "unknown tensor '%.128s'", hf_name);
@@ -1000,17 +808,17 @@ hf_name_from_gguf(const struct hf_config *c, const char *gguf_name, struct hf_te
                   struct diag *d)
 {
     static const char prefix[] = "blk.";
+    const struct arch_tensor *t;
     const char *p;
-    size_t i;
     int32_t layer;
 
     memset(m, 0, sizeof(*m));
     m->layer = -1;
-    if (!strcmp(gguf_name, "rope_freqs.weight"))
-        return 0;
-    for (i = 0; i < sizeof(global_map) / sizeof(global_map[0]); i++)
-        if (!strcmp(gguf_name, global_map[i].gguf)) {
-            snprintf(m->name, sizeof(m->name), "%s", global_map[i].hf);
+    for (t = tensors_of(c); t->gguf; t++)
+        if (!(t->flags & ARCH_T_LAYER) && !strcmp(gguf_name, t->gguf)) {
+            if (!t->hf)
+                return 0;       /* rope_freqs.weight: carried by rope_scaling */
+            snprintf(m->name, sizeof(m->name), "%s", t->hf);
             return 1;
         }
     if (strncmp(gguf_name, prefix, sizeof(prefix) - 1))
@@ -1019,12 +827,11 @@ hf_name_from_gguf(const struct hf_config *c, const char *gguf_name, struct hf_te
     layer = parse_layer(&p);
     if (layer < 0 || layer >= c->n_layer)
         return diag_set(d, ST_FORMAT, "tensor '%.128s': bad layer index", gguf_name);
-    for (i = 0; i < sizeof(layer_map) / sizeof(layer_map[0]); i++)
-        if (!strcmp(p, layer_map[i].gguf)) {
-            snprintf(m->name, sizeof(m->name), "model.layers.%d.%s", (int)layer,
-                     layer_map[i].hf);
+    for (t = tensors_of(c); t->gguf; t++)
+        if ((t->flags & ARCH_T_LAYER) && t->hf && !strcmp(p, t->gguf)) {
+            snprintf(m->name, sizeof(m->name), "model.layers.%d.%s", (int)layer, t->hf);
             m->layer = layer;
-            fill_perm(c, layer_map[i].perm, m);
+            fill_perm(c, t->flags, m);
             return 1;
         }
     return diag_set(d, ST_FORMAT, "tensor '%.128s' has no HF llama name", gguf_name);

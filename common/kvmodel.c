@@ -165,6 +165,76 @@ kv_model_check(const struct kv_model *m, struct diag *d)
     return 0;
 }
 
+int
+kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, struct diag *d)
+{
+    const bool gguf = hp->src == ARCH_SRC_GGUF;
+    char k1[600], k2[600];
+    int64_t i;
+
+    if (!arch_has(hp, ARCH_HP_BLOCK_COUNT))
+        return gguf ? diag_set(d, ST_FORMAT, "no %s", arch_hp_key(hp, ARCH_HP_BLOCK_COUNT, k1, sizeof(k1)))
+                    : diag_set(d, ST_FORMAT, "no layer count (num_hidden_layers)");
+    m->n_layers = hp->n_layer;
+    if (gguf && !in_range(m->n_layers, 1, KV_MAX_LAYERS))
+        return diag_set(d, ST_FORMAT, "%s = %lld out of range [1, %d]",
+                        arch_hp_key(hp, ARCH_HP_BLOCK_COUNT, k1, sizeof(k1)),
+                        (long long)m->n_layers, KV_MAX_LAYERS);
+    if (!arch_has(hp, ARCH_HP_HEAD_COUNT))
+        return gguf ? diag_set(d, ST_FORMAT, "no %s", arch_hp_key(hp, ARCH_HP_HEAD_COUNT, k1, sizeof(k1)))
+                    : diag_set(d, ST_FORMAT, "no attention head count (num_attention_heads)");
+    m->n_heads = hp->n_head;     /* per-layer query heads: the largest (the cache does not need them) */
+    m->n_kv_heads = arch_has(hp, ARCH_HP_HEAD_COUNT_KV) ? hp->n_head_kv : hp->n_head;
+    free(m->layer_kv_heads);
+    m->layer_kv_heads = NULL;
+    if (hp->varies & ARCH_BIT(ARCH_HP_HEAD_COUNT_KV)) {
+        m->layer_kv_heads = malloc((size_t)m->n_layers * sizeof(*m->layer_kv_heads));
+        if (!m->layer_kv_heads)
+            return diag_set(d, ST_NOMEM, "out of memory");
+        for (i = 0; i < m->n_layers; i++)
+            m->layer_kv_heads[i] = arch_hp_layer(hp, ARCH_HP_HEAD_COUNT_KV, i);
+    }
+
+    if (arch_has(hp, ARCH_HP_KEY_LENGTH)) {
+        m->head_dim_k = hp->head_dim;
+    } else {
+        if (hp->n_embd <= 0 || m->n_heads <= 0 || hp->n_embd % m->n_heads)
+            return diag_set(d, ST_FORMAT, "no %s and %s %lld is not a multiple of %lld heads",
+                            arch_hp_key(hp, ARCH_HP_KEY_LENGTH, k1, sizeof(k1)),
+                            gguf ? "embedding length" : "hidden size", (long long)hp->n_embd,
+                            (long long)m->n_heads);
+        m->head_dim_k = hp->n_embd / m->n_heads;
+    }
+    m->head_dim_v = arch_has(hp, ARCH_HP_VALUE_LENGTH) ? hp->head_dim_v : m->head_dim_k;
+
+    /* MLA: the cache holds kv_lora_rank + the RoPE key per layer; the MHA
+     * equivalent uses the V head for K and V (newer GGUFs keep the absorbed
+     * sizes in key/value_length, the per-head ones in *_mla) */
+    m->kv_lora_rank = hp->kv_lora_rank;
+    if (m->kv_lora_rank > 0) {
+        if (!arch_has(hp, ARCH_HP_ROPE_DIM))
+            return diag_set(d, ST_FORMAT, "%s without %s",
+                            arch_hp_key(hp, ARCH_HP_KV_LORA_RANK, k1, sizeof(k1)),
+                            arch_hp_key(hp, ARCH_HP_ROPE_DIM, k2, sizeof(k2)));
+        m->rope_dim = hp->n_rot;
+        if (arch_has(hp, ARCH_HP_VALUE_LENGTH_MLA))
+            m->head_dim_v = hp->head_dim_v_mla;
+        else if (arch_has(hp, ARCH_HP_QK_NOPE_DIM))
+            m->head_dim_v = hp->qk_nope_dim;
+        m->head_dim_k = m->head_dim_v;
+        free(m->layer_kv_heads);
+        m->layer_kv_heads = NULL;
+        m->n_kv_heads = m->n_heads;
+    } else {
+        m->kv_lora_rank = 0;
+    }
+
+    m->n_ctx_train = hp->n_ctx_train > KV_MAX_LEN ? KV_MAX_LEN : hp->n_ctx_train;
+    m->sliding_window = hp->sliding_window > 0 ? hp->sliding_window : 0;
+    m->n_swa_layers = m->sliding_window ? hp->n_swa_layers : 0;
+    return kv_model_check(m, d);
+}
+
 enum kv_attn
 kv_model_attn(const struct kv_model *m)
 {

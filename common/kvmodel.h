@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "rng.h"
 #include "status.h"
 
@@ -111,6 +112,20 @@ void kv_model_release(struct kv_model *m);
  * holds the latent and the RoPE key only.  0 or -ST_FORMAT with the
  * offending field in d. */
 int kv_model_check(const struct kv_model *m, struct diag *d);
+
+/* kv_model_from_hparams() : the attention geometry of hp (arch_read_hparams
+ * or arch_read_config with ARCH_READ_KV; any architecture): layers and query
+ * heads are required; K/V heads default to the query heads, the K head size
+ * to embedding / heads and the V head size to the K head size; a per-layer
+ * K/V head array whose values differ goes to layer_kv_heads.  MLA
+ * (kv_lora_rank > 0) needs the RoPE key size (rope.dimension_count,
+ * qk_rope_head_dim); its MHA equivalent uses the V head size
+ * (value_length_mla, v_head_dim, else qk_nope_head_dim) for K and V and one
+ * K/V head per query head.  The context is capped at KV_MAX_LEN; the sliding
+ * window is hp's.  m must be initialised (name and arch are left alone); it
+ * is checked with kv_model_check().  0, -ST_FORMAT naming the key as the
+ * file spells it, -ST_NOMEM. */
+int kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, struct diag *d);
 
 /* kv_model_attn() : the attention kind m describes. */
 enum kv_attn kv_model_attn(const struct kv_model *m);

@@ -52,7 +52,7 @@ base_name(const char *path)
     return b && b[1] ? b + 1 : path;
 }
 
-/* ---- HF config.json ---- */
+/* ---- JSON members (config.json names, traces) ---- */
 
 /* An integer member: 1 when absent or null, 0 found, -ST_FORMAT when not an
  * integer in [0, 2^53] (integral reals such as 4096.0 accepted). */
@@ -81,26 +81,6 @@ cfg_int(const json_t *o, const char *key, int64_t *out, struct diag *d)
     return diag_set(d, ST_FORMAT, "'%s' is not a non-negative integer", key);
 }
 
-/* The first of keys[] present; 1 when none is. */
-static int
-cfg_int_any(const json_t *o, const char *const *keys, int64_t *out, struct diag *d)
-{
-    int rc;
-
-    for (; *keys; keys++)
-        if ((rc = cfg_int(o, *keys, out, d)) <= 0)
-            return rc;
-    return 1;
-}
-
-static bool
-cfg_true(const json_t *o, const char *key)
-{
-    const json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
-
-    return v && json_is_true(v);
-}
-
 static const char *
 cfg_str(const json_t *o, const char *key)
 {
@@ -109,287 +89,41 @@ cfg_str(const json_t *o, const char *key)
     return v && json_is_string(v) ? json_string_value(v) : NULL;
 }
 
+/* ---- model descriptions: the architecture table's readers (arch.h) ---- */
+
 int
 kv_model_from_config(const json_t *root, struct kv_model *m, struct diag *d)
 {
-    static const char *const k_layers[] = { "num_hidden_layers", "n_layer", "n_layers", "num_layers", NULL };
-    static const char *const k_heads[] = { "num_attention_heads", "n_head", "n_heads", "num_heads", NULL };
-    static const char *const k_kv[] = { "num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num", NULL };
-    static const char *const k_hidden[] = { "hidden_size", "n_embd", "d_model", NULL };
-    static const char *const k_ctx[] = { "max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", NULL };
-    const json_t *c = root, *tc, *lt;
+    struct arch_hparams hp;
     const char *s;
-    int64_t hidden = 0, v = 0, pattern = 0;
     int rc;
 
     if (!json_is_object(root))
         return diag_set(d, ST_FORMAT, "config is not a JSON object");
-    /* multimodal configs (gemma3, llava, ...) keep the language model apart */
-    tc = json_object_get(root, "text_config");
-    if (tc && json_is_object(tc))
-        c = tc;
+    if ((rc = arch_read_config(root, ARCH_READ_KV, &hp, d)) < 0)
+        return rc;
     if ((s = cfg_str(root, "_name_or_path")) && *s)
         snprintf(m->name, sizeof(m->name), "%s", s);
-    if ((s = cfg_str(c, "model_type")) || (s = cfg_str(root, "model_type")))
+    if ((s = hp.model_type ? hp.model_type : hp.hf_class))
         snprintf(m->arch, sizeof(m->arch), "%s", s);
-    else if ((tc = json_object_get(root, "architectures")) && json_is_array(tc) &&
-             (s = json_string_value(json_array_get(tc, 0))))
-        snprintf(m->arch, sizeof(m->arch), "%s", s);
-
-    if ((rc = cfg_int_any(c, k_layers, &m->n_layers, d)) < 0)
-        return rc;
-    if (rc)
-        return diag_set(d, ST_FORMAT, "no layer count (num_hidden_layers)");
-    if ((rc = cfg_int_any(c, k_heads, &m->n_heads, d)) < 0)
-        return rc;
-    if (rc)
-        return diag_set(d, ST_FORMAT, "no attention head count (num_attention_heads)");
-    if ((rc = cfg_int_any(c, k_hidden, &hidden, d)) < 0)
-        return rc;
-    if ((rc = cfg_int_any(c, k_ctx, &m->n_ctx_train, d)) < 0)
-        return rc;
-
-    /* K/V heads: explicit, else one with multi_query (falcon-7b, starcoder), else MHA */
-    m->n_kv_heads = m->n_heads;
-    if ((rc = cfg_int_any(c, k_kv, &v, d)) < 0)
-        return rc;
-    if (rc == 0 && (!cfg_true(c, "multi_query") || cfg_true(c, "new_decoder_architecture")))
-        m->n_kv_heads = v;
-    else if (cfg_true(c, "multi_query"))
-        m->n_kv_heads = 1;
-
-    /* head size: explicit (gemma, qwen3), else hidden / heads */
-    if ((rc = cfg_int(c, "head_dim", &m->head_dim_k, d)) < 0)
-        return rc;
-    if (rc) {
-        if (hidden <= 0 || m->n_heads <= 0 || hidden % m->n_heads)
-            return diag_set(d, ST_FORMAT, "no head_dim and hidden size %lld is not a multiple of "
-                            "%lld heads", (long long)hidden, (long long)m->n_heads);
-        m->head_dim_k = hidden / m->n_heads;
-    }
-    m->head_dim_v = m->head_dim_k;
-
-    /* MLA (deepseek_v2/v3): the cache holds kv_lora_rank + qk_rope_head_dim
-     * per layer; the MHA equivalent uses v_head_dim (= qk_nope_head_dim). */
-    if ((rc = cfg_int(c, "kv_lora_rank", &m->kv_lora_rank, d)) < 0)
-        return rc;
-    if (rc == 0 && m->kv_lora_rank > 0) {
-        if ((rc = cfg_int(c, "qk_rope_head_dim", &m->rope_dim, d)) < 0)
-            return rc;
-        if (rc)
-            return diag_set(d, ST_FORMAT, "kv_lora_rank without qk_rope_head_dim");
-        if ((rc = cfg_int(c, "v_head_dim", &v, d)) < 0)
-            return rc;
-        if (rc && (rc = cfg_int(c, "qk_nope_head_dim", &v, d)) < 0)
-            return rc;
-        if (rc == 0) {
-            m->head_dim_k = v;
-            m->head_dim_v = v;
-        }
-        m->n_kv_heads = m->n_heads;
-    } else {
-        m->kv_lora_rank = 0;
-    }
-
-    /* sliding window: noted only */
-    if ((rc = cfg_int(c, "sliding_window", &m->sliding_window, d)) < 0)
-        return rc;
-    if (rc == 0 && m->sliding_window > 0) {
-        const json_t *usw = json_object_get(c, "use_sliding_window");
-        if (usw && json_is_false(usw)) {
-            m->sliding_window = 0;
-        } else if ((lt = json_object_get(c, "layer_types")) && json_is_array(lt)) {
-            size_t i;
-            for (i = 0; i < json_array_size(lt); i++) {
-                s = json_string_value(json_array_get(lt, i));
-                m->n_swa_layers += s && !strcmp(s, "sliding_attention");
-            }
-        } else if (cfg_int(c, "sliding_window_pattern", &pattern, d) == 0 && pattern > 0) {
-            m->n_swa_layers = m->n_layers - m->n_layers / pattern;
-        } else if (!strncmp(m->arch, "gemma3", 6)) {
-            m->n_swa_layers = m->n_layers - m->n_layers / 6;
-        } else if (!strncmp(m->arch, "gemma2", 6)) {
-            m->n_swa_layers = m->n_layers / 2;
-        } else {
-            m->n_swa_layers = m->n_layers;
-        }
-        if (m->n_swa_layers > m->n_layers)
-            m->n_swa_layers = m->n_layers;
-    } else {
-        m->sliding_window = 0;
-    }
-    if (m->n_ctx_train > KV_MAX_LEN)
-        m->n_ctx_train = KV_MAX_LEN;
-    return kv_model_check(m, d);
-}
-
-/* ---- GGUF header ---- */
-
-/* A scalar integer <arch>.<suffix>: 0 found, 1 absent, <0 wrong type. */
-static int
-gg_uint(const struct gguf *g, const char *arch, const char *suffix, int64_t *out, struct diag *d)
-{
-    char key[160];
-    uint64_t u;
-    int rc;
-
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    rc = gguf_get_uint(g, key, &u, d);
-    if (rc)
-        return rc;
-    if (u > (uint64_t)JSON_INT_MAX)
-        return diag_set(d, ST_FORMAT, "'%s' = %llu out of range", key, (unsigned long long)u);
-    *out = (int64_t)u;
-    return 0;
-}
-
-/* A per-layer value that may be a scalar or an array of n_layers integers:
- * *arr is malloc'd for an array with differing values, *val gets the
- * maximum.  0 found, 1 absent. */
-static int
-gg_layered(const struct gguf *g, const char *arch, const char *suffix, int64_t n_layers,
-           int64_t *val, int64_t **arr, struct diag *d)
-{
-    char key[160];
-    const struct gguf_kv *kv;
-    int64_t *a, mx = 0, x;
-    bool same = true;
-    uint64_t i;
-
-    *arr = NULL;
-    snprintf(key, sizeof(key), "%s.%s", arch, suffix);
-    kv = gguf_get(g, key);
-    if (!kv)
-        return 1;
-    if (kv->type != GGUF_TYPE_ARRAY)
-        return gg_uint(g, arch, suffix, val, d);
-    if (kv->n != (uint64_t)n_layers)
-        return diag_set(d, ST_FORMAT, "'%s' has %llu entries for %lld layers", key,
-                        (unsigned long long)kv->n, (long long)n_layers);
-    a = malloc((size_t)n_layers * sizeof(*a));
-    if (!a)
-        return diag_set(d, ST_NOMEM, "out of memory");
-    for (i = 0; i < kv->n; i++) {
-        if (!gguf_arr_int(kv, i, &x) || x < 0 || x > KV_MAX_HEADS) {
-            free(a);
-            return diag_set(d, ST_FORMAT, "'%s'[%llu] is not a head count", key, (unsigned long long)i);
-        }
-        a[i] = x;
-        if (x > mx)
-            mx = x;
-        if (i && x != a[0])
-            same = false;
-    }
-    *val = mx;
-    if (same)
-        free(a);
-    else
-        *arr = a;
-    return 0;
+    return kv_model_from_hparams(&hp, m, d);
 }
 
 int
 kv_model_from_gguf(const struct gguf *g, struct kv_model *m, struct diag *d)
 {
-    const char *arch = NULL, *name = NULL;
-    int64_t emb = 0, v = 0, *heads_arr = NULL, pattern = 0;
-    char key[160];
-    const struct gguf_kv *kv;
+    struct arch_hparams hp;
+    const char *name = NULL;
     int rc;
 
-    if ((rc = gguf_get_str(g, "general.architecture", &arch, d)) < 0)
-        return rc;
-    if (rc)
+    if (!gguf_get(g, "general.architecture"))
         return diag_set(d, ST_FORMAT, "no general.architecture");
-    snprintf(m->arch, sizeof(m->arch), "%s", arch);
+    if ((rc = arch_read_hparams(g, ARCH_READ_KV, &hp, d)) < 0)
+        return rc;
+    snprintf(m->arch, sizeof(m->arch), "%s", hp.name);
     if (gguf_get_str(g, "general.name", &name, NULL) == 0 && *name)
         snprintf(m->name, sizeof(m->name), "%s", name);
-
-    if ((rc = gg_uint(g, arch, "block_count", &m->n_layers, d)) < 0)
-        return rc;
-    if (rc)
-        return diag_set(d, ST_FORMAT, "no %s.block_count", arch);
-    if (m->n_layers < 1 || m->n_layers > KV_MAX_LAYERS)
-        return diag_set(d, ST_FORMAT, "%s.block_count = %lld out of range [1, %d]", arch,
-                        (long long)m->n_layers, KV_MAX_LAYERS);
-    rc = gg_layered(g, arch, "attention.head_count", m->n_layers, &m->n_heads, &heads_arr, d);
-    free(heads_arr);          /* per-layer query heads do not change the cache */
-    if (rc < 0)
-        return rc;
-    if (rc)
-        return diag_set(d, ST_FORMAT, "no %s.attention.head_count", arch);
-    rc = gg_layered(g, arch, "attention.head_count_kv", m->n_layers, &m->n_kv_heads,
-                    &m->layer_kv_heads, d);
-    if (rc < 0)
-        return rc;
-    if (rc)
-        m->n_kv_heads = m->n_heads;
-    if ((rc = gg_uint(g, arch, "embedding_length", &emb, d)) < 0)
-        return rc;
-    if ((rc = gg_uint(g, arch, "attention.key_length", &m->head_dim_k, d)) < 0)
-        return rc;
-    if (rc) {
-        if (emb <= 0 || m->n_heads <= 0 || emb % m->n_heads)
-            return diag_set(d, ST_FORMAT, "no %s.attention.key_length and embedding length %lld "
-                            "is not a multiple of %lld heads", arch, (long long)emb,
-                            (long long)m->n_heads);
-        m->head_dim_k = emb / m->n_heads;
-    }
-    if ((rc = gg_uint(g, arch, "attention.value_length", &m->head_dim_v, d)) < 0)
-        return rc;
-    if (rc)
-        m->head_dim_v = m->head_dim_k;
-
-    if ((rc = gg_uint(g, arch, "attention.kv_lora_rank", &m->kv_lora_rank, d)) < 0)
-        return rc;
-    if (rc == 0 && m->kv_lora_rank > 0) {
-        if ((rc = gg_uint(g, arch, "rope.dimension_count", &m->rope_dim, d)) < 0)
-            return rc;
-        if (rc)
-            return diag_set(d, ST_FORMAT, "%s.attention.kv_lora_rank without %s.rope.dimension_count",
-                            arch, arch);
-        /* Newer conversions store the absorbed sizes in key/value_length and
-         * the per-head ones in *_mla; the MHA equivalent uses the V head. */
-        if ((rc = gg_uint(g, arch, "attention.value_length_mla", &v, d)) < 0)
-            return rc;
-        if (rc == 0)
-            m->head_dim_v = v;
-        m->head_dim_k = m->head_dim_v;
-        free(m->layer_kv_heads);
-        m->layer_kv_heads = NULL;
-        m->n_kv_heads = m->n_heads;
-    } else {
-        m->kv_lora_rank = 0;
-    }
-
-    if ((rc = gg_uint(g, arch, "context_length", &m->n_ctx_train, d)) < 0)
-        return rc;
-    if (m->n_ctx_train > KV_MAX_LEN)
-        m->n_ctx_train = KV_MAX_LEN;
-    if ((rc = gg_uint(g, arch, "attention.sliding_window", &m->sliding_window, d)) < 0)
-        return rc;
-    if (rc == 0 && m->sliding_window > 0) {
-        snprintf(key, sizeof(key), "%s.attention.sliding_window_pattern", arch);
-        kv = gguf_get(g, key);
-        if (kv && kv->type == GGUF_TYPE_ARRAY && kv->arr_type == GGUF_TYPE_BOOL &&
-            kv->n == (uint64_t)m->n_layers) {
-            uint64_t i;
-            for (i = 0; i < kv->n; i++)
-                m->n_swa_layers += ((const uint8_t *)kv->v.arr)[i] != 0;
-        } else if (gg_uint(g, arch, "attention.sliding_window_pattern", &pattern, NULL) == 0 &&
-                   pattern > 0) {
-            m->n_swa_layers = m->n_layers - m->n_layers / pattern;
-        } else if (!strcmp(arch, "gemma3")) {
-            m->n_swa_layers = m->n_layers - m->n_layers / 6;   /* llama.cpp: every 6th layer global */
-        } else if (!strcmp(arch, "gemma2")) {
-            m->n_swa_layers = m->n_layers / 2;
-        } else {
-            m->n_swa_layers = m->n_layers;
-        }
-    } else {
-        m->sliding_window = 0;
-    }
-    return kv_model_check(m, d);
+    return kv_model_from_hparams(&hp, m, d);
 }
 
 /* ---- opening a model input ---- */

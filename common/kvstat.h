@@ -83,17 +83,20 @@ int run_kvstat(const struct kvstat_opts *o, struct diag *d);
 
 /* ---- model descriptions ---- */
 
-/* kv_model_from_gguf() : the attention geometry from a GGUF header
- * (general.architecture, <arch>.block_count, .attention.head_count[_kv] (scalar
- * or per-layer array), .attention.key_length/value_length, .embedding_length,
+/* kv_model_from_gguf() : the attention geometry from a GGUF header of any
+ * architecture, read by arch_read_hparams() (general.architecture,
+ * <arch>.block_count, .attention.head_count[_kv] (scalar or per-layer array),
+ * .attention.key_length/value_length, .embedding_length,
  * .attention.kv_lora_rank and .rope.dimension_count for MLA, .context_length,
- * .attention.sliding_window).  m must be initialised; it is checked with
- * kv_model_check().  0 or -ST_FORMAT naming the key. */
+ * .attention.sliding_window[_pattern]) and kv_model_from_hparams(), with
+ * general.name.  m must be initialised; it is checked with kv_model_check().
+ * 0 or -ST_FORMAT naming the key. */
 int kv_model_from_gguf(const struct gguf *g, struct kv_model *m, struct diag *d);
 
-/* kv_model_from_config() : the same from a Hugging Face config.json (llama,
- * mistral, qwen2, gemma/gemma2/gemma3 incl. text_config, deepseek_v2/v3,
- * falcon, gpt_bigcode; the key spellings of each).  0 or -ST_FORMAT. */
+/* kv_model_from_config() : the same from a Hugging Face config.json, read by
+ * arch_read_config(ARCH_READ_KV) (llama, mistral, qwen2, gemma/gemma2/gemma3
+ * incl. text_config, deepseek_v2/v3, falcon, gpt_bigcode; the key spellings
+ * of each), with _name_or_path.  0 or -ST_FORMAT. */
 int kv_model_from_config(const json_t *cfg, struct kv_model *m, struct diag *d);
 
 /* kvstat_load_model() : opens path (GGUF by its magic or a ".gguf" name,
