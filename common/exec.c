@@ -197,11 +197,11 @@ forward_state_free(struct model *m)
     m->st = NULL;
 }
 
-/* the llama.cpp ubatch size the call states (model.h), 0 = none */
+/* the llama.cpp ubatch size the batch states (model.h), 0 = none */
 static inline int64_t
 call_ubatch(const struct exec *e)
 {
-    return e->m->llamacpp_ubatch;
+    return e->b->llamacpp_ubatch;
 }
 
 /* ---- matmul over the pool ---- */
@@ -333,8 +333,8 @@ matmul_n(const struct exec *e, int nw, const struct model_weight *const *w,
                         .work = st->mm_work, .tmp = st->mm_tmp, .tmp_n = st->mm_tmp_n };
     int nth = threadpool_size(m->tp);
 
-    /* mirroring llama.cpp (model.h, llamacpp_ubatch): ggml multiplies F32,
-     * F16 and BF16 weights by 2+ tokens with llamafile's tinyBLAS (when
+    /* mirroring llama.cpp (model.h, batch.llamacpp_ubatch): ggml multiplies
+     * F32, F16 and BF16 weights by 2+ tokens with llamafile's tinyBLAS (when
      * rows % 4 == 0 and cols % 8 == 0), which rounds unlike one token */
     j.mirror = call_ubatch(e) >= 2 && n_tok >= 2 && m->ops->mm_rows_mirror != NULL;
 
@@ -577,8 +577,8 @@ attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
 }
 
 /* whether this call's attention may take the tiled arithmetic: 2 for all
- * rows (llamacpp_ubatch mode, see model.h), 1 for the tokens marked tiled,
- * 0 for none */
+ * rows (batch.llamacpp_ubatch mode, see model.h), 1 for the tokens marked
+ * tiled, 0 for none */
 static int
 use_tiled(const struct exec *e)
 {

@@ -474,6 +474,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     b.n = n_prompt;
     b.tok = bt;
     b.mask = NULL;
+    b.llamacpp_ubatch = 0;
     mo.logits = logits;
     t_start = now_seconds();
     if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)

@@ -625,7 +625,7 @@ imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const i
         o->progress(o->progress_ctx, 0, n_chunk);
     for (int64_t c = 0; c < n_chunk; c++) {
         const int32_t *ct = tokens + c * ctx;
-        struct batch b = { ctx, bt, NULL };
+        struct batch b = { ctx, bt, NULL, 0 };
 
         if ((rc = kv_seq_new(kv, &seq)) < 0) {
             diag_set(d, -rc, "calibration: no KV sequence available");
@@ -639,14 +639,12 @@ imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const i
         }
         /* in llama-imatrix's ubatches (its default n_ubatch, 512 tokens),
          * each call stating its ubatch size so that attention rounds as
-         * llama.cpp's does (model.h, llamacpp_ubatch) */
+         * llama.cpp's does (model.h, batch.llamacpp_ubatch) */
         for (int64_t p0 = 0; p0 < ctx; p0 += b.n) {
             b.n = ctx - p0 < IMATRIX_UBATCH ? ctx - p0 : IMATRIX_UBATCH;
             b.tok = bt + p0;
-            m->llamacpp_ubatch = b.n;
-            rc = model_forward(m, kv, &b, &hooks, NULL, d);
-            m->llamacpp_ubatch = 0;
-            if (rc < 0)
+            b.llamacpp_ubatch = b.n;
+            if ((rc = model_forward(m, kv, &b, &hooks, NULL, d)) < 0)
                 goto out;
         }
         kv_seq_free(kv, seq);

@@ -96,7 +96,7 @@ struct model_hparams {
     bool tied_output;           /* no output.weight: token_embd.weight is the LM head */
 };
 
-/* Read-only for callers after model_open(), except llamacpp_ubatch. */
+/* Read-only for callers after model_open(). */
 struct model {
     struct gguf gguf;           /* the parsed file; tokenizers load from it */
     struct model_hparams hp;
@@ -110,18 +110,6 @@ struct model {
     int64_t max_batch;
     struct forward_state *st;           /* scratch, private to exec.c (forward.h) */
     void *pack_buf;                     /* the packed weights (model_weight.packed) */
-    /* Batch-dependent attention, for tools that reproduce a llama.cpp run bit
-     * for bit (perplexity, importance matrix); the one field callers may
-     * write, and generation never does.  0 (model_open's default): every
-     * query row takes the one-row flash-attention arithmetic (ops->attn), so
-     * a token's result never depends on the other tokens of the call.
-     * n > 0: the tokens of the next model_forward() calls were, in the
-     * llama.cpp run being mirrored, in ubatches of n tokens; llama.cpp's CPU
-     * backend then computes attention with its tiled arithmetic when n >=
-     * ATTN_TILE_Q (64) and the cache is F32 or F16, and so does the forward
-     * pass (ops->attn_tiled; not with a batch mask).  Set it before each such
-     * call (to the size of the ubatch its tokens were in) and back to 0. */
-    int64_t llamacpp_ubatch;
 };
 
 struct model_opts {
@@ -154,7 +142,7 @@ void model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct k
  * dtype (for budgets and reports). */
 size_t model_kv_bytes_per_token(const struct model *m, uint32_t dtype);
 
-/* ---- the forward pass ---- */
+/* ---- the forward pass (one layer of it: layer_forward, forward.h) ---- */
 
 struct batch_tok {
     int32_t seq;                /* KV cache sequence id (kv_seq_new) */
@@ -201,6 +189,18 @@ struct batch {
     int64_t n;                  /* tokens, >= 1 */
     const struct batch_tok *tok;/* [n] */
     const uint8_t *mask;        /* NULL, or [n][n] */
+    /* Batch-dependent arithmetic, for callers that reproduce a llama.cpp run
+     * bit for bit (perplexity, importance matrix); generation leaves it 0.
+     * 0: every query row takes the one-row flash-attention arithmetic
+     * (ops->attn) unless its token is marked tiled, so a token's result never
+     * depends on the other tokens of the call.  n > 0: the batch's tokens
+     * were, in the llama.cpp run being mirrored, in a ubatch of n tokens;
+     * llama.cpp's CPU backend then computes attention with its tiled
+     * arithmetic when n >= ATTN_TILE_Q (64) and the cache is F32 or F16, and
+     * so does the forward pass (ops->attn_tiled; not with a batch mask), and
+     * it multiplies F32, F16 and BF16 weights by 2+ tokens with tinyBLAS,
+     * which the forward pass mirrors (ops->mm_rows_mirror). */
+    int64_t llamacpp_ubatch;
 };
 
 /* Hook sites. */

@@ -7,7 +7,7 @@
  * llama-perplexity run with its default ubatch of 512 tokens and one
  * sequence per batch (-b 512 or -b ctx): no call straddles a ubatch
  * boundary, and each states the size of its ubatch (model.h,
- * llamacpp_ubatch).
+ * batch.llamacpp_ubatch).
  */
 #include "perplexity.h"
 
@@ -26,12 +26,10 @@ ppl_forward(struct model *m, struct kvcache *kv, const struct batch *b, struct m
             int64_t ctx, int64_t p0, struct diag *d)
 {
     int64_t u0 = p0 / LLAMACPP_UBATCH * LLAMACPP_UBATCH;
-    int rc;
+    struct batch ub = *b;
 
-    m->llamacpp_ubatch = ctx - u0 < LLAMACPP_UBATCH ? ctx - u0 : LLAMACPP_UBATCH;
-    rc = model_forward(m, kv, b, NULL, mo, d);
-    m->llamacpp_ubatch = 0;
-    return rc;
+    ub.llamacpp_ubatch = ctx - u0 < LLAMACPP_UBATCH ? ctx - u0 : LLAMACPP_UBATCH;
+    return model_forward(m, kv, &ub, NULL, mo, d);
 }
 
 int64_t
@@ -134,6 +132,7 @@ perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64
             bt[i].logits = 0;
         }
         b.mask = NULL;
+        b.llamacpp_ubatch = 0;      /* (ppl_forward states it) */
         for (p0 = 0; p0 < first; p0 += n) {
             n = ppl_cut(p0, first - p0);
             b.n = n;

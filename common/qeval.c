@@ -143,7 +143,7 @@ qeval_run(const char *base_path, const char *quant_path, const char *text_path,
     for (int64_t c = 0; c < n_chunk; c++) {
         const int32_t *ct = ids.v + c * ctx;
         int32_t sb = -1, sq = -1;
-        struct batch b = { first, bt, NULL };
+        struct batch b = { first, bt, NULL, 0 };
         struct model_out ob = { NULL, NULL }, oq = { NULL, NULL };
         int64_t n;
 

@@ -716,7 +716,7 @@ sched_step(struct sched *s, struct diag *d)
             n_prompt_tok += q->chunk;
     }
     if (n_tok > 0) {
-        struct batch b = { n_tok, s->bt, NULL };
+        struct batch b = { n_tok, s->bt, NULL, 0 };
         struct model_out mo = { s->logits, NULL };
         if ((rc = model_forward(s->m, s->kv, &b, NULL, &mo, d)) < 0)
             return rc;

@@ -283,7 +283,7 @@ run_batch(struct model *m, struct kvcache *kv, int32_t seq, const int32_t *tok, 
           float *logits)
 {
     struct batch_tok bt[128];
-    struct batch b = { n, bt, NULL };
+    struct batch b = { n, bt, NULL, 0 };
     struct model_out out = { logits, NULL };
     struct diag d;
     int64_t len0 = kv_seq_len(kv, seq);
@@ -384,7 +384,7 @@ test_batch_equivalence(void)
         bt[2 * i] = (struct batch_tok){ s2, (int32_t)i, prompt[i], 1, 0 };
         bt[2 * i + 1] = (struct batch_tok){ s3, (int32_t)i, rev[i], 1, 0 };
     }
-    struct batch b = { 2 * n, bt, NULL };
+    struct batch b = { 2 * n, bt, NULL, 0 };
     struct model_out out = { inter, NULL };
     CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
     double e0 = 0;
@@ -419,7 +419,7 @@ test_batch_equivalence(void)
     kv_seq_new(kv, &s5);
     for (int64_t i = 0; i < n; i++)
         bt2[i] = (struct batch_tok){ s5, (int32_t)i, prompt[i], i == 3 || i == n - 1, 0 };
-    struct batch b2 = { n, bt2, NULL };
+    struct batch b2 = { n, bt2, NULL, 0 };
     out.logits = chunk;
     CHECK_EQ(model_forward(m, kv, &b2, NULL, &out, &d), 0);
     CHECK(max_abs_ff(chunk, whole + 3 * V, V) <= 1e-4);
@@ -466,7 +466,7 @@ test_mask(void)
         1, 1, 1, 0,
         1, 1, 0, 1,
     };
-    struct batch b = { 4, bt, mask };
+    struct batch b = { 4, bt, mask, 0 };
     struct model_out out = { got, NULL };
     CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
     CHECK_EQ(kv_seq_len(kv, s), 5);
@@ -568,7 +568,7 @@ test_hooks(void)
     struct batch_tok bt[5];
     for (int i = 0; i < 5; i++)
         bt[i] = (struct batch_tok){ s, i, prompt[i], i >= 3, 0 };
-    struct batch b = { 5, bt, NULL };
+    struct batch b = { 5, bt, NULL, 0 };
     struct hook_log h = { 0 };
     h.E = E, h.F = m->hp.n_ff, h.V = V;
     struct model_hooks hk = { hook_fn, &h,
@@ -630,7 +630,7 @@ test_hooks(void)
     bt[0].pos = -1;
     CHECK_EQ(model_forward(m, kv, &b, NULL, NULL, &d), -ST_RANGE);
     bt[0].pos = 0;
-    struct batch empty = { 0, bt, NULL };
+    struct batch empty = { 0, bt, NULL, 0 };
     CHECK_EQ(model_forward(m, kv, &empty, NULL, NULL, &d), -ST_RANGE);
     CHECK_EQ(kv_seq_len(kv, s2), 5);
 
@@ -643,7 +643,7 @@ test_hooks(void)
     int32_t sb;
     kv_seq_new(kvbad, &sb);
     bt[0].seq = sb;
-    struct batch one = { 1, bt, NULL };
+    struct batch one = { 1, bt, NULL, 0 };
     CHECK_EQ(model_forward(m, kvbad, &one, NULL, NULL, &d), -ST_RANGE);
     kv_free(kvbad);
 
@@ -663,7 +663,7 @@ test_hooks(void)
         two[2 * i] = (struct batch_tok){ a1, 5 + i, prompt[i], 0, 0 };
         two[2 * i + 1] = (struct batch_tok){ a2, i, prompt[i], 0, 0 };
     }
-    struct batch b3 = { 6, two, NULL };
+    struct batch b3 = { 6, two, NULL, 0 };
     CHECK_EQ(model_forward(m, small, &b3, NULL, NULL, &d), -ST_NOMEM);
     CHECK(strstr(d.msg, "kv cache full") != NULL);
     CHECK_EQ(kv_seq_len(small, a1), 5);
@@ -1066,7 +1066,7 @@ test_long_batches(void)
                     for (int64_t r = 0; r < n; r++)
                         bt[r] = (struct batch_tok){ sq[k], (int32_t)(i + r),
                                                     (int32_t)((7 * (i + r) + 13 * k) % 250), 1, 0 };
-                    struct batch b = { n, bt, NULL };
+                    struct batch b = { n, bt, NULL, 0 };
                     out.logits = scr;
                     CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
                 }
@@ -1079,7 +1079,7 @@ test_long_batches(void)
                         int q = pass == 0 ? k : (int)(r % 3);
                         bt[r] = (struct batch_tok){ sq[q], (int32_t)lens[q], 11 + q, 1, 0 };
                     }
-                    struct batch b = { n, bt, pass == 2 ? mask : NULL };
+                    struct batch b = { n, bt, pass == 2 ? mask : NULL, 0 };
                     out.logits = res + (pass == 0 ? k : pass == 1 ? 3 : 6) * V;
                     CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
                     for (int q = 0; q < 3; q++)
