@@ -1,7 +1,8 @@
 /*
- * convert.c - format detection, GGUF -> GGUF copies and retyping, and the
- * tensor pipeline every conversion shares (convert_hf.c and convert_l2c.c
- * build on it).  See convert.h.
+ * convert.c - format detection, GGUF -> GGUF copies and retyping, and
+ * convert_model(), which hands the other directions to convert_hf.c and
+ * convert_l2c.c (convert_priv.h).  Every direction streams its tensors
+ * through the pipeline of gguf_write.h.  See convert.h.
  */
 #include "convert.h"
 
@@ -9,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
-#include "convert_int.h"
+#include "convert_priv.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "qtypes.h"
 #include "xio.h"
 
@@ -85,197 +86,6 @@ convert_detect(const char *path, enum model_fmt *out, struct diag *d)
     return diag_set(d, ST_FORMAT, "unrecognised format (not GGUF, not a llama2.c checkpoint)");
 }
 
-/* ---- the tensor pipeline ---- */
-
-bool
-tensor_is_1d(const int64_t *ne)
-{
-    return ne[1] == 1 && ne[2] == 1 && ne[3] == 1;
-}
-
-int64_t
-permute_src_row(int64_t r, int64_t n_rows, int n_head, bool to_hf)
-{
-    int64_t hd, h, j, half;
-
-    if (n_head <= 0 || n_rows % n_head)
-        return r;
-    hd = n_rows / n_head;
-    if (hd % 2)
-        return r;
-    half = hd / 2;
-    h = r / hd;
-    j = r % hd;
-    if (!to_hf)     /* GGUF row h*D + j comes from HF row h*D + (j%2)*D/2 + j/2 */
-        return h * hd + (j % 2) * half + j / 2;
-    /* HF row h*D + a*D/2 + i comes from GGUF row h*D + 2i + a */
-    return h * hd + 2 * (j % half) + j / half;
-}
-
-int
-tensor_emit(const struct tsrc *s, uint32_t out_type, tensor_sink_fn sink, void *ctx, struct diag *d)
-{
-    const struct qtype *st = qtype_get(s->type), *dt = qtype_get(out_type);
-    int64_t ne0 = s->ne[0], nrows = s->ne[1] * s->ne[2] * s->ne[3];
-    size_t srow, drow;
-    int64_t chunk_rows;
-    float *tmp = NULL;
-    uint8_t *out = NULL;
-    int rc = 0;
-
-    if (!st || !dt)
-        return diag_set(d, ST_RANGE, "unknown tensor type");
-    srow = qtype_row_bytes(s->type, ne0);
-    drow = qtype_row_bytes(out_type, ne0);
-    if (!srow || !drow)
-        return diag_set(d, ST_RANGE, "row of %lld elements does not fit type %s", (long long)ne0,
-                        drow ? st->name : dt->name);
-    if (s->type == out_type && !s->perm_heads)
-        return sink(ctx, s->data, srow * (size_t)nrows, d);
-    if (!st->to_float)
-        return diag_set(d, ST_RANGE, "cannot convert from type %s", st->name);
-    if (!dt->from_float)
-        return diag_set(d, ST_RANGE, "cannot convert to type %s", dt->name);
-    chunk_rows = (int64_t)((4u << 20) / (drow + 1));
-    if (chunk_rows < 1)
-        chunk_rows = 1;
-    if (chunk_rows > nrows)
-        chunk_rows = nrows;
-    tmp = malloc((size_t)ne0 * sizeof(float));
-    out = malloc(drow * (size_t)chunk_rows);
-    if (!tmp || !out) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
-        goto out;
-    }
-    for (int64_t r0 = 0; r0 < nrows; r0 += chunk_rows) {
-        int64_t nr = nrows - r0 < chunk_rows ? nrows - r0 : chunk_rows;
-        for (int64_t k = 0; k < nr; k++) {
-            int64_t r = r0 + k, sr = r;
-            if (s->perm_heads)
-                sr = permute_src_row(r, nrows, s->perm_heads > 0 ? s->perm_heads : -s->perm_heads,
-                                     s->perm_heads < 0);
-            st->to_float((const uint8_t *)s->data + (size_t)sr * srow, tmp, ne0);
-            dt->from_float(tmp, out + (size_t)k * drow, ne0);
-        }
-        rc = sink(ctx, out, drow * (size_t)nr, d);
-        if (rc)
-            goto out;
-    }
-out:
-    free(tmp);
-    free(out);
-    return rc;
-}
-
-void
-diag_prefix_output(struct diag *d, const char *path)
-{
-    if (!strcmp(path, "-"))
-        diag_prefix(d, "stdout");
-    else
-        diag_prefix(d, "'%s'", path);
-}
-
-int
-sink_file(void *ctx, const void *p, size_t n, struct diag *d)
-{
-    return write_all((FILE *)ctx, p, n, d);
-}
-
-uint32_t
-ftype_for_type(int type)
-{
-    switch (type) {
-    case GGML_TYPE_F32: return 0;
-    case GGML_TYPE_F16: return 1;
-    case GGML_TYPE_BF16: return 32;
-    default: return 0;
-    }
-}
-
-/* The type a tensor gets when a model is retyped to `want`: 1-D tensors and
- * norms stay F32 (as convert_hf_to_gguf.py writes them). */
-uint32_t
-retype_for(const char *name, const int64_t *ne, uint32_t src_type, int want)
-{
-    size_t n = strlen(name);
-
-    if (want < 0)
-        return src_type;
-    if (tensor_is_1d(ne) || (n > 12 && !strcmp(name + n - 12, "_norm.weight")) ||
-        (n < 7 || strcmp(name + n - 7, ".weight")))
-        return GGML_TYPE_F32;
-    return (uint32_t)want;
-}
-
-int
-write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
-               void *fetch_ctx, const struct convert_opts *o, struct diag *d)
-{
-    return write_gguf_emit(meta, ts, n, fetch, fetch_ctx, NULL, NULL, NULL, o, d);
-}
-
-int
-write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
-                void *fetch_ctx, tensor_emit_fn emit, void *emit_ctx, const char *label,
-                const struct convert_opts *o, struct diag *d)
-{
-    struct xout xo = {0};
-    struct xout *out = o->out ? o->out : &xo;
-    struct progress pb;
-    uint64_t total = 0, done = 0;
-    int rc;
-
-    for (size_t i = 0; i < n; i++) {
-        int64_t k = gguf_add_tensor(meta, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne, NULL, d);
-        if (k < 0)
-            return (int)k;
-        total += meta->t[k].nbytes;
-    }
-    if (!o->out && (rc = xout_open(&xo, o->output, o->force, d)) < 0) {
-        diag_prefix_output(d, o->output);
-        return rc;
-    }
-    rc = gguf_write_header(meta, out->fp, d);
-    if (rc)
-        goto fail;
-    progress_begin(&pb, o->progress, label ? label : "converting", total);
-    for (size_t i = 0; i < n; i++) {
-        struct tsrc s = ts[i].src;
-        const struct gguf_tensor *t = &meta->t[meta->n_tensors - n + i];
-        if (!s.data) {
-            s.data = fetch(fetch_ctx, i, d);
-            if (!s.data) {
-                rc = -ST_FORMAT;
-                goto fail;
-            }
-        }
-        rc = emit ? emit(emit_ctx, i, &s, t->type, sink_file, out->fp, d)
-                  : tensor_emit(&s, t->type, sink_file, out->fp, d);
-        if (!rc)
-            rc = gguf_write_padding(meta, out->fp, t->nbytes, d);
-        if (rc) {
-            diag_prefix(d, "tensor '%s'", t->name.p);
-            goto fail;
-        }
-        done += t->nbytes;
-        progress_update(&pb, done);
-    }
-    progress_end(&pb);
-    if (o->out)
-        return 0;
-    rc = xout_commit(&xo, d);
-    if (rc)
-        diag_prefix_output(d, o->output);
-    return rc;
-fail:
-    if (rc == -ST_IO)
-        diag_prefix_output(d, o->output);
-    if (!o->out)
-        xout_abort(&xo);
-    return rc;
-}
-
 /* ---- GGUF -> GGUF ---- */
 
 struct gguf_fetch {
@@ -314,6 +124,7 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
     struct gguf in, outg;
     struct gguf_fetch f = {0};
     struct out_tensor *ts = NULL;
+    struct gguf_write_opts wo = CONVERT_WRITE_OPTS(o);
     bool lossy_warned = false;
     int rc;
 
@@ -359,7 +170,7 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
     }
     f.in = &in;
     f.path = o->input;
-    rc = write_gguf_out(&outg, ts, in.n_tensors, fetch_gguf, &f, o, d);
+    rc = write_gguf_out(&outg, ts, in.n_tensors, fetch_gguf, &f, &wo, d);
 out:
     free(f.buf);
     free(ts);

@@ -2,7 +2,7 @@
  * convert_hf.c - Hugging Face checkpoint directories <-> GGUF, and --info
  * for them.  The HF side (config, vocabulary, names, permutation) is hf.h;
  * the containers are safetensors.h and gguf.h; tensors stream through
- * tensor_emit() one at a time.
+ * tensor_emit() (gguf_write.h) one at a time.
  */
 #include <inttypes.h>
 #include <libgen.h>
@@ -10,9 +10,11 @@
 #include <string.h>
 
 #include "cli.h"
-#include "convert_int.h"
+#include "convert.h"
+#include "convert_priv.h"
 #include "escape.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "hf.h"
 #include "json.h"
 #include "qtypes.h"
@@ -91,6 +93,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     struct gguf g;
     struct ordered *ts = NULL;
     struct out_tensor *flat = NULL;
+    struct gguf_write_opts wo = CONVERT_WRITE_OPTS(o);
     float *rope_freqs = NULL;
     char *path = NULL, *name = NULL;
     size_t n = 0;
@@ -233,7 +236,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     if ((rc = hf_config_to_gguf(&g, &cfg, ftype_for_type(want), d)) ||
         (rc = hf_vocab_to_gguf(&g, &voc, d)))
         goto out;
-    rc = write_gguf_out(&g, flat, n, NULL, NULL, o, d);
+    rc = write_gguf_out(&g, flat, n, NULL, NULL, &wo, d);
 out:
     free(flat);
     free(ts);

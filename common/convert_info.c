@@ -10,7 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert_int.h"
+#include "convert.h"
+#include "convert_priv.h"
 #include "escape.h"
 #include "gguf.h"
 #include "json.h"

@@ -11,9 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert_int.h"
+#include "convert.h"
+#include "convert_priv.h"
 #include "escape.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "json.h"
 #include "llama2c.h"
 #include "qtypes.h"
@@ -148,6 +150,7 @@ convert_l2c_to_gguf(const struct convert_opts *o, struct diag *d)
     struct gguf g;
     struct llama2c_view *views = NULL;
     struct out_tensor *ts = NULL;
+    struct gguf_write_opts wo = CONVERT_WRITE_OPTS(o);
     char *tokpath = NULL;
     size_t nv;
     int rc;
@@ -211,7 +214,7 @@ convert_l2c_to_gguf(const struct convert_opts *o, struct diag *d)
         t->src.type = GGML_TYPE_F32;
         memcpy(t->src.ne, t->ne, sizeof(t->ne));
     }
-    rc = write_gguf_out(&g, ts, nv, NULL, NULL, o, d);
+    rc = write_gguf_out(&g, ts, nv, NULL, NULL, &wo, d);
 out:
     free(views);
     free(ts);

@@ -1,7 +1,7 @@
 /*
  * quantize.c - a GGUF file in, a quantized GGUF file out, the way
  * llama-quantize's llama_model_quantize_impl writes it (see quantize.h),
- * through convert's writer (convert_int.h: write_gguf_emit) with our own
+ * through the GGUF writer (gguf_write.h: write_gguf_emit) with our own
  * emitter: dequantize or widen the source rows to f32, then quantize the
  * rows across the thread pool with kernels/quant.h.  Rows are independent,
  * so the bytes do not depend on the number of threads.
@@ -18,9 +18,8 @@
 #include <openssl/evp.h>
 
 #include "cli.h"
-#include "convert.h"
-#include "convert_int.h"
 #include "gguf.h"
+#include "gguf_write.h"
 #include "imatrix.h"
 #include "qtypes.h"
 #include "quant.h"
@@ -297,7 +296,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     struct order_ent *ord = NULL;
     struct out_tensor *ts = NULL;
     struct qrun q;
-    struct convert_opts co = { 0 };
+    struct gguf_write_opts wo = { 0 };
     const char *ftype_name = "?";
     size_t n_ft;
     const struct quant_ftype *ftl = quant_ftype_list(&n_ft);
@@ -412,13 +411,11 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
         goto out;
     q.o = o;
     q.r = r;
-    co.input = o->input;
-    co.output = o->output;
-    co.force = o->force;
-    co.progress = o->progress;
-    co.warn = o->warn;
-    co.out = o->out;
-    rc = write_gguf_emit(&outg, ts, in.n_tensors, NULL, NULL, emit_tensor, &q, "quantizing", &co, d);
+    wo.output = o->output;
+    wo.force = o->force;
+    wo.progress = o->progress;
+    wo.out = o->out;
+    rc = write_gguf_emit(&outg, ts, in.n_tensors, NULL, NULL, emit_tensor, &q, "quantizing", &wo, d);
     if (rc)
         goto out;
     for (size_t k = 0; k < r->n; k++) {

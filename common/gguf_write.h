@@ -1,17 +1,23 @@
 /*
- * convert_int.h - internals shared by convert.c, convert_hf.c, convert_l2c.c
- * and convert_info.c.  Not part of the library's public interface.
+ * gguf_write.h - the tensor pipeline every GGUF writer shares: where an
+ * output tensor's bytes come from (struct tsrc), how they are converted to
+ * the output type row by row (tensor_emit) and handed to a consumer (a
+ * sink), and the streaming writer that puts a set of tensors into a GGUF
+ * output atomically (write_gguf_out, write_gguf_emit).  convert uses it for
+ * every conversion, quantize runs its row quantizers through it (its own
+ * emitter); the HF writer uses tensor_emit with a safetensors sink.
  */
-#ifndef LLMKIT_CONVERT_INT_H
-#define LLMKIT_CONVERT_INT_H
+#ifndef LLMKIT_GGUF_WRITE_H
+#define LLMKIT_GGUF_WRITE_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
-#include "convert.h"
 #include "gguf.h"
+#include "status.h"
+
+struct xout;
 
 /* Where an output tensor's bytes come from: source bytes of a ggml type
  * (safetensors F32/F16/BF16 have ggml's layouts), the source shape in GGUF
@@ -57,11 +63,21 @@ struct out_tensor {
 
 typedef const void *(*tensor_fetch_fn)(void *ctx, size_t i, struct diag *d);
 
+/* Where and how a GGUF is written. */
+struct gguf_write_opts {
+    const char *output;         /* path or "-" (named in messages) */
+    bool force;                 /* replace an existing output */
+    int progress;               /* -1 auto (TTY), 0 off, 1 on */
+    struct xout *out;           /* written into this open output and left for
+                                 * the caller to commit or abort; NULL = open
+                                 * output and commit it here */
+};
+
 /* write_gguf_out() : adds ts[0..n) to meta (whose KVs are set), writes the
  * GGUF atomically to o->output with a progress bar, converting each tensor
  * with tensor_emit.  Leaves no output on failure. */
 int write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
-                   void *fetch_ctx, const struct convert_opts *o, struct diag *d);
+                   void *fetch_ctx, const struct gguf_write_opts *o, struct diag *d);
 
 /* A replacement for tensor_emit in write_gguf_emit: produces the bytes of
  * output tensor i (type out_type) from s and hands them to sink.  Used by
@@ -73,16 +89,21 @@ typedef int (*tensor_emit_fn)(void *ctx, size_t i, const struct tsrc *s, uint32_
  * tensor_emit) and progress label (NULL = "converting"). */
 int write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
                     void *fetch_ctx, tensor_emit_fn emit, void *emit_ctx, const char *label,
-                    const struct convert_opts *o, struct diag *d);
+                    const struct gguf_write_opts *o, struct diag *d);
 
+/* ---- output types ---- */
+
+/* tensor_is_1d() : whether a GGUF shape has one dimension (ne[1..3] == 1). */
 bool tensor_is_1d(const int64_t *ne);
-uint32_t ftype_for_type(int type);
-uint32_t retype_for(const char *name, const int64_t *ne, uint32_t src_type, int want);
 
-int convert_gguf_to_hf(const struct convert_opts *o, struct diag *d);
-int convert_hf_to_gguf(const struct convert_opts *o, struct diag *d);
-int convert_l2c_to_gguf(const struct convert_opts *o, struct diag *d);
-int info_hf(const char *dir, bool json, FILE *out, struct diag *d);
-int info_l2c(const char *path, bool json, FILE *out, struct diag *d);
+/* ftype_for_type() : general.file_type of a model whose weights are of ggml
+ * type `type` (F32 0, F16 1, BF16 32; 0 for any other). */
+uint32_t ftype_for_type(int type);
+
+/* retype_for() : the type tensor `name` of shape ne and type src_type gets
+ * when a model is retyped to `want` (< 0: kept): 1-D tensors, norms and
+ * tensors not named *.weight stay F32, as convert_hf_to_gguf.py writes
+ * them. */
+uint32_t retype_for(const char *name, const int64_t *ne, uint32_t src_type, int want);
 
 #endif

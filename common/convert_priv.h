@@ -1,0 +1,35 @@
+/*
+ * convert_priv.h - the directions of convert_model() and convert_info()
+ * that live in their own files (convert_hf.c, convert_l2c.c), for
+ * convert.c and convert_info.c.  Not part of the library's public
+ * interface: use convert.h.  The tensor pipeline all of them share is the
+ * public gguf_write.h.
+ *
+ * The entry points take convert.h's options by pointer only, so this header
+ * needs no other header of ours: it sits below convert.h, and convert.c
+ * calls down into convert_hf.c and convert_l2c.c, which never call back.
+ */
+#ifndef LLMKIT_CONVERT_PRIV_H
+#define LLMKIT_CONVERT_PRIV_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+struct convert_opts;
+struct diag;
+
+/* The output part of convert_opts, as write_gguf_out() takes it:
+ * struct gguf_write_opts w = CONVERT_WRITE_OPTS(o); */
+#define CONVERT_WRITE_OPTS(o) \
+    { .output = (o)->output, .force = (o)->force, .progress = (o)->progress, .out = (o)->out }
+
+/* ---- convert_hf.c ---- */
+int convert_gguf_to_hf(const struct convert_opts *o, struct diag *d);
+int convert_hf_to_gguf(const struct convert_opts *o, struct diag *d);
+int info_hf(const char *dir, bool json, FILE *out, struct diag *d);
+
+/* ---- convert_l2c.c ---- */
+int convert_l2c_to_gguf(const struct convert_opts *o, struct diag *d);
+int info_l2c(const char *path, bool json, FILE *out, struct diag *d);
+
+#endif
