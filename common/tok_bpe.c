@@ -33,7 +33,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok_int.h"
+#include "tok_priv.h"
+#include "tokenizer.h"
 
 #define KEY_MERGES "tokenizer.ggml.merges"
 

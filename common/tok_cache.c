@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok_int.h"
+#include "tok_priv.h"
+#include "tokenizer.h"
 
 #define SLOTS 65536                   /* at most half are used */
 

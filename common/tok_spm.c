@@ -25,7 +25,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok_int.h"
+#include "tok_priv.h"
+#include "tokenizer.h"
 
 struct sym {
     int32_t prev, next;
@@ -200,7 +201,7 @@ try_bigram(const struct tok_priv *p, struct tok_spm_state *s, int32_t l, int32_t
     return heap_push(s, (struct bigram){p->tok[id].score, l, r, size, id});
 }
 
-/* A symbol that is one barrier byte (see tok_int.h) can never merge. */
+/* A symbol that is one barrier byte (see tok_priv.h) can never merge. */
 static bool
 is_barrier(const struct tok_priv *p, const struct tok_spm_state *s, size_t k)
 {

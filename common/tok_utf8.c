@@ -2,7 +2,7 @@
  * tok_utf8.c - UTF-8 decoding the way llama.cpp's unicode.cpp does it, and
  * GPT-2's byte <-> unicode table (formats.md 8.6 C).
  */
-#include "tok_int.h"
+#include "tok_priv.h"
 
 uint32_t
 tok_utf8_next(const char *s, size_t n, size_t *i)

@@ -1,14 +1,16 @@
 /*
  * tokenizer.c - loading a GGUF vocabulary, the special-token partition, the
  * encode driver and decoding (see tokenizer.h).  The SPM and BPE algorithms
- * are in tok_spm.c and tok_bpe.c.
+ * are in tok_spm.c and tok_bpe.c, the string -> id map in tok_vocab.c
+ * (tok_priv.h).
  */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "tok_int.h"
+#include "tok_priv.h"
+#include "tokenizer.h"
 
 #define KEY_MODEL "tokenizer.ggml.model"
 #define KEY_PRE "tokenizer.ggml.pre"
@@ -28,79 +30,12 @@ set_warning(struct tokenizer *t, const char *fmt, ...)
     va_end(ap);
 }
 
-/* ---- the string -> id map ---- */
-
-int32_t
-tok_lookup(const struct tok_priv *p, const char *s, size_t n)
-{
-    uint32_t h = tok_hash(TOK_HASH_INIT, s, n), i;
-
-    for (i = h & p->map_mask;; i = (i + 1) & p->map_mask) {
-        uint64_t v = p->map[i];
-        const struct tok_entry *e;
-
-        if (!v)
-            return -1;
-        if ((uint32_t)(v >> 32) != h)
-            continue;
-        e = &p->tok[(uint32_t)v - 1];
-        if (e->len == n && !memcmp(p->text + e->off, s, n))
-            return (int32_t)((uint32_t)v - 1);
-    }
-}
-
-/* Inserts id; returns the id already holding the same text, or -1. */
-static int32_t
-map_insert(struct tok_priv *p, int32_t id)
-{
-    const struct tok_entry *e = &p->tok[id];
-    const char *s = p->text + e->off;
-    uint32_t h = tok_hash(TOK_HASH_INIT, s, e->len), i;
-
-    for (i = h & p->map_mask;; i = (i + 1) & p->map_mask) {
-        uint64_t v = p->map[i];
-        const struct tok_entry *o;
-
-        if (!v) {
-            p->map[i] = (uint64_t)h << 32 | ((uint32_t)id + 1);
-            return -1;
-        }
-        o = &p->tok[(uint32_t)v - 1];
-        if ((uint32_t)(v >> 32) == h && o->len == e->len && !memcmp(p->text + o->off, s, e->len))
-            return (int32_t)((uint32_t)v - 1);
-    }
-}
-
 int32_t
 tok_find(const struct tokenizer *t, const char *text, size_t len)
 {
     if (!t->p)
         return TOK_NULL;
     return tok_lookup(t->p, text, len);
-}
-
-int
-tok_ids_push(struct tok_ids *ids, int32_t id)
-{
-    if (ids->n == ids->cap) {
-        size_t nc = ids->cap ? ids->cap * 2 : 64;
-        int32_t *nv = realloc(ids->v, nc * sizeof(*nv));
-
-        if (!nv)
-            return -ST_NOMEM;
-        ids->v = nv;
-        ids->cap = nc;
-    }
-    ids->v[ids->n++] = id;
-    return 0;
-}
-
-void
-tok_ids_release(struct tok_ids *ids)
-{
-    free(ids->v);
-    ids->v = NULL;
-    ids->n = ids->cap = 0;
 }
 
 /* ---- loading ---- */
@@ -151,7 +86,7 @@ load_texts(struct tokenizer *t, const struct gguf_kv *kv, struct diag *d)
         p->tok[i].len = (uint32_t)n;
         p->tok[i].attr = TOK_ATTR_NORMAL;
         off += n + 1;
-        dup = map_insert(p, (int32_t)i);
+        dup = tok_map_insert(p, (int32_t)i);
         if (dup >= 0)
             return diag_set(d, ST_FORMAT, "%s: duplicate token '%.64s' has ids %d and %llu",
                             KEY_TOKENS, p->text + p->tok[i].off, dup, (unsigned long long)i);

@@ -28,7 +28,7 @@
 #include <string.h>
 
 #include "gguf.h"
-#include "tok_int.h"
+#include "tok_priv.h"
 #include "tokenizer.h"
 #include "xio.h"
 

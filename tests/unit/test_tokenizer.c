@@ -27,7 +27,7 @@
 
 #include "gguf.h"
 #include "json.h"
-#include "tok_int.h"
+#include "tok_priv.h"
 #include "tokenizer.h"
 #include "xio.h"
 

@@ -1,15 +1,26 @@
 /*
- * tok_int.h - internals shared by tokenizer.c, tok_spm.c, tok_bpe.c and
- * tok_utf8.c.  Not part of the library's interface: use tokenizer.h.
+ * tok_priv.h - internals shared by the files of the tokenizer: tokenizer.c
+ * (loading, the special-token partition, the encode driver, decoding) on
+ * top, tok_spm.c and tok_bpe.c (the two algorithms) below it, and the
+ * pieces both use: tok_vocab.c (the string -> id map, id lists),
+ * tok_cache.c (word cache) and tok_utf8.c.  Calls go down only: nothing
+ * below tokenizer.c calls into it.  Not part of the library's interface:
+ * use tokenizer.h.
+ *
+ * Public types appear here by pointer only, so this header includes no
+ * header of ours; the .c files include tokenizer.h for their fields.
  */
-#ifndef LLMKIT_TOK_INT_H
-#define LLMKIT_TOK_INT_H
+#ifndef LLMKIT_TOK_PRIV_H
+#define LLMKIT_TOK_PRIV_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tokenizer.h"
+struct diag;
+struct gguf;
+struct tok_ids;
+struct tokenizer;
 
 #define TOK_MAX_RE 8          /* regexes in one pre-tokenizer */
 
@@ -138,10 +149,14 @@ size_t tok_utf8_put(uint32_t cp, char *out);
 extern const char tok_byte_utf8[256][3];
 int tok_unicode_byte(uint32_t cp);
 
-/* ---- tokenizer.c ---- */
+/* ---- tok_vocab.c ---- */
 
 /* tok_lookup() : id of the exact string, or -1. */
 int32_t tok_lookup(const struct tok_priv *p, const char *s, size_t n);
+
+/* tok_map_insert() : enters token id (whose text is set) into the map;
+ * returns the id already holding the same text, or -1. */
+int32_t tok_map_insert(struct tok_priv *p, int32_t id);
 
 /* Appends one id (0 or -ST_NOMEM). */
 int tok_ids_push(struct tok_ids *ids, int32_t id);
