@@ -16,73 +16,84 @@
 
 /* ---- hyperparameter keys ---- */
 
-#define HF(...) ((const char *const[]){ __VA_ARGS__, NULL })
+/* config.json spellings: B() read always, K() only for KV accounting of any
+ * model (spellings of other families: falcon, chatglm, t5 ...), C() only
+ * when converting (the rest of llama.cpp's converter's search lists, in its
+ * order; max_length is a generation setting in most configs). */
+#define HF(...) ((const struct arch_hf_name[]){ __VA_ARGS__, { NULL, 0 } })
+#define B(s) { s, 0 }
+#define K(s) { s, ARCH_HF_KV }
+#define C(s) { s, ARCH_HF_CONVERT }
 #define OFF(f) offsetof(struct arch_hparams, f)
 #define DIM ((double)ARCH_MAX_DIM)
 #define U32MAX 4294967295.0
 
 const struct arch_key arch_keys[ARCH_HP_COUNT] = {
     [ARCH_HP_BLOCK_COUNT] = { "block_count", ARCH_KT_U32, ARCH_K_KV, 1, ARCH_MAX_LAYERS,
-        HF("num_hidden_layers", "n_layer", "n_layers", "num_layers"), NULL, OFF(n_layer) },
+        HF(B("num_hidden_layers"), K("n_layer"), B("n_layers"), C("n_layer"), B("num_layers")),
+        OFF(n_layer) },
     [ARCH_HP_CONTEXT_LENGTH] = { "context_length", ARCH_KT_U32, ARCH_K_KV, 1, U32MAX,
-        HF("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length"),
-        HF("n_ctx", "max_length", "model_max_length"), OFF(n_ctx_train) },
+        HF(B("max_position_embeddings"), C("n_ctx"), B("n_positions"), K("seq_length"),
+           C("max_length"), B("max_sequence_length"), C("model_max_length")),
+        OFF(n_ctx_train) },
     [ARCH_HP_EMBEDDING_LENGTH] = { "embedding_length", ARCH_KT_U32, ARCH_K_KV, 1, DIM,
-        HF("hidden_size", "n_embd", "d_model", "dim"), NULL, OFF(n_embd) },
+        HF(B("hidden_size"), B("n_embd"), K("d_model"), C("dim")), OFF(n_embd) },
     [ARCH_HP_FEED_FORWARD_LENGTH] = { "feed_forward_length", ARCH_KT_U32, ARCH_K_PER_LAYER, 1, DIM,
-        HF("intermediate_size", "n_inner", "hidden_dim"), NULL, OFF(n_ff) },
+        HF(B("intermediate_size"), C("n_inner"), C("hidden_dim")), OFF(n_ff) },
     [ARCH_HP_HEAD_COUNT] = { "attention.head_count", ARCH_KT_U32, ARCH_K_PER_LAYER | ARCH_K_KV,
-        1, DIM, HF("num_attention_heads", "n_head", "n_heads", "num_heads"), NULL, OFF(n_head) },
-    [ARCH_HP_HEAD_COUNT_KV] = { "attention.head_count_kv", ARCH_KT_U32, ARCH_K_PER_LAYER | ARCH_K_KV,
-        1, DIM, HF("num_key_value_heads", "num_kv_heads", "n_head_kv", "multi_query_group_num"), NULL,
-        OFF(n_head_kv) },
+        1, DIM, HF(B("num_attention_heads"), B("n_head"), B("n_heads"), K("num_heads")),
+        OFF(n_head) },
+    [ARCH_HP_HEAD_COUNT_KV] = { "attention.head_count_kv", ARCH_KT_U32,
+        ARCH_K_PER_LAYER | ARCH_K_KV, 1, DIM,
+        HF(B("num_key_value_heads"), K("num_kv_heads"), K("n_head_kv"),
+           K("multi_query_group_num")), OFF(n_head_kv) },
     [ARCH_HP_KEY_LENGTH] = { "attention.key_length", ARCH_KT_U32, ARCH_K_KV, 1, DIM,
-        HF("head_dim"), NULL, OFF(head_dim) },
+        HF(B("head_dim")), OFF(head_dim) },
     [ARCH_HP_VALUE_LENGTH] = { "attention.value_length", ARCH_KT_U32, ARCH_K_KV, 1, DIM,
-        NULL, NULL, OFF(head_dim_v) },
+        NULL, OFF(head_dim_v) },
     [ARCH_HP_RMS_EPS] = { "attention.layer_norm_rms_epsilon", ARCH_KT_F32, 0, 0, 1,
-        HF("rms_norm_eps"), NULL, OFF(rms_eps) },
+        HF(B("rms_norm_eps")), OFF(rms_eps) },
     [ARCH_HP_ROPE_DIM] = { "rope.dimension_count", ARCH_KT_U32, ARCH_K_KV, 1, DIM,
-        HF("qk_rope_head_dim"), NULL, OFF(n_rot) },
+        HF(B("qk_rope_head_dim")), OFF(n_rot) },
     [ARCH_HP_ROPE_FREQ_BASE] = { "rope.freq_base", ARCH_KT_F32, 0, 1e-3, 1e12,
-        HF("rope_theta"), NULL, OFF(rope_freq_base) },
+        HF(B("rope_theta")), OFF(rope_freq_base) },
     [ARCH_HP_ROPE_FREQ_BASE_SWA] = { "rope.freq_base_swa", ARCH_KT_F32, 0, 1e-3, 1e12,
-        HF("rope_local_base_freq"), NULL, OFF(rope_freq_base_swa) },
+        HF(B("rope_local_base_freq")), OFF(rope_freq_base_swa) },
     /* rope_scaling is an object in config.json: hf_config.c reads it */
     [ARCH_HP_ROPE_SCALING_TYPE] = { "rope.scaling.type", ARCH_KT_STR, 0, 0, 0,
-        NULL, NULL, OFF(rope_scaling) },
+        NULL, OFF(rope_scaling) },
     [ARCH_HP_ROPE_SCALING_FACTOR] = { "rope.scaling.factor", ARCH_KT_F32, 0, 0, 1e9,
-        NULL, NULL, OFF(rope_factor) },
+        NULL, OFF(rope_factor) },
     [ARCH_HP_ROPE_SCALE_LINEAR] = { "rope.scale_linear", ARCH_KT_F32, 0, 0, 1e9,
-        NULL, NULL, OFF(rope_scale_linear) },
+        NULL, OFF(rope_scale_linear) },
     [ARCH_HP_ROPE_ORIG_CTX] = { "rope.scaling.original_context_length", ARCH_KT_U32, 0, 1, U32MAX,
-        NULL, NULL, OFF(rope_orig_ctx) },
+        NULL, OFF(rope_orig_ctx) },
     [ARCH_HP_YARN_EXT_FACTOR] = { "rope.scaling.yarn_ext_factor", ARCH_KT_F32, 0, -1e6, 1e6,
-        NULL, NULL, OFF(yarn_ext_factor) },
+        NULL, OFF(yarn_ext_factor) },
     [ARCH_HP_YARN_ATTN_FACTOR] = { "rope.scaling.yarn_attn_factor", ARCH_KT_F32, 0, -1e6, 1e6,
-        NULL, NULL, OFF(yarn_attn_factor) },
+        NULL, OFF(yarn_attn_factor) },
     [ARCH_HP_YARN_BETA_FAST] = { "rope.scaling.yarn_beta_fast", ARCH_KT_F32, 0, -1e6, 1e6,
-        NULL, NULL, OFF(yarn_beta_fast) },
+        NULL, OFF(yarn_beta_fast) },
     [ARCH_HP_YARN_BETA_SLOW] = { "rope.scaling.yarn_beta_slow", ARCH_KT_F32, 0, -1e6, 1e6,
-        NULL, NULL, OFF(yarn_beta_slow) },
+        NULL, OFF(yarn_beta_slow) },
     [ARCH_HP_VOCAB_SIZE] = { "vocab_size", ARCH_KT_U32, 0, 1, ARCH_MAX_VOCAB,
-        HF("vocab_size"), NULL, OFF(n_vocab) },
+        HF(B("vocab_size")), OFF(n_vocab) },
     [ARCH_HP_EXPERT_COUNT] = { "expert_count", ARCH_KT_U32, 0, 0, U32MAX,
-        HF("num_local_experts", "n_routed_experts"), NULL, OFF(n_expert) },
+        HF(B("num_local_experts"), B("n_routed_experts")), OFF(n_expert) },
     [ARCH_HP_KV_LORA_RANK] = { "attention.kv_lora_rank", ARCH_KT_U32, ARCH_K_KV, 0, DIM,
-        HF("kv_lora_rank"), NULL, OFF(kv_lora_rank) },
+        HF(B("kv_lora_rank")), OFF(kv_lora_rank) },
     [ARCH_HP_Q_LORA_RANK] = { "attention.q_lora_rank", ARCH_KT_U32, 0, 0, DIM,
-        HF("q_lora_rank"), NULL, OFF(q_lora_rank) },
+        HF(B("q_lora_rank")), OFF(q_lora_rank) },
     [ARCH_HP_KEY_LENGTH_MLA] = { "attention.key_length_mla", ARCH_KT_U32, 0, 1, DIM,
-        NULL, NULL, OFF(head_dim_mla) },
+        NULL, OFF(head_dim_mla) },
     [ARCH_HP_VALUE_LENGTH_MLA] = { "attention.value_length_mla", ARCH_KT_U32, ARCH_K_KV, 1, DIM,
-        HF("v_head_dim"), NULL, OFF(head_dim_v_mla) },
+        HF(B("v_head_dim")), OFF(head_dim_v_mla) },
     [ARCH_HP_QK_NOPE_DIM] = { NULL, ARCH_KT_U32, ARCH_K_KV, 0, DIM,
-        HF("qk_nope_head_dim"), NULL, OFF(qk_nope_dim) },
+        HF(B("qk_nope_head_dim")), OFF(qk_nope_dim) },
     [ARCH_HP_SLIDING_WINDOW] = { "attention.sliding_window", ARCH_KT_U32, ARCH_K_KV, 0, U32MAX,
-        HF("sliding_window"), NULL, OFF(sliding_window) },
+        HF(B("sliding_window")), OFF(sliding_window) },
     [ARCH_HP_SWA_PATTERN] = { "attention.sliding_window_pattern", ARCH_KT_PATTERN, ARCH_K_KV, 0, 0,
-        HF("sliding_window_pattern"), NULL, OFF(swa_period) },
+        HF(B("sliding_window_pattern")), OFF(swa_period) },
 };
 
 _Static_assert(ARCH_HP_COUNT <= 64, "arch_hparams.has is a 64-bit mask");
@@ -153,17 +164,31 @@ static const struct arch_tensor llama_tensors[] = {
  * those of a 7B model and no checkpoint relies on them. */
 #define REQ_HF (ARCH_BIT(ARCH_HP_BLOCK_COUNT) | ARCH_BIT(ARCH_HP_EMBEDDING_LENGTH) | \
                 ARCH_BIT(ARCH_HP_FEED_FORWARD_LENGTH) | ARCH_BIT(ARCH_HP_HEAD_COUNT))
+/* The keys llama.cpp's loader reads for a llama-like architecture (others
+ * are not read, whatever they hold). */
+#define KEYS_LLAMA (REQ_GGUF | ARCH_BIT(ARCH_HP_HEAD_COUNT_KV) | ARCH_BIT(ARCH_HP_KEY_LENGTH) | \
+                    ARCH_BIT(ARCH_HP_VALUE_LENGTH) | ARCH_BIT(ARCH_HP_ROPE_DIM) | \
+                    ARCH_BIT(ARCH_HP_ROPE_FREQ_BASE) | ARCH_BIT(ARCH_HP_ROPE_SCALING_TYPE) | \
+                    ARCH_BIT(ARCH_HP_ROPE_SCALING_FACTOR) | ARCH_BIT(ARCH_HP_ROPE_SCALE_LINEAR) | \
+                    ARCH_BIT(ARCH_HP_ROPE_ORIG_CTX) | ARCH_BIT(ARCH_HP_YARN_EXT_FACTOR) | \
+                    ARCH_BIT(ARCH_HP_YARN_ATTN_FACTOR) | ARCH_BIT(ARCH_HP_YARN_BETA_FAST) | \
+                    ARCH_BIT(ARCH_HP_YARN_BETA_SLOW) | ARCH_BIT(ARCH_HP_VOCAB_SIZE) | \
+                    ARCH_BIT(ARCH_HP_EXPERT_COUNT))
+#define KEYS_SWA (ARCH_BIT(ARCH_HP_SLIDING_WINDOW) | ARCH_BIT(ARCH_HP_SWA_PATTERN) | \
+                  ARCH_BIT(ARCH_HP_ROPE_FREQ_BASE_SWA))
 
 static const struct arch arch_table[] = {
-    { ARCH_ID_LLAMA, "llama", ARCH_RECIPE_LLAMA, ARCH_F_CONVERT, REQ_GGUF, REQ_HF, 0,
+    { ARCH_ID_LLAMA, "llama", ARCH_RECIPE_LLAMA, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
       true, false, llama_tensors },
     /* converted (q/k/v biases, NeoX rope: no Q/K permutation), not run yet */
-    { ARCH_ID_QWEN2, "qwen2", ARCH_RECIPE_NONE, ARCH_F_CONVERT, REQ_GGUF, REQ_HF, 0,
+    { ARCH_ID_QWEN2, "qwen2", ARCH_RECIPE_NONE, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
       false, true, llama_tensors },
     /* known for their sliding windows (kvstat), not run or converted yet:
      * llama.cpp's set_swa_pattern(2) and (6), every n-th layer global */
-    { ARCH_ID_GEMMA2, "gemma2", ARCH_RECIPE_NONE, 0, REQ_GGUF, REQ_HF, 2, false, false, NULL },
-    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_NONE, 0, REQ_GGUF, REQ_HF, 6, false, false, NULL },
+    { ARCH_ID_GEMMA2, "gemma2", ARCH_RECIPE_NONE, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 2,
+      false, false, NULL },
+    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_NONE, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
+      false, false, NULL },
 };
 
 #define N_ARCH (sizeof(arch_table) / sizeof(arch_table[0]))
@@ -256,7 +281,7 @@ arch_hp_key(const struct arch_hparams *hp, enum arch_hp id, char *buf, size_t n)
     if (hp->key[id])
         return hp->key[id];
     if (hp->src == ARCH_SRC_CONFIG)
-        return k->hf ? k->hf[0] : k->gguf;
+        return k->hf ? k->hf[0].name : k->gguf;
     snprintf(buf, n, "%s.%s", hp->name, k->gguf ? k->gguf : "?");
     return buf;
 }
@@ -310,11 +335,15 @@ arch_swa_layer(const struct arch_hparams *hp, int64_t il)
 
 /* ---- GGUF ---- */
 
-/* ARCH_READ_KV reads the KV cache's geometry only. */
+/* ARCH_READ_KV reads the KV cache's geometry of any model; else an
+ * architecture of the table has its loader's keys read, and one the table
+ * does not know none (whoever runs or converts it refuses it first). */
 static bool
-wanted(unsigned flags, enum arch_hp id)
+wanted(unsigned flags, const struct arch_hparams *hp, enum arch_hp id)
 {
-    return !(flags & ARCH_READ_KV) || (arch_keys[id].flags & ARCH_K_KV);
+    if (flags & ARCH_READ_KV)
+        return (arch_keys[id].flags & ARCH_K_KV) != 0;
+    return hp->arch && (hp->arch->keys & ARCH_BIT(id));
 }
 
 static const char *
@@ -387,7 +416,8 @@ gguf_key(const struct gguf *g, struct arch_hparams *hp, enum arch_hp id, struct 
             hp->loose |= ARCH_BIT(id);
         break;
     case ARCH_KT_F32:
-        if (!gguf_kv_float(kv, &x))
+        if ((kv->type != GGUF_TYPE_FLOAT32 && kv->type != GGUF_TYPE_FLOAT64) ||
+            !gguf_kv_float(kv, &x))
             return diag_set(d, ST_FORMAT, "key '%s' has type %s, expected a float", key,
                             kv_type_name(kv));
         if (!isfinite(x))
@@ -438,10 +468,10 @@ arch_read_hparams(const struct gguf *g, unsigned flags, struct arch_hparams *hp,
     hp->name = name;
     hp->arch = arch_find(name);
     /* block_count first: per-layer arrays are checked against it */
-    if ((rc = gguf_key(g, hp, ARCH_HP_BLOCK_COUNT, d)) < 0)
+    if (wanted(flags, hp, ARCH_HP_BLOCK_COUNT) && (rc = gguf_key(g, hp, ARCH_HP_BLOCK_COUNT, d)) < 0)
         return rc;
     for (id = 0; id < ARCH_HP_COUNT; id++)
-        if (id != ARCH_HP_BLOCK_COUNT && wanted(flags, (enum arch_hp)id) &&
+        if (id != ARCH_HP_BLOCK_COUNT && wanted(flags, hp, (enum arch_hp)id) &&
             (rc = gguf_key(g, hp, (enum arch_hp)id, d)) < 0)
             return rc;
     swa_count(hp, NULL);
@@ -521,17 +551,16 @@ cfg_key(const json_t *c, unsigned flags, struct arch_hparams *hp, enum arch_hp i
         struct diag *d)
 {
     const struct arch_key *k = &arch_keys[id];
-    const char *const *lists[2] = { k->hf, (flags & ARCH_READ_KV) ? NULL : k->hf_conv };
-    const char *const *s;
+    const unsigned skip = (flags & ARCH_READ_KV) ? ARCH_HF_CONVERT : ARCH_HF_KV;
+    const struct arch_hf_name *s;
     const json_t *v = NULL;
     const char *key = NULL;
     int64_t i;
-    int l, rc;
+    int rc;
 
-    for (l = 0; l < 2 && !v; l++)
-        for (s = lists[l]; s && *s && !v; s++)
-            if ((v = member(c, *s)))
-                key = *s;
+    for (s = k->hf; s && s->name && !v; s++)
+        if (!(s->only & skip) && (v = member(c, s->name)))
+            key = s->name;
     if (!v)
         return 0;
     switch (k->type) {
@@ -573,8 +602,9 @@ arch_read_config(const json_t *root, unsigned flags, struct arch_hparams *hp, st
     hp->name = "";
     if (!json_is_object(root))
         return diag_set(d, ST_FORMAT, "not a JSON object");
-    /* multimodal configs (gemma3, llava ...) keep the language model apart */
-    if ((v = json_object_get(root, "text_config")) && json_is_object(v))
+    /* multimodal configs (gemma3, llava ...) keep the language model apart
+     * (accounted for; not converted) */
+    if (any && (v = json_object_get(root, "text_config")) && json_is_object(v))
         c = v;
 
     if ((a = member(root, "architectures"))) {
@@ -599,12 +629,13 @@ arch_read_config(const json_t *root, unsigned flags, struct arch_hparams *hp, st
              : hp->model_type ? hp->model_type : hp->hf_class ? hp->hf_class : "";
 
     for (id = 0; id < ARCH_HP_COUNT; id++)
-        if (wanted(flags, (enum arch_hp)id) && (rc = cfg_key(c, flags, hp, (enum arch_hp)id, d)) < 0)
+        if (wanted(flags, hp, (enum arch_hp)id) &&
+            (rc = cfg_key(c, flags, hp, (enum arch_hp)id, d)) < 0)
             return rc;
 
     /* falcon-7b, starcoder: multi_query = one K/V head (falcon-40b's
      * new_decoder_architecture keeps num_kv_heads) */
-    if ((v = json_object_get(c, "multi_query")) && json_is_true(v) &&
+    if (any && (v = json_object_get(c, "multi_query")) && json_is_true(v) &&
         (!arch_has(hp, ARCH_HP_HEAD_COUNT_KV) ||
          !json_is_true(json_object_get(c, "new_decoder_architecture")))) {
         hp->n_head_kv = 1;
@@ -644,9 +675,6 @@ check_key(struct arch_hparams *hp, enum arch_hp id, uint64_t required, struct di
         return gguf ? diag_set(d, ST_FORMAT, "missing key '%s'", key)
                     : diag_set(d, ST_FORMAT, "'%s' is missing", key);
     }
-    if (hp->loose & ARCH_BIT(id))
-        return diag_set(d, ST_FORMAT, "key '%s': wrong type %s, expected %s", key,
-                        kv_type_name(hp->kv[id]), ktype_name(k->type));
     if (k->type == ARCH_KT_U32) {
         int64_t v = ival(hp, id);
         if (v < k->lo || v > k->hi)
@@ -660,6 +688,20 @@ check_key(struct arch_hparams *hp, enum arch_hp id, uint64_t required, struct di
             return gguf ? diag_set(d, ST_FORMAT, "key '%s': value %g out of range", key, x)
                         : diag_set(d, ST_FORMAT, "'%s' = %g is out of range", key, x);
     }
+    return 0;
+}
+
+int
+arch_check_types(const struct arch_hparams *hp, struct diag *d)
+{
+    char buf[256];
+    int id;
+
+    for (id = 0; id < ARCH_HP_COUNT; id++)
+        if (hp->loose & ARCH_BIT(id))
+            return diag_set(d, ST_FORMAT, "key '%s': wrong type %s, expected %s",
+                            arch_hp_key(hp, (enum arch_hp)id, buf, sizeof(buf)),
+                            kv_type_name(hp->kv[id]), ktype_name(arch_keys[id].type));
     return 0;
 }
 

@@ -124,14 +124,26 @@ enum {
     ARCH_K_KV = 2,              /* part of the KV cache's geometry (read with ARCH_READ_KV) */
 };
 
+/* A config.json spelling of a hyperparameter. */
+struct arch_hf_name {
+    const char *name;
+    unsigned char only;         /* 0, or read only with ARCH_READ_KV (ARCH_HF_KV: other
+                                 * families' spellings) or without (ARCH_HF_CONVERT:
+                                 * llama.cpp's converter's) */
+};
+
+enum {
+    ARCH_HF_KV = 1,
+    ARCH_HF_CONVERT = 2,
+};
+
 struct arch_key {
     const char *gguf;           /* after "<arch>."; NULL: no GGUF key */
     enum arch_ktype type;
     unsigned flags;             /* ARCH_K_* */
     double lo, hi;              /* valid range (arch_check_hparams) */
-    const char *const *hf;      /* config.json spellings, usual first; NULL-terminated or NULL */
-    const char *const *hf_conv; /* more that llama.cpp's converter accepts, read only when
-                                 * converting (max_length is a generation setting elsewhere) */
+    const struct arch_hf_name *hf;  /* config.json spellings, the usual first, in the order
+                                     * they are looked for; NULL-name-terminated, or NULL */
     size_t off;                 /* of the field in struct arch_hparams */
 };
 
@@ -205,7 +217,8 @@ struct arch {
     const char *name;           /* general.architecture and key prefix */
     enum arch_recipe recipe;
     unsigned flags;             /* ARCH_F_* */
-    uint64_t gguf_required;     /* ARCH_BIT()s of the keys a GGUF must have */
+    uint64_t keys;              /* ARCH_BIT()s of the keys its loader reads */
+    uint64_t gguf_required;     /* ... that a GGUF must have */
     uint64_t hf_required;       /* ... and a config.json (converting) */
     int64_t swa_period;         /* sliding window: every swa_period-th layer is global when
                                  * the file says nothing (0: every layer uses the window) */
@@ -297,41 +310,50 @@ struct arch_hparams {
 #define arch_has(hp, id) (((hp)->has & ARCH_BIT(id)) != 0)
 
 enum {
-    /* For KV-cache accounting of any model (kvstat): only the keys marked
-     * ARCH_K_KV are read, so a model whose other keys are odd is still
-     * accounted for.  config.json: counts need only be non-negative
-     * integers ("'x' is not a non-negative integer"), a malformed
-     * architectures list is ignored, converter-only spellings are not read.
-     * Without it (running, converting) every key is read, and a config.json
-     * count must be an integer ("'x' is not an integer"); the ranges are
+    /* For KV-cache accounting of any model (kvstat): the keys marked
+     * ARCH_K_KV are read, whatever the architecture, and no others, so a
+     * model whose other keys are odd is still accounted for.  config.json:
+     * counts need only be non-negative integers ("'x' is not a non-negative
+     * integer"), a malformed architectures list is ignored, converter-only
+     * spellings are not read.  Without it (running, converting) the keys the
+     * architecture's loader reads are read, and a config.json count must be
+     * an integer ("'x' is not an integer"); the ranges are
      * arch_check_hparams()'s. */
     ARCH_READ_KV = 1,
 };
 
 /* arch_read_hparams() : reads general.architecture (required, a string) and
- * every key of arch_keys[] under its prefix, for any architecture.  Integers
- * may be stored in any integer type and floats in any numeric type (noted in
- * hp->loose when llama.cpp reads another); per-layer keys may be arrays of
- * block_count integers (the largest is kept, hp->varies says whether they
- * differ).  flags: 0 or ARCH_READ_KV.  0, or -ST_FORMAT naming the key: a
- * missing or non-string architecture, a value of the wrong kind, an array of
- * the wrong length or with a negative or non-integer element, a non-finite
- * float. */
+ * the keys of arch_keys[] under its prefix that the architecture's loader
+ * reads (none for an architecture the table does not know: whoever runs or
+ * converts it refuses it), or with ARCH_READ_KV those of the KV geometry.
+ * Integers may be stored in any integer type and floats as FLOAT32 or
+ * FLOAT64 (noted in hp->loose when llama.cpp reads another); per-layer keys
+ * may be arrays of block_count integers (the largest is kept, hp->varies
+ * says whether they differ).  0, or -ST_FORMAT naming the key: a missing or
+ * non-string architecture, a value of the wrong kind, an array of the wrong
+ * length or with a negative or non-integer element, a non-finite float. */
 int arch_read_hparams(const struct gguf *g, unsigned flags, struct arch_hparams *hp,
                       struct diag *d);
 
-/* arch_read_config() : the same from a parsed config.json (borrowed): the
- * language model's part (text_config when present), architectures[0],
- * model_type, every key with a config.json spelling (the first spelling
- * present wins), falcon/starcoder multi_query (one K/V head), and the
- * sliding window (use_sliding_window, layer_types, sliding_window_pattern).
- * Messages are not prefixed with the file name.  0 or -ST_FORMAT. */
+/* arch_read_config() : the same from a parsed config.json (borrowed):
+ * architectures[0], model_type, the keys with a config.json spelling (the
+ * first spelling present wins) and the sliding window (use_sliding_window,
+ * layer_types, sliding_window_pattern); with ARCH_READ_KV from the language
+ * model's part of a multimodal config (text_config), and falcon/starcoder's
+ * multi_query as one K/V head.  Messages are not prefixed with the file
+ * name.  0 or -ST_FORMAT. */
 int arch_read_config(const json_t *root, unsigned flags, struct arch_hparams *hp,
                      struct diag *d);
 
+/* arch_check_types() : llama.cpp's exact GGUF key types (UINT32, FLOAT32;
+ * arrays of UINT32 or INT32), which its loader insists on: -ST_FORMAT
+ * "key 'llama.block_count': wrong type u64, expected uint32" when hp->loose
+ * names a key, else 0. */
+int arch_check_types(const struct arch_hparams *hp, struct diag *d);
+
 /* arch_check_hparams() : the table's rules for a model of hp->arch (which
- * must be set): the required keys, llama.cpp's exact types (GGUF), valid
- * ranges, head counts that divide, then the defaults (llama.cpp's for GGUF,
+ * must be set): the required keys, valid ranges, head counts that divide,
+ * then the defaults (llama.cpp's for GGUF,
  * transformers' for config.json): n_head_kv = n_head, head_dim =
  * n_embd / n_head, head_dim_v (GGUF: n_embd / n_head; config: head_dim),
  * n_rot = head_dim, rope_freq_base = 10000, rope_factor from

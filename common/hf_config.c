@@ -622,7 +622,7 @@ json_f32(double x)
 }
 
 /* A hyperparameter's usual config.json name (the table's first spelling). */
-#define HFK(id) (arch_keys[id].hf[0])
+#define HFK(id) (arch_keys[id].hf[0].name)
 
 static int
 jset(json_t *o, const char *key, json_t *v)

@@ -10,6 +10,7 @@
 
 #include "hf.h"
 #include "json.h"
+#include "tok_pre.h"
 #include "xio.h"
 
 #define TJ "tokenizer.json"
@@ -285,71 +286,15 @@ extra_add(struct hf_vocab *v, const char *key, enum gguf_type type)
     return 0;
 }
 
-/* ---- pre-tokenizer table (formats.md §9.2) ---- */
+/* ---- pre-tokenizers: the HF side of the table (tok_pre.h) ---- */
 
-enum pt_kind { PT_SPLIT, PT_BYTELEVEL, PT_DIGITS, PT_PUNCT };
-
-struct pt_step {
-    enum pt_kind kind;
-    const char *regex;       /* PT_SPLIT: HF pattern.Regex */
-    int flag;                /* PT_BYTELEVEL: use_regex; PT_DIGITS: individual_digits */
-};
-
-#define PT_MAX_STEPS 8
-
-struct pt_family {
-    const char *names[20];   /* names[0] is written when the family is detected */
-    int n_steps;
-    struct pt_step steps[PT_MAX_STEPS];
-};
-
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define RE_CONTRACT_I "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-#define RE_CONTRACT_X "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define RE_LLAMA3 RE_CONTRACT_I "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+" \
-    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2 RE_CONTRACT_I "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+" \
-    "[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-
-static const struct pt_family pt_families[] = {
-    {{"gpt-2", "phi-2", "mpt", "olmo", "jais", "trillion", "granite-docling", "jina-es",
-      "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0", "mellum", "modern-bert"},
-     1, {{PT_BYTELEVEL, NULL, 1}}},
-    {{"llama-bpe", "llama3", "llama-v3", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
-      "jina-v5-nano", "dbrx", "smaug-bpe"},
-     2, {{PT_SPLIT, RE_LLAMA3, 0}, {PT_BYTELEVEL, NULL, 0}}},
-    {{"qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "stablelm2"},
-     2, {{PT_SPLIT, RE_QWEN2, 0}, {PT_BYTELEVEL, NULL, 0}}},
-    {{"smollm", "starcoder", "refact", "command-r", "codeshell", "exaone", "minerva-7b",
-      "mellum2"},
-     2, {{PT_DIGITS, NULL, 1}, {PT_BYTELEVEL, NULL, 1}}},
-    {{"deepseek-coder"},
-     6, {{PT_SPLIT, "[\r\n]", 0}, {PT_SPLIT, "\\s?\\p{L}+", 0}, {PT_SPLIT, "\\s?\\p{P}+", 0},
-         {PT_SPLIT, "[\xe4\xb8\x80-\xe9\xbe\xa5\xe0\xa0\x80-\xe4\xb8\x80\xea\xb0\x80-\xed\x9f\xbf]+", 0},
-         {PT_DIGITS, NULL, 1}, {PT_BYTELEVEL, NULL, 0}}},
-    {{"falcon"},
-     4, {{PT_PUNCT, NULL, 0}, {PT_BYTELEVEL, NULL, 1}, {PT_DIGITS, NULL, 0},
-         {PT_SPLIT, "[0-9][0-9][0-9]", 0}}},
-    /* llama.cpp's own DEFAULT regexes, spelled as HF Splits. */
-    {{"default"},
-     5, {{PT_SPLIT, "[\\p{P}\\$\\+<=>\\^~\\|]+", 0}, {PT_SPLIT, RE_GPT2, 0},
-         {PT_SPLIT, "\\p{N}+", 0}, {PT_SPLIT, "[0-9][0-9][0-9]", 0}, {PT_BYTELEVEL, NULL, 0}}},
-};
-
-#define N_FAMILIES (sizeof(pt_families) / sizeof(pt_families[0]))
-
-static const struct pt_family *
+/* The HF pre_tokenizer of a tokenizer.ggml.pre name, or NULL. */
+static const struct tok_pre_hf *
 family_of(const char *name)
 {
-    size_t f, i;
+    const struct tok_pre *p = tok_pre_find(name);
 
-    if (!name)
-        return NULL;
-    for (f = 0; f < N_FAMILIES; f++)
-        for (i = 0; i < 20 && pt_families[f].names[i]; i++)
-            if (!strcmp(pt_families[f].names[i], name))
-                return &pt_families[f];
-    return NULL;
+    return p ? p->hf : NULL;
 }
 
 /* Canonical spelling of a regex for comparison: the case-insensitive
@@ -358,14 +303,14 @@ static char *
 regex_canon(const char *re)
 {
     size_t n = strlen(re), i, o = 0;
-    size_t li = strlen(RE_CONTRACT_I), lx = strlen(RE_CONTRACT_X);
+    size_t li = strlen(TOK_PRE_HF_CONTRACTIONS), lx = strlen(TOK_PRE_CONTRACTIONS);
     char *s = malloc(n * (lx > 2 ? lx : 2) + 1);
 
     if (!s)
         return NULL;
     for (i = 0; i < n;) {
-        if (!strncmp(re + i, RE_CONTRACT_I, li)) {
-            memcpy(s + o, RE_CONTRACT_X, lx);
+        if (!strncmp(re + i, TOK_PRE_HF_CONTRACTIONS, li)) {
+            memcpy(s + o, TOK_PRE_CONTRACTIONS, lx);
             o += lx;
             i += li;
         } else if (re[i] == '\r' || re[i] == '\n') {
@@ -383,7 +328,7 @@ regex_canon(const char *re)
 /* Flattens a pre_tokenizer into steps.  Returns the count, or -1 when a step
  * is of a kind or setting the table cannot hold. */
 static int
-pt_flatten(const json_t *pt, struct pt_step *out, char **regex_store, int n, int max)
+pt_flatten(const json_t *pt, struct tok_pre_hf_step *out, char **regex_store, int n, int max)
 {
     const char *type;
     const json_t *x;
@@ -410,19 +355,19 @@ pt_flatten(const json_t *pt, struct pt_step *out, char **regex_store, int n, int
         if (json_obj_bool(pt, "add_prefix_space", &aps, NULL) < 0 ||
             json_obj_bool(pt, "use_regex", &ur, NULL) < 0 || aps)
             return -1;
-        out[n].kind = PT_BYTELEVEL;
+        out[n].kind = TOK_PRE_HF_BYTELEVEL;
         out[n].flag = ur;
     } else if (!strcmp(type, "Digits")) {
         bool ind = false;
         if (json_obj_bool(pt, "individual_digits", &ind, NULL) < 0)
             return -1;
-        out[n].kind = PT_DIGITS;
+        out[n].kind = TOK_PRE_HF_DIGITS;
         out[n].flag = ind;
     } else if (!strcmp(type, "Punctuation")) {
         const char *b = "Isolated";
         if (json_obj_str(pt, "behavior", &b, NULL) < 0 || strcasecmp(b, "contiguous"))
             return -1;
-        out[n].kind = PT_PUNCT;
+        out[n].kind = TOK_PRE_HF_PUNCT;
     } else if (!strcmp(type, "Split")) {
         const char *b = NULL, *re = NULL;
         bool inv = false;
@@ -433,7 +378,7 @@ pt_flatten(const json_t *pt, struct pt_step *out, char **regex_store, int n, int
             return -1;
         if (strlen(re) > 4096)
             return -1;
-        out[n].kind = PT_SPLIT;
+        out[n].kind = TOK_PRE_HF_SPLIT;
         regex_store[n] = regex_canon(re);
         if (!regex_store[n])
             return -1;
@@ -445,7 +390,7 @@ pt_flatten(const json_t *pt, struct pt_step *out, char **regex_store, int n, int
 }
 
 static bool
-family_matches(const struct pt_family *f, const struct pt_step *s, int n)
+family_matches(const struct tok_pre_hf *f, const struct tok_pre_hf_step *s, int n)
 {
     int i;
 
@@ -454,13 +399,13 @@ family_matches(const struct pt_family *f, const struct pt_step *s, int n)
     for (i = 0; i < n; i++) {
         if (s[i].kind != f->steps[i].kind)
             return false;
-        if (s[i].kind == PT_SPLIT) {
+        if (s[i].kind == TOK_PRE_HF_SPLIT) {
             char *c = regex_canon(f->steps[i].regex);
             bool eq = c && !strcmp(c, s[i].regex);
             free(c);
             if (!eq)
                 return false;
-        } else if (s[i].kind != PT_PUNCT && s[i].flag != f->steps[i].flag) {
+        } else if (s[i].kind != TOK_PRE_HF_PUNCT && s[i].flag != f->steps[i].flag) {
             return false;
         }
     }
@@ -470,17 +415,17 @@ family_matches(const struct pt_family *f, const struct pt_step *s, int n)
 const char *
 hf_pre_match(const json_t *pre_tokenizer, const char *hint)
 {
-    struct pt_step steps[PT_MAX_STEPS];
-    char *store[PT_MAX_STEPS] = {0};
-    const struct pt_family *hit = NULL;
+    struct tok_pre_hf_step steps[TOK_PRE_HF_MAX_STEPS];
+    char *store[TOK_PRE_HF_MAX_STEPS] = {0};
+    const struct tok_pre_hf *hit = NULL;
     int n, i;
     size_t f;
 
-    n = pre_tokenizer ? pt_flatten(pre_tokenizer, steps, store, 0, PT_MAX_STEPS) : -1;
-    for (f = 0; n > 0 && f < N_FAMILIES && !hit; f++)
-        if (family_matches(&pt_families[f], steps, n))
-            hit = &pt_families[f];
-    for (i = 0; i < PT_MAX_STEPS; i++)
+    n = pre_tokenizer ? pt_flatten(pre_tokenizer, steps, store, 0, TOK_PRE_HF_MAX_STEPS) : -1;
+    for (f = 0; n > 0 && tok_pre_hf_get(f) && !hit; f++)
+        if (family_matches(tok_pre_hf_get(f), steps, n))
+            hit = tok_pre_hf_get(f);
+    for (i = 0; i < TOK_PRE_HF_MAX_STEPS; i++)
         free(store[i]);
     if (!hit)
         return NULL;
@@ -489,31 +434,31 @@ hf_pre_match(const json_t *pre_tokenizer, const char *hint)
     if (hint && family_of(hint) == hit)
         return hint;
     /* A name this table does not know was exported with the GPT-2 fallback. */
-    if (hint && *hint && !family_of(hint) && hit == &pt_families[0])
+    if (hint && *hint && !family_of(hint) && hit == tok_pre_hf_get(0))
         return hint;
-    return hit->names[0];
+    return hit->name;
 }
 
 static json_t *
-pt_step_json(const struct pt_step *s)
+pt_step_json(const struct tok_pre_hf_step *s)
 {
     switch (s->kind) {
-    case PT_SPLIT:
+    case TOK_PRE_HF_SPLIT:
         return json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern", "Regex",
                          s->regex, "behavior", "Isolated", "invert", 0);
-    case PT_BYTELEVEL:
+    case TOK_PRE_HF_BYTELEVEL:
         return json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space", 0,
                          "trim_offsets", 1, "use_regex", s->flag);
-    case PT_DIGITS:
+    case TOK_PRE_HF_DIGITS:
         return json_pack("{s:s, s:b}", "type", "Digits", "individual_digits", s->flag);
-    case PT_PUNCT:
+    case TOK_PRE_HF_PUNCT:
         return json_pack("{s:s, s:s}", "type", "Punctuation", "behavior", "Contiguous");
     }
     return NULL;
 }
 
 static json_t *
-pt_family_json(const struct pt_family *f)
+pt_family_json(const struct tok_pre_hf *f)
 {
     json_t *arr;
     int i;
@@ -2352,7 +2297,7 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
         int64_t unk = v->special[HF_SPECIAL_UNK];
         bool bos = v->add_bos == 1 && v->special[HF_SPECIAL_BOS] >= 0;
         bool eos = v->add_eos == 1 && v->special[HF_SPECIAL_EOS] >= 0;
-        const struct pt_family *fam = family_of(v->pre);
+        const struct tok_pre_hf *fam = family_of(v->pre);
         json_t *norm, *pre, *post, *decoder;
 
         if (spm) {
@@ -2375,7 +2320,7 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
             post = bos || eos ? template_processing(v, bos, eos) : json_null();
         } else {
             norm = json_null();
-            pre = pt_family_json(fam ? fam : &pt_families[0]);
+            pre = pt_family_json(fam ? fam : tok_pre_hf_get(0));
             decoder = json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel", "add_prefix_space",
                                 1, "trim_offsets", 1, "use_regex", 1);
             post = bos || eos ? template_processing(v, bos, eos)
@@ -2388,7 +2333,7 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
                                           : json_null(),
                           "continuing_subword_prefix", "end_of_word_suffix", "fuse_unk", spm,
                           "byte_fallback", spm, "ignore_merges",
-                          fam == &pt_families[1] && !spm, "vocab", vocab, "merges", merges);
+                          fam && fam->ignore_merges && !spm, "vocab", vocab, "merges", merges);
         tj = json_pack("{s:s, s:n, s:n, s:O, s:o, s:o, s:o, s:o, s:o}", "version", "1.0",
                        "truncation", "padding", "added_tokens", added, "normalizer", norm,
                        "pre_tokenizer", pre, "post_processor", post, "decoder", decoder,

@@ -1,7 +1,8 @@
 /*
- * model.c - llama-family model loading: hyperparameters from GGUF metadata
- * (formats.md §2.2, with llama.cpp's exact key types), tensor views into the
- * mapping with their types and shapes checked (§2.5), kernels and threads.
+ * model.c - model loading: hyperparameters and tensors as the architecture
+ * table describes them (arch.h: llama.cpp's keys with their exact types,
+ * tensor names and shapes), tensor views into the mapping with their types
+ * and shapes checked, kernels and threads.
  */
 #include <math.h>
 #include <stdint.h>
@@ -16,264 +17,72 @@
 #include "qtypes.h"
 #include "threadpool.h"
 
-/* Largest dimension we accept from a header: keeps every product of two or
- * three of them far from overflow before the tensor shapes are checked
- * against the bytes in the file. */
-#define MAX_DIM ((int64_t)1 << 24)
-
 /* ---- metadata ---- */
 
-struct hp_reader {
-    const struct gguf *g;
-    const char *arch;
-    int64_t n_layer;            /* for per-layer arrays; 0 before block_count is read */
-    struct diag *d;
-};
-
-static void
-arch_key(char *buf, size_t n, const char *arch, const char *suffix)
-{
-    snprintf(buf, n, "%s.%s", arch, suffix);
-}
-
-/* A UINT32 key (llama.cpp requires exactly that type); arr_ok also accepts
- * an array of n_layer UINT32/INT32 values, which must all be equal because
- * per-layer head counts are not supported.  Returns 0 (set *out), 1 (absent)
- * or -ST_FORMAT. */
-static int
-hp_u32(struct hp_reader *r, const char *suffix, int arr_ok, int64_t *out)
-{
-    char key[128];
-    const struct gguf_kv *kv;
-
-    arch_key(key, sizeof(key), r->arch, suffix);
-    kv = gguf_get(r->g, key);
-    if (!kv)
-        return 1;
-    if (kv->type == GGUF_TYPE_UINT32) {
-        uint64_t v;
-        gguf_kv_uint(kv, &v);
-        *out = (int64_t)v;
-        return 0;
-    }
-    if (arr_ok && kv->type == GGUF_TYPE_ARRAY &&
-        (kv->arr_type == GGUF_TYPE_UINT32 || kv->arr_type == GGUF_TYPE_INT32)) {
-        int64_t first = 0, v;
-        if (r->n_layer <= 0 || kv->n != (uint64_t)r->n_layer)
-            return diag_set(r->d, ST_FORMAT, "key '%s': array of %llu values, expected %lld",
-                            key, (unsigned long long)kv->n, (long long)r->n_layer);
-        for (uint64_t i = 0; i < kv->n; i++) {
-            gguf_arr_int(kv, i, &v);
-            if (i == 0)
-                first = v;
-            else if (v != first)
-                return diag_set(r->d, ST_FORMAT,
-                                "key '%s': per-layer values differ (not supported)", key);
-        }
-        if (first < 0)
-            return diag_set(r->d, ST_FORMAT, "key '%s': negative value", key);
-        *out = first;
-        return 0;
-    }
-    return diag_set(r->d, ST_FORMAT, "key '%s': wrong type %s, expected uint32", key,
-                    kv->type == GGUF_TYPE_ARRAY ? "array" : gguf_type_name(kv->type));
-}
-
-/* A FLOAT32 key: 0, 1 (absent) or -ST_FORMAT. */
-static int
-hp_f32(struct hp_reader *r, const char *suffix, float *out)
-{
-    char key[128];
-    const struct gguf_kv *kv;
-
-    arch_key(key, sizeof(key), r->arch, suffix);
-    kv = gguf_get(r->g, key);
-    if (!kv)
-        return 1;
-    if (kv->type != GGUF_TYPE_FLOAT32)
-        return diag_set(r->d, ST_FORMAT, "key '%s': wrong type %s, expected float32", key,
-                        kv->type == GGUF_TYPE_ARRAY ? "array" : gguf_type_name(kv->type));
-    double v;
-    gguf_kv_float(kv, &v);
-    if (!isfinite(v))
-        return diag_set(r->d, ST_FORMAT, "key '%s': not a finite number", key);
-    *out = (float)v;
-    return 0;
-}
-
-/* A STRING key: 0, 1 (absent) or -ST_FORMAT. */
-static int
-hp_str(struct hp_reader *r, const char *suffix, const char **out)
-{
-    char key[128];
-    const struct gguf_kv *kv;
-
-    arch_key(key, sizeof(key), r->arch, suffix);
-    kv = gguf_get(r->g, key);
-    if (!kv)
-        return 1;
-    if (kv->type != GGUF_TYPE_STRING)
-        return diag_set(r->d, ST_FORMAT, "key '%s': wrong type %s, expected string", key,
-                        kv->type == GGUF_TYPE_ARRAY ? "array" : gguf_type_name(kv->type));
-    *out = kv->v.str.p;
-    return 0;
-}
-
-static int
-hp_required(struct hp_reader *r, int rc, const char *suffix)
-{
-    if (rc == 1)
-        return diag_set(r->d, ST_FORMAT, "missing key '%s.%s'", r->arch, suffix);
-    return rc;
-}
-
-static int
-hp_dim(struct hp_reader *r, const char *suffix, int64_t v, int64_t min)
-{
-    if (v < min || v > MAX_DIM)
-        return diag_set(r->d, ST_FORMAT, "key '%s.%s': value %lld out of range", r->arch, suffix,
-                        (long long)v);
-    return 0;
-}
-
+/* The hyperparameters through the architecture table (arch.h): its reader
+ * and rules (required keys with llama.cpp's exact types, ranges, defaults),
+ * then what the recipe cannot run. */
 static int
 load_hparams(struct model *m, struct diag *d)
 {
+    static const enum arch_hp per_layer[] = { ARCH_HP_FEED_FORWARD_LENGTH, ARCH_HP_HEAD_COUNT,
+                                              ARCH_HP_HEAD_COUNT_KV };
     struct model_hparams *hp = &m->hp;
-    struct hp_reader r = { &m->gguf, NULL, 0, d };
-    const char *arch = NULL;
+    struct arch_hparams *a = &hp->keys;
+    struct rope_params *rp = &hp->rope;
+    char key[256];
+    size_t i;
     int rc;
 
-    rc = gguf_get_str(&m->gguf, "general.architecture", &arch, d);
-    if (rc == 1)
-        return diag_set(d, ST_FORMAT, "missing key 'general.architecture'");
-    if (rc < 0)
+    if ((rc = arch_read_hparams(&m->gguf, 0, a, d)) < 0)
         return rc;
-    if (strcmp(arch, "llama") == 0) {
-        hp->arch = MODEL_ARCH_LLAMA;
-    } else if (strcmp(arch, "gemma3") == 0) {
-        return diag_set(d, ST_FORMAT, "architecture 'gemma3' is not supported yet");
-    } else {
-        return diag_set(d, ST_FORMAT, "unknown architecture '%.64s'", arch);
-    }
-    hp->arch_name = arch;
-    r.arch = arch;
+    if (!a->arch)
+        return diag_set(d, ST_FORMAT, "unknown architecture '%.64s'", a->name);
+    if (a->arch->recipe == ARCH_RECIPE_NONE)
+        return diag_set(d, ST_FORMAT, "architecture '%.64s' is not supported yet", a->name);
+    if ((rc = arch_check_types(a, d)) < 0 || (rc = arch_check_hparams(a, d)) < 0)
+        return rc;
+    for (i = 0; i < sizeof(per_layer) / sizeof(per_layer[0]); i++)
+        if (a->varies & ARCH_BIT(per_layer[i]))
+            return diag_set(d, ST_FORMAT, "key '%s': per-layer values differ (not supported)",
+                            arch_hp_key(a, per_layer[i], key, sizeof(key)));
+    if (a->n_expert > 0)
+        return diag_set(d, ST_FORMAT, "mixture-of-experts models are not supported");
 
-    int64_t v;
-    if ((rc = hp_required(&r, hp_u32(&r, "block_count", 0, &v), "block_count")) < 0)
-        return rc;
-    if ((rc = hp_dim(&r, "block_count", v, 1)) < 0)
-        return rc;
-    hp->n_layer = r.n_layer = v;
-    if ((rc = hp_required(&r, hp_u32(&r, "context_length", 0, &v), "context_length")) < 0)
-        return rc;
-    hp->n_ctx_train = v;
-    if ((rc = hp_required(&r, hp_u32(&r, "embedding_length", 0, &v), "embedding_length")) < 0)
-        return rc;
-    if ((rc = hp_dim(&r, "embedding_length", v, 1)) < 0)
-        return rc;
-    hp->n_embd = v;
+    hp->arch = (enum model_arch)a->arch->id;
+    hp->recipe = a->arch->recipe;
+    hp->arch_name = a->name;
+    hp->n_layer = a->n_layer;
+    hp->n_ctx_train = a->n_ctx_train;
+    hp->n_embd = a->n_embd;
+    hp->n_ff = a->n_ff;
+    hp->n_head = a->n_head;
+    hp->n_head_kv = a->n_head_kv;
+    hp->head_dim = a->head_dim;
+    hp->head_dim_v = a->head_dim_v;
+    hp->rms_eps = (float)a->rms_eps;
 
-    /* feed_forward_length and head_count default to 0 in llama.cpp, which
-     * no dense llama model can have; say so by key. */
-    if ((rc = hp_required(&r, hp_u32(&r, "feed_forward_length", 1, &v), "feed_forward_length")) < 0)
-        return rc;
-    if ((rc = hp_dim(&r, "feed_forward_length", v, 1)) < 0)
-        return rc;
-    hp->n_ff = v;
-    if ((rc = hp_required(&r, hp_u32(&r, "attention.head_count", 1, &v), "attention.head_count")) < 0)
-        return rc;
-    if ((rc = hp_dim(&r, "attention.head_count", v, 1)) < 0)
-        return rc;
-    hp->n_head = v;
-    rc = hp_u32(&r, "attention.head_count_kv", 1, &v);
-    if (rc < 0)
-        return rc;
-    hp->n_head_kv = rc == 1 ? hp->n_head : v;
-    if ((rc = hp_dim(&r, "attention.head_count_kv", hp->n_head_kv, 1)) < 0)
-        return rc;
-    if (hp->n_head % hp->n_head_kv != 0)
-        return diag_set(d, ST_FORMAT, "head_count %lld is not a multiple of head_count_kv %lld",
-                        (long long)hp->n_head, (long long)hp->n_head_kv);
-
-    float f;
-    if ((rc = hp_required(&r, hp_f32(&r, "attention.layer_norm_rms_epsilon", &f),
-                          "attention.layer_norm_rms_epsilon")) < 0)
-        return rc;
-    if (!(f >= 0.0f))
-        return diag_set(d, ST_FORMAT, "key '%s.attention.layer_norm_rms_epsilon': negative",
-                        arch);
-    hp->rms_eps = f;
-
-    int64_t def_hd = hp->n_embd % hp->n_head == 0 ? hp->n_embd / hp->n_head : 0;
-    rc = hp_u32(&r, "attention.key_length", 0, &v);
-    if (rc < 0)
-        return rc;
-    hp->head_dim = rc == 1 ? def_hd : v;
-    if (hp->head_dim == 0)
-        return diag_set(d, ST_FORMAT, "embedding_length %lld is not a multiple of head_count %lld",
-                        (long long)hp->n_embd, (long long)hp->n_head);
-    if ((rc = hp_dim(&r, "attention.key_length", hp->head_dim, 1)) < 0)
-        return rc;
-    rc = hp_u32(&r, "attention.value_length", 0, &v);
-    if (rc < 0)
-        return rc;
-    hp->head_dim_v = rc == 1 ? def_hd : v;
-    if (hp->head_dim_v == 0)
-        return diag_set(d, ST_FORMAT, "embedding_length %lld is not a multiple of head_count %lld",
-                        (long long)hp->n_embd, (long long)hp->n_head);
-    if ((rc = hp_dim(&r, "attention.value_length", hp->head_dim_v, 1)) < 0)
-        return rc;
-
-    /* rope */
-    struct rope_params *rp = &hp->rope;
+    /* rope: the normal (adjacent-pair) layout over the whole head */
     rp->style = ROPE_NORM;
-    rc = hp_u32(&r, "rope.dimension_count", 0, &v);
-    if (rc < 0)
-        return rc;
-    rp->n_rot = rc == 1 ? hp->head_dim : v;
+    rp->n_rot = a->n_rot;
     if (rp->n_rot != hp->head_dim)
-        return diag_set(d, ST_FORMAT, "key '%s.rope.dimension_count': %lld, expected key_length %lld",
-                        arch, (long long)rp->n_rot, (long long)hp->head_dim);
+        return diag_set(d, ST_FORMAT, "key '%s': %lld, expected key_length %lld",
+                        arch_hp_key(a, ARCH_HP_ROPE_DIM, key, sizeof(key)), (long long)rp->n_rot,
+                        (long long)hp->head_dim);
     if (rp->n_rot % 2 != 0)
-        return diag_set(d, ST_FORMAT, "key '%s.rope.dimension_count': odd value %lld", arch,
-                        (long long)rp->n_rot);
-    rp->freq_base = 10000.0f;
-    if ((rc = hp_f32(&r, "rope.freq_base", &f)) < 0)
-        return rc;
-    if (rc == 0)
-        rp->freq_base = f;
-    if (!(rp->freq_base > 0.0f))
-        return diag_set(d, ST_FORMAT, "key '%s.rope.freq_base': must be positive", arch);
-
-    const char *stype = "linear";
-    if ((rc = hp_str(&r, "rope.scaling.type", &stype)) < 0)
-        return rc;
-    float factor = 0.0f;
-    if ((rc = hp_f32(&r, "rope.scaling.factor", &factor)) < 0)
-        return rc;
-    if (rc == 1 && (rc = hp_f32(&r, "rope.scale_linear", &factor)) < 0)
-        return rc;
+        return diag_set(d, ST_FORMAT, "key '%s': odd value %lld",
+                        arch_hp_key(a, ARCH_HP_ROPE_DIM, key, sizeof(key)), (long long)rp->n_rot);
+    rp->freq_base = (float)a->rope_freq_base;
     rp->freq_scale = 1.0f;
-    if (strcmp(stype, "none") == 0) {
-        /* no scaling */
-    } else if (strcmp(stype, "linear") == 0) {
-        if (factor < 0.0f)
-            return diag_set(d, ST_FORMAT, "key '%s.rope.scaling.factor': negative", arch);
+    /* no rope.scaling.type: linear with rope.scaling.factor or rope.scale_linear */
+    const char *stype = a->rope_scaling ? a->rope_scaling : "linear";
+    if (strcmp(stype, "linear") == 0) {
+        float factor = (float)a->rope_factor;
         if (factor > 0.0f)
             rp->freq_scale = 1.0f / factor;
-    } else if (strcmp(stype, "yarn") == 0 || strcmp(stype, "longrope") == 0) {
+    } else if (strcmp(stype, "none") != 0) {
         return diag_set(d, ST_FORMAT, "rope scaling '%s' is not supported", stype);
-    } else {
-        return diag_set(d, ST_FORMAT, "key '%s.rope.scaling.type': unknown value '%.32s'", arch,
-                        stype);
     }
-
-    rc = hp_u32(&r, "expert_count", 0, &v);
-    if (rc < 0)
-        return rc;
-    if (rc == 0 && v > 0)
-        return diag_set(d, ST_FORMAT, "mixture-of-experts models are not supported");
     return 0;
 }
 
@@ -328,13 +137,54 @@ find_tensor(struct model *m, struct model_weight *w, const char *name, int64_t r
     return 0;
 }
 
+/* Where the model keeps a table tensor (arch.h); NULL when the recipe does
+ * not use it (FFN biases). */
+static struct model_weight *
+global_slot(struct model *m, enum arch_weight w)
+{
+    switch (w) {
+    case ARCH_W_TOKEN_EMBD: return &m->tok_embd;
+    case ARCH_W_OUTPUT_NORM: return &m->output_norm;
+    case ARCH_W_OUTPUT: return &m->output;
+    case ARCH_W_ROPE_FREQS: return &m->rope_freqs;
+    default: return NULL;
+    }
+}
+
+static struct model_weight *
+layer_slot(struct model_layer *L, enum arch_weight w)
+{
+    switch (w) {
+    case ARCH_W_ATTN_NORM: return &L->attn_norm;
+    case ARCH_W_ATTN_Q: return &L->wq;
+    case ARCH_W_ATTN_K: return &L->wk;
+    case ARCH_W_ATTN_V: return &L->wv;
+    case ARCH_W_ATTN_OUT: return &L->wo;
+    case ARCH_W_ATTN_Q_BIAS: return &L->bq;
+    case ARCH_W_ATTN_K_BIAS: return &L->bk;
+    case ARCH_W_ATTN_V_BIAS: return &L->bv;
+    case ARCH_W_ATTN_OUT_BIAS: return &L->bo;
+    case ARCH_W_FFN_NORM: return &L->ffn_norm;
+    case ARCH_W_FFN_GATE: return &L->ffn_gate;
+    case ARCH_W_FFN_UP: return &L->ffn_up;
+    case ARCH_W_FFN_DOWN: return &L->ffn_down;
+    default: return NULL;
+    }
+}
+
+/* A tensor dimension: the table's, the vocabulary from the embedding. */
+static int64_t
+dim_of(const struct model_hparams *hp, enum arch_dim dim)
+{
+    return dim == ARCH_DIM_VOCAB ? hp->n_vocab : arch_dim(&hp->keys, dim);
+}
+
+/* The architecture's tensors (arch.h), in the table's order. */
 static int
 load_tensors(struct model *m, struct diag *d)
 {
     struct model_hparams *hp = &m->hp;
-    int64_t n_embd = hp->n_embd, hd = hp->head_dim, hdv = hp->head_dim_v;
-    int64_t q_dim = hp->n_head * hd, k_dim = hp->n_head_kv * hd, v_dim = hp->n_head_kv * hdv;
-    int64_t o_in = hp->n_head * hdv;
+    const struct arch_tensor *t;
     char name[96];
     int rc;
 
@@ -350,18 +200,16 @@ load_tensors(struct model *m, struct diag *d)
     if (hp->n_vocab < 1 || hp->n_vocab > INT32_MAX)
         return diag_set(d, ST_FORMAT, "tensor 'token_embd.weight': bad vocabulary size %lld",
                         (long long)hp->n_vocab);
-    if ((rc = find_tensor(m, &m->tok_embd, "token_embd.weight", hp->n_vocab, n_embd, 1, 1, d)) < 0)
-        return rc;
-    if ((rc = find_tensor(m, &m->output_norm, "output_norm.weight", 1, n_embd, 0, 1, d)) < 0)
-        return rc;
-    if ((rc = find_tensor(m, &m->output, "output.weight", hp->n_vocab, n_embd, 1, 0, d)) < 0)
-        return rc;
+    for (t = hp->keys.arch->tensors; t->gguf; t++) {
+        struct model_weight *w = t->flags & ARCH_T_LAYER ? NULL : global_slot(m, t->w);
+        if (w && (rc = find_tensor(m, w, t->gguf, dim_of(hp, t->rows), dim_of(hp, t->cols),
+                                   (t->flags & ARCH_T_MATRIX) != 0,
+                                   (t->flags & ARCH_T_REQUIRED) != 0, d)) < 0)
+            return rc;
+    }
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output)
         m->output = m->tok_embd;
-    if ((rc = find_tensor(m, &m->rope_freqs, "rope_freqs.weight", 1, hp->rope.n_rot / 2, 0, 0,
-                          d)) < 0)
-        return rc;
     hp->rope.freq_factors = m->rope_freqs.data;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
@@ -369,30 +217,14 @@ load_tensors(struct model *m, struct diag *d)
         return diag_set(d, ST_NOMEM, "out of memory");
     for (int64_t l = 0; l < hp->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
-        struct {
-            struct model_weight *w;
-            const char *suffix;
-            int64_t rows, cols;
-            int matrix, required;
-        } spec[] = {
-            { &L->attn_norm, "attn_norm.weight", 1, n_embd, 0, 1 },
-            { &L->wq, "attn_q.weight", q_dim, n_embd, 1, 1 },
-            { &L->wk, "attn_k.weight", k_dim, n_embd, 1, 1 },
-            { &L->wv, "attn_v.weight", v_dim, n_embd, 1, 1 },
-            { &L->wo, "attn_output.weight", n_embd, o_in, 1, 1 },
-            { &L->bq, "attn_q.bias", 1, q_dim, 0, 0 },
-            { &L->bk, "attn_k.bias", 1, k_dim, 0, 0 },
-            { &L->bv, "attn_v.bias", 1, v_dim, 0, 0 },
-            { &L->bo, "attn_output.bias", 1, n_embd, 0, 0 },
-            { &L->ffn_norm, "ffn_norm.weight", 1, n_embd, 0, 1 },
-            { &L->ffn_gate, "ffn_gate.weight", hp->n_ff, n_embd, 1, 1 },
-            { &L->ffn_up, "ffn_up.weight", hp->n_ff, n_embd, 1, 1 },
-            { &L->ffn_down, "ffn_down.weight", n_embd, hp->n_ff, 1, 1 },
-        };
-        for (size_t i = 0; i < sizeof(spec) / sizeof(spec[0]); i++) {
-            snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, spec[i].suffix);
-            if ((rc = find_tensor(m, spec[i].w, name, spec[i].rows, spec[i].cols, spec[i].matrix,
-                                  spec[i].required, d)) < 0)
+        for (t = hp->keys.arch->tensors; t->gguf; t++) {
+            struct model_weight *w = t->flags & ARCH_T_LAYER ? layer_slot(L, t->w) : NULL;
+            if (!w)
+                continue;
+            snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, t->gguf);
+            if ((rc = find_tensor(m, w, name, dim_of(hp, t->rows), dim_of(hp, t->cols),
+                                  (t->flags & ARCH_T_MATRIX) != 0,
+                                  (t->flags & ARCH_T_REQUIRED) != 0, d)) < 0)
                 return rc;
         }
         if (gguf_find_tensor(&m->gguf, (snprintf(name, sizeof(name), "blk.%lld.attn_qkv.weight",

@@ -2,16 +2,17 @@
  * model.h - llama-family models: hyperparameters from GGUF metadata, weight
  * views into the mapped file, and the one forward pass every tool uses.
  *
- * Loading validates the architecture, every hyperparameter key (the exact
- * GGUF types of docs/formats.md §2.2) and the presence, type and shape of
- * every tensor before anything runs; a bad model is -ST_FORMAT with a
- * message naming the key or tensor.  Weights stay in the read-only mapping
- * in their stored types (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
- * Q2_K..Q6_K, IQ4_NL, IQ4_XS) and are converted block by block inside the
- * matmul kernels: the model is never copied to f32.  Supported today:
- * general.architecture "llama" (RMSNorm, RoPE in the normal/adjacent-pair
- * layout with freq base, linear scaling and llama3 rope_freqs factors,
- * GQA/MQA, SwiGLU, tied or separate output, optional q/k/v/o biases).
+ * Loading validates the architecture, every hyperparameter key and the
+ * presence, type and shape of every tensor, as the architecture table
+ * (arch.h) describes them, before anything runs; a bad model is
+ * -ST_FORMAT with a message naming the key or tensor.  Weights stay in the
+ * read-only mapping in their stored types (F32, F16, BF16, Q4_0, Q4_1,
+ * Q5_0, Q5_1, Q8_0, Q2_K..Q6_K, IQ4_NL, IQ4_XS) and are converted block by
+ * block inside the matmul kernels: the model is never copied to f32.
+ * Supported today: general.architecture "llama" (RMSNorm, RoPE in the
+ * normal/adjacent-pair layout with freq base, linear scaling and llama3
+ * rope_freqs factors, GQA/MQA, SwiGLU, tied or separate output, optional
+ * q/k/v/o biases).
  *
  * model_forward() runs n tokens of any number of sequences in one call:
  *
@@ -41,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "gguf.h"
 #include "kvcache.h"
 #include "ops.h"
@@ -49,8 +51,9 @@
 struct threadpool;
 struct forward_state;
 
+/* The architecture table's ids (arch.h) of the architectures that run. */
 enum model_arch {
-    MODEL_ARCH_LLAMA = 1,
+    MODEL_ARCH_LLAMA = ARCH_ID_LLAMA,
 };
 
 /* A weight: a view of a tensor in the mapped file, [rows, cols] with GGUF
@@ -79,8 +82,11 @@ struct model_layer {
     struct model_weight ffn_down;       /* [n_embd, n_ff] */
 };
 
+/* The llama recipe's view of the hyperparameters; keys holds every one the
+ * file gives (arch.h), checked, for recipes that need more. */
 struct model_hparams {
     enum model_arch arch;
+    enum arch_recipe recipe;    /* the layer recipe that runs the model */
     const char *arch_name;      /* general.architecture */
     int64_t n_vocab;            /* rows of token_embd.weight */
     int64_t n_ctx_train;        /* <arch>.context_length */
@@ -94,6 +100,8 @@ struct model_hparams {
     float rms_eps;
     struct rope_params rope;    /* n_rot, base, linear scale, llama3 factors (into the mapping) */
     bool tied_output;           /* no output.weight: token_embd.weight is the LM head */
+    struct arch_hparams keys;   /* as read by arch_read_hparams() and checked (strings
+                                 * point into the model's gguf) */
 };
 
 /* Read-only for callers after model_open(). */

@@ -2,7 +2,7 @@
  * tok_bpe.c - GPT-2 byte-level BPE (llama.cpp's llm_tokenizer_bpe_session)
  * and its pre-tokenizers (llama.cpp's unicode_regex_split).
  *
- * Pre-tokenizer.  The patterns below are llama.cpp's, in its notation; at
+ * Pre-tokenizer.  The patterns (tok_pre.c) are llama.cpp's, in its notation; at
  * load time each is translated for PCRE2 (UTF + UCP):
  *   \s, \S          -> llama.cpp's whitespace: the 25 White_Space code points
  *                      (PCRE2's \s with UCP also matches U+180E, which
@@ -33,106 +33,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tok_pre.h"
 #include "tok_priv.h"
 #include "tokenizer.h"
 
 #define KEY_MERGES "tokenizer.ggml.merges"
 
-/* ---- pre-tokenizer table ---- */
+/* ---- pre-tokenizers (the table is tok_pre.c) ---- */
 
-#define CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)"
-#define RE_LLAMA3 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}" \
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}" \
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN35 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}" \
-    "| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-/* " ?[^(\s|.,!?…。，、।۔،)]+" */
-#define RE_PORO " ?[^(\\s|.,!?\\x{2026}\\x{3002}\\x{FF0C}\\x{3001}\\x{0964}\\x{06D4}\\x{060C})]+"
-#define RE_TEKKEN "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" \
-    "|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}" \
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_GPT4O "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+" \
-    CONTRACTIONS "?|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*" \
-    CONTRACTIONS "?|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_SEED CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1}" \
-    "| ?[^\\s\\p{L}\\p{N}\\r\\n]+|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_BAILING "'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+" \
-    "|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]|\\s+(?!\\S)|\\s+"
-#define RE_UFAKZEKA "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*" \
-    "|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_MINICPM5 CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}+" \
-    "| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-
-enum {
-    PRE_ADD_BOS = 1,          /* add_bos defaults to true */
-    PRE_IGNORE_MERGES = 2,    /* a piece that is a token is emitted whole */
-    PRE_NO_CLEAN = 4,         /* clean_spaces = false */
-    PRE_NO_BOS = 8,           /* the model has no BOS (chatglm4) */
-};
-
-struct pre_def {
-    const char *names;        /* space-separated tokenizer.ggml.pre values */
-    unsigned flags;
-    const char *re[TOK_MAX_RE];
-};
-
-/* From llama.cpp's llama_vocab::impl::load and llm_tokenizer_bpe.  Names that
- * need regexes with \p{S} (whose ASCII members llama.cpp lists differently
- * from Unicode), custom matchers (kimi-k2, afmoe, superbpe) or a non-byte
- * encoding (gemma4) are not here, and fail to load. */
-static const struct pre_def pre_defs[] = {
-    {"default", 0,
-     {"[\\p{P}\\$\\+<=>\\^~\\|]+", RE_GPT2, "\\p{N}+", "[0-9][0-9][0-9]"}},
-    {"llama3 llama-v3 llama-bpe falcon3 falcon-h1 pixtral midm-2.0 lfm2 jina-v5-nano",
-     PRE_ADD_BOS | PRE_IGNORE_MERGES, {RE_LLAMA3}},
-    {"dbrx smaug-bpe", 0, {RE_LLAMA3}},
-    {"glm4 chatglm-bpe", PRE_NO_BOS, {RE_LLAMA3}},
-    {"deepseek-coder", PRE_NO_CLEAN,
-     {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
-      "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}"}},
-    {"falcon", 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}},
-    {"gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert "
-     "exaone4 jina-v1-en jina-v2-code roberta-bpe mpt olmo jais", 0, {RE_GPT2}},
-    {"trillion granite-docling", PRE_NO_CLEAN, {RE_GPT2}},
-    {"starcoder refact codeshell exaone minerva-7b mellum2", 0, {"\\p{N}", RE_GPT2}},
-    {"smollm command-r", PRE_NO_CLEAN, {"\\p{N}", RE_GPT2}},
-    {"qwen2 deepseek-r1-qwen kormo f2llmv2 hunyuan solar-open grok-2", PRE_NO_CLEAN,
-     {RE_QWEN2}},
-    {"stablelm2 megrez", 0, {RE_QWEN2}},
-    {"qwen35", PRE_NO_CLEAN, {RE_QWEN35}},
-    {"poro-chat", PRE_NO_CLEAN, {RE_PORO}},
-    {"bloom gpt3-finnish", 0, {RE_PORO}},
-    {"viking", PRE_NO_CLEAN, {RE_PORO, "\\p{N}"}},
-    {"tekken", PRE_NO_CLEAN | PRE_IGNORE_MERGES | PRE_ADD_BOS, {RE_TEKKEN}},
-    {"gpt-4o llama4 kanana2 talkie minimax-m2", PRE_NO_CLEAN, {RE_GPT4O}},
-    {"seed-coder", PRE_NO_CLEAN, {RE_SEED}},
-    {"bailingmoe bailingmoe2 llada-moe", PRE_NO_CLEAN, {RE_BAILING}},
-    {"ufakzeka", PRE_NO_CLEAN, {RE_UFAKZEKA}},
-    {"laguna", PRE_NO_CLEAN, {"[^\\n]+|[\\n]+", RE_QWEN2}},
-    {"minicpm5", PRE_IGNORE_MERGES, {"\\p{N}{1,3}", RE_MINICPM5}},
-};
-
-static const struct pre_def *
-pre_find(const char *name)
-{
-    size_t i, n = strlen(name);
-
-    for (i = 0; i < sizeof(pre_defs) / sizeof(pre_defs[0]); i++) {
-        const char *s = pre_defs[i].names;
-
-        while (*s) {
-            size_t k = strcspn(s, " ");
-
-            if (k == n && !memcmp(s, name, n))
-                return &pre_defs[i];
-            s += k;
-            s += *s == ' ';
-        }
-    }
-    return NULL;
-}
+_Static_assert(TOK_PRE_MAX_RE <= TOK_MAX_RE, "a pre-tokenizer's regexes fit tok_priv.re");
 
 /* llama.cpp's whitespace, as the inside of a character class */
 #define WS_CLASS "\\t-\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}" \
@@ -213,12 +122,12 @@ translate(const char *src, char *dst, size_t cap)
 }
 
 static int
-compile_pre(struct tokenizer *t, const struct pre_def *def, struct diag *d)
+compile_pre(struct tokenizer *t, const struct tok_pre *def, struct diag *d)
 {
     struct tok_priv *p = t->p;
     int i;
 
-    for (i = 0; i < TOK_MAX_RE && def->re[i]; i++) {
+    for (i = 0; i < TOK_PRE_MAX_RE && def->re[i]; i++) {
         char pat[2048];
         int err;
         PCRE2_SIZE eoff;
@@ -339,7 +248,7 @@ load_merges(struct tokenizer *t, const struct gguf *g, struct diag *d)
 int
 tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct diag *d)
 {
-    const struct pre_def *def;
+    const struct tok_pre *def;
     int rc;
 
     if ((rc = load_merges(t, g, d)) < 0)
@@ -350,17 +259,17 @@ tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct
                  "(generation quality may suffer)");
         pre = "default";
     }
-    def = pre_find(pre);
+    def = tok_pre_find(pre);
     if (!def)
         return diag_set(d, ST_FORMAT, "tokenizer.ggml.pre: unsupported pre-tokenizer '%.64s'", pre);
     snprintf(t->pre, sizeof(t->pre), "%s", pre);
-    if (def->flags & PRE_ADD_BOS)
+    if (def->flags & TOK_PRE_ADD_BOS)
         t->add_bos = true;
-    if (def->flags & PRE_IGNORE_MERGES)
+    if (def->flags & TOK_PRE_IGNORE_MERGES)
         t->ignore_merges = true;
-    if (def->flags & PRE_NO_CLEAN)
+    if (def->flags & TOK_PRE_NO_CLEAN)
         t->clean_spaces = false;
-    if (def->flags & PRE_NO_BOS)
+    if (def->flags & TOK_PRE_NO_BOS)
         t->bos = TOK_NULL;
     return compile_pre(t, def, d);
 }
