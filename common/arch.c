@@ -468,7 +468,8 @@ arch_read_hparams(const struct gguf *g, unsigned flags, struct arch_hparams *hp,
     hp->name = name;
     hp->arch = arch_find(name);
     /* block_count first: per-layer arrays are checked against it */
-    if (wanted(flags, hp, ARCH_HP_BLOCK_COUNT) && (rc = gguf_key(g, hp, ARCH_HP_BLOCK_COUNT, d)) < 0)
+    if (wanted(flags, hp, ARCH_HP_BLOCK_COUNT) &&
+        (rc = gguf_key(g, hp, ARCH_HP_BLOCK_COUNT, d)) < 0)
         return rc;
     for (id = 0; id < ARCH_HP_COUNT; id++)
         if (id != ARCH_HP_BLOCK_COUNT && wanted(flags, hp, (enum arch_hp)id) &&

@@ -5,10 +5,12 @@
  * and the Q/K row permutation.  Follows convert_hf_to_gguf.py as described in
  * formats.md §2, §8 and §9; the deliberate differences are listed below.
  *
- * Supported architectures: LlamaForCausalLM, MistralForCausalLM (GGUF arch
- * "llama", Q/K permuted) and Qwen2ForCausalLM (arch "qwen2": q/k/v biases,
- * NeoX rope, no permutation).  Everything else is refused with -ST_FORMAT
- * "config.json: unsupported architecture '...'".
+ * Supported architectures: those of the architecture table (arch.h) marked
+ * ARCH_F_CONVERT, whose hyperparameter keys, config.json spellings, tensor
+ * names and Q/K permutation come from the table: LlamaForCausalLM,
+ * MistralForCausalLM (GGUF arch "llama", Q/K permuted) and Qwen2ForCausalLM
+ * (arch "qwen2": q/k/v biases, NeoX rope, no permutation).  Everything else
+ * is refused with -ST_FORMAT "config.json: unsupported architecture '...'".
  *
  * HF -> GGUF, in the converter's key order (§8.1):
  *     hf_config_load(&cfg, "dir/config.json", &d);
@@ -45,11 +47,12 @@
  * tokenizer.ggml.pre: llama.cpp's converter hashes a tokenization, which we
  * cannot run.  We compare the tokenizer.json pre_tokenizer (after flattening
  * Sequences; ByteLevel trim_offsets ignored; "(?i:'s|'t|...)" and its
- * "(?:'[sS]|...)" spelling treated as equal) with a table of known
- * llama.cpp pre-tokenizers: gpt-2, llama-bpe, qwen2, smollm (= starcoder,
- * refact, command-r ...), deepseek-coder, falcon and default.  No match:
- * pre = "default", v->pre_guessed = true and v->warning says so (the tool
- * should print it: llama.cpp will tokenize with its generic regexes).
+ * "(?:'[sS]|...)" spelling treated as equal) with the HF pre_tokenizers of
+ * the pre-tokenizer table (tok_pre.h): gpt-2, llama-bpe, qwen2, smollm (=
+ * starcoder, refact, command-r ...), deepseek-coder, falcon and default.
+ * No match: pre = "default", v->pre_guessed = true and v->warning says so
+ * (the tool should print it: llama.cpp will tokenize with its generic
+ * regexes).
  *
  * Other differences from convert_hf_to_gguf.py: no encode/decode round trip of
  * normalized added tokens (no HF tokenizer at hand); the CodeLlama (vocab

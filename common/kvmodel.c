@@ -173,7 +173,8 @@ kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, struct 
     int64_t i;
 
     if (!arch_has(hp, ARCH_HP_BLOCK_COUNT))
-        return gguf ? diag_set(d, ST_FORMAT, "no %s", arch_hp_key(hp, ARCH_HP_BLOCK_COUNT, k1, sizeof(k1)))
+        return gguf ? diag_set(d, ST_FORMAT, "no %s",
+                               arch_hp_key(hp, ARCH_HP_BLOCK_COUNT, k1, sizeof(k1)))
                     : diag_set(d, ST_FORMAT, "no layer count (num_hidden_layers)");
     m->n_layers = hp->n_layer;
     if (gguf && !in_range(m->n_layers, 1, KV_MAX_LAYERS))
@@ -181,9 +182,11 @@ kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, struct 
                         arch_hp_key(hp, ARCH_HP_BLOCK_COUNT, k1, sizeof(k1)),
                         (long long)m->n_layers, KV_MAX_LAYERS);
     if (!arch_has(hp, ARCH_HP_HEAD_COUNT))
-        return gguf ? diag_set(d, ST_FORMAT, "no %s", arch_hp_key(hp, ARCH_HP_HEAD_COUNT, k1, sizeof(k1)))
+        return gguf ? diag_set(d, ST_FORMAT, "no %s",
+                               arch_hp_key(hp, ARCH_HP_HEAD_COUNT, k1, sizeof(k1)))
                     : diag_set(d, ST_FORMAT, "no attention head count (num_attention_heads)");
-    m->n_heads = hp->n_head;     /* per-layer query heads: the largest (the cache does not need them) */
+    /* per-layer query heads: the largest (the cache does not depend on them) */
+    m->n_heads = hp->n_head;
     m->n_kv_heads = arch_has(hp, ARCH_HP_HEAD_COUNT_KV) ? hp->n_head_kv : hp->n_head;
     free(m->layer_kv_heads);
     m->layer_kv_heads = NULL;

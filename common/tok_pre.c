@@ -95,7 +95,8 @@ static const struct tok_pre table[] = {
     {"glm4 chatglm-bpe", NO_BOS, {RE_LLAMA3}, NULL},
     {"deepseek-coder", NO_CLEAN,
      {"[\r\n]", "\\s?\\p{L}+", "\\s?\\p{P}+",
-      "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}"}, HF(DEEPSEEK_CODER)},
+      "[\\x{4E00}-\\x{9FA5}\\x{0800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+", "\\p{N}"},
+     HF(DEEPSEEK_CODER)},
     {"falcon", 0, {"[\\p{P}\\$\\+<=>\\^~\\|`]+", RE_GPT2, "[0-9][0-9][0-9]"}, HF(FALCON)},
     {"gpt-2 phi-2 jina-es jina-de gigachat jina-v2-es jina-v2-de a.x-4.0 mellum modern-bert "
      "mpt olmo jais", 0, {RE_GPT2}, HF(GPT2)},
