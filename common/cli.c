@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "escape.h"
+#include "threadpool.h"
 #include "status.h"
 #include "xio.h"
 
@@ -130,6 +131,19 @@ rc_from_st(int st)
     case ST_CHECK: return RC_CHECK;
     default: return RC_FAIL;
     }
+}
+
+int
+cli_cap_threads(int n, bool oversubscribe)
+{
+    int cpus = threadpool_n_cpus();
+
+    if (n > cpus && !oversubscribe) {
+        warnmsg("-t %d: this process may run on %d CPUs; using %d threads "
+                "(--oversubscribe keeps %d)", n, cpus, cpus, n);
+        return cpus;
+    }
+    return n;
 }
 
 int64_t

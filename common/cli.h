@@ -55,6 +55,12 @@ int64_t cli_parse_i64(const char *s, int64_t min, int64_t max, const char *what,
 /* cli_parse_double() : parses a finite float in [min, max]; dies with RC_USAGE. */
 double cli_parse_double(const char *s, double min, double max, const char *what);
 
+/* cli_cap_threads() : -t N for a tool's compute threads: above the CPUs this
+ * process may run on, threads sharing a core make every barrier wait for a
+ * descheduled thread (20-200x slower), so N is capped there with a warning,
+ * unless oversubscribe (--oversubscribe).  0 or less = all CPUs. */
+int cli_cap_threads(int n, bool oversubscribe);
+
 /* cli_finish_stdout() : flushes and closes stdout; dies with RC_IO and
  * "prog: stdout: write failed: <reason>" on error (an earlier failed write
  * included).  Call at the end of every tool that wrote to stdout. */

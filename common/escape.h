@@ -7,7 +7,7 @@
  * ambiguity; C0 controls and DEL (\n, \r, \t, other bytes \xHH); bytes that
  * are not part of well-formed UTF-8 (\xHH: a lone 0x9b is a CSI to some
  * terminals); and the characters that move or reorder text without being
- * seen, U+0080..U+009F (C1 controls), U+200E/U+200F, U+2028/U+2029 and the
+ * seen, U+0080..U+009F (C1 controls), U+061C, U+200E/U+200F, U+2028/U+2029 and the
  * bidirectional embeddings, overrides and isolates U+202A..U+202E and
  * U+2066..U+2069 (\uHHHH).  Printable ASCII and other well-formed UTF-8
  * pass through unchanged, so names in any script stay readable.

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,7 +81,9 @@ xio_cleanup_all(void)
 /* What this run reads and writes, so that an output never replaces one of its
  * inputs or another output (each checked by device and inode, or by the
  * canonical path of a file that does not exist yet). */
-#define XIO_FILES 64
+#define XIO_FILES 256
+
+static bool inputs_lost;   /* an input could not be recorded: the table was full */
 
 static struct {
     dev_t dev;
@@ -113,8 +116,10 @@ input_add(int fd, const char *path, bool permanent)
         }
     }
     if (i == XIO_FILES) {
-        if (free_i < 0)
+        if (free_i < 0) {
+            inputs_lost = true;
             return 0;
+        }
         i = free_i;
         in_files[i].dev = st.st_dev;
         in_files[i].ino = st.st_ino;
@@ -129,7 +134,11 @@ input_add(int fd, const char *path, bool permanent)
 void
 xio_note_input(const char *path)
 {
-    if (path && strcmp(path, "-"))
+    if (!path)
+        return;
+    if (!strcmp(path, "-"))
+        input_add(STDIN_FILENO, NULL, true);     /* counts when stdin is a file */
+    else
         input_add(-1, path, true);
 }
 
@@ -270,6 +279,22 @@ src_skip(struct src *s, uint64_t n, struct diag *d)
     return 0;
 }
 
+/* mem_limit() : the most bytes a stream may be buffered into: the smaller
+ * of the address-space limit and the machine's physical memory. */
+static uint64_t
+mem_limit(void)
+{
+    struct rlimit rl;
+    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+    uint64_t lim = UINT64_MAX;
+
+    if (pages > 0 && psz > 0)
+        lim = (uint64_t)pages * (uint64_t)psz;
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (uint64_t)rl.rlim_cur < lim)
+        lim = (uint64_t)rl.rlim_cur;
+    return lim;
+}
+
 int
 src_load(struct src *s, uint64_t n, struct diag *d)
 {
@@ -282,7 +307,11 @@ src_load(struct src *s, uint64_t n, struct diag *d)
         return diag_set(d, ST_FORMAT, "data section of %llu bytes is too large",
                         (unsigned long long)n);
     total = s->pos + n;
-    cap = total < ((uint64_t)1 << 24) ? total : ((uint64_t)1 << 24);
+    if (n > mem_limit())
+        return diag_set(d, ST_NOMEM, "out of memory: the data section of %llu bytes cannot fit in memory",
+                        (unsigned long long)n);
+    /* the first buffer holds the consumed header and a first 16 MiB */
+    cap = n < ((uint64_t)1 << 24) ? total : s->pos + ((uint64_t)1 << 24);
     while (have < n) {
         size_t k;
 
@@ -416,15 +445,19 @@ fsync_parent(const char *path)
     return rc;
 }
 
-/* is_tmp_name() : name is "<base>.tmp.XXXXXX" with mkstemp's six characters. */
+/* Temporaries are "<dst>.tmp.llmkit-XXXXXX": a name no other program makes,
+ * so that only ours are ever taken for stale ones. */
+#define TMP_INFIX ".tmp.llmkit-"
+
+/* is_tmp_name() : name is base + TMP_INFIX + mkstemp's six characters. */
 static bool
 is_tmp_name(const char *name, const char *base)
 {
-    size_t n = strlen(base);
+    size_t n = strlen(base), k = strlen(TMP_INFIX);
 
-    if (strncmp(name, base, n) || strncmp(name + n, ".tmp.", 5) || strlen(name + n + 5) != 6)
+    if (strncmp(name, base, n) || strncmp(name + n, TMP_INFIX, k) || strlen(name + n + k) != 6)
         return false;
-    for (const char *p = name + n + 5; *p; p++)
+    for (const char *p = name + n + k; *p; p++)
         if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9')))
             return false;
     return true;
@@ -436,7 +469,7 @@ is_tmp_name(const char *name, const char *base)
  * after locking it that the name is still its own (lock_tmp), so a live
  * run's temporary is never removed. */
 static void
-remove_stale_temps(const char *dst)
+remove_stale_temps(const char *dst, bool dirs)
 {
     char *cp = strdup(dst), *cp2 = strdup(dst);
     const char *dir, *base;
@@ -460,7 +493,7 @@ remove_stale_temps(const char *dst)
         p = path_join(dir, de->d_name);
         if (!p)
             break;
-        if (lstat(p, &st) == 0 && (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode)) &&
+        if (lstat(p, &st) == 0 && (dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) &&
             st.st_uid == geteuid()) {
             fd = open(p, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
             if (fd >= 0) {
@@ -520,12 +553,15 @@ classify(const char *path, bool force, bool want_dir, enum dst_kind *kind, char 
         f = strdup(path);
     } else if (S_ISLNK(st.st_mode)) {
         f = realpath(path, NULL);
-        if (!f) {
+        if (!f && stat(path, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISCHR(st.st_mode))) {
+            /* /dev/stdout, /dev/fd/N, >(cmd): a link to "pipe:[N]", which
+             * names no path, yet opens */
+            f = strdup(path);
+        } else if (!f) {
             if (errno == ENOENT)
                 return diag_set(d, ST_IO, "is a symbolic link to nothing (dangling): refusing to follow it");
             return diag_set(d, ST_IO, "cannot follow the symbolic link: %s", strerror(errno));
-        }
-        if (stat(f, &st) != 0) {
+        } else if (stat(f, &st) != 0) {
             rc = diag_set(d, ST_IO, "cannot stat '%s': %s", f, strerror(errno));
             free(f);
             return rc;
@@ -560,12 +596,12 @@ classify(const char *path, bool force, bool want_dir, enum dst_kind *kind, char 
                           S_ISBLK(st.st_mode) ? "block device" : S_ISSOCK(st.st_mode) ? "socket" : "special file");
             goto fail;
         }
-        if (*kind != DST_DIRECT && is_input(&st)) {
+        if (*kind != DST_DIRECT && (is_input(&st) || inputs_lost)) {
             rc = diag_set(d, ST_RANGE, "is also an input of this run: refusing to overwrite it");
             goto fail;
         }
         if (*kind != DST_DIRECT && !force) {
-            rc = diag_set(d, ST_RANGE, "already exists (use -f to overwrite)");
+            rc = diag_set(d, ST_RANGE, "already exists (use --force to overwrite)");
             goto fail;
         }
     }
@@ -638,8 +674,8 @@ make_temp(struct xout *o, char *canon, struct diag *d)
         xout_release(o);
         return diag_set(d, ST_NOMEM, "too many outputs");
     }
-    remove_stale_temps(o->dst);
-    n = strlen(o->dst) + 16;
+    remove_stale_temps(o->dst, o->is_dir);
+    n = strlen(o->dst) + strlen(TMP_INFIX) + 8;
     o->tmp = malloc(n);
     if (!o->tmp) {
         xout_release(o);
@@ -648,7 +684,7 @@ make_temp(struct xout *o, char *canon, struct diag *d)
     for (int tries = 0;; tries++) {
         bool made;
 
-        snprintf(o->tmp, n, "%s.tmp.XXXXXX", o->dst);
+        snprintf(o->tmp, n, "%s" TMP_INFIX "XXXXXX", o->dst);
         if (o->is_dir) {
             made = mkdtemp(o->tmp) != NULL;
             fd = made ? open(o->tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
@@ -678,6 +714,16 @@ make_temp(struct xout *o, char *canon, struct diag *d)
     if (o->is_dir) {
         o->lock_fd = fd;
         return 0;
+    }
+    /* The lock lives as long as this duplicate, past the fclose that ends
+     * the writing, until the temporary has its final name (xout_release). */
+    o->lock_fd = dup(fd);
+    if (o->lock_fd < 0) {
+        rc = diag_set(d, ST_IO, "cannot lock a temporary: %s", strerror(errno));
+        close(fd);
+        unlink(o->tmp);
+        xout_release(o);
+        return rc;
     }
     return fd;
 }
@@ -810,12 +856,18 @@ finish(struct xout *o, struct diag *d)
 static int
 place(const char *tmp, const char *dst, bool force, struct diag *d)
 {
-    if (force)
+    struct stat st;
+
+    if (force) {
+        /* what was classified at open may have changed during the run */
+        if (lstat(dst, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+            return diag_set(d, ST_IO, "is no longer a regular file: refusing to replace it");
         return rename(tmp, dst) == 0 ? 0 : diag_set(d, ST_IO, "rename failed: %s", strerror(errno));
+    }
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dst, RENAME_NOREPLACE) == 0)
         return 0;
     if (errno == EEXIST)
-        return diag_set(d, ST_RANGE, "already exists: another run wrote it meanwhile (use -f to overwrite)");
+        return diag_set(d, ST_IO, "already exists: another run wrote it meanwhile (use --force to overwrite)");
     if (errno != EINVAL && errno != ENOSYS)
         return diag_set(d, ST_IO, "rename failed: %s", strerror(errno));
     if (link(tmp, dst) == 0) {
@@ -823,7 +875,7 @@ place(const char *tmp, const char *dst, bool force, struct diag *d)
         return 0;
     }
     if (errno == EEXIST)
-        return diag_set(d, ST_RANGE, "already exists: another run wrote it meanwhile (use -f to overwrite)");
+        return diag_set(d, ST_IO, "already exists: another run wrote it meanwhile (use --force to overwrite)");
     return diag_set(d, ST_IO, "rename failed: %s", strerror(errno));
 }
 
@@ -890,7 +942,8 @@ xout_is_open(const struct xout *o)
 int
 xout_commit_all(struct xout *o, int n, struct diag *d)
 {
-    int rc = 0, i;
+    char **placed = calloc((size_t)(n > 0 ? n : 1), sizeof(*placed));
+    int rc = 0, i, np = 0;
 
     for (i = 0; i < n && rc == 0; i++) {
         if (!xout_is_open(&o[i]))
@@ -898,20 +951,51 @@ xout_commit_all(struct xout *o, int n, struct diag *d)
         if ((rc = finish(&o[i], d)) < 0)
             diag_prefix(d, o[i].is_stdout ? "stdout" : "'%s'", o[i].dst);
     }
-    for (i = 0; i < n; i++) {
-        char *name;
+    if (rc == 0 && !placed)
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+    /* New names first: they replace nothing, so they can be taken back if a
+     * later one fails; then the replacements (force), which cannot. */
+    for (int pass = 0; pass < 2; pass++) {
+        for (i = 0; i < n; i++) {
+            bool late = o[i].force && !o[i].is_stdout && !o[i].direct;
+            char *name;
 
-        if (!xout_is_open(&o[i]))
-            continue;
-        if (rc < 0) {
-            xout_abort(&o[i]);
-            continue;
+            if (!xout_is_open(&o[i]) || late != (pass == 1))
+                continue;
+            if (rc < 0) {
+                xout_abort(&o[i]);
+                continue;
+            }
+            name = o[i].dst ? strdup(o[i].dst) : NULL;
+            bool undo = !o[i].is_stdout && !o[i].direct && !late;
+            bool dir = o[i].is_dir;
+            if ((rc = publish(&o[i], d)) < 0) {
+                diag_prefix(d, "'%s'", name ? name : "?");
+                free(name);
+                for (int j = 0; j < np; j++) {
+                    /* placed[] holds 'd' or 'f' and the path */
+                    if (placed[j][0] == 'd')
+                        remove_tree(placed[j] + 1);
+                    else
+                        unlink(placed[j] + 1);
+                }
+                continue;
+            }
+            if (undo && name) {
+                size_t k = strlen(name);
+                placed[np] = malloc(k + 2);
+                if (placed[np]) {
+                    placed[np][0] = dir ? 'd' : 'f';
+                    memcpy(placed[np] + 1, name, k + 1);
+                    np++;
+                }
+            }
+            free(name);
         }
-        name = o[i].dst ? strdup(o[i].dst) : NULL;
-        if ((rc = publish(&o[i], d)) < 0)
-            diag_prefix(d, "'%s'", name ? name : "?");
-        free(name);
     }
+    for (i = 0; i < np; i++)
+        free(placed[i]);
+    free(placed);
     return rc;
 }
 

@@ -7,7 +7,7 @@
  * mapping when there is one (src_map_at).
  *
  * Outputs: "-" streams to standard output.  Anything else is written to a
- * temporary "<dst>.tmp.XXXXXX" in the destination's directory and renamed
+ * temporary "<dst>.tmp.llmkit-XXXXXX" in the destination's directory and renamed
  * over <dst> on commit after fflush+fsync, then the directory is fsynced.
  * Temporaries are registered so that die() and the SIGINT/SIGTERM handler
  * remove them (xio_cleanup_all).  Directories (HF checkpoint output) work the
@@ -72,7 +72,7 @@ const void *src_map_at(const struct src *s, uint64_t off, uint64_t n);
 /*
  * What an output path may name, and what happens to it:
  *   "-"                      standard output, streamed.
- *   absent                   a temporary "<dst>.tmp.XXXXXX" beside it, renamed
+ *   absent                   a temporary "<dst>.tmp.llmkit-XXXXXX" beside it, renamed
  *                            into place on commit.  Without force the rename
  *                            never replaces a file that appeared meanwhile
  *                            (renameat2 RENAME_NOREPLACE, or link + unlink):

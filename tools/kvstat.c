@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "xio.h"
 #include "escape.h"
 #include "kvstat.h"
 
@@ -143,6 +144,7 @@ parse_weights(const char *s, struct kvstat_opts *o)
         if (!S_ISREG(st.st_mode))
             die(RC_USAGE, "--weights: '%s' is not a regular file", ESC(s));
         o->weights = (int64_t)st.st_size;
+        xio_note_input(s);
         return;
     }
     if (s[0] < '0' || s[0] > '9')
@@ -266,6 +268,11 @@ main(int argc, char **argv)
         !o.lengths && o.dist < 0 && !o.trace)
         usage_error(usage_line, "no model, workload or trace given");
 
+    /* no output of this run may replace one of its inputs */
+    for (size_t i = 0; i < o.n_inputs; i++)
+        xio_note_input(o.inputs[i]);
+    xio_note_input(o.lengths);
+    xio_note_input(o.trace);
     rc = run_kvstat(&o, &d);
     if (rc)
         die(rc_from_st(rc), "%s", ESC(d.msg));

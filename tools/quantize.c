@@ -20,8 +20,9 @@
 #include "xio.h"
 
 static const char usage_line[] =
-    "usage: quantize [-fhqvV] --type type [-t threads] [--tensor-type pattern=type] [--pure]\n"
-    "                [--keep-output] [--output-type type] [--embd-type type]\n"
+    "usage: quantize [-fhqvV] --type type [-t threads] [--oversubscribe]\n"
+    "                [--tensor-type pattern=type] [--pure] [--keep-output]\n"
+    "                [--output-type type] [--embd-type type]\n"
     "                [--imatrix file | --calib file [--calib-ctx n] [--calib-chunks n]]\n"
     "                [--include-weights s] [--exclude-weights s] [--imatrix-out file]\n"
     "                [--imatrix-format gguf|dat] [--eval file [--eval-ctx n] [--eval-chunks n]]\n"
@@ -62,7 +63,9 @@ help(void)
           "      --progress           show a progress bar even when stderr is not a terminal\n"
           "      --pure               no mix: every quantizable tensor gets the type's default\n"
           "  -q, --quiet              print no warnings\n"
-          "  -t, --threads N          worker threads (default: all CPUs)\n"
+          "  -t, --threads N          worker threads (default: all CPUs; at most the CPUs this\n"
+          "                           process may use, unless --oversubscribe)\n"
+          "      --oversubscribe      keep -t N even above the CPUs this process may use\n"
           "      --tensor-type P=T    tensors whose name matches the regular expression P get\n"
           "                           type T (repeatable; first match wins)\n"
           "      --type NAME          file type (below); required\n"
@@ -151,7 +154,8 @@ int
 main(int argc, char **argv)
 {
     enum { O_TYPE = 256, O_TT, O_PURE, O_KEEP, O_OTYPE, O_ETYPE, O_IMATRIX, O_CALIB, O_CCTX, O_CCHUNKS,
-           O_INC, O_EXC, O_IMOUT, O_IMFMT, O_EVAL, O_ECTX, O_ECHUNKS, O_KERNEL, O_JSON, O_PROG, O_NOPROG };
+           O_INC, O_EXC, O_IMOUT, O_IMFMT, O_EVAL, O_ECTX, O_ECHUNKS, O_KERNEL, O_JSON, O_PROG, O_NOPROG,
+           O_OVERSUB };
     static const struct option longopts[] = {
         {"calib", required_argument, NULL, O_CALIB},
         {"calib-chunks", required_argument, NULL, O_CCHUNKS},
@@ -176,6 +180,7 @@ main(int argc, char **argv)
         {"pure", no_argument, NULL, O_PURE},
         {"quiet", no_argument, NULL, 'q'},
         {"tensor-type", required_argument, NULL, O_TT},
+        {"oversubscribe", no_argument, NULL, O_OVERSUB},
         {"threads", required_argument, NULL, 't'},
         {"type", required_argument, NULL, O_TYPE},
         {"verbose", no_argument, NULL, 'v'},
@@ -190,7 +195,7 @@ main(int argc, char **argv)
     const struct quant_ftype *ft = NULL;
     const char *imatrix_in = NULL, *calib = NULL, *imatrix_out = NULL, *eval = NULL, *kernel = NULL;
     int64_t calib_ctx = 512, calib_chunks = -1, eval_ctx = 512, eval_chunks = -1;
-    bool json = false, dat = false;
+    bool json = false, dat = false, oversubscribe = false;
     struct imatrix im;
     struct quantize_report rep;
     struct qeval_result ev;
@@ -207,6 +212,7 @@ main(int argc, char **argv)
         case 'h': help(); cli_finish_stdout(); return RC_OK;
         case 'q': cli_verbosity = 0; break;
         case 't': o.n_threads = (int)cli_parse_i64(optarg, 1, 1024, "--threads", false); break;
+        case O_OVERSUB: oversubscribe = true; break;
         case 'v': cli_verbosity = 2; break;
         case 'V': printf("quantize (llmkit) %s\n", LLMKIT_VERSION); cli_finish_stdout(); return RC_OK;
         case O_TYPE:
@@ -295,11 +301,17 @@ main(int argc, char **argv)
     /* Every output is opened now and committed together at the end (the
      * report on stdout first): a run that fails anywhere leaves none. */
     xio_note_input(o.input);
+    xio_note_input(calib);
+    xio_note_input(imatrix_in);
+    xio_note_input(eval);
     if (imatrix_out && !strcmp(imatrix_out, o.output))
         usage_error(usage_line, "'%s' is named for two outputs", o.output);
     if ((rc = xout_open(&outs[2], o.output, o.force, &d)) < 0)
         die(rc_from_st(rc), "'%s': %s", o.output, d.msg);
     o.out = &outs[2];
+    if (eval && !outs[2].tmp)
+        usage_error(usage_line, "--eval reads OUTPUT back: it must be a file, not a device or FIFO");
+    o.n_threads = cli_cap_threads(o.n_threads, oversubscribe);
 
     if (imatrix_in) {
         if ((rc = imatrix_read(&im, imatrix_in, &d)) < 0)

@@ -53,7 +53,7 @@ GEMMA=gemma-3-270m.Q4_K_M.gguf
 @test "an existing output is kept unless -f" {
     echo keep > "$BATS_TEST_TMPDIR/out.gguf"
     run -2 --separate-stderr convert "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/out.gguf"
-    [[ "$stderr" == *"already exists (use -f to overwrite)"* ]]
+    [[ "$stderr" == *"already exists (use --force to overwrite)"* ]]
     [ "$(cat "$BATS_TEST_TMPDIR/out.gguf")" = keep ]
     run -0 convert -f "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/out.gguf"
     cmp "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/out.gguf"
@@ -253,7 +253,8 @@ pyenv_python() {
     [[ "$stderr" == *"already exists"* ]]
     [ -f "$BATS_TEST_TMPDIR/hf/keep" ]
     run -0 convert -f "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
-    [ ! -e "$BATS_TEST_TMPDIR/hf/keep" ] && [ -f "$BATS_TEST_TMPDIR/hf/config.json" ]
+    [ ! -e "$BATS_TEST_TMPDIR/hf/keep" ]
+    [ -f "$BATS_TEST_TMPDIR/hf/config.json" ]
     [ "$(ls "$BATS_TEST_TMPDIR" | grep -c tmp)" -eq 0 ]
 }
 

@@ -106,7 +106,8 @@ leftovers() {
     run -0 --separate-stderr "$FM" --cache "$C"
     [[ "$stderr" == *"smollm2: $C/$SMOL ok (sha256 verified, not fetched)"* ]]
     [[ "$stderr" == *"gemma3: $C/$GEMMA ok (sha256 verified, not fetched)"* ]]
-    [ -L "$C/$SMOL" ] && [ -L "$C/$GEMMA" ]
+    [ -L "$C/$SMOL" ]
+    [ -L "$C/$GEMMA" ]
     run -0 --separate-stderr "$FM" --cache "$C" --quiet
     [ -z "$stderr" ]
 }

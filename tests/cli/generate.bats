@@ -185,7 +185,8 @@ EOF
     run -0 --separate-stderr generate -m "$TINY" -p 'and the' -n 2 --ctx 64 --json
     a=$(jq .kv_bytes <<<"$output")
     run -0 --separate-stderr generate -m "$TINY" -p 'and the' -n 2 --ctx 128 --json
-    [ "$a" -gt 0 ] && [ "$(jq .kv_bytes <<<"$output")" -eq $((2 * a)) ]
+    [ "$a" -gt 0 ]
+    [ "$(jq .kv_bytes <<<"$output")" -eq $((2 * a)) ]
     run -0 --separate-stderr generate -m "$TINY" -p 'and the' -n 2 --kv-mem 1MiB --json
     jq -e '.kv_bytes == 1048576' <<<"$output"
 }

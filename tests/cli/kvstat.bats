@@ -247,7 +247,8 @@ EOF
     # weights default to the GGUF's tensor data
     run -0 kvstat -q --json "$smol" --mem 1GiB
     w=$(jfield model weights <<<"$output")
-    [ "$w" -gt 90000000 ] && [ "$w" -lt "$(stat -c %s "$smol")" ]
+    [ "$w" -gt 90000000 ]
+    [ "$w" -lt "$(stat -c %s "$smol")" ]
 }
 
 @test "a model from flags, dense and MLA" {
@@ -475,7 +476,7 @@ for s in range(5000):
     [ "$(cat "$BATS_TEST_TMPDIR/out.jsonl")" = "$expect" ]
     echo keep > "$BATS_TEST_TMPDIR/k.txt"
     run -2 --separate-stderr kvstat "$G/llama-2-7b.json" -o "$BATS_TEST_TMPDIR/k.txt"
-    [[ "$stderr" == *"already exists (use -f to overwrite)"* ]]
+    [[ "$stderr" == *"already exists (use --force to overwrite)"* ]]
     [ "$(cat "$BATS_TEST_TMPDIR/k.txt")" = keep ]
     run -0 kvstat -f --json "$G/llama-2-7b.json" -o "$BATS_TEST_TMPDIR/k.txt"
     [ "$(cat "$BATS_TEST_TMPDIR/k.txt")" = "$expect" ]

@@ -134,24 +134,27 @@ each_tool_writes() {
     exec 7>&-
     rc=0
     wait "$pid" || rc=$?
-    [ "$rc" -eq 2 ]
+    [ "$rc" -eq 4 ]
     grep -q "another run wrote it meanwhile" "$T/err"
     [ "$(cat "$T/out.jsonl")" = precious ]
     [ -z "$(ls "$T" | grep tmp)" ]
 }
 
 @test "a killed run's temporary is removed by the next run of the same output; a live one is kept" {
-    echo stale > "$T/out.gguf.tmp.AbC123"
-    mkdir "$T/out.gguf.tmp.DeF456"
-    echo live > "$T/out.gguf.tmp.GhI789"
-    echo other > "$T/other.gguf.tmp.JkL012"
+    echo stale > "$T/out.gguf.tmp.llmkit-AbC123"
+    echo live > "$T/out.gguf.tmp.llmkit-GhI789"
+    echo other > "$T/other.gguf.tmp.llmkit-JkL012"
+    # names of the user's that merely look alike, and a folder (this output is a file)
+    echo mine > "$T/out.gguf.tmp.backup"
+    mkdir "$T/out.gguf.tmp.llmkit-DeF456"
     # flock(1) holds the lock a live run would hold on its temporary
-    flock "$T/out.gguf.tmp.GhI789" convert --type f16 "$TINY" "$T/out.gguf"
+    flock "$T/out.gguf.tmp.llmkit-GhI789" convert --type f16 "$TINY" "$T/out.gguf"
     [ -f "$T/out.gguf" ]
-    [ ! -e "$T/out.gguf.tmp.AbC123" ]
-    [ ! -e "$T/out.gguf.tmp.DeF456" ]
-    [ "$(cat "$T/out.gguf.tmp.GhI789")" = live ]
-    [ "$(cat "$T/other.gguf.tmp.JkL012")" = other ]
+    [ ! -e "$T/out.gguf.tmp.llmkit-AbC123" ]
+    [ "$(cat "$T/out.gguf.tmp.llmkit-GhI789")" = live ]
+    [ "$(cat "$T/other.gguf.tmp.llmkit-JkL012")" = other ]
+    [ "$(cat "$T/out.gguf.tmp.backup")" = mine ]
+    [ -d "$T/out.gguf.tmp.llmkit-DeF456" ]
 }
 
 @test "out of memory while mapping an input is exit 5 naming the file, in every tool" {
@@ -188,5 +191,73 @@ each_tool_writes() {
     run -4 --separate-stderr bash -c "quantize --json --type Q8_0 '$TINY' '$T/q.gguf' > /dev/full"
     [[ "$stderr" == *"stdout"*"No space left on device"* ]]
     [ ! -e "$T/q.gguf" ]
+    printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 200) > "$T/cal.txt"
+    run -4 --separate-stderr bash -c "quantize --json --type Q4_K_M --calib '$T/cal.txt' --calib-ctx 32 \
+        --imatrix-out '$T/im.gguf' '$TINY' '$T/q.gguf' > /dev/full"
+    [[ "$stderr" == *"stdout"*"No space left on device"* ]]
+    [ ! -e "$T/q.gguf" ]
+    [ ! -e "$T/im.gguf" ]
     [ -z "$(ls "$T" | grep tmp)" ]
+}
+
+@test "/dev/stdout and a process substitution are written in place" {
+    kvstat --layers 2 --heads 4 --head-dim 8 > "$T/want.txt"
+    kvstat --layers 2 --heads 4 --head-dim 8 -o /dev/stdout | cat > "$T/got.txt"
+    cmp "$T/want.txt" "$T/got.txt"
+    kvstat --layers 2 --heads 4 --head-dim 8 -o >(cat > "$T/sub.txt")
+    for _ in $(seq 100); do [ -s "$T/sub.txt" ] && break; sleep 0.1; done
+    cmp "$T/want.txt" "$T/sub.txt"
+}
+
+@test "every input of a run is protected from its outputs" {
+    cp "$TINY" "$T/m.gguf"
+    printf 'The quick brown fox jumps over the lazy dog. %.0s' $(seq 200) > "$T/cal.txt"
+    cp "$T/cal.txt" "$T/keep.txt"
+    run -2 --separate-stderr quantize -f --type Q4_K_M --calib "$T/cal.txt" "$T/m.gguf" "$T/cal.txt"
+    [[ "$stderr" == *"is also an input"* ]]
+    run -2 --separate-stderr quantize -f --type Q4_K_M --calib "$T/cal.txt" --imatrix-out "$T/cal.txt" \
+        "$T/m.gguf" "$T/q.gguf"
+    [[ "$stderr" == *"is also an input"* ]]
+    cmp "$T/cal.txt" "$T/keep.txt"
+    run -2 --separate-stderr bash -c "quantize -f --type Q8_0 - '$T/m.gguf' < '$T/m.gguf'"
+    [[ "$stderr" == *"is also an input"* ]]
+    cmp "$T/m.gguf" "$TINY"
+    run -2 --separate-stderr kvstat -f "$T/m.gguf" -o "$T/m.gguf"
+    [[ "$stderr" == *"is also an input"* ]]
+    cmp "$T/m.gguf" "$TINY"
+    run -2 --separate-stderr generate -m "$T/m.gguf" --perplexity "$T/cal.txt" -o "$T/cal.txt" --force
+    [[ "$stderr" == *"is also an input"* ]]
+    cmp "$T/cal.txt" "$T/keep.txt"
+}
+
+# mkgguf OUT PYTHON : a GGUF built with tests/cli/lib/mkbad_gguf.py's G, changed by PYTHON
+mkgguf() {
+    python3 -c "import sys; sys.path.insert(0, sys.argv[1])
+from mkbad_gguf import G, kv, s, T_STR
+g = G()
+$2
+open(sys.argv[2], 'wb').write(g.render()[0])" "$TOP/tests/cli/lib" "$1"
+}
+
+@test "quantize: a pipe whose header is larger than the first buffer" {
+    mkgguf "$T/big.gguf" "g.kvs.append(kv('x.padding', T_STR, s('a' * 20000000)))"
+    run --separate-stderr quantize -q --type Q8_0 "$T/big.gguf" "$T/a.gguf"
+    want=$status
+    run --separate-stderr bash -c "cat '$T/big.gguf' | quantize -q --type Q8_0 - '$T/b.gguf'"
+    [ "$status" -eq "$want" ]
+    [ "$want" -ne 0 ] || cmp "$T/a.gguf" "$T/b.gguf"
+}
+
+@test "quantize: a pipe declaring more data than memory holds is refused (5) before reading it" {
+    mkgguf "$T/huge.gguf" "g.tensors = [('a.weight', [1 << 20, 1 << 20], 0, 64)]"
+    head -c 4096 "$T/huge.gguf" > "$T/head.gguf"
+    run -5 --separate-stderr bash -c "{ cat '$T/head.gguf'; cat /dev/zero; } | quantize --type Q8_0 - '$T/o.gguf'"
+    [[ "$stderr" == *"cannot fit in memory"* ]]
+}
+
+@test "quantize --eval refuses an output it cannot read back (2)" {
+    mkchr "$T/null.gguf"
+    echo "some text" > "$T/e.txt"
+    run -2 --separate-stderr quantize --type Q8_0 --eval "$T/e.txt" "$TINY" "$T/null.gguf"
+    [[ "$stderr" == *"--eval reads OUTPUT back"* ]]
 }
