@@ -286,8 +286,17 @@ arch_hp_key(const struct arch_hparams *hp, enum arch_hp id, char *buf, size_t n)
     return buf;
 }
 
+/* layer_types[il] of a config.json is "sliding_attention" */
+static bool
+sliding_type(const json_t *layer_types, int64_t il)
+{
+    const char *s = json_string_value(json_array_get(layer_types, (size_t)il));
+
+    return s && !strcmp(s, "sliding_attention");
+}
+
 static void
-swa_count(struct arch_hparams *hp, const json_t *layer_types)
+swa_count(struct arch_hparams *hp)
 {
     int64_t i, p = hp->swa_period;
 
@@ -296,12 +305,10 @@ swa_count(struct arch_hparams *hp, const json_t *layer_types)
         hp->n_swa_layers = 0;
         return;
     }
-    if (layer_types) {
+    if (hp->layer_types) {
         hp->n_swa_layers = 0;
-        for (i = 0; i < (int64_t)json_array_size(layer_types); i++) {
-            const char *s = json_string_value(json_array_get(layer_types, (size_t)i));
-            hp->n_swa_layers += s && !strcmp(s, "sliding_attention");
-        }
+        for (i = 0; i < (int64_t)json_array_size(hp->layer_types); i++)
+            hp->n_swa_layers += sliding_type(hp->layer_types, i);
         if (hp->n_swa_layers > hp->n_layer)
             hp->n_swa_layers = hp->n_layer;
         return;
@@ -327,6 +334,8 @@ arch_swa_layer(const struct arch_hparams *hp, int64_t il)
         return false;
     if (kv && kv->type == GGUF_TYPE_ARRAY)
         return ((const uint8_t *)kv->v.arr)[il] != 0;
+    if (hp->layer_types)
+        return sliding_type(hp->layer_types, il);
     if (p <= 0 && hp->arch)
         p = hp->arch->swa_period;
     /* llama.cpp's set_swa_pattern(p): the last layer of each group of p is global */
@@ -475,7 +484,7 @@ arch_read_hparams(const struct gguf *g, unsigned flags, struct arch_hparams *hp,
         if (id != ARCH_HP_BLOCK_COUNT && wanted(flags, hp, (enum arch_hp)id) &&
             (rc = gguf_key(g, hp, (enum arch_hp)id, d)) < 0)
             return rc;
-    swa_count(hp, NULL);
+    swa_count(hp);
     return 0;
 }
 
@@ -649,8 +658,9 @@ arch_read_config(const json_t *root, unsigned flags, struct arch_hparams *hp, st
      * layers from layer_types, else a pattern, else the family's */
     if ((v = json_object_get(c, "use_sliding_window")) && json_is_false(v))
         hp->sliding_window = 0;
-    a = json_object_get(c, "layer_types");
-    swa_count(hp, a && json_is_array(a) ? a : NULL);
+    if ((a = json_object_get(c, "layer_types")) && json_is_array(a))
+        hp->layer_types = a;
+    swa_count(hp);
     return 0;
 }
 
@@ -781,6 +791,7 @@ arch_dim(const struct arch_hparams *hp, enum arch_dim dim)
     case ARCH_DIM_V: return hp->n_head_kv * hp->head_dim_v;
     case ARCH_DIM_O: return hp->n_head * hp->head_dim_v;
     case ARCH_DIM_ROT_HALF: return hp->n_rot / 2;
+    case ARCH_DIM_HEAD: return hp->head_dim;
     }
     return 0;
 }

@@ -23,17 +23,20 @@
  * a key in arch_keys[] for a hyperparameter no architecture had before).
  *
  * Reading.  arch_read_hparams() (GGUF) and arch_read_config() (config.json)
- * fill one struct arch_hparams for any architecture, known to the table or
- * not: each key's value, whether it was given, how the file spells it, and
- * (GGUF) whether it was stored in the type llama.cpp reads.  They refuse only
- * values that are malformed (a string where a count belongs, a per-layer
- * array of the wrong length).  arch_check_hparams() then applies the table's
- * rules to a model of a known architecture: required keys, exact GGUF types,
- * valid ranges, and the defaults llama.cpp (GGUF) or transformers
- * (config.json) would use.  model.c and hf_config.c read and check; kvstat,
- * which accounts for the KV cache of any model, reads only and derives what
- * it needs in kvmodel.c (kv_model_from_hparams).  What a consumer cannot
- * handle (per-layer head counts, partial rotary, MoE) it refuses itself.
+ * fill one struct arch_hparams: each key's value, whether it was given, how
+ * the file spells it, and (GGUF) whether it was stored in the type llama.cpp
+ * reads.  They read the keys the architecture's loader reads, or, for
+ * KV-cache accounting (ARCH_READ_KV), the attention geometry of any model,
+ * known to the table or not; they refuse only values that are malformed (a
+ * string where a count belongs, a per-layer array of the wrong length).
+ * arch_check_hparams() then applies the table's rules to a model of a known
+ * architecture: required keys, valid ranges, and the defaults llama.cpp
+ * (GGUF) or transformers (config.json) would use; arch_check_types() adds
+ * llama.cpp's exact key types.  model.c reads and checks both; hf_config.c
+ * reads and checks (any integer type converts); kvstat reads only and
+ * derives what it needs in kvmodel.c (kv_model_from_hparams).  What a
+ * consumer cannot handle (per-layer head counts, partial rotary, MoE) it
+ * refuses itself.
  *
  * Messages name the key as the file spells it: "missing key
  * 'llama.block_count'", "'hidden_size' is missing"; callers prefix the file.
@@ -163,6 +166,7 @@ enum arch_dim {
     ARCH_DIM_V,                 /* n_head_kv * head_dim_v */
     ARCH_DIM_O,                 /* n_head * head_dim_v */
     ARCH_DIM_ROT_HALF,          /* n_rot / 2 */
+    ARCH_DIM_HEAD,              /* head_dim (per-head norms: qwen3, gemma3) */
 };
 
 /* What a tensor is, for the code that holds it (model.c's struct model_layer). */
@@ -187,6 +191,11 @@ enum arch_weight {
     ARCH_W_FFN_GATE_BIAS,
     ARCH_W_FFN_UP_BIAS,
     ARCH_W_FFN_DOWN_BIAS,
+    /* for the families to come (no entry lists them yet) */
+    ARCH_W_ATTN_Q_NORM,         /* RMSNorm of each query head (qwen3, gemma3) */
+    ARCH_W_ATTN_K_NORM,
+    ARCH_W_ATTN_POST_NORM,      /* after attention, before the residual add (gemma) */
+    ARCH_W_FFN_POST_NORM,
 };
 
 enum {
@@ -270,6 +279,7 @@ struct arch_hparams {
     const char *hf_class;       /* architectures[0], or NULL */
     const char *model_type;     /* text_config's model_type, else the top level's, or NULL */
     const struct arch_hf *hf;   /* arch_find_hf(hf_class, model_type) */
+    const json_t *layer_types;  /* the layer_types array, or NULL */
 
     uint64_t has;               /* ARCH_BIT(id): given in the file */
     uint64_t loose;             /* GGUF: given in another type than llama.cpp reads */
@@ -370,7 +380,10 @@ const char *arch_hp_key(const struct arch_hparams *hp, enum arch_hp id, char *bu
  * its single value. */
 int64_t arch_hp_layer(const struct arch_hparams *hp, enum arch_hp id, int64_t il);
 
-/* arch_swa_layer() : whether layer il uses the sliding window. */
+/* arch_swa_layer() : whether layer il uses the sliding window: the file's
+ * mask (GGUF BOOL array, config layer_types), else its period, else the
+ * family's (llama.cpp's set_swa_pattern: the last of each group of p layers
+ * is global), else every layer; false without a window. */
 bool arch_swa_layer(const struct arch_hparams *hp, int64_t il);
 
 /* arch_dim() : the value of a tensor dimension for hp (after the check). */

@@ -331,6 +331,7 @@ test_config(void)
                       "[\"sliding_attention\",\"full_attention\",\"sliding_attention\","
                       "\"full_attention\"]}", ARCH_READ_KV, &hp, &j, &d), 0);
     CHECK_EQ(hp.n_swa_layers, 2);
+    CHECK(arch_swa_layer(&hp, 0) && !arch_swa_layer(&hp, 1) && arch_swa_layer(&hp, 2));
     json_decref(j);
     CHECK_EQ(read_cfg("{\"model_type\":\"deepseek_v2\",\"kv_lora_rank\":512,"
                       "\"qk_rope_head_dim\":64,\"v_head_dim\":128}", ARCH_READ_KV, &hp, &j, &d), 0);
