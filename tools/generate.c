@@ -432,14 +432,11 @@ main(int argc, char **argv)
         usage_error(usage_line, "--chunks needs --perplexity");
     if (!seed_set)
         o.sp.seed = random_seed();
-    if (o.threads > threadpool_n_cpus() && !oversubscribe) {
-        /* threads sharing a core make every barrier of the forward pass wait
-         * for a descheduled thread: 20-200x slower */
-        warnmsg("-t %d: this process may run on %d CPUs; using %d threads "
-                "(--oversubscribe keeps %d)", o.threads, threadpool_n_cpus(),
-                threadpool_n_cpus(), o.threads);
-        o.threads = threadpool_n_cpus();
-    }
+    o.threads = cli_cap_threads(o.threads, oversubscribe);
+    /* no output of this run may replace one of its inputs */
+    xio_note_input(o.model);
+    xio_note_input(o.prompt_file);
+    xio_note_input(o.perplexity);
     o.progress = o.json ? NULL : on_progress;   /* no bar with --json (STYLE) */
     o.info = on_info;
     o.warn = on_warn;
