@@ -24,7 +24,7 @@ WERROR   ?= 1
 # (no fused multiply-add), or files stop being bit-identical with llama.cpp.
 CFLAGS_BASE = -std=c11 -O2 -g -D_GNU_SOURCE -ffp-contract=off \
               -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes \
-              -iquote common -iquote kernels -MMD -MP
+              -iquote kernels -MMD -MP
 ifeq ($(WERROR),1)
 CFLAGS_BASE += -Werror
 endif
@@ -61,6 +61,10 @@ LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
 
 # (-iquote: "x.h" finds common/ and kernels/ headers, <x.h> never does, so a
 # header of ours can never shadow a system one such as <sched.h>.)
+# kernels/ is the lowest layer: its files see only kernels/ headers, so an
+# include of common/ there fails to compile; the library, the tools and the
+# tests see both.
+$(BUILD)/common/%.o $(BUILD)/tools/%.o $(BUILD)/tests/%.o: CFLAGS += -iquote common
 
 # SIMD files get their own flags; the right one is picked at run time.
 # The AVX2 kernels mirror ggml-cpu's arithmetic bit for bit, and GCC builds
@@ -81,7 +85,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O2 -std=c++17 -Icommon -Ikernels $(NVCC_ARCH) -Xcompiler -fPIC -c $< -o $@
+	$(NVCC) -O2 -std=c++17 -Ikernels $(NVCC_ARCH) -Xcompiler -fPIC -c $< -o $@
 
 $(LIBLLMKIT): $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -118,7 +122,7 @@ $(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(LIBS)
 # Memory bandwidth probe for `make bench` (AVX2 is the project's baseline).
 $(BUILD)/membw: tests/bench/membw.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -O3 -mavx2 -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -iquote common -O3 -mavx2 -o $@ $< $(LIBS) $(LDLIBS)
 
 # Matmul kernels, ref vs avx2, one thread (tests/bench/mmbench.c).
 $(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)

@@ -18,7 +18,7 @@
  * Layout conventions: activations are row-major f32, one row per token, with
  * an explicit row stride (ld*, in elements).  A weight matrix [rows, cols] is
  * stored as in GGUF: ne = {cols, rows}, row r at w + r * row_bytes, each row
- * cols / blck blocks of its ggml type (common/qtypes.h, kernels/qblock.h).
+ * cols / blck blocks of its ggml type (kernels/qtypes.h, kernels/qblock.h).
  */
 #ifndef LLMKIT_OPS_H
 #define LLMKIT_OPS_H

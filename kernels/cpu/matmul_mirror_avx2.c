@@ -9,7 +9,7 @@
 
 #include "matmul_mirror_avx2.h"
 
-/* ggml type ids (common/qtypes.h; kernels do not depend on common/) */
+/* ggml type ids (the values of kernels/qtypes.h) */
 enum { T_F32 = 0, T_F16 = 1, T_BF16 = 30 };
 
 #define RM 4                    /* weight rows per register tile */

@@ -13,7 +13,7 @@
  * vocabulary is loaded (tok_load must accept or reject it cleanly) and, when
  * it loads, used on a fixed text.  For each text input:
  *   - every id is in range, BOS/EOS appear as the flags say;
- *   - the shortcut path and the reference path (tok_int.h) give the same ids;
+ *   - the shortcut path and the reference path (tok_priv.h) give the same ids;
  *   - decoding works with every flag combination;
  *   - the pieces reproduce valid UTF-8 text exactly when no special token
  *     was produced (and, for SPM, the text has no U+2581, which decodes as a
