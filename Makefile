@@ -75,6 +75,8 @@ $(BUILD)/kernels/cpu/%_avx512.o: CFLAGS += -mavx512f -mavx512bw -mavx512vl -mavx
 # -O3 as ggml-base is built: the quantizers' search loops run as fast as the peer's (same results: no -ffast-math, no contraction).
 $(BUILD)/kernels/cpu/quant_%.o:   CFLAGS += -O3
 
+
+.PHONY: check-includes
 .PHONY: all fixtures check check-setup check-suites check-unit check-kernels check-cli check-fuzz \
         man-lint asan ubsan fuzz install uninstall clean help demo bench
 all: $(TOOLS)
@@ -146,7 +148,7 @@ fixtures: $(BUILD)/mkfixtures
 check: check-setup
 	@$(MAKE) --no-print-directory check-suites
 
-check-suites: all check-unit check-kernels check-fuzz check-cli man-lint
+check-suites: all check-includes check-unit check-kernels check-fuzz check-cli man-lint
 	@echo "make check: all suites passed"
 
 # What the tests need besides the build, in $LLMKIT_CACHE (~/.cache/llmkit):
@@ -195,6 +197,10 @@ check-cli: all fixtures
 
 man-lint:
 	@scripts/man-lint
+
+# No include cycle among the project's modules (x.c and x.h are one module).
+check-includes:
+	@scripts/include-graph && echo "check-includes: ok"
 
 asan:
 	$(MAKE) BUILD=build-asan BIN=build-asan/bin SAN=address check

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 
 #include "exec.h"
-#include "forward.h"
 #include "qtypes.h"
 #include "threadpool.h"
 

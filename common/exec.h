@@ -141,4 +141,14 @@ void exec_add(struct exec *e, float *x, const float *y, int64_t dim);
 /* exec_silu_mul() : g[t] = silu(g[t]) * u[t], rows of dim (SwiGLU). */
 void exec_silu_mul(struct exec *e, float *g, const float *u, int64_t dim);
 
+/* forward_state_new() : allocates m->st, the pass's scratch for m->max_batch
+ * tokens (when m->max_batch <= 0 it chooses one and sets m->max_batch) and
+ * m->tp's threads; model_open() calls it once the weights and the pool are
+ * set.  0, -ST_RANGE (max batch too large) or -ST_NOMEM; on failure m->st may
+ * hold a partial state, which forward_state_free() releases. */
+int forward_state_new(struct model *m, struct diag *d);
+
+/* forward_state_free() : frees m->st and sets it to NULL; a no-op when NULL. */
+void forward_state_free(struct model *m);
+
 #endif

@@ -177,3 +177,28 @@ layer_forward(struct model *m, int64_t layer, float *x, const struct batch *b,
     }
     return 0;
 }
+
+/* ---- the model with its pass: model.c loads, the executor adds scratch ---- */
+
+int
+model_open(struct model **out, const char *path, const struct model_opts *o, struct diag *d)
+{
+    int rc = model_load(out, path, o, d);
+
+    if (rc < 0)
+        return rc;
+    if ((rc = forward_state_new(*out, d)) < 0) {
+        model_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+void
+model_free(struct model *m)
+{
+    if (!m)
+        return;
+    forward_state_free(m);
+    model_unload(m);
+}

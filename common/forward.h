@@ -43,14 +43,5 @@
 int layer_forward(struct model *m, int64_t layer, float *x, const struct batch *b,
                   struct kvcache *kv, const struct model_hooks *hooks, struct diag *d);
 
-/* forward_state_new() : allocates m->st, the pass's scratch for m->max_batch
- * tokens (when m->max_batch <= 0 it chooses one and sets m->max_batch) and
- * m->tp's threads; model_open() calls it once the weights and the pool are
- * set.  0, -ST_RANGE (max batch too large) or -ST_NOMEM; on failure m->st may
- * hold a partial state, which forward_state_free() releases. */
-int forward_state_new(struct model *m, struct diag *d);
-
-/* forward_state_free() : frees m->st and sets it to NULL; a no-op when NULL. */
-void forward_state_free(struct model *m);
 
 #endif

@@ -12,7 +12,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "forward.h"
 #include "model.h"
 #include "qtypes.h"
 #include "threadpool.h"
@@ -295,7 +294,7 @@ pack_weights(struct model *m, struct diag *d)
 }
 
 int
-model_open(struct model **out, const char *path, const struct model_opts *o, struct diag *d)
+model_load(struct model **out, const char *path, const struct model_opts *o, struct diag *d)
 {
     struct model_opts def = MODEL_OPTS_INIT;
     struct model *m;
@@ -329,21 +328,18 @@ model_open(struct model **out, const char *path, const struct model_opts *o, str
     if ((rc = threadpool_new(&m->tp, o->n_threads, d)) < 0)
         goto err;
     m->max_batch = o->max_batch;
-    if ((rc = forward_state_new(m, d)) < 0)
-        goto err;
     *out = m;
     return 0;
 err:
-    model_free(m);
+    model_unload(m);
     return rc;
 }
 
 void
-model_free(struct model *m)
+model_unload(struct model *m)
 {
     if (!m)
         return;
-    forward_state_free(m);
     threadpool_free(m->tp);
     free(m->layers);
     free(m->pack_buf);

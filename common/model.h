@@ -141,6 +141,13 @@ int model_open(struct model **out, const char *path, const struct model_opts *o,
 /* model_free() : releases everything; NULL is a no-op. */
 void model_free(struct model *m);
 
+/* model_load() / model_unload() : model_open() without the forward pass's
+ * scratch (forward.c adds it), and its release: the weights, hyperparameters,
+ * kernels and threads.  Used by model_open()/model_free(); a model loaded
+ * this way cannot run model_forward(). */
+int model_load(struct model **out, const char *path, const struct model_opts *o, struct diag *d);
+void model_unload(struct model *m);
+
 /* model_kv_config() : a KV pool configuration matching m (layers, KV heads,
  * head dims) with the given byte budget and dtype (GGML_TYPE_F16 or
  * GGML_TYPE_F32) and the default block size. */
