@@ -36,7 +36,7 @@ CFLAGS  += $(CFLAGS_BASE) $(CFG_CFLAGS)
 LDLIBS  += $(CFG_LIBS) -lm -lpthread
 LDFLAGS += $(LDFLAGS_SAN)
 
-COMMON_SRC  := $(sort $(wildcard common/*.c common/quant/*.c))
+COMMON_SRC  := $(sort $(wildcard common/*/*.c))
 KERNEL_SRC  := $(sort $(wildcard kernels/*.c kernels/cpu/*.c))
 ifeq ($(HAVE_CUDA),1)
 KERNEL_SRC  := $(filter-out kernels/cuda_absent.c,$(KERNEL_SRC))
@@ -64,7 +64,11 @@ LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
 # kernels/ is the lowest layer: its files see only kernels/ headers, so an
 # include of common/ there fails to compile; the library, the tools and the
 # tests see both.
-$(BUILD)/common/%.o $(BUILD)/tools/%.o $(BUILD)/tests/%.o: CFLAGS += -iquote common
+# common/ is in rooms (base, formats, text, model, quant, kv; docs/architecture.md),
+# one -iquote each, so that "xio.h" names a header wherever it lives.
+COMMON_IQUOTE = -iquote common/base -iquote common/formats -iquote common/text \
+                -iquote common/model -iquote common/quant -iquote common/kv
+$(BUILD)/common/%.o $(BUILD)/tools/%.o $(BUILD)/tests/%.o: CFLAGS += $(COMMON_IQUOTE)
 
 # SIMD files get their own flags; the right one is picked at run time.
 # The AVX2 kernels mirror ggml-cpu's arithmetic bit for bit, and GCC builds
@@ -124,7 +128,7 @@ $(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(LIBS)
 # Memory bandwidth probe for `make bench` (AVX2 is the project's baseline).
 $(BUILD)/membw: tests/bench/membw.c $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -iquote common -O3 -mavx2 -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(COMMON_IQUOTE) -O3 -mavx2 -o $@ $< $(LIBS) $(LDLIBS)
 
 # Matmul kernels, ref vs avx2, one thread (tests/bench/mmbench.c).
 $(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)
@@ -214,7 +218,7 @@ fuzz:
 	$(MAKE) BUILD=build-fuzz/obj CC=clang SAN=fuzzer-no-link,address CUDA=0 build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a
 	@for f in $(FUZZ_SRC); do n=$$(basename $$f .c); \
 	  echo "clang $$f -> build-fuzz/$$n"; \
-	  clang -std=c11 -g -O1 -D_GNU_SOURCE -iquote common -iquote kernels -fsanitize=fuzzer,address $$f \
+	  clang -std=c11 -g -O1 -D_GNU_SOURCE $(COMMON_IQUOTE) -iquote kernels -fsanitize=fuzzer,address $$f \
 	    build-fuzz/obj/libllmkit.a build-fuzz/obj/libkernels.a $(CFG_LIBS) -lm -lpthread -o build-fuzz/$$n || exit 1; done
 
 # ---- demo: SmolLM2 answers a question ----

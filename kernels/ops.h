@@ -11,7 +11,7 @@
  * variable names it.
  *
  * Kernels see buffers only: no models, files, options or threads.  Work is
- * split across threads by the caller (common/threadpool.h) through the
+ * split across threads by the caller (common/base/threadpool.h) through the
  * row/range arguments; every kernel may be called concurrently on disjoint
  * output ranges.  No kernel allocates memory; scratch is passed in.
  *

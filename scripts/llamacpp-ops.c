@@ -9,7 +9,7 @@
  *
  * Built and run by scripts/mkgolden-ops (which writes
  * tests/golden/kernels/ops.json); links llmkit's own library only for the
- * random inputs (common/rng.c) and fp16 conversion of them.
+ * random inputs (common/base/rng.c) and fp16 conversion of them.
  */
 #include <math.h>
 #include <stdint.h>

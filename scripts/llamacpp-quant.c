@@ -3,7 +3,7 @@
  * deterministic inputs with the llama.cpp peer's ggml_quantize_chunk, for
  * every type llmkit produces, with and without an importance matrix.
  * llmkit's own code, compiled by scripts/mkgolden-quant against the peer's
- * headers and libggml-base (plus common/rng.c for the input generator in
+ * headers and libggml-base (plus common/base/rng.c for the input generator in
  * tests/unit/quant_gen.h); its binary stays in the peer's cache.
  *
  * usage:

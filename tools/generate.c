@@ -2,8 +2,8 @@
  * generate - text generation with a GGUF model: one prompt streamed to
  * standard output, a batch of requests (JSONL in, JSONL out) through the
  * continuous-batching engine, or the perplexity of a text file.  Options
- * are parsed here; the work is run_generate() in common/generate.c and
- * run_generate_batch() in common/batch.c.
+ * are parsed here; the work is run_generate() in common/model/generate.c and
+ * run_generate_batch() in common/model/genbatch.c.
  */
 #include <getopt.h>
 #include <signal.h>
@@ -14,9 +14,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "batch.h"
 #include "cli.h"
 #include "compute.h"
+#include "genbatch.h"
 #include "generate.h"
 #include "qtypes.h"
 #include "scheduler.h"

@@ -2,7 +2,7 @@
  * kvstat - KV-cache memory accounting: bytes per token for MHA/GQA/MQA/MLA in
  * each KV dtype, what fits in a memory budget, contiguous vs paged waste for
  * a length workload, and summaries and plots of generate's KV traces.
- * Options are parsed here; the work is run_kvstat() in common/kvstat.c.
+ * Options are parsed here; the work is run_kvstat() in common/kv/kvstat.c.
  */
 #include <getopt.h>
 #include <stdio.h>

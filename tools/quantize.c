@@ -13,10 +13,10 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "imatrix.h"
+#include "qeval.h"
 #include "qtypes.h"
-#include "quant/imatrix.h"
-#include "quant/qeval.h"
-#include "quant/quantize.h"
+#include "quantize.h"
 #include "xio.h"
 
 static const char usage_line[] =

@@ -13,7 +13,7 @@
  * row alone: one step of a sequence of n_kv slots, its KV warm in cache.
  * And, for n_kv up to 4096, as "TABLE/step", a decode step's attention with
  * its KV out of the caches: the one-row kernel for each of 30 layers x 3 KV
- * heads over a paged pool laid out as common/kvcache.c lays it out (a block
+ * heads over a paged pool laid out as common/model/kvcache.c lays it out (a block
  * holds every layer's keys, then values, of 16 slots), with 85 MiB (about
  * SmolLM2's Q4_1 weights) read between layers as a decode reads its
  * weights; the time is the step's minus the same loop's without the

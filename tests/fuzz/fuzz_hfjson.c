@@ -1,6 +1,6 @@
 /*
  * fuzz_hfjson.c - libFuzzer harness for the Hugging Face side of conversion
- * (common/hf.h): config.json, tokenizer.json, tokenizer_config.json, the
+ * (common/formats/hf.h): config.json, tokenizer.json, tokenizer_config.json, the
  * SentencePiece tokenizer.model reader, pre-tokenizer matching and tensor
  * names.  The low 3 bits of the first byte pick what the rest of the input
  * is:

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "quant/imatrix.h"
+#include "imatrix.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -1,5 +1,5 @@
 /*
- * fuzz_tokenizer.c - libFuzzer harness for the tokenizers (common/tokenizer.h).
+ * fuzz_tokenizer.c - libFuzzer harness for the tokenizers (common/text/tokenizer.h).
  *
  * The vocabularies are built once: a small SentencePiece vocabulary (byte
  * fallback, user-defined and control tokens) and a small byte-level BPE

@@ -1,7 +1,7 @@
 /*
  * quant_gen.h - deterministic quantizer inputs shared by tests/unit/
  * test_quantize.c and the golden-file driver scripts/llamacpp-quant.c (which
- * compiles common/rng.c next to the llama.cpp peer), so that both quantize
+ * compiles common/base/rng.c next to the llama.cpp peer), so that both quantize
  * the very same floats.
  *
  * Only +, -, *, / on doubles and one final rounding to float are used (no

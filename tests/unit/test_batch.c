@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "batch.h"
+#include "genbatch.h"
 #include "model.h"
 #include "ops.h"
 #include "qtypes.h"

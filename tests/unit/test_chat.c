@@ -1,5 +1,5 @@
 /*
- * test_chat.c - chat templates (common/chat.h).
+ * test_chat.c - chat templates (common/text/chat.h).
  *
  *  - family detection from real templates (SmolLM2's, read from the model in
  *    $LLMKIT_CACHE when present, and a copy kept here) and from names;

@@ -8,7 +8,7 @@
 
 #include "gguf.h"
 #include "qtypes.h"
-#include "quant/quantize.h"
+#include "quantize.h"
 #include "t.h"
 
 #define MAXT 512

@@ -1,5 +1,5 @@
 /*
- * test_tokenizer.c - tokenizers (common/tokenizer.h).
+ * test_tokenizer.c - tokenizers (common/text/tokenizer.h).
  *
  *  1. small vocabularies built here (SPM with byte fallback, byte-level BPE
  *     with merges): algorithms, special-token partition, decoding, loading

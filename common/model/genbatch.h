@@ -1,5 +1,5 @@
 /*
- * batch.h - `generate --batch`: a file or stream of requests through the
+ * genbatch.h - `generate --batch`: a file or stream of requests through the
  * continuous-batching engine (scheduler.h), one JSON result line per request
  * as soon as it finishes.
  *
@@ -40,8 +40,8 @@
  * engine step (docs/kv-trace.md), after a "header" line and before a
  * closing "summary" line.
  */
-#ifndef LLMKIT_BATCH_H
-#define LLMKIT_BATCH_H
+#ifndef LLMKIT_GENBATCH_H
+#define LLMKIT_GENBATCH_H
 
 #include <signal.h>
 #include <stdbool.h>

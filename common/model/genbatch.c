@@ -1,7 +1,7 @@
 /*
- * batch.c - run_generate_batch(): requests in, results out, through the
+ * genbatch.c - run_generate_batch(): requests in, results out, through the
  * continuous-batching engine; the request parser; the KV trace writer.
- * See batch.h.
+ * See genbatch.h.
  *
  * The input is read with read(2) into a buffer of our own so that the loop
  * can look for more requests without blocking while sequences run (poll
@@ -12,7 +12,7 @@
  * request ids seen so far (a duplicate id is refused), which holds a copy
  * of every id.
  */
-#include "batch.h"
+#include "genbatch.h"
 
 #include <errno.h>
 #include <fcntl.h>
