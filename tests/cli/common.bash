@@ -51,3 +51,42 @@ wait_for_tmp() {
 not_under_sanitizer() {
     [ -z "${LLMKIT_SAN:-}" ] || skip "numeric golden: checked by the plain build, too slow under $LLMKIT_SAN"
 }
+
+# clean FILE : UTF-8 with no control character but the newline, no C1
+# control, no bidirectional override (what escaped output must be)
+clean() {
+    python3 - "$1" <<'EOF'
+import sys
+b = open(sys.argv[1], "rb").read()
+try:
+    s = b.decode("utf-8")
+except UnicodeDecodeError as e:
+    sys.exit("not UTF-8: %s" % e)
+bad = [c for c in s if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) <= 0x9f
+       or c in "\u061c\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"]
+if bad:
+    sys.exit("%s: control characters %r" % (sys.argv[1], bad))
+EOF
+}
+
+# mount_full [FILL_KIB] : a 64 KiB tmpfs at $FULL with FILL_KIB taken (default
+# all of it); needs root (skips otherwise); unmount_full (from teardown)
+# unmounts it.
+mount_full() {
+    [ "$(id -u)" = 0 ] || skip "mounting a tmpfs needs root"
+    FULL="$BATS_TEST_TMPDIR/full"
+    mkdir "$FULL"
+    mount -t tmpfs -o size=64k tmpfs "$FULL" 2>/dev/null || skip "cannot mount a tmpfs here"
+    if [ -n "${1:-}" ]; then
+        dd if=/dev/zero of="$FULL/fill" bs=1k count="$1" 2>/dev/null
+    else
+        dd if=/dev/zero of="$FULL/fill" bs=4k 2>/dev/null || true
+        [ "$(df -k --output=avail "$FULL" | tail -1 | tr -d ' ')" = 0 ]
+    fi
+}
+
+unmount_full() {
+    if [ -n "${FULL:-}" ] && mountpoint -q "$FULL"; then
+        umount "$FULL"
+    fi
+}

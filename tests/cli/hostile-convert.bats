@@ -8,23 +8,6 @@ load common
 
 FIX="$TOP/tests/fixtures"
 
-# clean FILE : UTF-8 with no control character but the newline, no C1
-# control, no bidirectional override
-clean() {
-    python3 - "$1" <<'EOF'
-import sys
-b = open(sys.argv[1], "rb").read()
-try:
-    s = b.decode("utf-8")
-except UnicodeDecodeError as e:
-    sys.exit("not UTF-8: %s" % e)
-bad = [c for c in s if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) <= 0x9f
-       or c in "\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"]
-if bad:
-    sys.exit("%s: control characters %r" % (sys.argv[1], bad))
-EOF
-}
-
 # mkevil OUT [NDIMS] : a GGUF with a hostile general.name, a hostile key
 # (with a hostile value) and one F32 tensor [4] with a hostile name
 # (NDIMS 5 makes the tensor record invalid).
@@ -58,24 +41,8 @@ open(p, "wb").write(b.replace(old, new))
 EOF
 }
 
-# A 64 KiB tmpfs at $FULL with FILL KiB taken (default all of it); needs root
-# (skips otherwise); teardown unmounts it.
-mount_full() {
-    [ "$(id -u)" = 0 ] || skip "mounting a tmpfs needs root"
-    FULL="$BATS_TEST_TMPDIR/full"
-    mkdir "$FULL"
-    mount -t tmpfs -o size=64k tmpfs "$FULL" 2>/dev/null || skip "cannot mount a tmpfs here"
-    if [ -n "${1:-}" ]; then
-        dd if=/dev/zero of="$FULL/fill" bs=1k count="$1" 2>/dev/null
-    else
-        dd if=/dev/zero of="$FULL/fill" bs=4k 2>/dev/null || true
-    fi
-}
-
 teardown() {
-    if [ -n "${FULL:-}" ] && mountpoint -q "$FULL"; then
-        umount "$FULL"
-    fi
+    unmount_full
 }
 
 # ---- escaping ----

@@ -36,23 +36,6 @@ mkevil() {
         llama.embedding_length=u32:64
 }
 
-# clean FILE : UTF-8 with no control character but the newline, no C1
-# control, no bidirectional override
-clean() {
-    python3 - "$1" <<'EOF'
-import sys
-b = open(sys.argv[1], "rb").read()
-try:
-    s = b.decode("utf-8")
-except UnicodeDecodeError as e:
-    sys.exit("not UTF-8: %s" % e)
-bad = [c for c in s if (ord(c) < 32 and c != "\n") or 0x7f <= ord(c) <= 0x9f
-       or c in "\u200e\u200f\u2028\u2029\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"]
-if bad:
-    sys.exit("%s: control characters %r" % (sys.argv[1], bad))
-EOF
-}
-
 # A 6-step trace (the numbers do not matter here).
 mktrace() {
     python3 - > "$1" <<'EOF'
@@ -64,21 +47,8 @@ for st in range(6):
 EOF
 }
 
-# A 64 KiB tmpfs at $FULL, filled up (needs root; skips otherwise); teardown
-# unmounts it.
-mount_full() {
-    [ "$(id -u)" = 0 ] || skip "mounting a tmpfs needs root"
-    FULL="$BATS_TEST_TMPDIR/full"
-    mkdir "$FULL"
-    mount -t tmpfs -o size=64k tmpfs "$FULL" 2>/dev/null || skip "cannot mount a tmpfs here"
-    dd if=/dev/zero of="$FULL/fill" bs=4k 2>/dev/null || true
-    [ "$(df -k --output=avail "$FULL" | tail -1 | tr -d ' ')" = 0 ]
-}
-
 teardown() {
-    if [ -n "${FULL:-}" ] && mountpoint -q "$FULL"; then
-        umount "$FULL"
-    fi
+    unmount_full
 }
 
 # ---- escaping ----
