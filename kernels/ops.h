@@ -11,7 +11,8 @@
  * variable names it.
  *
  * Kernels see buffers only: no models, files, options or threads.  Work is
- * split across threads by the caller (common/base/threadpool.h) through the
+ * split across threads by the caller (the CPU backend, cpu/backend_cpu.c, over
+ * threadpool.h) through the
  * row/range arguments; every kernel may be called concurrently on disjoint
  * output ranges.  No kernel allocates memory; scratch is passed in.
  *
@@ -229,6 +230,15 @@ int ops_attn_split(const struct attn_args *a, float *scratch, int64_t base,
 typedef void (*ops_attn_fn)(const struct attn_args *a, float *scratch);
 typedef int64_t (*ops_attn_scratch_floats_fn)(int64_t n_q, int64_t block_size, int64_t head_dim,
                                               int64_t head_dim_v);
+
+/* ---- the KV cache's row codec ----
+ * ops_kv_row_put() stores n floats as one cache row of dtype (GGML_TYPE_F32,
+ * F16, or Q8_0 with n % 32 == 0) at dst: f16 rounds to nearest even; q8_0
+ * takes d = fp16(max|x| / 127) per 32 values and codes round-half-even(x *
+ * 127 / max|x|) (what ggml's x86 build stores).  ops_kv_row_get() converts
+ * a row back to floats. */
+void ops_kv_row_put(uint32_t dtype, void *dst, const float *src, int64_t n);
+void ops_kv_row_get(uint32_t dtype, float *dst, const void *src, int64_t n);
 
 /* ---- tiled attention: a tile of query rows of one sequence ----
  *

@@ -20,7 +20,6 @@
 #include "generate.h"
 #include "qtypes.h"
 #include "scheduler.h"
-#include "threadpool.h"
 #include "xio.h"
 
 static const char usage_line[] =

@@ -1,5 +1,6 @@
 #include "status.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -56,4 +57,20 @@ st_str(int st)
     case ST_CHECK: return "check failed";
     default: return "failure";
     }
+}
+
+int
+diag_errno(struct diag *d, int neg_errno, const char *msg)
+{
+    int st;
+
+    switch (neg_errno) {
+    case -ENOMEM:
+    case -EAGAIN: st = ST_NOMEM; break;
+    case -ENODEV: st = ST_DEVICE; break;
+    case -EINVAL:
+    case -ERANGE: st = ST_RANGE; break;
+    default: st = ST_FAIL; break;
+    }
+    return diag_set(d, st, "%s", msg);
 }

@@ -38,6 +38,11 @@ int diag_set(struct diag *d, int st, const char *fmt, ...)
 void diag_prefix(struct diag *d, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* diag_errno() : the status of a kernels/ call that failed with a negative
+ * errno code (-ENOMEM, -EAGAIN: ST_NOMEM; -ENODEV: ST_DEVICE; -EINVAL,
+ * -ERANGE: ST_RANGE; others ST_FAIL), msg as its message; returns -status. */
+int diag_errno(struct diag *d, int neg_errno, const char *msg);
+
 /* st_str() : a short English name for a status code. */
 const char *st_str(int st);
 

@@ -1,18 +1,20 @@
 /*
  * exec.h - the executor: runs the steps of a layer recipe over one chunk of
- * a batch with the model's kernels (kernels/ops.h) and thread pool.
+ * a batch on the model's backend (kernels/backend.h).
  *
  * A recipe (arch_<family>.c) says what one layer computes, in order, as
- * calls of the exec_* ops below on the chunk's rows; the executor decides
- * how: it owns the scratch (struct forward_state, allocated once at
- * model_open), splits each step over the pool, groups the matmuls that read
- * the same activations into one pass, converts activations once per group,
- * schedules attention (tiled runs, one-row items, split-KV chunks of a long
- * context) and stores K/V in the paged cache.  None of these choices changes
- * a bit of the result: every kernel is row- and range-invariant, so a
- * token's values do not depend on the thread count, the split, or the
- * other tokens of the call (except in the llama.cpp ubatch mode, which
- * depends on the ubatch size the caller states: struct batch).
+ * calls of the exec_* ops below on the chunk's rows; the executor prepares
+ * what the steps need: the scratch (struct forward_state, allocated once at
+ * model_open in backend buffers), each token's slot, block and RoPE angles,
+ * each attention row's block table, visible prefix and mask, the hook
+ * events; then each op is one call of the backend's table, which decides
+ * the rest (the CPU backend: the split over its threads, one activation
+ * conversion per matmul group, the attention schedule of tiled runs,
+ * one-row items and split-KV chunks).  None of these choices changes a bit
+ * of the result: every kernel is row- and range-invariant, so a token's
+ * values do not depend on the thread count, the split, or the other tokens
+ * of the call (except in the llama.cpp ubatch mode, which depends on the
+ * ubatch size the caller states: struct batch).
  *
  * Shapes: every activation is row-major f32, one row per chunk token
  * (e->n rows), rows contiguous (stride = the row width given or implied).
@@ -143,8 +145,8 @@ void exec_silu_mul(struct exec *e, float *g, const float *u, int64_t dim);
 
 /* forward_state_new() : allocates m->st, the pass's scratch for m->max_batch
  * tokens (when m->max_batch <= 0 it chooses one and sets m->max_batch) and
- * m->tp's threads; model_open() calls it once the weights and the pool are
- * set.  0, -ST_RANGE (max batch too large) or -ST_NOMEM; on failure m->st may
+ * the backend's room for matmuls of that many tokens; model_open() calls it
+ * once the weights and the backend are set.  0, -ST_RANGE (max batch too large) or -ST_NOMEM; on failure m->st may
  * hold a partial state, which forward_state_free() releases. */
 int forward_state_new(struct model *m, struct diag *d);
 

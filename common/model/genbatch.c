@@ -30,7 +30,6 @@
 #include "model.h"
 #include "qtypes.h"
 #include "scheduler.h"
-#include "threadpool.h"
 #include "tokenizer.h"
 #include "xio.h"
 
@@ -968,6 +967,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
 
     mopt.n_threads = go->threads;
     mopt.kernel = go->kernel;
+    mopt.device = go->device;
     if ((rc = model_open(&g.m, go->model, &mopt, d)) < 0) {
         diag_prefix(d, "'%s'", go->model);
         goto out;
@@ -1008,8 +1008,8 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     r->ctx = sched_ctx(g.s);
     r->blocks_total = ks.blocks_total;
     r->block_size = ks.block_size;
-    r->threads = threadpool_size(g.m->tp);
-    r->kernel = g.m->ops->name;
+    r->threads = g.m->be->n_threads;
+    r->kernel = g.m->be->kernel;
     if (go->info) {
         char msg[320];
         snprintf(msg, sizeof(msg), "'%s': %lld KV blocks of %lld tokens (%s, %.1f MiB), context "

@@ -19,7 +19,6 @@
 #include "model.h"
 #include "perplexity.h"
 #include "qtypes.h"
-#include "threadpool.h"
 #include "tokenizer.h"
 #include "xio.h"
 
@@ -657,6 +656,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
 
     mopt.n_threads = o->threads;
     mopt.kernel = o->kernel;
+    mopt.device = o->device;
     if ((rc = model_open(&m, o->model, &mopt, d)) < 0) {
         diag_prefix(d, "'%s'", o->model);
         return rc;
@@ -669,8 +669,8 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     if (tok.warning[0])
         warn(o, "%s", tok.warning);
     r->load_ms = ms_since(t0);
-    r->threads = threadpool_size(m->tp);
-    r->kernel = m->ops->name;
+    r->threads = m->be->n_threads;
+    r->kernel = m->be->kernel;
     r->ctx = o->ctx > 0 ? o->ctx : o->perplexity ? 512
            : m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DEFAULT_CTX;
 

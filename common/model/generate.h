@@ -47,6 +47,7 @@ struct generate_opts {
     int32_t repeat_last_n;      /* -1 = the whole context, else >= 0 (copied into sp) */
     int threads;                /* <= 0 = all online CPUs */
     const char *kernel;         /* "ref", "auto"; NULL = $LLMKIT_KERNEL or auto */
+    const char *device;         /* "cpu" (NULL), "cuda": model_opts.device */
     int64_t kv_mem;             /* KV budget in bytes; 0 = enough for ctx tokens */
     int64_t ctx;                /* context (tokens); 0 = the model's training context
                                  * (generation) or 512 (perplexity) */

@@ -14,7 +14,7 @@
  * elements of dtype GGML_TYPE_F16 (default), GGML_TYPE_F32 or GGML_TYPE_Q8_0
  * (a row is head_dim / 32 blocks of 34 bytes: fp16 scale d, 32 int8 codes,
  * value = d * code; head dims must be multiples of 32).  Rows are converted
- * with kv_row_put() / kv_row_get().  One block per (layer, head) row group
+ * with ops_kv_row_put() / ops_kv_row_get() (kernels/ops.h).  One block per (layer, head) row group
  * keeps the keys a query group reads contiguous; one block for all layers
  * keeps a sequence's data in one place: physical block b is the
  * block_bytes bytes at offset b * block_bytes of the pool, so swap and
@@ -95,14 +95,7 @@ size_t kv_block_bytes(const struct kv_config *c);
  * q8_0 with n % 32 == 0), 0 otherwise. */
 size_t kv_dtype_row_bytes(uint32_t dtype, int64_t n);
 
-/* kv_row_put() : stores n floats as one cache row of dtype at dst
- * (kv_dtype_row_bytes(dtype, n) bytes): f16 rounds to nearest even; q8_0
- * takes d = fp16(max|x| / 127) per 32 values and codes
- * round-half-even(x * 127 / max|x|) (what ggml's x86 build stores). */
-void kv_row_put(uint32_t dtype, void *dst, const float *src, int64_t n);
-
-/* kv_row_get() : converts one cache row of n elements back to floats. */
-void kv_row_get(uint32_t dtype, float *dst, const void *src, int64_t n);
+/* (a row's codec: ops_kv_row_put() / ops_kv_row_get() in kernels/ops.h) */
 
 /* kv_new() : a pool of floor(c->mem / block_bytes) blocks, all free, no
  * sequences.  The caller frees it with kv_free().

@@ -14,7 +14,6 @@
 
 #include "model.h"
 #include "qtypes.h"
-#include "threadpool.h"
 
 /* ---- metadata ---- */
 
@@ -114,7 +113,7 @@ find_tensor(struct model *m, struct model_weight *w, const char *name, int64_t r
     }
     const struct qtype *qt = qtype_get(t->type);
     if (is_matrix) {
-        if (!qt || !m->ops->mm_supported(t->type))
+        if (!qt || !m->be->ops->supports(m->be, t->type))
             return diag_set(d, ST_FORMAT, "tensor '%s': type %s is not supported for compute",
                             name, qt ? qt->name : "unknown");
     } else if (t->type != GGML_TYPE_F32) {
@@ -249,11 +248,10 @@ mm_weight(struct model *m, int64_t i)
 static size_t
 pack_bytes(const struct model *m, const struct model_weight *w)
 {
-    return w->data ? m->ops->mm_pack_size(w->type, w->rows, w->cols) : 0;
+    return w->data ? m->be->ops->pack_size(m->be, w->type, w->rows, w->cols) : 0;
 }
 
-/* The matmul weights the kernel table keeps in its own layout
- * (ops->mm_pack), packed once into one buffer; the GGUF pages of a packed
+/* The matmul weights the backend keeps in its own layout (its pack), packed once into one buffer; the GGUF pages of a packed
  * tensor are then dropped from memory (the mapping stays valid: a later
  * read faults them back in from the file), so the model costs about its
  * file size, not twice it. */
@@ -264,13 +262,11 @@ pack_weights(struct model *m, struct diag *d)
     const long pg = sysconf(_SC_PAGESIZE);
     size_t total = 0, at = 0;
 
-    if (!m->ops->mm_pack_size || !m->ops->mm_pack)
-        return 0;
     for (int64_t i = 0; i < n; i++)
         total += (pack_bytes(m, mm_weight(m, i)) + 63) & ~(size_t)63;
     if (!total)
         return 0;
-    m->pack_buf = aligned_alloc(64, total);
+    m->pack_buf = m->be->ops->alloc(m->be, total);
     if (!m->pack_buf)
         return diag_set(d, ST_NOMEM, "out of memory packing the weights (%zu bytes)", total);
     for (int64_t i = 0; i < n; i++) {
@@ -280,7 +276,8 @@ pack_weights(struct model *m, struct diag *d)
             continue;
         void *dst = (uint8_t *)m->pack_buf + at;
         at += (b + 63) & ~(size_t)63;
-        m->ops->mm_pack(dst, w->data, w->row_bytes, w->type, w->rows, w->cols);
+        struct backend_weight bw = model_weight_view(w);
+        m->be->ops->pack(m->be, dst, &bw);
         w->packed = dst;
         /* (pages of a large page-cache folio that the tensor covers only in
          * part stay mapped: with 2 MiB folios, about a quarter of the
@@ -306,15 +303,15 @@ model_load(struct model **out, const char *path, const struct model_opts *o, str
     m = calloc(1, sizeof(*m));
     if (!m)
         return diag_set(d, ST_NOMEM, "out of memory");
-    m->ops = ops_select(o->kernel);
-    if (!m->ops) {
-        rc = diag_set(d, ST_RANGE, "unknown or unavailable kernel '%s' (known: auto, avx512, avx2, ref)",
-                      o->kernel ? o->kernel : getenv("LLMKIT_KERNEL"));
+    struct backend_config bc = { o->n_threads, o->kernel };
+    char why[DIAG_MSG_MAX];
+    if ((rc = backend_open(&m->be, o->device, &bc, why, sizeof(why))) < 0) {
         free(m);
-        return rc;
+        return diag_errno(d, rc, why);
     }
     rc = gguf_open(&m->gguf, path, d);
     if (rc < 0) {
+        backend_close(m->be);
         free(m);
         return rc;
     }
@@ -324,8 +321,6 @@ model_load(struct model **out, const char *path, const struct model_opts *o, str
     }
     if ((rc = load_hparams(m, d)) < 0 || (rc = load_tensors(m, d)) < 0 ||
         (rc = pack_weights(m, d)) < 0)
-        goto err;
-    if ((rc = threadpool_new(&m->tp, o->n_threads, d)) < 0)
         goto err;
     m->max_batch = o->max_batch;
     *out = m;
@@ -340,10 +335,11 @@ model_unload(struct model *m)
 {
     if (!m)
         return;
-    threadpool_free(m->tp);
     free(m->layers);
-    free(m->pack_buf);
+    if (m->pack_buf)
+        m->be->ops->free(m->be, m->pack_buf);
     gguf_release(&m->gguf);
+    backend_close(m->be);
     free(m);
 }
 

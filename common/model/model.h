@@ -45,10 +45,10 @@
 #include "arch.h"
 #include "gguf.h"
 #include "kvcache.h"
+#include "backend.h"
 #include "ops.h"
 #include "status.h"
 
-struct threadpool;
 struct forward_state;
 
 /* The architecture table's ids (arch.h) of the architectures that run. */
@@ -63,11 +63,19 @@ struct model_weight {
     const char *name;           /* tensor name (owned by the model's gguf) */
     const void *data;           /* into the read-only mapping */
     const void *packed;         /* NULL, or the kernels' own layout of a matmul
-                                 * weight (kernel_ops.mm_pack, made at load) */
+                                 * weight (the backend's pack, made at load) */
     uint32_t type;              /* enum ggml_type */
     int64_t rows, cols;
     size_t row_bytes;
 };
+
+/* the backend's view of w */
+static inline struct backend_weight
+model_weight_view(const struct model_weight *w)
+{
+    struct backend_weight b = { w->data, w->packed, w->row_bytes, w->type, w->rows, w->cols };
+    return b;
+}
 
 struct model_layer {
     struct model_weight attn_norm;      /* [n_embd] F32 */
@@ -113,8 +121,7 @@ struct model {
     struct model_weight output;         /* [n_vocab, n_embd]; == tok_embd when tied */
     struct model_weight rope_freqs;     /* optional [head_dim / 2] F32 */
     struct model_layer *layers;         /* [n_layer] */
-    const struct kernel_ops *ops;
-    struct threadpool *tp;
+    struct backend *be;                 /* the device the steps run on (kernels/backend.h) */
     int64_t max_batch;
     struct forward_state *st;           /* scratch, private to exec.c (forward.h) */
     void *pack_buf;                     /* the packed weights (model_weight.packed) */
@@ -124,18 +131,21 @@ struct model_opts {
     int n_threads;              /* workers incl. the caller; <= 0 = all online CPUs */
     const char *kernel;         /* "auto", "ref"; NULL = $LLMKIT_KERNEL or "auto" */
     int64_t max_batch;          /* tokens per internal chunk (scratch size); <= 0 = 512 */
+    const char *device;         /* "cpu" (NULL), "cuda": kernels/backend.h backend_open() */
 };
 
-#define MODEL_OPTS_INIT { 0, NULL, 0 }
+#define MODEL_OPTS_INIT { 0, NULL, 0, NULL }
 
 /* model_open() : maps the GGUF at path, reads the hyperparameters, checks
- * every tensor, selects the kernels and starts the thread pool.  The file
+ * every tensor and opens the backend of o->device (its kernels and thread
+ * pool).  The file
  * must be a regular (mappable) file.  The caller frees *out with
  * model_free().  o may be NULL (defaults).
  * Returns 0; -ST_IO (cannot open/map); -ST_FORMAT (not GGUF, unknown or
  * unsupported architecture, missing/mistyped key, missing tensor, wrong
  * shape, unsupported tensor type; the message names it); -ST_RANGE (unknown
- * kernel name, bad option); -ST_NOMEM. */
+ * kernel or device name, bad option); -ST_DEVICE (the device cannot be
+ * used: no GPU, or its backend not built); -ST_NOMEM. */
 int model_open(struct model **out, const char *path, const struct model_opts *o, struct diag *d);
 
 /* model_free() : releases everything; NULL is a no-op. */

@@ -8,6 +8,7 @@
  */
 #include "quantize.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -407,8 +408,12 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     r->n = in.n_tensors;
     r->n_fallback = mix.n_fallback;
 
-    if ((rc = threadpool_new(&q.tp, o->n_threads, d)) < 0)
+    if ((rc = threadpool_new(&q.tp, o->n_threads)) < 0) {
+        rc = rc == -ERANGE ? diag_set(d, ST_RANGE, "%d threads: at most %d", o->n_threads,
+                                      THREADPOOL_MAX)
+                           : diag_errno(d, rc, "thread pool: cannot start the threads");
         goto out;
+    }
     q.o = o;
     q.r = r;
     wo.output = o->output;

@@ -371,13 +371,13 @@ test_attn_q8_0(void)
         size_t off = (size_t)tab[s / 8] * v.block_stride + (size_t)(s % 8) * v.k_row_bytes;
         for (int i = 0; i < dk; i++)
             row[i] = (float)((int)rnd(2001) - 1000) / 700.0f;
-        kv_row_put(GGML_TYPE_Q8_0, v.k + off, row, dk);
-        kv_row_get(GGML_TYPE_Q8_0, k32[s], v.k + off, dk);
+        ops_kv_row_put(GGML_TYPE_Q8_0, v.k + off, row, dk);
+        ops_kv_row_get(GGML_TYPE_Q8_0, k32[s], v.k + off, dk);
         off = (size_t)tab[s / 8] * v.block_stride + (size_t)(s % 8) * v.v_row_bytes;
         for (int i = 0; i < dv; i++)
             row[i] = (float)((int)rnd(2001) - 1000) / 900.0f;
-        kv_row_put(GGML_TYPE_Q8_0, v.v + off, row, dv);
-        kv_row_get(GGML_TYPE_Q8_0, v32[s], v.v + off, dv);
+        ops_kv_row_put(GGML_TYPE_Q8_0, v.v + off, row, dv);
+        ops_kv_row_get(GGML_TYPE_Q8_0, v32[s], v.v + off, dv);
     }
     for (int i = 0; i < nq * dk; i++)
         q[i] = (float)((int)rnd(2001) - 1000) / 500.0f;

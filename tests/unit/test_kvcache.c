@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kvcache.h"
+#include "ops.h"
 #include "qtypes.h"
 #include "t.h"
 
@@ -479,18 +480,18 @@ test_q8_0(void)
     for (int i = 0; i < 64; i++)
         x[i] = (float)((i * 37) % 19) - 9.0f + (i >= 32 ? 0.25f : 0.0f);
     x[5] = 12.7f;                                   /* block 0 amax: d = 0.1 */
-    kv_row_put(GGML_TYPE_Q8_0, row, x, 64);
-    kv_row_get(GGML_TYPE_Q8_0, y, row, 64);
+    ops_kv_row_put(GGML_TYPE_Q8_0, row, x, 64);
+    ops_kv_row_get(GGML_TYPE_Q8_0, y, row, 64);
     for (int i = 0; i < 64; i++)
         CHECK_NEAR(y[i], x[i], (i < 32 ? 12.7 : 9.25) / 127.0 / 2 + 1e-3);
     CHECK_NEAR(y[5], 12.7, 1e-2);
     memset(x, 0, sizeof(x));
-    kv_row_put(GGML_TYPE_Q8_0, row, x, 32);         /* all zero: d = 0, no NaN */
-    kv_row_get(GGML_TYPE_Q8_0, y, row, 32);
+    ops_kv_row_put(GGML_TYPE_Q8_0, row, x, 32);         /* all zero: d = 0, no NaN */
+    ops_kv_row_get(GGML_TYPE_Q8_0, y, row, 32);
     CHECK(y[0] == 0.0f && y[31] == 0.0f);
     x[0] = 1.5f;
-    kv_row_put(GGML_TYPE_F16, row, x, 2);
-    kv_row_get(GGML_TYPE_F16, y, row, 2);
+    ops_kv_row_put(GGML_TYPE_F16, row, x, 2);
+    ops_kv_row_get(GGML_TYPE_F16, y, row, 2);
     CHECK(y[0] == 1.5f && y[1] == 0.0f);
 }
 

@@ -64,7 +64,7 @@ static void
 head(struct rig *r, const struct batch *b, const float *xn, int64_t n, float *y)
 {
     const struct model *m = r->m;
-    const struct kernel_ops *ops = m->ops;
+    const struct kernel_ops *ops = ops_select(m->be->kernel);
     const struct model_weight *w = &m->output;
     int mirror = b->llamacpp_ubatch >= 2 && n >= 2 && ops->mm_rows_mirror && w->rows % 4 == 0 &&
                  w->cols % 8 == 0 && (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 ||
@@ -99,7 +99,7 @@ static int
 step(struct rig *r, const struct batch *b)
 {
     struct model *m = r->m;
-    const struct kernel_ops *ops = m->ops;
+    const struct kernel_ops *ops = ops_select(m->be->kernel);
     int64_t n = b->n, E = r->E, V = r->V, B = m->max_batch;
     struct model_hooks h = { cap_hook, r, MODEL_HOOK_LAYER_OUT };
     struct model_out out = { r->want, NULL };
@@ -172,8 +172,8 @@ rig_open(struct rig *r, const char *path, const char *kernel, int threads, int64
         return -1;
     }
     const struct model_weight *w = &r->m->output;
-    size_t ws = r->m->ops->mm_work_size(w->type, CAP, w->cols);
-    int64_t tn = r->m->ops->mm_tmp_floats(w->cols);
+    size_t ws = ops_select(r->m->be->kernel)->mm_work_size(w->type, CAP, w->cols);
+    int64_t tn = ops_select(r->m->be->kernel)->mm_tmp_floats(w->cols);
     r->want = malloc((size_t)(CAP * r->V) * sizeof(float));
     r->got = malloc((size_t)(CAP * r->V) * sizeof(float));
     r->states = malloc((size_t)(r->L * CAP * r->E) * sizeof(float));

@@ -9,6 +9,9 @@
  * briefly, then sleep on a condition variable, so a pool costs nothing
  * between jobs and little at each barrier.
  *
+ * The CPU backend (kernels/cpu/backend_cpu.c) owns the pool of the forward
+ * pass; quantize owns one for its row jobs.
+ *
  * OpenBLAS (later issues) keeps its own threads.  When a matmul is handed to
  * OpenBLAS, it is called from worker 0 alone with openblas_set_num_threads
  * set to the pool size, while the other workers sleep; OpenBLAS must never be
@@ -22,7 +25,6 @@
 
 #include <stdint.h>
 
-#include "status.h"
 
 struct threadpool;
 
@@ -39,8 +41,10 @@ int threadpool_n_cpus(void);
 
 /* threadpool_new() : a pool of n_threads workers including the caller;
  * n_threads <= 0 means threadpool_n_cpus().  At most 1024.
- * 0, -ST_RANGE (n_threads > 1024), -ST_NOMEM (thread creation failed). */
-int threadpool_new(struct threadpool **out, int n_threads, struct diag *d);
+ * 0, -ERANGE (n_threads > THREADPOOL_MAX), -ENOMEM (out of memory), -EAGAIN
+ * (a thread could not be started: a resource limit). */
+#define THREADPOOL_MAX 1024
+int threadpool_new(struct threadpool **out, int n_threads);
 
 /* threadpool_free() : stops and joins the workers; NULL is a no-op. */
 void threadpool_free(struct threadpool *tp);

@@ -18,7 +18,7 @@
 #include "threadpool.h"
 
 #define SPIN_ITERS 4000
-#define MAX_THREADS 1024
+#define MAX_THREADS THREADPOOL_MAX
 
 struct worker {
     struct threadpool *tp;
@@ -95,7 +95,7 @@ worker_main(void *p)
 }
 
 int
-threadpool_new(struct threadpool **out, int n_threads, struct diag *d)
+threadpool_new(struct threadpool **out, int n_threads)
 {
     struct threadpool *tp;
 
@@ -103,10 +103,10 @@ threadpool_new(struct threadpool **out, int n_threads, struct diag *d)
     if (n_threads <= 0)
         n_threads = threadpool_n_cpus();
     if (n_threads > MAX_THREADS)
-        return diag_set(d, ST_RANGE, "%d threads: at most %d", n_threads, MAX_THREADS);
+        return -ERANGE;
     tp = calloc(1, sizeof(*tp));
     if (!tp)
-        return diag_set(d, ST_NOMEM, "thread pool: out of memory");
+        return -ENOMEM;
     tp->n = n_threads;
     pthread_mutex_init(&tp->mu, NULL);
     pthread_cond_init(&tp->cv_job, NULL);
@@ -120,7 +120,7 @@ threadpool_new(struct threadpool **out, int n_threads, struct diag *d)
         if (!tp->th || !tp->w) {
             tp->n = 1;
             threadpool_free(tp);
-            return diag_set(d, ST_NOMEM, "thread pool: out of memory");
+            return -ENOMEM;
         }
         for (int i = 1; i < n_threads; i++) {
             tp->w[i].tp = tp;
@@ -129,8 +129,7 @@ threadpool_new(struct threadpool **out, int n_threads, struct diag *d)
             if (e != 0) {
                 tp->n = i;      /* join the ones started */
                 threadpool_free(tp);
-                return diag_set(d, ST_NOMEM, "thread pool: cannot start thread %d: %s", i,
-                                e == EAGAIN ? "resource limit" : "error");
+                return e == EAGAIN ? -EAGAIN : -ENOMEM;
             }
         }
     }

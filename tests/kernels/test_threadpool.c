@@ -4,13 +4,14 @@
  * chunks), chunks respect the grain, jobs see all workers, and many
  * back-to-back jobs (the barrier) neither lose nor repeat work.
  */
+#include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "threadpool.h"
-#include "t.h"
+#include "../unit/t.h"
 
 struct cover {
     atomic_int *hits;
@@ -59,9 +60,8 @@ static void
 test_pool(int n)
 {
     struct threadpool *tp = NULL;
-    struct diag d;
 
-    CHECK_EQ(threadpool_new(&tp, n, &d), 0);
+    CHECK_EQ(threadpool_new(&tp, n), 0);
     if (!tp)
         return;
     int nth = threadpool_size(tp);
@@ -123,14 +123,13 @@ int
 main(void)
 {
     struct threadpool *tp = NULL;
-    struct diag d;
 
     CHECK(threadpool_n_cpus() >= 1);
     test_pool(1);
     test_pool(2);
     test_pool(5);
     test_pool(0);
-    CHECK_EQ(threadpool_new(&tp, 5000, &d), -ST_RANGE);
+    CHECK_EQ(threadpool_new(&tp, 5000), -ERANGE);
     CHECK(tp == NULL);
     threadpool_free(NULL);
     CHECK_EQ(threadpool_size(NULL), 1);

@@ -1,0 +1,48 @@
+/*
+ * backend.c - backend_open(): the one place that turns a device name into
+ * an opened backend (backend.h).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "backend.h"
+#include "device.h"
+
+static const char *const devices[] = { "cpu", "cuda", NULL };
+
+const char *const *
+backend_devices(void)
+{
+    return devices;
+}
+
+int
+backend_open(struct backend **out, const char *device, const struct backend_config *cfg,
+             char *why, size_t why_len)
+{
+    *out = NULL;
+    if (!device || strcmp(device, "cpu") == 0)
+        return backend_cpu_open(out, cfg, why, why_len);
+    if (strcmp(device, "cuda") == 0) {
+        char name[128];
+        int n = device_cuda_count(name, sizeof(name));
+        if (!device_cuda_built())
+            snprintf(why, why_len, "--device cuda: this build has no CUDA (built without nvcc)");
+        else if (n <= 0)
+            snprintf(why, why_len, "--device cuda: no usable CUDA device (no driver or no GPU)");
+        else
+            snprintf(why, why_len, "--device cuda: the CUDA backend is not implemented yet "
+                     "(found %.100s; run on the CPU)", name);
+        return -ENODEV;
+    }
+    snprintf(why, why_len, "unknown device '%.64s' (known: cpu, cuda)", device);
+    return -EINVAL;
+}
+
+void
+backend_close(struct backend *be)
+{
+    if (be)
+        be->ops->close(be);
+}
