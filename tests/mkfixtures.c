@@ -55,7 +55,8 @@ rnd(void)
     return (double)((rng_state * 2685821657736338717ull) >> 11) / 9007199254740992.0;
 }
 
-/* GPT-2's byte -> code point map (formats.md §8.6 C), as UTF-8 into out. */
+/* GPT-2's byte -> code point map (llama.cpp unicode_byte_to_utf8_map), as
+ * UTF-8 into out. */
 static int
 byte_to_utf8(int b, char *out)
 {

@@ -1,7 +1,7 @@
 /*
  * convert_l2c.c - llama2.c legacy checkpoint (+ tokenizer.bin) -> GGUF, and
  * --info for llama2.c checkpoints.  Mapping as llama.cpp's
- * convert-llama2c-to-ggml (formats.md §8.7): weights are already in Meta's
+ * examples/convert-llama2c-to-ggml: weights are already in Meta's
  * interleaved RoPE order, so no permutation; the vocabulary becomes a
  * SentencePiece-style ("llama") vocabulary with ids 0/1/2 forced to
  * <unk>/<s>/</s>, spaces turned into U+2581, byte pieces typed BYTE.

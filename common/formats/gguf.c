@@ -1,8 +1,9 @@
 /*
  * gguf.c - GGUF reader and writer.  See gguf.h for the layout.
  *
- * Checks made while reading (formats.md §1.6; those marked * go beyond
- * llama.cpp):
+ * Checks made while reading (those of llama.cpp's gguf_init_from_reader in
+ * ggml/src/gguf.cpp, against the GGUF spec, ggml docs/gguf.md; those marked *
+ * go beyond llama.cpp):
  *   magic; version 2 or 3 (a byte-swapped file is named as such); counts >= 0
  *   and no larger than the bytes left could hold; every read bounded by the
  *   bytes present; strings <= 1 GiB, arrays <= 2^30 elements, count * size

@@ -48,7 +48,8 @@ void diag_prefix_output(struct diag *d, const char *path);
 
 /* permute_src_row() : the source row that output row r of a Q/K weight with
  * n_rows rows and n_head heads comes from; to_hf selects the GGUF -> HF
- * direction (formats.md §8.3). */
+ * direction (convert_hf_to_gguf.py LlamaModel.permute; its inverse is
+ * llama2.c export.py permute_original). */
 int64_t permute_src_row(int64_t r, int64_t n_rows, int n_head, bool to_hf);
 
 /* An output tensor: its GGUF name, shape and type, and where it comes from

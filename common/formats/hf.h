@@ -2,8 +2,10 @@
  * hf.h - the Hugging Face side of conversion for the llama family:
  * config.json <-> GGUF hyperparameters, tokenizer.json / tokenizer_config.json
  * / tokenizer.model (SentencePiece) <-> tokenizer.* metadata, tensor names
- * and the Q/K row permutation.  Follows convert_hf_to_gguf.py as described in
- * formats.md §2, §8 and §9; the deliberate differences are listed below.
+ * and the Q/K row permutation.  Follows llama.cpp's convert_hf_to_gguf.py
+ * (TextModel, LlamaModel, Qwen2Model and their vocabulary code, with gguf-py's
+ * tensor_mapping.py and SpecialVocab) and what llama.cpp's loader reads; the
+ * deliberate differences are listed below.
  *
  * Supported architectures: those of the architecture table (arch.h) marked
  * ARCH_F_CONVERT, whose hyperparameter keys, config.json spellings, tensor
@@ -12,7 +14,7 @@
  * (arch "qwen2": q/k/v biases, NeoX rope, no permutation).  Everything else
  * is refused with -ST_FORMAT "config.json: unsupported architecture '...'".
  *
- * HF -> GGUF, in the converter's key order (§8.1):
+ * HF -> GGUF, in the converter's key order (TextModel.set_gguf_parameters):
  *     hf_config_load(&cfg, "dir/config.json", &d);
  *     gguf_init(&g);
  *     gguf_set_str(&g, "general.architecture", cfg.arch_name);  // optional:
@@ -89,7 +91,8 @@
 #define HF_MAX_LAYERS ARCH_MAX_LAYERS
 #define HF_MAX_DIM ARCH_MAX_DIM               /* n_embd, n_ff, head_dim, heads */
 
-/* GGUF token types (tokenizer.ggml.token_type, formats.md §2.4). */
+/* GGUF token types (tokenizer.ggml.token_type; llama.h llama_token_type,
+ * gguf-py TokenType). */
 enum hf_token_type {
     HF_TOK_UNDEFINED = 0,
     HF_TOK_NORMAL = 1,
@@ -181,7 +184,8 @@ int hf_config_from_json(struct hf_config *c, const json_t *root, struct diag *d)
  * cannot be read. */
 int hf_config_load(struct hf_config *c, const char *path, struct diag *d);
 
-/* hf_config_to_gguf() : appends, in convert_hf_to_gguf.py's order (§8.1):
+/* hf_config_to_gguf() : appends, in convert_hf_to_gguf.py's order
+ * (TextModel.set_gguf_parameters, then LlamaModel.set_gguf_parameters):
  * general.architecture and general.type = "model" (kept in place when the
  * caller set them earlier, so general.name etc. can be set first), then
  * {arch}.block_count, context_length, embedding_length, feed_forward_length,
@@ -190,7 +194,8 @@ int hf_config_load(struct hf_config *c, const char *path, struct diag *d);
  * attention.key_length/value_length (when head_dim was given),
  * general.file_type (a llama_ftype), then for llama {arch}.vocab_size and
  * rope.dimension_count, then general.quantization_version = 2.  Counts are
- * UINT32, eps/theta/factors FLOAT32 (§2.2).  0 or -ST_NOMEM. */
+ * UINT32, eps/theta/factors FLOAT32 (the exact types llama.cpp's
+ * llama_model::load_hparams requires).  0 or -ST_NOMEM. */
 int hf_config_to_gguf(struct gguf *g, const struct hf_config *c, uint32_t file_type,
                       struct diag *d);
 
@@ -224,7 +229,8 @@ int hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t
 /* hf_rope_freqs() : the llama3 rope factors (the rope_freqs.weight tensor):
  * for k < n = head_dim/2, freq = 1/theta^(2k/head_dim), wavelen = 2pi/freq,
  * factor 1 if wavelen < orig/high, rope.factor if wavelen > orig/low, else
- * the smooth blend (formats.md §2.2), in float32 like the converter.
+ * the smooth blend (LlamaModel.generate_extra_tensors), in float32 like the
+ * converter.
  * -ST_RANGE unless c->rope.type == HF_ROPE_LLAMA3 and n == head_dim/2. */
 int hf_rope_freqs(const struct hf_config *c, float *out, int64_t n, struct diag *d);
 
@@ -247,7 +253,8 @@ struct hf_tensor_map {
     int64_t perm_heads;     /* n_head or n_head_kv when perm != NONE, else 0 */
 };
 
-/* hf_name_to_gguf() : maps an HF tensor name (§8.2) to its GGUF name.
+/* hf_name_to_gguf() : maps an HF tensor name to its GGUF name (gguf-py
+ * tensor_mapping.py).
  * Layer indices must be plain decimal (no sign, no leading zeros, < n_layer).
  * Returns 1 (mapped, m filled), 0 (a tensor the converter drops:
  * *.rotary_emb.inv_freq, *.attention.masked_bias, *.attention.bias), or
@@ -260,15 +267,16 @@ int hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_te
 int hf_name_from_gguf(const struct hf_config *c, const char *gguf_name,
                       struct hf_tensor_map *m, struct diag *d);
 
-/* hf_tensor_force_f32() : the converter keeps this GGUF tensor in F32 (§8.5):
+/* hf_tensor_force_f32() : the converter keeps this GGUF tensor in F32
+ * (ModelBase.prepare_tensors):
  * 1-D tensors, names ending in "_norm.weight", names not ending in ".weight"
  * (biases), rope_freqs.weight, ffn_gate_inp.weight. */
 bool hf_tensor_force_f32(const char *gguf_name, uint32_t n_dims);
 
 /* hf_permute_rows() : HF (rotate-half) -> GGUF (interleaved) order of the
  * n_rows rows of a q/k weight or bias: with D = n_rows / n_head,
- * dst row h*D + 2i + a = src row h*D + a*D/2 + i (§8.3).  Rows are opaque
- * (row_bytes each, any type).  dst and src must not overlap.
+ * dst row h*D + 2i + a = src row h*D + a*D/2 + i (LlamaModel.permute).
+ * Rows are opaque (row_bytes each, any type).  dst and src must not overlap.
  * -ST_RANGE when n_head <= 0, n_rows % n_head != 0 or D is odd. */
 int hf_permute_rows(void *dst, const void *src, int64_t n_rows, size_t row_bytes,
                     int64_t n_head);
@@ -334,13 +342,13 @@ struct hf_vocab_src {
 };
 
 /* hf_vocab_from_mem() : builds the GGUF vocabulary from the files, trying in
- * order (§8.6): SentencePiece tokenizer.model -> model "llama"; tokenizer.json
- * BPE with byte_fallback -> model "llama" (scores -1000); tokenizer.json BPE
- * -> model "gpt2" with merges and a pre name.  Then special ids, add_bos/eos
- * (post_processor, then tokenizer_config.json), add_space_prefix
- * (tokenizer_config add_prefix_space), vocab 49152 -> add_bos false (arch
- * llama), chat
- * template (tokenizer_config, else chat_template.jinja).  With the llmkit
+ * order (LlamaModel.set_vocab): SentencePiece tokenizer.model -> model
+ * "llama"; tokenizer.json BPE with byte_fallback -> model "llama" (scores
+ * -1000); tokenizer.json BPE -> model "gpt2" with merges and a pre name.
+ * Then special ids, add_bos/eos (post_processor, then tokenizer_config.json),
+ * add_space_prefix (tokenizer_config add_prefix_space), vocab 49152 ->
+ * add_bos false (arch llama), chat template (tokenizer_config, else
+ * chat_template.jinja).  With the llmkit
  * marker the converter's heuristics are skipped (see above).  v must be
  * initialised; on failure it is released.  0, -ST_FORMAT, -ST_NOMEM. */
 int hf_vocab_from_mem(struct hf_vocab *v, const struct hf_vocab_src *s, struct diag *d);

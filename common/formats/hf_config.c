@@ -1,6 +1,6 @@
 /*
  * hf_config.c - config.json <-> GGUF hyperparameters, tensor names and the
- * Q/K row permutation (formats.md §2.2, §8.1-8.5).
+ * Q/K row permutation, as convert_hf_to_gguf.py does them (see hf.h).
  */
 #include <math.h>
 #include <stdio.h>

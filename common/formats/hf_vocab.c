@@ -1,6 +1,8 @@
 /*
  * hf_vocab.c - HF tokenizer files <-> GGUF tokenizer.* metadata
- * (formats.md §2.3-2.4, §8.6, §9.1-9.2).  See hf.h for the rules and for
+ * (convert_hf_to_gguf.py set_vocab, get_vocab_base, get_vocab_base_pre and
+ * gguf-py SpecialVocab; llama_vocab::impl::load for what llama.cpp reads
+ * back).  See hf.h for the rules and for
  * where we differ from convert_hf_to_gguf.py.
  */
 #include <math.h>
@@ -1199,7 +1201,8 @@ load_spm(struct ctx *c)
         json_decref(at);
     }
 
-    /* tokenizer_config.json added_tokens_decoder (§8.6 A) */
+    /* tokenizer_config.json added_tokens_decoder (convert_hf_to_gguf.py
+     * _create_vocab_sentencepiece) */
     const json_t *dec = member(c->tc, "added_tokens_decoder");
     const char *key;
     const json_t *val;

@@ -1,6 +1,7 @@
 /*
  * llama2c.c - llama2.c v0 checkpoints and tokenizer.bin (layout in llama2c.h;
- * sources in /work/shared/reference/formats.md section 8.7).
+ * sources: karpathy/llama2.c run.c and export.py legacy_export, llama.cpp
+ * examples/convert-llama2c-to-ggml).
  *
  * The weights are float32 in host order and are handed out as pointers into
  * the mapping, so this file assumes a little-endian host, like the format.

@@ -1,7 +1,9 @@
 /*
  * safetensors.c - reader, sharded checkpoints and streaming writer for the
  * safetensors container.  The format and the checks are described in
- * safetensors.h; /work/shared/reference/formats.md section 7 has the sources.
+ * safetensors.h; the sources are the safetensors README ("Format") and
+ * safetensors/src/tensor.rs (SafeTensors::read_metadata, Metadata::validate,
+ * prepare/serialize for the writer).
  */
 #include "safetensors.h"
 

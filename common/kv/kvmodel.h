@@ -4,7 +4,7 @@
  * how much of a reservation a length workload wastes under contiguous and
  * paged allocation.  Pure functions over plain structs: no I/O.
  *
- * Per token, all layers (DeepSeek-V2 paper Table 1; algorithms.md §8.1):
+ * Per token, all layers (DeepSeek-V2 paper, arXiv:2405.04434 §2.1, Table 1):
  *   MHA  2 * n_layers * n_heads    * head_dim   elements (K and V)
  *   GQA  2 * n_layers * n_kv_heads * head_dim
  *   MQA  2 * n_layers * 1          * head_dim

@@ -1,7 +1,9 @@
 /*
  * imatrix.h - importance matrices: the per-column mean of squared
  * activations at the input of every linear, as llama.cpp's llama-imatrix
- * collects them and llama-quantize consumes them (docs/formats.md §6).
+ * collects them and llama-quantize consumes them (llama.cpp
+ * tools/imatrix/imatrix.cpp: IMatrixCollector::collect_imatrix, save_imatrix,
+ * save_imatrix_legacy; tools/quantize/quantize.cpp: load_imatrix).
  *
  * An entry holds, for one weight (by tensor name), the raw sums of x_j^2 over
  * every token row that went through it, per input column j, and the number of

@@ -7,7 +7,8 @@
  * from Unicode), custom matchers (kimi-k2, afmoe, superbpe) or a non-byte
  * encoding (gemma4) are not here, and fail to load.
  *
- * The HF side is formats.md §9.2: the pre_tokenizer of each family as HF
+ * The HF side is the pre_tokenizer of each family's tokenizer.json (the
+ * models llama.cpp's convert_hf_to_gguf_update.py lists for the name), as HF
  * tokenizers spells it.  A name has one only where its split was checked to
  * be the same (tokenizer.json files exported from llama.cpp's vocabulary
  * tests reproduce its test vectors with HF tokenizers); rows are split where

@@ -1,6 +1,6 @@
 /*
  * tok_utf8.c - UTF-8 decoding the way llama.cpp's unicode.cpp does it, and
- * GPT-2's byte <-> unicode table (formats.md 8.6 C).
+ * GPT-2's byte <-> unicode table (unicode.cpp unicode_byte_to_utf8_map).
  */
 #include "tok_priv.h"
 

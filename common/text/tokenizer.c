@@ -133,7 +133,7 @@ load_scores_types(struct tokenizer *t, const struct gguf *g, struct diag *d)
             unsigned a;
 
             gguf_arr_int(kv, (uint64_t)i, &v);
-            switch (v) {                      /* formats.md 2.4 */
+            switch (v) {                      /* llama.h llama_token_type */
             case 1: a = TOK_ATTR_NORMAL; break;
             case 2: a = TOK_ATTR_UNKNOWN; break;
             case 3: a = TOK_ATTR_CONTROL; break;

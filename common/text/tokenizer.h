@@ -1,8 +1,9 @@
 /*
  * tokenizer.h - the vocabularies of GGUF models: SentencePiece-style BPE
  * (tokenizer.ggml.model = "llama") and GPT-2 byte-level BPE ("gpt2"), with
- * llama.cpp's behaviour as the specification (src/llama-vocab.cpp,
- * src/unicode.cpp; reference/formats.md sections 2.3, 2.4, 8.6 and 9).
+ * llama.cpp's behaviour as the specification (src/llama-vocab.cpp:
+ * llama_vocab::impl::load and the tokenizer sessions; src/unicode.cpp:
+ * unicode_regex_split; include/llama.h: llama_token_type).
  *
  * Encoding (tok_encode) runs in three stages:
  *
@@ -73,8 +74,8 @@ enum tok_model {
 };
 
 /* Token attributes: llama.cpp's llama_token_attr bits.  token_type values
- * (formats.md 2.4) map to one of the first six; loading adds CONTROL to
- * end-of-turn tokens, UNUSED to control tokens named "*unused*", and
+ * (llama.h llama_token_type) map to one of the first six; loading adds
+ * CONTROL to end-of-turn tokens, UNUSED to control tokens named "*unused*", and
  * LSTRIP/RSTRIP where llama.cpp does. */
 enum tok_attr {
     TOK_ATTR_UNDEFINED = 0,

@@ -200,7 +200,8 @@ test_fp16_exhaustive(void)
     CHECK_EQ(bad_nan, 0);
     CHECK_EQ(bad_round, 0);
 
-    /* spot checks of the rules in formats.md §3.2 */
+    /* spot checks of ggml_compute_fp32_to_fp16's rules (ggml/src/ggml-impl.h):
+     * IEEE round-to-nearest-even, >= 65520 -> Inf, NaN payload dropped */
     CHECK_EQ(fp32_to_fp16(65504.0f), 0x7bff);
     CHECK_EQ(fp32_to_fp16(65519.996f), 0x7bff);
     CHECK_EQ(fp32_to_fp16(65520.0f), 0x7c00);
@@ -401,7 +402,8 @@ test_dequant_goldens(void)
     CHECK(memcmp(x, y, sizeof x) == 0);
 }
 
-/* Known-answer blocks from formats.md §4.6/§4.7 (independent of gguf-py). */
+/* Known-answer blocks, as libggml-base's quantize_row_*_ref
+ * (ggml/src/ggml-quants.c) writes them (independent of gguf-py). */
 static void
 test_known_blocks(void)
 {

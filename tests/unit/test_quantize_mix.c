@@ -1,7 +1,8 @@
 /*
  * test_quantize_mix.c - llama-quantize's per-tensor rules (quantize_mix.c) on
- * synthetic model descriptions: layer maps of docs/formats.md §5 (verified
- * there against llama-quantize), shape fallbacks, overrides, tensor order.
+ * synthetic model descriptions: layer maps as llama-quantize writes them
+ * (src/llama-quant.cpp llama_tensor_get_type_impl), shape fallbacks
+ * (tensor_type_fallback), overrides, tensor order.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -165,7 +166,7 @@ main(void)
     CHECK(quant_layer_cmp("blk.9.ffn_up.weight", "blk.10.attn_k.weight") < 0);
     CHECK(quant_layer_cmp("blk.2.attn_v.weight", "blk.2.attn_q.weight") > 0);
 
-    /* 16 layers, 256 wide, untied, n_gqa 1 (formats.md §5.4 table) */
+    /* 16 layers, 256 wide, untied, n_gqa 1 (llama-quantize's layer maps) */
     o = opts("Q4_K_M");
     n = type_all(&m16, &o, ts);
     CHECK_EQ(n, 3 + 16 * 9);
@@ -226,7 +227,7 @@ main(void)
     CHECK_STR(type_of(ts, n, "output.weight"), "F16");
     CHECK_STR(type_of(ts, n, "blk.1.attn_norm.weight"), "F32");
 
-    /* SmolLM2-like: 576 wide, tied, 3 KV heads (formats.md §5.4 example) */
+    /* SmolLM2-like: 576 wide, tied, 3 KV heads (576 % 256 != 0: tensor_type_fallback) */
     o = opts("Q4_K_M");
     n = type_all(&smol, &o, ts);
     CHECK_STR(type_of(ts, n, "token_embd.weight"), "Q8_0");

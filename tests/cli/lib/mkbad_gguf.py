@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mkbad_gguf.py DIR - writes a small valid GGUF (good.gguf) and one malformed
 variant per case into DIR, for tests/cli/gguf-bad.bats.  Standard library only:
-the files are built from the byte layout in shared/reference/formats.md §1,
+the files are built from the byte layout of the GGUF spec (ggml docs/gguf.md),
 independently of llmkit's own writer."""
 import os
 import struct
