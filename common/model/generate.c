@@ -19,6 +19,7 @@
 #include "model.h"
 #include "perplexity.h"
 #include "qtypes.h"
+#include "spec.h"
 #include "tokenizer.h"
 #include "xio.h"
 
@@ -34,6 +35,8 @@ generate_opts_init(struct generate_opts *o)
     o->repeat_last_n = o->sp.repeat_last_n;
     o->n_predict = -1;
     o->chunks = -1;
+    o->lookup_ngram = 3;
+    o->spec_tokens = 8;
 }
 
 /* ---- UTF-8 streaming ---- */
@@ -358,6 +361,18 @@ write_completion_json(FILE *fp, const struct generate_report *r, const char *tex
         bad |= json_set(o, "total_ms", json_real(r->total_ms));
         bad |= json_set(o, "kv_bytes", json_integer(r->kv_bytes));
         bad |= json_set(o, "max_rss_bytes", json_integer(r->max_rss_bytes));
+        if (r->drafter) {
+            json_t *sp = json_object();
+            bad |= !sp || json_set(o, "speculative", sp);
+            if (sp) {
+                bad |= json_set(sp, "drafter", json_string(r->drafter));
+                bad |= json_set(sp, "verify_passes", json_integer(r->spec_passes));
+                bad |= json_set(sp, "drafted", json_integer(r->spec_drafted));
+                bad |= json_set(sp, "accepted", json_integer(r->spec_accepted));
+                bad |= json_set(sp, "acceptance", json_real(r->spec_drafted ? (double)r->spec_accepted / (double)r->spec_drafted : 0.0));
+                bad |= json_set(sp, "tokens_per_pass", json_real(r->spec_passes ? (double)(r->completion_tokens - 1) / (double)r->spec_passes : 0.0));
+            }
+        }
     }
     rc = bad ? diag_set(d, ST_NOMEM, "out of memory") : json_print_line(o, fp, d);
     json_decref(o);
@@ -431,7 +446,8 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     struct batch b;
     struct model_out mo = { NULL, NULL };
     float *logits = NULL;
-    int32_t *gen = NULL, seq = -1;
+    int32_t *hist = NULL, *gen, *draft = NULL, seq = -1;
+    const int64_t max_draft = o->lookup ? o->spec_tokens : 0;
     char *text = NULL;
     size_t text_len = 0, text_cap = 0;
     int64_t n_gen = 0, n_decode = 0, i, cap_gen;
@@ -449,13 +465,17 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
         cap_gen = o->n_predict;
     if ((rc = sampler_new(&smp, &sp, (int32_t)n_vocab, d)) < 0)
         return rc;
-    bt = calloc((size_t)n_prompt, sizeof(*bt));
-    logits = malloc((size_t)n_vocab * sizeof(*logits));
-    gen = malloc((size_t)(cap_gen > 0 ? cap_gen : 1) * sizeof(*gen));
-    if (!bt || !logits || !gen) {
+    /* hist: the prompt, then the generated tokens (gen) */
+    bt = calloc((size_t)(n_prompt > max_draft + 1 ? n_prompt : max_draft + 1), sizeof(*bt));
+    logits = malloc((size_t)(max_draft + 1) * (size_t)n_vocab * sizeof(*logits));
+    hist = malloc((size_t)(n_prompt + (cap_gen > 0 ? cap_gen : 1)) * sizeof(*hist));
+    draft = malloc((size_t)(max_draft > 0 ? max_draft : 1) * sizeof(*draft));
+    if (!bt || !logits || !hist || !draft) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
+    memcpy(hist, prompt, (size_t)n_prompt * sizeof(*hist));
+    gen = hist + n_prompt;
     if ((rc = kv_seq_new(g->kv, &seq)) < 0) {
         diag_set(d, -rc, "no KV sequence available");
         goto out;
@@ -481,47 +501,71 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     r->prompt_ms = ms_since(t_start);
     r->finish_reason = "length";
 
-    /* decode: sample, emit, feed back */
+    /* decode: sample, emit, feed back.  With a drafter (spec.h), each
+     * pass feeds the last token and the draft that follows it, and the rows
+     * of the draft are sampled in turn while the draft agrees. */
     t_dec0 = now_seconds();
-    while (n_gen < cap_gen) {
-        int32_t t;
-        size_t plen;
-        const char *piece;
+    int stop = 0;
+    while (n_gen < cap_gen && !stop) {
+        int64_t nd = 0, j;
 
         if (n_gen > 0) {
-            bt[0].seq = seq;
-            bt[0].pos = (int32_t)(n_prompt + n_gen - 1);
-            bt[0].token = gen[n_gen - 1];
-            bt[0].logits = 1;
-            bt[0].tiled = 0;
-            b.n = 1;
+            if (max_draft > 0) {
+                int64_t room = cap_gen - n_gen - 1;
+                nd = spec_lookup_draft(hist, n_prompt + n_gen, o->lookup_ngram, draft,
+                                       room < max_draft ? room : max_draft);
+            }
+            for (j = 0; j <= nd; j++) {
+                bt[j].seq = seq;
+                bt[j].pos = (int32_t)(n_prompt + n_gen - 1 + j);
+                bt[j].token = j == 0 ? gen[n_gen - 1] : draft[j - 1];
+                bt[j].logits = 1;
+                bt[j].tiled = 0;
+            }
+            b.n = nd + 1;
             if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
                 goto out;
-            n_decode++;
+            r->spec_passes++;
+            r->spec_drafted += nd;
         }
-        t = sampler_sample(smp, logits);
-        if (n_gen == 0) {
-            t_first = now_seconds();
-            r->ttft_ms = (t_first - t_start) * 1000.0;
-            t_dec0 = t_first;
+        for (j = 0; j <= nd; j++) {
+            int32_t t = sampler_sample(smp, logits + j * n_vocab);
+            size_t plen;
+            const char *piece;
+
+            if (n_gen == 0) {
+                t_first = now_seconds();
+                r->ttft_ms = (t_first - t_start) * 1000.0;
+                t_dec0 = t_first;
+            } else {
+                n_decode++;
+            }
+            if (!o->ignore_eos && tok_is_eog(g->tok, t)) {
+                r->finish_reason = "stop";
+                stop = 1;
+                break;
+            }
+            gen[n_gen++] = t;
+            sampler_accept(smp, t);
+            piece = tok_piece(g->tok, t, false, &plen);
+            if (!piece)
+                plen = 0;
+            if (append_bytes(&text, &text_len, &text_cap, piece ? piece : "", plen) < 0) {
+                rc = diag_set(d, ST_NOMEM, "out of memory");
+                goto out;
+            }
+            if (!o->json && plen && (rc = utf8_stream_push(&us, piece, plen, g->fp, d)) < 0) {
+                out_failed(g, rc, d);
+                goto out;
+            }
+            if (j == nd || t != draft[j])
+                break;
+            r->spec_accepted++;
         }
-        if (!o->ignore_eos && tok_is_eog(g->tok, t)) {
-            r->finish_reason = "stop";
-            break;
-        }
-        gen[n_gen++] = t;
-        sampler_accept(smp, t);
-        piece = tok_piece(g->tok, t, false, &plen);
-        if (!piece)
-            plen = 0;
-        if (append_bytes(&text, &text_len, &text_cap, piece ? piece : "", plen) < 0) {
-            rc = diag_set(d, ST_NOMEM, "out of memory");
-            goto out;
-        }
-        if (!o->json && plen && (rc = utf8_stream_push(&us, piece, plen, g->fp, d)) < 0) {
-            out_failed(g, rc, d);
-            goto out;
-        }
+        /* the rejected drafts' slots go: the cache keeps the fed token and
+         * the accepted drafts (j of them) */
+        if (nd > 0 && !stop && j < nd)
+            kv_seq_truncate(g->kv, seq, n_prompt + n_gen - 1);
     }
     r->gen_ms = n_gen > 0 ? ms_since(t_dec0) : 0.0;
     r->total_ms = ms_since(t_start);
@@ -545,7 +589,8 @@ out:
     sampler_free(smp);
     free(bt);
     free(logits);
-    free(gen);
+    free(hist);
+    free(draft);
     free(text);
     return rc;
 }
@@ -671,6 +716,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     r->load_ms = ms_since(t0);
     r->threads = m->be->n_threads;
     r->kernel = m->be->kernel;
+    r->drafter = o->lookup && !o->perplexity ? "lookup" : NULL;
     r->ctx = o->ctx > 0 ? o->ctx : o->perplexity ? 512
            : m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DEFAULT_CTX;
 

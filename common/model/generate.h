@@ -52,6 +52,12 @@ struct generate_opts {
     int64_t ctx;                /* context (tokens); 0 = the model's training context
                                  * (generation) or 512 (perplexity) */
     bool json;                  /* one generate/1 JSON object instead of text */
+    /* speculative decoding (spec.h): prompt lookup drafts of up to
+     * spec_tokens tokens from the longest matching n-gram of at most
+     * lookup_ngram tokens; the output is plain decoding's, token for token */
+    bool lookup;
+    int lookup_ngram;           /* default 3 */
+    int64_t spec_tokens;        /* draft tokens per verify pass, default 8 */
     const char *perplexity;     /* evaluate perplexity over this file instead */
     int64_t chunks;             /* perplexity: at most this many chunks; < 0 = all */
     /* Optional callbacks, called on the calling thread. */
@@ -87,6 +93,11 @@ struct generate_report {
     double prompt_tok_s;
     double gen_tok_s;           /* tokens after the first / gen_ms */
     bool ends_in_newline;       /* the streamed text ended with '\n' (or was empty) */
+    /* speculative decoding (drafter NULL: none) */
+    const char *drafter;        /* "lookup" */
+    int64_t spec_passes;        /* decode forward passes */
+    int64_t spec_drafted;       /* draft tokens verified */
+    int64_t spec_accepted;      /* of them, kept */
     /* perplexity (perplexity.h) */
     double ppl, ppl_err;
     int64_t ppl_chunks;
