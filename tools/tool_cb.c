@@ -85,42 +85,37 @@ progress_end(struct progress *p)
 int tool_progress_mode = -1;
 
 /* One bar at a time: the library runs one phase after another. */
-static struct progress bar;
+static struct progress phase_bar;
 
 static void
 on_progress(void *ctx, const char *label, int64_t done, int64_t total)
 {
     (void)ctx;
     if (done == 0)
-        progress_begin(&bar, tool_progress_mode, label, (uint64_t)total);
-    progress_update(&bar, (uint64_t)done);
+        progress_begin(&phase_bar, tool_progress_mode, label, (uint64_t)total);
+    progress_update(&phase_bar, (uint64_t)done);
     if (done == total)
-        progress_end(&bar);
+        progress_end(&phase_bar);
 }
 
+/* ctx: non-NULL when the messages are to be escaped (tool_callbacks(true)) */
 static void
 on_warn(void *ctx, const char *msg)
 {
-    if (ctx)
-        warnmsg("%s", ESC(msg));
-    else
-        warnmsg("%s", msg);
+    warnmsg("%s", ctx ? ESC(msg) : msg);
 }
 
 static void
 on_info(void *ctx, const char *msg)
 {
-    if (ctx)
-        infomsg("%s", ESC(msg));
-    else
-        infomsg("%s", msg);
+    infomsg("%s", ctx ? ESC(msg) : msg);
 }
 
 struct run_callbacks
 tool_callbacks(bool esc)
 {
-    static char escaping;
-    struct run_callbacks cb = { on_progress, on_warn, on_info, esc ? &escaping : NULL };
+    static char escape;
+    struct run_callbacks cb = { on_progress, on_warn, on_info, esc ? &escape : NULL };
 
     return cb;
 }
