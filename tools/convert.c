@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "tool.h"
-#include "tool_cb.h"
 #include "convert.h"
 #include "escape.h"
 #include "qtypes.h"
+#include "tool.h"
+#include "tool_cb.h"
 
 static const char usage_line[] =
     "usage: convert [-fhqvV] [--from fmt] [--to fmt] [--type type] [--tokenizer file]\n"

@@ -10,11 +10,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "escape.h"
+#include "kvstat.h"
 #include "tool.h"
 #include "tool_cb.h"
 #include "xio.h"
-#include "escape.h"
-#include "kvstat.h"
 
 static const char usage_line[] =
     "usage: kvstat [-fhqVv] [-o file] [--json | --csv] [--kv-type type] [--ctx n] [--batch n]\n"

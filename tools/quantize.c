@@ -9,10 +9,9 @@
 #include <unistd.h>
 #include <sys/stat.h>
 
+#include "quantize_run.h"
 #include "tool.h"
 #include "tool_cb.h"
-#include "qtypes.h"
-#include "quantize_run.h"
 
 static const char usage_line[] =
     "usage: quantize [-fhqvV] --type type [-t threads] [--oversubscribe]\n"
