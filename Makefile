@@ -44,13 +44,17 @@ CUDA_SRC    := $(sort $(wildcard kernels/cuda/*.cu))
 else
 CUDA_SRC    :=
 endif
-TOOL_SRC    := $(sort $(wildcard tools/*.c))
+# tools/tool.c and tools/tool_cb.c are no binaries: what every tool's main
+# shares (die, messages, option numbers; progress bars), linked into each tool.
+TOOL_SHARED := tools/tool.c tools/tool_cb.c
+TOOL_SRC    := $(filter-out $(TOOL_SHARED),$(sort $(wildcard tools/*.c)))
 UNIT_SRC    := $(sort $(wildcard tests/unit/test_*.c))
 KTEST_SRC   := $(sort $(wildcard tests/kernels/test_*.c))
 FUZZ_SRC    := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 
 COMMON_OBJ  := $(COMMON_SRC:%.c=$(BUILD)/%.o)
 KERNEL_OBJ  := $(KERNEL_SRC:%.c=$(BUILD)/%.o) $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+TOOL_OBJ    := $(TOOL_SHARED:%.c=$(BUILD)/%.o)
 TOOLS       := $(TOOL_SRC:tools/%.c=$(BIN)/%)
 UNIT_BIN    := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 KTEST_BIN   := $(KTEST_SRC:tests/kernels/%.c=$(BUILD)/tests/%)
@@ -101,9 +105,9 @@ $(LIBKERNELS): $(KERNEL_OBJ)
 	@mkdir -p $(@D)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BIN)/%: $(BUILD)/tools/%.o $(LIBS)
+$(BIN)/%: $(BUILD)/tools/%.o $(TOOL_OBJ) $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOL_OBJ) $(LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: $(BUILD)/tests/unit/%.o $(LIBS)
 	@mkdir -p $(@D)
@@ -121,14 +125,15 @@ $(BUILD)/fuzz/replay_%: $(BUILD)/tests/fuzz/fuzz_%.o $(BUILD)/tests/fuzz/replay.
 
 # Tiny synthetic models made by our own code (tests/mkfixtures.c).
 FIXTURES := tests/fixtures/tiny-llama-f32.gguf
-$(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(LIBS)
+$(BUILD)/tests/mkfixtures.o: CFLAGS += -iquote tools
+$(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(TOOL_OBJ) $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOL_OBJ) $(LIBS) $(LDLIBS)
 
 # Memory bandwidth probe for `make bench` (AVX2 is the project's baseline).
-$(BUILD)/membw: tests/bench/membw.c $(LIBS)
+$(BUILD)/membw: tests/bench/membw.c $(TOOL_OBJ) $(LIBS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(COMMON_IQUOTE) -O3 -mavx2 -o $@ $< $(LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(COMMON_IQUOTE) -iquote tools -O3 -mavx2 -o $@ $< $(TOOL_OBJ) $(LIBS) $(LDLIBS)
 
 # Matmul kernels, ref vs avx2, one thread (tests/bench/mmbench.c).
 $(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)
@@ -261,7 +266,7 @@ help:
 	@echo "         asan ubsan fuzz bench install uninstall clean help"
 	@echo "knobs:   CUDA=auto|0|1 OPENBLAS=auto|0|1 ZSTD=auto|0|1 PREFIX DESTDIR PROGRAM_PREFIX"
 
--include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) \
+-include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(TOOL_OBJ:.o=.d) \
          $(UNIT_SRC:%.c=$(BUILD)/%.d) $(KTEST_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
          $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d
 .SECONDARY:

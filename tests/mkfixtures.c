@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "tool.h"
 #include "gguf.h"
 #include "llama2c.h"
 #include "qtypes.h"

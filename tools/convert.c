@@ -8,10 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "convert.h"
 #include "escape.h"
 #include "qtypes.h"
+#include "tool.h"
+#include "tool_cb.h"
 
 static const char usage_line[] =
     "usage: convert [-fhqvV] [--from fmt] [--to fmt] [--type type] [--tokenizer file]\n"
@@ -46,12 +47,6 @@ help(void)
           stdout);
 }
 
-static void
-warn_cb(const char *msg)
-{
-    warnmsg("%s", ESC(msg));
-}
-
 int
 main(int argc, char **argv)
 {
@@ -73,8 +68,8 @@ main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct convert_opts o = {.out_type = -1, .shard_size = 5000000000ull, .progress = -1, .warn = warn_cb};
-    bool info = false, json = false;
+    struct convert_opts o = {.out_type = -1, .shard_size = 5000000000ull, .cb = tool_callbacks(true)};
+    bool info = false;
     struct diag d = {{0}};
     int c, rc;
 
@@ -85,7 +80,7 @@ main(int argc, char **argv)
         case 'h': help(); cli_finish_stdout(); return RC_OK;
         case 'q': cli_verbosity = 0; break;
         case 'v': cli_verbosity = 2; break;
-        case 'V': printf("convert (llmkit) %s\n", LLMKIT_VERSION); cli_finish_stdout(); return RC_OK;
+        case 'V': cli_exit_version("convert");
         case O_FROM:
             if ((o.from = model_fmt_parse(optarg)) == FMT_AUTO)
                 usage_error(usage_line, "--from: unknown format '%s' (gguf, hf, llama2c)", ESC(optarg));
@@ -103,10 +98,10 @@ main(int argc, char **argv)
         case O_TOKENIZER: o.tokenizer = optarg; break;
         case O_SHARD: o.shard_size = (uint64_t)cli_parse_i64(optarg, 1, INT64_MAX, "--shard-size", true); break;
         case O_INFO: info = true; break;
-        case O_JSON: json = true; break;
-        case O_PROGRESS: o.progress = 1; break;
-        case O_NO_PROGRESS: o.progress = 0; break;
-        default: fprintf(stderr, "%s\n", usage_line); return RC_USAGE;
+        case O_JSON: o.json = true; break;
+        case O_PROGRESS: tool_progress_mode = 1; break;
+        case O_NO_PROGRESS: tool_progress_mode = 0; break;
+        default: cli_exit_usage(usage_line);
         }
     }
     argc -= optind;
@@ -114,28 +109,25 @@ main(int argc, char **argv)
     if (info) {
         if (argc != 1)
             usage_error(usage_line, argc ? "--info takes one input" : "missing input");
-        if (!strcmp(argv[0], "-") && isatty(STDIN_FILENO) && !o.force)
-            die(RC_USAGE, "refusing to read binary input from a terminal (use -f to force)");
-        rc = convert_info(argv[0], o.from, json, stdout, &d);
-        if (rc && ferror(stdout))   /* the output failed, not the input */
-            die(RC_IO, "stdout: %s", ESC(d.msg));
-        if (rc)
-            die(rc_from_st(rc), "'%s': %s", ESC(argv[0]), ESC(d.msg));
-        cli_finish_stdout();
-        return RC_OK;
+        o.info = stdout;
+    } else {
+        if (o.json)
+            usage_error(usage_line, "--json goes with --info");
+        if (argc != 2)
+            usage_error(usage_line, argc < 2 ? "missing %s" : "too many operands%s",
+                        argc == 0 ? "input and output" : argc == 1 ? "output" : "");
+        o.output = argv[1];
     }
-    if (json)
-        usage_error(usage_line, "--json goes with --info");
-    if (argc != 2)
-        usage_error(usage_line, argc < 2 ? "missing %s" : "too many operands%s",
-                    argc == 0 ? "input and output" : argc == 1 ? "output" : "");
     o.input = argv[0];
-    o.output = argv[1];
     if (!strcmp(o.input, "-") && isatty(STDIN_FILENO) && !o.force)
         die(RC_USAGE, "refusing to read binary input from a terminal (use -f to force)");
-    if (!strcmp(o.output, "-") && isatty(STDOUT_FILENO) && !o.force)
+    if (!info && !strcmp(o.output, "-") && isatty(STDOUT_FILENO) && !o.force)
         die(RC_USAGE, "refusing to write binary output to a terminal (use -f to force)");
-    rc = convert_model(&o, &d);
+    rc = run_convert(&o, &d);
+    if (rc && info && ferror(stdout))   /* the output failed, not the input */
+        die(RC_IO, "stdout: %s", ESC(d.msg));
+    if (rc && info)
+        die(rc_from_st(rc), "'%s': %s", ESC(o.input), ESC(d.msg));
     if (rc)
         die(rc_from_st(rc), "%s", ESC(d.msg));
     cli_finish_stdout();

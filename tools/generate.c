@@ -1,26 +1,20 @@
 /*
  * generate - text generation with a GGUF model: one prompt streamed to
  * standard output, a batch of requests (JSONL in, JSONL out) through the
- * continuous-batching engine, or the perplexity of a text file.  Options
- * are parsed here; the work is run_generate() in common/model/generate.c and
- * run_generate_batch() in common/model/genbatch.c.
+ * continuous-batching engine, or the perplexity of a text file.  The work is
+ * run_generate() (common/model/generate.c) or run_generate_batch() (genbatch.c).
  */
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
 #include "compute.h"
 #include "genbatch.h"
 #include "generate.h"
-#include "qtypes.h"
 #include "scheduler.h"
-#include "xio.h"
+#include "tool.h"
+#include "tool_cb.h"
 
 static const char usage_line[] =
     "usage: generate [-hqVv] -m model [-p text | -f file] [-n n] [-o file] [--force]\n"
@@ -103,11 +97,12 @@ static const char help_text[] =
     "  -V, --version           print the version\n";
 
 enum {
-    OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM, OPT_MIN_P,
-    OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
-    OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_BLOCK_SIZE, OPT_KV_TRACE, OPT_KV_TYPE,
-    OPT_MAX_BATCH_TOKENS, OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
-    OPT_DRAIN_TIMEOUT, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL,
+    OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM,
+    OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
+    OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL,
+    /* the options that need --batch, together */
+    OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
+    OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
 };
 
 static const struct option longopts[] = {
@@ -153,72 +148,7 @@ static const struct option longopts[] = {
     { NULL, 0, NULL, 0 },
 };
 
-static struct progress bar;
-
-static void
-on_progress(void *ctx, int64_t done, int64_t total)
-{
-    (void)ctx;
-    if (done == 0)
-        progress_begin(&bar, -1, "perplexity", (uint64_t)total);
-    progress_update(&bar, (uint64_t)done);
-    if (done == total)
-        progress_end(&bar);
-}
-
-static void
-on_info(void *ctx, const char *msg)
-{
-    (void)ctx;
-    infomsg("%s", msg);
-}
-
-static void
-on_warn(void *ctx, const char *msg)
-{
-    (void)ctx;
-    warnmsg("%s", msg);
-}
-
-/* ---- batch mode: SIGINT/SIGTERM stop admission and let the running
- * requests finish for at most --drain-timeout seconds (a second signal
- * ends the drain after the current step); requests cut off get
- * "cancelled" results, what finished is kept and the exit status is 128 +
- * the signal.  SIGPIPE (the reader of the results went away) removes
- * partial files and ends quietly. */
-
-static volatile sig_atomic_t stop_count, stop_sig;
-
-static void
-on_stop(int sig)
-{
-    stop_sig = sig;
-    if (stop_count < 2)
-        stop_count++;
-}
-
-static void
-on_pipe(int sig)
-{
-    xio_cleanup_all();
-    signal(sig, SIG_DFL);
-    raise(sig);
-}
-
-static void
-batch_signals(void)
-{
-    struct sigaction sa;
-
-    memset(&sa, 0, sizeof(sa));
-    sigemptyset(&sa.sa_mask);
-    sa.sa_handler = on_stop;        /* no SA_RESTART: a blocked read returns */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sa.sa_handler = on_pipe;
-    sigaction(SIGPIPE, &sa, NULL);
-}
-
+/* --batch: SIGINT/SIGTERM drain the run (genbatch.h); then exit 128 + the signal. */
 static int
 run_batch(struct batch_opts *b)
 {
@@ -226,138 +156,85 @@ run_batch(struct batch_opts *b)
     struct diag d = {{0}};
     int rc;
 
-    batch_signals();
-    b->stop = &stop_count;
-    rc = run_generate_batch(b, &r, &d);
-    if (rc)
+    tool_catch_stop();
+    b->stop = &tool_stop_count;
+    if ((rc = run_generate_batch(b, &r, &d)))
         die(rc_from_st(rc), "%s", d.msg);
-    if (cli_verbosity >= 1) {
-        fprintf(stderr, "%s: %lld requests: %lld completed, %lld errors", cli_progname,
-                (long long)r.requests, (long long)r.completed, (long long)r.errors);
-        if (r.cancelled)
-            fprintf(stderr, ", %lld cancelled", (long long)r.cancelled);
-        if (r.unfinished)
-            fprintf(stderr, ", %lld unfinished", (long long)r.unfinished);
-        fprintf(stderr, "; %lld tokens generated in %.2f s, %.1f tok/s\n", (long long)r.generated,
-                r.wall_ms / 1000.0, r.gen_tok_s);
-        fprintf(stderr, "%s: %lld steps, %lld preemptions, %lld prefix-cache blocks reused; "
-                "KV waste %.1f%% paged vs %.1f%% contiguous\n", cli_progname, (long long)r.steps,
-                (long long)r.preemptions, (long long)r.prefix_hits, 100.0 * r.waste_paged,
-                100.0 * r.waste_contig);
-    }
+    if (cli_verbosity >= 1)
+        batch_report_print(&r, cli_progname, stderr);
     cli_finish_stdout();
-    if (stop_count)
-        return 128 + stop_sig;
-    return r.errors ? RC_FAIL : RC_OK;
+    return tool_stop_count ? 128 + tool_stop_sig : r.errors ? RC_FAIL : RC_OK;
 }
 
-static uint64_t
-random_seed(void)
+static int
+run_one(const struct generate_opts *o)
 {
-    uint64_t s;
+    struct generate_report r;
+    struct diag d = {{0}};
+    int rc;
 
-    if (getrandom(&s, sizeof(s), 0) != (ssize_t)sizeof(s))
-        s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    return s & (((uint64_t)1 << 53) - 1);   /* exact in a JSON number */
-}
-
-/* print_stats() : the summary line; newline_sent: the text on stdout was
- * already ended with a newline (a terminal). */
-static void
-print_stats(const struct generate_report *r, bool newline_sent)
-{
-    if (r->perplexity) {
-        fprintf(stderr, "%s: %lld chunks of %lld tokens, %lld tokens scored, %.1f tok/s, %.2f s\n",
-                cli_progname, (long long)r->ppl_chunks, (long long)r->ctx,
-                (long long)r->ppl_scored, r->ppl_tok_s, r->ppl_ms / 1000.0);
-        return;
+    if ((rc = run_generate(o, &r, &d)))
+        die(rc_from_st(rc), "%s", d.msg);
+    if (!r.perplexity && !r.ends_in_newline) {
+        /* end the line on a terminal, so that the statistics or the shell
+         * prompt do not follow the text on it; a pipe or a file gets
+         * exactly the generated bytes */
+        if (!o->json && (!o->output || !strcmp(o->output, "-")) && isatty(STDOUT_FILENO))
+            putchar('\n');
+        else if (cli_verbosity >= 1 && isatty(STDERR_FILENO))
+            fputc('\n', stderr);   /* the text may be on this terminal, through a pipe */
     }
-    if (!r->ends_in_newline && !newline_sent && isatty(STDERR_FILENO))
-        fputc('\n', stderr);     /* the text may be on this terminal, through a pipe */
-    fprintf(stderr, "%s: prompt %lld tokens, %.1f tok/s; generated %lld tokens, %.1f tok/s (%s)\n",
-            cli_progname, (long long)r->prompt_tokens, r->prompt_tok_s,
-            (long long)r->completion_tokens, r->gen_tok_s, r->finish_reason);
+    if (cli_verbosity >= 1)
+        generate_report_print(&r, cli_progname, stderr);
+    cli_finish_stdout();
+    return RC_OK;
 }
 
 int
 main(int argc, char **argv)
 {
     struct generate_opts o;
-    struct generate_report r;
     struct batch_opts b;
-    struct diag d = {{0}};
-    bool seed_set = false, have_chunks = false, have_n = false, batch = false, batch_opt = false;
-    bool oversubscribe = false, newline_sent = false;
-    int c, rc;
+    bool have_n = false, batch = false, batch_opt = false, oversubscribe = false;
+    int c, v;
 
     cli_init(argv[0]);
     generate_opts_init(&o);
     batch_opts_init(&b, &o);
+    o.sp.seed = sample_random_seed();     /* unless --seed */
     while ((c = getopt_long(argc, argv, "f:hm:n:o:p:qt:Vv", longopts, NULL)) != -1) {
+        if (c >= OPT_BLOCK_SIZE && c <= OPT_SCHEDULE)
+            batch_opt = true;
         switch (c) {
         case OPT_BATCH: batch = true; break;
-        case OPT_BLOCK_SIZE:
-            b.block_size = cli_parse_i64(optarg, 1, 4096, "--block-size", false);
-            batch_opt = true;
-            break;
-        case OPT_KV_TRACE: b.trace = optarg; batch_opt = true; break;
+        case OPT_BLOCK_SIZE: b.block_size = cli_parse_i64(optarg, 1, 4096, "--block-size", false); break;
+        case OPT_KV_TRACE: b.trace = optarg; break;
         case OPT_KV_TYPE:
-            if (!strcmp(optarg, "f16"))
-                b.kv_type = GGML_TYPE_F16;
-            else if (!strcmp(optarg, "f32"))
-                b.kv_type = GGML_TYPE_F32;
-            else if (!strcmp(optarg, "q8_0"))
-                b.kv_type = GGML_TYPE_Q8_0;
-            else
+            if ((v = batch_kv_type_parse(optarg)) < 0)
                 usage_error(usage_line, "--kv-type: '%s' is not f16, f32 or q8_0", optarg);
-            batch_opt = true;
+            b.kv_type = (uint32_t)v;
             break;
         case OPT_MAX_BATCH_TOKENS:
             b.max_batch_tokens = cli_parse_i64(optarg, 1, 1 << 24, "--max-batch-tokens", true);
-            batch_opt = true;
             break;
-        case OPT_MAX_SEQS:
-            b.max_seqs = cli_parse_i64(optarg, 1, 1 << 16, "--max-seqs", false);
-            batch_opt = true;
-            break;
-        case OPT_NO_PREFIX_CACHE: b.prefix_cache = false; batch_opt = true; break;
+        case OPT_MAX_SEQS: b.max_seqs = cli_parse_i64(optarg, 1, 1 << 16, "--max-seqs", false); break;
+        case OPT_NO_PREFIX_CACHE: b.prefix_cache = false; break;
         case OPT_PREEMPT:
-            if (!strcmp(optarg, "recompute"))
-                b.preempt = SCHED_PREEMPT_RECOMPUTE;
-            else if (!strcmp(optarg, "swap"))
-                b.preempt = SCHED_PREEMPT_SWAP;
-            else
+            if ((b.preempt = sched_preempt_parse(optarg)) < 0)
                 usage_error(usage_line, "--preempt: '%s' is not recompute or swap", optarg);
-            batch_opt = true;
             break;
         case OPT_SCHEDULE:
-            if (!strcmp(optarg, "continuous"))
-                b.policy = SCHED_CONTINUOUS;
-            else if (!strcmp(optarg, "static"))
-                b.policy = SCHED_STATIC;
-            else
+            if ((b.policy = sched_policy_parse(optarg)) < 0)
                 usage_error(usage_line, "--schedule: '%s' is not continuous or static", optarg);
-            batch_opt = true;
             break;
         case OPT_CHAT: o.chat = true; break;
-        case OPT_CHUNKS:
-            o.chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--chunks", false);
-            have_chunks = true;
-            break;
+        case OPT_CHUNKS: o.chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--chunks", false); break;
         case OPT_CTX: o.ctx = cli_parse_i64(optarg, 1, (int64_t)1 << 24, "--ctx", true); break;
-        case OPT_DRAIN_TIMEOUT:
-            b.drain_timeout = cli_parse_double(optarg, 0, 1e9, "--drain-timeout");
-            batch_opt = true;
-            break;
+        case OPT_DRAIN_TIMEOUT: b.drain_timeout = cli_parse_double(optarg, 0, 1e9, "--drain-timeout"); break;
         case 'f': o.prompt_file = optarg; break;
         case OPT_FORCE: o.force = true; break;
         case OPT_IGNORE_EOS: o.ignore_eos = true; break;
-        case 'h':
-            fputs(help_text, stdout);
-            fputc('\n', stdout);
-            puts(usage_line);
-            cli_finish_stdout();
-            return RC_OK;
+        case 'h': cli_exit_help(help_text, usage_line);
         case OPT_JSON: o.json = true; break;
         case OPT_KERNEL:
             if (!compute_kernel_available(optarg))
@@ -378,83 +255,46 @@ main(int argc, char **argv)
         case 'p': o.prompt = optarg; break;
         case 'q': cli_verbosity = 0; break;
         case OPT_REPEAT_LAST_N:
-            o.repeat_last_n = (int32_t)cli_parse_i64(optarg, -1, (int64_t)1 << 24, "--repeat-last-n",
-                                                     false);
+            o.repeat_last_n = (int32_t)cli_parse_i64(optarg, -1, 1 << 24, "--repeat-last-n", false);
             break;
         case OPT_REPEAT_PENALTY:
             o.sp.repeat_penalty = (float)cli_parse_double(optarg, 1e-3, 1e3, "--repeat-penalty");
             break;
-        case OPT_SEED:
-            o.sp.seed = (uint64_t)cli_parse_i64(optarg, 0, INT64_MAX, "--seed", false);
-            seed_set = true;
-            break;
+        case OPT_SEED: o.sp.seed = (uint64_t)cli_parse_i64(optarg, 0, INT64_MAX, "--seed", false); break;
         case OPT_SYSTEM: o.system = optarg; break;
         case 't': o.threads = (int)cli_parse_i64(optarg, 1, 1024, "--threads", false); break;
         case OPT_TEMP: o.sp.temp = (float)cli_parse_double(optarg, 0, 1e6, "--temp"); break;
         case OPT_TOP_K: o.sp.top_k = (int32_t)cli_parse_i64(optarg, 0, INT32_MAX, "--top-k", false); break;
         case OPT_TOP_P: o.sp.top_p = (float)cli_parse_double(optarg, 0, 1, "--top-p"); break;
         case 'v': cli_verbosity = 2; break;
-        case 'V':
-            printf("generate (llmkit) %s\n", LLMKIT_VERSION);
-            cli_finish_stdout();
-            return RC_OK;
-        default:
-            fprintf(stderr, "%s\n", usage_line);
-            return RC_USAGE;
+        case 'V': cli_exit_version("generate");
+        default: cli_exit_usage(usage_line);
         }
     }
     if (batch && optind < argc)
         b.input = argv[optind++];
     if (optind < argc)
         usage_error(usage_line, "unexpected operand '%s' (the prompt goes after -p)", argv[optind]);
-    if (!o.model)
-        usage_error(usage_line, "no model given (-m)");
-    if (batch_opt && !batch)
-        usage_error(usage_line, "--max-seqs, --max-batch-tokens, --block-size, --kv-type, "
-                    "--schedule, --preempt, --no-prefix-cache, --kv-trace and --drain-timeout "
-                    "need --batch");
-    if (batch && (o.prompt || o.prompt_file || o.perplexity || o.json))
-        usage_error(usage_line, "--batch takes no -p, -f, --perplexity or --json (the results "
-                    "are JSON Lines)");
-    if (b.trace && !strcmp(b.trace, "-") && (!o.output || !strcmp(o.output, "-")))
-        usage_error(usage_line, "--kv-trace - needs -o FILE for the results");
-    if (o.prompt && o.prompt_file)
-        usage_error(usage_line, "-p and -f are exclusive");
-    if (o.system && !o.chat)
-        usage_error(usage_line, "--system needs --chat");
-    if (o.parse_special && !o.chat)
-        usage_error(usage_line, "--parse-special needs --chat (the special-token texts of a "
-                    "plain prompt are always special)");
-    if (o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n))
-        usage_error(usage_line, "--perplexity takes no prompt, --chat or -n");
-    if (have_chunks && !o.perplexity)
-        usage_error(usage_line, "--chunks needs --perplexity");
-    if (!seed_set)
-        o.sp.seed = random_seed();
+    const struct usage_rule rules[] = {
+        { !o.model, "no model given (-m)" },
+        { batch_opt && !batch, "--max-seqs, --max-batch-tokens, --block-size, --kv-type, --schedule, "
+          "--preempt, --no-prefix-cache, --kv-trace and --drain-timeout need --batch" },
+        { batch && (o.prompt || o.prompt_file || o.perplexity || o.json),
+          "--batch takes no -p, -f, --perplexity or --json (the results are JSON Lines)" },
+        { b.trace && !strcmp(b.trace, "-") && (!o.output || !strcmp(o.output, "-")),
+          "--kv-trace - needs -o FILE for the results" },
+        { o.prompt && o.prompt_file, "-p and -f are exclusive" },
+        { o.system && !o.chat, "--system needs --chat" },
+        { o.parse_special && !o.chat, "--parse-special needs --chat (the special-token texts of a "
+          "plain prompt are always special)" },
+        { o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n),
+          "--perplexity takes no prompt, --chat or -n" },
+        { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
+    };
+    cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
     o.threads = cli_cap_threads(o.threads, oversubscribe);
-    /* no output of this run may replace one of its inputs */
-    xio_note_input(o.model);
-    xio_note_input(o.prompt_file);
-    xio_note_input(o.perplexity);
-    o.progress = o.json ? NULL : on_progress;   /* no bar with --json (STYLE) */
-    o.info = on_info;
-    o.warn = on_warn;
-    if (batch)
-        return run_batch(&b);
-
-    rc = run_generate(&o, &r, &d);
-    if (rc)
-        die(rc_from_st(rc), "%s", d.msg);
-    if (!o.json && !o.perplexity && (!o.output || !strcmp(o.output, "-")) &&
-        !r.ends_in_newline && isatty(STDOUT_FILENO)) {
-        /* end the line on a terminal, so that the statistics or the shell
-         * prompt do not follow the text on it; a pipe or a file gets
-         * exactly the generated bytes */
-        putchar('\n');
-        newline_sent = true;
-    }
-    if (cli_verbosity >= 1)
-        print_stats(&r, newline_sent);
-    cli_finish_stdout();
-    return RC_OK;
+    o.cb = tool_callbacks(false);
+    if (o.json)
+        o.cb.progress = NULL;   /* no bar with --json (STYLE) */
+    return batch ? run_batch(&b) : run_one(&o);
 }

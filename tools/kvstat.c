@@ -10,10 +10,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "cli.h"
-#include "xio.h"
 #include "escape.h"
 #include "kvstat.h"
+#include "tool.h"
+#include "tool_cb.h"
+#include "xio.h"
 
 static const char usage_line[] =
     "usage: kvstat [-fhqVv] [-o file] [--json | --csv] [--kv-type type] [--ctx n] [--batch n]\n"
@@ -106,12 +107,6 @@ static const struct option longopts[] = {
     { NULL, 0, NULL, 0 },
 };
 
-static void
-warn_cb(const char *msg)
-{
-    warnmsg("%s", ESC(msg));
-}
-
 /* --mean P[,O]: one value is the mean total, split evenly. */
 static void
 parse_mean(const char *s, struct kvstat_opts *o)
@@ -162,7 +157,7 @@ main(int argc, char **argv)
 
     cli_init(argv[0]);
     kvstat_opts_init(&o);
-    o.warn = warn_cb;
+    o.cb = tool_callbacks(true);
     while ((c = getopt_long(argc, argv, "fho:qVv", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_BATCH: o.batch = cli_parse_i64(optarg, 1, 1 << 24, "--batch", false); break;
@@ -179,12 +174,7 @@ main(int argc, char **argv)
         case OPT_GROUPS: o.groups = cli_parse_i64(optarg, 1, KV_MAX_HEADS, "--groups", false); break;
         case OPT_HEAD_DIM: o.head_dim = cli_parse_i64(optarg, 1, KV_MAX_HEAD_DIM, "--head-dim", false); break;
         case OPT_HEADS: o.heads = cli_parse_i64(optarg, 1, KV_MAX_HEADS, "--heads", false); break;
-        case 'h':
-            fputs(help_text, stdout);
-            fputc('\n', stdout);
-            puts(usage_line);
-            cli_finish_stdout();
-            return RC_OK;
+        case 'h': cli_exit_help(help_text, usage_line);
         case OPT_JSON: json = true; break;
         case OPT_KV_HEADS: o.kv_heads = cli_parse_i64(optarg, 1, KV_MAX_HEADS, "--kv-heads", false); break;
         case OPT_KV_LORA_RANK:
@@ -222,14 +212,9 @@ main(int argc, char **argv)
         case OPT_SVG: o.svg = optarg; break;
         case OPT_TRACE: o.trace = optarg; break;
         case 'v': cli_verbosity = 2; break;
-        case 'V':
-            printf("kvstat (llmkit) %s\n", LLMKIT_VERSION);
-            cli_finish_stdout();
-            return RC_OK;
+        case 'V': cli_exit_version("kvstat");
         case OPT_WEIGHTS: parse_weights(optarg, &o); break;
-        default:
-            fprintf(stderr, "%s\n", usage_line);
-            return RC_USAGE;
+        default: cli_exit_usage(usage_line);
         }
     }
     o.inputs = (const char *const *)(argv + optind);
@@ -242,37 +227,24 @@ main(int argc, char **argv)
         if (n_stdin > 1)
             usage_error(usage_line, "standard input ('-') can be read only once");
     }
-    if (json && csv)
-        usage_error(usage_line, "--json and --csv are exclusive");
+    const struct usage_rule rules[] = {
+        { json && csv, "--json and --csv are exclusive" },
+        { o.lengths && o.dist >= 0, "--lengths and --dist are exclusive" },
+        { o.dist >= 0 && !have_mean, "--dist needs --mean" },
+        { o.dist < 0 && (have_mean || have_dist_opt), "--mean, --n, --seed and --shape need --dist" },
+        { have_max && !o.lengths && o.dist < 0, "--max needs --lengths or --dist" },
+        { o.n_inputs && (o.layers || o.heads || o.kv_heads || o.head_dim),
+          "--layers, --heads, --kv-heads and --head-dim describe a model given without FILE operands" },
+        { o.n_inputs && !o.compare && (o.kv_lora_rank || o.rope_dim),
+          "with FILE operands, --kv-lora-rank and --rope-dim need --compare" },
+        { o.groups && !o.compare, "--groups needs --compare" },
+        { o.svg && !o.trace, "--svg needs --trace" },
+        { o.weights >= 0 && !o.mem, "--weights needs --mem" },
+        { !o.n_inputs && !o.layers && !o.heads && !o.head_dim && !o.kv_heads && !o.kv_lora_rank &&
+          !o.lengths && o.dist < 0 && !o.trace, "no model, workload or trace given" },
+    };
+    cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
     o.format = json ? KVSTAT_JSON : csv ? KVSTAT_CSV : KVSTAT_TABLE;
-    if (o.lengths && o.dist >= 0)
-        usage_error(usage_line, "--lengths and --dist are exclusive");
-    if (o.dist >= 0 && !have_mean)
-        usage_error(usage_line, "--dist needs --mean");
-    if (o.dist < 0 && (have_mean || have_dist_opt))
-        usage_error(usage_line, "--mean, --n, --seed and --shape need --dist");
-    if (have_max && !o.lengths && o.dist < 0)
-        usage_error(usage_line, "--max needs --lengths or --dist");
-    if (o.n_inputs && (o.layers || o.heads || o.kv_heads || o.head_dim))
-        usage_error(usage_line, "--layers, --heads, --kv-heads and --head-dim describe a model "
-                    "given without FILE operands");
-    if (o.n_inputs && !o.compare && (o.kv_lora_rank || o.rope_dim))
-        usage_error(usage_line, "with FILE operands, --kv-lora-rank and --rope-dim need --compare");
-    if (o.groups && !o.compare)
-        usage_error(usage_line, "--groups needs --compare");
-    if (o.svg && !o.trace)
-        usage_error(usage_line, "--svg needs --trace");
-    if (o.weights >= 0 && !o.mem)
-        usage_error(usage_line, "--weights needs --mem");
-    if (!o.n_inputs && !o.layers && !o.heads && !o.head_dim && !o.kv_heads && !o.kv_lora_rank &&
-        !o.lengths && o.dist < 0 && !o.trace)
-        usage_error(usage_line, "no model, workload or trace given");
-
-    /* no output of this run may replace one of its inputs */
-    for (size_t i = 0; i < o.n_inputs; i++)
-        xio_note_input(o.inputs[i]);
-    xio_note_input(o.lengths);
-    xio_note_input(o.trace);
     rc = run_kvstat(&o, &d);
     if (rc)
         die(rc_from_st(rc), "%s", ESC(d.msg));

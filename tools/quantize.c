@@ -5,19 +5,13 @@
  */
 #include <getopt.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
 
-#include <jansson.h>
-
-#include "cli.h"
-#include "imatrix.h"
-#include "qeval.h"
-#include "qtypes.h"
-#include "quantize.h"
-#include "xio.h"
+#include "quantize_run.h"
+#include "tool.h"
+#include "tool_cb.h"
 
 static const char usage_line[] =
     "usage: quantize [-fhqvV] --type type [-t threads] [--oversubscribe]\n"
@@ -81,25 +75,6 @@ help(void)
           stdout);
 }
 
-static void
-warn_cb(const char *msg)
-{
-    warnmsg("%s", msg);
-}
-
-static struct progress pbar;
-static int progress_mode = -1;
-
-static void
-progress_cb(void *ctx, int64_t done, int64_t total)
-{
-    if (done == 0)
-        progress_begin(&pbar, progress_mode, (const char *)ctx, (uint64_t)total);
-    progress_update(&pbar, (uint64_t)done);
-    if (done == total)
-        progress_end(&pbar);
-}
-
 static int
 parse_type(const char *s, const char *what)
 {
@@ -107,47 +82,6 @@ parse_type(const char *s, const char *what)
     if (t < 0)
         usage_error(usage_line, "%s: unknown or unsupported tensor type '%s'", what, s);
     return t;
-}
-
-static char *
-file_sha256(const char *path)
-{
-    struct diag d;
-    char *buf, *hex = malloc(65);
-    size_t len;
-
-    if (!hex || read_file_all(path, (size_t)1 << 34, &buf, &len, &d) < 0) {
-        free(hex);
-        return NULL;
-    }
-    if (quantize_sha256_hex(buf, len, hex) < 0) {
-        free(hex);
-        hex = NULL;
-    }
-    free(buf);
-    return hex;
-}
-
-static void
-print_json_tensor(const struct quantize_tensor_info *t)
-{
-    json_t *j = json_object(), *ne = json_array();
-
-    for (uint32_t k = 0; k < t->n_dims; k++)
-        json_array_append_new(ne, json_integer(t->ne[k]));
-    json_object_set_new(j, "schema", json_string("quantize/1"));
-    json_object_set_new(j, "type", json_string("tensor"));
-    json_object_set_new(j, "name", json_string(t->name));
-    json_object_set_new(j, "ggml_type", json_string(qtype_get(t->type)->name));
-    json_object_set_new(j, "src_type", json_string(qtype_get(t->src_type)->name));
-    json_object_set_new(j, "ne", ne);
-    json_object_set_new(j, "bytes", json_integer((json_int_t)t->bytes));
-    json_object_set_new(j, "fallback", json_boolean(t->fallback));
-    json_object_set_new(j, "imatrix", json_boolean(t->used_imatrix));
-    json_object_set_new(j, "sha256", json_string(t->sha256));
-    json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(9));
-    fputc('\n', stdout);
-    json_decref(j);
 }
 
 int
@@ -187,36 +121,31 @@ main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct quantize_opts o = { .mix = { .output_type = -1, .embd_type = -1 }, .progress = -1,
-                               .warn = warn_cb };
+    struct quantize_run_opts r = { .q = { .mix = { .output_type = -1, .embd_type = -1 },
+                                          .cb = tool_callbacks(false) },
+                                   .calib_ctx = 512, .calib_chunks = -1, .eval_ctx = 512,
+                                   .eval_chunks = -1 };
+    struct quantize_opts *o = &r.q;
     struct quant_override ov[MAX_LIST];
     const char *inc[MAX_LIST], *exc[MAX_LIST];
     size_t n_ov = 0, n_inc = 0, n_exc = 0;
-    const struct quant_ftype *ft = NULL;
-    const char *imatrix_in = NULL, *calib = NULL, *imatrix_out = NULL, *eval = NULL, *kernel = NULL;
-    int64_t calib_ctx = 512, calib_chunks = -1, eval_ctx = 512, eval_chunks = -1;
-    bool json = false, dat = false, oversubscribe = false;
-    struct imatrix im;
-    struct quantize_report rep;
-    struct qeval_result ev;
+    bool oversubscribe = false;
+    struct stat st;
     struct diag d = {{0}};
-    char *imx_sha = NULL, *cal_sha = NULL;
-    struct xout outs[3] = { { 0 } };   /* stdout, --imatrix-out, OUTPUT */
     int c, rc;
 
     cli_init(argv[0]);
-    imatrix_init(&im);
     while ((c = getopt_long(argc, argv, "fhqt:vV", longopts, NULL)) != -1) {
         switch (c) {
-        case 'f': o.force = true; break;
+        case 'f': o->force = true; break;
         case 'h': help(); cli_finish_stdout(); return RC_OK;
         case 'q': cli_verbosity = 0; break;
-        case 't': o.n_threads = (int)cli_parse_i64(optarg, 1, 1024, "--threads", false); break;
+        case 't': o->n_threads = (int)cli_parse_i64(optarg, 1, 1024, "--threads", false); break;
         case O_OVERSUB: oversubscribe = true; break;
         case 'v': cli_verbosity = 2; break;
-        case 'V': printf("quantize (llmkit) %s\n", LLMKIT_VERSION); cli_finish_stdout(); return RC_OK;
+        case 'V': cli_exit_version("quantize");
         case O_TYPE:
-            if (!(ft = quant_ftype_find(optarg)))
+            if (!(r.ft = quant_ftype_find(optarg)))
                 usage_error(usage_line, "--type: unknown file type '%s' (see --help)", optarg);
             break;
         case O_TT: {
@@ -230,14 +159,14 @@ main(int argc, char **argv)
             ov[n_ov++].type = (uint32_t)parse_type(eq + 1, "--tensor-type");
             break;
         }
-        case O_PURE: o.mix.pure = true; break;
-        case O_KEEP: o.mix.keep_output = true; break;
-        case O_OTYPE: o.mix.output_type = parse_type(optarg, "--output-type"); break;
-        case O_ETYPE: o.mix.embd_type = parse_type(optarg, "--embd-type"); break;
-        case O_IMATRIX: imatrix_in = optarg; break;
-        case O_CALIB: calib = optarg; break;
-        case O_CCTX: calib_ctx = cli_parse_i64(optarg, 16, 1 << 20, "--calib-ctx", false); break;
-        case O_CCHUNKS: calib_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--calib-chunks", false); break;
+        case O_PURE: o->mix.pure = true; break;
+        case O_KEEP: o->mix.keep_output = true; break;
+        case O_OTYPE: o->mix.output_type = parse_type(optarg, "--output-type"); break;
+        case O_ETYPE: o->mix.embd_type = parse_type(optarg, "--embd-type"); break;
+        case O_IMATRIX: r.imatrix_in = optarg; break;
+        case O_CALIB: r.calib = optarg; break;
+        case O_CCTX: r.calib_ctx = cli_parse_i64(optarg, 16, 1 << 20, "--calib-ctx", false); break;
+        case O_CCHUNKS: r.calib_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--calib-chunks", false); break;
         case O_INC:
         case O_EXC:
             if ((c == O_INC ? n_inc : n_exc) == MAX_LIST)
@@ -247,20 +176,20 @@ main(int argc, char **argv)
             else
                 exc[n_exc++] = optarg;
             break;
-        case O_IMOUT: imatrix_out = optarg; break;
+        case O_IMOUT: r.imatrix_out = optarg; break;
         case O_IMFMT:
             if (strcmp(optarg, "gguf") && strcmp(optarg, "dat"))
                 usage_error(usage_line, "--imatrix-format: '%s' is not gguf or dat", optarg);
-            dat = !strcmp(optarg, "dat");
+            r.imatrix_dat = !strcmp(optarg, "dat");
             break;
-        case O_EVAL: eval = optarg; break;
-        case O_ECTX: eval_ctx = cli_parse_i64(optarg, 4, 1 << 20, "--eval-ctx", false); break;
-        case O_ECHUNKS: eval_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--eval-chunks", false); break;
-        case O_KERNEL: kernel = optarg; break;
-        case O_JSON: json = true; break;
-        case O_PROG: progress_mode = 1; break;
-        case O_NOPROG: progress_mode = 0; break;
-        default: fprintf(stderr, "%s\n", usage_line); return RC_USAGE;
+        case O_EVAL: r.eval = optarg; break;
+        case O_ECTX: r.eval_ctx = cli_parse_i64(optarg, 4, 1 << 20, "--eval-ctx", false); break;
+        case O_ECHUNKS: r.eval_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--eval-chunks", false); break;
+        case O_KERNEL: r.kernel = optarg; break;
+        case O_JSON: r.json = true; break;
+        case O_PROG: tool_progress_mode = 1; break;
+        case O_NOPROG: tool_progress_mode = 0; break;
+        default: cli_exit_usage(usage_line);
         }
     }
     argc -= optind;
@@ -268,169 +197,45 @@ main(int argc, char **argv)
     if (argc != 2)
         usage_error(usage_line, argc < 2 ? "missing %s" : "too many operands%s",
                     argc == 0 ? "input and output" : argc == 1 ? "output" : "");
-    if (!ft)
-        usage_error(usage_line, "missing --type");
-    if (imatrix_in && calib)
-        usage_error(usage_line, "--imatrix and --calib exclude each other");
-    if (imatrix_out && !calib)
-        usage_error(usage_line, "--imatrix-out needs --calib");
-    if ((n_inc || n_exc) && !imatrix_in && !calib)
-        usage_error(usage_line, "--include-weights/--exclude-weights need an importance matrix");
-    if (n_inc && n_exc)
-        usage_error(usage_line, "--include-weights and --exclude-weights exclude each other");
-    if ((calib || eval) && !strcmp(argv[0], "-"))
-        usage_error(usage_line, "--calib and --eval need INPUT as a file, not '-'");
-    if (eval && !strcmp(argv[1], "-"))
-        usage_error(usage_line, "--eval needs OUTPUT as a file, not '-'");
-    if (json && !strcmp(argv[1], "-"))
-        usage_error(usage_line, "--json writes to stdout: OUTPUT cannot be '-'");
-    if (calib && eval && !strcmp(calib, "-") && !strcmp(eval, "-"))
-        usage_error(usage_line, "--calib and --eval cannot both read stdin");
-    o.input = argv[0];
-    o.output = argv[1];
-    o.mix.ftype = ft->ftype;
-    o.mix.ov = ov;
-    o.mix.n_ov = n_ov;
-    if (json && progress_mode < 0)
-        progress_mode = 0;      /* --json: bars only when asked for */
-    o.progress = progress_mode;
-    if (!strcmp(o.input, "-") && isatty(STDIN_FILENO) && !o.force)
+    const struct usage_rule rules[] = {
+        { !r.ft, "missing --type" },
+        { r.imatrix_in && r.calib, "--imatrix and --calib exclude each other" },
+        { r.imatrix_out && !r.calib, "--imatrix-out needs --calib" },
+        { (n_inc || n_exc) && !r.imatrix_in && !r.calib,
+          "--include-weights/--exclude-weights need an importance matrix" },
+        { n_inc && n_exc, "--include-weights and --exclude-weights exclude each other" },
+        { (r.calib || r.eval) && !strcmp(argv[0], "-"), "--calib and --eval need INPUT as a file, not '-'" },
+        { r.eval && !strcmp(argv[1], "-"), "--eval needs OUTPUT as a file, not '-'" },
+        { r.json && !strcmp(argv[1], "-"), "--json writes to stdout: OUTPUT cannot be '-'" },
+        { r.calib && r.eval && !strcmp(r.calib, "-") && !strcmp(r.eval, "-"),
+          "--calib and --eval cannot both read stdin" },
+    };
+    cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
+    o->input = argv[0];
+    o->output = argv[1];
+    o->mix.ftype = r.ft->ftype;
+    o->mix.ov = ov;
+    o->mix.n_ov = n_ov;
+    r.inc = inc;
+    r.n_inc = n_inc;
+    r.exc = exc;
+    r.n_exc = n_exc;
+    if (r.json && tool_progress_mode < 0)
+        tool_progress_mode = 0;     /* --json: bars only when asked for */
+    if (!strcmp(o->input, "-") && isatty(STDIN_FILENO) && !o->force)
         die(RC_USAGE, "refusing to read binary input from a terminal (use -f to force)");
-    if (!strcmp(o.output, "-") && isatty(STDOUT_FILENO) && !o.force)
+    if (!strcmp(o->output, "-") && isatty(STDOUT_FILENO) && !o->force)
         die(RC_USAGE, "refusing to write binary output to a terminal (use -f to force)");
-    /* Every output is opened now and committed together at the end (the
-     * report on stdout first): a run that fails anywhere leaves none. */
-    xio_note_input(o.input);
-    xio_note_input(calib);
-    xio_note_input(imatrix_in);
-    xio_note_input(eval);
-    if (imatrix_out && !strcmp(imatrix_out, o.output))
-        usage_error(usage_line, "'%s' is named for two outputs", o.output);
-    if ((rc = xout_open(&outs[2], o.output, o.force, &d)) < 0)
-        die(rc_from_st(rc), "'%s': %s", o.output, d.msg);
-    o.out = &outs[2];
-    if (eval && !outs[2].tmp)
+    if (r.imatrix_out && !strcmp(r.imatrix_out, o->output))
+        usage_error(usage_line, "'%s' is named for two outputs", o->output);
+    /* a device or FIFO is written in place (xio.h): it cannot be read back */
+    if (r.eval && stat(o->output, &st) == 0 && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode)))
         usage_error(usage_line, "--eval reads OUTPUT back: it must be a file, not a device or FIFO");
-    o.n_threads = cli_cap_threads(o.n_threads, oversubscribe);
-
-    if (imatrix_in) {
-        if ((rc = imatrix_read(&im, imatrix_in, &d)) < 0)
-            die(rc_from_st(rc), "'%s': %s", imatrix_in, d.msg);
-        if (!im.legacy && !im.has_metadata)
-            die(RC_DATA, "'%s': missing imatrix metadata (imatrix.datasets, chunk_count, chunk_size)",
-                imatrix_in);
-        imx_sha = strcmp(imatrix_in, "-") ? file_sha256(imatrix_in) : NULL;
-        o.imatrix_file = imatrix_in;
-    } else if (calib) {
-        struct imatrix_collect_opts co = { .ctx = calib_ctx, .max_chunks = calib_chunks, .bos = -1,
-                                           .progress = progress_cb, .progress_ctx = "calibrating" };
-        int64_t ntok = 0;
-        if ((rc = imatrix_from_text(&im, o.input, calib, &co, o.n_threads, kernel, &ntok, &d)) < 0)
-            die(rc_from_st(rc), "%s", d.msg);
-        infomsg("'%s': %lld tokens, %lld chunks of %lld", calib, (long long)ntok,
-                (long long)im.chunk_count, (long long)calib_ctx);
-        cal_sha = strcmp(calib, "-") ? file_sha256(calib) : NULL;
-        if (imatrix_out) {
-            if ((rc = xout_open(&outs[1], imatrix_out, o.force, &d)) < 0 ||
-                (rc = imatrix_write_fp(&im, outs[1].fp, dat, &d)) < 0)
-                die(rc_from_st(rc), "'%s': %s", imatrix_out, d.msg);
-            o.imatrix_file = imatrix_out;
-        }
-    }
-    if (imatrix_in || calib) {
-        imatrix_filter(&im, inc, n_inc, exc, n_exc);
-        o.mix.has_imatrix = im.n > 0;
-        o.imatrix = im.n ? &im : NULL;
-        o.imatrix_sha256 = imx_sha;
-        o.calib_sha256 = cal_sha;
-    }
-    if ((rc = quantize_model(&o, &rep, &d)) < 0)
-        die(rc_from_st(rc), "%s", d.msg);
-    for (size_t i = 0; i < rep.n; i++) {
-        const struct quantize_tensor_info *t = &rep.t[i];
-        if (json)
-            print_json_tensor(t);
-        infomsg("[%4zu/%4zu] %-32s %-6s -> %-6s %s%s", i + 1, rep.n, t->name,
-                qtype_get(t->src_type)->name, qtype_get(t->type)->name,
-                t->fallback ? " (fallback)" : "", t->used_imatrix ? " (imatrix)" : "");
-    }
-    if (rep.n_fallback)
-        warnmsg("%d of %zu tensors needed a fallback type (rows not a multiple of the block size)",
-                rep.n_fallback, rep.n);
-    if (o.imatrix && rep.imatrix_missing)
-        infomsg("%d quantized tensors had no imatrix entry", rep.imatrix_missing);
-    if (eval) {
-        struct qeval_opts eo = { eval_ctx, eval_chunks, o.n_threads, kernel, progress_cb, "evaluating" };
-        /* the quantized model is read where it lies, not yet committed */
-        if (outs[2].fp && fflush(outs[2].fp) != 0)
-            die(RC_IO, "'%s': write failed:", o.output);
-        if ((rc = qeval_run(o.input, outs[2].tmp ? outs[2].tmp : o.output, eval, &eo, &ev, &d)) < 0)
-            die(rc_from_st(rc), "%s", d.msg);
-    }
-    {
-        double bpw = rep.n_params ? 8.0 * (double)rep.out_bytes / (double)rep.n_params : 0.0;
-        struct stat st;
-        double in_mib = stat(o.input, &st) == 0 && S_ISREG(st.st_mode) ? (double)st.st_size / 1048576.0
-                                                                        : (double)rep.src_bytes / 1048576.0;
-        if (json) {
-            json_t *j = json_object();
-            json_object_set_new(j, "schema", json_string("quantize/1"));
-            json_object_set_new(j, "type", json_string("summary"));
-            json_object_set_new(j, "file_type", json_string(ft->name));
-            json_object_set_new(j, "tensors", json_integer((json_int_t)rep.n));
-            json_object_set_new(j, "params", json_integer((json_int_t)rep.n_params));
-            json_object_set_new(j, "src_bytes", json_integer((json_int_t)rep.src_bytes));
-            json_object_set_new(j, "tensor_bytes", json_integer((json_int_t)rep.out_bytes));
-            json_object_set_new(j, "file_bytes", json_integer((json_int_t)rep.file_bytes));
-            json_object_set_new(j, "bpw", json_real(bpw));
-            json_object_set_new(j, "fallbacks", json_integer(rep.n_fallback));
-            json_object_set_new(j, "imatrix_entries", json_integer((json_int_t)(o.imatrix ? im.n : 0)));
-            json_object_set_new(j, "seconds", json_real(rep.seconds));
-            if (eval) {
-                json_object_set_new(j, "eval_ctx", json_integer(eval_ctx));
-                json_object_set_new(j, "eval_chunks", json_integer(ev.n_chunks));
-                json_object_set_new(j, "eval_scored", json_integer(ev.n_scored));
-                json_object_set_new(j, "ppl_base", json_real(ev.ppl_base));
-                json_object_set_new(j, "ppl_base_stderr", json_real(ev.ppl_base_err));
-                json_object_set_new(j, "ppl_quant", json_real(ev.ppl_quant));
-                json_object_set_new(j, "ppl_quant_stderr", json_real(ev.ppl_quant_err));
-                json_object_set_new(j, "kld_mean", json_real(ev.kld_mean));
-                json_object_set_new(j, "kld_median", json_real(ev.kld_median));
-                json_object_set_new(j, "kld_p99", json_real(ev.kld_p99));
-                json_object_set_new(j, "kld_max", json_real(ev.kld_max));
-                json_object_set_new(j, "top1_agreement", json_real(ev.top1));
-            }
-            json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(9));
-            fputc('\n', stdout);
-            json_decref(j);
-        } else {
-            (void)in_mib;
-            fprintf(stderr, "%s: %s: %zu tensors, %.2f MiB -> %.2f MiB, %.4f bits per weight, %.2f s\n",
-                    cli_progname, ft->name, rep.n, (double)rep.src_bytes / 1048576.0,
-                    (double)rep.out_bytes / 1048576.0, bpw, rep.seconds);
-            if (eval) {
-                printf("%-22s %14s %14s\n", "", "base", ft->name);
-                printf("%-22s %14.2f %14.2f\n", "file size (MiB)", in_mib,
-                       (double)rep.file_bytes / 1048576.0);
-                printf("%-22s %14.4f %14.4f\n", "bits per weight",
-                       rep.n_params ? 8.0 * (double)rep.src_bytes / (double)rep.n_params : 0.0, bpw);
-                printf("%-22s %14.4f %14.4f\n", "perplexity", ev.ppl_base, ev.ppl_quant);
-                printf("%-22s %14.4f %14.4f\n", "  +/-", ev.ppl_base_err, ev.ppl_quant_err);
-                printf("%-22s %14s %14.6f\n", "KL divergence mean", "", ev.kld_mean);
-                printf("%-22s %14s %14.6f\n", "KL divergence median", "", ev.kld_median);
-                printf("%-22s %14s %14.6f\n", "KL divergence p99", "", ev.kld_p99);
-                printf("%-22s %14s %13.2f%%\n", "top-1 agreement", "", 100.0 * ev.top1);
-                printf("%-22s %14lld %14lld\n", "chunks, scored tokens", (long long)ev.n_chunks,
-                       (long long)ev.n_scored);
-            }
-        }
-    }
-    quantize_report_release(&rep);
-    imatrix_release(&im);
-    free(imx_sha);
-    free(cal_sha);
-    xout_open(&outs[0], "-", false, &d);
-    if ((rc = xout_commit_all(outs, 3, &d)) < 0)
+    o->n_threads = cli_cap_threads(o->n_threads, oversubscribe);
+    r.report = stdout;
+    r.log = stderr;
+    r.log_prefix = cli_progname;
+    if ((rc = run_quantize(&r, &d)) < 0)
         die(rc_from_st(rc), "%s", d.msg);
     cli_finish_stdout();
     return RC_OK;

@@ -1,6 +1,6 @@
 /*
  * convert.c - format detection, GGUF -> GGUF copies and retyping, and
- * convert_model(), which hands the other directions to convert_hf.c and
+ * run_convert(), which hands the other directions to convert_hf.c and
  * convert_l2c.c (convert_priv.h).  Every direction streams its tensors
  * through the pipeline of gguf_write.h.  See convert.h.
  */
@@ -163,8 +163,8 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
                           t->name.p, qt->name);
             goto out;
         }
-        if (ot->type != t->type && qt->blck > 1 && !lossy_warned && o->warn) {
-            o->warn("dequantizing quantized tensors: the output keeps the quantization error");
+        if (ot->type != t->type && qt->blck > 1 && !lossy_warned) {
+            runcb_warn(&o->cb, "dequantizing quantized tensors: the output keeps the quantization error");
             lossy_warned = true;
         }
     }
@@ -180,10 +180,13 @@ out:
 }
 
 int
-convert_model(const struct convert_opts *o, struct diag *d)
+run_convert(const struct convert_opts *o, struct diag *d)
 {
     enum model_fmt from = o->from, to = o->to;
     int rc;
+
+    if (o->info)
+        return convert_info(o->input, o->from, o->json, o->info, d);
 
     if (from == FMT_AUTO) {
         rc = convert_detect(o->input, &from, d);

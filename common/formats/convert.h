@@ -15,6 +15,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "runcb.h"
 #include "status.h"
 
 enum model_fmt {
@@ -40,17 +41,22 @@ struct convert_opts {
     const char *tokenizer;      /* llama2c tokenizer.bin (default: beside the model) */
     uint64_t shard_size;        /* HF output: max bytes per safetensors shard */
     bool force;                 /* replace an existing output */
-    int progress;               /* -1 auto (TTY), 0 off, 1 on */
-    void (*warn)(const char *msg);  /* non-fatal notices (may be NULL) */
+    FILE *info;                 /* non-NULL: describe the input on this stream
+                                 * (convert_info) instead of converting */
+    bool json;                  /* with info: JSON Lines */
+    struct run_callbacks cb;    /* progress (bytes written), warnings (messages
+                                 * quote names from the input unescaped) */
     struct xout *out;           /* GGUF output: written into this open output and
                                  * left for the caller to commit or abort (the
                                  * caller commits it with its other outputs);
                                  * NULL = open o->output and commit it here */
 };
 
-/* convert_model() : converts o->input to o->output.  Returns 0 or -ST_* with
- * the reason in d; a failed conversion leaves no output behind. */
-int convert_model(const struct convert_opts *o, struct diag *d);
+/* run_convert() : converts o->input to o->output, or with o->info describes
+ * o->input there (convert_info; the message in d then does not name the
+ * input, and an output error leaves ferror(o->info) set).  Returns 0 or -ST_*
+ * with the reason in d; a failed conversion leaves no output behind. */
+int run_convert(const struct convert_opts *o, struct diag *d);
 
 /* convert_info() : writes a description of a model to out: metadata (long
  * arrays summarised), tensor table (name, type, shape, offset, bytes), totals

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
 #include "convert.h"
 #include "convert_priv.h"
 #include "escape.h"
@@ -124,8 +123,8 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         diag_prefix(d, "'%s'", o->input);
         goto out;
     }
-    if (voc.warning[0] && o->warn)
-        o->warn(voc.warning);
+    if (voc.warning[0])
+        runcb_warn(&o->cb, "%s", voc.warning);
 
     ts = calloc(sm.n_tensors + 1, sizeof(*ts));
     layer_count = calloc((size_t)cfg.n_layer, sizeof(*layer_count));
@@ -277,7 +276,6 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     struct sft_wtensor *specs = NULL;
     struct tsrc *srcs = NULL;
     struct hf_tensor_map *maps = NULL;
-    struct progress pb;
     size_t n = 0, n_f16 = 0, n_bf16 = 0, n_f32 = 0;
     uint64_t done = 0;
     bool lossy = false, writer_open = false, dir_open = false;
@@ -298,13 +296,10 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         diag_prefix(d, "'%s'", o->input);
         goto out;
     }
-    if (voc.warning[0] && o->warn)
-        o->warn(voc.warning);
-    if (voc.pre[0] && !hf_pre_known(voc.pre) && o->warn) {
-        char msg[160];
-        snprintf(msg, sizeof(msg), "no HF pre-tokenizer for '%s': tokenizer.json gets GPT-2's", voc.pre);
-        o->warn(msg);
-    }
+    if (voc.warning[0])
+        runcb_warn(&o->cb, "%s", voc.warning);
+    if (voc.pre[0] && !hf_pre_known(voc.pre))
+        runcb_warn(&o->cb, "no HF pre-tokenizer for '%s': tokenizer.json gets GPT-2's", voc.pre);
     specs = calloc(g.n_tensors + 1, sizeof(*specs));
     srcs = calloc(g.n_tensors + 1, sizeof(*srcs));
     maps = calloc(g.n_tensors + 1, sizeof(*maps));
@@ -349,9 +344,10 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
             *(ty == GGML_TYPE_F16 ? &n_f16 : ty == GGML_TYPE_BF16 ? &n_bf16 : &n_f32) += 1;
         n++;
     }
-    if (lossy && o->warn)
-        o->warn(o->out_type >= 0 ? "dequantizing quantized tensors: the output keeps the quantization error"
-                                 : "dequantizing quantized tensors to f32 (exact); --type f16 or bf16 gives a smaller checkpoint");
+    if (lossy)
+        runcb_warn(&o->cb, "%s",
+                   o->out_type >= 0 ? "dequantizing quantized tensors: the output keeps the quantization error"
+                                    : "dequantizing quantized tensors to f32 (exact); --type f16 or bf16 gives a smaller checkpoint");
     torch_dtype = n_bf16 >= n_f16 && n_bf16 >= n_f32 && n_bf16 ? "bfloat16"
                   : n_f16 >= n_f32 && n_f16 ? "float16" : "float32";
     rc = sft_plan_init(&plan, specs, n, o->shard_size, NULL, 0, d);
@@ -372,7 +368,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     if (rc)
         goto out_dir;
     writer_open = true;
-    progress_begin(&pb, o->progress, "converting", plan.total_size);
+    runcb_progress(&o->cb, "converting", 0, (int64_t)plan.total_size);
     for (size_t k = 0; k < plan.n; k++) {
         size_t i = plan.order[k];
         struct sft_sink sk = {&w, i};
@@ -385,9 +381,8 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
             goto out_dir;
         }
         done += plan.nbytes[i];
-        progress_update(&pb, done);
+        runcb_progress(&o->cb, "converting", (int64_t)done, (int64_t)plan.total_size);
     }
-    progress_end(&pb);
     writer_open = false;
     rc = sft_writer_close(&w, d);
     if (rc)

@@ -1,5 +1,5 @@
 /*
- * convert_priv.h - the directions of convert_model() and convert_info()
+ * convert_priv.h - the directions of run_convert() and convert_info()
  * that live in their own files (convert_hf.c, convert_l2c.c), for
  * convert.c and convert_info.c.  Not part of the library's public
  * interface: use convert.h.  The tensor pipeline all of them share is the
@@ -21,7 +21,7 @@ struct diag;
 /* The output part of convert_opts, as write_gguf_out() takes it:
  * struct gguf_write_opts w = CONVERT_WRITE_OPTS(o); */
 #define CONVERT_WRITE_OPTS(o) \
-    { .output = (o)->output, .force = (o)->force, .progress = (o)->progress, .out = (o)->out }
+    { .output = (o)->output, .force = (o)->force, .cb = (o)->cb, .out = (o)->out }
 
 /* ---- convert_hf.c ---- */
 int convert_gguf_to_hf(const struct convert_opts *o, struct diag *d);

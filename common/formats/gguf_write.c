@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
 #include "qtypes.h"
 #include "xio.h"
 
@@ -147,7 +146,6 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
 {
     struct xout xo = {0};
     struct xout *out = o->out ? o->out : &xo;
-    struct progress pb;
     uint64_t total = 0, done = 0;
     int rc;
 
@@ -164,7 +162,9 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
     rc = gguf_write_header(meta, out->fp, d);
     if (rc)
         goto fail;
-    progress_begin(&pb, o->progress, label ? label : "converting", total);
+    if (!label)
+        label = "converting";
+    runcb_progress(&o->cb, label, 0, (int64_t)total);
     for (size_t i = 0; i < n; i++) {
         struct tsrc s = ts[i].src;
         const struct gguf_tensor *t = &meta->t[meta->n_tensors - n + i];
@@ -184,9 +184,8 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
             goto fail;
         }
         done += t->nbytes;
-        progress_update(&pb, done);
+        runcb_progress(&o->cb, label, (int64_t)done, (int64_t)total);
     }
-    progress_end(&pb);
     if (o->out)
         return 0;
     rc = xout_commit(&xo, d);

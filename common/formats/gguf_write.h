@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "gguf.h"
+#include "runcb.h"
 #include "status.h"
 
 struct xout;
@@ -68,14 +69,14 @@ typedef const void *(*tensor_fetch_fn)(void *ctx, size_t i, struct diag *d);
 struct gguf_write_opts {
     const char *output;         /* path or "-" (named in messages) */
     bool force;                 /* replace an existing output */
-    int progress;               /* -1 auto (TTY), 0 off, 1 on */
+    struct run_callbacks cb;    /* progress: bytes of tensor data written */
     struct xout *out;           /* written into this open output and left for
                                  * the caller to commit or abort; NULL = open
                                  * output and commit it here */
 };
 
 /* write_gguf_out() : adds ts[0..n) to meta (whose KVs are set), writes the
- * GGUF atomically to o->output with a progress bar, converting each tensor
+ * GGUF atomically to o->output, reporting progress (o->cb), converting each tensor
  * with tensor_emit.  Leaves no output on failure. */
 int write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
                    void *fetch_ctx, const struct gguf_write_opts *o, struct diag *d);

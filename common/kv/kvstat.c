@@ -15,7 +15,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -1114,20 +1113,6 @@ struct model_in {
     int64_t bpt;               /* bytes per token */
 };
 
-static void
-warnf(const struct kvstat_opts *o, const char *fmt, ...)
-{
-    char b[512];
-    va_list ap;
-
-    if (!o->warn)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(b, sizeof(b), fmt, ap);
-    va_end(ap);
-    o->warn(b);
-}
-
 static const char *
 disp(const char *path)
 {
@@ -1456,7 +1441,8 @@ load_workload(const struct kvstat_opts *o, const struct model_in *models, size_t
                      o->mean_prompt, o->mean_output);
     }
     if (*clipped)
-        warnf(o, "%zu of %zu requests clipped to --max %lld tokens", *clipped, n, (long long)max_len);
+        runcb_warn(&o->cb, "%zu of %zu requests clipped to --max %lld tokens", *clipped, n,
+                   (long long)max_len);
     rc = kv_simulate(req, n, max_len, o->block_size, w, d);
     free(req);
     return rc;
@@ -1478,6 +1464,11 @@ run_kvstat(const struct kvstat_opts *o, struct diag *d)
     bool has_workload = o->lengths || o->dist >= 0;
     int rc = 0, j;
 
+    /* no output of this run may replace one of its inputs */
+    for (i = 0; i < o->n_inputs; i++)
+        xio_note_input(o->inputs[i]);
+    xio_note_input(o->lengths);
+    xio_note_input(o->trace);
     if (!kv_dtype_get(o->kv_type))
         return diag_set(d, ST_RANGE, "unknown KV type");
     if (o->batch < 1 || o->block_size < 1 || o->block_size > 65536 || o->ctx < 0 || o->ctx > KV_MAX_LEN)
@@ -1519,15 +1510,15 @@ run_kvstat(const struct kvstat_opts *o, struct diag *d)
             goto out;
         }
         if (o->mem > 0 && o->weights < 0 && mi->weights < 0)
-            warnf(o, "'%s': weights unknown (no --weights); all of --mem counted as KV cache",
-                  disp(mi->input));
+            runcb_warn(&o->cb, "'%s': weights unknown (no --weights); all of --mem counted as KV cache",
+                       disp(mi->input));
         if (o->mem > 0 && kv_budget(o, mi) == 0)
-            warnf(o, "'%s': the weights take all of --mem", disp(mi->input));
+            runcb_warn(&o->cb, "'%s': the weights take all of --mem", disp(mi->input));
         if (mi->m.sliding_window > 0)
-            warnf(o, "'%s': %lld of %lld layers use a %lld-token sliding window; figures assume "
-                  "every layer keeps the whole context", disp(mi->input),
-                  (long long)mi->m.n_swa_layers, (long long)mi->m.n_layers,
-                  (long long)mi->m.sliding_window);
+            runcb_warn(&o->cb, "'%s': %lld of %lld layers use a %lld-token sliding window; figures "
+                       "assume every layer keeps the whole context", disp(mi->input),
+                       (long long)mi->m.n_swa_layers, (long long)mi->m.n_layers,
+                       (long long)mi->m.sliding_window);
     }
     if (o->compare) {
         struct kv_variant v[KV_ATTN_COUNT];

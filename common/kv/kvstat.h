@@ -20,6 +20,7 @@
 
 #include "gguf.h"
 #include "kvmodel.h"
+#include "runcb.h"
 #include "status.h"
 
 #define KVSTAT_SCHEMA "kvstat/1"
@@ -64,7 +65,8 @@ struct kvstat_opts {
     const char *output;          /* default "-" */
     bool force;
     enum kvstat_format format;
-    void (*warn)(const char *msg);   /* non-fatal notes (clipped lengths ...), may be NULL */
+    struct run_callbacks cb;     /* warnings (clipped lengths ...; messages quote
+                                  * names from the inputs unescaped) */
 };
 
 /* kvstat_opts_init() : the defaults listed above. */

@@ -772,6 +772,13 @@ kv_type_name(uint32_t t)
     return t == GGML_TYPE_F32 ? "f32" : t == GGML_TYPE_Q8_0 ? "q8_0" : "f16";
 }
 
+int
+batch_kv_type_parse(const char *s)
+{
+    return !strcmp(s, "f16") ? GGML_TYPE_F16 : !strcmp(s, "f32") ? GGML_TYPE_F32
+           : !strcmp(s, "q8_0") ? GGML_TYPE_Q8_0 : -1;
+}
+
 static int
 open_pool(struct run *g, int64_t ctx, struct diag *d)
 {
@@ -931,6 +938,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     g.out_name = to_stdout ? NULL : go->output;
     g.trace_name = o->trace && strcmp(o->trace, "-") ? o->trace : NULL;
     rd.fd = -1;
+    xio_note_input(go->model);  /* no output of this run may replace it */
     /* fail before the model loads (see xout_check) */
     if (!to_stdout && (rc = xout_check(go->output, go->force, d)) < 0) {
         diag_prefix(d, "'%s'", go->output);
@@ -977,8 +985,8 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
         goto out;
     }
     g.tok_loaded = true;
-    if (g.tok.warning[0] && go->warn)
-        go->warn(go->cb_ctx, g.tok.warning);
+    if (g.tok.warning[0])
+        runcb_warn(&go->cb, "%s", g.tok.warning);
     if (go->chat) {
         if ((rc = chat_template_from_gguf(&g.ct, &g.m->gguf, &g.tok, d)) < 0) {
             if (rc == -ST_FORMAT)
@@ -986,8 +994,8 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
             goto out;
         }
         g.ct_loaded = true;
-        if (g.ct.guessed && go->warn)
-            go->warn(go->cb_ctx, g.ct.note);
+        if (g.ct.guessed)
+            runcb_warn(&go->cb, "%s", g.ct.note);
     }
     ctx = go->ctx > 0 ? go->ctx : g.m->hp.n_ctx_train > 0 ? g.m->hp.n_ctx_train : DEFAULT_CTX;
     if ((rc = open_pool(&g, ctx, d)) < 0)
@@ -1010,16 +1018,12 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     r->block_size = ks.block_size;
     r->threads = g.m->be->n_threads;
     r->kernel = g.m->be->kernel;
-    if (go->info) {
-        char msg[320];
-        snprintf(msg, sizeof(msg), "'%s': %lld KV blocks of %lld tokens (%s, %.1f MiB), context "
-                 "%lld per sequence, %lld sequences, %lld tokens per step, %d threads, kernel %s",
-                 go->model, (long long)ks.blocks_total, (long long)ks.block_size,
-                 kv_type_name(o->kv_type), (double)ks.block_bytes * (double)ks.blocks_total /
-                 1048576.0, (long long)r->ctx, (long long)o->max_seqs,
-                 (long long)o->max_batch_tokens, r->threads, r->kernel);
-        go->info(go->cb_ctx, msg);
-    }
+    runcb_info(&go->cb, "'%s': %lld KV blocks of %lld tokens (%s, %.1f MiB), context "
+               "%lld per sequence, %lld sequences, %lld tokens per step, %d threads, kernel %s",
+               go->model, (long long)ks.blocks_total, (long long)ks.block_size,
+               kv_type_name(o->kv_type), (double)ks.block_bytes * (double)ks.blocks_total /
+               1048576.0, (long long)r->ctx, (long long)o->max_seqs,
+               (long long)o->max_batch_tokens, r->threads, r->kernel);
 
     if (to_stdout) {
         g.out = stdout;
@@ -1090,4 +1094,21 @@ out:
         close(rd.fd);
     free(rd.buf);
     return rc;
+}
+
+void
+batch_report_print(const struct batch_report *r, const char *prefix, FILE *fp)
+{
+    fprintf(fp, "%s: %lld requests: %lld completed, %lld errors", prefix, (long long)r->requests,
+            (long long)r->completed, (long long)r->errors);
+    if (r->cancelled)
+        fprintf(fp, ", %lld cancelled", (long long)r->cancelled);
+    if (r->unfinished)
+        fprintf(fp, ", %lld unfinished", (long long)r->unfinished);
+    fprintf(fp, "; %lld tokens generated in %.2f s, %.1f tok/s\n", (long long)r->generated,
+            r->wall_ms / 1000.0, r->gen_tok_s);
+    fprintf(fp, "%s: %lld steps, %lld preemptions, %lld prefix-cache blocks reused; "
+            "KV waste %.1f%% paged vs %.1f%% contiguous\n", prefix, (long long)r->steps,
+            (long long)r->preemptions, (long long)r->prefix_hits, 100.0 * r->waste_paged,
+            100.0 * r->waste_contig);
 }

@@ -47,6 +47,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -108,6 +109,13 @@ struct batch_report {
  * been written: see r->errors); -ST_IO, -ST_FORMAT (model), -ST_RANGE (bad
  * option), -ST_NOMEM (including a KV budget too small for any request). */
 int run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct diag *d);
+
+/* batch_report_print() : the two summary lines of a run, each beginning
+ * with prefix and ": " (the tool's name), on fp. */
+void batch_report_print(const struct batch_report *r, const char *prefix, FILE *fp);
+
+/* batch_kv_type_parse() : "f16", "f32" or "q8_0" -> GGML_TYPE_*, or -1. */
+int batch_kv_type_parse(const char *s);
 
 /* ---- the request parser (also for the fuzz harness) ---- */
 

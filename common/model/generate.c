@@ -5,7 +5,6 @@
 #include "generate.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
@@ -175,39 +174,6 @@ ms_since(double t0)
     return (now_seconds() - t0) * 1000.0;
 }
 
-static void
-note(const struct generate_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void
-warn(const struct generate_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void
-warn(const struct generate_opts *o, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-
-    if (!o->warn)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    o->warn(o->cb_ctx, buf);
-}
-
-static void
-note(const struct generate_opts *o, const char *fmt, ...)
-{
-    char buf[256];
-    va_list ap;
-
-    if (!o->info)
-        return;
-    va_start(ap, fmt);
-    vsnprintf(buf, sizeof(buf), fmt, ap);
-    va_end(ap);
-    o->info(o->cb_ctx, buf);
-}
-
 /* Reads a prompt or text file ("-" = stdin) and drops one trailing newline,
  * as llama.cpp's -f does. */
 static int
@@ -260,8 +226,8 @@ build_prompt(const struct generate_opts *o, const struct model *m, const struct 
         return rc;
     }
     if (ct.guessed)
-        warn(o, "%s", ct.note);
-    note(o, "chat template: %s", chat_family_name(ct.family));
+        runcb_warn(&o->cb, "%s", ct.note);
+    runcb_info(&o->cb, "chat template: %s", chat_family_name(ct.family));
     if (o->system) {
         msgs[n_msgs].role = "system";
         msgs[n_msgs++].content = o->system;
@@ -292,8 +258,8 @@ open_kv(const struct generate_opts *o, const struct model *m, int64_t *ctx, stru
         mem = (size_t)o->kv_mem;
         cap = (int64_t)(mem / bb) * c.block_size;
         if (cap > 0 && cap < *ctx) {
-            note(o, "--kv-mem %zu bytes holds %lld tokens: context cut from %lld", mem,
-                 (long long)cap, (long long)*ctx);
+            runcb_info(&o->cb, "--kv-mem %zu bytes holds %lld tokens: context cut from %lld", mem,
+                       (long long)cap, (long long)*ctx);
             *ctx = cap;
         }
     } else {
@@ -613,10 +579,10 @@ run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
     /* llama-perplexity: common_tokenize(text, add_special = true, parse_special = false) */
     if ((rc = tok_encode(g->tok, text, len, true, false, &ids, d)) < 0)
         goto out;
-    note(o, "'%s': %zu bytes, %zu tokens", o->perplexity, len, ids.n);
+    runcb_info(&o->cb, "'%s': %zu bytes, %zu tokens", o->perplexity, len, ids.n);
     t0 = now_seconds();
     rc = perplexity_run(g->m, g->kv, ids.v, (int64_t)ids.n, g->ctx, o->chunks,
-                        g->tok->add_bos ? g->tok->bos : -1, o->progress, o->cb_ctx, &pr, d);
+                        g->tok->add_bos ? g->tok->bos : -1, &o->cb, &pr, d);
     if (rc < 0)
         goto out;
     r->ppl_ms = ms_since(t0);
@@ -692,6 +658,10 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     r->perplexity = o->perplexity != NULL;
     r->seed = o->sp.seed;
     r->finish_reason = "length";
+    /* no output of this run may replace one of its inputs */
+    xio_note_input(o->model);
+    xio_note_input(o->prompt_file);
+    xio_note_input(o->perplexity);
     /* fail before the model loads: an existing file without --force, a
      * directory, a block device (a device or FIFO is written in place) */
     if (!to_stdout && (rc = xout_check(o->output, o->force, d)) < 0) {
@@ -712,7 +682,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     }
     tok_loaded = true;
     if (tok.warning[0])
-        warn(o, "%s", tok.warning);
+        runcb_warn(&o->cb, "%s", tok.warning);
     r->load_ms = ms_since(t0);
     r->threads = m->be->n_threads;
     r->kernel = m->be->kernel;
@@ -728,9 +698,10 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     if ((rc = open_kv(o, m, &r->ctx, &kv, d)) < 0)
         goto out;
     r->kv_bytes = (int64_t)kv_config_get(kv)->mem;
-    note(o, "'%s': %s, %lld layers, vocabulary %lld; context %lld, %d threads, kernel %s, seed %llu",
-         o->model, m->hp.arch_name, (long long)m->hp.n_layer, (long long)m->hp.n_vocab,
-         (long long)r->ctx, r->threads, r->kernel, (unsigned long long)o->sp.seed);
+    runcb_info(&o->cb, "'%s': %s, %lld layers, vocabulary %lld; context %lld, %d threads, kernel %s, "
+               "seed %llu", o->model, m->hp.arch_name, (long long)m->hp.n_layer,
+               (long long)m->hp.n_vocab, (long long)r->ctx, r->threads, r->kernel,
+               (unsigned long long)o->sp.seed);
 
     if (to_stdout) {
         g.fp = stdout;
@@ -766,4 +737,17 @@ out:
         tok_release(&tok);
     model_free(m);
     return rc;
+}
+
+void
+generate_report_print(const struct generate_report *r, const char *prefix, FILE *fp)
+{
+    if (r->perplexity)
+        fprintf(fp, "%s: %lld chunks of %lld tokens, %lld tokens scored, %.1f tok/s, %.2f s\n",
+                prefix, (long long)r->ppl_chunks, (long long)r->ctx, (long long)r->ppl_scored,
+                r->ppl_tok_s, r->ppl_ms / 1000.0);
+    else
+        fprintf(fp, "%s: prompt %lld tokens, %.1f tok/s; generated %lld tokens, %.1f tok/s (%s)\n",
+                prefix, (long long)r->prompt_tokens, r->prompt_tok_s,
+                (long long)r->completion_tokens, r->gen_tok_s, r->finish_reason);
 }

@@ -2,8 +2,9 @@
  * generate.h - the `generate` tool's work: one prompt through the model with
  * streamed output, or a perplexity evaluation (perplexity.h).  The tool
  * parses options into struct generate_opts and calls run_generate(); this
- * module never writes to stderr and never exits: statistics come back in
- * struct generate_report for the tool to print.
+ * module never writes to stderr and never exits: notes, warnings and
+ * progress go to o->cb, statistics come back in struct generate_report for
+ * the tool to print (generate_report_print).
  *
  * A run: open the model (model.h) and its tokenizer (tokenizer.h); read the
  * prompt (-p text, -f file or standard input; one trailing newline of a
@@ -27,6 +28,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "runcb.h"
 #include "sample.h"
 #include "status.h"
 
@@ -60,12 +62,8 @@ struct generate_opts {
     int64_t spec_tokens;        /* draft tokens per verify pass, default 8 */
     const char *perplexity;     /* evaluate perplexity over this file instead */
     int64_t chunks;             /* perplexity: at most this many chunks; < 0 = all */
-    /* Optional callbacks, called on the calling thread. */
-    void (*progress)(void *ctx, int64_t done, int64_t total);   /* perplexity chunks */
-    void (*info)(void *ctx, const char *msg);                   /* verbose notes */
-    void (*warn)(void *ctx, const char *msg);                   /* warnings (e.g. a guessed
-                                                                 * chat template) */
-    void *cb_ctx;
+    struct run_callbacks cb;    /* progress (perplexity chunks), notes, warnings
+                                 * (e.g. a guessed chat template) */
 };
 
 /* generate_opts_init() : the defaults above (sampling: sample_params_init,
@@ -116,6 +114,10 @@ struct generate_report {
  * or tokenizer data, the message names it); -ST_RANGE (prompt longer than
  * the context, bad option value); -ST_NOMEM. */
 int run_generate(const struct generate_opts *o, struct generate_report *r, struct diag *d);
+
+/* generate_report_print() : the one-line summary of a run (generation or
+ * perplexity), beginning with prefix and ": " (the tool's name), on fp. */
+void generate_report_print(const struct generate_report *r, const char *prefix, FILE *fp);
 
 /* ---- pieces, for tests and for other front ends ---- */
 

@@ -17,6 +17,7 @@
 
 #include "kvcache.h"
 #include "model.h"
+#include "runcb.h"
 
 #define PPL_GROUP 64
 #define LLAMACPP_UBATCH 512     /* llama-perplexity's default n_ubatch */
@@ -82,8 +83,7 @@ ppl_acc_result(const struct ppl_acc *a, double *ppl, double *err)
 
 int
 perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64_t n_tokens,
-               int64_t ctx, int64_t max_chunks, int32_t bos,
-               void (*progress)(void *pctx, int64_t done, int64_t total), void *pctx,
+               int64_t ctx, int64_t max_chunks, int32_t bos, const struct run_callbacks *cb,
                struct ppl_result *r, struct diag *d)
 {
     const int64_t n_vocab = m->hp.n_vocab, first = ctx / 2;
@@ -112,8 +112,7 @@ perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64
         rc = diag_set(d, ST_NOMEM, "perplexity: out of memory");
         goto out;
     }
-    if (progress)
-        progress(pctx, 0, n_chunk);
+    runcb_progress(cb, "perplexity", 0, n_chunk);
     for (c = 0; c < n_chunk; c++) {
         const int32_t *ct = tokens + c * ctx;
         struct batch b;
@@ -161,8 +160,7 @@ perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64
         seq = -1;
         ppl_acc_result(&acc, &r->chunk_ppl[c], &r->err);
         r->n_chunks = c + 1;
-        if (progress)
-            progress(pctx, c + 1, n_chunk);
+        runcb_progress(cb, "perplexity", c + 1, n_chunk);
     }
     ppl_acc_result(&acc, &r->ppl, &r->err);
     r->nll_mean = acc.count ? acc.nll / (double)acc.count : 0.0;

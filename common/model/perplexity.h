@@ -40,6 +40,7 @@ struct kvcache;
 struct batch;
 struct model_out;
 struct diag;
+struct run_callbacks;
 
 /* ppl_forward() : model_forward() of tokens [p0, p0 + b->n) of a chunk of
  * ctx tokens, stating to the forward pass the size of the llama.cpp ubatch
@@ -76,14 +77,13 @@ struct ppl_result {
  * m, using kv (configured for m and able to hold ctx tokens) for one
  * sequence at a time.  bos is the BOS id that replaces each chunk's first
  * token, or -1 to keep the tokens as they are.  max_chunks < 0 means all.
- * progress (may be NULL) is called with (ctx, 0, n) first and (ctx, i, n)
- * after chunk i.  Fills r (r->chunk_ppl owned by the caller).
+ * cb (may be NULL) hears of progress as "perplexity": (0, n) first and
+ * (i, n) after chunk i.  Fills r (r->chunk_ppl owned by the caller).
  * Returns 0; -ST_RANGE (ctx < 4, or fewer than 2 * ctx tokens, as
  * llama-perplexity requires; the message says how many are needed);
  * -ST_NOMEM; or model_forward()'s error. */
 int perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64_t n_tokens,
-                   int64_t ctx, int64_t max_chunks, int32_t bos,
-                   void (*progress)(void *pctx, int64_t done, int64_t total), void *pctx,
+                   int64_t ctx, int64_t max_chunks, int32_t bos, const struct run_callbacks *cb,
                    struct ppl_result *r, struct diag *d);
 
 #endif

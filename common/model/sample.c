@@ -8,6 +8,9 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 void
 sample_params_init(struct sample_params *p)
@@ -19,6 +22,16 @@ sample_params_init(struct sample_params *p)
     p->repeat_penalty = 1.0f;
     p->repeat_last_n = 64;
     p->seed = 0;
+}
+
+uint64_t
+sample_random_seed(void)
+{
+    uint64_t s;
+
+    if (getrandom(&s, sizeof(s), 0) != (ssize_t)sizeof(s))
+        s = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+    return s & (((uint64_t)1 << 53) - 1);   /* exact in a JSON number */
 }
 
 /* ---- candidate sets ---- */

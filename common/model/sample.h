@@ -42,6 +42,11 @@ struct sample_params {
 /* sample_params_init() : llama.cpp's defaults, listed above. */
 void sample_params_init(struct sample_params *p);
 
+/* sample_random_seed() : a seed for a run without --seed, from getrandom()
+ * (the time and the process id where that fails), below 2^53 so that a JSON
+ * number holds it exactly. */
+uint64_t sample_random_seed(void);
+
 /* ---- candidate sets: the stages one by one ---- */
 
 struct sample_cand {

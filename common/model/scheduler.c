@@ -17,6 +17,19 @@
 #include "model.h"
 #include "tokenizer.h"
 
+int
+sched_policy_parse(const char *s)
+{
+    return !strcmp(s, "continuous") ? SCHED_CONTINUOUS : !strcmp(s, "static") ? SCHED_STATIC : -1;
+}
+
+int
+sched_preempt_parse(const char *s)
+{
+    return !strcmp(s, "recompute") ? SCHED_PREEMPT_RECOMPUTE
+           : !strcmp(s, "swap") ? SCHED_PREEMPT_SWAP : -1;
+}
+
 #define STOP_MAX 16             /* stop strings per request */
 #define STOP_LEN_MAX 1024       /* bytes per stop string */
 

@@ -65,6 +65,11 @@ enum sched_preempt {
     SCHED_PREEMPT_SWAP = 1,
 };
 
+/* sched_policy_parse(), sched_preempt_parse() : "continuous" | "static",
+ * "recompute" | "swap" -> the enum value, or -1. */
+int sched_policy_parse(const char *s);
+int sched_preempt_parse(const char *s);
+
 struct sched_opts {
     int64_t max_seqs;           /* running sequences at most, >= 1 */
     int64_t max_batch_tokens;   /* tokens per step, >= 1 */

@@ -621,8 +621,7 @@ imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const i
         goto out;
     }
     im->chunk_size = ctx;
-    if (o->progress)
-        o->progress(o->progress_ctx, 0, n_chunk);
+    runcb_progress(&o->cb, "calibrating", 0, n_chunk);
     for (int64_t c = 0; c < n_chunk; c++) {
         const int32_t *ct = tokens + c * ctx;
         struct batch b = { ctx, bt, NULL, 0 };
@@ -650,8 +649,7 @@ imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const i
         kv_seq_free(kv, seq);
         seq = -1;
         im->chunk_count++;
-        if (o->progress)
-            o->progress(o->progress_ctx, c + 1, n_chunk);
+        runcb_progress(&o->cb, "calibrating", c + 1, n_chunk);
     }
     qsort(im->e, im->n, sizeof(*im->e), cmp_entry);
 out:

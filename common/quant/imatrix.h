@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runcb.h"
 #include "status.h"
 
 struct model;
@@ -105,8 +106,7 @@ struct imatrix_collect_opts {
     bool process_output;        /* also collect the LM head's input (llama-imatrix
                                  * --process-output); default: blk.* weights only */
     const char *dataset;        /* recorded in imatrix.datasets (may be NULL) */
-    void (*progress)(void *ctx, int64_t done, int64_t total);
-    void *progress_ctx;
+    struct run_callbacks cb;    /* progress ("calibrating": chunks) */
 };
 
 /* imatrix_collect() : runs tokens[0..n_tokens) through m in chunks of

@@ -138,8 +138,7 @@ qeval_run(const char *base_path, const char *quant_path, const char *text_path,
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    if (o->progress)
-        o->progress(o->progress_ctx, 0, n_chunk);
+    runcb_progress(&o->cb, "evaluating", 0, n_chunk);
     for (int64_t c = 0; c < n_chunk; c++) {
         const int32_t *ct = ids.v + c * ctx;
         int32_t sb = -1, sq = -1;
@@ -211,8 +210,7 @@ qeval_run(const char *base_path, const char *quant_path, const char *text_path,
         kv_seq_free(kb, sb);
         kv_seq_free(kq, sq);
         r->n_chunks = c + 1;
-        if (o->progress)
-            o->progress(o->progress_ctx, c + 1, n_chunk);
+        runcb_progress(&o->cb, "evaluating", c + 1, n_chunk);
     }
     ppl_acc_result(&ab, &r->ppl_base, &r->ppl_base_err);
     ppl_acc_result(&aq, &r->ppl_quant, &r->ppl_quant_err);

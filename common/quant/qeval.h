@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "runcb.h"
 #include "status.h"
 
 struct qeval_opts {
@@ -23,8 +24,7 @@ struct qeval_opts {
     int64_t max_chunks;         /* < 0: every whole chunk */
     int n_threads;              /* <= 0: all CPUs */
     const char *kernel;         /* NULL: auto */
-    void (*progress)(void *ctx, int64_t done, int64_t total);
-    void *progress_ctx;
+    struct run_callbacks cb;    /* progress ("evaluating": chunks) */
 };
 
 struct qeval_result {

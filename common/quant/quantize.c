@@ -161,9 +161,8 @@ emit_tensor(void *ctx, size_t i, const struct tsrc *s, uint32_t out_type, tensor
         src32 = s->data;
     } else {
         if (q->st->blck > 1 && !q->warned_requant) {
-            if (q->o->warn)
-                q->o->warn("the input is already quantized: its tensors are dequantized and "
-                           "quantized again, so quality is lost twice");
+            runcb_warn(&q->o->cb, "the input is already quantized: its tensors are dequantized and "
+                       "quantized again, so quality is lost twice");
             q->warned_requant = true;
             q->r->requantized = true;
         }
@@ -418,7 +417,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     q.r = r;
     wo.output = o->output;
     wo.force = o->force;
-    wo.progress = o->progress;
+    wo.cb = o->cb;
     wo.out = o->out;
     rc = write_gguf_emit(&outg, ts, in.n_tensors, NULL, NULL, emit_tensor, &q, "quantizing", &wo, d);
     if (rc)

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runcb.h"
 #include "status.h"
 
 struct gguf;
@@ -139,8 +140,7 @@ struct quantize_opts {
     const char *calib_sha256;   /* provenance (may be NULL) */
     int n_threads;              /* <= 0: all CPUs */
     bool force;
-    int progress;               /* -1 auto, 0 off, 1 on */
-    void (*warn)(const char *msg);
+    struct run_callbacks cb;    /* progress ("quantizing": bytes written), warnings */
     struct xout *out;           /* NULL: output is opened and committed here;
                                  * else the open output written into and left
                                  * uncommitted (the caller commits it) */
@@ -149,7 +149,7 @@ struct quantize_opts {
 /* quantize_model() : quantizes o->input into o->output (atomically; nothing
  * is left behind on failure) and fills r (caller releases it with
  * quantize_report_release).  Quantized input tensors that must change type
- * are dequantized first (o->warn is told).  Returns 0; -ST_IO; -ST_FORMAT
+ * are dequantized first (a warning tells).  Returns 0; -ST_IO; -ST_FORMAT
  * (bad input, non-finite weights or imatrix values, an imatrix entry of the
  * wrong size); -ST_RANGE (unsupported type or file type, no fallback);
  * -ST_NOMEM. */

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "tool.h"
 
 struct job {
     const uint64_t *p;

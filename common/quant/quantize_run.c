@@ -1,0 +1,251 @@
+/*
+ * quantize_run.c - `quantize` from its options to its committed outputs
+ * (see quantize_run.h): the importance matrix, the quantization, the
+ * evaluation and the report, in the order the tool has always done them.
+ */
+#include "quantize_run.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+#include "imatrix.h"
+#include "qeval.h"
+#include "qtypes.h"
+#include "xio.h"
+
+/* The SHA-256 of a file as hex (malloc'd), or NULL when it cannot be read:
+ * provenance is best effort. */
+static char *
+file_sha256(const char *path)
+{
+    struct diag d;
+    char *buf, *hex = malloc(65);
+    size_t len;
+
+    if (!hex || read_file_all(path, (size_t)1 << 34, &buf, &len, &d) < 0) {
+        free(hex);
+        return NULL;
+    }
+    if (quantize_sha256_hex(buf, len, hex) < 0) {
+        free(hex);
+        hex = NULL;
+    }
+    free(buf);
+    return hex;
+}
+
+static void
+json_line(FILE *fp, json_t *j)
+{
+    json_dumpf(j, fp, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    fputc('\n', fp);
+    json_decref(j);
+}
+
+static void
+json_tensor(FILE *fp, const struct quantize_tensor_info *t)
+{
+    json_t *j = json_object(), *ne = json_array();
+
+    for (uint32_t k = 0; k < t->n_dims; k++)
+        json_array_append_new(ne, json_integer(t->ne[k]));
+    json_object_set_new(j, "schema", json_string("quantize/1"));
+    json_object_set_new(j, "type", json_string("tensor"));
+    json_object_set_new(j, "name", json_string(t->name));
+    json_object_set_new(j, "ggml_type", json_string(qtype_get(t->type)->name));
+    json_object_set_new(j, "src_type", json_string(qtype_get(t->src_type)->name));
+    json_object_set_new(j, "ne", ne);
+    json_object_set_new(j, "bytes", json_integer((json_int_t)t->bytes));
+    json_object_set_new(j, "fallback", json_boolean(t->fallback));
+    json_object_set_new(j, "imatrix", json_boolean(t->used_imatrix));
+    json_object_set_new(j, "sha256", json_string(t->sha256));
+    json_line(fp, j);
+}
+
+static void
+json_summary(const struct quantize_run_opts *o, const struct quantize_report *rep, size_t n_imatrix,
+             const struct qeval_result *ev, double bpw)
+{
+    json_t *j = json_object();
+
+    json_object_set_new(j, "schema", json_string("quantize/1"));
+    json_object_set_new(j, "type", json_string("summary"));
+    json_object_set_new(j, "file_type", json_string(o->ft->name));
+    json_object_set_new(j, "tensors", json_integer((json_int_t)rep->n));
+    json_object_set_new(j, "params", json_integer((json_int_t)rep->n_params));
+    json_object_set_new(j, "src_bytes", json_integer((json_int_t)rep->src_bytes));
+    json_object_set_new(j, "tensor_bytes", json_integer((json_int_t)rep->out_bytes));
+    json_object_set_new(j, "file_bytes", json_integer((json_int_t)rep->file_bytes));
+    json_object_set_new(j, "bpw", json_real(bpw));
+    json_object_set_new(j, "fallbacks", json_integer(rep->n_fallback));
+    json_object_set_new(j, "imatrix_entries", json_integer((json_int_t)n_imatrix));
+    json_object_set_new(j, "seconds", json_real(rep->seconds));
+    if (o->eval) {
+        json_object_set_new(j, "eval_ctx", json_integer(o->eval_ctx));
+        json_object_set_new(j, "eval_chunks", json_integer(ev->n_chunks));
+        json_object_set_new(j, "eval_scored", json_integer(ev->n_scored));
+        json_object_set_new(j, "ppl_base", json_real(ev->ppl_base));
+        json_object_set_new(j, "ppl_base_stderr", json_real(ev->ppl_base_err));
+        json_object_set_new(j, "ppl_quant", json_real(ev->ppl_quant));
+        json_object_set_new(j, "ppl_quant_stderr", json_real(ev->ppl_quant_err));
+        json_object_set_new(j, "kld_mean", json_real(ev->kld_mean));
+        json_object_set_new(j, "kld_median", json_real(ev->kld_median));
+        json_object_set_new(j, "kld_p99", json_real(ev->kld_p99));
+        json_object_set_new(j, "kld_max", json_real(ev->kld_max));
+        json_object_set_new(j, "top1_agreement", json_real(ev->top1));
+    }
+    json_line(o->report, j);
+}
+
+/* The text report: the summary line on the log, and with --eval the
+ * comparison table on the report stream. */
+static void
+text_summary(const struct quantize_run_opts *o, const struct quantize_report *rep,
+             const struct qeval_result *ev, double bpw)
+{
+    const char *name = o->ft->name;
+    FILE *fp = o->report;
+    struct stat st;
+    double in_mib = stat(o->q.input, &st) == 0 && S_ISREG(st.st_mode) ? (double)st.st_size / 1048576.0
+                                                                      : (double)rep->src_bytes / 1048576.0;
+
+    fprintf(o->log, "%s: %s: %zu tensors, %.2f MiB -> %.2f MiB, %.4f bits per weight, %.2f s\n",
+            o->log_prefix, name, rep->n, (double)rep->src_bytes / 1048576.0,
+            (double)rep->out_bytes / 1048576.0, bpw, rep->seconds);
+    if (!o->eval)
+        return;
+    fprintf(fp, "%-22s %14s %14s\n", "", "base", name);
+    fprintf(fp, "%-22s %14.2f %14.2f\n", "file size (MiB)", in_mib, (double)rep->file_bytes / 1048576.0);
+    fprintf(fp, "%-22s %14.4f %14.4f\n", "bits per weight",
+            rep->n_params ? 8.0 * (double)rep->src_bytes / (double)rep->n_params : 0.0, bpw);
+    fprintf(fp, "%-22s %14.4f %14.4f\n", "perplexity", ev->ppl_base, ev->ppl_quant);
+    fprintf(fp, "%-22s %14.4f %14.4f\n", "  +/-", ev->ppl_base_err, ev->ppl_quant_err);
+    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence mean", "", ev->kld_mean);
+    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence median", "", ev->kld_median);
+    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence p99", "", ev->kld_p99);
+    fprintf(fp, "%-22s %14s %13.2f%%\n", "top-1 agreement", "", 100.0 * ev->top1);
+    fprintf(fp, "%-22s %14lld %14lld\n", "chunks, scored tokens", (long long)ev->n_chunks,
+            (long long)ev->n_scored);
+}
+
+/* The importance matrix of the run into im: read (--imatrix) or collected
+ * (--calib, written to outs[1] with --imatrix-out), then filtered; q gets
+ * it with its provenance (*shas, freed by the caller). */
+static int
+get_imatrix(const struct quantize_run_opts *o, struct quantize_opts *q, struct imatrix *im,
+            struct xout *imatrix_out, char **shas, struct diag *d)
+{
+    int rc;
+
+    if (o->imatrix_in) {
+        if ((rc = imatrix_read(im, o->imatrix_in, d)) < 0) {
+            diag_prefix(d, "'%s'", o->imatrix_in);
+            return rc;
+        }
+        if (!im->legacy && !im->has_metadata)
+            return diag_set(d, ST_FORMAT, "'%s': missing imatrix metadata (imatrix.datasets, "
+                            "chunk_count, chunk_size)", o->imatrix_in);
+        shas[0] = strcmp(o->imatrix_in, "-") ? file_sha256(o->imatrix_in) : NULL;
+        q->imatrix_file = o->imatrix_in;
+    } else if (o->calib) {
+        struct imatrix_collect_opts co = { .ctx = o->calib_ctx, .max_chunks = o->calib_chunks,
+                                           .bos = -1, .cb = q->cb };
+        int64_t ntok = 0;
+        if ((rc = imatrix_from_text(im, q->input, o->calib, &co, q->n_threads, o->kernel, &ntok, d)) < 0)
+            return rc;
+        runcb_info(&q->cb, "'%s': %lld tokens, %lld chunks of %lld", o->calib, (long long)ntok,
+                   (long long)im->chunk_count, (long long)o->calib_ctx);
+        shas[1] = strcmp(o->calib, "-") ? file_sha256(o->calib) : NULL;
+        if (o->imatrix_out) {
+            if ((rc = xout_open(imatrix_out, o->imatrix_out, q->force, d)) < 0 ||
+                (rc = imatrix_write_fp(im, imatrix_out->fp, o->imatrix_dat, d)) < 0) {
+                diag_prefix(d, "'%s'", o->imatrix_out);
+                return rc;
+            }
+            q->imatrix_file = o->imatrix_out;
+        }
+    } else {
+        return 0;
+    }
+    imatrix_filter(im, o->inc, o->n_inc, o->exc, o->n_exc);
+    q->mix.has_imatrix = im->n > 0;
+    q->imatrix = im->n ? im : NULL;
+    q->imatrix_sha256 = shas[0];
+    q->calib_sha256 = shas[1];
+    return 0;
+}
+
+int
+run_quantize(const struct quantize_run_opts *o, struct diag *d)
+{
+    struct quantize_opts q = o->q;
+    struct imatrix im;
+    struct quantize_report rep = { 0 };
+    struct qeval_result ev = { 0 };
+    struct xout outs[3] = { { 0 } };   /* stdout, --imatrix-out, OUTPUT */
+    char *shas[2] = { NULL, NULL };     /* of --imatrix, of --calib */
+    double bpw;
+    int rc;
+
+    imatrix_init(&im);
+    /* Every output is opened now and committed together at the end (the
+     * report on stdout first): a run that fails anywhere leaves none. */
+    xio_note_input(q.input);
+    xio_note_input(o->calib);
+    xio_note_input(o->imatrix_in);
+    xio_note_input(o->eval);
+    if ((rc = xout_open(&outs[2], q.output, q.force, d)) < 0) {
+        diag_prefix(d, "'%s'", q.output);
+        goto out;
+    }
+    q.out = &outs[2];
+    if ((rc = get_imatrix(o, &q, &im, &outs[1], shas, d)) < 0)
+        goto out;
+    if ((rc = quantize_model(&q, &rep, d)) < 0)
+        goto out;
+    for (size_t i = 0; i < rep.n; i++) {
+        const struct quantize_tensor_info *t = &rep.t[i];
+        if (o->json)
+            json_tensor(o->report, t);
+        runcb_info(&q.cb, "[%4zu/%4zu] %-32s %-6s -> %-6s %s%s", i + 1, rep.n, t->name,
+                   qtype_get(t->src_type)->name, qtype_get(t->type)->name,
+                   t->fallback ? " (fallback)" : "", t->used_imatrix ? " (imatrix)" : "");
+    }
+    if (rep.n_fallback)
+        runcb_warn(&q.cb, "%d of %zu tensors needed a fallback type (rows not a multiple of the "
+                   "block size)", rep.n_fallback, rep.n);
+    if (q.imatrix && rep.imatrix_missing)
+        runcb_info(&q.cb, "%d quantized tensors had no imatrix entry", rep.imatrix_missing);
+    if (o->eval) {
+        struct qeval_opts eo = { o->eval_ctx, o->eval_chunks, q.n_threads, o->kernel, q.cb };
+        /* the quantized model is read where it lies, not yet committed */
+        if (outs[2].fp && fflush(outs[2].fp) != 0) {
+            rc = diag_set(d, ST_IO, "'%s': write failed: %s", q.output, strerror(errno));
+            goto out;
+        }
+        if ((rc = qeval_run(q.input, outs[2].tmp ? outs[2].tmp : q.output, o->eval, &eo, &ev, d)) < 0)
+            goto out;
+    }
+    bpw = rep.n_params ? 8.0 * (double)rep.out_bytes / (double)rep.n_params : 0.0;
+    if (o->json)
+        json_summary(o, &rep, q.imatrix ? im.n : 0, &ev, bpw);
+    else
+        text_summary(o, &rep, &ev, bpw);
+    xout_open(&outs[0], "-", false, d);
+    rc = xout_commit_all(outs, 3, d);
+out:
+    if (rc < 0) {
+        for (int i = 0; i < 3; i++)
+            if (outs[i].fp || outs[i].tmp)
+                xout_abort(&outs[i]);
+    }
+    quantize_report_release(&rep);
+    imatrix_release(&im);
+    free(shas[0]);
+    free(shas[1]);
+    return rc;
+}
