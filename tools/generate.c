@@ -16,90 +16,13 @@
 #include "tool.h"
 #include "tool_cb.h"
 
-static const char usage_line[] =
-    "usage: generate [-hqVv] -m model [-p text | -f file] [-n n] [-o file] [--force]\n"
-    "                [--chat] [--system text] [--parse-special] [--temp t] [--top-k k]\n"
-    "                [--top-p p] [--min-p p] [--repeat-penalty r] [--repeat-last-n n]\n"
-    "                [--seed n] [-t n] [--oversubscribe] [--ctx n] [--kv-mem size]\n"
-    "                [--kernel name] [--json]\n"
-    "       generate [-hqVv] -m model --batch [file | -] [-o file] [--force] [-n n]\n"
-    "                [--max-seqs n] [--max-batch-tokens n] [--kv-mem size] [--block-size n]\n"
-    "                [--kv-type type] [--schedule policy] [--preempt mode] [--no-prefix-cache]\n"
-    "                [--kv-trace file] [--drain-timeout seconds] [--chat] [--system text]\n"
-    "                [--parse-special] [--ignore-eos] [sampling options] [-t n]\n"
-    "                [--oversubscribe] [--ctx n] [--kernel name]\n"
-    "       generate [-hqVv] -m model --perplexity file [--ctx n] [--chunks n] [-o file]\n"
-    "                [--force] [-t n] [--oversubscribe] [--kv-mem size] [--kernel name] [--json]";
-
-static const char help_text[] =
-    "generate - text generation and perplexity with a GGUF model\n"
-    "\n"
-    "Input:\n"
-    "  -m, --model FILE        GGUF model (llama architecture)\n"
-    "  -p, --prompt TEXT       the prompt\n"
-    "  -f, --file FILE         read the prompt from FILE (- = stdin; default: stdin)\n"
-    "      --chat              wrap the prompt in the model's chat template\n"
-    "      --system TEXT       system message for --chat\n"
-    "      --parse-special     with --chat: control-token texts in the prompt and the\n"
-    "                          system message (e.g. <|im_start|>) become control\n"
-    "                          tokens; default: they stay plain text\n"
-    "\n"
-    "Generation:\n"
-    "  -n, --n-predict N       tokens to generate (default -1: until end of text or --ctx)\n"
-    "      --ignore-eos        do not stop at end-of-generation tokens (for benchmarks)\n"
-    "      --temp T            temperature; 0 = greedy (default 0.8)\n"
-    "      --top-k K           keep the K most likely tokens; 0 = off (default 40)\n"
-    "      --top-p P           keep the smallest set with mass >= P; 1 = off (default 0.95)\n"
-    "      --min-p P           keep tokens with p >= P * max p; 0 = off (default 0.05)\n"
-    "      --repeat-penalty R  penalise recently seen tokens; 1 = off (default 1)\n"
-    "      --repeat-last-n N   tokens the penalty looks back; -1 = --ctx (default 64)\n"
-    "      --seed N            random seed (default: random, shown with --json and -v)\n"
-    "      Order: penalty, top-k, top-p, min-p, temperature, draw (as llama.cpp)\n"
-    "\n"
-    "Batch (requests as JSON Lines or plain text lines; results as JSON Lines):\n"
-    "      --batch [FILE|-]    run every request of FILE (default stdin) with continuous\n"
-    "                          batching; one result line per request as it finishes\n"
-    "      --max-seqs N        sequences decoded together at most (default 16)\n"
-    "      --max-batch-tokens N  tokens per step: decodes plus prefill chunks (default 512)\n"
-    "      --block-size N      KV tokens per block (default 16)\n"
-    "      --kv-type TYPE      KV element type: f16, f32, q8_0 (default f16)\n"
-    "      --schedule POLICY   continuous, or static batches (default continuous)\n"
-    "      --preempt MODE      when blocks run out: recompute or swap (default recompute)\n"
-    "      --no-prefix-cache   do not share KV blocks of common prompt prefixes\n"
-    "      --kv-trace FILE     one kvtrace/1 JSON line per step (read by kvstat --trace)\n"
-    "      --drain-timeout S   after SIGINT/SIGTERM, let the started requests run at\n"
-    "                          most S seconds more, then end them as \"cancelled\"\n"
-    "                          (default 30; 0 = at once)\n"
-    "      Per request: id, prompt | tokens, max_tokens, temperature, top_p, top_k, min_p,\n"
-    "      repeat_penalty, seed, stop (defaults: the options above and below)\n"
-    "\n"
-    "Perplexity:\n"
-    "      --perplexity FILE   perplexity of FILE the way llama-perplexity computes it\n"
-    "      --chunks N          evaluate at most N chunks of --ctx tokens (default all)\n"
-    "\n"
-    "Resources:\n"
-    "  -t, --threads N         worker threads (default: the CPUs this process may use;\n"
-    "                          more than those is capped to them, with a warning)\n"
-    "      --oversubscribe     keep -t N even above the CPUs this process may use\n"
-    "      --ctx N             context in tokens (default: the model's; 512 for --perplexity)\n"
-    "      --kv-mem SIZE       KV-cache budget, e.g. 256MiB (default: enough for --ctx;\n"
-    "                          --batch: for --max-seqs contexts, at most 1GiB)\n"
-    "      --kernel NAME       kernel implementation: auto, avx512, avx2, ref (default\n"
-    "                          $LLMKIT_KERNEL or auto)\n"
-    "\n"
-    "Output:\n"
-    "  -o, --output FILE       write to FILE atomically (default stdout, streamed)\n"
-    "      --force             replace an existing output FILE\n"
-    "      --json              one JSON object, schema generate/1\n"
-    "  -q, --quiet             no statistics, warnings or progress on stderr\n"
-    "  -v, --verbose           more messages\n"
-    "  -h, --help              this help\n"
-    "  -V, --version           print the version\n";
+#include "generate_usage.h"
 
 enum {
     OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM,
     OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
-    OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL,
+    OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL, OPT_DEVICE, OPT_LOOKUP,
+    OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS,
     /* the options that need --batch, together */
     OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
     OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
@@ -111,6 +34,7 @@ static const struct option longopts[] = {
     { "chat", no_argument, NULL, OPT_CHAT },
     { "chunks", required_argument, NULL, OPT_CHUNKS },
     { "ctx", required_argument, NULL, OPT_CTX },
+    { "device", required_argument, NULL, OPT_DEVICE },
     { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
     { "file", required_argument, NULL, 'f' },
     { "force", no_argument, NULL, OPT_FORCE },
@@ -121,6 +45,8 @@ static const struct option longopts[] = {
     { "kv-mem", required_argument, NULL, OPT_KV_MEM },
     { "kv-trace", required_argument, NULL, OPT_KV_TRACE },
     { "kv-type", required_argument, NULL, OPT_KV_TYPE },
+    { "lookup", no_argument, NULL, OPT_LOOKUP },
+    { "lookup-ngram", required_argument, NULL, OPT_LOOKUP_NGRAM },
     { "max-batch-tokens", required_argument, NULL, OPT_MAX_BATCH_TOKENS },
     { "max-seqs", required_argument, NULL, OPT_MAX_SEQS },
     { "min-p", required_argument, NULL, OPT_MIN_P },
@@ -138,6 +64,7 @@ static const struct option longopts[] = {
     { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
     { "schedule", required_argument, NULL, OPT_SCHEDULE },
     { "seed", required_argument, NULL, OPT_SEED },
+    { "spec-tokens", required_argument, NULL, OPT_SPEC_TOKENS },
     { "system", required_argument, NULL, OPT_SYSTEM },
     { "temp", required_argument, NULL, OPT_TEMP },
     { "threads", required_argument, NULL, 't' },
@@ -195,7 +122,7 @@ main(int argc, char **argv)
 {
     struct generate_opts o;
     struct batch_opts b;
-    bool have_n = false, batch = false, batch_opt = false, oversubscribe = false;
+    bool have_n = false, batch = false, batch_opt = false, oversubscribe = false, have_spec = false;
     int c, v;
 
     cli_init(argv[0]);
@@ -240,6 +167,20 @@ main(int argc, char **argv)
             if (!compute_kernel_available(optarg))
                 usage_error(usage_line, "--kernel: unknown or unavailable kernel '%s'", optarg);
             o.kernel = optarg;
+            break;
+        case OPT_DEVICE:
+            if (!compute_device_known(optarg))
+                usage_error(usage_line, "--device: unknown device '%s' (cpu, cuda)", optarg);
+            o.device = optarg;
+            break;
+        case OPT_LOOKUP: o.lookup = true; break;
+        case OPT_LOOKUP_NGRAM:
+            o.lookup_ngram = (int)cli_parse_i64(optarg, 1, 16, "--lookup-ngram", false);
+            have_spec = true;
+            break;
+        case OPT_SPEC_TOKENS:
+            o.spec_tokens = cli_parse_i64(optarg, 1, 64, "--spec-tokens", false);
+            have_spec = true;
             break;
         case OPT_KV_MEM: o.kv_mem = cli_parse_i64(optarg, 1, INT64_MAX, "--kv-mem", true); break;
         case OPT_MIN_P: o.sp.min_p = (float)cli_parse_double(optarg, 0, 1, "--min-p"); break;
@@ -290,6 +231,9 @@ main(int argc, char **argv)
         { o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n),
           "--perplexity takes no prompt, --chat or -n" },
         { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
+        { have_spec && !o.lookup, "--lookup-ngram and --spec-tokens need --lookup" },
+        { o.lookup && (batch || o.perplexity), "--lookup works with one prompt (-p, -f), not with "
+          "--batch or --perplexity" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
     o.threads = cli_cap_threads(o.threads, oversubscribe);
