@@ -151,8 +151,9 @@ typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, in
  * running max slot by slot in slot order, as llama.cpp does.
  *
  * Long contexts (split KV): with an f32 or f16 cache and n_kv >=
- * ATTN_SPLIT_MIN, the slots are taken in chunks of ATTN_SPLIT_KV aligned at
- * slot 0, each chunk walked as above from a fresh state (M = -inf, S = 0,
+ * ATTN_SPLIT_MIN (under a mask: that many visible slots), the slots are
+ * taken in chunks of ATTN_SPLIT_KV aligned at slot 0 (under a mask:
+ * ATTN_SPLIT_KV visible slots each, ops_attn_chunk), each chunk walked as above from a fresh state (M = -inf, S = 0,
  * acc = 0), and the chunks' states combined in chunk order by
  * ops_attn_combine_*, as llama.cpp's split-KV decode combines its per-thread
  * chunks (ggml_flash_attn_ext_reduce_partials; its chunks are one per
@@ -187,24 +188,59 @@ struct attn_args {
 };
 #define ATTN_PART(dv) (2 + (dv))  /* floats of one head's partial state */
 
-/* the chunks a step over n_kv slots of a kv_type cache is computed in */
+/* the chunks a step over n visible slots of a kv_type cache is computed in
+ * (n = n_kv without a mask: ops_attn_n_vis) */
 static inline int64_t
-ops_attn_chunks(uint32_t kv_type, int64_t n_kv)
+ops_attn_chunks(uint32_t kv_type, int64_t n)
 {
-    if ((kv_type != 0 && kv_type != 1) || n_kv < ATTN_SPLIT_MIN)
+    if ((kv_type != 0 && kv_type != 1) || n < ATTN_SPLIT_MIN)
         return 1;
-    return (n_kv + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV;
+    return (n + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV;
 }
 
-/* *c = chunk k of the whole step *a (its slots [k * ATTN_SPLIT_KV, that +
- * ATTN_SPLIT_KV) below n_kv), its state into part */
+/* the visible slots of a step: n_kv, or under a mask those flagged */
+static inline int64_t
+ops_attn_n_vis(const struct attn_args *a)
+{
+    int64_t n = 0;
+    if (!a->vis)
+        return a->n_kv;
+    for (int64_t s = 0; s < a->n_kv; s++)
+        n += a->vis[s] != 0;
+    return n;
+}
+
+/* *c = chunk k of the whole step *a (a split one: ops_attn_chunks() > 1),
+ * its state into part: the slots of its
+ * visible slots k * ATTN_SPLIT_KV .. that + ATTN_SPLIT_KV - 1 (counted in
+ * slot order; without a mask, slots [k * ATTN_SPLIT_KV, that +
+ * ATTN_SPLIT_KV) below n_kv).  Chunking by visible slots makes a masked
+ * row (a node of a speculative token tree) compute what the same token
+ * computes unmasked at its place in the sequence, whatever slots the other
+ * nodes of the tree hold in between. */
 static inline void
 ops_attn_chunk(struct attn_args *c, const struct attn_args *a, int64_t k, float *part)
 {
     *c = *a;
-    c->s0 = k * ATTN_SPLIT_KV;
-    c->n_kv = a->n_kv - c->s0 < ATTN_SPLIT_KV ? a->n_kv : c->s0 + ATTN_SPLIT_KV;
     c->part = part;
+    if (!a->vis) {
+        c->s0 = k * ATTN_SPLIT_KV;
+        c->n_kv = a->n_kv - c->s0 < ATTN_SPLIT_KV ? a->n_kv : c->s0 + ATTN_SPLIT_KV;
+        return;
+    }
+    int64_t want0 = k * ATTN_SPLIT_KV, cnt = 0;
+    c->s0 = c->n_kv = a->n_kv;
+    for (int64_t s = 0; s < a->n_kv; s++) {
+        if (!a->vis[s])
+            continue;
+        if (cnt == want0)
+            c->s0 = s;
+        if (cnt == want0 + ATTN_SPLIT_KV) {
+            c->n_kv = s;
+            break;
+        }
+        cnt++;
+    }
 }
 
 /* Combining chunk partials (in chunk order): begin sets the state (out

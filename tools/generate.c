@@ -22,7 +22,7 @@ enum {
     OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM,
     OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
     OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL, OPT_DEVICE, OPT_LOOKUP,
-    OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS,
+    OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS, OPT_DRAFT, OPT_SPEC_DEPTH, OPT_SPEC_WIDTH, OPT_DRAFT_P_MIN,
     /* the options that need --batch, together */
     OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
     OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
@@ -35,6 +35,8 @@ static const struct option longopts[] = {
     { "chunks", required_argument, NULL, OPT_CHUNKS },
     { "ctx", required_argument, NULL, OPT_CTX },
     { "device", required_argument, NULL, OPT_DEVICE },
+    { "draft", required_argument, NULL, OPT_DRAFT },
+    { "draft-p-min", required_argument, NULL, OPT_DRAFT_P_MIN },
     { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
     { "file", required_argument, NULL, 'f' },
     { "force", no_argument, NULL, OPT_FORCE },
@@ -64,7 +66,9 @@ static const struct option longopts[] = {
     { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
     { "schedule", required_argument, NULL, OPT_SCHEDULE },
     { "seed", required_argument, NULL, OPT_SEED },
+    { "spec-depth", required_argument, NULL, OPT_SPEC_DEPTH },
     { "spec-tokens", required_argument, NULL, OPT_SPEC_TOKENS },
+    { "spec-width", required_argument, NULL, OPT_SPEC_WIDTH },
     { "system", required_argument, NULL, OPT_SYSTEM },
     { "temp", required_argument, NULL, OPT_TEMP },
     { "threads", required_argument, NULL, 't' },
@@ -123,6 +127,7 @@ main(int argc, char **argv)
     struct generate_opts o;
     struct batch_opts b;
     bool have_n = false, batch = false, batch_opt = false, oversubscribe = false, have_spec = false;
+    bool have_tree = false;
     int c, v;
 
     cli_init(argv[0]);
@@ -182,6 +187,19 @@ main(int argc, char **argv)
             o.spec_tokens = cli_parse_i64(optarg, 1, 64, "--spec-tokens", false);
             have_spec = true;
             break;
+        case OPT_DRAFT: o.draft = optarg; break;
+        case OPT_SPEC_DEPTH:
+            o.spec_depth = (int)cli_parse_i64(optarg, 1, 64, "--spec-depth", false);
+            have_tree = true;
+            break;
+        case OPT_SPEC_WIDTH:
+            o.spec_width = (int)cli_parse_i64(optarg, 1, 16, "--spec-width", false);
+            have_tree = true;
+            break;
+        case OPT_DRAFT_P_MIN:
+            o.draft_p_min = (float)cli_parse_double(optarg, 0, 1, "--draft-p-min");
+            have_tree = true;
+            break;
         case OPT_KV_MEM: o.kv_mem = cli_parse_i64(optarg, 1, INT64_MAX, "--kv-mem", true); break;
         case OPT_MIN_P: o.sp.min_p = (float)cli_parse_double(optarg, 0, 1, "--min-p"); break;
         case 'm': o.model = optarg; break;
@@ -231,9 +249,12 @@ main(int argc, char **argv)
         { o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n),
           "--perplexity takes no prompt, --chat or -n" },
         { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
-        { have_spec && !o.lookup, "--lookup-ngram and --spec-tokens need --lookup" },
-        { o.lookup && (batch || o.perplexity), "--lookup works with one prompt (-p, -f), not with "
-          "--batch or --perplexity" },
+        { have_spec && !o.lookup && !o.draft, "--lookup-ngram and --spec-tokens need --lookup or "
+          "--draft" },
+        { have_tree && !o.draft, "--spec-depth, --spec-width and --draft-p-min need --draft" },
+        { o.lookup && o.draft, "--lookup and --draft are exclusive" },
+        { (o.lookup || o.draft) && (batch || o.perplexity), "--lookup and --draft work with one "
+          "prompt (-p, -f), not with --batch or --perplexity" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
     o.threads = cli_cap_threads(o.threads, oversubscribe);

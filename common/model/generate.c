@@ -36,6 +36,9 @@ generate_opts_init(struct generate_opts *o)
     o->chunks = -1;
     o->lookup_ngram = 3;
     o->spec_tokens = 8;
+    o->spec_depth = 8;
+    o->spec_width = 1;
+    o->draft_p_min = 0.5f;
 }
 
 /* ---- UTF-8 streaming ---- */
@@ -358,6 +361,7 @@ struct gen_run {
     int64_t ctx;
     FILE *fp;
     const char *out_name;       /* for messages: -o FILE, NULL for stdout */
+    struct spec_dm *dm;         /* --draft: the draft model, or NULL */
 };
 
 /* A failed write to the output: the message names the file. */
@@ -413,7 +417,10 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     struct model_out mo = { NULL, NULL };
     float *logits = NULL;
     int32_t *hist = NULL, *gen, *draft = NULL, seq = -1;
-    const int64_t max_draft = o->lookup ? o->spec_tokens : 0;
+    const int64_t max_draft = o->lookup || g->dm ? o->spec_tokens : 0;
+    struct spec_tree tree = { 0 };
+    uint8_t *mask = NULL;
+    int64_t *path = NULL;
     char *text = NULL;
     size_t text_len = 0, text_cap = 0;
     int64_t n_gen = 0, n_decode = 0, i, cap_gen;
@@ -436,7 +443,11 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     logits = malloc((size_t)(max_draft + 1) * (size_t)n_vocab * sizeof(*logits));
     hist = malloc((size_t)(n_prompt + (cap_gen > 0 ? cap_gen : 1)) * sizeof(*hist));
     draft = malloc((size_t)(max_draft > 0 ? max_draft : 1) * sizeof(*draft));
-    if (!bt || !logits || !hist || !draft) {
+    path = malloc((size_t)(max_draft + 1) * sizeof(*path));
+    mask = malloc((size_t)((max_draft + 1) * (max_draft + 1)));
+    if ((rc = spec_tree_init(&tree, max_draft + 1, d)) < 0)
+        goto out;
+    if (!bt || !logits || !hist || !draft || !path || !mask) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
@@ -467,35 +478,51 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     r->prompt_ms = ms_since(t_start);
     r->finish_reason = "length";
 
-    /* decode: sample, emit, feed back.  With a drafter (spec.h), each
-     * pass feeds the last token and the draft that follows it, and the rows
-     * of the draft are sampled in turn while the draft agrees. */
+    /* decode: sample, emit, feed back.  With a drafter (spec.h), each pass
+     * feeds the last token and a draft tree after it (a chain, or a tree
+     * under a mask); from the root, each node's row is sampled exactly as
+     * plain decoding would sample it, and the walk moves on to the child
+     * holding the sampled token while there is one. */
     t_dec0 = now_seconds();
     int stop = 0;
     while (n_gen < cap_gen && !stop) {
-        int64_t nd = 0, j;
+        int64_t root_slot = n_prompt + n_gen - 1, cur = 0, a = 0;
 
+        spec_tree_reset(&tree, n_gen > 0 ? gen[n_gen - 1] : 0);
         if (n_gen > 0) {
-            if (max_draft > 0) {
-                int64_t room = cap_gen - n_gen - 1;
-                nd = spec_lookup_draft(hist, n_prompt + n_gen, o->lookup_ngram, draft,
-                                       room < max_draft ? room : max_draft);
+            /* drafts beyond what may still be emitted are not made */
+            int64_t bud = cap_gen - n_gen - 1 < max_draft ? cap_gen - n_gen - 1 : max_draft;
+            if (bud > 0 && o->lookup) {
+                int64_t nd = spec_lookup_draft(hist, n_prompt + n_gen, o->lookup_ngram, draft, bud);
+                for (int64_t j = 0; j < nd; j++)
+                    spec_tree_add(&tree, draft[j], j);
+            } else if (bud > 0 && g->dm &&
+                       (rc = spec_dm_draft(g->dm, hist, n_prompt + n_gen, o->spec_depth,
+                                           o->spec_width, bud, o->draft_p_min, &tree, d)) < 0) {
+                goto out;
             }
-            for (j = 0; j <= nd; j++) {
+            for (int64_t j = 0; j < tree.n; j++) {
                 bt[j].seq = seq;
-                bt[j].pos = (int32_t)(n_prompt + n_gen - 1 + j);
-                bt[j].token = j == 0 ? gen[n_gen - 1] : draft[j - 1];
+                bt[j].pos = (int32_t)(root_slot + tree.depth[j]);
+                bt[j].token = tree.tok[j];
                 bt[j].logits = 1;
                 bt[j].tiled = 0;
             }
-            b.n = nd + 1;
-            if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
+            b.n = tree.n;
+            b.mask = NULL;
+            if (!tree.chain) {
+                spec_tree_mask(&tree, mask);
+                b.mask = mask;
+            }
+            rc = model_forward(g->m, g->kv, &b, NULL, &mo, d);
+            b.mask = NULL;
+            if (rc < 0)
                 goto out;
             r->spec_passes++;
-            r->spec_drafted += nd;
+            r->spec_drafted += tree.n - 1;
         }
-        for (j = 0; j <= nd; j++) {
-            int32_t t = sampler_sample(smp, logits + j * n_vocab);
+        for (;;) {
+            int32_t t = sampler_sample(smp, logits + cur * n_vocab);
             size_t plen;
             const char *piece;
 
@@ -524,14 +551,23 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 out_failed(g, rc, d);
                 goto out;
             }
-            if (j == nd || t != draft[j])
+            if ((cur = spec_tree_child(&tree, cur, t)) < 0)
                 break;
+            path[a++] = cur;
             r->spec_accepted++;
         }
-        /* the rejected drafts' slots go: the cache keeps the fed token and
-         * the accepted drafts (j of them) */
-        if (nd > 0 && !stop && j < nd)
-            kv_seq_truncate(g->kv, seq, n_prompt + n_gen - 1);
+        /* the cache keeps the root and the accepted path, moved to the slots
+         * after the root (a chain's path is there already); the rejected
+         * drafts' slots go */
+        if (tree.n > 1 && !stop) {
+            for (int64_t k = 0; k < a; k++)
+                if (path[k] != k + 1 &&
+                    (rc = kv_seq_move_slot(g->kv, seq, root_slot + path[k], root_slot + k + 1)) < 0) {
+                    rc = diag_set(d, ST_RANGE, "speculative: cannot compact the KV slots");
+                    goto out;
+                }
+            kv_seq_truncate(g->kv, seq, root_slot + 1 + a);
+        }
     }
     r->gen_ms = n_gen > 0 ? ms_since(t_dec0) : 0.0;
     r->total_ms = ms_since(t_start);
@@ -557,6 +593,9 @@ out:
     free(logits);
     free(hist);
     free(draft);
+    free(path);
+    free(mask);
+    spec_tree_release(&tree);
     free(text);
     return rc;
 }
@@ -648,7 +687,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     struct kvcache *kv = NULL;
     struct tok_ids ids = { NULL, 0, 0 };
     struct xout out;
-    struct gen_run g;
+    struct gen_run g = { .dm = NULL };
     bool tok_loaded = false, out_open = false, to_stdout = !o->output || !strcmp(o->output, "-");
     double t0 = now_seconds();
     int rc;
@@ -662,6 +701,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     xio_note_input(o->model);
     xio_note_input(o->prompt_file);
     xio_note_input(o->perplexity);
+    xio_note_input(o->draft);
     /* fail before the model loads: an existing file without --force, a
      * directory, a block device (a device or FIFO is written in place) */
     if (!to_stdout && (rc = xout_check(o->output, o->force, d)) < 0) {
@@ -686,7 +726,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     r->load_ms = ms_since(t0);
     r->threads = m->be->n_threads;
     r->kernel = m->be->kernel;
-    r->drafter = o->lookup && !o->perplexity ? "lookup" : NULL;
+    r->drafter = o->perplexity ? NULL : o->lookup ? "lookup" : o->draft ? "draft" : NULL;
     r->ctx = o->ctx > 0 ? o->ctx : o->perplexity ? 512
            : m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DEFAULT_CTX;
 
@@ -719,6 +759,9 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     g.tok = &tok;
     g.kv = kv;
     g.ctx = r->ctx;
+    if (o->draft && !o->perplexity &&
+        (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, d)) < 0)
+        goto out;
     rc = o->perplexity ? run_ppl(&g, r, d) : run_text(&g, ids.v, (int64_t)ids.n, r, d);
     if (out_open) {
         if (rc < 0) {
@@ -731,6 +774,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
 out:
     if (out_open)
         xout_abort(&out);
+    spec_dm_free(g.dm);
     tok_ids_release(&ids);
     kv_free(kv);
     if (tok_loaded)

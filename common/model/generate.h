@@ -54,11 +54,18 @@ struct generate_opts {
     int64_t ctx;                /* context (tokens); 0 = the model's training context
                                  * (generation) or 512 (perplexity) */
     bool json;                  /* one generate/1 JSON object instead of text */
-    /* speculative decoding (spec.h): prompt lookup drafts of up to
-     * spec_tokens tokens from the longest matching n-gram of at most
-     * lookup_ngram tokens; the output is plain decoding's, token for token */
+    /* speculative decoding (spec.h), the output plain decoding's token for
+     * token: prompt lookup drafts (a chain from the longest matching n-gram
+     * of at most lookup_ngram tokens), or a draft model's tree (spec_depth
+     * levels of spec_width tokens, the chain stopping where the draft's best
+     * token has probability < draft_p_min); at most spec_tokens draft
+     * tokens per verify pass */
     bool lookup;
     int lookup_ngram;           /* default 3 */
+    const char *draft;          /* the draft model's GGUF, or NULL */
+    int spec_depth;             /* default 8 */
+    int spec_width;             /* default 1 (a chain) */
+    float draft_p_min;          /* default 0.5 */
     int64_t spec_tokens;        /* draft tokens per verify pass, default 8 */
     const char *perplexity;     /* evaluate perplexity over this file instead */
     int64_t chunks;             /* perplexity: at most this many chunks; < 0 = all */
@@ -92,7 +99,7 @@ struct generate_report {
     double gen_tok_s;           /* tokens after the first / gen_ms */
     bool ends_in_newline;       /* the streamed text ended with '\n' (or was empty) */
     /* speculative decoding (drafter NULL: none) */
-    const char *drafter;        /* "lookup" */
+    const char *drafter;        /* "lookup", "draft" */
     int64_t spec_passes;        /* decode forward passes */
     int64_t spec_drafted;       /* draft tokens verified */
     int64_t spec_accepted;      /* of them, kept */

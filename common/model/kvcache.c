@@ -545,6 +545,33 @@ kv_slot_block(const struct kvcache *kv, int32_t id, int64_t slot, int32_t *block
     return 0;
 }
 
+int
+kv_seq_move_slot(struct kvcache *kv, int32_t id, int64_t from, int64_t to)
+{
+    struct kv_seq *s = seq_get(kv, id);
+    int32_t fb, tb;
+    int64_t fi, ti;
+
+    if (!s || from < 0 || to < 0 || from >= s->len || to >= s->len)
+        return -ST_RANGE;
+    if (from == to)
+        return 0;
+    kv_slot_block(kv, id, from, &fb, &fi);
+    kv_slot_block(kv, id, to, &tb, &ti);
+    if (kv->refcnt[tb] != 1 || kv->published[tb])
+        return -ST_RANGE;
+    for (int64_t l = 0; l < kv->c.n_layer; l++)
+        for (int64_t h = 0; h < kv->c.n_head_kv; h++) {
+            struct kv_head_view v;
+            kv_head_view(kv, l, h, &v);
+            memcpy(v.k + (size_t)tb * v.block_stride + (size_t)ti * v.k_row_bytes,
+                   v.k + (size_t)fb * v.block_stride + (size_t)fi * v.k_row_bytes, v.k_row_bytes);
+            memcpy(v.v + (size_t)tb * v.block_stride + (size_t)ti * v.v_row_bytes,
+                   v.v + (size_t)fb * v.block_stride + (size_t)fi * v.v_row_bytes, v.v_row_bytes);
+        }
+    return 0;
+}
+
 void
 kv_head_view(const struct kvcache *kv, int64_t layer, int64_t head, struct kv_head_view *v)
 {

@@ -145,6 +145,13 @@ int kv_seq_grow(struct kvcache *kv, int32_t id, int64_t n, struct diag *d);
  * speculative tokens, or of a failed forward call).  0 or -ST_RANGE. */
 int kv_seq_truncate(struct kvcache *kv, int32_t id, int64_t n);
 
+/* kv_seq_move_slot() : copies the K and V of slot `from` of a sequence, every
+ * layer and head, over slot `to` (both < len; to's block must be the
+ * sequence's own: not shared, not in the prefix cache), as when the
+ * accepted path of a speculative token tree is compacted before the
+ * rejected slots are truncated.  0 or -ST_RANGE. */
+int kv_seq_move_slot(struct kvcache *kv, int32_t id, int64_t from, int64_t to);
+
 /* kv_seq_table() : the block table (physical block per logical block) and
  * its length ceil(len / block_size) in *n_blocks; valid until the next call
  * that changes this sequence.  NULL for a bad id. */

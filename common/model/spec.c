@@ -1,9 +1,12 @@
 /*
  * spec.c - drafters for speculative decoding (spec.h).
  */
+#include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "spec.h"
+#include "qtypes.h"
 
 int64_t
 spec_lookup_draft(const int32_t *hist, int64_t n_hist, int ngram_max, int32_t *draft,
@@ -21,6 +24,259 @@ spec_lookup_draft(const int32_t *hist, int64_t n_hist, int ngram_max, int32_t *d
             memcpy(draft, hist + e, (size_t)k * sizeof(*draft));
             return k;
         }
+    }
+    return 0;
+}
+
+/* ---- token trees ---- */
+
+int
+spec_tree_init(struct spec_tree *t, int64_t cap, struct diag *d)
+{
+    memset(t, 0, sizeof(*t));
+    t->tok = malloc((size_t)cap * sizeof(int32_t));
+    t->parent = malloc((size_t)cap * sizeof(int32_t));
+    t->depth = malloc((size_t)cap * sizeof(int32_t));
+    if (!t->tok || !t->parent || !t->depth) {
+        spec_tree_release(t);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    t->cap = cap;
+    return 0;
+}
+
+void
+spec_tree_release(struct spec_tree *t)
+{
+    free(t->tok);
+    free(t->parent);
+    free(t->depth);
+    memset(t, 0, sizeof(*t));
+}
+
+void
+spec_tree_reset(struct spec_tree *t, int32_t root)
+{
+    t->n = 1;
+    t->tok[0] = root;
+    t->parent[0] = -1;
+    t->depth[0] = 0;
+    t->chain = 1;
+}
+
+int64_t
+spec_tree_add(struct spec_tree *t, int32_t tok, int64_t parent)
+{
+    if (t->n >= t->cap || parent < 0 || parent >= t->n)
+        return -1;
+    int64_t i = t->n++;
+    t->tok[i] = tok;
+    t->parent[i] = (int32_t)parent;
+    t->depth[i] = t->depth[parent] + 1;
+    t->chain &= parent == i - 1;
+    return i;
+}
+
+int64_t
+spec_tree_child(const struct spec_tree *t, int64_t p, int32_t tok)
+{
+    for (int64_t i = p + 1; i < t->n; i++)
+        if (t->parent[i] == p && t->tok[i] == tok)
+            return i;
+    return -1;
+}
+
+void
+spec_tree_mask(const struct spec_tree *t, uint8_t *mask)
+{
+    memset(mask, 0, (size_t)(t->n * t->n));
+    for (int64_t i = 0; i < t->n; i++)
+        for (int64_t j = i; j >= 0; j = t->parent[j])
+            mask[i * t->n + j] = 1;
+}
+
+/* ---- the draft model ---- */
+
+struct spec_dm {
+    struct model *m;
+    struct kvcache *kv;
+    int32_t seq;
+    int32_t *fed;               /* [ctx] the tokens in the draft's cache */
+    int64_t n_fed, ctx;
+    struct batch_tok *bt;       /* [ctx] */
+    float *logits;              /* [n_vocab] */
+    int32_t *top;               /* [SPEC_WIDTH_MAX] */
+};
+
+/* the draft's vocabulary must be the target's, token for token */
+static int
+same_vocab(const struct tokenizer *a, const struct tokenizer *b, const char *path, struct diag *d)
+{
+    if (a->n_vocab != b->n_vocab)
+        return diag_set(d, ST_FORMAT, "'%s': the draft's vocabulary has %d tokens, the target's %d",
+                        path, (int)b->n_vocab, (int)a->n_vocab);
+    for (int32_t i = 0; i < a->n_vocab; i++) {
+        size_t la, lb;
+        const char *ta = tok_text(a, i, &la), *tb = tok_text(b, i, &lb);
+        if (la != lb || memcmp(ta, tb, la) != 0)
+            return diag_set(d, ST_FORMAT, "'%s': the draft's vocabulary differs from the target's "
+                            "at token %d", path, (int)i);
+    }
+    return 0;
+}
+
+int
+spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo,
+             const struct tokenizer *target_tok, int64_t ctx, struct diag *d)
+{
+    struct spec_dm *dm = calloc(1, sizeof(*dm));
+    struct tokenizer tok;
+    struct kv_config c;
+    int rc;
+
+    *out = NULL;
+    if (!dm)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    dm->seq = -1;
+    if ((rc = model_open(&dm->m, path, mo, d)) < 0) {
+        diag_prefix(d, "'%s'", path);
+        goto err;
+    }
+    if ((rc = tok_load(&tok, &dm->m->gguf, d)) < 0) {
+        diag_prefix(d, "'%s'", path);
+        goto err;
+    }
+    rc = same_vocab(target_tok, &tok, path, d);
+    tok_release(&tok);
+    if (rc < 0)
+        goto err;
+    if (dm->m->hp.n_vocab != target_tok->n_vocab) {
+        rc = diag_set(d, ST_FORMAT, "'%s': the draft's output has %lld rows, not the vocabulary's %d",
+                      path, (long long)dm->m->hp.n_vocab, (int)target_tok->n_vocab);
+        goto err;
+    }
+    model_kv_config(dm->m, 0, GGML_TYPE_F16, &c);
+    c.mem = kv_block_bytes(&c) * (size_t)((ctx + 2 * KV_BLOCK_SIZE_DEFAULT) / KV_BLOCK_SIZE_DEFAULT);
+    if ((rc = kv_new(&dm->kv, &c, d)) < 0 || (rc = kv_seq_new(dm->kv, &dm->seq)) < 0) {
+        if (rc > -ST_OK)
+            rc = diag_set(d, ST_NOMEM, "draft: no KV sequence");
+        diag_prefix(d, "'%s'", path);
+        goto err;
+    }
+    dm->ctx = ctx;
+    dm->fed = malloc((size_t)ctx * sizeof(int32_t));
+    dm->bt = calloc((size_t)ctx, sizeof(*dm->bt));
+    dm->logits = malloc((size_t)dm->m->hp.n_vocab * sizeof(float));
+    dm->top = malloc(SPEC_WIDTH_MAX * sizeof(int32_t));
+    if (!dm->fed || !dm->bt || !dm->logits || !dm->top) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto err;
+    }
+    *out = dm;
+    return 0;
+err:
+    spec_dm_free(dm);
+    return rc;
+}
+
+void
+spec_dm_free(struct spec_dm *dm)
+{
+    if (!dm)
+        return;
+    kv_free(dm->kv);
+    model_free(dm->m);
+    free(dm->fed);
+    free(dm->bt);
+    free(dm->logits);
+    free(dm->top);
+    free(dm);
+}
+
+/* feeds toks[0 .. n) after the draft's cache; logits of the last */
+static int
+dm_feed(struct spec_dm *dm, const int32_t *toks, int64_t n, struct diag *d)
+{
+    struct batch b = { n, dm->bt, NULL, 0 };
+    struct model_out mo = { dm->logits, NULL };
+
+    if (dm->n_fed + n > dm->ctx)
+        return diag_set(d, ST_RANGE, "draft: context full");
+    for (int64_t i = 0; i < n; i++) {
+        dm->bt[i].seq = dm->seq;
+        dm->bt[i].pos = (int32_t)(dm->n_fed + i);
+        dm->bt[i].token = toks[i];
+        dm->bt[i].logits = i == n - 1;
+        dm->bt[i].tiled = 0;
+    }
+    int rc = model_forward(dm->m, dm->kv, &b, NULL, &mo, d);
+    if (rc < 0)
+        return rc;
+    memcpy(dm->fed + dm->n_fed, toks, (size_t)n * sizeof(int32_t));
+    dm->n_fed += n;
+    return 0;
+}
+
+/* the k most likely tokens of logits (k <= SPEC_WIDTH_MAX), into top, in
+ * order (ties: the lower id first), and the softmax probability of the
+ * first */
+static float
+top_k(const float *logits, int64_t n_vocab, int k, int32_t *top)
+{
+    for (int j = 0; j < k; j++)
+        top[j] = -1;
+    for (int64_t v = 0; v < n_vocab; v++) {
+        int j = k;
+        while (j > 0 && (top[j - 1] < 0 || logits[v] > logits[top[j - 1]]))
+            j--;
+        if (j >= k)
+            continue;
+        memmove(top + j + 1, top + j, (size_t)(k - 1 - j) * sizeof(int32_t));
+        top[j] = (int32_t)v;
+    }
+    double sum = 0, mx = logits[top[0]];
+    for (int64_t v = 0; v < n_vocab; v++)
+        sum += exp((double)logits[v] - mx);
+    return (float)(1.0 / sum);
+}
+
+int
+spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth, int width,
+              int64_t budget, float p_min, struct spec_tree *t, struct diag *d)
+{
+    int64_t k = 0, n_vocab = dm->m->hp.n_vocab;
+    int rc;
+
+    if (width > SPEC_WIDTH_MAX)
+        width = SPEC_WIDTH_MAX;
+    spec_tree_reset(t, hist[n_hist - 1]);
+    /* the draft's cache: the longest prefix it shares with hist (not all of
+     * hist: the root's logits are wanted) */
+    while (k < dm->n_fed && k < n_hist - 1 && dm->fed[k] == hist[k])
+        k++;
+    if (k < dm->n_fed) {
+        kv_seq_truncate(dm->kv, dm->seq, k);
+        dm->n_fed = k;
+    }
+    if ((rc = dm_feed(dm, hist + k, n_hist - k, d)) < 0)
+        return rc;
+    int64_t cur = 0;
+    for (int lv = 0; lv < depth && t->n - 1 < budget; lv++) {
+        int w = width;
+        if (w > budget - (t->n - 1))
+            w = (int)(budget - (t->n - 1));
+        float p = top_k(dm->logits, n_vocab, w, dm->top);
+        if (p < p_min)
+            break;
+        int64_t main_child = -1;
+        for (int j = 0; j < w; j++) {
+            int64_t c = spec_tree_add(t, dm->top[j], cur);
+            if (j == 0)
+                main_child = c;
+        }
+        cur = main_child;
+        if (lv + 1 < depth && t->n - 1 < budget && (rc = dm_feed(dm, &t->tok[cur], 1, d)) < 0)
+            return rc;
     }
     return 0;
 }

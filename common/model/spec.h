@@ -16,6 +16,11 @@
 
 #include <stdint.h>
 
+#include "kvcache.h"
+#include "model.h"
+#include "status.h"
+#include "tokenizer.h"
+
 /* spec_lookup_draft() : prompt lookup (n-gram) drafting, as llama.cpp's
  * lookup and vLLM's ngram drafter do.  For n from ngram_max down to 1,
  * looks for the most recent earlier occurrence of the last n tokens of
@@ -25,5 +30,58 @@
  * match, or nothing follows it). */
 int64_t spec_lookup_draft(const int32_t *hist, int64_t n_hist, int ngram_max, int32_t *draft,
                           int64_t max_draft);
+
+/* A draft token tree.  Node 0 is the root: the last token of the
+ * sequence, sampled but not yet fed to the target.  Node i > 0 holds a
+ * draft token, the child of parent[i] < i, at depth depth[i] (the root's
+ * children are depth 1).  The target verifies all nodes in one forward
+ * pass: node i at position (root's position) + depth[i], seeing the cached
+ * context and its ancestors (a chain needs no mask). */
+struct spec_tree {
+    int64_t n, cap;
+    int32_t *tok, *parent, *depth;
+    int chain;                  /* every node's parent is the node before it */
+};
+
+/* spec_tree_init() : room for cap nodes (root included).  0 or -ST_NOMEM. */
+int spec_tree_init(struct spec_tree *t, int64_t cap, struct diag *d);
+void spec_tree_release(struct spec_tree *t);
+/* spec_tree_reset() : the root alone, token root */
+void spec_tree_reset(struct spec_tree *t, int32_t root);
+/* spec_tree_add() : appends a node (tok, child of parent); its index, or -1
+ * when the tree is full */
+int64_t spec_tree_add(struct spec_tree *t, int32_t tok, int64_t parent);
+/* spec_tree_child() : the first child of node p holding token tok, or -1 */
+int64_t spec_tree_child(const struct spec_tree *t, int64_t p, int32_t tok);
+/* spec_tree_mask() : mask[i * n + j] = 1 when node j is node i or one of
+ * its ancestors (struct batch's mask) */
+void spec_tree_mask(const struct spec_tree *t, uint8_t *mask);
+
+#define SPEC_WIDTH_MAX 16     /* branches per level at most */
+
+/* A draft model: any GGUF with the target's vocabulary, the target itself
+ * at fewer bits included (self-speculation).  It keeps its own KV cache of
+ * the tokens it was fed, and drafts greedily: each level's children are its
+ * `width` most likely tokens, the most likely one continues the chain
+ * (a caterpillar tree: one forward pass of the draft per level). */
+struct spec_dm;
+
+/* spec_dm_open() : opens the draft model at path with mo (threads, kernel,
+ * device) and a KV cache of ctx tokens, and checks that its vocabulary is
+ * the target's token for token (the message names the first token that
+ * differs).  0, or the model's, tokenizer's or cache's error; -ST_FORMAT
+ * for a different vocabulary. */
+int spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo,
+                 const struct tokenizer *target_tok, int64_t ctx, struct diag *d);
+void spec_dm_free(struct spec_dm *dm);
+
+/* spec_dm_draft() : a tree after hist[0 .. n_hist) (its root
+ * hist[n_hist-1]): up to depth levels of up to width tokens each, at most
+ * budget nodes besides the root; the chain stops early where the draft's
+ * most likely token has probability < p_min.  The draft model is first
+ * brought to hist (its cache rolled back to the longest prefix it shares
+ * with hist, the rest fed).  0 or a forward-pass error. */
+int spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth, int width,
+                  int64_t budget, float p_min, struct spec_tree *t, struct diag *d);
 
 #endif

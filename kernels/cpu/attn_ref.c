@@ -101,7 +101,7 @@ int
 ops_attn_split(const struct attn_args *a, float *scratch, int64_t base,
                void (*fn)(const struct attn_args *, float *))
 {
-    int64_t nch = ops_attn_chunks(a->kv_type, a->n_kv);
+    int64_t nch = ops_attn_chunks(a->kv_type, ops_attn_n_vis(a));
     if (a->part || nch == 1)
         return 0;
     float *part = scratch + base, *ms = part + a->n_q * ATTN_PART(a->head_dim_v);

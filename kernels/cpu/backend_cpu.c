@@ -356,6 +356,19 @@ one_vis(const struct attn_job *j, int64_t t, uint8_t *vis, int64_t s0, int64_t s
         vis[s] = s < len0 || row[s] != 0;
 }
 
+/* the visible slots of row t */
+static int64_t
+row_n_vis(const struct backend_attn *a, int64_t t)
+{
+    if (!a->vis0)
+        return a->n_kv[t];
+    int64_t n = a->vis0[t];
+    const uint8_t *row = a->vis + t * a->ld_vis;
+    for (int64_t k = 0; k < a->n_kv[t] - a->vis0[t]; k++)
+        n += row[k] != 0;
+    return n;
+}
+
 /* item it = one-row row it / n_kvh, KV head it % n_kvh: the whole step */
 static void
 attn_range(void *arg, int64_t i0, int64_t i1, int ith)
@@ -396,12 +409,13 @@ attn_fine_range(void *arg, int64_t i0, int64_t i1, int ith)
         int64_t t = c->one[pair / n_kvh];
         one_args(j, t, pair % n_kvh, vis, &w);
         /* a pair of one chunk: the whole step */
+        /* (a masked row's chunks are found from its whole visibility) */
+        if (w.vis)
+            one_vis(j, t, vis, 0, w.n_kv);
         if (nch == 1)
             a = w;
         else
             ops_attn_chunk(&a, &w, c->item_c[it], parts + c->item_c[it] * psz);
-        if (a.vis)
-            one_vis(j, t, vis, a.s0, a.n_kv);
         c->ops->attn(&a, scr);
         if (nch == 1 ||
             atomic_fetch_add_explicit(&c->pair_done[pair], 1, memory_order_acq_rel) != nch - 1)
@@ -571,7 +585,7 @@ cpu_attention(struct backend *be, const struct backend_attn *a)
     if (j.n_one * n_kvh <= c->fine_pairs) {
         int64_t np = 0, n_item = 0;
         for (int64_t u = 0; u < j.n_one; u++) {
-            int64_t nch = ops_attn_chunks(a->kv_type, a->n_kv[c->one[u]]);
+            int64_t nch = ops_attn_chunks(a->kv_type, row_n_vis(a, c->one[u]));
             if (nch > 1)
                 j.fine = 1;
             for (int64_t g = 0; g < n_kvh; g++) {

@@ -9,16 +9,17 @@ load common
 TINY="$TOP/tests/fixtures/tiny-llama-f32.gguf"
 GOLD="$TOP/tests/golden/generate"
 
-# same_tokens ARGS... : generate --json with ARGS, plain and with --lookup
-# (and the extra options in SPEC), gives the same tokens; the lookup run's
-# statistics are consistent
+# same_tokens ARGS... : generate --json with ARGS, plain and with the
+# speculative options in SPEC, gives the same tokens; the speculative run's
+# statistics are consistent (it is kept in last.json)
 same_tokens() {
     local plain look
     plain=$(generate --json -q "$@" | jq -c .tokens)
-    look=$(generate --json -q "$@" --lookup $SPEC)
+    look=$(generate --json -q "$@" $SPEC)
     [ "$plain" = "$(jq -c .tokens <<<"$look")" ] ||
         { echo "plain $plain"; echo "lookup $(jq -c .tokens <<<"$look")"; return 1; }
-    jq -e '.speculative.drafter == "lookup" and .speculative.accepted <= .speculative.drafted
+    jq -e '(.speculative.drafter == "lookup" or .speculative.drafter == "draft")
+           and .speculative.accepted <= .speculative.drafted
            and .speculative.verify_passes >= 0
            and (.completion_tokens == 0 or .speculative.verify_passes <= .completion_tokens)' \
         <<<"$look" >/dev/null
@@ -27,18 +28,18 @@ same_tokens() {
 
 @test "tiny model: --lookup gives plain decoding's tokens, greedy and sampled, every draft size" {
     local p="one two three one two three one two three one two"
-    SPEC="" same_tokens -m "$TINY" -p "$p" -n 48 --temp 0
+    SPEC="--lookup" same_tokens -m "$TINY" -p "$p" -n 48 --temp 0
     # the prompt repeats: something was drafted
     jq -e '.speculative.drafted > 0' "$BATS_TEST_TMPDIR/last.json"
     for seed in 1 2 3; do
-        SPEC="--spec-tokens 3 --lookup-ngram 1" same_tokens -m "$TINY" -p "$p" -n 48 --seed "$seed" \
+        SPEC="--lookup --spec-tokens 3 --lookup-ngram 1" same_tokens -m "$TINY" -p "$p" -n 48 --seed "$seed" \
             --repeat-penalty 1.2
-        SPEC="--spec-tokens 64" same_tokens -m "$TINY" -p "$p" -n 40 --seed "$seed" --temp 1.5 --top-k 0
+        SPEC="--lookup --spec-tokens 64" same_tokens -m "$TINY" -p "$p" -n 40 --seed "$seed" --temp 1.5 --top-k 0
     done
     # -n and the context bound the drafts: exactly -n tokens, and the context's worth
-    SPEC="" same_tokens -m "$TINY" -p "$p" -n 5 --temp 0 --ignore-eos
+    SPEC="--lookup" same_tokens -m "$TINY" -p "$p" -n 5 --temp 0 --ignore-eos
     jq -e '.completion_tokens == 5' "$BATS_TEST_TMPDIR/last.json"
-    SPEC="" same_tokens -m "$TINY" -p "$p" --ctx 40 --temp 0 --ignore-eos
+    SPEC="--lookup" same_tokens -m "$TINY" -p "$p" --ctx 40 --temp 0 --ignore-eos
     jq -e '.completion_tokens + .prompt_tokens == 40' "$BATS_TEST_TMPDIR/last.json"
 }
 
@@ -59,14 +60,14 @@ same_tokens() {
     for ci in $(seq 0 $((n - 1))); do
         prompt=$(jq -j ".cases[$ci].prompt" "$GOLD/smollm2-greedy.json"; printf x)
         prompt=${prompt%x}
-        SPEC="" same_tokens -m "$m" -p "$prompt" --temp 0 -n 64 --ctx 512 -t 2
+        SPEC="--lookup" same_tokens -m "$m" -p "$prompt" --temp 0 -n 64 --ctx 512 -t 2
     done
     prompt="List the numbers 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, then list them again: 1, 2,"
-    SPEC="" same_tokens -m "$m" -p "$prompt" --temp 0 -n 40 -t 2
+    SPEC="--lookup" same_tokens -m "$m" -p "$prompt" --temp 0 -n 40 -t 2
     # a repetitive continuation: most drafts are kept, several tokens per pass
     jq -e '.speculative.accepted > 10 and .speculative.acceptance > 0.5' "$BATS_TEST_TMPDIR/last.json"
     for seed in 7 8; do
-        SPEC="--spec-tokens 5" same_tokens -m "$m" -p "$prompt" -n 40 --seed "$seed" -t 2
+        SPEC="--lookup --spec-tokens 5" same_tokens -m "$m" -p "$prompt" -n 40 --seed "$seed" -t 2
     done
 }
 
@@ -92,4 +93,82 @@ same_tokens() {
     [ -z "$output" ]
     run -2 --separate-stderr generate -m "$TINY" -p "hello" --device tpu
     [[ "$stderr" == *"unknown device 'tpu'"* ]]
+}
+
+# mkvocab OUT : the tiny fixture with token 100's text changed (same length,
+# so every offset stays), written from the GGUF byte layout
+mkvocab() {
+    python3 - "$TINY" "$1" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+key = b"tokenizer.ggml.tokens"
+p = b.index(key) + len(key)
+typ, et = struct.unpack_from("<II", b, p)
+assert typ == 9 and et == 8
+n = struct.unpack_from("<Q", b, p + 8)[0]
+p += 16
+for i in range(n):
+    ln = struct.unpack_from("<Q", b, p)[0]
+    if i == 100:
+        b[p + 8 + ln - 1] = 0x7f
+        break
+    p += 8 + ln
+open(sys.argv[2], "wb").write(b)
+PY
+}
+
+@test "tiny model: --draft (the model itself, its f16 twin, trees of width 1-4) gives plain decoding's tokens" {
+    local p="one two three one two three one two" f16="$TOP/tests/fixtures/tiny-llama-f16.gguf"
+    for w in 1 2 4; do
+        SPEC="--draft $TINY --spec-width $w --spec-tokens 12 --draft-p-min 0" same_tokens -m "$TINY" -p "$p" -n 40 --temp 0
+        jq -e '.speculative.drafter == "draft" and .speculative.drafted > 0' "$BATS_TEST_TMPDIR/last.json"
+        SPEC="--draft $f16 --spec-width $w --draft-p-min 0" same_tokens -m "$TINY" -p "$p" -n 40 \
+            --seed 3 --temp 1.2 --top-k 0
+    done
+    # the model drafting for itself, greedy: every draft is kept
+    SPEC="--draft $TINY --draft-p-min 0" same_tokens -m "$TINY" -p "$p" -n 30 --temp 0 --ignore-eos
+    jq -e '.speculative.accepted == .speculative.drafted' "$BATS_TEST_TMPDIR/last.json"
+    SPEC="--draft $TINY --spec-depth 2 --spec-width 3 --spec-tokens 5" same_tokens -m "$TINY" -p "$p" -n 30 \
+        --seed 9
+}
+
+@test "--draft: a different vocabulary is refused, naming the token; usage errors" {
+    mkvocab "$BATS_TEST_TMPDIR/v.gguf"
+    run -3 --separate-stderr generate -m "$TINY" -p "one two" -n 4 --draft "$BATS_TEST_TMPDIR/v.gguf"
+    [[ "$stderr" == *"v.gguf': the draft's vocabulary differs from the target's at token 100"* ]]
+    run -3 --separate-stderr generate -m "$TINY" -p "one" --draft "$TOP/tests/fixtures/tiny-spm-f32.gguf"
+    [[ "$stderr" == *"vocabulary has 279 tokens, the target's 281"* ]]
+    run -4 --separate-stderr generate -m "$TINY" -p "one" --draft "$BATS_TEST_TMPDIR/none.gguf"
+    run -2 --separate-stderr generate -m "$TINY" -p x --lookup --draft "$TINY"
+    [[ "$stderr" == *'exclusive'* ]]
+    run -2 --separate-stderr generate -m "$TINY" -p x --spec-width 2
+    [[ "$stderr" == *'need --draft'* ]]
+    run -2 --separate-stderr generate -m "$TINY" -p x --draft "$TINY" --spec-width 17
+    run -2 --separate-stderr generate -m "$TINY" -p x --draft "$TINY" --draft-p-min 1.5
+    run -2 --separate-stderr generate -m "$TINY" --batch /dev/null --draft "$TINY"
+    # the draft may not be the output
+    run -2 --separate-stderr generate -m "$TINY" -p x --draft "$BATS_TEST_TMPDIR/v.gguf" \
+        -o "$BATS_TEST_TMPDIR/v.gguf" --force
+}
+
+@test "SmolLM2: self-speculation (a Q2_K draft of the Q4_1 model), chains and trees, reproduces plain decoding; a tree over a context past the split-KV threshold too" {
+    not_under_sanitizer
+    local m d n ci prompt
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
+    d=$BATS_TEST_TMPDIR/q2k.gguf
+    run -0 quantize -q "$m" "$d" --type Q2_K
+    n=$(jq '.cases | length' "$GOLD/smollm2-greedy.json")
+    for ci in 0 3 6 9; do
+        prompt=$(jq -j ".cases[$ci].prompt" "$GOLD/smollm2-greedy.json"; printf x)
+        prompt=${prompt%x}
+        SPEC="--draft $d" same_tokens -m "$m" -p "$prompt" --temp 0 -n 48 --ctx 512 -t 2
+        SPEC="--draft $d --spec-width 3 --spec-tokens 12" same_tokens -m "$m" -p "$prompt" --temp 0 \
+            -n 48 --ctx 512 -t 2
+    done
+    # 560+ tokens of context: the tree's masked rows are split in chunks of visible slots
+    python3 -c "print(' '.join(['The cat sat on the mat.'] * 80))" > "$BATS_TEST_TMPDIR/long"
+    SPEC="--draft $d --spec-width 3 --spec-tokens 12 --draft-p-min 0" same_tokens -m "$m" \
+        -f "$BATS_TEST_TMPDIR/long" --temp 0 -n 40 --ignore-eos -t 2
+    jq -e '.prompt_tokens > 520 and .speculative.accepted > 0' "$BATS_TEST_TMPDIR/last.json"
+    SPEC="--draft $d --spec-width 2" same_tokens -m "$m" -p "Once upon a time" -n 40 --seed 11 -t 2
 }

@@ -241,6 +241,64 @@ test_attention(struct backend *be, int tiled_rows)
     }
 }
 
+/* A masked row over a long context (split KV) computes what the same
+ * query computes unmasked over only its visible slots, laid out
+ * contiguously: the chunks are counted in visible slots (ops_attn_chunk). */
+#define LBS 16
+#define LNKV 700
+#define LNB ((LNKV + LBS - 1) / LBS)
+static void
+test_masked_split(struct backend *be)
+{
+    const size_t row = HD * 2, stride = (size_t)NKVH * 2 * LBS * row;
+    uint8_t *pa = calloc(LNB, stride), *pb = calloc(LNB, stride);
+    uint8_t *ka[NKVH], *va[NKVH], *kb2[NKVH], *vb2[NKVH];
+    static float kv[2][NKVH * HD], q[NH * HD], out_a[NH * HD], out_b[NH * HD];
+    static uint8_t vis[LNKV];
+    int32_t table[LNB];
+    int64_t n_vis = 0;
+
+    for (int g = 0; g < NKVH; g++) {
+        ka[g] = pa + (size_t)g * 2 * LBS * row, va[g] = ka[g] + LBS * row;
+        kb2[g] = pb + (size_t)g * 2 * LBS * row, vb2[g] = kb2[g] + LBS * row;
+    }
+    for (int b = 0; b < LNB; b++)
+        table[b] = b;
+    fill(q, NH * HD);
+    for (int s = 0; s < LNKV; s++) {
+        vis[s] = s == LNKV - 1 || (rnd() > -0.7f);     /* about 85% visible */
+        fill(kv[0], NKVH * HD), fill(kv[1], NKVH * HD);
+        for (int g = 0; g < NKVH; g++) {
+            size_t off = (size_t)(s / LBS) * stride + (size_t)(s % LBS) * row;
+            ops_kv_row_put(GGML_TYPE_F16, ka[g] + off, kv[0] + g * HD, HD);
+            ops_kv_row_put(GGML_TYPE_F16, va[g] + off, kv[1] + g * HD, HD);
+            if (!vis[s])
+                continue;
+            size_t offb = (size_t)(n_vis / LBS) * stride + (size_t)(n_vis % LBS) * row;
+            ops_kv_row_put(GGML_TYPE_F16, kb2[g] + offb, kv[0] + g * HD, HD);
+            ops_kv_row_put(GGML_TYPE_F16, vb2[g] + offb, kv[1] + g * HD, HD);
+        }
+        n_vis += vis[s];
+    }
+    CHECK(n_vis >= ATTN_SPLIT_MIN);
+    const int32_t *tables[1] = { table };
+    int64_t nkv_a = LNKV, nkv_b = n_vis, vis0 = 0;
+    int32_t seq = 0;
+    struct backend_attn_limits lim = { 1, NH, NKVH, HD, HD, GGML_TYPE_F16, LBS, LNKV, 1, 0 };
+    CHECK_EQ(be->ops->attn_reserve(be, &lim), 0);
+    struct backend_attn a = { q, out_a, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)ka,
+                              (const uint8_t *const *)va, stride, GGML_TYPE_F16, LBS, tables,
+                              &nkv_a, &seq, NULL, &vis0, vis, LNKV };
+    be->ops->attention(be, &a);
+    struct backend_attn b = { q, out_b, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)kb2,
+                              (const uint8_t *const *)vb2, stride, GGML_TYPE_F16, LBS, tables,
+                              &nkv_b, &seq, NULL, NULL, NULL, 0 };
+    be->ops->attention(be, &b);
+    CHECK(same(out_a, out_b, sizeof(out_a)));
+    free(pa);
+    free(pb);
+}
+
 int
 main(void)
 {
@@ -267,6 +325,16 @@ main(void)
         test_token_steps(be);
         test_attention(be, 0);
         test_attention(be, 1);
+        test_masked_split(be);
+        backend_close(be);
+    }
+    /* the fastest kernels too */
+    struct backend *be;
+    char why[256];
+    struct backend_config c = { 2, NULL };
+    CHECK_EQ(backend_open(&be, "cpu", &c, why, sizeof(why)), 0);
+    if (be) {
+        test_masked_split(be);
         backend_close(be);
     }
     T_DONE();

@@ -545,7 +545,7 @@ test_attention_split(const struct kernel_ops *ops)
                         else
                             Vd[s * dv + i - dk] = v;
                     }
-                    /* (1030 slots: the first chunk wholly masked) */
+                    /* (1030 slots: the first 300 slots masked) */
                     vis[s] = !masked || (s % 7 != 3 && (n_kv < 1000 || s >= 300));
                 }
                 for (int64_t i = 0; i < nq * dk; i++)
@@ -591,16 +591,30 @@ test_attention_split(const struct kernel_ops *ops)
                             ops->name, (long long)n_kv, f16, (long long)dk, err);
                 CHECK(err < tol);
 
-                /* chunk by chunk, combined */
+                /* chunk by chunk, combined: chunks of ATTN_SPLIT_KV visible
+                 * slots (all slots without a mask) */
                 struct attn_args c = a;
-                int64_t nch = ops_attn_chunks(a.kv_type, n_kv);
-                CHECK_EQ(nch, n_kv < ATTN_SPLIT_MIN ? 1 : (n_kv + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV);
+                int64_t n_vis = 0;
+                for (int64_t s = 0; s < n_kv; s++)
+                    n_vis += vis[s];
+                CHECK_EQ(ops_attn_n_vis(&a), n_vis);
+                int64_t nch = ops_attn_chunks(a.kv_type, n_vis);
+                CHECK_EQ(nch, n_vis < ATTN_SPLIT_MIN ? 1 : (n_vis + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV);
                 c.out = chunks;
-                c.part = part;
                 ops_attn_combine_begin(chunks, ms, nq, dv);
                 for (int64_t k = 0; k < nch; k++) {
-                    c.s0 = k * ATTN_SPLIT_KV;
-                    c.n_kv = k == nch - 1 ? n_kv : c.s0 + ATTN_SPLIT_KV;
+                    if (nch == 1) {         /* (ops_attn_chunk is for split steps) */
+                        c.s0 = 0;
+                        c.part = part;
+                    } else {
+                        ops_attn_chunk(&c, &a, k, part);
+                        int64_t cv = 0;
+                        for (int64_t s = c.s0; s < c.n_kv; s++)
+                            cv += vis[s];
+                        CHECK(vis[c.s0]);
+                        CHECK_EQ(cv, k < nch - 1 ? ATTN_SPLIT_KV : n_vis - k * ATTN_SPLIT_KV);
+                    }
+                    c.out = chunks;
                     ops->attn(&c, scr);
                     ops_attn_combine_add(chunks, ms, part, nq, dv);
                 }
