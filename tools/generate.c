@@ -23,6 +23,7 @@ enum {
     OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
     OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL, OPT_DEVICE, OPT_LOOKUP,
     OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS, OPT_DRAFT, OPT_SPEC_DEPTH, OPT_SPEC_WIDTH, OPT_DRAFT_P_MIN,
+    OPT_SPEC_COMPARE,
     /* the options that need --batch, together */
     OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
     OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
@@ -66,6 +67,7 @@ static const struct option longopts[] = {
     { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
     { "schedule", required_argument, NULL, OPT_SCHEDULE },
     { "seed", required_argument, NULL, OPT_SEED },
+    { "spec-compare", no_argument, NULL, OPT_SPEC_COMPARE },
     { "spec-depth", required_argument, NULL, OPT_SPEC_DEPTH },
     { "spec-tokens", required_argument, NULL, OPT_SPEC_TOKENS },
     { "spec-width", required_argument, NULL, OPT_SPEC_WIDTH },
@@ -184,10 +186,12 @@ main(int argc, char **argv)
             have_spec = true;
             break;
         case OPT_SPEC_TOKENS:
-            o.spec_tokens = cli_parse_i64(optarg, 1, 64, "--spec-tokens", false);
+            o.spec_tokens = strcmp(optarg, "auto") == 0 ? 0
+                          : cli_parse_i64(optarg, 1, 64, "--spec-tokens", false);
             have_spec = true;
             break;
         case OPT_DRAFT: o.draft = optarg; break;
+        case OPT_SPEC_COMPARE: o.spec_compare = true; have_spec = true; break;
         case OPT_SPEC_DEPTH:
             o.spec_depth = (int)cli_parse_i64(optarg, 1, 64, "--spec-depth", false);
             have_tree = true;
@@ -249,8 +253,8 @@ main(int argc, char **argv)
         { o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n),
           "--perplexity takes no prompt, --chat or -n" },
         { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
-        { have_spec && !o.lookup && !o.draft, "--lookup-ngram and --spec-tokens need --lookup or "
-          "--draft" },
+        { have_spec && !o.lookup && !o.draft, "--lookup-ngram, --spec-tokens and --spec-compare need "
+          "--lookup or --draft" },
         { have_tree && !o.draft, "--spec-depth, --spec-width and --draft-p-min need --draft" },
         { o.lookup && o.draft, "--lookup and --draft are exclusive" },
         { (o.lookup || o.draft) && (batch || o.perplexity), "--lookup and --draft work with one "

@@ -35,7 +35,7 @@ generate_opts_init(struct generate_opts *o)
     o->n_predict = -1;
     o->chunks = -1;
     o->lookup_ngram = 3;
-    o->spec_tokens = 8;
+    o->spec_tokens = 0;
     o->spec_depth = 8;
     o->spec_width = 1;
     o->draft_p_min = 0.5f;
@@ -291,6 +291,13 @@ max_rss_bytes(void)
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : 0;
 }
 
+/* tau: tokens emitted per verify pass (accepted drafts + the target's own) */
+static double
+spec_accept_len(const struct generate_report *r)
+{
+    return r->spec_passes ? (double)(r->spec_accepted + r->spec_passes) / (double)r->spec_passes : 0;
+}
+
 static int
 write_completion_json(FILE *fp, const struct generate_report *r, const char *text, size_t len,
                       const int32_t *prompt, int64_t n_prompt, const int32_t *toks,
@@ -340,6 +347,25 @@ write_completion_json(FILE *fp, const struct generate_report *r, const char *tex
                 bad |= json_set(sp, "accepted", json_integer(r->spec_accepted));
                 bad |= json_set(sp, "acceptance", json_real(r->spec_drafted ? (double)r->spec_accepted / (double)r->spec_drafted : 0.0));
                 bad |= json_set(sp, "tokens_per_pass", json_real(r->spec_passes ? (double)(r->completion_tokens - 1) / (double)r->spec_passes : 0.0));
+                bad |= json_set(sp, "accept_len", json_real(spec_accept_len(r)));
+                bad |= json_set(sp, "draft_ms", json_real(r->spec_draft_ms));
+                if (r->spec_plain_tok_s > 0) {
+                    bad |= json_set(sp, "plain_tok_s", json_real(r->spec_plain_tok_s));
+                    bad |= json_set(sp, "speedup", json_real(r->gen_tok_s / r->spec_plain_tok_s));
+                }
+                bad |= json_set(sp, "verify_ms", json_real(r->spec_verify_ms));
+                bad |= json_set(sp, "budget", r->spec_auto ? json_string("auto")
+                                                           : json_integer(r->spec_budget));
+                if (r->spec_auto) {
+                    json_t *cc = json_object();
+                    bad |= !cc || json_set(sp, "verify_cost_ms", cc);
+                    for (int k = 0; cc && k < r->spec_cost.n_meas; k++) {
+                        char key[24];
+                        snprintf(key, sizeof(key), "%lld", (long long)r->spec_cost.n[k]);
+                        bad |= json_set(cc, key, json_real(r->spec_cost.ms[k]));
+                    }
+                    bad |= json_set(sp, "mean_levels", json_real(r->spec_passes ? (double)r->spec_levels / (double)r->spec_passes : 0.0));
+                }
             }
         }
     }
@@ -362,6 +388,9 @@ struct gen_run {
     FILE *fp;
     const char *out_name;       /* for messages: -o FILE, NULL for stdout */
     struct spec_dm *dm;         /* --draft: the draft model, or NULL */
+    bool plain;                 /* --spec-compare's plain run: no drafter, nothing written */
+    int32_t *cmp;               /* its tokens, for the speculative run to compare */
+    int64_t n_cmp;
 };
 
 /* A failed write to the output: the message names the file. */
@@ -417,7 +446,14 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     struct model_out mo = { NULL, NULL };
     float *logits = NULL;
     int32_t *hist = NULL, *gen, *draft = NULL, seq = -1;
-    const int64_t max_draft = o->lookup || g->dm ? o->spec_tokens : 0;
+    const bool spec = !g->plain && (o->lookup || g->dm), spec_auto = spec && o->spec_tokens == 0;
+    const int width = g->dm ? o->spec_width : 1;
+    /* draft levels at most, and draft tokens at most */
+    const int max_levels = !spec ? 0 : !g->dm ? SPEC_AUTO_LEVELS
+                           : spec_auto && o->spec_depth * width > 64 ? 64 / width : o->spec_depth;
+    const int64_t max_draft = !spec ? 0 : spec_auto ? (int64_t)max_levels * width : o->spec_tokens;
+    struct spec_cost *cost = &r->spec_cost;
+    int64_t acc_levels = 0, rejections = 0;
     struct spec_tree tree = { 0 };
     uint8_t *mask = NULL;
     int64_t *path = NULL;
@@ -476,6 +512,9 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
         goto out;
     r->prompt_ms = ms_since(t_start);
+    /* --spec-tokens auto: what a verify pass of 1, 2, 4 ... tokens costs */
+    if (spec_auto && (rc = spec_cost_measure(g->m, g->kv, max_draft + 1, cost, d)) < 0)
+        goto out;
     r->finish_reason = "length";
 
     /* decode: sample, emit, feed back.  With a drafter (spec.h), each pass
@@ -489,18 +528,37 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
         int64_t root_slot = n_prompt + n_gen - 1, cur = 0, a = 0;
 
         spec_tree_reset(&tree, n_gen > 0 ? gen[n_gen - 1] : 0);
-        if (n_gen > 0) {
-            /* drafts beyond what may still be emitted are not made */
-            int64_t bud = cap_gen - n_gen - 1 < max_draft ? cap_gen - n_gen - 1 : max_draft;
+        if (n_gen > 0 && spec) {
+            /* the draft size: fixed, or the best for the acceptance so far
+             * (with one level now and then when none pays, to keep
+             * measuring); drafts beyond what may still be emitted are not
+             * made */
+            int levels = max_levels;
+            int64_t bud = max_draft;
+            if (spec_auto) {
+                double acc = (double)(acc_levels + 1) / (double)(acc_levels + rejections + 2);
+                levels = spec_choose(cost, acc, width, g->dm ? spec_dm_step_ms(g->dm) : 0.0,
+                                     max_levels);
+                if (levels == 0 && r->spec_passes % 16 == 15)
+                    levels = 1;
+                bud = (int64_t)levels * width;
+                r->spec_levels += levels;
+            }
+            if (bud > cap_gen - n_gen - 1)
+                bud = cap_gen - n_gen - 1;
+            double t_d = now_seconds();
             if (bud > 0 && o->lookup) {
                 int64_t nd = spec_lookup_draft(hist, n_prompt + n_gen, o->lookup_ngram, draft, bud);
                 for (int64_t j = 0; j < nd; j++)
                     spec_tree_add(&tree, draft[j], j);
             } else if (bud > 0 && g->dm &&
-                       (rc = spec_dm_draft(g->dm, hist, n_prompt + n_gen, o->spec_depth,
-                                           o->spec_width, bud, o->draft_p_min, &tree, d)) < 0) {
+                       (rc = spec_dm_draft(g->dm, hist, n_prompt + n_gen, levels, width, bud,
+                                           o->draft_p_min, &tree, d)) < 0) {
                 goto out;
             }
+            r->spec_draft_ms += ms_since(t_d);
+        }
+        if (n_gen > 0) {
             for (int64_t j = 0; j < tree.n; j++) {
                 bt[j].seq = seq;
                 bt[j].pos = (int32_t)(root_slot + tree.depth[j]);
@@ -514,7 +572,9 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 spec_tree_mask(&tree, mask);
                 b.mask = mask;
             }
+            double t_v = now_seconds();
             rc = model_forward(g->m, g->kv, &b, NULL, &mo, d);
+            r->spec_verify_ms += ms_since(t_v);
             b.mask = NULL;
             if (rc < 0)
                 goto out;
@@ -547,7 +607,8 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 rc = diag_set(d, ST_NOMEM, "out of memory");
                 goto out;
             }
-            if (!o->json && plen && (rc = utf8_stream_push(&us, piece, plen, g->fp, d)) < 0) {
+            if (!o->json && !g->plain && plen &&
+                (rc = utf8_stream_push(&us, piece, plen, g->fp, d)) < 0) {
                 out_failed(g, rc, d);
                 goto out;
             }
@@ -555,6 +616,10 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 break;
             path[a++] = cur;
             r->spec_accepted++;
+        }
+        if (tree.n > 1) {
+            acc_levels += a;
+            rejections += stop || a < tree.depth[tree.n - 1];
         }
         /* the cache keeps the root and the accepted path, moved to the slots
          * after the root (a chain's path is there already); the rejected
@@ -571,6 +636,26 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     }
     r->gen_ms = n_gen > 0 ? ms_since(t_dec0) : 0.0;
     r->total_ms = ms_since(t_start);
+    if (g->plain) {             /* --spec-compare's plain run: its tokens, nothing written */
+        r->gen_tok_s = r->gen_ms > 0 && n_decode > 0 ? (double)n_decode / (r->gen_ms / 1000.0) : 0.0;
+        if (!(g->cmp = malloc((size_t)(n_gen > 0 ? n_gen : 1) * sizeof(*g->cmp)))) {
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+            goto out;
+        }
+        memcpy(g->cmp, gen, (size_t)n_gen * sizeof(*gen));
+        g->n_cmp = n_gen;
+        goto out;
+    }
+    if (g->cmp) {
+        int64_t k = 0;
+        while (k < n_gen && k < g->n_cmp && gen[k] == g->cmp[k])
+            k++;
+        if (k < n_gen || k < g->n_cmp) {
+            rc = diag_set(d, ST_CHECK, "--spec-compare: the speculative output differs from plain "
+                          "decoding at generated token %lld", (long long)k);
+            goto out;
+        }
+    }
     if (!o->json && (rc = utf8_stream_flush(&us, g->fp, d)) < 0) {
         out_failed(g, rc, d);
         goto out;
@@ -727,6 +812,8 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     r->threads = m->be->n_threads;
     r->kernel = m->be->kernel;
     r->drafter = o->perplexity ? NULL : o->lookup ? "lookup" : o->draft ? "draft" : NULL;
+    r->spec_auto = o->spec_tokens == 0;
+    r->spec_budget = o->spec_tokens;
     r->ctx = o->ctx > 0 ? o->ctx : o->perplexity ? 512
            : m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DEFAULT_CTX;
 
@@ -762,6 +849,14 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     if (o->draft && !o->perplexity &&
         (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, d)) < 0)
         goto out;
+    if (!o->perplexity && o->spec_compare && r->drafter) {
+        struct generate_report pr = *r;
+        g.plain = true;
+        if ((rc = run_text(&g, ids.v, (int64_t)ids.n, &pr, d)) < 0)
+            goto out;
+        g.plain = false;
+        r->spec_plain_tok_s = pr.gen_tok_s;
+    }
     rc = o->perplexity ? run_ppl(&g, r, d) : run_text(&g, ids.v, (int64_t)ids.n, r, d);
     if (out_open) {
         if (rc < 0) {
@@ -775,6 +870,7 @@ out:
     if (out_open)
         xout_abort(&out);
     spec_dm_free(g.dm);
+    free(g.cmp);
     tok_ids_release(&ids);
     kv_free(kv);
     if (tok_loaded)
@@ -794,4 +890,14 @@ generate_report_print(const struct generate_report *r, const char *prefix, FILE 
         fprintf(fp, "%s: prompt %lld tokens, %.1f tok/s; generated %lld tokens, %.1f tok/s (%s)\n",
                 prefix, (long long)r->prompt_tokens, r->prompt_tok_s,
                 (long long)r->completion_tokens, r->gen_tok_s, r->finish_reason);
+    if (!r->perplexity && r->drafter)
+        fprintf(fp, "%s: speculative (%s): %.2f tokens per verify pass, %lld of %lld drafts kept; "
+                "draft %.0f ms, verify %.0f ms; draft size %s%.1f\n", prefix, r->drafter,
+                spec_accept_len(r), (long long)r->spec_accepted, (long long)r->spec_drafted,
+                r->spec_draft_ms, r->spec_verify_ms, r->spec_auto ? "auto, mean " : "",
+                r->spec_auto ? (r->spec_passes ? (double)r->spec_levels / (double)r->spec_passes : 0.0)
+                             : (double)r->spec_budget);
+    if (!r->perplexity && r->drafter && r->spec_plain_tok_s > 0)
+        fprintf(fp, "%s: plain decoding %.1f tok/s, the same tokens: speedup %.2fx\n", prefix,
+                r->spec_plain_tok_s, r->gen_tok_s / r->spec_plain_tok_s);
 }

@@ -30,6 +30,7 @@
 
 #include "runcb.h"
 #include "sample.h"
+#include "spec.h"
 #include "status.h"
 
 struct generate_opts {
@@ -66,7 +67,11 @@ struct generate_opts {
     int spec_depth;             /* default 8 */
     int spec_width;             /* default 1 (a chain) */
     float draft_p_min;          /* default 0.5 */
-    int64_t spec_tokens;        /* draft tokens per verify pass, default 8 */
+    bool spec_compare;          /* also decode plainly (first, silently): check that the
+                                 * tokens are the same (-ST_CHECK if not), report the speedup */
+    int64_t spec_tokens;        /* draft tokens per verify pass; 0 (the default): auto,
+                                 * the number of levels that maximises the expected
+                                 * tokens per second (spec_choose) */
     const char *perplexity;     /* evaluate perplexity over this file instead */
     int64_t chunks;             /* perplexity: at most this many chunks; < 0 = all */
     struct run_callbacks cb;    /* progress (perplexity chunks), notes, warnings
@@ -103,6 +108,12 @@ struct generate_report {
     int64_t spec_passes;        /* decode forward passes */
     int64_t spec_drafted;       /* draft tokens verified */
     int64_t spec_accepted;      /* of them, kept */
+    bool spec_auto;             /* the draft size chosen as the run goes */
+    int64_t spec_budget;        /* the fixed draft size (spec_tokens) */
+    int64_t spec_levels;        /* auto: the levels chosen, summed over the passes */
+    double spec_draft_ms, spec_verify_ms;
+    double spec_plain_tok_s;    /* --spec-compare: plain decoding's speed (0: not run) */
+    struct spec_cost spec_cost; /* auto: the verify pass's measured cost */
     /* perplexity (perplexity.h) */
     double ppl, ppl_err;
     int64_t ppl_chunks;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "spec.h"
+#include "cli.h"
 #include "qtypes.h"
 
 int64_t
@@ -106,6 +107,7 @@ struct spec_dm {
     struct batch_tok *bt;       /* [ctx] */
     float *logits;              /* [n_vocab] */
     int32_t *top;               /* [SPEC_WIDTH_MAX] */
+    double step_ms;             /* one token's forward pass */
 };
 
 /* the draft's vocabulary must be the target's, token for token */
@@ -172,6 +174,10 @@ spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto err;
     }
+    struct spec_cost cost;
+    if ((rc = spec_cost_measure(dm->m, dm->kv, 1, &cost, d)) < 0)
+        goto err;
+    dm->step_ms = spec_cost_at(&cost, 1);
     *out = dm;
     return 0;
 err:
@@ -279,4 +285,91 @@ spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth
             return rc;
     }
     return 0;
+}
+
+/* ---- the draft size ---- */
+
+int
+spec_cost_measure(struct model *m, struct kvcache *kv, int64_t max_n, struct spec_cost *c,
+                  struct diag *d)
+{
+    struct batch_tok bt[32];
+    float *logits = malloc((size_t)m->hp.n_vocab * 32 * sizeof(float));
+    int32_t seq = -1;
+    int rc = 0;
+
+    memset(c, 0, sizeof(*c));
+    if (!logits)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    if (max_n > 32)
+        max_n = 32;
+    for (int64_t n = 1; n <= max_n && c->n_meas < SPEC_COST_N; n *= 2) {
+        double best = -1;
+        for (int rep = 0; rep < 3; rep++) {
+            if (kv_seq_new(kv, &seq) < 0)
+                goto out;
+            for (int64_t i = 0; i < n; i++)
+                bt[i] = (struct batch_tok){ .seq = seq, .pos = (int32_t)i, .token = (int32_t)i,
+                                            .logits = 1, .tiled = 0 };
+            struct batch b = { n, bt, NULL, 0 };
+            struct model_out mo = { logits, NULL };
+            double t0 = now_seconds();
+            rc = model_forward(m, kv, &b, NULL, &mo, d);
+            double ms = (now_seconds() - t0) * 1000.0;
+            kv_seq_free(kv, seq);
+            if (rc == -ST_NOMEM) {      /* the pool is full: what was measured serves */
+                rc = 0;
+                goto out;
+            }
+            if (rc < 0)
+                goto out;
+            if (best < 0 || ms < best)
+                best = ms;
+        }
+        c->n[c->n_meas] = n;
+        c->ms[c->n_meas++] = best;
+    }
+out:
+    free(logits);
+    return rc;
+}
+
+double
+spec_cost_at(const struct spec_cost *c, int64_t n)
+{
+    if (c->n_meas == 0)
+        return 0;
+    if (c->n_meas == 1 || n <= c->n[0])
+        return c->ms[0] * (n <= c->n[0] ? 1.0 : (double)n / (double)c->n[0]);
+    int i = 1;
+    while (i < c->n_meas - 1 && n > c->n[i])
+        i++;
+    double f = (double)(n - c->n[i - 1]) / (double)(c->n[i] - c->n[i - 1]);
+    return c->ms[i - 1] + f * (c->ms[i] - c->ms[i - 1]);
+}
+
+int
+spec_choose(const struct spec_cost *c, double a, int width, double t_draft, int max_levels)
+{
+    double best = 1.0 / spec_cost_at(c, 1), e = 1, ak = 1;
+    int k_best = 0;
+
+    if (c->n_meas == 0)
+        return max_levels;
+    for (int k = 1; k <= max_levels; k++) {
+        ak *= a;
+        e += ak;
+        double v = e / (spec_cost_at(c, (int64_t)k * width + 1) + k * t_draft);
+        if (v > best) {
+            best = v;
+            k_best = k;
+        }
+    }
+    return k_best;
+}
+
+double
+spec_dm_step_ms(const struct spec_dm *dm)
+{
+    return dm->step_ms;
 }

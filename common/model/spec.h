@@ -84,4 +84,40 @@ void spec_dm_free(struct spec_dm *dm);
 int spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth, int width,
                   int64_t budget, float p_min, struct spec_tree *t, struct diag *d);
 
+/* ---- choosing the draft size (--spec-tokens auto) ----
+ *
+ * A verify pass of n tokens costs t(n), measured once at the start; a
+ * draft level costs t_draft (0 for lookup).  With a per-level acceptance
+ * rate a (the drafts kept at each level, from the run's own statistics), a
+ * draft of k levels yields on average E(k) = 1 + a + ... + a^k tokens per
+ * pass, and spec_choose() picks the k that maximises E(k) / (t(k * width +
+ * 1) + k * t_draft), 0 when drafting does not pay. */
+#define SPEC_AUTO_LEVELS 16     /* lookup: levels (tokens) auto may choose */
+#define SPEC_COST_N 6           /* t(n) for n = 1, 2, 4, 8, 16, 32 */
+struct spec_cost {
+    int n_meas;                 /* points measured */
+    int64_t n[SPEC_COST_N];
+    double ms[SPEC_COST_N];     /* the fastest of the tries */
+};
+
+/* spec_cost_measure() : t(n) of model m for n = 1, 2, 4 ... up to max_n
+ * tokens (at most 32), on a scratch sequence of kv (freed after; sizes
+ * that do not fit in the pool are left out).  0 or a forward-pass error. */
+int spec_cost_measure(struct model *m, struct kvcache *kv, int64_t max_n, struct spec_cost *c,
+                      struct diag *d);
+
+/* spec_cost_at() : t(n) interpolated (linearly between the points measured,
+ * and beyond the last one along the last segment); 0 when nothing was
+ * measured */
+double spec_cost_at(const struct spec_cost *c, int64_t n);
+
+/* spec_choose() : the best number of draft levels in 0 .. max_levels (see
+ * above) for acceptance rate a, tokens per level width, and t_draft ms per
+ * level */
+int spec_choose(const struct spec_cost *c, double a, int width, double t_draft, int max_levels);
+
+/* spec_dm_step_ms() : the draft model's time for one token, measured at
+ * spec_dm_open() */
+double spec_dm_step_ms(const struct spec_dm *dm);
+
 #endif

@@ -29,7 +29,8 @@ same_tokens() {
 @test "tiny model: --lookup gives plain decoding's tokens, greedy and sampled, every draft size" {
     local p="one two three one two three one two three one two"
     SPEC="--lookup" same_tokens -m "$TINY" -p "$p" -n 48 --temp 0
-    # the prompt repeats: something was drafted
+    # the prompt repeats: something was drafted (a fixed size: auto's depends on timings)
+    SPEC="--lookup --spec-tokens 8" same_tokens -m "$TINY" -p "$p" -n 48 --temp 0
     jq -e '.speculative.drafted > 0' "$BATS_TEST_TMPDIR/last.json"
     for seed in 1 2 3; do
         SPEC="--lookup --spec-tokens 3 --lookup-ngram 1" same_tokens -m "$TINY" -p "$p" -n 48 --seed "$seed" \
@@ -64,8 +65,10 @@ same_tokens() {
     done
     prompt="List the numbers 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, then list them again: 1, 2,"
     SPEC="--lookup" same_tokens -m "$m" -p "$prompt" --temp 0 -n 40 -t 2
-    # a repetitive continuation: most drafts are kept, several tokens per pass
-    jq -e '.speculative.accepted > 10 and .speculative.acceptance > 0.5' "$BATS_TEST_TMPDIR/last.json"
+    # a repetitive continuation: several tokens per pass (a fixed draft size: auto's
+    # choice depends on the measured timings)
+    SPEC="--lookup --spec-tokens 8" same_tokens -m "$m" -p "$prompt" --temp 0 -n 40 -t 2
+    jq -e '.speculative.accepted > 10 and .speculative.accept_len > 2' "$BATS_TEST_TMPDIR/last.json"
     for seed in 7 8; do
         SPEC="--lookup --spec-tokens 5" same_tokens -m "$m" -p "$prompt" -n 40 --seed "$seed" -t 2
     done
@@ -171,4 +174,21 @@ PY
         -f "$BATS_TEST_TMPDIR/long" --temp 0 -n 40 --ignore-eos -t 2
     jq -e '.prompt_tokens > 520 and .speculative.accepted > 0' "$BATS_TEST_TMPDIR/last.json"
     SPEC="--draft $d --spec-width 2" same_tokens -m "$m" -p "Once upon a time" -n 40 --seed 11 -t 2
+}
+
+@test "--spec-tokens auto (the default) measures the verify cost and reports its choice; --spec-compare checks the tokens and reports the speedup" {
+    local p="one two three one two three one two three"
+    generate -m "$TINY" -p "$p" -n 24 --temp 0 --lookup --json -q > "$BATS_TEST_TMPDIR/a.json"
+    jq -e '.speculative.budget == "auto" and (.speculative.verify_cost_ms | has("1") and has("2"))
+           and .speculative.mean_levels >= 0 and .speculative.mean_levels <= 16
+           and .speculative.accept_len >= 1' "$BATS_TEST_TMPDIR/a.json"
+    generate -m "$TINY" -p "$p" -n 24 --temp 0 --lookup --spec-tokens 4 --json -q > "$BATS_TEST_TMPDIR/b.json"
+    jq -e '.speculative.budget == 4 and (.speculative | has("verify_cost_ms") | not)' "$BATS_TEST_TMPDIR/b.json"
+    run -0 --separate-stderr generate -m "$TINY" -p "$p" -n 24 --seed 4 --draft "$TINY" --spec-compare --json
+    jq -e '.speculative.plain_tok_s > 0 and .speculative.speedup > 0' <<<"$output"
+    run -0 --separate-stderr generate -m "$TINY" -p "$p" -n 24 --seed 4 --lookup --spec-compare
+    [[ "$stderr" == *'the same tokens: speedup'* ]]
+    [[ "$stderr" == *'speculative (lookup): '* ]]
+    run -2 --separate-stderr generate -m "$TINY" -p x --spec-compare
+    run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens automatic
 }
