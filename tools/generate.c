@@ -12,6 +12,7 @@
 #include "compute.h"
 #include "genbatch.h"
 #include "generate.h"
+#include "genmerge.h"
 #include "scheduler.h"
 #include "tool.h"
 #include "tool_cb.h"
@@ -23,10 +24,11 @@ enum {
     OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
     OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL, OPT_DEVICE, OPT_LOOKUP,
     OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS, OPT_DRAFT, OPT_SPEC_DEPTH, OPT_SPEC_WIDTH, OPT_DRAFT_P_MIN,
-    OPT_SPEC_COMPARE,
+    OPT_SPEC_COMPARE, OPT_MERGE,
     /* the options that need --batch, together */
     OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
-    OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_SCHEDULE,
+    OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_RESUME, OPT_SHARD, OPT_SHARD_BY,
+    OPT_SYNC_LINES, OPT_SYNC_SECONDS, OPT_SCHEDULE,
 };
 
 static const struct option longopts[] = {
@@ -52,6 +54,7 @@ static const struct option longopts[] = {
     { "lookup-ngram", required_argument, NULL, OPT_LOOKUP_NGRAM },
     { "max-batch-tokens", required_argument, NULL, OPT_MAX_BATCH_TOKENS },
     { "max-seqs", required_argument, NULL, OPT_MAX_SEQS },
+    { "merge", required_argument, NULL, OPT_MERGE },
     { "min-p", required_argument, NULL, OPT_MIN_P },
     { "model", required_argument, NULL, 'm' },
     { "n-predict", required_argument, NULL, 'n' },
@@ -65,12 +68,17 @@ static const struct option longopts[] = {
     { "quiet", no_argument, NULL, 'q' },
     { "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N },
     { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
+    { "resume", required_argument, NULL, OPT_RESUME },
     { "schedule", required_argument, NULL, OPT_SCHEDULE },
     { "seed", required_argument, NULL, OPT_SEED },
+    { "shard", required_argument, NULL, OPT_SHARD },
+    { "shard-by", required_argument, NULL, OPT_SHARD_BY },
     { "spec-compare", no_argument, NULL, OPT_SPEC_COMPARE },
     { "spec-depth", required_argument, NULL, OPT_SPEC_DEPTH },
     { "spec-tokens", required_argument, NULL, OPT_SPEC_TOKENS },
     { "spec-width", required_argument, NULL, OPT_SPEC_WIDTH },
+    { "sync-lines", required_argument, NULL, OPT_SYNC_LINES },
+    { "sync-seconds", required_argument, NULL, OPT_SYNC_SECONDS },
     { "system", required_argument, NULL, OPT_SYSTEM },
     { "temp", required_argument, NULL, OPT_TEMP },
     { "threads", required_argument, NULL, 't' },
@@ -97,6 +105,25 @@ run_batch(struct batch_opts *b)
         batch_report_print(&r, cli_progname, stderr);
     cli_finish_stdout();
     return tool_stop_count ? 128 + tool_stop_sig : r.errors ? RC_FAIL : RC_OK;
+}
+
+/* --merge REQUESTS RESULTS... (genmerge.h) */
+static int
+run_merge(struct merge_opts *m, int n, char **results)
+{
+    struct merge_report r;
+    struct diag d = {{0}};
+    int rc;
+
+    m->results = (const char *const *)results;
+    m->n_results = n;
+    m->cb = tool_callbacks(false);
+    if ((rc = run_generate_merge(m, &r, &d)))
+        die(rc_from_st(rc), "%s", d.msg);
+    if (cli_verbosity >= 1)
+        merge_report_print(&r, n, cli_progname, stderr);
+    cli_finish_stdout();
+    return RC_OK;
 }
 
 static int
@@ -128,8 +155,11 @@ main(int argc, char **argv)
 {
     struct generate_opts o;
     struct batch_opts b;
+    struct merge_opts mo = { 0 };
+    struct diag d = {{0}};
     bool have_n = false, batch = false, batch_opt = false, oversubscribe = false, have_spec = false;
     bool have_tree = false;
+    bool shard_by = false, sync_opt = false;
     int c, v;
 
     cli_init(argv[0]);
@@ -143,6 +173,26 @@ main(int argc, char **argv)
         case OPT_BATCH: batch = true; break;
         case OPT_BLOCK_SIZE: b.block_size = cli_parse_i64(optarg, 1, 4096, "--block-size", false); break;
         case OPT_KV_TRACE: b.trace = optarg; break;
+        case OPT_MERGE: mo.requests = optarg; break;
+        case OPT_RESUME: b.resume = optarg; break;
+        case OPT_SHARD:
+            if (batch_shard_parse(optarg, &b.shard, &d) < 0)
+                usage_error(usage_line, "--shard: %s", d.msg);
+            break;
+        case OPT_SHARD_BY:
+            if (strcmp(optarg, "index") && strcmp(optarg, "id"))
+                usage_error(usage_line, "--shard-by: '%s' is not index or id", optarg);
+            b.shard.by_id = !strcmp(optarg, "id");
+            shard_by = true;
+            break;
+        case OPT_SYNC_LINES:
+            b.sync_lines = cli_parse_i64(optarg, 1, INT32_MAX, "--sync-lines", false);
+            sync_opt = true;
+            break;
+        case OPT_SYNC_SECONDS:
+            b.sync_seconds = cli_parse_double(optarg, 0, 1e6, "--sync-seconds");
+            sync_opt = true;
+            break;
         case OPT_KV_TYPE:
             if ((v = batch_kv_type_parse(optarg)) < 0)
                 usage_error(usage_line, "--kv-type: '%s' is not f16, f32 or q8_0", optarg);
@@ -234,6 +284,15 @@ main(int argc, char **argv)
         default: cli_exit_usage(usage_line);
         }
     }
+    if (mo.requests) {
+        if (batch || batch_opt || o.model || o.prompt || o.prompt_file || o.perplexity || o.json)
+            usage_error(usage_line, "--merge takes only -o, --force and the results files");
+        if (optind == argc)
+            usage_error(usage_line, "--merge: no results files given");
+        mo.output = o.output;
+        mo.force = o.force;
+        return run_merge(&mo, argc - optind, argv + optind);
+    }
     if (batch && optind < argc)
         b.input = argv[optind++];
     if (optind < argc)
@@ -241,7 +300,12 @@ main(int argc, char **argv)
     const struct usage_rule rules[] = {
         { !o.model, "no model given (-m)" },
         { batch_opt && !batch, "--max-seqs, --max-batch-tokens, --block-size, --kv-type, --schedule, "
-          "--preempt, --no-prefix-cache, --kv-trace and --drain-timeout need --batch" },
+          "--preempt, --no-prefix-cache, --kv-trace, --shard, --shard-by, --resume, --sync-lines, "
+          "--sync-seconds and --drain-timeout need --batch" },
+        { shard_by && !b.shard.count, "--shard-by needs --shard" },
+        { sync_opt && !b.resume, "--sync-lines and --sync-seconds need --resume" },
+        { b.resume && o.output, "--resume FILE is where the results go: no -o with it" },
+        { b.resume && !strcmp(b.resume, "-"), "--resume needs a file it can read back, not '-'" },
         { batch && (o.prompt || o.prompt_file || o.perplexity || o.json),
           "--batch takes no -p, -f, --perplexity or --json (the results are JSON Lines)" },
         { b.trace && !strcmp(b.trace, "-") && (!o.output || !strcmp(o.output, "-")),

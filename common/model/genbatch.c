@@ -25,10 +25,12 @@
 
 #include "chat.h"
 #include "cli.h"
+#include "idset.h"
 #include "json.h"
 #include "kvcache.h"
 #include "model.h"
 #include "qtypes.h"
+#include "resume.h"
 #include "scheduler.h"
 #include "tokenizer.h"
 #include "xio.h"
@@ -50,6 +52,42 @@ batch_opts_init(struct batch_opts *o, const struct generate_opts *g)
     o->preempt = SCHED_PREEMPT_RECOMPUTE;
     o->prefix_cache = true;
     o->drain_timeout = 30;
+    o->sync_seconds = -1;
+}
+
+int
+batch_shard_parse(const char *s, struct batch_shard *sh, struct diag *d)
+{
+    int64_t v[2] = { 0, 0 };
+    const char *p = s;
+
+    for (int i = 0; i < 2; i++) {
+        if (*p < '0' || *p > '9')
+            goto bad;
+        for (; *p >= '0' && *p <= '9'; p++) {
+            if (v[i] > BATCH_SHARDS_MAX)
+                break;          /* too large; the digits need not be read */
+            v[i] = v[i] * 10 + (*p - '0');
+        }
+        if (*p >= '0' && *p <= '9')
+            return diag_set(d, ST_RANGE, "'%s': at most %lld shards", s,
+                            (long long)BATCH_SHARDS_MAX);
+        if (i == 0 && *p++ != '/')
+            goto bad;
+    }
+    if (*p)
+        goto bad;
+    if (v[1] < 1 || v[1] > BATCH_SHARDS_MAX)
+        return diag_set(d, ST_RANGE, "'%s': the count must be 1..%lld", s,
+                        (long long)BATCH_SHARDS_MAX);
+    if (v[0] >= v[1])
+        return diag_set(d, ST_RANGE, "'%s': the index must be below the count: 0..%lld", s,
+                        (long long)(v[1] - 1));
+    sh->index = v[0];
+    sh->count = v[1];
+    return 0;
+bad:
+    return diag_set(d, ST_RANGE, "'%s' is not I/N (shard I of N, counted from 0)", s);
 }
 
 /* ---- request parsing ---- */
@@ -393,106 +431,6 @@ utf8_fix(const char *s, size_t n, size_t *out_len)
     return o;
 }
 
-/* ---- request ids seen (duplicates are refused) ---- */
-
-/* An open-addressing hash set of ids, keyed by their JSON type and value
- * ('s' + the string's bytes, or 'i' + the integer's decimal digits: "7" and
- * 7 are different ids, as they are in the results), with the line that
- * first used each. */
-struct id_entry {
-    char *key;                  /* NULL = empty slot */
-    size_t len;
-    uint64_t hash;
-    int64_t line;
-};
-
-struct id_set {
-    struct id_entry *v;         /* [cap], cap a power of two */
-    size_t n, cap;
-};
-
-static uint64_t
-fnv1a(const char *s, size_t n)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ (unsigned char)s[i]) * 0x100000001b3ull;
-    return h;
-}
-
-static struct id_entry *
-id_slot(struct id_entry *v, size_t cap, const char *key, size_t len, uint64_t h)
-{
-    size_t i = (size_t)h & (cap - 1);
-
-    while (v[i].key && !(v[i].hash == h && v[i].len == len && !memcmp(v[i].key, key, len)))
-        i = (i + 1) & (cap - 1);
-    return &v[i];
-}
-
-/* Records id (first used on line); returns 0 when new, the line that first
- * used it when seen before, -ST_NOMEM. */
-static int64_t
-id_seen(struct id_set *set, const json_t *id, int64_t line)
-{
-    char num[32], *key;
-    const char *src;
-    size_t len;
-    uint64_t h;
-    struct id_entry *e;
-
-    if (json_is_string(id)) {
-        src = json_string_value(id);
-        len = json_string_length(id);
-    } else {
-        snprintf(num, sizeof(num), "%lld", (long long)json_integer_value(id));
-        src = num;
-        len = strlen(num);
-    }
-    if (!(key = malloc(len + 1)))
-        return -ST_NOMEM;
-    key[0] = json_is_string(id) ? 's' : 'i';
-    memcpy(key + 1, src, len);
-    len++;
-    h = fnv1a(key, len);
-    if (set->cap) {
-        e = id_slot(set->v, set->cap, key, len, h);
-        if (e->key) {
-            free(key);
-            return e->line;
-        }
-    }
-    if (2 * (set->n + 1) > set->cap) {
-        size_t nc = set->cap ? set->cap * 2 : 256;
-        struct id_entry *nv = calloc(nc, sizeof(*nv));
-
-        if (!nv) {
-            free(key);
-            return -ST_NOMEM;
-        }
-        for (size_t i = 0; i < set->cap; i++)
-            if (set->v[i].key)
-                *id_slot(nv, nc, set->v[i].key, set->v[i].len, set->v[i].hash) = set->v[i];
-        free(set->v);
-        set->v = nv;
-        set->cap = nc;
-    }
-    e = id_slot(set->v, set->cap, key, len, h);
-    *e = (struct id_entry){ key, len, h, line };
-    set->n++;
-    return 0;
-}
-
-static void
-id_set_release(struct id_set *set)
-{
-    for (size_t i = 0; i < set->cap; i++)
-        free(set->v[i].key);
-    free(set->v);
-    memset(set, 0, sizeof(*set));
-}
-
 struct run {
     const struct batch_opts *o;
     struct model *m;
@@ -507,11 +445,15 @@ struct run {
     const char *trace_name;     /* --kv-trace FILE, NULL for stdout */
     struct batch_report *r;
     json_t **ids;               /* [cap_ids] request ids by tag; NULL = free slot */
+    int64_t *lines;             /* [cap_ids] their line numbers */
     int64_t *free_tags;         /* [cap_ids] stack of free slots (reused: memory is
                                  * bounded by the requests in flight) */
     int64_t cap_ids, n_tags, n_free_tags;
     int64_t pending;            /* accepted, not finished */
     struct id_set seen;         /* every request id so far */
+    int64_t n_requests;         /* request lines so far, every shard's */
+    struct resume_file rf;      /* --resume */
+    bool resuming;
     double t_first_step;
     struct diag werr;           /* first write error */
     int wrc;
@@ -536,6 +478,9 @@ take_tag(struct run *g, int64_t *tag)
         if (!f)
             return -ST_NOMEM;
         g->free_tags = f;
+        if (!(f = realloc(g->lines, (size_t)c * sizeof(*f))))
+            return -ST_NOMEM;
+        g->lines = f;
         g->cap_ids = c;
     }
     *tag = g->n_tags++;
@@ -556,9 +501,33 @@ jset(json_t *o, const char *k, json_t *v)
     return v ? json_object_set_new(o, k, v) : -1;
 }
 
+/* A result line to the --resume file: the whole line in one write. */
+static int
+append_line(struct run *g, json_t *o)
+{
+    char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)), *t;
+    size_t n;
+    int rc;
+
+    if (!s || !(t = realloc(s, (n = strlen(s)) + 2))) {
+        free(s);
+        rc = diag_set(&g->werr, ST_NOMEM, "out of memory");
+    } else {
+        t[n] = '\n';
+        rc = resume_append(&g->rf, t, n + 1, &g->werr);
+        free(t);
+    }
+    if (rc < 0 && !g->wrc)
+        g->wrc = rc;
+    return rc;
+}
+
 static int
 write_line(struct run *g, json_t *o)
 {
+    if (g->resuming)
+        return append_line(g, o);
+
     int rc = json_print_line(o, g->out, &g->werr);
 
     if (rc == 0 && fflush(g->out) != 0)
@@ -605,6 +574,7 @@ on_result(void *ctx, const struct sched_result *res)
         bad |= jset(o, "schema", json_string("generate/1"));
         bad |= jset(o, "type", json_string("completion"));
         bad |= json_object_set(o, "id", g->ids[res->tag]);
+        bad |= jset(o, "line", json_integer(g->lines[res->tag]));
         bad |= jset(o, "text", json_stringn(text, tl));
         bad |= json_object_set(o, "tokens", a);
         bad |= jset(o, "finish_reason", json_string(res->finish_reason));
@@ -645,6 +615,8 @@ on_step(void *ctx, const struct sched_step_info *si)
 
     if (si->step == 0)
         g->t_first_step = now_seconds() - si->time_ms / 1000.0;
+    if (g->resuming && resume_tick(&g->rf, &g->werr) < 0 && !g->wrc)
+        g->wrc = -ST_IO;
     if (!g->trace)
         return 0;
     if (fprintf(g->trace,
@@ -668,6 +640,40 @@ on_step(void *ctx, const struct sched_step_info *si)
 
 /* ---- one request line ---- */
 
+/* Whether this run does the next request line, whose id is id (first: the
+ * line that had it first, 0 when this one did): it is in this run's shard
+ * and has no result in the --resume file yet.  1 = yes, 0 = skip it, < 0 =
+ * the resume file names another line for this id (-ST_FORMAT). */
+static int
+request_mine(struct run *g, const json_t *id, int64_t first, int64_t lineno, struct diag *d)
+{
+    const struct batch_shard *sh = &g->o->shard;
+    int64_t k = g->n_requests++, done;
+
+    if (sh->count > 1) {
+        uint64_t key = sh->by_id ? id_hash(id) : (uint64_t)k;
+        if (key % (uint64_t)sh->count != (uint64_t)sh->index) {
+            g->r->other_shards++;
+            return 0;
+        }
+    }
+    g->r->requests++;
+    /* a repeated id gets its error line again: it has no success */
+    if (!g->resuming || first > 0 || (done = id_set_find(&g->rf.done, id)) == 0)
+        return 1;
+    if (done != lineno) {
+        char *js = json_dumps(id, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+        diag_set(d, ST_FORMAT, "'%s': the result for id %s is for line %lld, but line %lld of "
+                 "'%s' has that id (results of another request file?)", g->rf.path,
+                 js ? js : "?", (long long)done, (long long)lineno,
+                 g->o->input && strcmp(g->o->input, "-") ? g->o->input : "<stdin>");
+        free(js);
+        return -ST_FORMAT;
+    }
+    g->r->resumed++;
+    return 0;
+}
+
 /* Parses, tokenizes and queues one line.  Bad requests, and requests whose
  * id an earlier line used, become error lines; returns < 0 only for
  * failures that end the run. */
@@ -689,26 +695,30 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
         json_t *id = json_integer(lineno);
         char msg[96];
         snprintf(msg, sizeof(msg), "line longer than %zu bytes", BATCH_LINE_MAX);
-        g->r->requests++;
-        if (!id || id_seen(&g->seen, id, lineno) < 0)
-            rc = -ST_NOMEM;
-        else
-            rc = write_error(g, id, lineno, msg);
+        if (!id || (first = id_set_add(&g->seen, id, lineno)) < 0)
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+        else if ((rc = request_mine(g, id, first, lineno, d)) > 0)
+            rc = write_error(g, id, lineno, msg) == -ST_NOMEM ?
+                 diag_set(d, ST_NOMEM, "out of memory") : 0;
         json_decref(id);
-        return rc == -ST_NOMEM ? diag_set(d, ST_NOMEM, "out of memory") : 0;
+        return rc;
     }
     rc = batch_req_parse(line, len, lineno, &def, &q, &e);
     if (rc == 1) {
         batch_req_release(&q);
         return 0;
     }
-    g->r->requests++;
     if (rc == -ST_NOMEM)
         goto nomem;
     /* the id names this line's result: a later line cannot take it, even
-     * when this one is bad */
-    if ((first = id_seen(&g->seen, q.id, lineno)) < 0)
+     * when this one is bad; every shard sees every id */
+    if ((first = id_set_add(&g->seen, q.id, lineno)) < 0)
         goto nomem;
+    int mine = request_mine(g, q.id, first, lineno, d);
+    if (mine <= 0) {
+        rc = mine;
+        goto out;
+    }
     if (rc < 0)
         goto bad;
     if (first > 0) {
@@ -737,6 +747,7 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
                             q.prompt ? (int64_t)ids.n : q.n_tokens, q.max_tokens, q.sp,
                             (const char *const *)q.stop, q.n_stop };
     g->ids[tag] = json_incref(q.id);
+    g->lines[tag] = lineno;
     g->pending++;
     if ((rc = sched_add(g->s, &sr, &e)) < 0) {
         g->pending--;
@@ -893,6 +904,9 @@ main_loop(struct run *g, struct reader *rd, struct diag *d)
                 break;
             bool idle = sched_running(g->s) == 0 && sched_waiting(g->s) == 0;
             size_t before = rd->end;
+            /* about to wait for input: what is written is made durable first */
+            if (idle && g->resuming && (rc = resume_sync(&g->rf, d)) < 0)
+                return rc;
             if ((rc = reader_fill(rd, idle, d)) < 0)
                 return rc;
             if (stop_level(o))
@@ -925,7 +939,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     struct kv_stats ks;
     struct sched_totals t;
     bool out_open = false, tr_open = false;
-    bool to_stdout = !go->output || !strcmp(go->output, "-");
+    bool to_stdout = !o->resume && (!go->output || !strcmp(go->output, "-"));
     int64_t ctx;
     int rc;
 
@@ -939,8 +953,13 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     g.trace_name = o->trace && strcmp(o->trace, "-") ? o->trace : NULL;
     rd.fd = -1;
     xio_note_input(go->model);  /* no output of this run may replace it */
+    g.rf.fd = -1;
+    if (o->resume && go->output)
+        return diag_set(d, ST_RANGE, "--resume FILE is the output: no -o with it");
+    if (o->resume && !strcmp(o->resume, "-"))
+        return diag_set(d, ST_RANGE, "--resume needs a file it can read back, not stdout");
     /* fail before the model loads (see xout_check) */
-    if (!to_stdout && (rc = xout_check(go->output, go->force, d)) < 0) {
+    if (!to_stdout && !o->resume && (rc = xout_check(go->output, go->force, d)) < 0) {
         diag_prefix(d, "'%s'", go->output);
         return rc;
     }
@@ -971,6 +990,22 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     if (!(rd.buf = malloc(rd.cap))) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
+    }
+    if (o->resume) {
+        /* after the input is noted: the request file cannot be the results */
+        if ((rc = resume_open(&g.rf, o->resume, o->sync_lines, o->sync_seconds, d)) < 0)
+            goto out;
+        g.resuming = true;
+        r->resume_kept = g.rf.kept;
+        r->resume_dropped = g.rf.dropped;
+        r->resume_torn = g.rf.torn;
+        if (g.rf.torn)
+            runcb_warn(&go->cb, "'%.300s': cut off its torn last line (%zu bytes, the end of a "
+                       "run that died while writing it); that request runs again", o->resume,
+                       g.rf.torn);
+        runcb_info(&go->cb, "'%.300s': %lld results kept, %lld error, cancelled or repeated "
+                   "results dropped (their requests run again)", o->resume,
+                   (long long)g.rf.kept, (long long)g.rf.dropped);
     }
 
     mopt.n_threads = go->threads;
@@ -1025,7 +1060,9 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
                1048576.0, (long long)r->ctx, (long long)o->max_seqs,
                (long long)o->max_batch_tokens, r->threads, r->kernel);
 
-    if (to_stdout) {
+    if (g.resuming) {
+        g.out = NULL;
+    } else if (to_stdout) {
         g.out = stdout;
     } else {
         if ((rc = xout_open(&xo[0], go->output, go->force, d)) < 0) {
@@ -1073,7 +1110,13 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
         if ((rc = xout_commit_all(xo, 2, d)) < 0)
             goto out;
     }
+    if (g.resuming) {
+        g.resuming = false;
+        rc = resume_close(&g.rf, true, d);
+    }
 out:
+    if (g.resuming)
+        resume_close(&g.rf, false, NULL);
     if (tr_open)
         xout_abort(&xo[1]);
     if (out_open)
@@ -1088,6 +1131,7 @@ out:
     for (int64_t i = 0; i < g.cap_ids; i++)
         json_decref(g.ids[i]);
     free(g.ids);
+    free(g.lines);
     free(g.free_tags);
     id_set_release(&g.seen);
     if (rd.own)
@@ -1099,8 +1143,12 @@ out:
 void
 batch_report_print(const struct batch_report *r, const char *prefix, FILE *fp)
 {
-    fprintf(fp, "%s: %lld requests: %lld completed, %lld errors", prefix, (long long)r->requests,
-            (long long)r->completed, (long long)r->errors);
+    fprintf(fp, "%s: %lld requests", prefix, (long long)r->requests);
+    if (r->other_shards)
+        fprintf(fp, " (%lld more in other shards)", (long long)r->other_shards);
+    fprintf(fp, ": %lld completed, %lld errors", (long long)r->completed, (long long)r->errors);
+    if (r->resumed)
+        fprintf(fp, ", %lld done before", (long long)r->resumed);
     if (r->cancelled)
         fprintf(fp, ", %lld cancelled", (long long)r->cancelled);
     if (r->unfinished)

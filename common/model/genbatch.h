@@ -24,7 +24,7 @@
  *
  * Output: per request, in the order requests finish,
  *
- *   {"schema":"generate/1","type":"completion","id":..,"text":"..",
+ *   {"schema":"generate/1","type":"completion","id":..,"line":N,"text":"..",
  *    "tokens":[..],"finish_reason":"stop"|"length","prompt_tokens":N,
  *    "completion_tokens":N,"cached_tokens":N,"preemptions":N,
  *    "queue_ms":x,"ttft_ms":x,"total_ms":x}
@@ -36,7 +36,8 @@
  *   {"schema":"generate/1","type":"error","id":..,"line":N,
  *    "finish_reason":"error","error":"message"}
  *
- * and the run goes on.  With a KV trace file, one kvtrace/1 line per
+ * and the run goes on ("line" is the request's line number in the input,
+ * counted from 1, blank lines included).  With a KV trace file, one kvtrace/1 line per
  * engine step (docs/kv-trace.md), after a "header" line and before a
  * closing "summary" line.
  */
@@ -56,6 +57,24 @@
 #include "status.h"
 
 #define BATCH_LINE_MAX ((size_t)16 << 20)
+
+/* A share of the requests: request k (counting from 0 the lines that are
+ * requests, i.e. not blank) is this run's when k mod count == index, or,
+ * by_id, when id_hash(its id) mod count == index (idset.h: FNV-1a of the
+ * id's type and value, so every line with one id falls in one shard).
+ * Every shard reads every line, so that each one refuses the same
+ * duplicate ids a single run would. */
+struct batch_shard {
+    int64_t index, count;       /* 0 <= index < count; count 0 = no sharding */
+    bool by_id;
+};
+
+#define BATCH_SHARDS_MAX ((int64_t)1 << 30)
+
+/* batch_shard_parse() : "I/N" (decimal, 0 <= I < N <= BATCH_SHARDS_MAX;
+ * no sign, blank or other character) into sh->index and sh->count.
+ * Returns 0 or -ST_RANGE with the reason in d. */
+int batch_shard_parse(const char *s, struct batch_shard *sh, struct diag *d);
 
 struct batch_opts {
     const struct generate_opts *g;  /* model, output, force, n_predict, chat, system,
@@ -80,6 +99,11 @@ struct batch_opts {
     volatile sig_atomic_t *stop;
     double drain_timeout;       /* --drain-timeout seconds (default 30); 0 = cancel at once;
                                  * < 0 = no limit */
+    struct batch_shard shard;   /* --shard I/N, --shard-by; count 0 = every request */
+    const char *resume;         /* --resume FILE (resume.h): results appended there
+                                 * instead of g->output, requests it has done skipped */
+    int64_t sync_lines;         /* --sync-lines; 0 = RESUME_SYNC_LINES */
+    double sync_seconds;        /* --sync-seconds; < 0 = RESUME_SYNC_SECONDS */
 };
 
 void batch_opts_init(struct batch_opts *o, const struct generate_opts *g);
@@ -90,6 +114,11 @@ struct batch_report {
     int64_t cancelled;          /* of which finish_reason "cancelled" */
     int64_t errors;             /* error lines written */
     int64_t unfinished;         /* accepted, never started, dropped by a stop request */
+    int64_t other_shards;       /* requests of other shards (not counted in requests) */
+    int64_t resumed;            /* of requests: done already in the --resume file */
+    int64_t resume_kept;        /* results the --resume file had, kept */
+    int64_t resume_dropped;     /* error, cancelled, repeated results it had, dropped */
+    size_t resume_torn;         /* bytes of a torn last line cut off it */
     int64_t prompt_tokens, generated;
     int64_t steps, preemptions, prefix_hits;
     double wall_ms;             /* first step to last */
@@ -105,7 +134,10 @@ struct batch_report {
 /* run_generate_batch() : the run described at the top of this file.  The
  * output and the trace are written atomically unless stdout, and committed
  * together (xout_commit_all: both or neither); what finished before a stop
- * request is kept.  Messages name the file concerned.  Returns 0 (error lines may have
+ * request is kept.  With o->resume, results are appended to that file as
+ * they come instead (resume.h; the trace is still atomic), and a request
+ * whose id has a result there is skipped; its line number must be the one
+ * the result names (else -ST_FORMAT: results of another request file).  Messages name the file concerned.  Returns 0 (error lines may have
  * been written: see r->errors); -ST_IO, -ST_FORMAT (model), -ST_RANGE (bad
  * option), -ST_NOMEM (including a KV budget too small for any request). */
 int run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct diag *d);

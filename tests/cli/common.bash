@@ -46,6 +46,54 @@ wait_for_tmp() {
     return 1
 }
 
+# mkreqs N FILE : N JSON requests for generate --batch with varied prompts (a
+# third share a long prefix) and max_tokens 1..40; no temperature (give --temp 0)
+mkreqs() {
+    python3 - "$1" "$2" <<'EOF'
+import json, random, sys
+n, out = int(sys.argv[1]), sys.argv[2]
+r = random.Random(7)
+words = "the a cat dog sat on mat red blue green over under quick brown fox jumps lazy river hill".split()
+shared = " ".join(r.choice(words) for _ in range(30))
+with open(out, "w") as f:
+    for i in range(n):
+        p = " ".join(r.choice(words) for _ in range(r.randint(1, 40)))
+        if i % 3 == 1:
+            p = shared + " " + p
+        f.write(json.dumps({"id": "r%d" % i, "prompt": p, "max_tokens": r.randint(1, 40)}) + "\n")
+EOF
+}
+
+# results_by_line FILE : of generate --batch results, what must not depend on
+# how the job was split or batched - the request, tokens and text of each -
+# in request order
+results_by_line() {
+    jq -c '{line, id, type, tokens, text, finish_reason, prompt_tokens, completion_tokens, error}' "$1" |
+        jq -s -c 'sort_by(.line)[]'
+}
+
+# wait_until SECONDS WHAT CMD... : runs CMD every 0.05 s until it succeeds;
+# after SECONDS says "no WHAT within SECONDS s" and fails.  For conditions the
+# caller has made certain (a process that blocks once it has written its
+# lines, a job that must end): the bound only turns a hang into a failure.
+wait_until() {
+    local limit=$1 what=$2 i
+    shift 2
+    for ((i = 0; i < limit * 20; i++)); do
+        if "$@"; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    echo "no $what within $limit s"
+    return 1
+}
+
+# has_lines FILE N : FILE exists and has at least N lines
+has_lines() {
+    [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]
+}
+
 # not_under_sanitizer : skips a slow numeric check in the sanitizer builds
 # (`make asan`/`make ubsan` set LLMKIT_SAN); the plain `make check` runs it.
 not_under_sanitizer() {

@@ -8,24 +8,6 @@ load common
 
 TINY="$TOP/tests/fixtures/tiny-llama-f16.gguf"
 
-# mkreqs N FILE : N JSON requests with varied prompts (a third share a long
-# prefix) and max_tokens 1..40, greedy
-mkreqs() {
-    python3 - "$1" "$2" <<'EOF'
-import json, random, sys
-n, out = int(sys.argv[1]), sys.argv[2]
-r = random.Random(7)
-words = "the a cat dog sat on mat red blue green over under quick brown fox jumps lazy river hill".split()
-shared = " ".join(r.choice(words) for _ in range(30))
-with open(out, "w") as f:
-    for i in range(n):
-        p = " ".join(r.choice(words) for _ in range(r.randint(1, 40)))
-        if i % 3 == 1:
-            p = shared + " " + p
-        f.write(json.dumps({"id": "r%d" % i, "prompt": p, "max_tokens": r.randint(1, 40)}) + "\n")
-EOF
-}
-
 # alone_tokens REQS OUT : each request run on its own with generate -p
 alone_tokens() {
     while IFS= read -r line; do
