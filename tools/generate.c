@@ -308,8 +308,8 @@ main(int argc, char **argv)
         { b.resume && !strcmp(b.resume, "-"), "--resume needs a file it can read back, not '-'" },
         { batch && (o.prompt || o.prompt_file || o.perplexity || o.json),
           "--batch takes no -p, -f, --perplexity or --json (the results are JSON Lines)" },
-        { b.trace && !strcmp(b.trace, "-") && (!o.output || !strcmp(o.output, "-")),
-          "--kv-trace - needs -o FILE for the results" },
+        { b.trace && !strcmp(b.trace, "-") && !b.resume && (!o.output || !strcmp(o.output, "-")),
+          "--kv-trace - needs -o FILE (or --resume FILE) for the results" },
         { o.prompt && o.prompt_file, "-p and -f are exclusive" },
         { o.system && !o.chat, "--system needs --chat" },
         { o.parse_special && !o.chat, "--parse-special needs --chat (the special-token texts of a "

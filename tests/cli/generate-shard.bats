@@ -173,6 +173,12 @@ EOF
     [ "$(grep -c . res.jsonl)" -eq 3 ]
     results_by_line single.jsonl >want.txt
     results_by_line res.jsonl | diff want.txt -
+    # the results in the file, the KV trace on stdout
+    rm res.jsonl
+    run -0 --separate-stderr generate -m "$TINY" --batch req.jsonl --temp 0 --resume res.jsonl \
+        --kv-trace -
+    jq -e -s '.[0].type == "header" and .[-1].type == "summary" and .[-1].completed == 3' <<<"$output"
+    results_by_line res.jsonl | diff want.txt -
     # a result that names another line for its id: results of another request file
     jq -c 'select(.id == "a") | .line = 3' single.jsonl >other.jsonl
     run -3 --separate-stderr generate -m "$TINY" --batch req.jsonl --temp 0 --resume other.jsonl
