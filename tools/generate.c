@@ -17,77 +17,7 @@
 #include "tool.h"
 #include "tool_cb.h"
 
-#include "generate_usage.h"
-
-enum {
-    OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM,
-    OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
-    OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL, OPT_DEVICE, OPT_LOOKUP,
-    OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS, OPT_DRAFT, OPT_SPEC_DEPTH, OPT_SPEC_WIDTH, OPT_DRAFT_P_MIN,
-    OPT_SPEC_COMPARE, OPT_MERGE,
-    /* the options that need --batch, together */
-    OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
-    OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_RESUME, OPT_SHARD, OPT_SHARD_BY,
-    OPT_SYNC_LINES, OPT_SYNC_SECONDS, OPT_SCHEDULE,
-};
-
-static const struct option longopts[] = {
-    { "batch", no_argument, NULL, OPT_BATCH },
-    { "block-size", required_argument, NULL, OPT_BLOCK_SIZE },
-    { "chat", no_argument, NULL, OPT_CHAT },
-    { "chunks", required_argument, NULL, OPT_CHUNKS },
-    { "ctx", required_argument, NULL, OPT_CTX },
-    { "device", required_argument, NULL, OPT_DEVICE },
-    { "draft", required_argument, NULL, OPT_DRAFT },
-    { "draft-p-min", required_argument, NULL, OPT_DRAFT_P_MIN },
-    { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
-    { "file", required_argument, NULL, 'f' },
-    { "force", no_argument, NULL, OPT_FORCE },
-    { "help", no_argument, NULL, 'h' },
-    { "ignore-eos", no_argument, NULL, OPT_IGNORE_EOS },
-    { "json", no_argument, NULL, OPT_JSON },
-    { "kernel", required_argument, NULL, OPT_KERNEL },
-    { "kv-mem", required_argument, NULL, OPT_KV_MEM },
-    { "kv-trace", required_argument, NULL, OPT_KV_TRACE },
-    { "kv-type", required_argument, NULL, OPT_KV_TYPE },
-    { "lookup", no_argument, NULL, OPT_LOOKUP },
-    { "lookup-ngram", required_argument, NULL, OPT_LOOKUP_NGRAM },
-    { "max-batch-tokens", required_argument, NULL, OPT_MAX_BATCH_TOKENS },
-    { "max-seqs", required_argument, NULL, OPT_MAX_SEQS },
-    { "merge", required_argument, NULL, OPT_MERGE },
-    { "min-p", required_argument, NULL, OPT_MIN_P },
-    { "model", required_argument, NULL, 'm' },
-    { "n-predict", required_argument, NULL, 'n' },
-    { "no-prefix-cache", no_argument, NULL, OPT_NO_PREFIX_CACHE },
-    { "output", required_argument, NULL, 'o' },
-    { "oversubscribe", no_argument, NULL, OPT_OVERSUBSCRIBE },
-    { "parse-special", no_argument, NULL, OPT_PARSE_SPECIAL },
-    { "perplexity", required_argument, NULL, OPT_PERPLEXITY },
-    { "preempt", required_argument, NULL, OPT_PREEMPT },
-    { "prompt", required_argument, NULL, 'p' },
-    { "quiet", no_argument, NULL, 'q' },
-    { "repeat-last-n", required_argument, NULL, OPT_REPEAT_LAST_N },
-    { "repeat-penalty", required_argument, NULL, OPT_REPEAT_PENALTY },
-    { "resume", required_argument, NULL, OPT_RESUME },
-    { "schedule", required_argument, NULL, OPT_SCHEDULE },
-    { "seed", required_argument, NULL, OPT_SEED },
-    { "shard", required_argument, NULL, OPT_SHARD },
-    { "shard-by", required_argument, NULL, OPT_SHARD_BY },
-    { "spec-compare", no_argument, NULL, OPT_SPEC_COMPARE },
-    { "spec-depth", required_argument, NULL, OPT_SPEC_DEPTH },
-    { "spec-tokens", required_argument, NULL, OPT_SPEC_TOKENS },
-    { "spec-width", required_argument, NULL, OPT_SPEC_WIDTH },
-    { "sync-lines", required_argument, NULL, OPT_SYNC_LINES },
-    { "sync-seconds", required_argument, NULL, OPT_SYNC_SECONDS },
-    { "system", required_argument, NULL, OPT_SYSTEM },
-    { "temp", required_argument, NULL, OPT_TEMP },
-    { "threads", required_argument, NULL, 't' },
-    { "top-k", required_argument, NULL, OPT_TOP_K },
-    { "top-p", required_argument, NULL, OPT_TOP_P },
-    { "verbose", no_argument, NULL, 'v' },
-    { "version", no_argument, NULL, 'V' },
-    { NULL, 0, NULL, 0 },
-};
+#include "generate_opts.h"
 
 /* --batch: SIGINT/SIGTERM drain the run (genbatch.h); then exit 128 + the signal. */
 static int
