@@ -192,3 +192,22 @@ PY
     run -2 --separate-stderr generate -m "$TINY" -p x --spec-compare
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens automatic
 }
+
+@test "sampled speculative output follows the target's distribution: chi-square of 1500 seeded draws against a numpy forward pass" {
+    not_under_sanitizer
+    local PY="${LLMKIT_CACHE}/venv/bin/python" prompt s
+    if ! "$PY" -c 'import gguf, numpy' 2>/dev/null; then
+        [ "${CI:-}" != true ] || { echo "no venv at $PY (scripts/pyenv)"; return 1; }
+        skip "no Python venv with gguf and numpy (run scripts/pyenv)"
+    fi
+    prompt=$(generate -m "$TINY" -p "one two three" -n 1 --temp 0 --json -q | jq -c .prompt_token_ids)
+    # the second token comes from a verify pass of a tree of 3 draft tokens
+    for s in $(seq 1 1500); do
+        generate -m "$TINY" -p "one two three" -n 5 --seed "$s" --temp 0.3 --top-k 0 --top-p 1 \
+            --min-p 0 --draft "$TINY" --spec-width 3 --spec-tokens 3 --draft-p-min 0 --ignore-eos \
+            --json -q | jq -c .tokens
+    done > "$BATS_TEST_TMPDIR/draws"
+    "$PY" "$TOP/tests/cli/lib/spec_chi2.py" "$TINY" "$BATS_TEST_TMPDIR/draws" "$prompt" 0.3 >&3
+    # the control: the first token's draws are not distributed as the second's
+    run -1 "$PY" "$TOP/tests/cli/lib/spec_chi2.py" "$TINY" "$BATS_TEST_TMPDIR/draws" "$prompt" 0.3 0
+}
