@@ -251,8 +251,10 @@ main(int argc, char **argv)
           "--lookup or --draft" },
         { have_tree && !o.draft, "--spec-depth, --spec-width and --draft-p-min need --draft" },
         { o.lookup && o.draft, "--lookup and --draft are exclusive" },
-        { (o.lookup || o.draft) && (batch || o.perplexity), "--lookup and --draft work with one "
-          "prompt (-p, -f), not with --batch or --perplexity" },
+        { o.draft && (batch || o.perplexity), "--draft works with one prompt (-p, -f), not with "
+          "--batch or --perplexity" },
+        { o.lookup && o.perplexity, "--lookup does not go with --perplexity" },
+        { o.spec_compare && batch, "--spec-compare works with one prompt (-p, -f)" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
     o.threads = cli_cap_threads(o.threads, oversubscribe);

@@ -1042,6 +1042,10 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     so.prefix_cache = o->prefix_cache;
     so.ignore_eos = go->ignore_eos;
     so.ctx = ctx;
+    if (go->lookup) {
+        so.spec_tokens = go->spec_tokens ? go->spec_tokens : BATCH_SPEC_AUTO;
+        so.lookup_ngram = go->lookup_ngram;
+    }
     cb.result = on_result;
     cb.step = on_step;
     cb.ctx = &g;
@@ -1092,6 +1096,10 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     sched_get_totals(g.s, &t);
     r->unfinished = g.pending;
     r->steps = t.steps;
+    r->spec = so.spec_tokens > 0;
+    r->spec_passes = t.spec_passes;
+    r->spec_drafted = t.spec_drafted;
+    r->spec_accepted = t.spec_accepted;
     r->prompt_tokens = t.prompt_tokens;
     r->preemptions = t.preemptions;
     r->prefix_hits = t.prefix_hits;
@@ -1159,4 +1167,8 @@ batch_report_print(const struct batch_report *r, const char *prefix, FILE *fp)
             "KV waste %.1f%% paged vs %.1f%% contiguous\n", prefix, (long long)r->steps,
             (long long)r->preemptions, (long long)r->prefix_hits, 100.0 * r->waste_paged,
             100.0 * r->waste_contig);
+    if (r->spec)
+        fprintf(fp, "%s: speculative (lookup): %lld of %lld drafts kept in %lld verifying decodes\n",
+                prefix, (long long)r->spec_accepted, (long long)r->spec_drafted,
+                (long long)r->spec_passes);
 }

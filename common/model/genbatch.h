@@ -129,7 +129,14 @@ struct batch_report {
     int64_t ctx, blocks_total, block_size;
     int threads;
     const char *kernel;
+    bool spec;                  /* --lookup */
+    int64_t spec_passes, spec_drafted, spec_accepted;   /* sched_totals */
 };
+
+/* --lookup --spec-tokens auto with --batch: a fixed draft of at most this
+ * many tokens per sequence (a step's verify cost is shared by every
+ * sequence in it, so generate's single-sequence cost model does not apply) */
+#define BATCH_SPEC_AUTO 4
 
 /* run_generate_batch() : the run described at the top of this file.  The
  * output and the trace are written atomically unless stdout, and committed

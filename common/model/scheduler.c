@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "model.h"
+#include "spec.h"
 #include "tokenizer.h"
 
 int
@@ -62,6 +63,8 @@ struct seq {
     int64_t chunk;
     int64_t need;               /* blocks reserved for the chunk */
     int64_t logit_row;
+    int32_t *draft;             /* [spec_tokens] this step's lookup draft */
+    int64_t n_draft;
 };
 
 struct sched {
@@ -77,7 +80,8 @@ struct sched {
     int64_t n_wait, cap_wait;
     uint64_t n_arrival, n_admit;
     struct batch_tok *bt;       /* [max_batch_tokens] */
-    float *logits;              /* [max_seqs][n_vocab] */
+    float *logits;              /* [n_rows][n_vocab] */
+    int64_t n_rows;
     double t0;
     int64_t step;
     int64_t budget;             /* tokens left in this step's batch */
@@ -110,6 +114,7 @@ seq_free(struct sched *s, struct seq *q)
         free(q->stop[i]);
     free(q->stop);
     free(q->toks);
+    free(q->draft);
     free(q->text);
     free(q);
 }
@@ -218,7 +223,13 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         s->ctx = o->ctx;
     s->run = malloc((size_t)o->max_seqs * sizeof(*s->run));
     s->bt = calloc((size_t)o->max_batch_tokens, sizeof(*s->bt));
-    s->logits = malloc((size_t)o->max_seqs * (size_t)s->n_vocab * sizeof(float));
+    if (o->spec_tokens < 0 || o->spec_tokens > 64 || o->lookup_ngram < 1 || o->lookup_ngram > 16) {
+        free(s);
+        return diag_set(d, ST_RANGE, "speculative options out of range");
+    }
+    /* a logits row per decoding sequence, and one per draft token */
+    s->n_rows = o->max_seqs + (o->spec_tokens ? o->max_batch_tokens : 0);
+    s->logits = malloc((size_t)s->n_rows * (size_t)s->n_vocab * sizeof(float));
     if (!s->run || !s->bt || !s->logits) {
         sched_free(s);
         return diag_set(d, ST_NOMEM, "out of memory for %lld sequences",
@@ -333,6 +344,8 @@ sched_add(struct sched *s, const struct sched_req *r, struct diag *d)
     kv_prefix_key_root(&q->key);
     if (!(q->toks = malloc((size_t)q->cap * sizeof(int32_t))))
         goto nomem;
+    if (s->o.spec_tokens && !(q->draft = malloc((size_t)s->o.spec_tokens * sizeof(int32_t))))
+        goto nomem;
     memcpy(q->toks, r->prompt, (size_t)r->n_prompt * sizeof(int32_t));
     if (r->n_stop) {
         if (!(q->stop = calloc(r->n_stop, sizeof(char *))))
@@ -406,6 +419,7 @@ preempt(struct sched *s, struct seq *q, struct diag *d)
     s->budget += q->chunk;      /* a victim scheduled earlier in the step */
     q->chunk = 0;
     q->need = 0;
+    q->n_draft = 0;
     q->preemptions++;
     s->tot.preemptions++;
     if (s->o.preempt == SCHED_PREEMPT_SWAP) {
@@ -626,6 +640,29 @@ accept_token(struct sched *s, struct seq *q, int32_t t, int *err)
     return NULL;
 }
 
+/* ---- speculative decoding ---- */
+
+/* q's lookup draft for this step (spec.h): at most spec_tokens, what the
+ * step's token budget and q's output budget leave, and only as long as the
+ * blocks it needs are free without preempting anyone */
+static void
+lookup_draft(struct sched *s, struct seq *q)
+{
+    int64_t lim = s->o.spec_tokens;
+
+    if (lim > s->budget - 1)
+        lim = s->budget - 1;
+    if (lim > q->max_gen - q->n_gen - 1)
+        lim = q->max_gen - q->n_gen - 1;
+    if (lim <= 0)
+        return;
+    int64_t nd = spec_lookup_draft(q->toks, n_total(q), s->o.lookup_ngram, q->draft, lim);
+    int64_t need1 = kv_seq_blocks_needed(s->kv, q->kvs, 1), avail = avail_blocks(s);
+    while (nd > 0 && kv_seq_blocks_needed(s->kv, q->kvs, 1 + nd) > (need1 > avail ? need1 : avail))
+        nd--;
+    q->n_draft = nd;
+}
+
 /* ---- one step ---- */
 
 int
@@ -641,6 +678,7 @@ sched_step(struct sched *s, struct diag *d)
     for (int64_t i = 0; i < s->n_run; i++) {
         s->run[i]->chunk = 0;
         s->run[i]->need = 0;
+        s->run[i]->n_draft = 0;
     }
     s->budget = s->o.max_batch_tokens;
 
@@ -651,8 +689,13 @@ sched_step(struct sched *s, struct diag *d)
             i++;
             continue;
         }
-        if ((rc = schedule_chunk(s, q, 1, &preempted, &gone, d)) < 0)
+        q->n_draft = 0;
+        if (s->o.spec_tokens)
+            lookup_draft(s, q);
+        if ((rc = schedule_chunk(s, q, 1 + q->n_draft, &preempted, &gone, d)) < 0)
             return rc;
+        if (gone)
+            q->n_draft = 0;
         if (gone)
             continue;           /* q left run[]; i now names the next one */
         s->budget -= q->chunk;
@@ -709,20 +752,22 @@ sched_step(struct sched *s, struct diag *d)
         q->logit_row = -1;
         if (!q->chunk)
             continue;
-        bool dec = q->chunk == 1 && q->n_done >= q->n_prompt;
+        bool dec = q->chunk == 1 + q->n_draft && q->n_done >= q->n_prompt;
         for (int64_t j = 0; j < q->chunk; j++) {
             struct batch_tok *b = &s->bt[n_tok++];
             int64_t p = q->n_done + j;
             b->seq = q->kvs;
             b->pos = (int32_t)p;
-            b->token = q->toks[p];
-            b->logits = p == n_total(q) - 1;
+            b->token = j == 0 || !q->n_draft ? q->toks[p] : q->draft[j - 1];
+            b->logits = p >= n_total(q) - 1;
             /* as the request alone (generate.c) computes it; generated
              * tokens recomputed after a preemption stay one-row */
             b->tiled = model_prompt_tiled(q->n_prompt, p);
         }
-        if (q->n_done + q->chunk == n_total(q))
-            q->logit_row = n_rows++;
+        if (q->n_done + q->chunk == n_total(q) + q->n_draft) {
+            q->logit_row = n_rows;
+            n_rows += 1 + q->n_draft;
+        }
         if (dec)
             n_dec_tok++;
         else
@@ -741,16 +786,42 @@ sched_step(struct sched *s, struct diag *d)
         const char *fin = NULL;
         int err = 0;
 
-        q->n_done += q->chunk;
-        if (s->o.prefix_cache && q->chunk)
-            publish(s, q);
-        if (q->logit_row >= 0) {
-            int32_t t = sampler_sample(q->smp, s->logits + q->logit_row * s->n_vocab);
-            if (q->t_first == 0)
-                q->t_first = now_seconds();
-            fin = accept_token(s, q, t, &err);
-            if (err)
-                return diag_set(d, -err, "out of memory");
+        if (q->n_draft) {
+            /* the draft's rows in turn while they agree; the cache keeps
+             * the fed token and the drafts kept (before publishing) */
+            int64_t a = 0;
+            for (;;) {
+                int32_t t = sampler_sample(q->smp, s->logits + (q->logit_row + a) * s->n_vocab);
+                if (q->t_first == 0)
+                    q->t_first = now_seconds();
+                fin = accept_token(s, q, t, &err);
+                if (err)
+                    return diag_set(d, -err, "out of memory");
+                if (fin || a == q->n_draft || t != q->draft[a])
+                    break;
+                a++;
+            }
+            s->tot.spec_passes++;
+            s->tot.spec_drafted += q->n_draft;
+            s->tot.spec_accepted += a;
+            q->n_done += 1 + a;
+            if (a < q->n_draft)
+                kv_seq_truncate(s->kv, q->kvs, q->n_done);
+            q->n_draft = 0;
+            if (s->o.prefix_cache)
+                publish(s, q);
+        } else {
+            q->n_done += q->chunk;
+            if (s->o.prefix_cache && q->chunk)
+                publish(s, q);
+            if (q->logit_row >= 0) {
+                int32_t t = sampler_sample(q->smp, s->logits + q->logit_row * s->n_vocab);
+                if (q->t_first == 0)
+                    q->t_first = now_seconds();
+                fin = accept_token(s, q, t, &err);
+                if (err)
+                    return diag_set(d, -err, "out of memory");
+            }
         }
         q->chunk = 0;
         q->need = 0;

@@ -29,6 +29,10 @@
  * published blocks that match the start of its tokens and computes only the
  * rest (at least its last token, whose logits are needed).
  *
+ * With spec_tokens, a decoding sequence's one token is followed in the
+ * batch by a prompt lookup draft; the draft's rows are sampled in turn while
+ * they agree (as generate's --lookup does), the rejected slots truncated.
+ *
  * A sequence finishes on an end-of-generation token (not part of the
  * output; unless ignore_eos), when its text contains a stop string (the
  * text is cut before it; the tokens are all kept), or when it has produced
@@ -79,9 +83,16 @@ struct sched_opts {
     bool ignore_eos;            /* do not stop at end-of-generation tokens */
     int64_t ctx;                /* tokens per sequence (prompt + output) at most;
                                  * 0 = the pool's capacity; never more than it */
+    /* speculative decoding with prompt lookup (spec.h): each decoding
+     * sequence drafts up to spec_tokens tokens from the longest earlier
+     * match of its last lookup_ngram tokens or fewer, verified in the same
+     * step (where the budget and free blocks allow: a draft never preempts);
+     * 0 = off.  Every request's tokens stay what they are without. */
+    int64_t spec_tokens;
+    int lookup_ngram;
 };
 
-#define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0 }
+#define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0, 0, 3 }
 
 /* One request.  Everything is copied by sched_add(). */
 struct sched_req {
@@ -136,6 +147,8 @@ struct sched_totals {
     int64_t preemptions, swaps_out;
     int64_t prefix_hits;        /* blocks */
     size_t swap_bytes_peak;
+    int64_t spec_passes;        /* decodes that verified a draft */
+    int64_t spec_drafted, spec_accepted;    /* draft tokens verified, kept */
     /* sums over steps, for run averages */
     double sum_slots;           /* blocks_used * block_size */
     double sum_stored;          /* slots_filled */

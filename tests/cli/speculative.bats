@@ -80,8 +80,9 @@ same_tokens() {
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --lookup-ngram 0
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens 65
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens -1
-    run -2 --separate-stderr generate -m "$TINY" --lookup --batch /dev/null
+    run -2 --separate-stderr generate -m "$TINY" --draft "$TINY" --batch /dev/null
     [[ "$stderr" == *'not with --batch'* ]]
+    run -2 --separate-stderr generate -m "$TINY" --lookup --spec-compare --batch /dev/null
     run -2 --separate-stderr generate -m "$TINY" --lookup --perplexity /dev/null
 }
 
@@ -210,4 +211,44 @@ PY
     "$PY" "$TOP/tests/cli/lib/spec_chi2.py" "$TINY" "$BATS_TEST_TMPDIR/draws" "$prompt" 0.3 >&3
     # the control: the first token's draws are not distributed as the second's
     run -1 "$PY" "$TOP/tests/cli/lib/spec_chi2.py" "$TINY" "$BATS_TEST_TMPDIR/draws" "$prompt" 0.3 0
+}
+
+# batch_same ARGS... : generate --batch with ARGS gives the same results with
+# --lookup (the extra options in SPEC) as without; the lookup run's
+# statistics line goes to stats
+batch_same() {
+    generate -q -m "$@" > "$BATS_TEST_TMPDIR/plain.jsonl"
+    generate -v -m "$@" --lookup $SPEC > "$BATS_TEST_TMPDIR/look.jsonl" 2> "$BATS_TEST_TMPDIR/stats"
+    diff <(results_by_line "$BATS_TEST_TMPDIR/plain.jsonl") <(results_by_line "$BATS_TEST_TMPDIR/look.jsonl")
+}
+
+@test "--batch --lookup: every request's tokens as without, with preemption (recompute, swap), small steps and a prefix cache" {
+    local f16="$TOP/tests/fixtures/tiny-llama-f16.gguf"
+    mkreqs 64 "$BATS_TEST_TMPDIR/req.jsonl"
+    # half of the requests sampled, with their own seeds
+    jq -c 'if (.id | ltrimstr("r") | tonumber) % 2 == 1 then . + {temperature: 0.9, seed: 5} else . + {temperature: 0} end' \
+        "$BATS_TEST_TMPDIR/req.jsonl" > "$BATS_TEST_TMPDIR/reqs.jsonl"
+    SPEC="--spec-tokens 6" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
+    grep -q 'speculative (lookup): [0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
+    SPEC="" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 64KiB --block-size 4 \
+        --max-seqs 8
+    grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
+    SPEC="--spec-tokens 3 --lookup-ngram 1" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
+        --kv-mem 64KiB --block-size 4 --max-seqs 8 --preempt swap
+    SPEC="--spec-tokens 8" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --max-batch-tokens 12
+}
+
+@test "SmolLM2 --batch --lookup: the same tokens as without, pools that preempt included" {
+    not_under_sanitizer
+    local m
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
+    for i in $(seq 0 11); do
+        printf '{"id": "r%d", "prompt": "List the numbers 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, then list them again: 1, 2, %d", "max_tokens": %d, "temperature": %s, "seed": %d}\n' \
+            "$i" "$i" $((10 + 5 * i)) "$([ $((i % 2)) = 0 ] && echo 0 || echo 0.8)" "$i"
+    done > "$BATS_TEST_TMPDIR/reqs.jsonl"
+    SPEC="" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
+    grep -q 'speculative (lookup): [1-9][0-9]* of' "$BATS_TEST_TMPDIR/stats"
+    SPEC="--spec-tokens 8" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 2MiB \
+        --max-seqs 12 --block-size 4
+    grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
 }
