@@ -2,6 +2,9 @@
  * dispatch.c - the kernel implementations known to this build and the
  * run-time choice between them (--kernel NAME, LLMKIT_KERNEL).
  */
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -47,8 +50,14 @@ avx2_available(void)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+#if defined(__clang__)
+    /* clang's __builtin_cpu_supports knows no "f16c": CPUID.1:ECX bit 29 */
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1);
+#else
+    int f16c = __builtin_cpu_supports("f16c");
+#endif
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 #else
     return 0;
 #endif

@@ -394,8 +394,10 @@ scores8(const uint8_t *const *kr, int f16, int m, int64_t dk, const float *qh, f
  * overlap; each head's operations are those it would do alone. */
 /* acc[h][i] is read only for i < nv, each written first (GCC cannot see it
  * through the unrolled loops) */
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 static inline __attribute__((always_inline)) void
 attn_chunk(const uint8_t *const *krows, const uint8_t *const *vrows, int n, int64_t dk, float scale,
            const float *const *qh, float *const *accm, float *Mp, float *Sp, int f16, int nv, int nh)
@@ -473,7 +475,9 @@ attn_chunk(const uint8_t *const *krows, const uint8_t *const *vrows, int n, int6
         Sp[h] = S[h];
     }
 }
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic pop
+#endif
 
 static inline void
 prefetch_span(const uint8_t *p, size_t bytes)

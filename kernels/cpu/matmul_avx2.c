@@ -42,6 +42,23 @@
 #include "cpu/mm_layout.h"
 #include "cpu/simd_avx2.h"
 
+/* lane i of v set to the 16-bit h.  GCC unrolls the loops this is used in,
+ * making i a constant for _mm_insert_epi16; clang (the fuzz build) wants a
+ * constant in the source, so it goes through memory: the same bits. */
+#if defined(__clang__)
+static inline __m128i
+insert16(__m128i v, uint16_t h, int i)
+{
+    uint16_t t[8];
+    _mm_storeu_si128((__m128i *)(void *)t, v);
+    t[i] = h;
+    return _mm_loadu_si128((const __m128i *)(const void *)t);
+}
+#define INSERT16(v, h, i) insert16((v), (h), (i))
+#else
+#define INSERT16(v, h, i) _mm_insert_epi16((v), (h), (i))
+#endif
+
 /* 1 on cores that execute 256-bit operations as two 128-bit halves (AMD
  * family 17h before Zen 2: models below 0x30), where 128-bit code is
  * cheaper for some unpacking; set with the f16 table. */
@@ -495,7 +512,7 @@ chain_rows8(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type,
             __m128i lo = _mm_and_si128(qs, m15), hi = _mm_and_si128(_mm_srli_epi16(qs, 4), m15);
             uint16_t h;
             memcpy(&h, blk, 2);
-            dh = _mm_insert_epi16(dh, h, i);
+            dh = INSERT16(dh, h, i);
             if (type == T_Q4_0) {
                 /* |pair| <= 2 * 15 * 127: the two halves add in int16 */
                 __m128i p = _mm_add_epi16(_mm_maddubs_epi16(lo, ylo), _mm_maddubs_epi16(hi, yhi));
@@ -910,8 +927,8 @@ q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
             const struct block_q4_K *x = (const struct block_q4_K *)(const void *)(row0 + (size_t)i * row_bytes) + b;
             uint64_t sc8, mn8;
             k4_scales8(x->scales, &sc8, &mn8);
-            dh = _mm_insert_epi16(dh, x->d, i);
-            mh = _mm_insert_epi16(mh, x->dmin, i);
+            dh = INSERT16(dh, x->d, i);
+            mh = INSERT16(mh, x->dmin, i);
             __m256i acc = _mm256_setzero_si256();
             /* the 8 scales as int16 in both lanes; chunk c takes 2c and 2c + 1 */
             __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));

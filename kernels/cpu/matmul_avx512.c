@@ -847,11 +847,13 @@ pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const
         /* the 8 rows' first 4 bytes of block b: d (and m) */
         __m128i g0 = _mm_cvtsi32_si128(ld32((const int8_t *)(rp[0] + o)));
         __m128i g1 = _mm_cvtsi32_si128(ld32((const int8_t *)(rp[4] + o)));
-#pragma GCC unroll 3
-        for (int i = 1; i < 4; i++) {
-            g0 = _mm_insert_epi32(g0, ld32((const int8_t *)(rp[i] + o)), i);
-            g1 = _mm_insert_epi32(g1, ld32((const int8_t *)(rp[4 + i] + o)), i);
-        }
+        /* (constant lane numbers: clang, the fuzz build, requires them) */
+        g0 = _mm_insert_epi32(g0, ld32((const int8_t *)(rp[1] + o)), 1);
+        g1 = _mm_insert_epi32(g1, ld32((const int8_t *)(rp[5] + o)), 1);
+        g0 = _mm_insert_epi32(g0, ld32((const int8_t *)(rp[2] + o)), 2);
+        g1 = _mm_insert_epi32(g1, ld32((const int8_t *)(rp[6] + o)), 2);
+        g0 = _mm_insert_epi32(g0, ld32((const int8_t *)(rp[3] + o)), 3);
+        g1 = _mm_insert_epi32(g1, ld32((const int8_t *)(rp[7] + o)), 3);
         __m256i g = _mm256_inserti128_si256(_mm256_castsi128_si256(g0), g1, 1);
         __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)), _mm256_set1_ps(ar->d[b]));
         if (has_min)
