@@ -436,7 +436,7 @@ test_attention_window(const struct kernel_ops *ops)
             int64_t nt = ops_attn_tiled_scratch_floats_ref(nq, dk, dv);
             if (ops->attn_tiled && ops->attn_tiled_scratch_floats(nq, dk, dv) > nt)
                 nt = ops->attn_tiled_scratch_floats(nq, dk, dv);
-            float *scr = aligned_alloc(64, (size_t)((nscr > nt ? nscr : nt) + 16) * 4);
+            float *scr = aligned_alloc(64, (size_t)((nscr > nt ? nscr : nt) + 16 + 15) / 16 * 64);
             int64_t nkv[ATTN_TILE_Q], lo[ATTN_TILE_Q];
             for (int64_t b = 0; b < nblk; b++)
                 table[b] = (int32_t)(nblk - 1 - b);     /* permuted blocks */
