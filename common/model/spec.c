@@ -159,10 +159,12 @@ spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo
     }
     model_kv_config(dm->m, 0, GGML_TYPE_F16, &c);
     c.mem = kv_block_bytes(&c) * (size_t)((ctx + 2 * KV_BLOCK_SIZE_DEFAULT) / KV_BLOCK_SIZE_DEFAULT);
-    if ((rc = kv_new(&dm->kv, &c, d)) < 0 || (rc = kv_seq_new(dm->kv, &dm->seq)) < 0) {
-        if (rc > -ST_OK)
-            rc = diag_set(d, ST_NOMEM, "draft: no KV sequence");
+    if ((rc = kv_new(&dm->kv, &c, d)) < 0) {
         diag_prefix(d, "'%s'", path);
+        goto err;
+    }
+    if ((rc = kv_seq_new(dm->kv, &dm->seq)) < 0) {
+        rc = diag_set(d, -rc, "'%s': no KV sequence for the draft", path);
         goto err;
     }
     dm->ctx = ctx;
