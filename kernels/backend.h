@@ -113,6 +113,9 @@ struct backend_attn {
     const int64_t *vis0;
     const uint8_t *vis;
     int64_t ld_vis;
+    /* a sliding window: NULL, or [n_rows]: row r sees no slot below lo[r]
+     * (with or without a mask; tiled rows too) */
+    const int64_t *lo;
 };
 
 /* What the attention steps of a call may ask, for attn_reserve. */
@@ -187,6 +190,10 @@ struct backend_ops {
     void (*add)(struct backend *be, float *x, const float *y, int64_t n_tok, int64_t dim);
     /* g[t] = silu(g[t]) * u[t], rows of dim (SwiGLU) */
     void (*silu_mul)(struct backend *be, float *g, const float *u, int64_t n_tok, int64_t dim);
+    /* g[t] = gelu(g[t]) * u[t], rows of dim (GeGLU, ops.h gelu_mul) */
+    void (*gelu_mul)(struct backend *be, float *g, const float *u, int64_t n_tok, int64_t dim);
+    /* x[t] *= s, rows of dim (one f32 product per element, as ggml_scale) */
+    void (*scale)(struct backend *be, float *x, float s, int64_t n_tok, int64_t dim);
 
     /* the trainer's backward ops: NULL until the EAGLE trainer adds them */
     const struct backend_backward_ops *backward;

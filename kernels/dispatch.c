@@ -32,6 +32,7 @@ const struct kernel_ops kernel_ops_ref = {
     .rope = ops_rope_ref,
     .softmax = ops_softmax_ref,
     .silu_mul = ops_silu_mul_ref,
+    .gelu_mul = ops_gelu_mul_ref,
     .attn = ops_attn_ref,
     .attn_scratch_floats = ops_attn_scratch_floats_ref,
     .attn_tiled = ops_attn_tiled_ref,
@@ -64,6 +65,7 @@ avx2_available(void)
     .rope = ops_rope_avx2,                                        \
     .softmax = ops_softmax_ref,                                   \
     .silu_mul = ops_silu_mul_avx2,                                \
+    .gelu_mul = ops_gelu_mul_avx2,                                \
     .attn = ops_attn_avx2,                                        \
     .attn_scratch_floats = ops_attn_scratch_floats_avx2,          \
     .attn_tiled = ops_attn_tiled_avx2,                            \

@@ -124,6 +124,15 @@ typedef void (*ops_softmax_fn)(float *x, int64_t n);
  * equal gate or up. */
 typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, int64_t n);
 
+/* ---- gelu_mul: GeGLU gate (gemma) ----
+ * y[i] = gelu(gate[i]) * up[i], as ggml's CPU geglu with GGML_GELU_FP16
+ * (ggml-cpu/vec.h, defined in every build): gate <= -10 gives 0, gate >= 10
+ * gives gate * up, otherwise gate is rounded to f16 h and gelu is looked up
+ * as fp16(0.5 f (1 + tanhf(sqrt(2/pi) f fma(0.044715 f, f, 1)))) with f =
+ * fp32(h) (libm tanhf; ggml's table, ops_gelu_f16_ref), converted back to
+ * f32 and multiplied by up.  y may equal gate or up. */
+typedef void (*ops_gelu_mul_fn)(float *y, const float *gate, const float *up, int64_t n);
+
 /* ---- attention over a paged KV cache for one query token and one KV head ----
  *
  * The n_q query heads that share one KV head (GQA group; 1 for MHA, all heads
@@ -138,7 +147,7 @@ typedef void (*ops_silu_mul_fn)(float *y, const float *gate, const float *up, in
  *
  * For each query head h (q + h * head_dim, out + h * head_dim_v):
  *   out = sum_s softmax_s(scale * q . k_s) v_s over visible slots s < n_kv,
- * where slot s is visible when vis == NULL or vis[s] != 0.  Computed
+ * where slot s is visible when s >= lo and (vis == NULL or vis[s] != 0).  Computed
  * FlashAttention-style: blocks are walked in order with a running max and
  * sum (online softmax), never a full score row.  When no slot is visible
  * out is 0.  scratch holds at least attn_scratch_floats(n_q, block_size, head_dim,
@@ -185,6 +194,8 @@ struct attn_args {
      * into out. */
     int64_t s0;
     float *part;
+    /* a sliding window: slots below lo are not visible either (0: none) */
+    int64_t lo;
 };
 #define ATTN_PART(dv) (2 + (dv))  /* floats of one head's partial state */
 
@@ -322,6 +333,9 @@ struct attn_tiled_args {
     int64_t block_size;
     const int32_t *table;
     const int64_t *n_kv;        /* [n_rows]: row r sees slots 0 .. n_kv[r]-1 */
+    const int64_t *lo;          /* NULL, or [n_rows]: row r sees no slot below lo[r] (a
+                                 * sliding window: -inf like a masked slot, so tiles
+                                 * with nothing visible are skipped, as in ggml) */
 };
 
 typedef void (*ops_attn_tiled_fn)(const struct attn_tiled_args *a, float *scratch);
@@ -355,6 +369,7 @@ struct kernel_ops {
     ops_rope_fn rope;
     ops_softmax_fn softmax;
     ops_silu_mul_fn silu_mul;
+    ops_gelu_mul_fn gelu_mul;
     ops_attn_fn attn;
     ops_attn_scratch_floats_fn attn_scratch_floats;
     ops_attn_tiled_fn attn_tiled;                       /* may be NULL */
@@ -414,6 +429,9 @@ void ops_rope_pairs_ref(float *x, int64_t n_heads, int64_t head_dim, const float
                         const struct rope_params *p, int64_t i0);
 void ops_softmax_ref(float *x, int64_t n);
 void ops_silu_mul_ref(float *y, const float *gate, const float *up, int64_t n);
+void ops_gelu_mul_ref(float *y, const float *gate, const float *up, int64_t n);
+/* ggml's GELU lookup-table entry for f16 value h (an f16 value) */
+uint16_t ops_gelu_f16_ref(uint16_t h);
 void ops_attn_ref(const struct attn_args *a, float *scratch);
 int64_t ops_attn_scratch_floats_ref(int64_t n_q, int64_t block_size, int64_t head_dim,
                                     int64_t head_dim_v);
@@ -423,6 +441,7 @@ int64_t ops_attn_tiled_scratch_floats_ref(int64_t n_q, int64_t head_dim, int64_t
 /* AVX2 kernels (only callable when kernel_ops_avx2.available() is 1). */
 void ops_rmsnorm_avx2(float *y, const float *x, const float *w, int64_t n, float eps);
 void ops_silu_mul_avx2(float *y, const float *gate, const float *up, int64_t n);
+void ops_gelu_mul_avx2(float *y, const float *gate, const float *up, int64_t n);
 void ops_rope_avx2(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
                    const struct rope_params *p);
 void ops_attn_avx2(const struct attn_args *a, float *scratch);

@@ -5,7 +5,12 @@
  * code, compiled at golden-generation time against the peer built by
  * scripts/build-llamacpp; its binary is never committed.
  *
- *   llamacpp-tokens MODEL [N_CTX [N_THREADS]]
+ *   llamacpp-tokens MODEL [N_CTX [N_THREADS [N_UBATCH [TEMPLATE]]]]
+ *
+ * N_UBATCH (default N_CTX) is llama.cpp's n_ubatch (n_batch stays N_CTX, so
+ * a long prompt is decoded as llama_decode splits it); TEMPLATE is the
+ * built-in template name (llama_chat_apply_template's, e.g. "gemma") that
+ * chat uses when the model has no chat template of its own.
  *
  * Reads requests from stdin, one per line, and answers each on stdout with
  * lines ended by a line "end".  Every text travels hex-encoded (UTF-8 bytes)
@@ -44,6 +49,7 @@ struct drv {
     struct llama_context *ctx;
     const struct llama_vocab *vocab;
     int n_ctx;
+    const char *tmpl_fallback;  /* NULL, or the built-in template for a model without one */
 };
 
 static void
@@ -219,6 +225,8 @@ do_chat(const struct drv *d, const char *args)
     const char *tmpl = llama_model_chat_template(d->model, NULL);
     char *buf = NULL;
 
+    if (!tmpl)
+        tmpl = d->tmpl_fallback;
     if (!tmpl) {
         puts("error the model has no chat template");
         return -1;
@@ -400,17 +408,19 @@ main(int argc, char **argv)
     struct drv d;
     char *line = NULL;
     size_t cap = 0;
-    int n_threads = 2;
+    int n_threads = 2, n_ubatch;
 
-    if (argc < 2 || argc > 4) {
-        fprintf(stderr, "usage: llamacpp-tokens MODEL [N_CTX [N_THREADS]]\n");
+    if (argc < 2 || argc > 6) {
+        fprintf(stderr, "usage: llamacpp-tokens MODEL [N_CTX [N_THREADS [N_UBATCH [TEMPLATE]]]]\n");
         return 2;
     }
     d.n_ctx = argc > 2 ? atoi(argv[2]) : 512;
     if (argc > 3)
         n_threads = atoi(argv[3]);
-    if (d.n_ctx < 16 || n_threads < 1) {
-        fprintf(stderr, "llamacpp-tokens: bad N_CTX or N_THREADS\n");
+    n_ubatch = argc > 4 ? atoi(argv[4]) : d.n_ctx;
+    d.tmpl_fallback = argc > 5 ? argv[5] : NULL;
+    if (d.n_ctx < 16 || n_threads < 1 || n_ubatch < 1 || n_ubatch > d.n_ctx) {
+        fprintf(stderr, "llamacpp-tokens: bad N_CTX, N_THREADS or N_UBATCH\n");
         return 2;
     }
     llama_log_set(quiet_log, NULL);
@@ -426,7 +436,7 @@ main(int argc, char **argv)
     cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)d.n_ctx;
     cp.n_batch = (uint32_t)d.n_ctx;
-    cp.n_ubatch = (uint32_t)d.n_ctx;
+    cp.n_ubatch = (uint32_t)n_ubatch;
     cp.n_seq_max = 1;
     cp.n_threads = n_threads;
     cp.n_threads_batch = n_threads;

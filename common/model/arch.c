@@ -152,6 +152,47 @@ static const struct arch_tensor llama_tensors[] = {
     { 0, NULL, NULL, 0, 0, 0 },
 };
 
+/* llama.cpp's LLM_ARCH_GEMMA3 tensors (llama-arch.cpp; src/models/gemma3.cpp
+ * loads them) and the HF Gemma3ForCausalLM names.  llama.cpp's converter
+ * stores the RMSNorm weights as 1 + w (Gemma multiplies by 1 + w), so they
+ * are plain multipliers here; the HF names are for reference (the table does
+ * not convert gemma3). */
+static const struct arch_tensor gemma3_tensors[] = {
+    { ARCH_W_TOKEN_EMBD, "token_embd.weight", "model.embed_tokens.weight",
+      ARCH_DIM_VOCAB, ARCH_DIM_EMBD, T_M | T_R },
+    { ARCH_W_OUTPUT_NORM, "output_norm.weight", "model.norm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_R },
+    { ARCH_W_OUTPUT, "output.weight", "lm_head.weight",
+      ARCH_DIM_VOCAB, ARCH_DIM_EMBD, T_M },          /* absent: tied to token_embd */
+    { ARCH_W_ATTN_NORM, "attn_norm.weight", "input_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R },
+    { ARCH_W_ATTN_Q, "attn_q.weight", "self_attn.q_proj.weight",
+      ARCH_DIM_Q, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_ATTN_K, "attn_k.weight", "self_attn.k_proj.weight",
+      ARCH_DIM_K, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_ATTN_V, "attn_v.weight", "self_attn.v_proj.weight",
+      ARCH_DIM_V, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_ATTN_OUT, "attn_output.weight", "self_attn.o_proj.weight",
+      ARCH_DIM_EMBD, ARCH_DIM_O, T_L | T_M | T_R },
+    { ARCH_W_ATTN_Q_NORM, "attn_q_norm.weight", "self_attn.q_norm.weight",
+      ARCH_DIM_1, ARCH_DIM_HEAD, T_L | T_R },
+    { ARCH_W_ATTN_K_NORM, "attn_k_norm.weight", "self_attn.k_norm.weight",
+      ARCH_DIM_1, ARCH_DIM_HEAD, T_L | T_R },
+    { ARCH_W_ATTN_POST_NORM, "post_attention_norm.weight", "post_attention_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R },
+    { ARCH_W_FFN_NORM, "ffn_norm.weight", "pre_feedforward_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R },
+    { ARCH_W_FFN_GATE, "ffn_gate.weight", "mlp.gate_proj.weight",
+      ARCH_DIM_FF, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_FFN_UP, "ffn_up.weight", "mlp.up_proj.weight",
+      ARCH_DIM_FF, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_FFN_DOWN, "ffn_down.weight", "mlp.down_proj.weight",
+      ARCH_DIM_EMBD, ARCH_DIM_FF, T_L | T_M | T_R },
+    { ARCH_W_FFN_POST_NORM, "post_ffw_norm.weight", "post_feedforward_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R },
+    { 0, NULL, NULL, 0, 0, 0 },
+};
+
 /* ---- architectures ---- */
 
 /* llama.cpp's loader refuses a model without these (llama-model.cpp
@@ -183,12 +224,13 @@ static const struct arch arch_table[] = {
     /* converted (q/k/v biases, NeoX rope: no Q/K permutation), not run yet */
     { ARCH_ID_QWEN2, "qwen2", ARCH_RECIPE_NONE, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
       false, true, llama_tensors },
-    /* known for their sliding windows (kvstat), not run or converted yet:
-     * llama.cpp's set_swa_pattern(2) and (6), every n-th layer global */
+    /* sliding windows: llama.cpp's set_swa_pattern(2) and (6), every n-th
+     * layer global; gemma2 is known for kvstat only (not run or converted),
+     * gemma3 runs (not converted yet) */
     { ARCH_ID_GEMMA2, "gemma2", ARCH_RECIPE_NONE, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 2,
       false, false, NULL },
-    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_NONE, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
-      false, false, NULL },
+    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_GEMMA3, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
+      false, false, gemma3_tensors },
 };
 
 #define N_ARCH (sizeof(arch_table) / sizeof(arch_table[0]))

@@ -65,6 +65,8 @@
 enum arch_recipe {
     ARCH_RECIPE_NONE = 0,       /* known to the table, not runnable (yet) */
     ARCH_RECIPE_LLAMA = 1,      /* RMSNorm, RoPE, GQA/MQA, SwiGLU, optional q/k/v/o biases */
+    ARCH_RECIPE_GEMMA3 = 2,     /* scaled embeddings, pre/post norms, QK norm, NeoX RoPE, local
+                                 * (sliding window) and global layers, GeGLU */
 };
 
 /* The table's architectures.  Values are stable (model.h's MODEL_ARCH_LLAMA
@@ -191,7 +193,6 @@ enum arch_weight {
     ARCH_W_FFN_GATE_BIAS,
     ARCH_W_FFN_UP_BIAS,
     ARCH_W_FFN_DOWN_BIAS,
-    /* for the families to come (no entry lists them yet) */
     ARCH_W_ATTN_Q_NORM,         /* RMSNorm of each query head (qwen3, gemma3) */
     ARCH_W_ATTN_K_NORM,
     ARCH_W_ATTN_POST_NORM,      /* after attention, before the residual add (gemma) */

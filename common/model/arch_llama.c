@@ -14,6 +14,8 @@
  * Each step is one executor op over all the chunk's tokens (exec.h); the
  * order of the steps is the order of the floating-point operations.
  */
+#include <math.h>
+
 #include "exec.h"
 
 int
@@ -32,7 +34,7 @@ arch_llama_layer(struct exec *e, const struct model_layer *L)
     exec_rope(e, e->q, hp->n_head);
     exec_rope(e, e->k, hp->n_head_kv);
     exec_kv_store(e, e->k, e->v);
-    exec_attention(e, e->q, e->att);
+    exec_attention(e, e->q, e->att, 1.0f / sqrtf((float)hp->head_dim));
     if ((rc = exec_matmul(e, &L->wo, &L->bo, e->att, e->tmp)) < 0)
         return rc;
     exec_add(e, e->x, e->tmp, hp->n_embd);

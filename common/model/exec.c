@@ -23,6 +23,8 @@ struct forward_state {
     /* activations, in backend buffers */
     float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up;
     float *rope_cs;             /* [B][n_rot] each chunk token's RoPE cosines and sines */
+    float *rope_cs_swa;         /* [B][n_rot] the same for sliding-window layers (NULL: none) */
+    int64_t *row_lo;            /* [B] the first slot a sliding-window layer's row sees */
     int32_t *blk;               /* [B] physical block of each chunk token's slot */
     int64_t *bidx;              /* [B] index inside that block */
     int32_t *ids;               /* [B] the chunk's token ids */
@@ -105,6 +107,11 @@ forward_state_new(struct model *m, struct diag *d)
     st->gate = act_alloc(be, B * hp->n_ff);
     st->up = act_alloc(be, B * hp->n_ff);
     st->rope_cs = malloc((size_t)B * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
+    if (hp->n_swa > 0 && !(st->rope_cs_swa = malloc((size_t)B * (size_t)(hp->rope_swa.n_rot > 0
+                                                                          ? hp->rope_swa.n_rot : 1) *
+                                                    sizeof(float))))
+        goto nomem;
+    st->row_lo = malloc((size_t)B * sizeof(int64_t));
     st->blk = malloc((size_t)B * sizeof(int32_t));
     st->bidx = malloc((size_t)B * sizeof(int64_t));
     st->ids = malloc((size_t)B * sizeof(int32_t));
@@ -118,7 +125,7 @@ forward_state_new(struct model *m, struct diag *d)
     if (!st->x || !st->xn || !st->tmp || !st->q || !st->k || !st->v || !st->att || !st->gate ||
         !st->up || !st->rope_cs || !st->blk || !st->bidx || !st->ids || !st->row_table ||
         !st->row_nkv || !st->row_seq || !st->row_tiled || !st->row_vis0 || !st->kbase ||
-        !st->vbase)
+        !st->vbase || !st->row_lo)
         goto nomem;
 
     /* the backend's matmul room: the largest any weight needs */
@@ -150,6 +157,8 @@ forward_state_free(struct model *m)
         if (act[i])
             be->ops->free(be, act[i]);
     free(st->rope_cs);
+    free(st->rope_cs_swa);
+    free(st->row_lo);
     free(st->blk);
     free(st->bidx);
     free(st->ids);
@@ -395,6 +404,8 @@ exec_chunk_begin(struct exec *e, int64_t c0, int64_t nc, float *x)
         kv_slot_block(e->kv, bt->seq, st->slot[c0 + t], &st->blk[t], &st->bidx[t]);
         /* the token's RoPE angles, for its q and k in every layer */
         ops_rope_angles(st->rope_cs + t * hp->rope.n_rot, bt->pos, &hp->rope);
+        if (st->rope_cs_swa)
+            ops_rope_angles(st->rope_cs_swa + t * hp->rope_swa.n_rot, bt->pos, &hp->rope_swa);
     }
     /* the chunk's attention rows: block table, visible prefix, sequence,
      * arithmetic (the tiled one for every row in llama.cpp ubatch mode, or
@@ -410,6 +421,10 @@ exec_chunk_begin(struct exec *e, int64_t c0, int64_t nc, float *x)
         st->row_nkv[t] = st->slot[i] + 1;
         st->row_seq[t] = bt->seq;
         st->row_tiled[t] = (uint8_t)(all_tiled || bt->tiled);
+        /* a sliding-window layer's row sees the last n_swa slots, itself
+         * included (llama.cpp's LLAMA_SWA_TYPE_STANDARD by position: the
+         * slot is the position outside speculative trees) */
+        st->row_lo[t] = st->slot[i] + 1 > hp->n_swa ? st->slot[i] + 1 - hp->n_swa : 0;
         if (!b->mask)
             continue;
         int64_t len0 = st->seq_len0[bt->seq];
@@ -435,6 +450,19 @@ void
 exec_rmsnorm(struct exec *e, float *y, const float *x, const struct model_weight *w)
 {
     e->m->be->ops->rmsnorm(e->m->be, y, x, w->data, e->n, w->cols, e->m->hp.rms_eps);
+}
+
+void
+exec_rmsnorm_heads(struct exec *e, float *y, int64_t n_heads, const struct model_weight *w)
+{
+    /* the chunk's heads are rows of w->cols, back to back */
+    e->m->be->ops->rmsnorm(e->m->be, y, y, w->data, e->n * n_heads, w->cols, e->m->hp.rms_eps);
+}
+
+void
+exec_scale(struct exec *e, float *x, int64_t dim, float s)
+{
+    e->m->be->ops->scale(e->m->be, x, s, e->n, dim);
 }
 
 int
@@ -473,11 +501,21 @@ exec_matmul_rows(struct exec *e, const struct model_weight *w, const float *x, i
     return 0;
 }
 
+/* whether layer e->layer uses the sliding window */
+static int
+layer_swa(const struct exec *e)
+{
+    return e->layer >= 0 && e->m->layers[e->layer].swa;
+}
+
 void
 exec_rope(struct exec *e, float *y, int64_t n_heads)
 {
     const struct model_hparams *hp = &e->m->hp;
-    e->m->be->ops->rope(e->m->be, y, e->n, n_heads, hp->head_dim, e->m->st->rope_cs, &hp->rope);
+    const int swa = layer_swa(e);
+    e->m->be->ops->rope(e->m->be, y, e->n, n_heads, hp->head_dim,
+                        swa ? e->m->st->rope_cs_swa : e->m->st->rope_cs,
+                        swa ? &hp->rope_swa : &hp->rope);
 }
 
 /* the KV heads of layer e->layer into st->kbase/vbase; *v of the last */
@@ -512,7 +550,7 @@ exec_kv_store(struct exec *e, const float *k, const float *v)
 }
 
 void
-exec_attention(struct exec *e, const float *q, float *out)
+exec_attention(struct exec *e, const float *q, float *out, float scale)
 {
     struct forward_state *st = e->m->st;
     const struct model_hparams *hp = &e->m->hp;
@@ -523,11 +561,12 @@ exec_attention(struct exec *e, const float *q, float *out)
     struct backend_attn a = {
         .q = q, .out = out, .n_rows = e->n, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
         .head_dim = hp->head_dim, .head_dim_v = hp->head_dim_v,
-        .scale = 1.0f / sqrtf((float)hp->head_dim),
+        .scale = scale,
         .k_base = (const uint8_t *const *)st->kbase, .v_base = (const uint8_t *const *)st->vbase,
         .block_stride = view.block_stride, .kv_type = kc->dtype, .block_size = kc->block_size,
         .table = st->row_table, .n_kv = st->row_nkv, .seq = st->row_seq, .tiled = st->row_tiled,
         .vis0 = e->b->mask ? st->row_vis0 : NULL, .vis = st->row_vis, .ld_vis = st->ld_vis,
+        .lo = layer_swa(e) ? st->row_lo : NULL,
     };
     e->m->be->ops->attention(e->m->be, &a);
 }
@@ -542,4 +581,10 @@ void
 exec_silu_mul(struct exec *e, float *g, const float *u, int64_t dim)
 {
     e->m->be->ops->silu_mul(e->m->be, g, u, e->n, dim);
+}
+
+void
+exec_gelu_mul(struct exec *e, float *g, const float *u, int64_t dim)
+{
+    e->m->be->ops->gelu_mul(e->m->be, g, u, e->n, dim);
 }

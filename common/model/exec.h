@@ -63,6 +63,7 @@ typedef int (*exec_layer_fn)(struct exec *e, const struct model_layer *L);
 
 /* The recipes, one file each. */
 int arch_llama_layer(struct exec *e, const struct model_layer *L);   /* arch_llama.c */
+int arch_gemma3_layer(struct exec *e, const struct model_layer *L);  /* arch_gemma3.c */
 
 /* ---- a call ---- */
 
@@ -105,6 +106,13 @@ void exec_embed(struct exec *e, const struct model_weight *w);
 /* exec_rmsnorm() : y[t] = rmsnorm(x[t]) * w, rows of w->cols (hparams' eps). */
 void exec_rmsnorm(struct exec *e, float *y, const float *x, const struct model_weight *w);
 
+/* exec_rmsnorm_heads() : in place, y[t][h] = rmsnorm(y[t][h]) * w for the
+ * n_heads heads of w->cols floats of every row (QK norm). */
+void exec_rmsnorm_heads(struct exec *e, float *y, int64_t n_heads, const struct model_weight *w);
+
+/* exec_scale() : x[t] *= s, rows of dim. */
+void exec_scale(struct exec *e, float *x, int64_t dim, float s);
+
 /* exec_matmuls() : y_i[t] = x[t] W_i^T (+ bias_i) for the chunk's tokens and
  * i < nw (at most 3); x rows of the weights' cols, y_i rows of W_i's rows.
  * The LINEAR_IN hook sees x once per weight, first; the weights are then
@@ -125,7 +133,8 @@ int exec_matmul_rows(struct exec *e, const struct model_weight *w, const float *
                      int64_t tok0, float *y);
 
 /* exec_rope() : rotates the n_heads heads (head_dim each) of every row of
- * y [n][n_heads * head_dim] by its token's position (hparams' rope). */
+ * y [n][n_heads * head_dim] by its token's position (hparams' rope, or
+ * rope_swa in a sliding-window layer). */
 void exec_rope(struct exec *e, float *y, int64_t n_heads);
 
 /* exec_kv_store() : k [n][n_head_kv*hd] and v [n][n_head_kv*hdv] into the
@@ -133,15 +142,20 @@ void exec_rope(struct exec *e, float *y, int64_t n_heads);
 void exec_kv_store(struct exec *e, const float *k, const float *v);
 
 /* exec_attention() : out [n][n_head*hdv] = attention of q [n][n_head*hd]
- * over layer e->layer of each token's sequence: the slots before the call,
- * and the batch's up to the token itself (under the batch mask). */
-void exec_attention(struct exec *e, const float *q, float *out);
+ * with scores scale * q.k, over layer e->layer of each token's sequence: the
+ * slots before the call, and the batch's up to the token itself (under the
+ * batch mask); in a sliding-window layer only the last hparams n_swa slots
+ * up to the token's own. */
+void exec_attention(struct exec *e, const float *q, float *out, float scale);
 
 /* exec_add() : x[t] += y[t], rows of dim. */
 void exec_add(struct exec *e, float *x, const float *y, int64_t dim);
 
 /* exec_silu_mul() : g[t] = silu(g[t]) * u[t], rows of dim (SwiGLU). */
 void exec_silu_mul(struct exec *e, float *g, const float *u, int64_t dim);
+
+/* exec_gelu_mul() : g[t] = gelu(g[t]) * u[t], rows of dim (GeGLU, tanh). */
+void exec_gelu_mul(struct exec *e, float *g, const float *u, int64_t dim);
 
 /* forward_state_new() : allocates m->st, the pass's scratch for m->max_batch
  * tokens (when m->max_batch <= 0 it chooses one and sets m->max_batch) and

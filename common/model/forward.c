@@ -4,8 +4,8 @@
  * it on a given input (layer_forward).
  *
  * Per chunk of at most max_batch tokens (shapes per token row):
- *   x   = token_embd[token]                                  [n_embd]
- *   per layer: x = layer(x), the architecture's recipe (arch_llama.c)
+ *   x   = token_embd[token] (gemma3: times sqrt(n_embd))     [n_embd]
+ *   per layer: x = layer(x), the architecture's recipe (arch_<name>.c)
  *   xn = rmsnorm(x) * output_norm; logits = xn Wout^T for the tokens asking
  *
  * Each step covers all the chunk's tokens and is run by the executor
@@ -24,9 +24,11 @@
 static exec_layer_fn
 recipe(const struct model *m)
 {
-    if (m->hp.arch == MODEL_ARCH_LLAMA)
-        return arch_llama_layer;
-    return NULL;
+    switch (m->hp.recipe) {
+    case ARCH_RECIPE_LLAMA: return arch_llama_layer;
+    case ARCH_RECIPE_GEMMA3: return arch_gemma3_layer;
+    default: return NULL;
+    }
 }
 
 /* the checks both entry points make; token ids only when tokens */
@@ -95,6 +97,8 @@ forward_chunk(struct exec *e, int64_t c0, int64_t nc, struct model_out *out, int
 
     exec_chunk_begin(e, c0, nc, NULL);
     exec_embed(e, &m->tok_embd);
+    if (m->hp.embd_scale != 0.0f)
+        exec_scale(e, e->x, E, m->hp.embd_scale);
     if ((rc = exec_hook(e, MODEL_HOOK_EMBD, -1, "inp_embd", NULL, e->x, nc, E, E, c0)) < 0)
         return rc;
     for (int64_t l = 0; l < m->hp.n_layer; l++)

@@ -17,6 +17,27 @@
 
 /* ---- metadata ---- */
 
+/* gemma3's extras, as llama.cpp's loader sets them (src/models/gemma3.cpp):
+ * embeddings times sqrtf(n_embd); queries times 1 / sqrtf(key_length), or
+ * 1 / sqrtf(n_embd / n_head) for the 27B (62 layers), Gemma's
+ * query_pre_attn_scalar; the sliding window, with RoPE base
+ * rope.freq_base_swa (llama.cpp's default 10000 when absent) and no
+ * scaling in its layers. */
+static void
+gemma3_hparams(struct model_hparams *hp)
+{
+    const struct arch_hparams *a = &hp->keys;
+
+    hp->embd_scale = sqrtf((float)hp->n_embd);
+    hp->attn_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
+                                       : 1.0f / sqrtf((float)hp->head_dim);
+    hp->n_swa = a->sliding_window;
+    hp->rope_swa = hp->rope;
+    hp->rope_swa.freq_base = arch_has(a, ARCH_HP_ROPE_FREQ_BASE_SWA)
+                                 ? (float)a->rope_freq_base_swa : 10000.0f;
+    hp->rope_swa.freq_scale = 1.0f;
+}
+
 /* The hyperparameters through the architecture table (arch.h): its reader
  * and rules (required keys with llama.cpp's exact types, ranges, defaults),
  * then what the recipe cannot run. */
@@ -60,8 +81,9 @@ load_hparams(struct model *m, struct diag *d)
     hp->head_dim_v = a->head_dim_v;
     hp->rms_eps = (float)a->rms_eps;
 
-    /* rope: the normal (adjacent-pair) layout over the whole head */
-    rp->style = ROPE_NORM;
+    /* rope: over the whole head, the normal (adjacent-pair) layout, NeoX's
+     * (halves) for gemma3 (llama_model_rope_type) */
+    rp->style = hp->arch == MODEL_ARCH_GEMMA3 ? ROPE_NEOX : ROPE_NORM;
     rp->n_rot = a->n_rot;
     if (rp->n_rot != hp->head_dim)
         return diag_set(d, ST_FORMAT, "key '%s': %lld, expected key_length %lld",
@@ -81,6 +103,8 @@ load_hparams(struct model *m, struct diag *d)
     } else if (strcmp(stype, "none") != 0) {
         return diag_set(d, ST_FORMAT, "rope scaling '%s' is not supported", stype);
     }
+    if (hp->arch == MODEL_ARCH_GEMMA3)
+        gemma3_hparams(hp);
     return 0;
 }
 
@@ -166,6 +190,10 @@ layer_slot(struct model_layer *L, enum arch_weight w)
     case ARCH_W_FFN_GATE: return &L->ffn_gate;
     case ARCH_W_FFN_UP: return &L->ffn_up;
     case ARCH_W_FFN_DOWN: return &L->ffn_down;
+    case ARCH_W_ATTN_Q_NORM: return &L->attn_q_norm;
+    case ARCH_W_ATTN_K_NORM: return &L->attn_k_norm;
+    case ARCH_W_ATTN_POST_NORM: return &L->attn_post_norm;
+    case ARCH_W_FFN_POST_NORM: return &L->ffn_post_norm;
     default: return NULL;
     }
 }
@@ -215,6 +243,7 @@ load_tensors(struct model *m, struct diag *d)
         return diag_set(d, ST_NOMEM, "out of memory");
     for (int64_t l = 0; l < hp->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
+        L->swa = hp->n_swa > 0 && arch_swa_layer(&hp->keys, l);
         for (t = hp->keys.arch->tensors; t->gguf; t++) {
             struct model_weight *w = t->flags & ARCH_T_LAYER ? layer_slot(L, t->w) : NULL;
             if (!w)

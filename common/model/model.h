@@ -12,7 +12,9 @@
  * Supported today: general.architecture "llama" (RMSNorm, RoPE in the
  * normal/adjacent-pair layout with freq base, linear scaling and llama3
  * rope_freqs factors, GQA/MQA, SwiGLU, tied or separate output, optional
- * q/k/v/o biases).
+ * q/k/v/o biases) and "gemma3" (scaled embeddings, pre- and post-norms,
+ * per-head QK norm, NeoX RoPE with its own base in the sliding-window
+ * layers, GeGLU, MQA/GQA; arch_gemma3.c).
  *
  * model_forward() runs n tokens of any number of sequences in one call:
  *
@@ -54,6 +56,7 @@ struct forward_state;
 /* The architecture table's ids (arch.h) of the architectures that run. */
 enum model_arch {
     MODEL_ARCH_LLAMA = ARCH_ID_LLAMA,
+    MODEL_ARCH_GEMMA3 = ARCH_ID_GEMMA3,
 };
 
 /* A weight: a view of a tensor in the mapped file, [rows, cols] with GGUF
@@ -88,6 +91,12 @@ struct model_layer {
     struct model_weight ffn_gate;       /* [n_ff, n_embd] */
     struct model_weight ffn_up;         /* [n_ff, n_embd] */
     struct model_weight ffn_down;       /* [n_embd, n_ff] */
+    /* gemma3 */
+    struct model_weight attn_q_norm;    /* [head_dim] F32: RMSNorm of each query head */
+    struct model_weight attn_k_norm;    /* [head_dim] F32: of each key head */
+    struct model_weight attn_post_norm; /* [n_embd] F32: of the attention output */
+    struct model_weight ffn_post_norm;  /* [n_embd] F32: of the feed-forward output */
+    bool swa;                           /* attends over a sliding window (hparams n_swa) */
 };
 
 /* The llama recipe's view of the hyperparameters; keys holds every one the
@@ -107,6 +116,11 @@ struct model_hparams {
     int64_t head_dim_v;         /* value_length (default n_embd / n_head) */
     float rms_eps;
     struct rope_params rope;    /* n_rot, base, linear scale, llama3 factors (into the mapping) */
+    struct rope_params rope_swa;/* the sliding-window layers' (gemma3: base rope.freq_base_swa,
+                                 * default 10000, no scaling) */
+    int64_t n_swa;              /* sliding window in tokens (0: none); layers[l].swa says which */
+    float embd_scale;           /* gemma3: the embeddings are multiplied by it (0: not) */
+    float attn_scale;           /* gemma3: the queries are multiplied by it before attention */
     bool tied_output;           /* no output.weight: token_embd.weight is the LM head */
     struct arch_hparams keys;   /* as read by arch_read_hparams() and checked (strings
                                  * point into the model's gguf) */

@@ -227,7 +227,7 @@ ops_attn_slotwise_avx2(const struct attn_args *a, float *scratch)
         memset(acc, 0, (size_t)(nq * dv) * sizeof(float));
     }
 
-    for (int64_t s = a->s0; s < a->n_kv; s++) {
+    for (int64_t s = a->s0 > a->lo ? a->s0 : a->lo; s < a->n_kv; s++) {
         if (a->vis && !a->vis[s])
             continue;
         const uint8_t *krow, *vrow;
@@ -533,7 +533,7 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
     for (int64_t i = 0; i < nq * dk; i++)
         qf[i] = f16 ? _cvtsh_ss(_cvtss_sh(a->q[i], _MM_FROUND_TO_NEAREST_INT)) : a->q[i];
 
-    for (int64_t s0 = a->s0; s0 < a->n_kv;) {
+    for (int64_t s0 = a->s0 > a->lo ? a->s0 : a->lo; s0 < a->n_kv;) {
         /* the rows of the next AC visible slots, a run of one block's
          * consecutive visible slots (contiguous rows) at a time */
         int n = 0;

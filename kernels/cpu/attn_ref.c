@@ -192,7 +192,7 @@ attn_q8_0(const struct attn_args *a, float *scratch)
             acc[h * dv + i] = 0.0f;
         q8_0_quantize(a->q + h * dk, qq + (size_t)h * krow_b, dk);
     }
-    for (int64_t s = a->s0; s < a->n_kv; s++) {
+    for (int64_t s = a->s0 > a->lo ? a->s0 : a->lo; s < a->n_kv; s++) {
         if (a->vis && !a->vis[s])
             continue;
         size_t blk = (size_t)a->table[s / bs] * a->block_stride;
@@ -244,7 +244,7 @@ ops_attn_ref(const struct attn_args *a, float *scratch)
             acc[h * dv + i] = 0.0f;
     }
 
-    for (int64_t s = a->s0; s < a->n_kv; s++) {
+    for (int64_t s = a->s0 > a->lo ? a->s0 : a->lo; s < a->n_kv; s++) {
         if (a->vis && !a->vis[s])
             continue;
         size_t blk = (size_t)a->table[s / bs] * a->block_stride;

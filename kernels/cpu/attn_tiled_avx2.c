@@ -166,18 +166,22 @@ ops_attn_tiled_avx2(const struct attn_tiled_args *a, float *scratch)
     const size_t esz = f16 ? 2 : 4;
     float *kt = scratch, *vt = kt + dk * TK, *accs = vt + TK * dv;
     float *Ms = accs + TQ * nq * dv, *Ss = Ms + TQ * nq, *sc = Ss + TQ * nq;
-    int64_t hi = 0;
+    int64_t hi = 0, lo_min = INT64_MAX;
 
-    for (int64_t r = 0; r < nr; r++)
+    for (int64_t r = 0; r < nr; r++) {
         if (a->n_kv[r] > hi)
             hi = a->n_kv[r];
+        if ((a->lo ? a->lo[r] : 0) < lo_min)
+            lo_min = a->lo ? a->lo[r] : 0;
+    }
     memset(accs, 0, (size_t)(nr * nq * dv) * sizeof(float));
     for (int64_t i = 0; i < nr * nq; i++) {
         Ms[i] = -INFINITY;
         Ss[i] = 0.0f;
     }
 
-    for (int64_t s0 = 0; s0 < hi; s0 += TK) {
+    /* tiles below every row's window hold nothing visible: skipped */
+    for (int64_t s0 = lo_min / TK * TK; s0 < hi; s0 += TK) {
         int n = hi - s0 < TK ? (int)(hi - s0) : TK;
         /* keys transposed [dk][64] (unused slots 0), values [n][dv], in f32 */
         if (n < TK)
@@ -211,13 +215,15 @@ ops_attn_tiled_avx2(const struct attn_tiled_args *a, float *scratch)
             }
         }
         for (int64_t r = 0; r < nr; r++) {
-            int64_t nvis = a->n_kv[r] - s0;
-            if (nvis <= 0)
+            int64_t nvis = a->n_kv[r] - s0, nlo = a->lo ? a->lo[r] - s0 : 0;
+            if (nvis <= 0 || nlo >= TK)
                 continue;       /* a tile with nothing visible: skipped, as ggml */
             for (int64_t h = 0; h < nq; h++) {
                 int64_t ih = r * nq + h;
                 float *acc = accs + ih * dv;
                 scores(sc, kt, a->q + r * a->ldq + h * dk, dk, a->scale, nvis);
+                for (int64_t j = 0; j < nlo; j++)
+                    sc[j] = -INFINITY;  /* below the window */
                 float tmax = max64(sc);
                 if (tmax == -INFINITY)
                     continue;

@@ -108,21 +108,22 @@ ops_attn_tiled_ref(const struct attn_tiled_args *a, float *scratch)
     float *acc = scratch, *M = acc + nq * dv, *S = M + nq, *sc = S + nq;
 
     for (int64_t r = 0; r < a->n_rows; r++) {
-        const int64_t nkv = a->n_kv[r];
+        const int64_t nkv = a->n_kv[r], lo = a->lo ? a->lo[r] : 0;
 
         memset(acc, 0, (size_t)(nq * dv) * sizeof(float));
         for (int64_t h = 0; h < nq; h++) {
             M[h] = -INFINITY;
             S[h] = 0.0f;
         }
-        for (int64_t s0 = 0; s0 < nkv; s0 += ATTN_TILE_KV) {
+        /* tiles wholly below the window hold nothing visible: skipped */
+        for (int64_t s0 = lo / ATTN_TILE_KV * ATTN_TILE_KV; s0 < nkv; s0 += ATTN_TILE_KV) {
             for (int64_t h = 0; h < nq; h++) {
                 const float *q = a->q + r * a->ldq + h * dk;
                 float *ah = acc + h * dv;
 
                 for (int64_t j = 0; j < ATTN_TILE_KV; j++) {
                     int64_t s = s0 + j;
-                    if (s >= nkv) {
+                    if (s >= nkv || s < lo) {
                         sc[j] = -INFINITY;
                         continue;
                     }

@@ -343,6 +343,7 @@ one_args(const struct attn_job *j, int64_t t, int64_t g, uint8_t *vis, struct at
     a->vis = s->vis0 ? vis : NULL;
     a->s0 = 0;
     a->part = NULL;
+    a->lo = s->lo ? s->lo[t] : 0;
 }
 
 /* vis[s0 .. s1) for row t under the step's mask */
@@ -466,6 +467,7 @@ attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
         a.block_size = s->block_size;
         a.table = s->table[t0];
         a.n_kv = nkv;
+        a.lo = s->lo ? s->lo + t0 : NULL;
         c->ops->attn_tiled(&a, scr);
     }
 }
@@ -617,12 +619,12 @@ cpu_attention(struct backend *be, const struct backend_attn *a)
 
 /* ---- per-token steps ----
  *
- * Norms, RoPE, KV stores, residual adds and SwiGLU are independent per
- * token: a prefill chunk splits them over the pool (each token's arithmetic
- * is the same however the chunk is split). */
+ * Norms, RoPE, KV stores, residual adds, scales, SwiGLU and GeGLU are
+ * independent per token: a prefill chunk splits them over the pool (each
+ * token's arithmetic is the same however the chunk is split). */
 #define TOK_PAR_MIN 16          /* tokens from which a step is split */
 
-enum tok_op { TOK_NORM, TOK_ROPE, TOK_KV, TOK_ADD, TOK_SILU_MUL };
+enum tok_op { TOK_NORM, TOK_ROPE, TOK_KV, TOK_ADD, TOK_SILU_MUL, TOK_GELU_MUL, TOK_SCALE };
 
 struct tok_job {
     const struct kernel_ops *ops;
@@ -632,7 +634,7 @@ struct tok_job {
     const float *w;             /* NORM: the weight */
     int64_t dim;                /* row width; ROPE: heads */
     int64_t hd;                 /* ROPE: head_dim */
-    float eps;                  /* NORM */
+    float eps;                  /* NORM; SCALE: the factor */
     const struct rope_params *rope;
     const struct backend_kv_store *kv;
 };
@@ -682,6 +684,14 @@ tok_range(void *arg, int64_t t0, int64_t t1, int ith)
         /* one row at a time, as ggml_swiglu */
         for (int64_t t = t0; t < t1; t++)
             ops->silu_mul(j->y + t * D, j->y + t * D, j->x + t * D, D);
+        break;
+    case TOK_GELU_MUL:
+        for (int64_t t = t0; t < t1; t++)
+            ops->gelu_mul(j->y + t * D, j->y + t * D, j->x + t * D, D);
+        break;
+    case TOK_SCALE:
+        for (int64_t i = t0 * D; i < t1 * D; i++)
+            j->y[i] *= j->eps;
         break;
     }
 }
@@ -744,6 +754,20 @@ cpu_silu_mul(struct backend *be, float *g, const float *u, int64_t n_tok, int64_
     tok_step(cpu_of(be), &j, n_tok);
 }
 
+static void
+cpu_gelu_mul(struct backend *be, float *g, const float *u, int64_t n_tok, int64_t dim)
+{
+    struct tok_job j = { .op = TOK_GELU_MUL, .y = g, .x = u, .dim = dim };
+    tok_step(cpu_of(be), &j, n_tok);
+}
+
+static void
+cpu_scale(struct backend *be, float *x, float s, int64_t n_tok, int64_t dim)
+{
+    struct tok_job j = { .op = TOK_SCALE, .y = x, .dim = dim, .eps = s };
+    tok_step(cpu_of(be), &j, n_tok);
+}
+
 /* ---- open, close ---- */
 
 static void
@@ -789,6 +813,8 @@ static const struct backend_ops cpu_ops = {
     .rope = cpu_rope,
     .add = cpu_add,
     .silu_mul = cpu_silu_mul,
+    .gelu_mul = cpu_gelu_mul,
+    .scale = cpu_scale,
     .backward = NULL,
 };
 

@@ -21,6 +21,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "ops.h"
@@ -92,6 +93,42 @@ ops_silu_mul_avx2(float *y, const float *gate, const float *up, int64_t n)
         float g = gate[i];
         y[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+/* GeGLU through ggml's lookup table (ggml_vec_geglu_f32 with
+ * GGML_GELU_FP16): the table holds the reference's entry for every f16
+ * value, filled once (128 KiB); the lookups are scalar, the rounding to f16
+ * and the products vectorised, with the same bits as ops_gelu_mul_ref. */
+static uint16_t gelu_table[1 << 16];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void
+gelu_table_fill(void)
+{
+    for (uint32_t h = 0; h < (1u << 16); h++)
+        gelu_table[h] = ops_gelu_f16_ref((uint16_t)h);
+}
+
+void
+ops_gelu_mul_avx2(float *y, const float *gate, const float *up, int64_t n)
+{
+    const __m256 lo = _mm256_set1_ps(-10.0f), hi = _mm256_set1_ps(10.0f);
+    uint16_t h[8], t[8];
+    int64_t i = 0;
+
+    pthread_once(&gelu_once, gelu_table_fill);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i), u = _mm256_loadu_ps(up + i);
+        _mm_storeu_si128((__m128i *)h, _mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT));
+        for (int k = 0; k < 8; k++)
+            t[k] = gelu_table[h[k]];
+        __m256 v = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)t)), u);
+        __m256 big = _mm256_cmp_ps(g, hi, _CMP_GE_OQ), neg = _mm256_cmp_ps(g, lo, _CMP_LE_OQ);
+        v = _mm256_blendv_ps(v, _mm256_mul_ps(g, u), big);
+        v = _mm256_andnot_ps(neg, v);
+        _mm256_storeu_ps(y + i, v);
+    }
+    ops_gelu_mul_ref(y + i, gate + i, up + i, n - i);     /* the tail: the same table entries */
 }
 
 /* RMSNorm: the sum of squares stays a sequential double sum (vectorising it

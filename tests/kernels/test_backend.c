@@ -204,7 +204,8 @@ test_attention(struct backend *be, int tiled_rows)
         struct backend_attn a = { q, out, 3, NH, NKVH, HD, HD, 0.17f,
                                   (const uint8_t *const *)kb, (const uint8_t *const *)vb,
                                   stride, GGML_TYPE_F16, BS, tables, nkv, seq,
-                                  masked ? NULL : tiled, masked ? vis0 : NULL, vis, 10 };
+                                  masked ? NULL : tiled, masked ? vis0 : NULL, vis, 10,
+                                  NULL };
         be->ops->attention(be, &a);
         float *scr = malloc((size_t)(ops_attn_scratch_floats_ref(2, BS, HD, HD) +
                                      ops_attn_tiled_scratch_floats_ref(2, HD, HD)) *
@@ -219,7 +220,7 @@ test_attention(struct backend *be, int tiled_rows)
                     struct attn_tiled_args ta2 = { q + NH * HD + g * 2 * HD, tw + g * 2 * HD,
                                                    NH * HD, NH * HD, 2, 2, HD, HD, 0.17f,
                                                    kb[g], vb[g], stride, GGML_TYPE_F16, BS,
-                                                   tb, nk };
+                                                   tb, nk, NULL };
                     ops_attn_tiled_ref(&ta2, scr);
                     for (int rr = 0; rr < 2; rr++)
                         CHECK(same(out + (1 + rr) * NH * HD + g * 2 * HD,
@@ -231,7 +232,7 @@ test_attention(struct backend *be, int tiled_rows)
                     v1[s] = s < vis0[r] || vis[r * 10 + s - vis0[r]];
                 struct attn_args aa = { q + r * NH * HD + g * 2 * HD, want + g * 2 * HD, 2, HD,
                                         HD, 0.17f, kb[g], vb[g], stride, GGML_TYPE_F16, BS,
-                                        tables[r], nkv[r], masked ? v1 : NULL, 0, NULL };
+                                        tables[r], nkv[r], masked ? v1 : NULL, 0, NULL, 0 };
                 ops_attn_ref(&aa, scr);
                 CHECK(same(out + r * NH * HD + g * 2 * HD, want + g * 2 * HD,
                            2 * HD * sizeof(float)));
@@ -288,11 +289,11 @@ test_masked_split(struct backend *be)
     CHECK_EQ(be->ops->attn_reserve(be, &lim), 0);
     struct backend_attn a = { q, out_a, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)ka,
                               (const uint8_t *const *)va, stride, GGML_TYPE_F16, LBS, tables,
-                              &nkv_a, &seq, NULL, &vis0, vis, LNKV };
+                              &nkv_a, &seq, NULL, &vis0, vis, LNKV, NULL };
     be->ops->attention(be, &a);
     struct backend_attn b = { q, out_b, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)kb2,
                               (const uint8_t *const *)vb2, stride, GGML_TYPE_F16, LBS, tables,
-                              &nkv_b, &seq, NULL, NULL, NULL, 0 };
+                              &nkv_b, &seq, NULL, NULL, NULL, 0, NULL };
     be->ops->attention(be, &b);
     CHECK(same(out_a, out_b, sizeof(out_a)));
     free(pa);

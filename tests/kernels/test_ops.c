@@ -381,6 +381,130 @@ test_softmax_silu(const struct kernel_ops *ops)
     CHECK(memcmp(x, y, sizeof(x)) == 0);
 }
 
+/* GeGLU: every variant gives the reference's bits (ggml's f16 table, the
+ * +-10 cut-offs, rows with a tail), in place too; the reference is within
+ * the f16 rounding of the exact tanh-GELU. */
+static void
+test_gelu(const struct kernel_ops *ops)
+{
+    enum { N = 1003 };
+    static float g[N], u[N], y[N], want[N];
+    double err = 0;
+
+    for (int i = 0; i < N; i++) {
+        g[i] = frnd() * 24.0f - 12.0f;
+        u[i] = frnd() * 2.0f - 1.0f;
+    }
+    g[0] = -10.0f, g[1] = 10.0f, g[2] = -9.999f, g[3] = 9.999f, g[4] = 0.0f, g[5] = -0.0f;
+    ops_gelu_mul_ref(want, g, u, N);
+    ops->gelu_mul(y, g, u, N);
+    CHECK(memcmp(y, want, sizeof(y)) == 0);
+    memcpy(y, g, sizeof(y));
+    ops->gelu_mul(y, y, u, N);          /* in place on gate */
+    CHECK(memcmp(y, want, sizeof(y)) == 0);
+    CHECK(want[0] == 0.0f && want[1] == 10.0f * u[1]);
+    for (int i = 0; i < N; i++) {
+        double x = g[i];
+        double t = x <= -10 ? 0 : x >= 10 ? x : 0.5 * x * (1 + tanh(0.7978845608028654 * x * (1 + 0.044715 * x * x)));
+        /* two f16 roundings: of the gate (GELU's slope is at most 1.13) and of GELU */
+        double e = fabs(want[i] - t * u[i]) / ((fabs(x) + fabs(t)) * fabs(u[i]) + 1e-30);
+        err = e > err ? e : err;
+    }
+    CHECK(err < 1.5e-3);
+}
+
+/* The sliding window: lo in the one-row kernel equals a mask of the slots
+ * below it, bit for bit, and a split step equals its chunks computed one by
+ * one under lo and combined; the tiled kernel with per-row lo
+ * gives the reference's bits. */
+static void
+test_attention_window(const struct kernel_ops *ops)
+{
+    const int64_t nq = 4, dk = 64, dv = 64, bs = 16;
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int64_t n_kv = 40; n_kv <= 700; n_kv += 660) {
+            size_t esz = f16 ? 2 : 4, krow = (size_t)dk * esz, vrow = (size_t)dv * esz;
+            size_t block = (size_t)bs * (krow + vrow);
+            int64_t nblk = (n_kv + bs - 1) / bs;
+            uint8_t *pool = calloc((size_t)nblk, block);
+            int32_t *table = malloc((size_t)nblk * sizeof(int32_t));
+            uint8_t *vis = malloc((size_t)n_kv);
+            float *q = malloc((size_t)(ATTN_TILE_Q * nq * dk) * 4);
+            float *o1 = malloc((size_t)(ATTN_TILE_Q * nq * dv) * 4);
+            float *o2 = malloc((size_t)(ATTN_TILE_Q * nq * dv) * 4);
+            int64_t nscr = ops->attn_scratch_floats(nq, bs, dk, dv);
+            int64_t nt = ops_attn_tiled_scratch_floats_ref(nq, dk, dv);
+            if (ops->attn_tiled && ops->attn_tiled_scratch_floats(nq, dk, dv) > nt)
+                nt = ops->attn_tiled_scratch_floats(nq, dk, dv);
+            float *scr = aligned_alloc(64, (size_t)((nscr > nt ? nscr : nt) + 16) * 4);
+            int64_t nkv[ATTN_TILE_Q], lo[ATTN_TILE_Q];
+            for (int64_t b = 0; b < nblk; b++)
+                table[b] = (int32_t)(nblk - 1 - b);     /* permuted blocks */
+            for (size_t i = 0; i < (size_t)nblk * block / esz; i++) {
+                float v = frnd() * 2.0f - 1.0f;
+                if (f16) {
+                    uint16_t h = qconv_fp32_to_fp16(v);
+                    memcpy(pool + i * 2, &h, 2);
+                } else {
+                    memcpy(pool + i * 4, &v, 4);
+                }
+            }
+            for (int64_t i = 0; i < ATTN_TILE_Q * nq * dk; i++)
+                q[i] = frnd() * 2.0f - 1.0f;
+            int64_t w = n_kv / 3;               /* the window */
+            struct attn_args a = {
+                q, o1, nq, dk, dv, 0.125f, pool, pool + (size_t)bs * krow, block,
+                f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv, NULL, 0, NULL,
+                n_kv - w,
+            };
+            ops->attn(&a, scr);
+            if (ops_attn_chunks(a.kv_type, n_kv) == 1) {
+                for (int64_t s = 0; s < n_kv; s++)
+                    vis[s] = s >= n_kv - w;
+                struct attn_args b = a;
+                b.out = o2;
+                b.vis = vis;
+                b.lo = 0;
+                ops->attn(&b, scr);
+            } else {
+                /* a split step: its slot-aligned chunks (a mask's would count
+                 * visible slots, ops_attn_chunk), each under lo, combined */
+                float part[4 * ATTN_PART(64)], ms[2 * 4];
+                struct attn_args c;
+                ops_attn_combine_begin(o2, ms, nq, dv);
+                for (int64_t k = 0; k < ops_attn_chunks(a.kv_type, n_kv); k++) {
+                    ops_attn_chunk(&c, &a, k, part);
+                    ops->attn(&c, scr);
+                    ops_attn_combine_add(o2, ms, part, nq, dv);
+                }
+                ops_attn_combine_end(o2, ms, nq, dv);
+            }
+            CHECK(memcmp(o1, o2, (size_t)(nq * dv) * 4) == 0);
+
+            /* tiled: ATTN_TILE_Q rows ending at n_kv, each seeing its last w slots */
+            if (!ops->attn_tiled)
+                goto done;
+            for (int64_t r = 0; r < ATTN_TILE_Q; r++) {
+                nkv[r] = n_kv - ATTN_TILE_Q + r + 1;
+                lo[r] = nkv[r] > w ? nkv[r] - w : 0;
+            }
+            struct attn_tiled_args t = {
+                q, o1, nq * dk, nq * dv, ATTN_TILE_Q, nq, dk, dv, 0.125f, pool,
+                pool + (size_t)bs * krow, block, f16 ? 1u : 0u, bs, table, nkv, lo,
+            };
+            ops->attn_tiled(&t, scr);
+            t.out = o2;
+            ops_attn_tiled_ref(&t, scr);
+            CHECK(memcmp(o1, o2, (size_t)(ATTN_TILE_Q * nq * dv) * 4) == 0);
+            /* the window changes the result */
+            t.lo = NULL;
+            ops->attn_tiled(&t, scr);
+            CHECK(memcmp(o1, o2, (size_t)(ATTN_TILE_Q * nq * dv) * 4) != 0);
+        done:
+            free(pool), free(table), free(vis), free(q), free(o1), free(o2), free(scr);
+        }
+}
+
 /* Paged attention: a sequence of n_kv slots in permuted physical blocks of
  * a small pool, K/V in f32 or f16, optional visibility. */
 static void
@@ -442,7 +566,7 @@ test_attention(const struct kernel_ops *ops)
                 pool + (size_t)head * bs * krow_f * esz,
                 pool + kbytes + (size_t)head * bs * vrow_f * esz,
                 block, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv,
-                masked ? vis : NULL, 0, NULL,
+                masked ? vis : NULL, 0, NULL, 0,
             };
             ops->attn(&a, scr);
             double err = 0;
@@ -478,7 +602,7 @@ test_attention(const struct kernel_ops *ops)
         memset(vis, 0, sizeof(vis));
         struct attn_args z = {
             q, out, nq, hd, hdv, 0.35f, pool, pool + kbytes, block,
-            f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, 9, vis, 0, NULL,
+            f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, 9, vis, 0, NULL, 0,
         };
         ops->attn(&z, scr);
         for (int i = 0; i < nq * hdv; i++)
@@ -553,7 +677,7 @@ test_attention_split(const struct kernel_ops *ops)
                 struct attn_args a = {
                     q, out, nq, dk, dv, 0.3f, pool, pool + (size_t)bs * krow, block,
                     f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv, masked ? vis : NULL,
-                    0, NULL,
+                    0, NULL, 0,
                 };
                 ops->attn(&a, scr);
 
@@ -660,7 +784,7 @@ test_dispatch(void)
         has_ref |= strcmp(names[n], "ref") == 0;
     CHECK(has_ref);
     CHECK(r->mm_supported && r->mm_work_size && r->mm_prepare && r->mm_rows && r->mm_tmp_floats &&
-          r->get_row && r->rmsnorm && r->rope && r->softmax && r->silu_mul && r->attn &&
+          r->get_row && r->rmsnorm && r->rope && r->softmax && r->silu_mul && r->gelu_mul && r->attn &&
           r->attn_scratch_floats);
 }
 
@@ -683,7 +807,9 @@ main(void)
         test_rmsnorm(ops);
         test_rope(ops);
         test_softmax_silu(ops);
+        test_gelu(ops);
         test_attention(ops);
+        test_attention_window(ops);
         test_attention_split(ops);
     }
     T_DONE();

@@ -41,7 +41,7 @@ test_table(void)
     CHECK(a && a->id == ARCH_ID_LLAMA && a->recipe == ARCH_RECIPE_LLAMA);
     CHECK(a && (a->flags & ARCH_F_CONVERT) && a->hf_permute_qk && !a->hf_attn_bias);
     CHECK(q && q->recipe == ARCH_RECIPE_NONE && (q->flags & ARCH_F_CONVERT) && !q->hf_permute_qk);
-    CHECK(g && g->recipe == ARCH_RECIPE_NONE && !(g->flags & ARCH_F_CONVERT) && g->swa_period == 6);
+    CHECK(g && g->recipe == ARCH_RECIPE_GEMMA3 && !(g->flags & ARCH_F_CONVERT) && g->swa_period == 6);
     CHECK(!arch_find("mamba") && !arch_find(NULL) && !arch_find("deepseek2"));
     CHECK(arch_get(ARCH_ID_QWEN2) == q && !arch_get(ARCH_ID_NONE));
     CHECK((a->gguf_required & ARCH_BIT(ARCH_HP_RMS_EPS)) &&
@@ -78,7 +78,17 @@ test_table(void)
     }
     CHECK_EQ(n, 20);
     CHECK(q->tensors == a->tensors);
-    CHECK(g->tensors == NULL);
+    /* gemma3: llama.cpp's 16 (the norms as F32 vectors, the QK norms one head wide) */
+    n = 0;
+    for (t = g->tensors; t->gguf; t++, n++) {
+        for (u = t + 1; u->gguf; u++)
+            CHECK(strcmp(t->gguf, u->gguf) != 0 && strcmp(t->hf, u->hf) != 0);
+        CHECK(!(t->flags & (ARCH_T_PERM_Q | ARCH_T_PERM_K)));
+        CHECK((t->flags & ARCH_T_MATRIX) ? t->rows != ARCH_DIM_1 : t->rows == ARCH_DIM_1);
+        if (t->w == ARCH_W_ATTN_Q_NORM || t->w == ARCH_W_ATTN_K_NORM)
+            CHECK(t->cols == ARCH_DIM_HEAD && (t->flags & ARCH_T_REQUIRED));
+    }
+    CHECK_EQ(n, 16);
 }
 
 /* ---- GGUF ---- */
