@@ -84,7 +84,18 @@ struct backend_matmul {
     /* llama.cpp's batched float arithmetic (ops.h mm_rows_mirror) for F32,
      * F16 and BF16 weights when n_tok >= 2: mirroring a llama.cpp ubatch */
     int mirror;
+    /* NULL, or [n_tok] BACKEND_GEMM_* bits: how llama.cpp multiplied the
+     * token by k-quant weights (ops.h mm_rows_mirror); a token without the
+     * bit takes the one-token arithmetic (mm_rows) */
+    const uint8_t *gemm;
 };
+
+/* The token was among the first n - n % 4 of a mul_mat of n tokens: ggml's
+ * repack gemm for Q4_K weights with rows % 8 == 0 (repacked at load). */
+#define BACKEND_GEMM_REPACK 1
+/* The token was in a mul_mat of 8 or more tokens: ggml's tiled kernels for
+ * the k-quants it does not repack (mirrored: Q6_K). */
+#define BACKEND_GEMM_TILED 2
 
 /* One attention step over the paged KV cache of one layer: for each row r
  * (a token) and query head h, out = softmax(scale * q . k_s) v over the

@@ -379,7 +379,10 @@ struct kernel_ops {
      * the mm_rows contract for F32/F16/BF16 weights with cols % 8 == 0 (work
      * from this table's mm_prepare), which ggml runs when a mul_mat has >= 2
      * tokens and rows % 4 == 0; unlike mm_rows its rounding is not that of
-     * a batch of one (cpu/matmul_mirror_avx2.h) */
+     * a batch of one (cpu/matmul_mirror_avx2.h); and for Q4_K weights with
+     * cols % 256 == 0, the arithmetic of ggml's repack gemm, which llama.cpp
+     * applies to a ubatch's first n - n % 4 tokens when rows % 8 == 0
+     * (backend.h gemm; ops_mm_rows_mirror_ref is its spec) */
     ops_mm_rows_fn mm_rows_mirror;
     ops_mm_pack_size_fn mm_pack_size;                   /* may be NULL */
     ops_mm_pack_fn mm_pack;
@@ -419,6 +422,12 @@ void ops_mm_rows_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uin
                      const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                      int64_t r0, int64_t r1, float *tmp);
 int64_t ops_mm_tmp_floats_ref(int64_t cols);
+/* mm_rows_mirror's Q4_K arithmetic (ggml's repack gemm; other types: nothing
+ * is written), the spec the avx2 table's mm_rows_mirror follows bit for bit:
+ * cpu/matmul_mirror_ref.c */
+void ops_mm_rows_mirror_ref(float *y, int64_t ldy, const void *w, size_t row_bytes,
+                            uint32_t wtype, const void *work, const float *x, int64_t ldx,
+                            int64_t n_tok, int64_t cols, int64_t r0, int64_t r1, float *tmp);
 void ops_get_row_ref(float *y, const void *w, size_t row_bytes, uint32_t wtype, int64_t row,
                      int64_t cols);
 void ops_rmsnorm_ref(float *y, const float *x, const float *w, int64_t n, float eps);

@@ -43,6 +43,7 @@ arch_gemma3_layer(struct exec *e, const struct model_layer *L)
     exec_attention(e, e->q, e->att, 1.0f);
     if ((rc = exec_matmul(e, &L->wo, NULL, e->att, e->tmp)) < 0)
         return rc;
+    exec_attn_done(e);
     exec_rmsnorm(e, e->tmp, e->tmp, &L->attn_post_norm);
     exec_add(e, e->x, e->tmp, hp->n_embd);
 

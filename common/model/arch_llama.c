@@ -37,6 +37,7 @@ arch_llama_layer(struct exec *e, const struct model_layer *L)
     exec_attention(e, e->q, e->att, 1.0f / sqrtf((float)hp->head_dim));
     if ((rc = exec_matmul(e, &L->wo, &L->bo, e->att, e->tmp)) < 0)
         return rc;
+    exec_attn_done(e);
     exec_add(e, e->x, e->tmp, hp->n_embd);
 
     /* feed-forward */

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec.h"
 #include "qtypes.h"
@@ -33,6 +34,7 @@ struct forward_state {
     int64_t *row_nkv;           /* [B] */
     int32_t *row_seq;           /* [B] */
     uint8_t *row_tiled;         /* [B] */
+    uint8_t *row_gemm;          /* [B]: batch_tok.gemm of the chunk's rows */
     int64_t *row_vis0;          /* [B] */
     uint8_t *row_vis;           /* [B][ld_vis] under a mask: the batch's slots each row sees */
     int64_t ld_vis, vis_cap;
@@ -119,12 +121,13 @@ forward_state_new(struct model *m, struct diag *d)
     st->row_nkv = malloc((size_t)B * sizeof(int64_t));
     st->row_seq = malloc((size_t)B * sizeof(int32_t));
     st->row_tiled = malloc((size_t)B);
+    st->row_gemm = malloc((size_t)B);
     st->row_vis0 = malloc((size_t)B * sizeof(int64_t));
     st->kbase = malloc((size_t)hp->n_head_kv * sizeof(uint8_t *));
     st->vbase = malloc((size_t)hp->n_head_kv * sizeof(uint8_t *));
     if (!st->x || !st->xn || !st->tmp || !st->q || !st->k || !st->v || !st->att || !st->gate ||
         !st->up || !st->rope_cs || !st->blk || !st->bidx || !st->ids || !st->row_table ||
-        !st->row_nkv || !st->row_seq || !st->row_tiled || !st->row_vis0 || !st->kbase ||
+        !st->row_nkv || !st->row_seq || !st->row_tiled || !st->row_gemm || !st->row_vis0 || !st->kbase ||
         !st->vbase || !st->row_lo)
         goto nomem;
 
@@ -166,6 +169,7 @@ forward_state_free(struct model *m)
     free(st->row_nkv);
     free(st->row_seq);
     free(st->row_tiled);
+    free(st->row_gemm);
     free(st->row_vis0);
     free(st->row_vis);
     free(st->kbase);
@@ -188,15 +192,15 @@ call_ubatch(const struct exec *e)
 }
 
 /* y_i[t][0 .. w_i->rows) = x[t] W_i^T (+ bias_i) for t < n_tok, i < nw: one
- * backend step */
+ * backend step; gemm: NULL or the tokens' batch_tok.gemm */
 static void
 matmul_n(const struct exec *e, int nw, const struct model_weight *const *w,
          const struct model_weight *const *bias, const float *x, int64_t ldx, int64_t n_tok,
-         float *const *y, const int64_t *ldy)
+         float *const *y, const int64_t *ldy, const uint8_t *gemm)
 {
     struct backend_weight bw[BACKEND_MM_MAX];
     struct backend_matmul mm = { .nw = nw, .x = x, .ldx = ldx, .n_tok = n_tok,
-                                 .mirror = call_ubatch(e) >= 2 };
+                                 .mirror = call_ubatch(e) >= 2, .gemm = gemm };
 
     for (int i = 0; i < nw; i++) {
         bw[i] = model_weight_view(w[i]);
@@ -421,6 +425,7 @@ exec_chunk_begin(struct exec *e, int64_t c0, int64_t nc, float *x)
         st->row_nkv[t] = st->slot[i] + 1;
         st->row_seq[t] = bt->seq;
         st->row_tiled[t] = (uint8_t)(all_tiled || bt->tiled);
+        st->row_gemm[t] = (uint8_t)bt->gemm;
         /* a sliding-window layer's row sees the last n_swa slots, itself
          * included (llama.cpp's LLAMA_SWA_TYPE_STANDARD by position: the
          * slot is the position outside speculative trees) */
@@ -477,8 +482,15 @@ exec_matmuls(struct exec *e, int nw, const struct model_weight *const *w,
             return rc;
         ldy[i] = w[i]->rows;
     }
-    matmul_n(e, nw, w, bias, x, w[0]->cols, e->n, y, ldy);
+    matmul_n(e, nw, w, bias, x, w[0]->cols, e->n, y, ldy, e->m->st->row_gemm);
     return 0;
+}
+
+void
+exec_attn_done(struct exec *e)
+{
+    if (e->layer == e->m->hp.n_layer - 1)
+        memset(e->m->st->row_gemm, 0, (size_t)e->n);
 }
 
 int
@@ -497,7 +509,7 @@ exec_matmul_rows(struct exec *e, const struct model_weight *w, const float *x, i
 
     if ((rc = hook_linear(e, w, x, n_tok, tok0)) < 0)
         return rc;
-    matmul_n(e, 1, &w, NULL, x, w->cols, n_tok, &y, &ldy);
+    matmul_n(e, 1, &w, NULL, x, w->cols, n_tok, &y, &ldy, NULL);
     return 0;
 }
 

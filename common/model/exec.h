@@ -122,6 +122,14 @@ void exec_scale(struct exec *e, float *x, int64_t dim, float s);
 int exec_matmuls(struct exec *e, int nw, const struct model_weight *const *w,
                  const struct model_weight *const *bias, const float *x, float *const *y);
 
+/* exec_attn_done() : a recipe calls it after its attention output
+ * projection.  llama.cpp keeps only the output rows past that point of the
+ * last layer (ggml_get_rows(inp_out_ids)), one per sequence in generation,
+ * and multiplies them by k-quant weights in one-token arithmetic: from there
+ * on in the last layer, no row of the chunk takes the batched arithmetic
+ * (batch_tok.gemm; the other rows' results are not used). */
+void exec_attn_done(struct exec *e);
+
 /* exec_matmul() : exec_matmuls() of one weight. */
 int exec_matmul(struct exec *e, const struct model_weight *w, const struct model_weight *bias,
                 const float *x, float *y);

@@ -501,6 +501,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
         bt[i].token = prompt[i];
         bt[i].logits = i == n_prompt - 1;
         bt[i].tiled = model_prompt_tiled(n_prompt, i);
+        bt[i].gemm = model_prompt_gemm(n_prompt, i);
         sampler_accept(smp, prompt[i]);
     }
     b.n = n_prompt;
@@ -565,6 +566,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 bt[j].token = tree.tok[j];
                 bt[j].logits = 1;
                 bt[j].tiled = 0;
+                bt[j].gemm = 0;
             }
             b.n = tree.n;
             b.mask = NULL;

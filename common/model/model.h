@@ -191,6 +191,9 @@ struct batch_tok {
     int32_t tiled;              /* nonzero: attention in the tiled arithmetic
                                  * (ops->attn_tiled, when the cache is F16/F32
                                  * and there is no mask); see model_prompt_tiled */
+    int32_t gemm;               /* BACKEND_GEMM_* bits: k-quant weights in
+                                 * llama.cpp's batched arithmetic
+                                 * (ops->mm_rows_mirror); see model_prompt_gemm */
 };
 
 /*
@@ -212,6 +215,29 @@ model_prompt_tiled(int64_t n_prompt, int64_t i)
     int64_t u0 = i / LLAMACPP_N_UBATCH * LLAMACPP_N_UBATCH;
     int64_t rows = n_prompt - u0 < LLAMACPP_N_UBATCH ? n_prompt - u0 : LLAMACPP_N_UBATCH;
     return i >= 0 && i < n_prompt && rows >= ATTN_TILE_Q;
+}
+
+/*
+ * llama.cpp multiplies a ubatch of n tokens by k-quant weights in batched
+ * arithmetic that rounds unlike one token's: a Q4_K weight with rows % 8 ==
+ * 0 (repacked at load on AVX2 CPUs) with its repack gemm for the first
+ * n - n % 4 tokens (the gemv for the other n % 4: BACKEND_GEMM_REPACK), the
+ * k-quants it does not repack (Q6_K) with its tiled kernels when n >= 8
+ * (BACKEND_GEMM_TILED).  model_prompt_gemm(n, i) gives the bits for token
+ * i < n of a prompt decoded as model_prompt_tiled assumes: callers set
+ * batch_tok.gemm with it for prompt tokens (0 for generated ones); like
+ * tiled, a function of the request alone.
+ */
+static inline int32_t
+model_prompt_gemm(int64_t n_prompt, int64_t i)
+{
+    int64_t u0 = i / LLAMACPP_N_UBATCH * LLAMACPP_N_UBATCH;
+    int64_t rows = n_prompt - u0 < LLAMACPP_N_UBATCH ? n_prompt - u0 : LLAMACPP_N_UBATCH;
+
+    if (i < 0 || i >= n_prompt)
+        return 0;
+    return (i - u0 < rows - rows % 4 ? BACKEND_GEMM_REPACK : 0) |
+           (rows >= 8 ? BACKEND_GEMM_TILED : 0);
 }
 
 /*

@@ -501,20 +501,24 @@ schedule_chunk(struct sched *s, struct seq *q, int64_t take, int64_t *preempted,
 /* The prefix-cache key of logical block lblock of q: its tokens chained to
  * the parent key, and, when some of them take the tiled attention
  * (model_prompt_tiled: a function of the prompt length), how many (they are
- * always the first ones of the block), so that a block is shared only
+ * always the first ones of the block), and likewise the sum of their
+ * batched-matmul bits (model_prompt_gemm), so that a block is shared only
  * between requests that compute its keys and values the same way. */
 static void
 block_key(const struct seq *q, int64_t lblock, int64_t bs, const struct kv_prefix_key *parent,
           struct kv_prefix_key *out)
 {
     struct kv_prefix_key k;
-    int32_t n_tiled = 0;
+    int32_t n_tiled = 0, n_gemm = 0;
 
     kv_prefix_key_next(parent, q->toks + lblock * bs, bs, &k);
-    for (int64_t p = lblock * bs; p < (lblock + 1) * bs; p++)
+    for (int64_t p = lblock * bs; p < (lblock + 1) * bs; p++) {
         n_tiled += model_prompt_tiled(q->n_prompt, p);
-    if (n_tiled) {
-        int32_t salt = -1 - n_tiled;    /* no token id is negative */
+        n_gemm += model_prompt_gemm(q->n_prompt, p);
+    }
+    if (n_tiled || n_gemm) {
+        /* no token id is negative */
+        int32_t salt = -1 - n_tiled - (int32_t)(bs + 1) * n_gemm;
         kv_prefix_key_next(&k, &salt, 1, out);
     } else {
         *out = k;
@@ -763,6 +767,7 @@ sched_step(struct sched *s, struct diag *d)
             /* as the request alone (generate.c) computes it; generated
              * tokens recomputed after a preemption stay one-row */
             b->tiled = model_prompt_tiled(q->n_prompt, p);
+            b->gemm = model_prompt_gemm(q->n_prompt, p);
         }
         if (q->n_done + q->chunk == n_total(q) + q->n_draft) {
             q->logit_row = n_rows;

@@ -216,6 +216,7 @@ dm_feed(struct spec_dm *dm, const int32_t *toks, int64_t n, struct diag *d)
         dm->bt[i].token = toks[i];
         dm->bt[i].logits = i == n - 1;
         dm->bt[i].tiled = 0;
+        dm->bt[i].gemm = 0;
     }
     int rc = model_forward(dm->m, dm->kv, &b, NULL, &mo, d);
     if (rc < 0)

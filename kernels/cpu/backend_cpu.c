@@ -135,7 +135,50 @@ struct mm_job {
         int64_t end;
     } reg[MM_REGIONS];
     int mirror;                 /* llama.cpp's batched float matmul (backend.h) */
+    const uint8_t *gemm;        /* llama.cpp's Q4_K repack gemm tokens (backend.h) */
 };
+
+/* the BACKEND_GEMM_* bit that selects ggml's batched arithmetic for weight
+ * w (backend.h), 0 when w never takes it */
+static int
+gemm_bit(const struct backend_weight *w)
+{
+    if (w->cols % 256 != 0)
+        return 0;
+    if (w->type == GGML_TYPE_Q4_K && w->rows % 8 == 0)
+        return BACKEND_GEMM_REPACK;
+    if (w->type == GGML_TYPE_Q6_K)
+        return BACKEND_GEMM_TILED;
+    return 0;
+}
+
+/* Rows [a, b) of weight i of j (gemm_bit != 0) for the tokens of j: runs of
+ * tokens with the bit through mm_rows_mirror, the others through mm_rows. */
+static void
+mm_range_gemm(const struct mm_job *j, int i, int64_t a, int64_t b, int ith, int bit)
+{
+    const struct backend_weight *w = j->w[i];
+    size_t arb = j->prep_row;
+    float *tmp = j->tmp + (int64_t)ith * j->tmp_n;
+
+    for (int64_t t0 = 0, t1; t0 < j->n_tok; t0 = t1) {
+        int g = (j->gemm[t0] & bit) != 0;
+        for (t1 = t0 + 1; t1 < j->n_tok && ((j->gemm[t1] & bit) != 0) == g; t1++)
+            ;
+        const uint8_t *work = (const uint8_t *)j->work + (size_t)t0 * arb;
+        float *y = j->y[i] + t0 * j->ldy[i];
+        const float *x = j->x + t0 * j->ldx;
+        if (g)
+            j->ops->mm_rows_mirror(y, j->ldy[i], w->data, w->row_bytes, w->type, work, x, j->ldx,
+                                   t1 - t0, w->cols, a, b, tmp);
+        else if (w->packed)
+            j->ops->mm_rows(y, j->ldy[i], w->packed, w->row_bytes, w->type | OPS_MM_PACKED, work,
+                            x, j->ldx, t1 - t0, w->cols, a, b, tmp);
+        else
+            j->ops->mm_rows(y, j->ldy[i], w->data, w->row_bytes, w->type, work, x, j->ldx,
+                            t1 - t0, w->cols, a, b, tmp);
+    }
+}
 
 /* Rows [r0, r1) of the job (spanning weights as row0 says) on worker ith. */
 static void
@@ -149,6 +192,11 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
         if (a >= b)
             continue;
         const struct backend_weight *w = j->w[i];
+        int bit = j->gemm ? gemm_bit(w) : 0;
+        if (bit) {
+            mm_range_gemm(j, i, a - j->row0[i], b - j->row0[i], ith, bit);
+            continue;
+        }
         ops_mm_rows_fn rows = j->mirror && w->rows % 4 == 0 && w->cols % 8 == 0 &&
                                       (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 ||
                                        w->type == GGML_TYPE_BF16)
@@ -262,6 +310,13 @@ cpu_matmul(struct backend *be, const struct backend_matmul *mm)
      * tokens with llamafile's tinyBLAS (when rows % 4 == 0 and cols % 8 ==
      * 0), which rounds unlike one token */
     j.mirror = mm->mirror && n_tok >= 2 && ops->mm_rows_mirror != NULL;
+    /* and k-quant weights by the tokens marked gemm with its repack gemm or
+     * tiled kernels (backend.h) */
+    j.gemm = NULL;
+    if (mm->gemm && ops->mm_rows_mirror)
+        for (int64_t t = 0; t < n_tok && !j.gemm; t++)
+            if (mm->gemm[t])
+                j.gemm = mm->gemm;
 
     for (int i = 0; i < mm->nw;) {
         /* the longest run of weights from i with i's type */

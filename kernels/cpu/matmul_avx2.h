@@ -25,7 +25,8 @@
  *       horizontal sum at the end);
  *   F32, F16, BF16 : ggml_vec_dot_f32 / _f16 / _bf16.
  * llama.cpp's batched kernels (repack gemm, llamafile tinyBLAS, the tiled
- * k-quant kernels) round differently and are deliberately not used. */
+ * k-quant kernels) round differently: mm_rows_mirror (cpu/matmul_mirror_*.c)
+ * reproduces those a mirrored run asks for. */
 size_t ops_mm_work_size_avx2(uint32_t wtype, int64_t n_tok, int64_t cols);
 void ops_mm_prepare_avx2(void *work, uint32_t wtype, const float *x, int64_t ldx, int64_t n_tok,
                          int64_t cols);

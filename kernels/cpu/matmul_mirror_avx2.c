@@ -2,15 +2,17 @@
  * matmul_mirror_avx2.c - llamafile tinyBLAS's float matmul order (see
  * matmul_mirror_avx2.h).  Register tiles of 4 weight rows x 3 tokens as
  * tinyBLAS's AVX2 gemm (RM 4, RN 3); the tiling changes only which outputs
- * are computed together, never an output's operations.
+ * are computed together, never an output's operations.  Q4_K: ggml's repack
+ * gemm (cpu/matmul_mirror_ref.c), Q6_K: the reference.
  */
 #include <immintrin.h>
 #include <stdint.h>
 
 #include "matmul_mirror_avx2.h"
+#include "qconv.h"
 
-/* ggml type ids (the values of kernels/qtypes.h) */
-enum { T_F32 = 0, T_F16 = 1, T_BF16 = 30 };
+#include "cpu/mm_layout.h"
+
 
 #define RM 4                    /* weight rows per register tile */
 #define RN 3                    /* tokens per register tile */
@@ -90,12 +92,91 @@ rows_type(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t ty
 #undef TILE
 }
 
+/* 6-bit scale and min codes of the 8 sub-blocks of a Q4_K block */
+static inline void
+q4k_scales(const uint8_t *s, int *sc, int *mn)
+{
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (s[j + 8] & 15) | (s[j] >> 6) << 4;
+        mn[j + 4] = (s[j + 8] >> 4) | (s[j + 4] >> 6) << 4;
+    }
+}
+
+/* the bits of cpu/matmul_mirror_ref.c's q4k_gemm_dot: the same exact
+ * integer sums per sub-block pair, the same fma chains */
+static float
+q4k_gemm_dot(const struct block_q4_K *x, const struct act_row *ar, int64_t nb)
+{
+    const __m256i m15 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
+    float sacc = 0.0f, macc = 0.0f;
+
+    for (int64_t b = 0; b < nb; b++, x++) {
+        const int8_t *y = ar->q + QK_K * b;
+        const int16_t *bs = ar->bsums + 16 * b;
+        int sc[8], mn[8];
+        q4k_scales(x->scales, sc, mn);
+        float dd = qconv_fp16_to_fp32(x->d) * ar->d[b];
+        float dm = qconv_fp16_to_fp32(x->dmin) * ar->d[b];
+        for (int p = 0; p < 4; p++) {
+            __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * p));
+            __m256i lo = _mm256_and_si256(bits, m15);
+            __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m15);
+            __m256i yl = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * p));
+            __m256i yh = _mm256_loadu_si256((const __m256i *)(const void *)(y + 64 * p + 32));
+            __m256i sl = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, yl), ones);
+            __m256i sh = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, yh), ones);
+            __m256i v = _mm256_add_epi32(_mm256_mullo_epi32(sl, _mm256_set1_epi32(sc[2 * p])),
+                                         _mm256_mullo_epi32(sh, _mm256_set1_epi32(sc[2 * p + 1])));
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4e));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xb1));
+            int32_t isum = _mm_cvtsi128_si32(h);
+            int32_t msum = mn[2 * p] * (bs[4 * p] + bs[4 * p + 1]) +
+                           mn[2 * p + 1] * (bs[4 * p + 2] + bs[4 * p + 3]);
+            sacc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)isum), _mm_set_ss(dd),
+                                              _mm_set_ss(sacc)));
+            macc = _mm_cvtss_f32(_mm_fmadd_ss(_mm_set_ss((float)msum), _mm_set_ss(dm),
+                                              _mm_set_ss(macc)));
+        }
+    }
+    return sacc - macc;
+}
+
+static void
+rows_q4k(float *y, int64_t ldy, const void *w, size_t row_bytes, const void *work,
+         int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    size_t arb = act_row_bytes(ACT_Q8_K, cols);
+
+    for (int64_t r = r0; r < r1; r++) {
+        const struct block_q4_K *row =
+            (const struct block_q4_K *)(const void *)((const uint8_t *)w + (size_t)r * row_bytes);
+        for (int64_t t = 0; t < n_tok; t++) {
+            struct act_row ar;
+            act_row_at(&ar, ACT_Q8_K, (const uint8_t *)work + (size_t)t * arb, cols);
+            y[t * ldy + r] = q4k_gemm_dot(row, &ar, cols / QK_K);
+        }
+    }
+}
+
 void
 ops_mm_rows_mirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                         const void *work, const float *x, int64_t ldx, int64_t n_tok,
                         int64_t cols, int64_t r0, int64_t r1, float *tmp)
 {
     (void)tmp;
+    if (wtype == T_Q4_K) {
+        if (cols % QK_K == 0)
+            rows_q4k(y, ldy, w, row_bytes, work, n_tok, cols, r0, r1);
+        return;
+    }
+    if (wtype == T_Q6_K) {      /* the reference (no AVX2 form yet) */
+        ops_mm_rows_mirror_ref(y, ldy, w, row_bytes, wtype, work, x, ldx, n_tok, cols, r0, r1,
+                               tmp);
+        return;
+    }
     if (cols % 8 != 0 || r0 >= r1 ||
         (wtype != T_F32 && wtype != T_F16 && wtype != T_BF16))
         return;

@@ -23,7 +23,12 @@
  * Activations: F32 reads x (row stride ldx) as is; F16 and BF16 read work as
  * filled by the avx2 (or ref) mm_prepare: n_tok rows of cols floats, the
  * activations rounded to f16 / bf16 (ggml converts src1 to the weight's
- * vec_dot_type first).  tmp is unused. */
+ * vec_dot_type first).  tmp is unused.
+ *
+ * Q4_K (cols % 256 == 0): ggml's repack gemm (ggml_gemm_q4_K_8x8_q8_K), and
+ * Q6_K: its tiled kernels, as ops_mm_rows_mirror_ref specifies, bit for bit
+ * (Q6_K through that reference itself); work is the Q8_K activations of
+ * mm_prepare.  The backend takes them for the tokens batch_tok.gemm marks. */
 void ops_mm_rows_mirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes,
                              uint32_t wtype, const void *work, const float *x, int64_t ldx,
                              int64_t n_tok, int64_t cols, int64_t r0, int64_t r1, float *tmp);

@@ -16,6 +16,10 @@
  *    (double) product; nothing outside [r0, r1) x n_tok is written; other
  *    types and cols % 8 != 0 write nothing.
  *
+ * 3. Q4_K (ggml's repack gemm, ops_mm_rows_mirror_ref the spec): random
+ *    blocks, the avx2 kernel gives the reference's bits for any token count
+ *    and row range, and outputs close to mm_rows' (the gemv's rounding).
+ *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
 #include <math.h>
@@ -229,6 +233,54 @@ test_invariance(const struct kernel_ops *ko)
     free(x), free(ya), free(yb), free(row);
 }
 
+static void
+test_q4k(const struct kernel_ops *ko, const struct kernel_ops *ref)
+{
+    enum { ROWS = 16, COLS = 512, NT = 7 };
+    const size_t rb = (COLS / 256) * 144;
+    uint8_t *w = malloc(ROWS * rb);
+    float *x = malloc(NT * COLS * sizeof(float));
+    float *ya = calloc(NT * ROWS, sizeof(float)), *yb = calloc(NT * ROWS, sizeof(float));
+    float *yg = calloc(NT * ROWS, sizeof(float));
+    size_t ws = ref->mm_work_size(GGML_TYPE_Q4_K, NT, COLS);
+    void *work = malloc(ws);
+    float *tmp = malloc((size_t)ref->mm_tmp_floats(COLS) * sizeof(float) + 64);
+
+    CHECK(w && x && ya && yb && yg && work && tmp);
+    for (size_t i = 0; i < ROWS * rb; i++)
+        w[i] = (uint8_t)(frnd() * 128 + 128);
+    for (int64_t b = 0; b < ROWS * COLS / 256; b++) {
+        uint16_t d = qconv_fp32_to_fp16(0.002f + 0.01f * fabsf(frnd()));
+        uint16_t dm = qconv_fp32_to_fp16(0.001f + 0.005f * fabsf(frnd()));
+        memcpy(w + 144 * b, &d, 2);
+        memcpy(w + 144 * b + 2, &dm, 2);
+    }
+    for (int64_t i = 0; i < NT * COLS; i++)
+        x[i] = frnd() * (i % 37 == 0 ? 8.0f : 1.0f);
+    ref->mm_prepare(work, GGML_TYPE_Q4_K, x, COLS, NT, COLS);
+    ops_mm_rows_mirror_ref(ya, ROWS, w, rb, GGML_TYPE_Q4_K, work, x, COLS, NT, COLS, 0, ROWS, tmp);
+    ref->mm_rows(yg, ROWS, w, rb, GGML_TYPE_Q4_K, work, x, COLS, NT, COLS, 0, ROWS, tmp);
+    /* the avx2 kernel: same bits, split into row ranges and token runs */
+    for (int64_t t0 = 0; t0 < NT; t0 += 3) {
+        int64_t n = NT - t0 < 3 ? NT - t0 : 3;
+        size_t arb = ws / NT;
+        ko->mm_rows_mirror(yb + t0 * ROWS, ROWS, w, rb, GGML_TYPE_Q4_K,
+                           (const uint8_t *)work + t0 * arb, x + t0 * COLS, COLS, n, COLS, 0, 5,
+                           tmp);
+        ko->mm_rows_mirror(yb + t0 * ROWS, ROWS, w, rb, GGML_TYPE_Q4_K,
+                           (const uint8_t *)work + t0 * arb, x + t0 * COLS, COLS, n, COLS, 5,
+                           ROWS, tmp);
+    }
+    CHECK(memcmp(ya, yb, NT * ROWS * sizeof(float)) == 0);
+    int ndiff = 0;
+    for (int64_t i = 0; i < NT * ROWS; i++) {
+        CHECK(fabsf(ya[i] - yg[i]) <= 1e-4f * (1.0f + fabsf(yg[i])));
+        ndiff += ya[i] != yg[i];
+    }
+    CHECK(ndiff > 0);           /* the gemm rounds unlike the gemv */
+    free(w), free(x), free(ya), free(yb), free(yg), free(work), free(tmp);
+}
+
 int
 main(int argc, char **argv)
 {
@@ -244,6 +296,7 @@ main(int argc, char **argv)
     if (!av->mm_rows_mirror)
         T_DONE();
     test_invariance(av);
+    test_q4k(av, ref);
     const char *g = getenv("LLMKIT_GOLDEN_TINYBLAS");
     int n = test_golden(av, g && *g ? g : "tests/golden/kernels/vecdot-tinyblas.json", verbose);
     CHECK(n == 9 || (g && *g && n > 0));

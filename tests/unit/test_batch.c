@@ -110,7 +110,8 @@ run_alone(struct model *m, const struct tokenizer *tok, struct req *r, bool igno
         goto out;
     for (int64_t i = 0; i < r->n_prompt; i++) {
         bt[i] = (struct batch_tok){ seq, (int32_t)i, r->prompt[i], i == r->n_prompt - 1,
-                                     model_prompt_tiled(r->n_prompt, i) };
+                                     model_prompt_tiled(r->n_prompt, i),
+                                     model_prompt_gemm(r->n_prompt, i) };
         sampler_accept(smp, r->prompt[i]);
     }
     struct batch b = { r->n_prompt, bt, NULL, 0 };
@@ -122,7 +123,7 @@ run_alone(struct model *m, const struct tokenizer *tok, struct req *r, bool igno
     while (r->n_ref < r->max_tokens) {
         if (r->n_ref > 0) {
             bt[0] = (struct batch_tok){ seq, (int32_t)(r->n_prompt + r->n_ref - 1),
-                                        r->ref[r->n_ref - 1], 1, 0 };
+                                        r->ref[r->n_ref - 1], 1, 0, 0 };
             b.n = 1;
             if (model_forward(m, kv, &b, NULL, &mo, &d))
                 goto out;
@@ -297,7 +298,7 @@ test_invariance(const char *path, const char *kernel)
     kv_seq_new(kv2, &b2);
     /* b, b2: the same 20 tokens of context */
     for (int i = 0; i < 20; i++)
-        bt[i] = (struct batch_tok){ b, i, 7 + i, 0, 0 };
+        bt[i] = (struct batch_tok){ b, i, 7 + i, 0, 0, 0 };
     struct batch bb = { 20, bt, NULL, 0 };
     CHECK_EQ(model_forward(m, kv1, &bb, NULL, NULL, &d), 0);
     for (int i = 0; i < 20; i++)
@@ -305,20 +306,20 @@ test_invariance(const char *path, const char *kernel)
     CHECK_EQ(model_forward(m, kv2, &bb, NULL, NULL, &d), 0);
     /* alone: a's 9 prompt tokens (logits of the last two), then b's decode */
     for (int i = 0; i < 9; i++)
-        bt[i] = (struct batch_tok){ a, i, 40 + 3 * i, i >= 7, 0 };
+        bt[i] = (struct batch_tok){ a, i, 40 + 3 * i, i >= 7, 0, 0 };
     struct batch ba = { 9, bt, NULL, 0 };
     struct model_out oa = { la, NULL };
     CHECK_EQ(model_forward(m, kv1, &ba, NULL, &oa, &d), 0);
-    bt[0] = (struct batch_tok){ b, 20, 99, 1, 0 };
+    bt[0] = (struct batch_tok){ b, 20, 99, 1, 0, 0 };
     struct batch bd = { 1, bt, NULL, 0 };
     struct model_out od = { ld, NULL };
     CHECK_EQ(model_forward(m, kv1, &bd, NULL, &od, &d), 0);
     /* together */
     int n = 0;
-    bt[n++] = (struct batch_tok){ b2, 20, 99, 1, 0 };
+    bt[n++] = (struct batch_tok){ b2, 20, 99, 1, 0, 0 };
     for (int i = 0; i < 9; i++)
-        bt[n++] = (struct batch_tok){ a2, i, 40 + 3 * i, i >= 7, 0 };
-    bt[n++] = (struct batch_tok){ b2, 21, 98, 1, 0 };
+        bt[n++] = (struct batch_tok){ a2, i, 40 + 3 * i, i >= 7, 0, 0 };
+    bt[n++] = (struct batch_tok){ b2, 21, 98, 1, 0, 0 };
     struct batch bm = { n, bt, NULL, 0 };
     struct model_out ob = { lb, NULL };
     CHECK_EQ(model_forward(m, kv2, &bm, NULL, &ob, &d), 0);

@@ -224,7 +224,7 @@ fill(const struct rig *r, struct batch_tok *bt, int64_t n, int32_t seq, int64_t 
 {
     for (int64_t i = 0; i < n; i++)
         bt[i] = (struct batch_tok){ seq, (int32_t)(p0 + i), tok_at(r, p0 + i), 1,
-                                    tiled ? model_prompt_tiled(n, i) : 0 };
+                                    tiled ? model_prompt_tiled(n, i) : 0, 0 };
 }
 
 static void
@@ -266,7 +266,7 @@ test_config(const char *path, const char *kernel, int threads, int64_t max_batch
     uint8_t mask[16 * 16];
     for (int64_t i = 0; i < 16; i++) {
         bt[i] = (struct batch_tok){ i % 2 ? s3 : s, (int32_t)(i % 2 ? i / 2 : 42 + i / 2),
-                                    tok_at(&r, 100 + i), 1, 0 };
+                                    tok_at(&r, 100 + i), 1, 0, 0 };
         for (int64_t j = 0; j < 16; j++)
             mask[i * 16 + j] = j <= i && (j == i || (i + j) % 3 != 0);
     }
@@ -307,7 +307,7 @@ test_errors(void)
     float *x = calloc((size_t)(4 * m->hp.n_embd), sizeof(float));
     struct batch_tok bt[4];
     for (int i = 0; i < 4; i++)
-        bt[i] = (struct batch_tok){ s, i, 1, 0, 0 };
+        bt[i] = (struct batch_tok){ s, i, 1, 0, 0, 0 };
     struct batch b = { 4, bt, NULL, 0 };
 
     /* the slots are not in the sequence yet */

@@ -291,7 +291,7 @@ run_batch(struct model *m, struct kvcache *kv, int32_t seq, const int32_t *tok, 
     if (n > 128)
         return -1;
     for (int64_t i = 0; i < n; i++)
-        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], 1, 0 };
+        bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], 1, 0, 0 };
     int rc = model_forward(m, kv, &b, NULL, &out, &d);
     if (rc < 0 && rc != -ST_NOMEM)
         fprintf(stderr, "model_forward: %s\n", d.msg);
@@ -381,8 +381,8 @@ test_batch_equivalence(void)
     kv_seq_new(kv, &s3);
     struct batch_tok bt[24];
     for (int64_t i = 0; i < n; i++) {
-        bt[2 * i] = (struct batch_tok){ s2, (int32_t)i, prompt[i], 1, 0 };
-        bt[2 * i + 1] = (struct batch_tok){ s3, (int32_t)i, rev[i], 1, 0 };
+        bt[2 * i] = (struct batch_tok){ s2, (int32_t)i, prompt[i], 1, 0, 0 };
+        bt[2 * i + 1] = (struct batch_tok){ s3, (int32_t)i, rev[i], 1, 0, 0 };
     }
     struct batch b = { 2 * n, bt, NULL, 0 };
     struct model_out out = { inter, NULL };
@@ -418,7 +418,7 @@ test_batch_equivalence(void)
     int32_t s5;
     kv_seq_new(kv, &s5);
     for (int64_t i = 0; i < n; i++)
-        bt2[i] = (struct batch_tok){ s5, (int32_t)i, prompt[i], i == 3 || i == n - 1, 0 };
+        bt2[i] = (struct batch_tok){ s5, (int32_t)i, prompt[i], i == 3 || i == n - 1, 0, 0 };
     struct batch b2 = { n, bt2, NULL, 0 };
     out.logits = chunk;
     CHECK_EQ(model_forward(m, kv, &b2, NULL, &out, &d), 0);
@@ -458,7 +458,7 @@ test_mask(void)
     CHECK_EQ(run_batch(m, kv, s, &pre, 1, got), 0);
     int32_t a = 11, bb = 22, c = 33, dd = 44;
     struct batch_tok bt[4] = {
-        { s, 1, a, 1, 0 }, { s, 2, bb, 1, 0 }, { s, 3, c, 1, 0 }, { s, 3, dd, 1, 0 },
+        { s, 1, a, 1, 0, 0 }, { s, 2, bb, 1, 0, 0 }, { s, 3, c, 1, 0, 0 }, { s, 3, dd, 1, 0, 0 },
     };
     uint8_t mask[16] = {
         1, 0, 0, 0,
@@ -567,7 +567,7 @@ test_hooks(void)
     kv_seq_new(kv, &s);
     struct batch_tok bt[5];
     for (int i = 0; i < 5; i++)
-        bt[i] = (struct batch_tok){ s, i, prompt[i], i >= 3, 0 };
+        bt[i] = (struct batch_tok){ s, i, prompt[i], i >= 3, 0, 0 };
     struct batch b = { 5, bt, NULL, 0 };
     struct hook_log h = { 0 };
     h.E = E, h.F = m->hp.n_ff, h.V = V;
@@ -660,8 +660,8 @@ test_hooks(void)
     /* two sequences in one batch where the second does not fit: neither grows */
     struct batch_tok two[6];
     for (int i = 0; i < 3; i++) {
-        two[2 * i] = (struct batch_tok){ a1, 5 + i, prompt[i], 0, 0 };
-        two[2 * i + 1] = (struct batch_tok){ a2, i, prompt[i], 0, 0 };
+        two[2 * i] = (struct batch_tok){ a1, 5 + i, prompt[i], 0, 0, 0 };
+        two[2 * i + 1] = (struct batch_tok){ a2, i, prompt[i], 0, 0, 0 };
     }
     struct batch b3 = { 6, two, NULL, 0 };
     CHECK_EQ(model_forward(m, small, &b3, NULL, NULL, &d), -ST_NOMEM);
@@ -1066,7 +1066,7 @@ test_long_batches(void)
                     int64_t n = lens[k] - i < 100 ? lens[k] - i : 100;
                     for (int64_t r = 0; r < n; r++)
                         bt[r] = (struct batch_tok){ sq[k], (int32_t)(i + r),
-                                                    (int32_t)((7 * (i + r) + 13 * k) % 250), 1, 0 };
+                                                    (int32_t)((7 * (i + r) + 13 * k) % 250), 1, 0, 0 };
                     struct batch b = { n, bt, NULL, 0 };
                     out.logits = scr;
                     CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
@@ -1078,7 +1078,7 @@ test_long_batches(void)
                 for (int k = 0; k < (pass == 0 ? 3 : 1); k++) {
                     for (int64_t r = 0; r < n; r++) {
                         int q = pass == 0 ? k : (int)(r % 3);
-                        bt[r] = (struct batch_tok){ sq[q], (int32_t)lens[q], 11 + q, 1, 0 };
+                        bt[r] = (struct batch_tok){ sq[q], (int32_t)lens[q], 11 + q, 1, 0, 0 };
                     }
                     struct batch b = { n, bt, pass == 2 ? mask : NULL, 0 };
                     out.logits = res + (pass == 0 ? k : pass == 1 ? 3 : 6) * V;

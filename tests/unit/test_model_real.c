@@ -66,7 +66,8 @@ fwd(struct model *m, struct kvcache *kv, int32_t seq, const int32_t *tok, int64_
      * attention for 64+ tokens; the steps after it one-row */
     for (int64_t i = 0; i < n; i++)
         bt[i] = (struct batch_tok){ seq, (int32_t)(len0 + i), tok[i], i == n - 1,
-                                    len0 == 0 ? model_prompt_tiled(n, i) : 0 };
+                                    len0 == 0 ? model_prompt_tiled(n, i) : 0,
+                                    len0 == 0 ? model_prompt_gemm(n, i) : 0 };
     struct batch b = { n, bt, NULL, 0 };
     struct model_out out = { last_logits, NULL };
     int rc = model_forward(m, kv, &b, NULL, &out, &d);
