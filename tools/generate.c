@@ -88,7 +88,7 @@ main(int argc, char **argv)
     struct merge_opts mo = { 0 };
     struct diag d = {{0}};
     bool have_n = false, batch = false, batch_opt = false, oversubscribe = false, have_spec = false;
-    bool have_tree = false;
+    bool have_tree = false, have_ngram = false;
     bool shard_by = false, sync_opt = false;
     int c, v;
 
@@ -163,7 +163,7 @@ main(int argc, char **argv)
         case OPT_LOOKUP: o.lookup = true; break;
         case OPT_LOOKUP_NGRAM:
             o.lookup_ngram = (int)cli_parse_i64(optarg, 1, 16, "--lookup-ngram", false);
-            have_spec = true;
+            have_ngram = true;
             break;
         case OPT_SPEC_TOKENS:
             o.spec_tokens = strcmp(optarg, "auto") == 0 ? 0
@@ -247,8 +247,9 @@ main(int argc, char **argv)
         { o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n),
           "--perplexity takes no prompt, --chat or -n" },
         { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
-        { have_spec && !o.lookup && !o.draft, "--lookup-ngram, --spec-tokens and --spec-compare need "
+        { have_spec && !o.lookup && !o.draft, "--spec-tokens and --spec-compare need "
           "--lookup or --draft" },
+        { have_ngram && !o.lookup, "--lookup-ngram needs --lookup" },
         { have_tree && !o.draft, "--spec-depth, --spec-width and --draft-p-min need --draft" },
         { o.lookup && o.draft, "--lookup and --draft are exclusive" },
         { o.draft && (batch || o.perplexity), "--draft works with one prompt (-p, -f), not with "

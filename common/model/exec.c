@@ -426,10 +426,11 @@ exec_chunk_begin(struct exec *e, int64_t c0, int64_t nc, float *x)
         st->row_seq[t] = bt->seq;
         st->row_tiled[t] = (uint8_t)(all_tiled || bt->tiled);
         st->row_gemm[t] = (uint8_t)bt->gemm;
-        /* a sliding-window layer's row sees the last n_swa slots, itself
-         * included (llama.cpp's LLAMA_SWA_TYPE_STANDARD by position: the
-         * slot is the position outside speculative trees) */
-        st->row_lo[t] = st->slot[i] + 1 > hp->n_swa ? st->slot[i] + 1 - hp->n_swa : 0;
+        /* a sliding-window layer's row sees the last n_swa positions, itself
+         * included (llama.cpp's LLAMA_SWA_TYPE_STANDARD), counted from its
+         * position: in a speculative tree a node's slot is past its position
+         * (the cached context's slots are its positions) */
+        st->row_lo[t] = bt->pos + 1 > hp->n_swa ? bt->pos + 1 - hp->n_swa : 0;
         if (!b->mask)
             continue;
         int64_t len0 = st->seq_len0[bt->seq];

@@ -244,7 +244,8 @@ model_prompt_gemm(int64_t n_prompt, int64_t i)
  * Slots and visibility.  The tokens of one sequence are appended to it in
  * batch order: the k-th token of sequence s in the batch fills slot
  * len0(s) + k, where len0(s) is kv_seq_len(s) before the call (pos is used
- * for RoPE only, so it may differ from the slot, as in a speculative tree).
+ * for RoPE and a sliding window's start only, so it may differ from the
+ * slot, as in a speculative tree).
  * A token sees every slot of its sequence stored before the call, and the
  * batch tokens of its sequence up to and including itself; with a mask, only
  * those batch tokens j <= i with mask[i * n + j] != 0 (tokens before the

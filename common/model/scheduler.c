@@ -206,7 +206,10 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         return diag_set(d, ST_RANGE, "negative context");
     if (!cb || !cb->result)
         return diag_set(d, ST_RANGE, "no result callback");
-    if ((size_t)o->max_seqs > SIZE_MAX / sizeof(float) / (size_t)m->hp.n_vocab)
+    if (o->spec_tokens < 0 || o->spec_tokens > 64 || o->lookup_ngram < 1 || o->lookup_ngram > 16)
+        return diag_set(d, ST_RANGE, "speculative options out of range");
+    if ((size_t)(o->max_seqs + (o->spec_tokens ? o->max_batch_tokens : 0)) >
+        SIZE_MAX / sizeof(float) / (size_t)m->hp.n_vocab)
         return diag_set(d, ST_NOMEM, "too many sequences for the logits buffer");
     if (!(s = calloc(1, sizeof(*s))))
         return diag_set(d, ST_NOMEM, "out of memory");
@@ -223,12 +226,11 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         s->ctx = o->ctx;
     s->run = malloc((size_t)o->max_seqs * sizeof(*s->run));
     s->bt = calloc((size_t)o->max_batch_tokens, sizeof(*s->bt));
-    if (o->spec_tokens < 0 || o->spec_tokens > 64 || o->lookup_ngram < 1 || o->lookup_ngram > 16) {
-        free(s);
-        return diag_set(d, ST_RANGE, "speculative options out of range");
-    }
     /* a logits row per decoding sequence, and one per draft token */
-    s->n_rows = o->max_seqs + (o->spec_tokens ? o->max_batch_tokens : 0);
+    int64_t drafts = o->max_seqs * o->spec_tokens;
+    if (drafts > o->max_batch_tokens - 1)
+        drafts = o->max_batch_tokens - 1;
+    s->n_rows = o->max_seqs + (o->spec_tokens ? drafts : 0);
     s->logits = malloc((size_t)s->n_rows * (size_t)s->n_vocab * sizeof(float));
     if (!s->run || !s->bt || !s->logits) {
         sched_free(s);
@@ -646,25 +648,31 @@ accept_token(struct sched *s, struct seq *q, int32_t t, int *err)
 
 /* ---- speculative decoding ---- */
 
-/* q's lookup draft for this step (spec.h): at most spec_tokens, what the
- * step's token budget and q's output budget leave, and only as long as the
- * blocks it needs are free without preempting anyone */
+/* q's lookup draft for this step (spec.h), extending its scheduled decode
+ * (chunk 1): at most spec_tokens, what the step's token budget (already
+ * charged for the decode) and q's output budget leave, and only as long as
+ * the blocks it needs are free without preempting anyone */
 static void
 lookup_draft(struct sched *s, struct seq *q)
 {
     int64_t lim = s->o.spec_tokens;
 
-    if (lim > s->budget - 1)
-        lim = s->budget - 1;
+    if (lim > s->budget)
+        lim = s->budget;
     if (lim > q->max_gen - q->n_gen - 1)
         lim = q->max_gen - q->n_gen - 1;
     if (lim <= 0)
         return;
     int64_t nd = spec_lookup_draft(q->toks, n_total(q), s->o.lookup_ngram, q->draft, lim);
-    int64_t need1 = kv_seq_blocks_needed(s->kv, q->kvs, 1), avail = avail_blocks(s);
-    while (nd > 0 && kv_seq_blocks_needed(s->kv, q->kvs, 1 + nd) > (need1 > avail ? need1 : avail))
+    int64_t avail = avail_blocks(s), need = q->need;    /* (avail excludes q's own need) */
+    while (nd > 0 && (need = kv_seq_blocks_needed(s->kv, q->kvs, 1 + nd)) - q->need > avail)
         nd--;
+    if (nd == 0)
+        return;
     q->n_draft = nd;
+    q->chunk = 1 + nd;
+    q->need = need;
+    s->budget -= nd;
 }
 
 /* ---- one step ---- */
@@ -694,12 +702,8 @@ sched_step(struct sched *s, struct diag *d)
             continue;
         }
         q->n_draft = 0;
-        if (s->o.spec_tokens)
-            lookup_draft(s, q);
-        if ((rc = schedule_chunk(s, q, 1 + q->n_draft, &preempted, &gone, d)) < 0)
+        if ((rc = schedule_chunk(s, q, 1, &preempted, &gone, d)) < 0)
             return rc;
-        if (gone)
-            q->n_draft = 0;
         if (gone)
             continue;           /* q left run[]; i now names the next one */
         s->budget -= q->chunk;
@@ -707,6 +711,14 @@ sched_step(struct sched *s, struct diag *d)
         for (i = 0; s->run[i] != q; i++)
             ;
         i++;
+    }
+    /* 1b. lookup drafts after the decodes: every decode has its token
+     * first, and a draft takes only budget and blocks left (never a
+     * preemption) */
+    for (int64_t i = 0; s->o.spec_tokens && i < s->n_run && s->budget > 0; i++) {
+        struct seq *q = s->run[i];
+        if (q->chunk == 1 && n_total(q) - q->n_done == 1)
+            lookup_draft(s, q);
     }
     /* 2. prefill chunks of running sequences */
     for (int64_t i = 0; i < s->n_run && s->budget > 0;) {

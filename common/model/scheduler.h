@@ -86,7 +86,8 @@ struct sched_opts {
     /* speculative decoding with prompt lookup (spec.h): each decoding
      * sequence drafts up to spec_tokens tokens from the longest earlier
      * match of its last lookup_ngram tokens or fewer, verified in the same
-     * step (where the budget and free blocks allow: a draft never preempts);
+     * step (from the budget and blocks left once every decode has its token:
+     * a draft never preempts);
      * 0 = off.  Every request's tokens stay what they are without. */
     int64_t spec_tokens;
     int lookup_ngram;

@@ -77,6 +77,8 @@ same_tokens() {
 @test "--lookup options: usage errors" {
     run -2 --separate-stderr generate -m "$TINY" -p x --spec-tokens 4
     [[ "$stderr" == *'need --lookup'* ]]
+    run -2 --separate-stderr generate -m "$TINY" -p x --draft "$TINY" --lookup-ngram 2
+    [[ "$stderr" == *'--lookup-ngram needs --lookup'* ]]
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --lookup-ngram 0
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens 65
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens -1
