@@ -112,4 +112,13 @@ int qmodel_read_hf(const char *dir, struct qmodel *qm, struct diag *d);
 
 void qmodel_release(struct qmodel *qm);
 
+/* The writers behind qmodel_write(), one per kind of output, each with its
+ * contract for its format.  qmodel_gguf.c: every grid in the GGUF type that
+ * holds it exactly where one exists, else the nearest type, the extra error
+ * reported on cb->info.  qmodel_hf.c: a GPTQ v1 / v2 or AWQ GEMM directory. */
+int qmodel_write_gguf(const struct qmodel *qm, const char *out, bool force,
+                      const struct run_callbacks *cb, struct diag *d);
+int qmodel_write_hf(const struct qmodel *qm, const char *dir, enum qformat f, bool force,
+                    const struct run_callbacks *cb, struct diag *d);
+
 #endif
