@@ -849,7 +849,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     g.kv = kv;
     g.ctx = r->ctx;
     if (o->draft && !o->perplexity &&
-        (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, d)) < 0)
+        (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, 1, r->ctx, d)) < 0)
         goto out;
     if (!o->perplexity && o->spec_compare && r->drafter) {
         struct generate_report pr = *r;
