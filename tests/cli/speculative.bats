@@ -292,3 +292,15 @@ batch_same() {
         --kv-mem 1MiB --max-seqs 8 --block-size 4
     grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
 }
+
+@test "Gemma 3: a draft tree verified past the 512-token sliding window (the window counts from each node's position) gives plain decoding's tokens" {
+    not_under_sanitizer
+    local m
+    need_model m gemma-3-270m.Q4_K_M.gguf
+    python3 -c "print(' '.join(['The cat sat on the mat and looked at the red ball.'] * 50))" > "$BATS_TEST_TMPDIR/long"
+    SPEC="--draft $m --spec-width 3 --spec-tokens 12 --draft-p-min 0" same_tokens -m "$m" \
+        -f "$BATS_TEST_TMPDIR/long" --temp 0 -n 24 --ignore-eos -t 2
+    jq -e '.prompt_tokens > 560 and .speculative.accepted > 0' "$BATS_TEST_TMPDIR/last.json"
+    SPEC="--lookup --spec-tokens 8" same_tokens -m "$m" -f "$BATS_TEST_TMPDIR/long" --temp 0 -n 24 \
+        --ignore-eos -t 2
+}
