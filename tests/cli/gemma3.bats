@@ -135,7 +135,7 @@ PY
     diff "$BATS_TEST_TMPDIR/want" "$BATS_TEST_TMPDIR/batch"
 }
 
-@test "gemma3 perplexity on wikitext-2 (first chunks): within 1% of llama-perplexity's" {
+@test "gemma3 perplexity on wikitext-2 (all chunks of the golden): within 0.2% of llama-perplexity's" {
     not_under_sanitizer
     local m data chunks want got kern tol g=$GOLD/gemma3-ppl.json
     need_model m "$GEMMA"
@@ -144,10 +144,15 @@ PY
     [ -f "$data" ] || skip "no $data"
     [ "$(sha256sum < "$data" | cut -d' ' -f1)" = "$(jq -r .data.sha256 "$g")" ]
     chunks=$(jq .chunks "$g")
-    [ "${LLMKIT_PPL_CHUNKS:-4}" -lt "$chunks" ] && chunks=${LLMKIT_PPL_CHUNKS:-4}
     # (not to the last digit as SmolLM2: the tinyBLAS rounding of Q5_0/Q8_0
-    # batches, see gemma_case, is not mirrored)
-    kern=ref tol=0.01
+    # batches, see gemma_case, is not mirrored; over the golden's 20 chunks
+    # the difference is 0.04%, over the first 4 alone 0.5%, hence 1% when
+    # LLMKIT_PPL_CHUNKS asks for fewer)
+    tol=0.002
+    if [ -n "${LLMKIT_PPL_CHUNKS:-}" ] && [ "$LLMKIT_PPL_CHUNKS" -lt "$chunks" ]; then
+        chunks=$LLMKIT_PPL_CHUNKS tol=0.01
+    fi
+    kern=ref
     have_avx2 && kern=avx2
     have_avx512 && kern=avx512
     run -0 --separate-stderr generate -m "$m" --perplexity "$data" --ctx 512 --chunks "$chunks" -t 2 \
