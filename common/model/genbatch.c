@@ -806,9 +806,10 @@ open_pool(struct run *g, int64_t ctx, struct diag *d)
     if (o->g->kv_mem > 0) {
         mem = (size_t)o->g->kv_mem;
     } else {
-        /* enough for max_seqs full contexts, at most DEFAULT_KV_MEM */
-        double want = (double)o->max_seqs * (double)(ctx + c.block_size) * (double)bb /
-                      (double)c.block_size;
+        /* enough for max_seqs full contexts (with sliding-window layers,
+         * their windows), at most DEFAULT_KV_MEM */
+        double want = (double)o->max_seqs *
+                      (double)kv_mem_for(&c, ctx + c.block_size, o->max_batch_tokens);
         mem = want < (double)DEFAULT_KV_MEM ? (size_t)want : DEFAULT_KV_MEM;
         if (mem < bb)
             mem = bb;

@@ -163,3 +163,26 @@ PY
     python3 -c "import sys; o, w = $got, $want; sys.exit(0 if abs(o - w) / w <= $tol else 1)" ||
         { echo "PPL $got vs llama.cpp $want: off by more than $tol (relative)"; return 1; }
 }
+
+@test "gemma3: the sliding-window layers' KV counts only their windows (--ctx 32768), and a prompt runs in a budget that could not hold its every layer" {
+    not_under_sanitizer
+    local m full got
+    need_model m "$GEMMA"
+    # 18 layers of one 256-wide KV head in f16: 18 KiB a token, 576 MiB for
+    # 32768 tokens; the 3 global layers alone take 96 MiB of it
+    run -0 --separate-stderr generate -m "$m" --ctx 32768 -p hi -n 1 --json -t 2
+    got=$(jq .kv_bytes <<<"$output")
+    full=$((18 * 32768 * 1024))
+    echo "# gemma3 --ctx 32768: KV budget $got bytes ($((got / 1048576)) MiB), every layer whole $((full / 1048576)) MiB" >&3
+    [ "$got" -ge $((3 * 32768 * 1024)) ] && [ "$got" -lt $((full / 4)) ] || return 1
+    # ~2200 prompt tokens need 38 MiB with every layer whole; 28 MiB holds them
+    # only when the windows' old rows are given back as the prompt goes
+    python3 -c "print(' '.join(['The river ran past the old mill and under the stone bridge.'] * 170))" \
+        > "$BATS_TEST_TMPDIR/long"
+    run -0 --separate-stderr generate -m "$m" -f "$BATS_TEST_TMPDIR/long" -n 4 --temp 0 --json -t 2 \
+        --kv-mem 28MiB
+    jq -e '.prompt_tokens > 2000 and .kv_bytes == 29360128' <<<"$output"
+    got=$(jq -c .tokens <<<"$output")
+    run -0 --separate-stderr generate -m "$m" -f "$BATS_TEST_TMPDIR/long" -n 4 --temp 0 --json -t 2
+    [ "$(jq -c .tokens <<<"$output")" = "$got" ]
+}
