@@ -1075,7 +1075,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     runcb_info(&go->cb, "'%s': %lld KV blocks of %lld tokens (%s, %.1f MiB), context "
                "%lld per sequence, %lld sequences, %lld tokens per step, %d threads, kernel %s",
                go->model, (long long)ks.blocks_total, (long long)ks.block_size,
-               kv_type_name(o->kv_type), (double)ks.block_bytes * (double)ks.blocks_total /
+               kv_type_name(o->kv_type), (double)kv_config_get(g.kv)->mem /
                1048576.0, (long long)r->ctx, (long long)o->max_seqs,
                (long long)o->max_batch_tokens, r->threads, r->kernel);
 
