@@ -241,7 +241,8 @@ quant_config(const struct qmodel *qm, const struct qgrid *g, enum qformat f, boo
     json_object_set_new(o, "desc_act", json_boolean(desc_act));
     json_object_set_new(o, "sym", json_boolean(g->sym));
     json_object_set_new(o, "lm_head", json_boolean(lm_head));
-    json_object_set_new(o, "damp_percent", json_real(p->damp));
+    if (p->damp > 0 && p->damp < 1)     /* loaders refuse 0 (RTN has no damping) */
+        json_object_set_new(o, "damp_percent", json_real(p->damp));
     json_object_set_new(o, "static_groups", json_boolean(p->static_groups));
     json_object_set_new(o, "true_sequential", json_boolean(p->true_sequential));
     json_object_set_new(o, "quant_method", json_string("gptq"));
@@ -252,7 +253,8 @@ quant_config(const struct qmodel *qm, const struct qgrid *g, enum qformat f, boo
     snprintf(quantizer, sizeof quantizer, "llmkit:%s", LLMKIT_VERSION);
     json_object_set_new(meta, "quantizer", json_pack("[s]", quantizer));
     json_object_set_new(meta, "method", json_string(p->method ? p->method : "?"));
-    json_object_set_new(meta, "damp_percent", json_real(p->damp));
+    if (p->damp > 0 && p->damp < 1)
+        json_object_set_new(meta, "damp_percent", json_real(p->damp));
     json_object_set_new(meta, "static_groups", json_boolean(p->static_groups));
     json_object_set_new(meta, "true_sequential", json_boolean(p->true_sequential));
     json_object_set_new(meta, "mse", json_real(p->mse ? 2.4 : 0.0));
