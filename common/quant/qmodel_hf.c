@@ -749,10 +749,14 @@ read_module(const struct sft_model *m, const struct hf_config *cfg, const struct
         (q->f != QF_AWQ && (rc = get_part(m, prefix, "g_idx", true, &tg, d)) < 0))
         return rc;
     snprintf(name, sizeof name, "%s.qweight", prefix);
-    if (tw->dtype != SFT_I32 || tw->n_dims != 2 || tw->shape[0] <= 0 || tw->shape[1] <= 0)
-        return diag_set(d, ST_FORMAT, "'%s': tensor '%s': %s of %d dimensions, I32 [K*bits/32, N] "
-                        "expected", m->dir ? m->dir : ".", name, sft_dtype_name(tw->dtype),
-                        tw->n_dims);
+    if (tw->dtype != SFT_I32 || tw->n_dims != 2 || tw->shape[0] <= 0 || tw->shape[1] <= 0) {
+        size_t file = 0;
+        sft_model_find(m, name, &file);
+        return diag_set(d, ST_FORMAT, "'%s/%s': tensor '%s': %s of %d dimensions, I32 %s expected",
+                        m->dir ? m->dir : ".", m->file_names[file], name,
+                        sft_dtype_name(tw->dtype), tw->n_dims,
+                        q->f == QF_AWQ ? "[K, N/8]" : "[K*bits/32, N]");
+    }
     if (q->f == QF_AWQ) {
         K = tw->shape[0];
         N = tw->shape[1] * 8;
@@ -810,9 +814,11 @@ read_module(const struct sft_model *m, const struct hf_config *cfg, const struct
             if (g->g_idx[c] < 0 || g->g_idx[c] >= G) {
                 free(aw);
                 free(az);
-                return diag_set(d, ST_FORMAT, "'%s': tensor '%s': g_idx[%lld] = %d, %lld groups",
-                                m->dir ? m->dir : ".", name, (long long)c, (int)g->g_idx[c],
-                                (long long)G);
+                size_t file = 0;
+                sft_model_find(m, name, &file);
+                return diag_set(d, ST_FORMAT, "'%s/%s': tensor '%s': g_idx[%lld] = %d, %lld groups",
+                                m->dir ? m->dir : ".", m->file_names[file], name, (long long)c,
+                                (int)g->g_idx[c], (long long)G);
             }
     }
     int heads = map.perm != HF_PERM_NONE ? (int)map.perm_heads : 0;

@@ -6,7 +6,7 @@
 #   python interop.py check SPEC.json OUT.json
 #       SPEC: {"ids": [token ids], "cases": [{"name", "base", "src", "deq",
 #              "qdir", "expect": "equal"|"differ", "mutate": null|"relabel_v2"|
-#              "awq_no_interleave"}]}
+#              "awq_no_interleave", "backend": null|a gptqmodel GPTQ backend}]}
 #       base: an fp32 HF directory of the source model (convert's), src: the
 #       source GGUF, deq: our dequantized weights of every grid (mkqgrid
 #       --dequant: the loaders' rounding fp16((q - z) * s) computed by our C
@@ -18,8 +18,11 @@
 #       more than 1e-3.  OUT gets per case the verdict, the largest
 #       difference and the quantized model's logits at the last position.
 #       Exit 1 when any case fails its expectation.
-#   python interop.py logits QDIR IDS OUT.f32
-#       the last position's logits of a (quantized) HF directory, raw f32.
+#   python interop.py logits QDIR IDS OUT.f32 [BACKEND]
+#       the last position's logits of a (quantized) HF directory, raw f32;
+#       BACKEND (a gptqmodel backend, e.g. gptq_torch) replaces the automatic
+#       choice: on a CPU with AVX512-BF16 it picks TorchCpuAvx512Linear,
+#       which refuses widths the group size does not divide (576 with g128).
 import json
 import os
 import shutil
@@ -72,6 +75,16 @@ def reference(base, src, deq):
             param.copy_(torch.from_numpy(np.ascontiguousarray(w)))
     assert off == raw.size, "dequantized weights: %d floats used of %d" % (off, raw.size)
     return model
+
+
+def load(qdir, backend=None):
+    """A quantized directory in fp32 on CPU; backend (e.g. gptq_torch) replaces
+    gptqmodel's automatic kernel choice for a 4-bit GPTQ directory."""
+    kw = {}
+    if backend:
+        from transformers import GPTQConfig
+        kw["quantization_config"] = GPTQConfig(bits=4, backend=backend)
+    return AutoModelForCausalLM.from_pretrained(qdir, device_map="cpu", dtype=torch.float32, **kw)
 
 
 def run(model, ids):
@@ -129,7 +142,7 @@ def check(spec_path, out_path):
             shutil.copytree(c["qdir"], qdir)
             {"relabel_v2": relabel_v2, "awq_no_interleave": awq_no_interleave}[c["mutate"]](qdir)
         try:
-            model = AutoModelForCausalLM.from_pretrained(qdir, device_map="cpu", dtype=torch.float32)
+            model = load(qdir, c.get("backend"))
         except Exception as e:  # a case that does not load fails, the others still run
             print("interop: %-22s FAILED to load: %s" % (c["name"], e), file=sys.stderr)
             bad += 1
@@ -157,8 +170,8 @@ def check(spec_path, out_path):
     return 1 if bad else 0
 
 
-def logits(qdir, ids, out):
-    model = AutoModelForCausalLM.from_pretrained(qdir, device_map="cpu", dtype=torch.float32)
+def logits(qdir, ids, out, backend=None):
+    model = load(qdir, backend)
     run(model, [int(x) for x in ids.split(",")])[-1].numpy().astype("<f4").tofile(out)
     return 0
 
@@ -166,6 +179,6 @@ def logits(qdir, ids, out):
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "check":
         sys.exit(check(sys.argv[2], sys.argv[3]))
-    if len(sys.argv) == 5 and sys.argv[1] == "logits":
-        sys.exit(logits(*sys.argv[2:5]))
+    if len(sys.argv) in (5, 6) and sys.argv[1] == "logits":
+        sys.exit(logits(*sys.argv[2:]))
     sys.exit("usage: interop.py check SPEC.json OUT.json | logits QDIR IDS OUT.f32")
