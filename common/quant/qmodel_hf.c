@@ -337,7 +337,9 @@ qmodel_write_hf(const struct qmodel *qm, const char *dir, enum qformat f, bool f
         return diag_set(d, ST_RANGE, "format %d is not an HF directory format", (int)f);
     if (!qm->src_path)
         return diag_set(d, ST_RANGE, "no source GGUF for the quantized model");
-    if ((rc = gguf_open(&g, qm->src_path, d)) < 0) {
+    if ((rc = gguf_open(&g, qm->src_path, d)) < 0 || (rc = gguf_load_stream(&g, d)) < 0) {
+        if (rc < 0 && g.src)
+            gguf_release(&g);
         diag_prefix(d, "'%s'", qm->src_path);
         return rc;
     }

@@ -33,16 +33,9 @@ mkdir_case() {
     "$LLMKIT_MKQGRID" $args "$FIX/tiny-llama-f32.gguf" "$2"
 }
 
-# tensors_sha DIR : the golden's hash of DIR/model.safetensors' tensors
+# tensors_sha DIR : the golden's fingerprint of DIR/model.safetensors' tensors
 tensors_sha() {
-    "$PY" - "$1/model.safetensors" <<'EOF'
-import hashlib, sys
-from safetensors.numpy import load_file
-t = load_file(sys.argv[1])
-s = "".join("%s %s %s %s\n" % (k, t[k].dtype.str, list(t[k].shape),
-                               hashlib.sha256(t[k].tobytes()).hexdigest()) for k in sorted(t))
-print(hashlib.sha256(s.encode()).hexdigest())
-EOF
+    python3 "$TOP/scripts/oracle/tensor_sha.py" "$1/model.safetensors"
 }
 
 # close_logits GOT.f32 GOLDEN_JSON CASE TOL : our logits (raw f32) within TOL
