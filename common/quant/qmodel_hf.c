@@ -726,6 +726,31 @@ scale_at(const struct sft_tensor *t, int64_t k)
     return t->dtype == SFT_F16 ? qconv_fp16_to_fp32(h) : bf16_to_fp32(h);
 }
 
+/* The shape [rows = out, cols = in] config.json gives a linear of the
+ * block (GGUF name), or false for another tensor. */
+static bool
+linear_shape(const struct hf_config *c, const char *gguf_name, int64_t *rows, int64_t *cols)
+{
+    static const struct { const char *sfx; int out, in; } t[] = {
+        /* 0 n_embd, 1 n_head*head_dim, 2 n_head_kv*head_dim, 3 n_ff */
+        {"attn_q.weight", 1, 0}, {"attn_k.weight", 2, 0}, {"attn_v.weight", 2, 0},
+        {"attn_output.weight", 0, 1}, {"ffn_gate.weight", 3, 0}, {"ffn_up.weight", 3, 0},
+        {"ffn_down.weight", 0, 3},
+    };
+    const int64_t dim[4] = {c->n_embd, c->n_head * c->head_dim, c->n_head_kv * c->head_dim, c->n_ff};
+    int l, n = 0;
+
+    if (sscanf(gguf_name, "blk.%d.%n", &l, &n) != 1 || !n)
+        return false;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(gguf_name + n, t[i].sfx)) {
+            *rows = dim[t[i].out];
+            *cols = dim[t[i].in];
+            return true;
+        }
+    return false;
+}
+
 /* One quantized module (prefix) into a qgrid in GGUF row order. */
 static int
 read_module(const struct sft_model *m, const struct hf_config *cfg, const struct qcfg *q,
@@ -767,6 +792,15 @@ read_module(const struct sft_model *m, const struct hf_config *cfg, const struct
             return shape_err(m, name, tw, "I32", tw->shape[0] / b * b, tw->shape[1], d);
         K = tw->shape[0] * 32 / b;
         N = tw->shape[1];
+    }
+    int64_t want_n, want_k;
+    if (linear_shape(cfg, map.name, &want_n, &want_k) && (N != want_n || K != want_k)) {
+        size_t file = 0;
+        sft_model_find(m, name, &file);
+        return diag_set(d, ST_FORMAT, "'%s/%s': tensor '%s': holds a %lld x %lld linear (in x "
+                        "out), config.json says %lld x %lld", m->dir ? m->dir : ".",
+                        m->file_names[file], name, (long long)K, (long long)N,
+                        (long long)want_k, (long long)want_n);
     }
     gs = q->group_size < 0 ? K : q->group_size;
     G = (K + gs - 1) / gs;
