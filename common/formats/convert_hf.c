@@ -386,19 +386,6 @@ out:
 
 /* ---- GGUF -> HF ---- */
 
-struct sft_sink {
-    struct sft_writer *w;
-    size_t i;
-};
-
-static int
-sink_sft(void *ctx, const void *p, size_t n, struct diag *d)
-{
-    struct sft_sink *s = ctx;
-
-    return sft_writer_put(s->w, s->i, p, n, d);
-}
-
 int
 convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
 {
@@ -509,7 +496,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         struct sft_sink sk = {&w, i};
         uint32_t ty = specs[i].dtype == SFT_F16 ? GGML_TYPE_F16
                       : specs[i].dtype == SFT_BF16 ? GGML_TYPE_BF16 : GGML_TYPE_F32;
-        rc = tensor_emit(&srcs[i], ty, sink_sft, &sk, d);
+        rc = tensor_emit(&srcs[i], ty, sft_sink_put, &sk, d);
         if (rc) {
             if (rc != -ST_IO)
                 diag_prefix(d, "tensor '%s'", specs[i].name);

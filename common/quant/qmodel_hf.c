@@ -288,18 +288,6 @@ write_quant_config(const char *dir, json_t *qc, enum qformat f, struct diag *d)
     return rc;
 }
 
-struct sft_sink {
-    struct sft_writer *w;
-    size_t i;
-};
-
-static int
-sink_sft(void *ctx, const void *p, size_t n, struct diag *d)
-{
-    struct sft_sink *s = ctx;
-    return sft_writer_put(s->w, s->i, p, n, d);
-}
-
 static enum sft_dtype
 sft_of_float(uint32_t t)
 {
@@ -507,7 +495,7 @@ qmodel_write_hf(const struct qmodel *qm, const char *dir, enum qformat f, bool f
         size_t i = plan.order[k];
         struct sft_sink sk = {&w, i};
         if (items[i].part == HP_FLOAT) {
-            rc = tensor_emit(&items[i].src, items[i].type, sink_sft, &sk, d);
+            rc = tensor_emit(&items[i].src, items[i].type, sft_sink_put, &sk, d);
         } else {
             if (plan.nbytes[i] > buf_cap) {
                 free(buf);
@@ -564,7 +552,31 @@ struct qcfg {
     int64_t group_size;
     bool sym, desc_act, static_groups, true_sequential;
     double damp;
+    const char *method;         /* static: "gptq", "awq", or "rtn" from our own meta */
+    char calib_sha256[65];
+    int64_t calib_tokens;
 };
+
+/* Provenance that quant_config() put under "meta" of a directory we wrote. */
+static void
+read_meta(const json_t *o, struct qcfg *q)
+{
+    const json_t *meta = json_object_get(o, "meta");
+    const json_t *qz = json_object_get(meta, "quantizer");
+    const char *who = json_string_value(json_array_get(qz, 0));
+    const char *s;
+
+    if (!who || strncmp(who, "llmkit:", 7))
+        return;
+    s = json_string_value(json_object_get(meta, "method"));
+    if (s && !strcmp(s, "rtn"))
+        q->method = "rtn";
+    s = json_string_value(json_object_get(meta, "calib_sha256"));
+    if (s && strlen(s) < sizeof q->calib_sha256)
+        strcpy(q->calib_sha256, s);
+    if (json_is_integer(json_object_get(meta, "calib_tokens")))
+        q->calib_tokens = json_integer_value(json_object_get(meta, "calib_tokens"));
+}
 
 /* The quantization config: config.json's quantization_config, else
  * quantize_config.json / quant_config.json (AutoGPTQ's search order is the
@@ -658,6 +670,8 @@ load_qcfg(const char *dir, struct qcfg *q, struct diag *d)
         goto bad;
     if (q->f == QF_AWQ)
         q->sym = false;
+    q->method = q->f == QF_AWQ ? "awq" : "gptq";
+    read_meta(o, q);
     const json_t *dyn = json_object_get(o, "dynamic");
     if (dyn && !json_is_null(dyn) && !(json_is_object(dyn) && json_object_size(dyn) == 0))
         QC_ERR("'%s/%s': per-module 'dynamic' overrides not supported", dir, file);
@@ -933,7 +947,9 @@ qmodel_read_hf(const char *dir, struct qmodel *qm, struct diag *d)
         rc = diag_set(d, ST_FORMAT, "'%s': quantization_config but no '*.qweight' tensor", dir);
         goto out;
     }
-    qm->prov.method = q.f == QF_AWQ ? "awq" : "gptq";
+    qm->prov.method = q.method;
+    memcpy(qm->prov.calib_sha256, q.calib_sha256, sizeof q.calib_sha256);
+    qm->prov.calib_tokens = q.calib_tokens;
     qm->prov.bits = q.bits;
     qm->prov.group_size = q.group_size;
     qm->prov.sym = q.sym;

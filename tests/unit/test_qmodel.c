@@ -300,6 +300,8 @@ mkmodel(struct qmodel *qm, const struct gguf *src, int bits, int64_t gs, bool sy
     qm->prov.group_size = gs;
     qm->prov.sym = sym;
     qm->prov.damp = 0.01;
+    strcpy(qm->prov.calib_sha256, "cafe");
+    qm->prov.calib_tokens = 1234;
     qm->n = 14;
     qm->t = calloc(14, sizeof *qm->t);
     for (int l = 0; l < 2; l++)
@@ -370,7 +372,12 @@ test_hf_round_trip(void)
                     if (!strcmp(qm.t[i].name, rd.t[j].name) && grids_equal(qm.t[i].g, rd.t[j].g))
                         same++;
             CHECK_EQ(same, qm.n);
+            /* GPTQ carries our provenance in meta; AWQ's config has no room */
             CHECK_STR(rd.prov.method, cases[c].f == QF_AWQ ? "awq" : "gptq");
+            if (cases[c].f != QF_AWQ) {
+                CHECK_STR(rd.prov.calib_sha256, "cafe");
+                CHECK_EQ(rd.prov.calib_tokens, 1234);
+            }
             CHECK_EQ(rd.prov.bits, cases[c].bits);
             CHECK_EQ(rd.prov.act_order, cases[c].act && cases[c].gs > 0);
             qmodel_release(&rd);
