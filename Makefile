@@ -95,7 +95,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O2 -std=c++17 -Ikernels $(NVCC_ARCH) -Xcompiler -fPIC -c $< -o $@
+	$(NVCC) -O2 -std=c++17 -Ikernels $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-fPIC -MMD -MP -c $< -o $@
 
 $(LIBLLMKIT): $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -268,5 +268,5 @@ help:
 
 -include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(TOOL_OBJ:.o=.d) \
          $(UNIT_SRC:%.c=$(BUILD)/%.d) $(KTEST_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
-         $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d
+         $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d $(CUDA_SRC:%.cu=$(BUILD)/%.d)
 .SECONDARY:

@@ -52,6 +52,8 @@
 
 #include "status.h"
 
+struct backend;
+
 #define KV_BLOCK_SIZE_DEFAULT 16
 
 struct kv_config {
@@ -62,11 +64,15 @@ struct kv_config {
     int64_t block_size;         /* token slots per block; 0 = KV_BLOCK_SIZE_DEFAULT */
     uint32_t dtype;             /* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
     size_t mem;                 /* byte budget for the pool (--kv-mem) */
+    /* NULL: the pool is host memory (an anonymous mapping); else a buffer of
+     * this backend (device memory: the CUDA backend), which the cache reaches
+     * only through the backend's copy op (copy-on-write, swap) */
+    struct backend *be;
 };
 
 /* Defaults: f16, 16-token blocks; the caller fills the dimensions and mem
  * (model_kv_config() in model.h does it from a model). */
-#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0 }
+#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0, NULL }
 
 struct kvcache;
 

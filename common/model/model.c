@@ -384,6 +384,8 @@ model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_con
     c->head_dim_v = m->hp.head_dim_v;
     c->dtype = dtype;
     c->mem = mem;
+    /* a device backend keeps the pool in its memory */
+    c->be = m->be->host ? NULL : m->be;
 }
 
 size_t

@@ -1,0 +1,653 @@
+// mm.cu - the CUDA backend's matmul step (backend.h struct backend_matmul):
+// activation conversion, then a dequantizing GEMV/GEMM over the weight rows
+// kept on the device in their GGUF layout.
+//
+// Numerics follow the CPU reference (kernels/cpu/matmul_ref.c):
+//   weight                     activations
+//   F32                        f32 as given
+//   F16, BF16                  rounded to f16 / bf16
+//   Q4_0, Q5_0, Q8_0           Q8_0: d = fp16(amax / 127), codes round-half-even(x * 127 / amax)
+//   Q4_1                       Q8_1: the same plus s = fp16(d * sum codes)
+//   Q4_K, Q5_K, Q6_K           Q8_K: scale from the signed value of largest magnitude, sums of 16
+// The activation conversion is the CPU's bit for bit; integer code products
+// are summed exactly per 32-element unit (__dp4a) and scaled in f32 as the
+// CPU does per block.  What differs is the order of the f32 sums over the
+// units (a warp reduction here, 4 interleaved accumulators on the CPU) and,
+// for the k-quants, that the sub-block scales are applied per unit of 32 in
+// f32 instead of over the whole super-block in int32: results agree to f32
+// rounding, not bit for bit (tests/kernels/test_cuda.c bounds the error).
+//
+// Kernels: one warp per weight row (a CTA holds MM_WARPS rows), each lane
+// taking the row's 32-element units lane, lane + 32, ...; a pass covers
+// up to MM_NT tokens, so a decode step of up to MM_NT sequences reads each
+// weight once, and longer batches run ceil(n_tok / MM_NT) passes over
+// weights that then come from L2.  Float weights (F32/F16/BF16) with 16 or
+// more tokens go through a shared-memory tiled GEMM instead.
+//
+// NOT YET RUN ON A GPU (see cuda_int.cuh).
+#include <string.h>
+
+#include "cuda_int.cuh"
+
+#define MM_WARPS 4              // rows per CTA (one warp each)
+#define MM_NT 8                 // tokens per pass of the GEMV
+
+enum act { ACT_NONE, ACT_F32, ACT_F16, ACT_BF16, ACT_Q8_0, ACT_Q8_1, ACT_Q8_K };
+
+static enum act
+act_of(uint32_t type)
+{
+    switch (type) {
+    case GGML_TYPE_F32: return ACT_F32;
+    case GGML_TYPE_F16: return ACT_F16;
+    case GGML_TYPE_BF16: return ACT_BF16;
+    case GGML_TYPE_Q4_0: case GGML_TYPE_Q5_0: case GGML_TYPE_Q8_0: return ACT_Q8_0;
+    case GGML_TYPE_Q4_1: return ACT_Q8_1;
+    case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K: return ACT_Q8_K;
+    default: return ACT_NONE;
+    }
+}
+
+int
+cu_mm_supports(uint32_t type)
+{
+    return act_of(type) != ACT_NONE;
+}
+
+// ---- the converted activations on the device ----
+//
+// One layout for every form (offsets 256-byte aligned), token-major:
+//   xf  float [n_tok][cols]       F16/BF16: the rounded values
+//   qs  int8  [n_tok][cols]       Q8_*: codes
+//   d   float [n_tok][cols / 32]  Q8_0/Q8_1 scale (fp16-rounded) per 32;
+//                                 Q8_K: [n_tok][cols / 256] scales
+//   s   float [n_tok][cols / 32]  Q8_1: fp16(d * sum)
+//   bs  int16 [n_tok][cols / 16]  Q8_K: sums of 16 codes
+struct act_dev {
+    float *xf;
+    int8_t *qs;
+    float *d, *s;
+    int16_t *bs;
+};
+
+static size_t
+al256(size_t n)
+{
+    return (n + 255) & ~(size_t)255;
+}
+
+static size_t
+act_bytes(int64_t n_tok, int64_t cols, struct act_dev *a, uint8_t *base)
+{
+    size_t n = (size_t)n_tok, c = (size_t)cols, off = 0;
+    size_t o_xf = off; off += al256(n * c * sizeof(float));
+    size_t o_qs = off; off += al256(n * c);
+    size_t o_d = off; off += al256(n * (c / 32) * sizeof(float));
+    size_t o_s = off; off += al256(n * (c / 32) * sizeof(float));
+    size_t o_bs = off; off += al256(n * (c / 16) * sizeof(int16_t));
+    if (a && base) {
+        a->xf = (float *)(base + o_xf);
+        a->qs = (int8_t *)(base + o_qs);
+        a->d = (float *)(base + o_d);
+        a->s = (float *)(base + o_s);
+        a->bs = (int16_t *)(base + o_bs);
+    }
+    return off;
+}
+
+int
+cu_mm_reserve(struct cu *c, uint32_t type, int64_t max_tok, int64_t cols)
+{
+    if (act_of(type) == ACT_NONE || max_tok < 1 || cols < 1)
+        return 0;
+    return cu_scratch_get(c, &c->act, act_bytes(max_tok, cols, NULL, NULL)) ? 0 : -ENOMEM;
+}
+
+// F16/BF16: x rounded; one thread per element
+__global__ void
+k_act_round(float *y, const float *x, int64_t ldx, int64_t n_tok, int64_t cols, int bf)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_tok * cols)
+        return;
+    int64_t t = i / cols, k = i % cols;
+    float v = x[t * ldx + k];
+    y[i] = bf ? bf2f(f2bf(v)) : h2f(f2h(v));
+}
+
+// Q8_0 / Q8_1 as the CPU's quantize_q8_01: one warp per 32-block
+__global__ void
+k_act_q8_01(struct act_dev a, const float *x, int64_t ldx, int64_t n_tok, int64_t cols)
+{
+    int64_t nb = cols / 32;
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= n_tok * nb)
+        return;
+    int64_t t = w / nb, b = w % nb;
+    float v = x[t * ldx + b * 32 + lane];
+    float amax = warp_max(fabsf(v));
+    float d = amax / 127.0f;
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    int q = __float2int_rn(v * id);         // round half to even, as nearbyintf
+    int sum = q;
+    for (int o = 16; o > 0; o >>= 1)
+        sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    a.qs[t * cols + b * 32 + lane] = (int8_t)q;
+    if (lane == 0) {
+        a.d[t * nb + b] = h2f(f2h(d));
+        a.s[t * nb + b] = h2f(f2h(d * (float)sum));
+    }
+}
+
+// Q8_K as quantize_row_q8_K_ref: one warp per 256-block, 8 values a lane
+__global__ void
+k_act_q8_k(struct act_dev a, const float *x, int64_t ldx, int64_t n_tok, int64_t cols)
+{
+    int64_t nb = cols / 256;
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int lane = threadIdx.x & 31;
+    if (w >= n_tok * nb)
+        return;
+    int64_t t = w / nb, b = w % nb;
+    const float *xb = x + t * ldx + b * 256;
+    float v[8];
+    // the first element of largest magnitude (the CPU's strict > scan)
+    float best = -1.0f;
+    int bi = 0;
+    for (int j = 0; j < 8; j++) {
+        v[j] = xb[lane * 8 + j];
+        if (fabsf(v[j]) > best) {
+            best = fabsf(v[j]);
+            bi = lane * 8 + j;
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        float ob = __shfl_xor_sync(0xffffffffu, best, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (ob > best || (ob == best && oi < bi)) {
+            best = ob;
+            bi = oi;
+        }
+    }
+    int8_t *q = a.qs + t * cols + b * 256;
+    int16_t *bs = a.bs + t * (cols / 16) + b * 16;
+    if (best == 0.0f) {
+        for (int j = 0; j < 8; j++)
+            q[lane * 8 + j] = 0;
+        if (lane < 16)
+            bs[lane] = 0;
+        if (lane == 0)
+            a.d[t * nb + b] = 0.0f;
+        return;
+    }
+    float max = xb[bi];
+    float iscale = -127.0f / max;
+    int s8 = 0;
+    for (int j = 0; j < 8; j++) {
+        int qv = __float2int_rn(iscale * v[j]);  // ggml's nearest_int: half to even
+        qv = qv < 127 ? qv : 127;
+        q[lane * 8 + j] = (int8_t)qv;
+        s8 += qv;
+    }
+    // a sum of 16 = two neighbouring lanes
+    int s16 = s8 + __shfl_xor_sync(0xffffffffu, s8, 1);
+    if ((lane & 1) == 0)
+        bs[lane / 2] = (int16_t)s16;
+    if (lane == 0)
+        a.d[t * nb + b] = 1.0f / iscale;
+}
+
+// ---- weight units: 32 elements as 8 words of 4 int8 codes ----
+
+struct unit {
+    int q[8];
+    float d, m;                 // block scale, Q4_1 min / k-quant dmin
+    int sc0, sc1;               // k-quant scales of the unit's two 16s (Q4/5_K: equal)
+    int mn;                     // Q4/5_K min code
+};
+
+static __device__ __forceinline__ int
+nib4(uint32_t w, int hi)
+{
+    return (int)(hi ? (w >> 4) & 0x0f0f0f0fu : w & 0x0f0f0f0fu);
+}
+
+// the 4 5th bits of elements j..j+3 (bit j of qh) as 0x10 per byte
+static __device__ __forceinline__ int
+bits5(uint32_t qh, int j)
+{
+    uint32_t b = (qh >> j) & 15u;
+    return (int)(((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25));
+}
+
+static __device__ __forceinline__ void
+load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
+{
+    switch (type) {
+    case GGML_TYPE_Q4_0: {
+        const uint8_t *b = row + u * 18;
+        o->d = h2f(ld16(b));
+        for (int k = 0; k < 4; k++) {
+            uint32_t w = ld32u(b + 2 + 4 * k);
+            o->q[k] = __vsub4(nib4(w, 0), 0x08080808);
+            o->q[k + 4] = __vsub4(nib4(w, 1), 0x08080808);
+        }
+        break;
+    }
+    case GGML_TYPE_Q4_1: {
+        const uint8_t *b = row + u * 20;
+        o->d = h2f(ld16(b));
+        o->m = h2f(ld16(b + 2));
+        for (int k = 0; k < 4; k++) {
+            uint32_t w = ld32u(b + 4 + 4 * k);
+            o->q[k] = nib4(w, 0);
+            o->q[k + 4] = nib4(w, 1);
+        }
+        break;
+    }
+    case GGML_TYPE_Q5_0: {
+        const uint8_t *b = row + u * 22;
+        o->d = h2f(ld16(b));
+        uint32_t qh = ld32u(b + 2);
+        for (int k = 0; k < 4; k++) {
+            uint32_t w = ld32u(b + 6 + 4 * k);
+            o->q[k] = __vsub4(nib4(w, 0) | bits5(qh, 4 * k), 0x10101010);
+            o->q[k + 4] = __vsub4(nib4(w, 1) | bits5(qh, 16 + 4 * k), 0x10101010);
+        }
+        break;
+    }
+    case GGML_TYPE_Q8_0: {
+        const uint8_t *b = row + u * 34;
+        o->d = h2f(ld16(b));
+        for (int k = 0; k < 8; k++)
+            o->q[k] = (int)ld32u(b + 2 + 4 * k);
+        break;
+    }
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K: {
+        int64_t sb = u >> 3;
+        int j = (int)(u & 7);
+        const int q5 = type == GGML_TYPE_Q5_K;
+        const uint8_t *b = row + sb * (q5 ? 176 : 144);
+        const uint8_t *qs = b + (q5 ? 48 : 16) + 32 * (j >> 1);
+        o->d = h2f(ld16(b));
+        o->m = h2f(ld16(b + 2));
+        scale_min_k4(b + 4, j, &o->sc0, &o->mn);
+        o->sc1 = o->sc0;
+        for (int k = 0; k < 8; k++) {
+            uint32_t w = ld32u(qs + 4 * k);
+            int v = nib4(w, j & 1);
+            if (q5) {
+                uint32_t h = ld32u(b + 16 + 4 * k);     // qh[l], l = 4k..4k+3
+                v |= (int)(((h >> j) & 0x01010101u) << 4);
+            }
+            o->q[k] = v;
+        }
+        break;
+    }
+    case GGML_TYPE_Q6_K: {
+        int64_t sb = u >> 3;
+        int j = (int)(u & 7), h = j >> 2, g = j & 3;
+        const uint8_t *b = row + sb * 210;
+        const uint8_t *ql = b + 64 * h + 32 * (g & 1);
+        const uint8_t *qh = b + 128 + 32 * h;
+        o->d = h2f(ld16(b + 208));
+        o->sc0 = (int8_t)b[192 + 2 * j];
+        o->sc1 = (int8_t)b[192 + 2 * j + 1];
+        for (int k = 0; k < 8; k++) {
+            uint32_t w = ld32u(ql + 4 * k);
+            uint32_t hb = (ld32u(qh + 4 * k) >> (2 * g)) & 0x03030303u;
+            int lo = nib4(w, g >= 2);
+            o->q[k] = __vsub4(lo | (int)(hb << 4), 0x20202020);
+        }
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+// f32 values of elements 32u .. 32u+31 of a float-type row into v
+static __device__ __forceinline__ void
+load_unit_f(const uint8_t *row, uint32_t type, int64_t u, float *v)
+{
+    if (type == GGML_TYPE_F32) {
+        const float *p = (const float *)(const void *)row + u * 32;
+        for (int k = 0; k < 32; k++)
+            v[k] = p[k];
+    } else {
+        const uint16_t *p = (const uint16_t *)(const void *)row + u * 32;
+        for (int k = 0; k < 32; k++)
+            v[k] = type == GGML_TYPE_F16 ? h2f(p[k]) : bf2f(p[k]);
+    }
+}
+
+static __device__ float
+cu_deq_dev(const uint8_t *row, uint32_t type, int64_t i)
+{
+    if (type == GGML_TYPE_F32)
+        return ((const float *)(const void *)row)[i];
+    if (type == GGML_TYPE_F16)
+        return h2f(((const uint16_t *)(const void *)row)[i]);
+    if (type == GGML_TYPE_BF16)
+        return bf2f(((const uint16_t *)(const void *)row)[i]);
+    struct unit un;
+    load_unit(row, type, i / 32, &un);
+    int e = (int)(i % 32);
+    int code = (int)(int8_t)((un.q[e / 4] >> (8 * (e % 4))) & 255);
+    switch (type) {
+    case GGML_TYPE_Q4_1: return (float)code * un.d + un.m;
+    case GGML_TYPE_Q4_K:
+    case GGML_TYPE_Q5_K: return (un.d * (float)un.sc0) * (float)code - un.m * (float)un.mn;
+    case GGML_TYPE_Q6_K: return (un.d * (float)(e < 16 ? un.sc0 : un.sc1)) * (float)code;
+    default: return (float)code * un.d;
+    }
+}
+
+// ---- the GEMV: one warp per row of the step's weights ----
+
+struct mm_w {
+    const uint8_t *w;
+    size_t row_bytes;
+    float *y;
+    int64_t ldy;
+    const float *bias;
+    int64_t rows;
+};
+
+struct mm_args {
+    struct mm_w w[BACKEND_MM_MAX];
+    int nw;
+    uint32_t type;
+    int64_t cols, n_tok;
+    const float *x;             // F32: the activations as given
+    int64_t ldx;
+    struct act_dev a;
+};
+
+template <int NT>
+__global__ void __launch_bounds__(MM_WARPS * 32)
+k_gemv(struct mm_args p)
+{
+    int lane = threadIdx.x & 31;
+    int64_t r = (int64_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
+    int wi = 0;
+    while (wi < p.nw && r >= p.w[wi].rows)
+        r -= p.w[wi++].rows;
+    if (wi >= p.nw)
+        return;
+    const struct mm_w *W = &p.w[wi];
+    const uint8_t *row = W->w + (size_t)r * W->row_bytes;
+    const int64_t nu = p.cols / 32, c = p.cols;
+    // (grid.y is capped at 65535: passes beyond it loop)
+    for (int64_t t0 = (int64_t)blockIdx.y * NT; t0 < p.n_tok; t0 += (int64_t)gridDim.y * NT) {
+    int nt = p.n_tok - t0 < NT ? (int)(p.n_tok - t0) : NT;
+    float acc[NT];
+    for (int k = 0; k < NT; k++)
+        acc[k] = 0.0f;
+
+    if (p.type == GGML_TYPE_F32 || p.type == GGML_TYPE_F16 || p.type == GGML_TYPE_BF16) {
+        for (int64_t u = lane; u < nu; u += 32) {
+            float v[32];
+            load_unit_f(row, p.type, u, v);
+            for (int k = 0; k < NT; k++) {
+                if (k >= nt)
+                    break;
+                const float *xs = p.type == GGML_TYPE_F32 ? p.x + (t0 + k) * p.ldx + u * 32
+                                                          : p.a.xf + (t0 + k) * c + u * 32;
+                float s = 0.0f;
+                for (int e = 0; e < 32; e++)
+                    s = fmaf(v[e], xs[e], s);
+                acc[k] += s;
+            }
+        }
+    } else {
+        for (int64_t u = lane; u < nu; u += 32) {
+            struct unit un;
+            load_unit(row, p.type, u, &un);
+            for (int k = 0; k < NT; k++) {
+                if (k >= nt)
+                    break;
+                int64_t t = t0 + k;
+                const int4 *yq = (const int4 *)(const void *)(p.a.qs + t * c + u * 32);
+                int4 y0 = yq[0], y1 = yq[1];
+                int lo = 0, hi = 0;
+                lo = __dp4a(un.q[0], y0.x, lo);
+                lo = __dp4a(un.q[1], y0.y, lo);
+                lo = __dp4a(un.q[2], y0.z, lo);
+                lo = __dp4a(un.q[3], y0.w, lo);
+                hi = __dp4a(un.q[4], y1.x, hi);
+                hi = __dp4a(un.q[5], y1.y, hi);
+                hi = __dp4a(un.q[6], y1.z, hi);
+                hi = __dp4a(un.q[7], y1.w, hi);
+                float part;
+                switch (p.type) {
+                case GGML_TYPE_Q4_1:
+                    part = (un.d * p.a.d[t * nu + u]) * (float)(lo + hi) + un.m * p.a.s[t * nu + u];
+                    break;
+                case GGML_TYPE_Q4_K:
+                case GGML_TYPE_Q5_K: {
+                    float dy = p.a.d[t * (c / 256) + (u >> 3)];
+                    const int16_t *bs = p.a.bs + t * (c / 16) + 2 * u;
+                    part = (un.d * dy) * (float)(un.sc0 * (lo + hi)) -
+                           (un.m * dy) * (float)(un.mn * (bs[0] + bs[1]));
+                    break;
+                }
+                case GGML_TYPE_Q6_K: {
+                    float dy = p.a.d[t * (c / 256) + (u >> 3)];
+                    part = (un.d * dy) * (float)(un.sc0 * lo + un.sc1 * hi);
+                    break;
+                }
+                default:
+                    part = (float)(lo + hi) * (un.d * p.a.d[t * nu + u]);
+                    break;
+                }
+                acc[k] += part;
+            }
+        }
+    }
+    for (int k = 0; k < NT; k++) {
+        if (k >= nt)
+            break;
+        float s = warp_sum(acc[k]);
+        if (lane == 0)
+            W->y[(t0 + k) * W->ldy + r] = s + (W->bias ? W->bias[r] : 0.0f);
+    }
+    }
+}
+
+// ---- tiled GEMM for float weights (prefill): 64 rows x 64 tokens a CTA,
+// 256 threads each computing 4 x 4, K in steps of 32 through shared memory
+
+#define TG_M 64                 // weight rows per tile
+#define TG_N 64                 // tokens per tile
+#define TG_K 32
+
+__global__ void __launch_bounds__(256)
+k_gemm_f(struct mm_args p, int wi)
+{
+    __shared__ float ws[TG_K][TG_M + 1];
+    __shared__ float xs[TG_K][TG_N + 1];
+    const struct mm_w *W = &p.w[wi];
+    int64_t r0 = (int64_t)blockIdx.x * TG_M;
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    const float *xsrc = p.type == GGML_TYPE_F32 ? p.x : p.a.xf;
+    int64_t ldx = p.type == GGML_TYPE_F32 ? p.ldx : p.cols;
+    for (int64_t t0 = (int64_t)blockIdx.y * TG_N; t0 < p.n_tok; t0 += (int64_t)gridDim.y * TG_N) {
+    float acc[4][4] = { { 0 } };
+
+    for (int64_t k0 = 0; k0 < p.cols; k0 += TG_K) {
+        for (int i = threadIdx.x; i < TG_M * TG_K; i += 256) {
+            int rr = i / TG_K, kk = i % TG_K;
+            int64_t r = r0 + rr;
+            ws[kk][rr] = r < W->rows ? cu_deq_dev(W->w + (size_t)r * W->row_bytes, p.type, k0 + kk)
+                                     : 0.0f;
+        }
+        for (int i = threadIdx.x; i < TG_N * TG_K; i += 256) {
+            int tt = i / TG_K, kk = i % TG_K;
+            int64_t t = t0 + tt;
+            xs[kk][tt] = t < p.n_tok ? xsrc[t * ldx + k0 + kk] : 0.0f;
+        }
+        __syncthreads();
+        for (int kk = 0; kk < TG_K; kk++) {
+            float a[4], b[4];
+            for (int i = 0; i < 4; i++) {
+                a[i] = ws[kk][ty * 4 + i];
+                b[i] = xs[kk][tx * 4 + i];
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++)
+                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+    for (int i = 0; i < 4; i++) {
+        int64_t r = r0 + ty * 4 + i;
+        if (r >= W->rows)
+            continue;
+        for (int j = 0; j < 4; j++) {
+            int64_t t = t0 + tx * 4 + j;
+            if (t < p.n_tok)
+                W->y[t * W->ldy + r] = acc[i][j] + (W->bias ? W->bias[r] : 0.0f);
+        }
+    }
+    }
+}
+
+// ---- the step ----
+
+// converts the n_tok rows of x for weight type `type` into c->act
+static int
+prepare(struct cu *c, uint32_t type, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
+        struct act_dev *a)
+{
+    uint8_t *base = (uint8_t *)cu_scratch_get(c, &c->act, act_bytes(n_tok, cols, NULL, NULL));
+    if (!base)
+        return -ENOMEM;
+    act_bytes(n_tok, cols, a, base);
+    switch (act_of(type)) {
+    case ACT_F16:
+    case ACT_BF16:
+        k_act_round<<<cu_blocks(n_tok * cols, 256), 256, 0, c->stream>>>(
+            a->xf, x, ldx, n_tok, cols, act_of(type) == ACT_BF16);
+        CU_LAUNCHED("act_round");
+        break;
+    case ACT_Q8_0:
+    case ACT_Q8_1:
+        k_act_q8_01<<<cu_blocks(n_tok * (cols / 32) * 32, 256), 256, 0, c->stream>>>(*a, x, ldx,
+                                                                                      n_tok, cols);
+        CU_LAUNCHED("act_q8_01");
+        break;
+    case ACT_Q8_K:
+        k_act_q8_k<<<cu_blocks(n_tok * (cols / 256) * 32, 256), 256, 0, c->stream>>>(
+            *a, x, ldx, n_tok, cols);
+        CU_LAUNCHED("act_q8_k");
+        break;
+    default:
+        break;
+    }
+    return 0;
+}
+
+void
+cu_matmul(struct cu *c, const struct backend_matmul *mm)
+{
+    int64_t n_tok = mm->n_tok;
+    if (n_tok < 1 || mm->nw < 1)
+        return;
+    const int64_t cols = mm->w[0]->cols;
+    const float *x = (const float *)cu_in(c, mm->x, ((size_t)((n_tok - 1) * mm->ldx + cols)) *
+                                                        sizeof(float), ST_IN0);
+    float *ydev[BACKEND_MM_MAX];
+    size_t ybytes[BACKEND_MM_MAX];
+
+    for (int i = 0; i < mm->nw; i++) {
+        const struct backend_weight *w = mm->w[i];
+        ybytes[i] = (size_t)((n_tok - 1) * mm->ldy[i] + w->rows) * sizeof(float);
+        ydev[i] = (float *)cu_out(c, mm->y[i], ybytes[i], ST_OUT0 + i, mm->ldy[i] != w->rows);
+    }
+    for (int i = 0; i < mm->nw;) {
+        int k = i + 1;
+        while (k < mm->nw && mm->w[k]->type == mm->w[i]->type)
+            k++;
+        const struct backend_weight *w0 = mm->w[i];
+        struct mm_args p;
+        memset(&p, 0, sizeof(p));
+        p.nw = k - i;
+        p.type = w0->type;
+        p.cols = w0->cols;
+        p.n_tok = n_tok;
+        p.x = x;
+        p.ldx = mm->ldx;
+        int64_t rows = 0;
+        for (int q = i; q < k; q++) {
+            const struct backend_weight *w = mm->w[q];
+            const void *wd = w->packed ? w->packed : w->data;
+            // weights are device memory after pack(); a weight handed in
+            // from the host (a caller that skipped the pack) is mirrored once
+            if (!cu_is_dev(c, wd))
+                wd = cu_const(c, wd, w->row_bytes * (size_t)w->rows);
+            p.w[q - i].w = (const uint8_t *)wd;
+            p.w[q - i].row_bytes = w->row_bytes;
+            p.w[q - i].y = ydev[q];
+            p.w[q - i].ldy = mm->ldy[q];
+            p.w[q - i].bias = mm->bias[q] ? (const float *)cu_const(c, mm->bias[q],
+                                                                     (size_t)w->rows * sizeof(float))
+                                          : NULL;
+            p.w[q - i].rows = w->rows;
+            rows += w->rows;
+        }
+        if (prepare(c, p.type, x, mm->ldx, n_tok, cols, &p.a) < 0)
+            cu_fail("matmul: activation scratch", cudaErrorMemoryAllocation, __FILE__, __LINE__);
+        const int fl = p.type == GGML_TYPE_F32 || p.type == GGML_TYPE_F16 ||
+                       p.type == GGML_TYPE_BF16;
+        if (fl && n_tok >= 16) {
+            for (int q = 0; q < p.nw; q++) {
+                unsigned nty = cu_blocks(n_tok, TG_N);
+                dim3 g(cu_blocks(p.w[q].rows, TG_M), nty < 65535 ? nty : 65535);
+                k_gemm_f<<<g, 256, 0, c->stream>>>(p, q);
+                CU_LAUNCHED("gemm_f");
+            }
+        } else {
+            unsigned passes = cu_blocks(n_tok, MM_NT);
+            dim3 g(cu_blocks(rows, MM_WARPS), passes < 65535 ? passes : 65535);
+            if (n_tok == 1)
+                k_gemv<1><<<g.x, MM_WARPS * 32, 0, c->stream>>>(p);
+            else if (n_tok <= 2)
+                k_gemv<2><<<g.x, MM_WARPS * 32, 0, c->stream>>>(p);
+            else if (n_tok <= 4)
+                k_gemv<4><<<g.x, MM_WARPS * 32, 0, c->stream>>>(p);
+            else
+                k_gemv<MM_NT><<<g, MM_WARPS * 32, 0, c->stream>>>(p);
+            CU_LAUNCHED("gemv");
+        }
+        i = k;
+    }
+    for (int i = 0; i < mm->nw; i++)
+        cu_out_done(c, mm->y[i], ydev[i], ybytes[i]);
+}
+
+// ---- get_rows ----
+
+__global__ void
+k_get_rows(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, int64_t cols,
+           const int32_t *ids, int64_t n)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n * cols)
+        return;
+    int64_t t = i / cols, k = i % cols;
+    y[i] = cu_deq_dev(w + (size_t)ids[t] * row_bytes, type, k);
+}
+
+void
+cu_get_rows_dev(struct cu *c, float *y, const void *w, size_t row_bytes, uint32_t type,
+                int64_t cols, const int32_t *ids_dev, int64_t n)
+{
+    if (n < 1)
+        return;
+    k_get_rows<<<cu_blocks(n * cols, 256), 256, 0, c->stream>>>(y, (const uint8_t *)w, row_bytes,
+                                                                type, cols, ids_dev, n);
+    CU_LAUNCHED("get_rows");
+}
