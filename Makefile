@@ -135,6 +135,12 @@ $(BUILD)/membw: tests/bench/membw.c $(TOOL_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(COMMON_IQUOTE) -iquote tools -O3 -mavx2 -o $@ $< $(TOOL_OBJ) $(LIBS) $(LDLIBS)
 
+# GPU device-to-device copy bandwidth for scripts/gpu-check (tests/bench/gpubw.c;
+# exits 5 without a GPU or without CUDA in the build).
+$(BUILD)/gpubw: $(BUILD)/tests/bench/gpubw.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
 # Matmul kernels, ref vs avx2, one thread (tests/bench/mmbench.c).
 $(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)
 	@mkdir -p $(@D)

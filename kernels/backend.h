@@ -33,7 +33,12 @@
  * struct backend_ops.backward, NULL in every backend today.
  *
  * Buffers handed to the ops (activations, weights, the KV pool) are the
- * backend's: for the CPU backend any host memory is one.  Shapes follow
+ * backend's: for the CPU backend any host memory is one.  A device backend
+ * (CUDA) also takes host pointers: it stages per-step arrays (token ids,
+ * angles, slots, block tables, masks) on every call, and keeps one copy of
+ * each host array passed as a weight (rmsnorm's w, matmul biases, an
+ * unpacked weight, get_rows' weight): those must stay unchanged while the
+ * backend is open, as a model's mapped tensors do.  Shapes follow
  * ops.h: activations row-major f32, one row per token, rows contiguous
  * unless a stride is given.
  */

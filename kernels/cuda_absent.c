@@ -20,6 +20,14 @@ device_cuda_built(void)
     return 0;
 }
 
+double
+device_cuda_copy_gbps(size_t bytes, int reps)
+{
+    (void)bytes;
+    (void)reps;
+    return -1.0;
+}
+
 int
 backend_cuda_open(struct backend **out, const struct backend_config *cfg, char *why,
                   size_t why_len)

@@ -265,6 +265,11 @@ cu_attn_reserve(struct cu *c, const struct backend_attn_limits *l)
 static void *
 pinned_get(struct cu *c, size_t n)
 {
+    // the previous step's copy out of it must be done before it is rewritten
+    if (c->pinned_busy) {
+        CU_CHECK(cudaEventSynchronize(c->pinned_ev));
+        c->pinned_busy = 0;
+    }
     if (n <= c->pinned_n)
         return c->pinned;
     if (c->pinned)
@@ -356,6 +361,8 @@ cu_attention(struct cu *c, const struct backend_attn *a)
     if (!d)
         cu_fail("attention: metadata", cudaErrorMemoryAllocation, __FILE__, __LINE__);
     CU_CHECK(cudaMemcpyAsync(d, h, total, cudaMemcpyHostToDevice, c->stream));
+    CU_CHECK(cudaEventRecord(c->pinned_ev, c->stream));
+    c->pinned_busy = 1;
 
     struct at_args p;
     memset(&p, 0, sizeof(p));
@@ -409,8 +416,6 @@ cu_attention(struct cu *c, const struct backend_attn *a)
         CU_LAUNCHED("attention combine");
     }
     cu_out_done(c, a->out, p.out, obytes);
-    // the pinned metadata is rewritten by the next step: wait for the copy
-    CU_CHECK(cudaStreamSynchronize(c->stream));
 }
 
 // ---- KV store ----

@@ -439,6 +439,7 @@ cuda_close(struct backend *be)
     cudaFree(c->attn_meta.p);
     if (c->pinned)
         cudaFreeHost(c->pinned);
+    cudaEventDestroy(c->pinned_ev);
     cudaStreamDestroy(c->stream);
     free(c->bufs);
     free(c->mir);
@@ -511,6 +512,13 @@ backend_cuda_open(struct backend **out, const struct backend_config *cfg, char *
         free(c);
         return -ENODEV;
     }
+    if ((e = cudaEventCreateWithFlags(&c->pinned_ev, cudaEventDisableTiming)) != cudaSuccess) {
+        snprintf(why, why_len, "--device cuda: %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return -ENODEV;
+    }
     // a kernel image for this GPU must exist (sm_90a runs only on sm_90;
     // the compute_90 PTX is JIT-compiled for newer ones, none for older)
     cudaFuncAttributes fa;
@@ -518,6 +526,7 @@ backend_cuda_open(struct backend **out, const struct backend_config *cfg, char *
         snprintf(why, why_len, "--device cuda: %.100s (compute capability %d.%d): %s", prop.name,
                  prop.major, prop.minor, cudaGetErrorString(e));
         cudaGetLastError();
+        cudaEventDestroy(c->pinned_ev);
         cudaStreamDestroy(c->stream);
         free(c);
         return -ENODEV;

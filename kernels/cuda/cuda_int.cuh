@@ -74,8 +74,10 @@ struct cu {
     struct cu_scratch act;      // quantized activations (mm.cu)
     struct cu_scratch attn_part;        // split-KV partial states (attn.cu)
     struct cu_scratch attn_meta;        // per-step attention rows (attn.cu)
-    void *pinned;               // pinned host staging for metadata
+    void *pinned;               // pinned host staging for attention metadata
     size_t pinned_n;
+    cudaEvent_t pinned_ev;      // recorded after the copy out of pinned
+    int pinned_busy;            // pinned_ev is pending
 };
 
 static inline struct cu *
@@ -161,17 +163,27 @@ warp_max(float v)
     return v;
 }
 
-// little-endian byte loads of a possibly unaligned GGUF block field
+// GGUF block fields (little-endian, as the device): every block type's
+// fp16 fields sit at even offsets of blocks of even size
 static __device__ __forceinline__ uint16_t
 ld16(const uint8_t *p)
 {
-    return (uint16_t)(p[0] | p[1] << 8);
+    return *(const uint16_t *)(const void *)p;
 }
 
+// 4 bytes at a 2-byte aligned address: two 16-bit loads
 static __device__ __forceinline__ uint32_t
-ld32u(const uint8_t *p)
+ld32a2(const uint8_t *p)
 {
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    const uint16_t *h = (const uint16_t *)(const void *)p;
+    return (uint32_t)h[0] | (uint32_t)h[1] << 16;
+}
+
+// 4 bytes at a 4-byte aligned address
+static __device__ __forceinline__ uint32_t
+ld32a4(const uint8_t *p)
+{
+    return *(const uint32_t *)(const void *)p;
 }
 
 // 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K block

@@ -18,7 +18,10 @@
 // rounding, not bit for bit (tests/kernels/test_cuda.c bounds the error).
 //
 // Kernels: one warp per weight row (a CTA holds MM_WARPS rows), each lane
-// taking the row's 32-element units lane, lane + 32, ...; a pass covers
+// taking the row's 32-element units lane, lane + 32, ... (the widest loads
+// the GGUF block alignment allows: 128-bit for Q4_K/Q5_K codes, 32-bit for
+// Q4_1, 16-bit pairs for the 2-byte aligned Q4_0/Q5_0/Q8_0/Q6_K blocks;
+// 128-bit for the int8 activations); a pass covers
 // up to MM_NT tokens, so a decode step of up to MM_NT sequences reads each
 // weight once, and longer batches run ceil(n_tok / MM_NT) passes over
 // weights that then come from L2.  Float weights (F32/F16/BF16) with 16 or
@@ -229,7 +232,7 @@ load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
         const uint8_t *b = row + u * 18;
         o->d = h2f(ld16(b));
         for (int k = 0; k < 4; k++) {
-            uint32_t w = ld32u(b + 2 + 4 * k);
+            uint32_t w = ld32a2(b + 2 + 4 * k);
             o->q[k] = __vsub4(nib4(w, 0), 0x08080808);
             o->q[k + 4] = __vsub4(nib4(w, 1), 0x08080808);
         }
@@ -240,7 +243,7 @@ load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
         o->d = h2f(ld16(b));
         o->m = h2f(ld16(b + 2));
         for (int k = 0; k < 4; k++) {
-            uint32_t w = ld32u(b + 4 + 4 * k);
+            uint32_t w = ld32a4(b + 4 + 4 * k);
             o->q[k] = nib4(w, 0);
             o->q[k + 4] = nib4(w, 1);
         }
@@ -249,9 +252,9 @@ load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
     case GGML_TYPE_Q5_0: {
         const uint8_t *b = row + u * 22;
         o->d = h2f(ld16(b));
-        uint32_t qh = ld32u(b + 2);
+        uint32_t qh = ld32a2(b + 2);
         for (int k = 0; k < 4; k++) {
-            uint32_t w = ld32u(b + 6 + 4 * k);
+            uint32_t w = ld32a2(b + 6 + 4 * k);
             o->q[k] = __vsub4(nib4(w, 0) | bits5(qh, 4 * k), 0x10101010);
             o->q[k + 4] = __vsub4(nib4(w, 1) | bits5(qh, 16 + 4 * k), 0x10101010);
         }
@@ -261,7 +264,7 @@ load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
         const uint8_t *b = row + u * 34;
         o->d = h2f(ld16(b));
         for (int k = 0; k < 8; k++)
-            o->q[k] = (int)ld32u(b + 2 + 4 * k);
+            o->q[k] = (int)ld32a2(b + 2 + 4 * k);
         break;
     }
     case GGML_TYPE_Q4_K:
@@ -275,14 +278,19 @@ load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
         o->m = h2f(ld16(b + 2));
         scale_min_k4(b + 4, j, &o->sc0, &o->mn);
         o->sc1 = o->sc0;
-        for (int k = 0; k < 8; k++) {
-            uint32_t w = ld32u(qs + 4 * k);
-            int v = nib4(w, j & 1);
-            if (q5) {
-                uint32_t h = ld32u(b + 16 + 4 * k);     // qh[l], l = 4k..4k+3
-                v |= (int)(((h >> j) & 0x01010101u) << 4);
+        // (a super-block is 144 / 176 bytes: qs and qh are 16-byte aligned)
+        const uint4 *q4 = (const uint4 *)(const void *)qs;
+        const uint4 *h4 = (const uint4 *)(const void *)(b + 16);
+        for (int k2 = 0; k2 < 2; k2++) {
+            uint4 w4 = q4[k2];
+            uint4 hh = q5 ? h4[k2] : make_uint4(0, 0, 0, 0);
+            uint32_t wv[4] = { w4.x, w4.y, w4.z, w4.w }, hv[4] = { hh.x, hh.y, hh.z, hh.w };
+            for (int k1 = 0; k1 < 4; k1++) {
+                int v = nib4(wv[k1], j & 1);
+                if (q5)                 // qh[l], l = 4k..4k+3: bit j of each
+                    v |= (int)(((hv[k1] >> j) & 0x01010101u) << 4);
+                o->q[4 * k2 + k1] = v;
             }
-            o->q[k] = v;
         }
         break;
     }
@@ -296,8 +304,8 @@ load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
         o->sc0 = (int8_t)b[192 + 2 * j];
         o->sc1 = (int8_t)b[192 + 2 * j + 1];
         for (int k = 0; k < 8; k++) {
-            uint32_t w = ld32u(ql + 4 * k);
-            uint32_t hb = (ld32u(qh + 4 * k) >> (2 * g)) & 0x03030303u;
+            uint32_t w = ld32a2(ql + 4 * k);
+            uint32_t hb = (ld32a2(qh + 4 * k) >> (2 * g)) & 0x03030303u;
             int lo = nib4(w, g >= 2);
             o->q[k] = __vsub4(lo | (int)(hb << 4), 0x20202020);
         }
@@ -312,14 +320,25 @@ load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
 static __device__ __forceinline__ void
 load_unit_f(const uint8_t *row, uint32_t type, int64_t u, float *v)
 {
+    // (rows of a multiple of 32 elements in 256-byte aligned buffers: the
+    // units are 16-byte aligned, 128-bit loads)
     if (type == GGML_TYPE_F32) {
-        const float *p = (const float *)(const void *)row + u * 32;
-        for (int k = 0; k < 32; k++)
-            v[k] = p[k];
+        const float4 *p = (const float4 *)(const void *)row + u * 8;
+        for (int k = 0; k < 8; k++) {
+            float4 f = p[k];
+            v[4 * k] = f.x, v[4 * k + 1] = f.y, v[4 * k + 2] = f.z, v[4 * k + 3] = f.w;
+        }
     } else {
-        const uint16_t *p = (const uint16_t *)(const void *)row + u * 32;
-        for (int k = 0; k < 32; k++)
-            v[k] = type == GGML_TYPE_F16 ? h2f(p[k]) : bf2f(p[k]);
+        const uint4 *p = (const uint4 *)(const void *)row + u * 4;
+        for (int k = 0; k < 4; k++) {
+            uint4 w = p[k];
+            uint32_t h[4] = { w.x, w.y, w.z, w.w };
+            for (int i = 0; i < 4; i++) {
+                uint16_t lo = (uint16_t)(h[i] & 0xffff), hi = (uint16_t)(h[i] >> 16);
+                v[8 * k + 2 * i] = type == GGML_TYPE_F16 ? h2f(lo) : bf2f(lo);
+                v[8 * k + 2 * i + 1] = type == GGML_TYPE_F16 ? h2f(hi) : bf2f(hi);
+            }
+        }
     }
 }
 

@@ -12,10 +12,15 @@
  * cases and their reference) on every machine, so that the first run on a
  * GPU tests the kernels, not the test.
  *
- *   test_cuda [--device NAME] [--json FILE]
+ *   test_cuda [--device NAME] [--json FILE] [--bench FILE]
  *
  * --device: the backend under test (default cuda); --json: the table also
- * as JSON (scripts/gpu-check).
+ * as JSON (scripts/gpu-check); --bench: after the checks, the decode
+ * kernels' achieved bandwidth (weight or KV bytes read per second, wall
+ * clock over repeated steps, a download to synchronize) as JSON into FILE:
+ * GEMV of a 16384 x 8192 weight in Q4_0, Q4_K and Q8_0 for one token, and
+ * paged attention of 16 sequences of 4096 f16 slots (32 heads, 8 KV heads
+ * of 128).  Numbers are reported, never asserted.
  */
 #include <errno.h>
 #include <math.h>
@@ -23,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "ops.h"
@@ -97,6 +103,29 @@ rel_err(const float *a, const float *b, int64_t n)
 
 /* ---- buffers: a device backend's are reached through upload/download ---- */
 
+/* Host arrays a device backend may keep a copy of (weights, norm weights,
+ * biases: backend.h) stay allocated, unchanged, until the end, so that no
+ * later case gets their address for other values. */
+static void *kept[512];
+static int n_kept;
+
+static void *
+keep(void *p)
+{
+    if (n_kept < (int)(sizeof(kept) / sizeof(kept[0])))
+        kept[n_kept++] = p;
+    else
+        abort();
+    return p;
+}
+
+static void
+free_kept(void)
+{
+    while (n_kept > 0)
+        free(kept[--n_kept]);
+}
+
 static void *
 put(struct backend *be, const void *src, size_t n)
 {
@@ -134,14 +163,14 @@ case_matmul(struct backend *dev, struct backend *ref, uint32_t t, int64_t n_tok,
     const int64_t cols = 512, rows[2] = { 96, 40 };
     size_t rb = qtype_row_bytes(t, cols);
     float *x = malloc((size_t)(n_tok * cols) * sizeof(float));
-    float *bias = malloc((size_t)rows[1] * sizeof(float));
+    float *bias = keep(malloc((size_t)rows[1] * sizeof(float)));
     float *wf = malloc((size_t)(rows[0] * cols) * sizeof(float));
     uint8_t *wq[2];
     float *yr[2], *yd[2];
     fill(x, n_tok * cols, 2.0f);
     fill(bias, rows[1], 1.0f);
     for (int i = 0; i < 2; i++) {
-        wq[i] = malloc(rb * (size_t)rows[i]);
+        wq[i] = keep(malloc(rb * (size_t)rows[i]));
         fill(wf, rows[i] * cols, 0.5f);
         CHECK(quant_chunk(t, wf, wq[i], rows[i], cols, NULL) == rb * (size_t)rows[i]);
         yr[i] = malloc((size_t)(n_tok * rows[i]) * sizeof(float));
@@ -196,11 +225,11 @@ case_matmul(struct backend *dev, struct backend *ref, uint32_t t, int64_t n_tok,
             dev->ops->free(dev, wdev[i]);
         if (!host_io)
             dev->ops->free(dev, ydd[i]);
-        free(wq[i]), free(yr[i]), free(yd[i]);
+        free(yr[i]), free(yd[i]);
     }
     if (!host_io)
         dev->ops->free(dev, xd);
-    free(x), free(bias), free(wf);
+    free(x), free(wf);
 }
 
 /* ---- get_rows ---- */
@@ -212,7 +241,7 @@ case_get_rows(struct backend *dev, struct backend *ref, uint32_t t)
     const int64_t cols = 512, rows = 50, n = 7;
     size_t rb = qtype_row_bytes(t, cols);
     float *wf = malloc((size_t)(rows * cols) * sizeof(float));
-    uint8_t *wq = malloc(rb * (size_t)rows);
+    uint8_t *wq = keep(malloc(rb * (size_t)rows));
     float *yd = malloc((size_t)(n * cols) * sizeof(float)), *yr = malloc((size_t)(n * cols) * 4);
     int32_t ids[7] = { 3, 0, 49, 17, 17, 8, 31 };
     fill(wf, rows * cols, 1.0f);
@@ -225,7 +254,7 @@ case_get_rows(struct backend *dev, struct backend *ref, uint32_t t)
     ref->ops->get_rows(ref, yr, &w, ids, n);
     record("get_rows", qt->name, rel_err(yd, yr, n * cols), 1e-6);
     dev->ops->free(dev, y);
-    free(wf), free(wq), free(yd), free(yr);
+    free(wf), free(yd), free(yr);
 }
 
 /* ---- per-token ops ---- */
@@ -237,7 +266,7 @@ case_token(struct backend *dev, struct backend *ref, enum tok op)
 {
     const int64_t n_tok = 21, heads = 9, hd = 64, dim = heads * hd;
     const size_t b = (size_t)(n_tok * dim) * sizeof(float);
-    float *x = malloc(b), *u = malloc(b), *w = malloc((size_t)dim * sizeof(float));
+    float *x = malloc(b), *u = malloc(b), *w = keep(malloc((size_t)dim * sizeof(float)));
     float *yd = malloc(b), *yr = malloc(b);
     struct rope_params rp = { op == T_ROPE_NEOX ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL };
     float *cs = malloc((size_t)(n_tok * rp.n_rot) * sizeof(float));
@@ -300,7 +329,7 @@ case_token(struct backend *dev, struct backend *ref, enum tok op)
     record(name, "f32", rel_err(yd, yr, n_tok * dim), tol);
     dev->ops->free(dev, xd);
     dev->ops->free(dev, ud);
-    free(x), free(u), free(w), free(yd), free(yr), free(cs);
+    free(x), free(u), free(yd), free(yr), free(cs);
 }
 
 /* ---- KV store and attention ---- */
@@ -451,6 +480,137 @@ case_attention(struct backend *dev, struct backend *ref, uint32_t kt)
     free(pool_r), free(pool_back), free(perm), free(k), free(v);
 }
 
+/* ---- --bench ---- */
+
+static double
+now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GB/s of reading `bytes` per step over reps steps of fn */
+static double
+gbps(struct backend *be, void (*fn)(struct backend *, void *), void *arg, double bytes,
+     float *sync)
+{
+    float tmp;
+    fn(be, arg);                        /* warm-up */
+    be->ops->download(be, &tmp, sync, sizeof(tmp));
+    const int reps = 50;
+    double t0 = now_s();
+    for (int i = 0; i < reps; i++)
+        fn(be, arg);
+    be->ops->download(be, &tmp, sync, sizeof(tmp));
+    return bytes * reps / (now_s() - t0) / 1e9;
+}
+
+static void
+step_mm(struct backend *be, void *arg)
+{
+    be->ops->matmul(be, arg);
+}
+
+static void
+step_attn(struct backend *be, void *arg)
+{
+    be->ops->attention(be, arg);
+}
+
+static void
+bench(struct backend *be, const char *path)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "test_cuda: %s: cannot write\n", path);
+        t_fail++;
+        return;
+    }
+    fprintf(f, "{\"device\": \"%s\", \"kernels\": [", be->device);
+    static const uint32_t bt[] = { GGML_TYPE_Q4_0, GGML_TYPE_Q4_K, GGML_TYPE_Q8_0 };
+    const int64_t rows = 16384, cols = 8192;
+    float *x = malloc((size_t)cols * sizeof(float));
+    fill(x, cols, 1.0f);
+    float *xd = put(be, x, (size_t)cols * sizeof(float));
+    float *yd = put(be, NULL, (size_t)rows * sizeof(float));
+    for (size_t i = 0; i < sizeof(bt) / sizeof(bt[0]); i++) {
+        size_t rb = qtype_row_bytes(bt[i], cols);
+        /* random codes are enough for timing: the weight bytes as they are */
+        uint8_t *w = keep(malloc(rb * (size_t)rows));
+        for (size_t k = 0; k < rb * (size_t)rows; k++)
+            w[k] = (uint8_t)(rnd() * 50.0f);
+        /* keep the scales finite: no NaN/Inf fp16 scales */
+        for (size_t k = 1; k < rb * (size_t)rows; k += 2)
+            w[k] &= 0x3b;
+        struct backend_weight bw = { w, NULL, rb, bt[i], rows, cols };
+        size_t ps = be->ops->pack_size(be, bt[i], rows, cols);
+        void *pk = ps ? be->ops->alloc(be, ps) : NULL;
+        if (pk) {
+            be->ops->pack(be, pk, &bw);
+            bw.packed = pk;
+        }
+        CHECK_EQ(be->ops->mm_reserve(be, bt[i], 1, cols), 0);
+        struct backend_matmul mm = { 1, { &bw }, { NULL }, { yd }, { rows }, xd, cols, 1, 0, NULL };
+        double g = gbps(be, step_mm, &mm, (double)(rb * (size_t)rows), yd);
+        printf("bench gemv %-5s %lld x %lld, 1 token: %.1f GB/s\n", qtype_get(bt[i])->name,
+               (long long)rows, (long long)cols, g);
+        fprintf(f, "%s\n  {\"kernel\": \"gemv\", \"type\": \"%s\", \"bytes\": %zu, \"gbps\": %.2f}",
+                i ? "," : "", qtype_get(bt[i])->name, rb * (size_t)rows, g);
+        if (pk)
+            be->ops->free(be, pk);
+    }
+    /* paged attention decode: 16 sequences x 4096 slots, f16 */
+    enum { S = 16, L = 4096, H = 32, KH = 8, D = 128, B = 16 };
+    const size_t row = (size_t)D * 2, stride = (size_t)KH * B * 2 * row;
+    const int64_t nb = L / B;
+    uint8_t *pool = put(be, NULL, stride * (size_t)(S * nb));
+    uint8_t *kb[KH], *vb[KH];
+    for (int g = 0; g < KH; g++) {
+        kb[g] = pool + (size_t)g * B * row;
+        vb[g] = pool + (size_t)(KH + g) * B * row;
+    }
+    /* zeroed KV through a store of zeros would take long: upload zeros */
+    uint8_t *zero = calloc(1, stride);
+    for (int64_t b = 0; b < S * nb; b++)
+        be->ops->upload(be, pool + (size_t)b * stride, zero, stride);
+    free(zero);
+    int32_t *tabs = malloc((size_t)(S * nb) * sizeof(int32_t));
+    const int32_t *rt[S];
+    int64_t nkv[S];
+    int32_t seq[S];
+    uint8_t tiled[S] = { 0 };
+    for (int s = 0; s < S; s++) {
+        for (int64_t b = 0; b < nb; b++)
+            tabs[s * nb + b] = (int32_t)(s * nb + b);
+        rt[s] = tabs + s * nb;
+        nkv[s] = L;
+        seq[s] = s;
+    }
+    float *q = malloc((size_t)(S * H * D) * sizeof(float));
+    fill(q, S * H * D, 1.0f);
+    float *qd = put(be, q, (size_t)(S * H * D) * sizeof(float));
+    float *od = put(be, NULL, (size_t)(S * H * D) * sizeof(float));
+    struct backend_attn a = { qd, od, S, H, KH, D, D, 0.088f, (const uint8_t *const *)kb,
+                              (const uint8_t *const *)vb, stride, GGML_TYPE_F16, B, rt, nkv, seq,
+                              tiled, NULL, NULL, 0, NULL };
+    struct backend_attn_limits l = { S, H, KH, D, D, GGML_TYPE_F16, B, L, 0, 0 };
+    CHECK_EQ(be->ops->attn_reserve(be, &l), 0);
+    double kvbytes = (double)S * L * KH * 2.0 * (double)row;
+    double g = gbps(be, step_attn, &a, kvbytes, od);
+    printf("bench attention decode f16, %d seqs x %d slots: %.1f GB/s\n", S, L, g);
+    fprintf(f, ",\n  {\"kernel\": \"attention\", \"type\": \"F16\", \"bytes\": %.0f, \"gbps\": %.2f}",
+            kvbytes, g);
+    fprintf(f, "\n]}\n");
+    fclose(f);
+    be->ops->free(be, pool);
+    be->ops->free(be, qd);
+    be->ops->free(be, od);
+    be->ops->free(be, xd);
+    be->ops->free(be, yd);
+    free(x), free(q), free(tabs);
+}
+
 /* ---- all cases ---- */
 
 static void
@@ -504,7 +664,7 @@ report(const char *device, int print, const char *json)
 int
 main(int argc, char **argv)
 {
-    const char *device = "cuda", *json = NULL;
+    const char *device = "cuda", *json = NULL, *bench_json = NULL;
     char why[256];
     struct backend *ref, *dev, *harness;
 
@@ -513,8 +673,10 @@ main(int argc, char **argv)
             device = argv[++i];
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--bench") && i + 1 < argc)
+            bench_json = argv[++i];
         else {
-            fprintf(stderr, "usage: test_cuda [--device NAME] [--json FILE]\n");
+            fprintf(stderr, "usage: test_cuda [--device NAME] [--json FILE] [--bench FILE]\n");
             return 2;
         }
     }
@@ -532,6 +694,7 @@ main(int argc, char **argv)
     if (report("cpu", 0, NULL))
         fprintf(stderr, "test_cuda: the harness fails with the CPU backend in the device's place\n");
     backend_close(harness);
+    free_kept();
     n_res = 0;
 
     int rc_open = backend_open(&dev, device, NULL, why, sizeof(why));
@@ -545,7 +708,10 @@ main(int argc, char **argv)
     printf("test_cuda: %s backend against the CPU reference\n", dev->device);
     run_all(dev, ref);
     report(dev->device, 1, json);
+    if (bench_json)
+        bench(dev, bench_json);
     backend_close(dev);
     backend_close(ref);
+    free_kept();
     T_DONE();
 }
