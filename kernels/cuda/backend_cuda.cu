@@ -63,6 +63,30 @@ cu_scratch_get(struct cu *c, struct cu_scratch *s, size_t n)
     return s->p;
 }
 
+// bytes of host memory at p copied into the pinned ring: the pinned source
+// of an asynchronous copy; NULL when the ring cannot take it
+static const void *
+ring_put(struct cu *c, const void *p, size_t bytes)
+{
+    size_t n = (bytes + 255) & ~(size_t)255;
+    if (!c->ring || n > CU_RING_HALF)
+        return NULL;
+    if (c->ring_off + n > CU_RING_HALF) {
+        // leave this half (its copies are queued), wait until the other one
+        // was last left and its copies have run
+        CU_CHECK(cudaEventRecord(c->ring_ev[c->ring_half], c->stream));
+        c->ring_rec[c->ring_half] = 1;
+        c->ring_half ^= 1;
+        if (c->ring_rec[c->ring_half])
+            CU_CHECK(cudaEventSynchronize(c->ring_ev[c->ring_half]));
+        c->ring_off = 0;
+    }
+    uint8_t *dst = c->ring + (size_t)c->ring_half * CU_RING_HALF + c->ring_off;
+    memcpy(dst, p, bytes);
+    c->ring_off += n;
+    return dst;
+}
+
 const void *
 cu_in(struct cu *c, const void *p, size_t bytes, int slot)
 {
@@ -71,7 +95,8 @@ cu_in(struct cu *c, const void *p, size_t bytes, int slot)
     void *d = cu_scratch_get(c, &c->stage[slot], bytes);
     if (!d)
         cu_fail("staging a host input", cudaErrorMemoryAllocation, __FILE__, __LINE__);
-    CU_CHECK(cudaMemcpyAsync(d, p, bytes, cudaMemcpyHostToDevice, c->stream));
+    const void *src = ring_put(c, p, bytes);
+    CU_CHECK(cudaMemcpyAsync(d, src ? src : p, bytes, cudaMemcpyHostToDevice, c->stream));
     return d;
 }
 
@@ -439,6 +464,10 @@ cuda_close(struct backend *be)
     cudaFree(c->attn_meta.p);
     if (c->pinned)
         cudaFreeHost(c->pinned);
+    if (c->ring)
+        cudaFreeHost(c->ring);
+    cudaEventDestroy(c->ring_ev[0]);
+    cudaEventDestroy(c->ring_ev[1]);
     cudaEventDestroy(c->pinned_ev);
     cudaStreamDestroy(c->stream);
     free(c->bufs);
@@ -519,6 +548,20 @@ backend_cuda_open(struct backend **out, const struct backend_config *cfg, char *
         free(c);
         return -ENODEV;
     }
+    if ((e = cudaEventCreateWithFlags(&c->ring_ev[0], cudaEventDisableTiming)) != cudaSuccess ||
+        (e = cudaEventCreateWithFlags(&c->ring_ev[1], cudaEventDisableTiming)) != cudaSuccess) {
+        snprintf(why, why_len, "--device cuda: %s", cudaGetErrorString(e));
+        cudaGetLastError();
+        cudaEventDestroy(c->pinned_ev);
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return -ENODEV;
+    }
+    // (without pinned memory the staging copies are plain ones)
+    if (cudaMallocHost((void **)&c->ring, 2 * CU_RING_HALF) != cudaSuccess) {
+        cudaGetLastError();
+        c->ring = NULL;
+    }
     // a kernel image for this GPU must exist (sm_90a runs only on sm_90;
     // the compute_90 PTX is JIT-compiled for newer ones, none for older)
     cudaFuncAttributes fa;
@@ -526,9 +569,7 @@ backend_cuda_open(struct backend **out, const struct backend_config *cfg, char *
         snprintf(why, why_len, "--device cuda: %.100s (compute capability %d.%d): %s", prop.name,
                  prop.major, prop.minor, cudaGetErrorString(e));
         cudaGetLastError();
-        cudaEventDestroy(c->pinned_ev);
-        cudaStreamDestroy(c->stream);
-        free(c);
+        cuda_close(&c->base);
         return -ENODEV;
     }
     c->sm_count = prop.multiProcessorCount;

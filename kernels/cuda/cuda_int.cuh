@@ -40,6 +40,8 @@ void cu_fail(const char *what, cudaError_t e, const char *file, int line);
 
 // ---- the backend ----
 
+#define CU_RING_HALF ((size_t)2 << 20)
+
 // a staging or scratch buffer on the device, grown on demand
 struct cu_scratch {
     void *p;
@@ -78,6 +80,14 @@ struct cu {
     size_t pinned_n;
     cudaEvent_t pinned_ev;      // recorded after the copy out of pinned
     int pinned_busy;            // pinned_ev is pending
+    // small host inputs (per-step metadata) go through a pinned ring of two
+    // halves, so that their copies are asynchronous: a half is reused only
+    // after the event recorded when it was left has passed
+    uint8_t *ring;              // [2 * CU_RING_HALF] pinned, or NULL (then plain copies)
+    size_t ring_off;
+    int ring_half;
+    cudaEvent_t ring_ev[2];
+    int ring_rec[2];
 };
 
 static inline struct cu *
