@@ -450,13 +450,12 @@ k_kv_store(struct kv_args p)
     } else {
         int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
         for (int64_t b = warp; b < n / 32; b += nw) {
-            float x = src[b * 32 + lane];
-            float amax = warp_max(fabsf(x));
-            float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+            float d;
+            int q = warp_q8(src[b * 32 + lane], &d);
             uint8_t *o = dst + b * 34;
-            o[2 + lane] = (uint8_t)(int8_t)__float2int_rn(x * id);
+            o[2 + lane] = (uint8_t)(int8_t)q;
             if (lane == 0) {
-                uint16_t dh = f2h(amax / 127.0f);
+                uint16_t dh = f2h(d);
                 o[0] = (uint8_t)(dh & 255);
                 o[1] = (uint8_t)(dh >> 8);
             }

@@ -173,6 +173,27 @@ warp_max(float v)
     return v;
 }
 
+// one Q8_0 block held by a warp (lane j: element j), as the CPU quantizes
+// activations and KV rows (ggml's x86 code): *d = amax / 127 (to be rounded
+// to fp16 by the caller), the code round-half-even(v * (127 / amax))
+static __device__ __forceinline__ int
+warp_q8(float v, float *d)
+{
+    float amax = warp_max(fabsf(v));
+    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    *d = amax / 127.0f;
+    return __float2int_rn(v * id);
+}
+
+// the warp's item for kernels that give one warp to each of n items (its
+// index, or -1 past the end: the whole warp leaves together)
+static __device__ __forceinline__ int64_t
+warp_item(int64_t n)
+{
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    return w < n ? w : -1;
+}
+
 // GGUF block fields (little-endian, as the device): every block type's
 // fp16 fields sit at even offsets of blocks of even size
 static __device__ __forceinline__ uint16_t

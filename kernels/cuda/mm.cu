@@ -24,8 +24,9 @@
 // 128-bit for the int8 activations); a pass covers
 // up to MM_NT tokens, so a decode step of up to MM_NT sequences reads each
 // weight once, and longer batches run ceil(n_tok / MM_NT) passes over
-// weights that then come from L2.  Float weights (F32/F16/BF16) with 16 or
-// more tokens go through a shared-memory tiled GEMM instead.
+// weights that then come from L2.  From 16 tokens on (prefill), a
+// shared-memory tiled GEMM on dequantized tiles instead (all types but
+// Q4_1); f32 SIMT arithmetic, no tensor cores yet.
 //
 // NOT YET RUN ON A GPU (see cuda_int.cuh).
 #include <string.h>
@@ -103,6 +104,11 @@ cu_mm_reserve(struct cu *c, uint32_t type, int64_t max_tok, int64_t cols)
 {
     if (act_of(type) == ACT_NONE || max_tok < 1 || cols < 1)
         return 0;
+    // the kernels take rows in units of 32 elements (every quantized type's
+    // block is; a float weight's row must be too): the interface's only
+    // refusal is this one, the steps must then not run
+    if (cols % 32)
+        return -ENOMEM;
     return cu_scratch_get(c, &c->act, act_bytes(max_tok, cols, NULL, NULL)) ? 0 : -ENOMEM;
 }
 
@@ -122,17 +128,13 @@ k_act_round(float *y, const float *x, int64_t ldx, int64_t n_tok, int64_t cols, 
 __global__ void
 k_act_q8_01(struct act_dev a, const float *x, int64_t ldx, int64_t n_tok, int64_t cols)
 {
-    int64_t nb = cols / 32;
-    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int64_t nb = cols / 32, w = warp_item(n_tok * nb);
     int lane = threadIdx.x & 31;
-    if (w >= n_tok * nb)
+    if (w < 0)
         return;
     int64_t t = w / nb, b = w % nb;
-    float v = x[t * ldx + b * 32 + lane];
-    float amax = warp_max(fabsf(v));
-    float d = amax / 127.0f;
-    float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    int q = __float2int_rn(v * id);         // round half to even, as nearbyintf
+    float d;
+    int q = warp_q8(x[t * ldx + b * 32 + lane], &d);
     int sum = q;
     for (int o = 16; o > 0; o >>= 1)
         sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -147,10 +149,9 @@ k_act_q8_01(struct act_dev a, const float *x, int64_t ldx, int64_t n_tok, int64_
 __global__ void
 k_act_q8_k(struct act_dev a, const float *x, int64_t ldx, int64_t n_tok, int64_t cols)
 {
-    int64_t nb = cols / 256;
-    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int64_t nb = cols / 256, w = warp_item(n_tok * nb);
     int lane = threadIdx.x & 31;
-    if (w >= n_tok * nb)
+    if (w < 0)
         return;
     int64_t t = w / nb, b = w % nb;
     const float *xb = x + t * ldx + b * 256;
@@ -199,6 +200,18 @@ k_act_q8_k(struct act_dev a, const float *x, int64_t ldx, int64_t n_tok, int64_t
         bs[lane / 2] = (int16_t)s16;
     if (lane == 0)
         a.d[t * nb + b] = 1.0f / iscale;
+}
+
+// the quantized activations as floats, codes times their block's scale,
+// for the tiled GEMM (prefill): its products (q_w d_w)(q_x d_x) summed in
+// f32 are the CPU's d_w d_x sum(q_w q_x) but for f32 rounding
+__global__ void
+k_act_deq(float *y, const int8_t *qs, const float *d, int64_t n_tok, int64_t cols, int blk)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n_tok * cols)
+        return;
+    y[i] = (float)qs[i] * d[i / blk];
 }
 
 // ---- weight units: 32 elements as 8 words of 4 int8 codes ----
@@ -342,25 +355,26 @@ load_unit_f(const uint8_t *row, uint32_t type, int64_t u, float *v)
     }
 }
 
-static __device__ float
-cu_deq_dev(const uint8_t *row, uint32_t type, int64_t i)
+// the 32 values of unit u (elements 32u .. 32u+31) of a weight row as f32,
+// as the CPU's dequantize_row_* (get_rows, the tiled GEMM's weight tiles)
+static __device__ void
+deq_unit(const uint8_t *row, uint32_t type, int64_t u, float *v)
 {
-    if (type == GGML_TYPE_F32)
-        return ((const float *)(const void *)row)[i];
-    if (type == GGML_TYPE_F16)
-        return h2f(((const uint16_t *)(const void *)row)[i]);
-    if (type == GGML_TYPE_BF16)
-        return bf2f(((const uint16_t *)(const void *)row)[i]);
+    if (type == GGML_TYPE_F32 || type == GGML_TYPE_F16 || type == GGML_TYPE_BF16) {
+        load_unit_f(row, type, u, v);
+        return;
+    }
     struct unit un;
-    load_unit(row, type, i / 32, &un);
-    int e = (int)(i % 32);
-    int code = (int)(int8_t)((un.q[e / 4] >> (8 * (e % 4))) & 255);
-    switch (type) {
-    case GGML_TYPE_Q4_1: return (float)code * un.d + un.m;
-    case GGML_TYPE_Q4_K:
-    case GGML_TYPE_Q5_K: return (un.d * (float)un.sc0) * (float)code - un.m * (float)un.mn;
-    case GGML_TYPE_Q6_K: return (un.d * (float)(e < 16 ? un.sc0 : un.sc1)) * (float)code;
-    default: return (float)code * un.d;
+    load_unit(row, type, u, &un);
+    for (int e = 0; e < 32; e++) {
+        float code = (float)(int8_t)((un.q[e / 4] >> (8 * (e % 4))) & 255);
+        switch (type) {
+        case GGML_TYPE_Q4_1: v[e] = code * un.d + un.m; break;
+        case GGML_TYPE_Q4_K:
+        case GGML_TYPE_Q5_K: v[e] = (un.d * (float)un.sc0) * code - un.m * (float)un.mn; break;
+        case GGML_TYPE_Q6_K: v[e] = (un.d * (float)(e < 16 ? un.sc0 : un.sc1)) * code; break;
+        default: v[e] = code * un.d; break;
+        }
     }
 }
 
@@ -476,8 +490,10 @@ k_gemv(struct mm_args p)
     }
 }
 
-// ---- tiled GEMM for float weights (prefill): 64 rows x 64 tokens a CTA,
-// 256 threads each computing 4 x 4, K in steps of 32 through shared memory
+// ---- tiled GEMM (prefill): dequantized weight tiles of 64 rows x 32 and
+// activation tiles of 32 x 64 tokens through shared memory (f32 as given
+// for F32 weights, the rounded or dequantized activations otherwise), 256
+// threads each computing 4 x 4 outputs
 
 #define TG_M 64                 // weight rows per tile
 #define TG_N 64                 // tokens per tile
@@ -497,11 +513,14 @@ k_gemm_f(struct mm_args p, int wi)
     float acc[4][4] = { { 0 } };
 
     for (int64_t k0 = 0; k0 < p.cols; k0 += TG_K) {
-        for (int i = threadIdx.x; i < TG_M * TG_K; i += 256) {
-            int rr = i / TG_K, kk = i % TG_K;
+        // (TG_K = 32: one unit of each of the tile's rows, decoded once)
+        for (int rr = threadIdx.x; rr < TG_M; rr += 256) {
             int64_t r = r0 + rr;
-            ws[kk][rr] = r < W->rows ? cu_deq_dev(W->w + (size_t)r * W->row_bytes, p.type, k0 + kk)
-                                     : 0.0f;
+            float v[32];
+            if (r < W->rows)
+                deq_unit(W->w + (size_t)r * W->row_bytes, p.type, k0 / 32, v);
+            for (int kk = 0; kk < TG_K; kk++)
+                ws[kk][rr] = r < W->rows ? v[kk] : 0.0f;
         }
         for (int i = threadIdx.x; i < TG_N * TG_K; i += 256) {
             int tt = i / TG_K, kk = i % TG_K;
@@ -536,6 +555,15 @@ k_gemm_f(struct mm_args p, int wi)
 
 // ---- the step ----
 
+// whether a step of n_tok tokens by a weight of this type takes the tiled
+// GEMM: 16 tokens and more, every type but Q4_1 (its Q8_1 activation sum
+// is rounded to fp16 on the CPU, which only the GEMV reproduces)
+static int
+tiled(uint32_t type, int64_t n_tok)
+{
+    return n_tok >= 16 && type != GGML_TYPE_Q4_1;
+}
+
 // converts the n_tok rows of x for weight type `type` into c->act
 static int
 prepare(struct cu *c, uint32_t type, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
@@ -565,6 +593,12 @@ prepare(struct cu *c, uint32_t type, const float *x, int64_t ldx, int64_t n_tok,
         break;
     default:
         break;
+    }
+    if (tiled(type, n_tok) && (act_of(type) == ACT_Q8_0 || act_of(type) == ACT_Q8_K)) {
+        // (d is per 32 for Q8_0, per 256 for Q8_K, token-major either way)
+        k_act_deq<<<cu_blocks(n_tok * cols, 256), 256, 0, c->stream>>>(
+            a->xf, a->qs, a->d, n_tok, cols, act_of(type) == ACT_Q8_K ? 256 : 32);
+        CU_LAUNCHED("act_deq");
     }
     return 0;
 }
@@ -619,9 +653,7 @@ cu_matmul(struct cu *c, const struct backend_matmul *mm)
         }
         if (prepare(c, p.type, x, mm->ldx, n_tok, cols, &p.a) < 0)
             cu_fail("matmul: activation scratch", cudaErrorMemoryAllocation, __FILE__, __LINE__);
-        const int fl = p.type == GGML_TYPE_F32 || p.type == GGML_TYPE_F16 ||
-                       p.type == GGML_TYPE_BF16;
-        if (fl && n_tok >= 16) {
+        if (tiled(p.type, n_tok)) {
             for (int q = 0; q < p.nw; q++) {
                 unsigned nty = cu_blocks(n_tok, TG_N);
                 dim3 g(cu_blocks(p.w[q].rows, TG_M), nty < 65535 ? nty : 65535);
@@ -649,15 +681,19 @@ cu_matmul(struct cu *c, const struct backend_matmul *mm)
 
 // ---- get_rows ----
 
+// one thread per 32-element unit of the rows asked
 __global__ void
 k_get_rows(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, int64_t cols,
            const int32_t *ids, int64_t n)
 {
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n * cols)
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, nu = cols / 32;
+    if (i >= n * nu)
         return;
-    int64_t t = i / cols, k = i % cols;
-    y[i] = cu_deq_dev(w + (size_t)ids[t] * row_bytes, type, k);
+    int64_t t = i / nu, u = i % nu;
+    float v[32];
+    deq_unit(w + (size_t)ids[t] * row_bytes, type, u, v);
+    for (int e = 0; e < 32; e++)
+        y[t * cols + u * 32 + e] = v[e];
 }
 
 void
@@ -666,7 +702,7 @@ cu_get_rows_dev(struct cu *c, float *y, const void *w, size_t row_bytes, uint32_
 {
     if (n < 1)
         return;
-    k_get_rows<<<cu_blocks(n * cols, 256), 256, 0, c->stream>>>(y, (const uint8_t *)w, row_bytes,
-                                                                type, cols, ids_dev, n);
+    k_get_rows<<<cu_blocks(n * (cols / 32), 128), 128, 0, c->stream>>>(
+        y, (const uint8_t *)w, row_bytes, type, cols, ids_dev, n);
     CU_LAUNCHED("get_rows");
 }
