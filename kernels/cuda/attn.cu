@@ -9,18 +9,26 @@
 // pairs, at most 4 a warp), and one KV chunk.  The pairs' queries stay in
 // shared memory; the run's slots are walked in tiles of 32 whose K and V
 // rows are converted to f32 into shared memory once for all the pairs;
-// each pair keeps its running max, sum and accumulator (online softmax) in
-// its warp's registers, lane j scoring slot j of the tile.  Each row applies
-// its own visibility: slots below n_kv, at or above the window's lower
-// bound lo, and under a tree mask the flagged ones (backend.h).
+// lane j scores slot j of the tile (q.k as the reference: products added in
+// order, unfused), then each pair's warp takes the tile's visible slots in
+// order with the reference's online softmax (ops_attn_ref, ggml's one-chunk
+// walk: a new maximum rescales accumulator and sum, other slots weigh
+// exp(s - M); with an f16 cache the query is rounded to f16 and the
+// accumulator after every update), its running max, sum and accumulator in
+// the warp's registers.  Each row applies its own visibility: slots below
+// n_kv, at or above the window's lower bound lo, and under a tree mask the
+// flagged ones (backend.h).
 //
-// Split KV: when the step has few CTAs for the GPU and a long context
-// (>= CU_SPLIT_MIN slots), each CTA takes a chunk of CU_SPLIT_KV slots and
-// writes its (M, S, acc) partial; a second kernel combines the chunks (the
-// same algebra as ops_attn_combine_*).  Arithmetic is f32 throughout; with
-// an f16 cache the query is rounded to f16 first, as the CPU does.  Results
-// agree with the CPU reference to f32 rounding, not bit for bit.
-//
+// Split KV where the CPU splits (ops.h ATTN_SPLIT_MIN: f32/f16 cache, no
+// mask, n_kv >= 512; here when every row of the step is that long, as a
+// decode step's are): each CTA takes a chunk of ATTN_SPLIT_KV slots aligned
+// at slot 0 and writes its (M, S, acc) partial; a second kernel combines
+// them in chunk order as ops_attn_combine_* do.  So for decode rows the
+// arithmetic is the reference's but for expf's last bit (CUDA's expf
+// against libm's), q8_0 caches included (the query quantized to q8_0, q.k
+// as q8_0 x q8_0 blocks, V dequantized: as the reference); prefill rows
+// (the CPU's tiled arithmetic, attn_tiled) agree to rounding only.
+
 // NOT YET RUN ON A GPU (see cuda_int.cuh).
 #include <string.h>
 
@@ -30,8 +38,6 @@
 #define AT_PAIRS 16             // (row, head) pairs per CTA
 #define AT_TS 32                // slots per tile
 #define AT_MAXD 256             // largest head dim
-#define CU_SPLIT_MIN 1024
-#define CU_SPLIT_KV 512
 
 // per-step rows, uploaded with the step (int64 unless noted)
 struct at_meta {
@@ -94,6 +100,10 @@ k_attn(struct at_args p)
     float *qs = sm;                                  // [AT_PAIRS][hd]
     float *ks = qs + AT_PAIRS * hd;                  // [AT_TS][hd + 1]
     float *vs = ks + AT_TS * (hd + 1);               // [AT_TS][hdv + 1]
+    // a q8_0 cache: qs and ks hold codes, these their blocks' scales
+    float *qds = vs + AT_TS * (hdv + 1);             // [AT_PAIRS][hd / 32]
+    float *kds = qds + AT_PAIRS * (hd / 32);         // [AT_TS][hd / 32]
+    const int q8 = p.kv_type == GGML_TYPE_Q8_0;
 
     // the pairs' queries (rounded to f16 with an f16 cache, as the CPU)
     for (int64_t i = threadIdx.x; i < npairs * hd; i += blockDim.x) {
@@ -101,6 +111,18 @@ k_attn(struct at_args p)
         int64_t r = r0 + pr / nh, h = g * p.grp + h0 + pr % nh;
         float v = p.q[r * p.n_head * hd + h * hd + d];
         qs[pr * hd + d] = p.kv_type == GGML_TYPE_F16 ? h2f(f2h(v)) : v;
+    }
+    if (q8) {
+        // the query as q8_0 blocks, as the reference quantizes it
+        __syncthreads();
+        for (int64_t bq = warp; bq < npairs * (hd / 32); bq += AT_WARPS) {
+            float d;
+            float *qb = qs + bq * 32;    // (pair pr's block b = pr * hd / 32 + b)
+            int code = warp_q8(qb[lane], &d);
+            qb[lane] = (float)code;
+            if (lane == 0)
+                qds[bq] = h2f(f2h(d));
+        }
     }
     // the run's slot range in this chunk
     int64_t smax = 0;
@@ -123,6 +145,7 @@ k_attn(struct at_args p)
         for (int i = 0; i < AT_MAXD / 32; i++)
             acc[k][i] = 0.0f;
     }
+    const int f16acc = p.kv_type == GGML_TYPE_F16;
     const int32_t *tab = p.m.tabs + p.m.tab[r0];        // a run shares one table
     const uint8_t *kb = p.m.kb[g], *vb = p.m.vb[g];
     __syncthreads();
@@ -132,8 +155,15 @@ k_attn(struct at_args p)
         for (int64_t i = threadIdx.x; i < nts * hd; i += blockDim.x) {
             int64_t j = i / hd, d = i % hd, s = t0 + j;
             size_t off = (size_t)tab[s / p.block_size] * p.block_stride;
-            ks[j * (hd + 1) + d] = kv_elem(kb + off + (size_t)(s % p.block_size) * p.k_row,
-                                           p.kv_type, d);
+            const uint8_t *krow = kb + off + (size_t)(s % p.block_size) * p.k_row;
+            if (q8) {
+                const uint8_t *b = krow + (d / 32) * 34;
+                ks[j * (hd + 1) + d] = (float)(int8_t)b[2 + d % 32];
+                if (d % 32 == 0)
+                    kds[j * (hd / 32) + d / 32] = h2f(ld16(b));
+            } else {
+                ks[j * (hd + 1) + d] = kv_elem(krow, p.kv_type, d);
+            }
         }
         for (int64_t i = threadIdx.x; i < nts * hdv; i += blockDim.x) {
             int64_t j = i / hdv, d = i % hdv, s = t0 + j;
@@ -151,33 +181,56 @@ k_attn(struct at_args p)
             int vis = lane < nts && at_visible(p, r, s);
             float sc = -INFINITY;
             if (vis) {
+                // q.k as the reference: products added in order, unfused
                 const float *qq = qs + pr * hd, *kk = ks + lane * (hd + 1);
                 float dot = 0.0f;
-                for (int64_t d = 0; d < hd; d++)
-                    dot = fmaf(qq[d], kk[d], dot);
-                sc = dot * p.scale;
+                if (q8) {
+                    // q8_0 x q8_0 blocks: exact integer sums (in f32: below
+                    // 2^24), scaled per block, added in order
+                    for (int64_t b = 0; b < hd / 32; b++) {
+                        float si = 0.0f;
+                        for (int e = 0; e < 32; e++)
+                            si = __fadd_rn(si, __fmul_rn(qq[32 * b + e], kk[32 * b + e]));
+                        dot = __fadd_rn(dot, __fmul_rn(si, __fmul_rn(qds[pr * (hd / 32) + b],
+                                                                     kds[lane * (hd / 32) + b])));
+                    }
+                } else {
+                    for (int64_t d = 0; d < hd; d++)
+                        dot = __fadd_rn(dot, __fmul_rn(qq[d], kk[d]));
+                }
+                sc = __fmul_rn(dot, p.scale);
             }
-            float mt = warp_max(sc);
-            if (mt == -INFINITY)
+            if (!__any_sync(0xffffffffu, vis))
                 continue;                // nothing visible in this tile for the pair
-            float mn = fmaxf(M[k], mt);
-            float alpha = M[k] == -INFINITY ? 0.0f : expf(M[k] - mn);
-            float pj = vis ? expf(sc - mn) : 0.0f;
-            S[k] = S[k] * alpha + warp_sum(pj);
-            for (int i = 0; i < AT_MAXD / 32; i++)
-                acc[k][i] *= alpha;
+            // the slots in order, as ggml's one-chunk walk (ops_attn_ref):
+            // a new maximum rescales the accumulator and the sum, any other
+            // slot is weighted by exp(s - M); with an f16 cache the
+            // accumulator is rounded to f16 after every update
             for (int j = 0; j < nts; j++) {
-                float pv = __shfl_sync(0xffffffffu, pj, j);
-                if (pv == 0.0f)
+                float sj = __shfl_sync(0xffffffffu, sc, j);
+                if (!__shfl_sync(0xffffffffu, vis, j))
                     continue;
+                float ms = 1.0f, vsc = 1.0f;
+                if (sj > M[k]) {
+                    ms = expf(M[k] - sj);
+                    M[k] = sj;
+                    for (int i = 0; i < AT_MAXD / 32; i++) {
+                        float a = __fmul_rn(acc[k][i], ms);
+                        acc[k][i] = f16acc ? h2f(f2h(a)) : a;
+                    }
+                } else {
+                    vsc = expf(sj - M[k]);
+                }
                 const float *vv = vs + j * (hdv + 1);
                 for (int i = 0; i < AT_MAXD / 32; i++) {
                     int64_t d = lane + 32 * i;
-                    if (d < hdv)
-                        acc[k][i] = fmaf(pv, vv[d], acc[k][i]);
+                    if (d < hdv) {
+                        float a = __fadd_rn(acc[k][i], __fmul_rn(vv[d], vsc));
+                        acc[k][i] = f16acc ? h2f(f2h(a)) : a;
+                    }
                 }
+                S[k] = __fadd_rn(__fmul_rn(S[k], ms), vsc);
             }
-            M[k] = mn;
         }
         __syncthreads();
     }
@@ -187,12 +240,12 @@ k_attn(struct at_args p)
             break;
         int64_t r = r0 + pr / nh, h = g * p.grp + h0 + pr % nh;
         if (p.n_chunks == 1) {
-            float inv = S[k] > 0.0f ? 1.0f / S[k] : 0.0f;
+            float inv = S[k] != 0.0f ? 1.0f / S[k] : 0.0f;
             float *o = p.out + r * p.n_head * hdv + h * hdv;
             for (int i = 0; i < AT_MAXD / 32; i++) {
                 int64_t d = lane + 32 * i;
                 if (d < hdv)
-                    o[d] = acc[k][i] * inv;
+                    o[d] = __fmul_rn(acc[k][i], inv);
             }
         } else {
             float *o = p.part + ((r * p.n_head + h) * p.n_chunks + ch) * (2 + hdv);
@@ -209,39 +262,38 @@ k_attn(struct at_args p)
     }
 }
 
-// the chunks' partials of (row, head) blockIdx.x into out
+// the chunks' partials of (row, head) blockIdx.x into out, in chunk order
+// as ops_attn_combine_begin/add/end (unfused, chunks with S = 0 skipped);
+// thread d keeps element d (the M and S updates are the same in every
+// thread)
 __global__ void
 k_attn_combine(float *out, const float *part, int64_t n_head, int64_t n_chunks, int64_t hdv)
 {
     int64_t rh = blockIdx.x;
     const float *pp = part + rh * n_chunks * (2 + hdv);
-    float M = -INFINITY;
-    for (int64_t c = 0; c < n_chunks; c++)
-        if (pp[c * (2 + hdv) + 1] > 0.0f)
-            M = fmaxf(M, pp[c * (2 + hdv)]);
-    float S = 0.0f;
-    for (int64_t c = 0; c < n_chunks; c++) {
-        const float *q = pp + c * (2 + hdv);
-        if (q[1] > 0.0f)
-            S += q[1] * expf(q[0] - M);
-    }
-    float inv = S > 0.0f ? 1.0f / S : 0.0f;
     float *o = out + rh * hdv;          // [n_rows][n_head][hdv] = (row * n_head + h) * hdv
     for (int64_t d = threadIdx.x; d < hdv; d += blockDim.x) {
-        float a = 0.0f;
+        float M = -INFINITY, S = 0.0f, a = 0.0f;
         for (int64_t c = 0; c < n_chunks; c++) {
             const float *q = pp + c * (2 + hdv);
-            if (q[1] > 0.0f)
-                a += q[2 + d] * expf(q[0] - M);
+            if (q[1] == 0.0f)
+                continue;
+            float mn = fmaxf(M, q[0]);
+            float so = expf(M - mn), sn = expf(q[0] - mn);
+            a = __fadd_rn(__fmul_rn(a, so), __fmul_rn(q[2 + d], sn));
+            S = __fadd_rn(__fmul_rn(S, so), __fmul_rn(q[1], sn));
+            M = mn;
         }
-        o[d] = a * inv;
+        o[d] = __fmul_rn(a, S != 0.0f ? 1.0f / S : 0.0f);
     }
+    (void)n_head;
 }
 
 static size_t
 at_smem(int64_t hd, int64_t hdv)
 {
-    return (size_t)(AT_PAIRS * hd + AT_TS * (hd + 1) + AT_TS * (hdv + 1)) * sizeof(float);
+    return (size_t)(AT_PAIRS * hd + AT_TS * (hd + 1) + AT_TS * (hdv + 1) +
+                    (AT_PAIRS + AT_TS) * (hd / 32)) * sizeof(float);
 }
 
 int
@@ -250,7 +302,7 @@ cu_attn_reserve(struct cu *c, const struct backend_attn_limits *l)
     if (l->head_dim > AT_MAXD || l->head_dim_v > AT_MAXD || l->n_head_kv < 1 ||
         l->n_head % l->n_head_kv != 0 || at_smem(l->head_dim, l->head_dim_v) > c->smem_optin)
         return -ENOMEM;     // (the only failure the interface has: the steps must not run)
-    int64_t nch = l->max_kv >= CU_SPLIT_MIN ? (l->max_kv + CU_SPLIT_KV - 1) / CU_SPLIT_KV : 1;
+    int64_t nch = ops_attn_chunks(l->kv_type, l->max_kv);
     size_t part = (size_t)l->n_rows * (size_t)l->n_head * (size_t)nch *
                   (size_t)(2 + l->head_dim_v) * sizeof(float);
     if (nch > 1 && !cu_scratch_get(c, &c->attn_part, part))
@@ -395,15 +447,21 @@ cu_attention(struct cu *c, const struct backend_attn *a)
     p.ld_vis = a->ld_vis;
     p.n_chunks = 1;
     p.chunk = maxkv;
-    // split KV when the CTAs would not fill the GPU and the context is long
-    if (maxkv >= CU_SPLIT_MIN && n_runs * nkvh * n_hsub < 2 * (int64_t)c->sm_count &&
+    // split KV where the CPU splits (ops.h): f32/f16 cache, no mask, and
+    // here every row long enough (decode rows are runs of their own), in
+    // chunks of ATTN_SPLIT_KV slots aligned at slot 0: the same partials
+    // combined the same way
+    int64_t minkv = maxkv;
+    for (int64_t r = 0; r < nr; r++)
+        minkv = a->n_kv[r] < minkv ? a->n_kv[r] : minkv;
+    if (minkv >= ATTN_SPLIT_MIN && !a->vis0 && ops_attn_chunks(a->kv_type, minkv) > 1 &&
         c->attn_part.p) {
-        int64_t nch = (maxkv + CU_SPLIT_KV - 1) / CU_SPLIT_KV;
+        int64_t nch = (maxkv + ATTN_SPLIT_KV - 1) / ATTN_SPLIT_KV;
         size_t need = (size_t)nr * (size_t)a->n_head * (size_t)nch * (size_t)(2 + a->head_dim_v) *
                       sizeof(float);
         if (need <= c->attn_part.n) {
             p.n_chunks = nch;
-            p.chunk = CU_SPLIT_KV;
+            p.chunk = ATTN_SPLIT_KV;
             p.part = (float *)c->attn_part.p;
         }
     }
