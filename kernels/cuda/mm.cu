@@ -9,13 +9,12 @@
 //   Q4_0, Q5_0, Q8_0           Q8_0: d = fp16(amax / 127), codes round-half-even(x * 127 / amax)
 //   Q4_1                       Q8_1: the same plus s = fp16(d * sum codes)
 //   Q4_K, Q5_K, Q6_K           Q8_K: scale from the signed value of largest magnitude, sums of 16
-// The activation conversion is the CPU's bit for bit; integer code products
-// are summed exactly per 32-element unit (__dp4a) and scaled in f32 as the
-// CPU does per block.  What differs is the order of the f32 sums over the
-// units (a warp reduction here, 4 interleaved accumulators on the CPU) and,
-// for the k-quants, that the sub-block scales are applied per unit of 32 in
-// f32 instead of over the whole super-block in int32: results agree to f32
-// rounding, not bit for bit (tests/kernels/test_cuda.c bounds the error).
+// The activation conversion is the CPU's bit for bit.  The GEMV of the
+// quantized types is ops_mm_rows_ref's bit for bit: integer code sums
+// (__dp4a) per block (k-quants: per super-block, sub-block scales applied
+// in integers), scaled and added unfused in the reference's order (see
+// k_gemv).  The float types' GEMV and the tiled GEMM agree to f32 rounding
+// (their sums are ordered otherwise, with fused multiply-adds).
 //
 // Kernels: one warp per weight row (a CTA holds MM_WARPS rows), each lane
 // taking the row's 32-element units lane, lane + 32, ... (the widest loads
@@ -240,6 +239,8 @@ bits5(uint32_t qh, int j)
 static __device__ __forceinline__ void
 load_unit(const uint8_t *row, uint32_t type, int64_t u, struct unit *o)
 {
+    o->m = 0.0f;                // (no min: Q4_0, Q5_0, Q8_0, Q6_K)
+    o->mn = 0;
     switch (type) {
     case GGML_TYPE_Q4_0: {
         const uint8_t *b = row + u * 18;
@@ -436,49 +437,94 @@ k_gemv(struct mm_args p)
             }
         }
     } else {
-        for (int64_t u = lane; u < nu; u += 32) {
+        // the reference's order of the f32 sums (matmul_ref.c): legacy
+        // blocks b into 4 accumulators by b % 4, each in block order, then
+        // (a0 + a2) + (a1 + a3); k-quant super-blocks from integer sums, into
+        // one accumulator in order.  Lanes 0..3 (legacy) or lane 0 (k-quants)
+        // take the units' partials by shuffles, in order; all products and
+        // sums unfused: the bits of ops_mm_rows_ref
+        const int kq = p.type == GGML_TYPE_Q4_K || p.type == GGML_TYPE_Q5_K ||
+                       p.type == GGML_TYPE_Q6_K;
+        for (int64_t u0 = 0; u0 < nu; u0 += 32) {
+            const int64_t u = u0 + lane;
+            const int valid = u < nu;
             struct unit un;
-            load_unit(row, p.type, u, &un);
+            if (valid)
+                load_unit(row, p.type, u, &un);
             for (int k = 0; k < NT; k++) {
                 if (k >= nt)
                     break;
                 int64_t t = t0 + k;
-                const int4 *yq = (const int4 *)(const void *)(p.a.qs + t * c + u * 32);
-                int4 y0 = yq[0], y1 = yq[1];
                 int lo = 0, hi = 0;
-                lo = __dp4a(un.q[0], y0.x, lo);
-                lo = __dp4a(un.q[1], y0.y, lo);
-                lo = __dp4a(un.q[2], y0.z, lo);
-                lo = __dp4a(un.q[3], y0.w, lo);
-                hi = __dp4a(un.q[4], y1.x, hi);
-                hi = __dp4a(un.q[5], y1.y, hi);
-                hi = __dp4a(un.q[6], y1.z, hi);
-                hi = __dp4a(un.q[7], y1.w, hi);
-                float part;
-                switch (p.type) {
-                case GGML_TYPE_Q4_1:
-                    part = (un.d * p.a.d[t * nu + u]) * (float)(lo + hi) + un.m * p.a.s[t * nu + u];
-                    break;
-                case GGML_TYPE_Q4_K:
-                case GGML_TYPE_Q5_K: {
-                    float dy = p.a.d[t * (c / 256) + (u >> 3)];
-                    const int16_t *bs = p.a.bs + t * (c / 16) + 2 * u;
-                    part = (un.d * dy) * (float)(un.sc0 * (lo + hi)) -
-                           (un.m * dy) * (float)(un.mn * (bs[0] + bs[1]));
-                    break;
+                if (valid) {
+                    const int4 *yq = (const int4 *)(const void *)(p.a.qs + t * c + u * 32);
+                    int4 y0 = yq[0], y1 = yq[1];
+                    lo = __dp4a(un.q[0], y0.x, lo);
+                    lo = __dp4a(un.q[1], y0.y, lo);
+                    lo = __dp4a(un.q[2], y0.z, lo);
+                    lo = __dp4a(un.q[3], y0.w, lo);
+                    hi = __dp4a(un.q[4], y1.x, hi);
+                    hi = __dp4a(un.q[5], y1.y, hi);
+                    hi = __dp4a(un.q[6], y1.z, hi);
+                    hi = __dp4a(un.q[7], y1.w, hi);
                 }
-                case GGML_TYPE_Q6_K: {
-                    float dy = p.a.d[t * (c / 256) + (u >> 3)];
-                    part = (un.d * dy) * (float)(un.sc0 * lo + un.sc1 * hi);
-                    break;
+                if (kq) {
+                    // integer sums of the super-block: its 8 units are lanes
+                    // 8m .. 8m+7 (256 = 8 x 32 and nu % 8 == 0)
+                    int isum = 0, msum = 0;
+                    if (valid) {
+                        const int16_t *bs = p.a.bs + t * (c / 16) + 2 * u;
+                        isum = un.sc0 * lo + un.sc1 * hi;
+                        msum = un.mn * (bs[0] + bs[1]);
+                    }
+                    for (int o = 1; o < 8; o <<= 1) {
+                        isum += __shfl_xor_sync(0xffffffffu, isum, o);
+                        msum += __shfl_xor_sync(0xffffffffu, msum, o);
+                    }
+                    float part = 0.0f;
+                    if (valid) {
+                        float dy = p.a.d[t * (c / 256) + (u >> 3)];
+                        part = __fsub_rn(__fmul_rn(__fmul_rn(un.d, dy), (float)isum),
+                                         __fmul_rn(__fmul_rn(un.m, dy), (float)msum));
+                    }
+                    for (int m = 0; m < 4; m++) {
+                        float v = __shfl_sync(0xffffffffu, part, 8 * m);
+                        if (lane == 0 && u0 + 8 * m < nu)
+                            acc[k] = __fadd_rn(acc[k], v);
+                    }
+                } else {
+                    float part = 0.0f;
+                    if (valid) {
+                        float dy = p.a.d[t * nu + u];
+                        part = p.type == GGML_TYPE_Q4_1
+                                   ? __fadd_rn(__fmul_rn(__fmul_rn(un.d, dy), (float)(lo + hi)),
+                                               __fmul_rn(un.m, p.a.s[t * nu + u]))
+                                   : __fmul_rn((float)(lo + hi), __fmul_rn(un.d, dy));
+                    }
+                    for (int m = 0; m < 8; m++) {
+                        float v = __shfl_sync(0xffffffffu, part, (lane & 3) + 4 * m);
+                        if (lane < 4 && u0 + lane + 4 * m < nu)
+                            acc[k] = __fadd_rn(acc[k], v);
+                    }
                 }
-                default:
-                    part = (float)(lo + hi) * (un.d * p.a.d[t * nu + u]);
-                    break;
-                }
-                acc[k] += part;
             }
         }
+        if (!kq) {
+            for (int k = 0; k < NT; k++) {
+                float a0 = __shfl_sync(0xffffffffu, acc[k], 0);
+                float a1 = __shfl_sync(0xffffffffu, acc[k], 1);
+                float a2 = __shfl_sync(0xffffffffu, acc[k], 2);
+                float a3 = __shfl_sync(0xffffffffu, acc[k], 3);
+                acc[k] = __fadd_rn(__fadd_rn(a0, a2), __fadd_rn(a1, a3));
+            }
+        }
+        for (int k = 0; k < NT; k++) {
+            if (k >= nt)
+                break;
+            if (lane == 0)
+                W->y[(t0 + k) * W->ldy + r] = W->bias ? __fadd_rn(acc[k], W->bias[r]) : acc[k];
+        }
+        continue;
     }
     for (int k = 0; k < NT; k++) {
         if (k >= nt)

@@ -54,6 +54,11 @@ fill(float *x, int64_t n, float amp)
 
 /* ---- results ---- */
 
+/* 1: the device run (cuda), where some ops must match the reference bit for
+ * bit; 0: the harness run with the CPU backend (its SIMD kernels sum in
+ * another order) */
+static int strict;
+
 #define MAX_ROWS 128
 static struct res {
     char op[32], type[16];
@@ -216,9 +221,13 @@ case_matmul(struct backend *dev, struct backend *ref, uint32_t t, int64_t n_tok,
     }
     char op[32];
     snprintf(op, sizeof(op), "matmul n=%lld%s", (long long)n_tok, host_io ? " host" : "");
-    /* integer code sums are exact on both sides: what remains is the f32
-     * order of the block sums */
-    record(op, qt->name, e, 1e-4);
+    /* the CUDA GEMV of a quantized type (under 16 tokens; Q4_1 always) is the
+     * reference's bit for bit; elsewhere integer code sums are exact on both
+     * sides and what remains is the f32 order of the block sums (and, for
+     * the CPU backend in the harness run, its SIMD order) */
+    int exact = strict && t != GGML_TYPE_F32 && t != GGML_TYPE_F16 && t != GGML_TYPE_BF16 &&
+                (n_tok < 16 || t == GGML_TYPE_Q4_1);
+    record(op, qt->name, e, exact ? 0.0 : 1e-4);
 
     for (int i = 0; i < 2; i++) {
         if (wdev[i])
@@ -710,6 +719,7 @@ main(int argc, char **argv)
         return 77;
     }
     printf("test_cuda: %s backend against the CPU reference\n", dev->device);
+    strict = strcmp(dev->device, "cuda") == 0;
     run_all(dev, ref);
     report(dev->device, 1, json);
     if (bench_json)
