@@ -13,8 +13,9 @@
 // quantized types is ops_mm_rows_ref's bit for bit: integer code sums
 // (__dp4a) per block (k-quants: per super-block, sub-block scales applied
 // in integers), scaled and added unfused in the reference's order (see
-// k_gemv).  The float types' GEMV and the tiled GEMM agree to f32 rounding
-// (their sums are ordered otherwise, with fused multiply-adds).
+// k_gemv); so is the float types' (dot_f32's 8 interleaved accumulators).
+// The tiled GEMM (prefill) agrees to f32 rounding: its sums are ordered
+// otherwise, with fused multiply-adds.
 //
 // Kernels: one warp per weight row (a CTA holds MM_WARPS rows), each lane
 // taking the row's 32-element units lane, lane + 32, ... (the widest loads
@@ -404,6 +405,7 @@ template <int NT>
 __global__ void __launch_bounds__(MM_WARPS * 32)
 k_gemv(struct mm_args p)
 {
+    __shared__ float prod[MM_WARPS][32 * 33];  // float types: a warp's products, by lane
     int lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     int wi = 0;
@@ -422,19 +424,42 @@ k_gemv(struct mm_args p)
         acc[k] = 0.0f;
 
     if (p.type == GGML_TYPE_F32 || p.type == GGML_TYPE_F16 || p.type == GGML_TYPE_BF16) {
-        for (int64_t u = lane; u < nu; u += 32) {
+        // the reference's dot_f32: element i into accumulator i % 8, each in
+        // element order, products and sums unfused, then the accumulators
+        // added pairwise (4, 2, 1 apart).  Each lane makes its unit's 32
+        // products; lanes 0..7 (accumulator c = lane) add them in order
+        // from the warp's shared-memory row of products
+        float *pr = prod[threadIdx.x >> 5];
+        for (int64_t u0 = 0; u0 < nu; u0 += 32) {
+            const int64_t u = u0 + lane;
+            const int valid = u < nu;
             float v[32];
-            load_unit_f(row, p.type, u, v);
+            if (valid)
+                load_unit_f(row, p.type, u, v);
             for (int k = 0; k < NT; k++) {
                 if (k >= nt)
                     break;
                 const float *xs = p.type == GGML_TYPE_F32 ? p.x + (t0 + k) * p.ldx + u * 32
                                                           : p.a.xf + (t0 + k) * c + u * 32;
-                float s = 0.0f;
-                for (int e = 0; e < 32; e++)
-                    s = fmaf(v[e], xs[e], s);
-                acc[k] += s;
+                __syncwarp();
+                if (valid)
+                    for (int e = 0; e < 32; e++)
+                        pr[lane * 33 + e] = __fmul_rn(v[e], xs[e]);
+                __syncwarp();
+                if (lane < 8) {
+                    int64_t nj = nu - u0 < 32 ? nu - u0 : 32;
+                    for (int64_t j = 0; j < nj; j++)
+                        for (int q = 0; q < 4; q++)
+                            acc[k] = __fadd_rn(acc[k], pr[j * 33 + lane + 8 * q]);
+                }
             }
+        }
+        for (int k = 0; k < NT; k++) {
+            float a[8];
+            for (int i = 0; i < 8; i++)
+                a[i] = __shfl_sync(0xffffffffu, acc[k], i);
+            acc[k] = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
+                               __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
         }
     } else {
         // the reference's order of the f32 sums (matmul_ref.c): legacy
@@ -529,9 +554,8 @@ k_gemv(struct mm_args p)
     for (int k = 0; k < NT; k++) {
         if (k >= nt)
             break;
-        float s = warp_sum(acc[k]);
         if (lane == 0)
-            W->y[(t0 + k) * W->ldy + r] = s + (W->bias ? W->bias[r] : 0.0f);
+            W->y[(t0 + k) * W->ldy + r] = W->bias ? __fadd_rn(acc[k], W->bias[r]) : acc[k];
     }
     }
 }
