@@ -95,7 +95,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/kernels/cuda/%.o: kernels/cuda/%.cu
 	@mkdir -p $(@D)
-	$(NVCC) -O2 -std=c++17 -Ikernels $(NVCC_ARCH) -Xcompiler -fPIC -c $< -o $@
+	$(NVCC) -O2 -std=c++17 -Ikernels $(NVCC_ARCH) -Werror all-warnings -Xcompiler -Wall,-Wextra,-fPIC -MMD -MP -c $< -o $@
 
 $(LIBLLMKIT): $(COMMON_OBJ)
 	@mkdir -p $(@D)
@@ -141,6 +141,12 @@ $(BUILD)/mkqgrid: $(BUILD)/tests/mkqgrid.o $(TOOL_OBJ) $(LIBS)
 $(BUILD)/membw: tests/bench/membw.c $(TOOL_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) $(COMMON_IQUOTE) -iquote tools -O3 -mavx2 -o $@ $< $(TOOL_OBJ) $(LIBS) $(LDLIBS)
+
+# GPU device-to-device copy bandwidth for scripts/gpu-check (tests/bench/gpubw.c;
+# exits 5 without a GPU or without CUDA in the build).
+$(BUILD)/gpubw: $(BUILD)/tests/bench/gpubw.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
 # Matmul kernels, ref vs avx2, one thread (tests/bench/mmbench.c).
 $(BUILD)/mmbench: $(BUILD)/tests/bench/mmbench.o $(LIBS)
@@ -275,5 +281,6 @@ help:
 
 -include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(TOOL_OBJ:.o=.d) \
          $(UNIT_SRC:%.c=$(BUILD)/%.d) $(KTEST_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
-         $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d $(BUILD)/tests/mkqgrid.d
+         $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d $(BUILD)/tests/mkqgrid.d \
+         $(CUDA_SRC:%.cu=$(BUILD)/%.d)
 .SECONDARY:

@@ -56,7 +56,8 @@ endif
 endif
 ifeq ($(HAVE_CUDA),1)
 CUDA_HOME  ?= $(patsubst %/bin/,%,$(dir $(shell command -v $(NVCC))))
-NVCC_ARCH  ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+# sm_90a code (Hopper: H100/H200) plus compute_90 PTX that newer GPUs JIT-compile
+NVCC_ARCH  ?= -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 CFG_CFLAGS += -DLLMKIT_HAVE_CUDA=1
 CFG_LIBS   += -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++
 endif

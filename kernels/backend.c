@@ -26,15 +26,15 @@ backend_open(struct backend **out, const char *device, const struct backend_conf
         return backend_cpu_open(out, cfg, why, why_len);
     if (strcmp(device, "cuda") == 0) {
         char name[128];
-        int n = device_cuda_count(name, sizeof(name));
-        if (!device_cuda_built())
+        if (!device_cuda_built()) {
             snprintf(why, why_len, "--device cuda: this build has no CUDA (built without nvcc)");
-        else if (n <= 0)
+            return -ENODEV;
+        }
+        if (device_cuda_count(name, sizeof(name)) <= 0) {
             snprintf(why, why_len, "--device cuda: no usable CUDA device (no driver or no GPU)");
-        else
-            snprintf(why, why_len, "--device cuda: the CUDA backend is not implemented yet "
-                     "(found %.100s; run on the CPU)", name);
-        return -ENODEV;
+            return -ENODEV;
+        }
+        return backend_cuda_open(out, cfg, why, why_len);
     }
     snprintf(why, why_len, "unknown device '%.64s' (known: cpu, cuda)", device);
     return -EINVAL;

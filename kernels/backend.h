@@ -20,15 +20,25 @@
  *   cpu   kernels/cpu/backend_cpu.c: the kernel_ops table chosen by name
  *         (ops.h: ref, avx2, avx512) over a thread pool it owns
  *         (threadpool.h); buffers are host memory, upload is a copy.
- *   cuda  not implemented yet (kernels/cuda holds only a device probe):
- *         backend_open() refuses it with the reason, which the tools report
- *         with exit 5.
+ *   cuda  kernels/cuda/backend_cuda.cu (built when nvcc is found, CUDA=1):
+ *         buffers are device memory, weights are uploaded once by pack(),
+ *         the KV pool is allocated from the backend (kvcache.c); host
+ *         pointers the executor hands in (metadata, model vectors, the
+ *         caller's buffers) are staged.  Without a usable GPU, or in a
+ *         build without CUDA, backend_open() refuses it with the reason,
+ *         which the tools report with exit 5.  Not yet run on a GPU: see
+ *         scripts/gpu-check.
  *
  * Training (the EAGLE draft trainer) adds a backward table beside this one:
  * struct backend_ops.backward, NULL in every backend today.
  *
  * Buffers handed to the ops (activations, weights, the KV pool) are the
- * backend's: for the CPU backend any host memory is one.  Shapes follow
+ * backend's: for the CPU backend any host memory is one.  A device backend
+ * (CUDA) also takes host pointers: it stages per-step arrays (token ids,
+ * angles, slots, block tables, masks) on every call, and keeps one copy of
+ * each host array passed as a weight (rmsnorm's w, matmul biases, an
+ * unpacked weight, get_rows' weight): those must stay unchanged while the
+ * backend is open, as a model's mapped tensors do.  Shapes follow
  * ops.h: activations row-major f32, one row per token, rows contiguous
  * unless a stride is given.
  */
@@ -50,6 +60,9 @@ struct backend {
     const char *device;         /* "cpu", "cuda" */
     const char *kernel;         /* the kernel variant: "avx512", "avx2", "ref" */
     int n_threads;              /* CPU workers incl. the caller (1 elsewhere) */
+    int host;                   /* 1: buffers are host memory (the caller may read and write
+                                 * them directly); 0: device memory, reached through
+                                 * upload/download/copy only */
 };
 
 struct backend_config {
@@ -167,6 +180,9 @@ struct backend_ops {
     /* upload(): host src -> backend dst; download(): the reverse */
     void (*upload)(struct backend *be, void *dst, const void *src, size_t bytes);
     void (*download)(struct backend *be, void *dst, const void *src, size_t bytes);
+    /* copy(): between backend buffers (also host <-> backend: either side
+     * may be host memory), after the steps queued before it */
+    void (*copy)(struct backend *be, void *dst, const void *src, size_t bytes);
 
     /* ---- weights ---- */
     /* supports(): 1 when type can be a matmul weight */
@@ -226,5 +242,9 @@ const char *const *backend_devices(void);
 /* the CPU backend (kernels/cpu/backend_cpu.c) */
 int backend_cpu_open(struct backend **out, const struct backend_config *cfg, char *why,
                      size_t why_len);
+/* the CUDA backend (kernels/cuda/backend_cuda.cu; kernels/cuda_absent.c in
+ * a build without CUDA): -ENODEV and the reason when no GPU is usable */
+int backend_cuda_open(struct backend **out, const struct backend_config *cfg, char *why,
+                      size_t why_len);
 
 #endif

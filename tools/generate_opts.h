@@ -117,7 +117,7 @@ static const char help_text[] =
     "                          --batch: for --max-seqs contexts, at most 1GiB)\n"
     "      --kernel NAME       kernel implementation: auto, avx512, avx2, ref (default\n"
     "                          $LLMKIT_KERNEL or auto)\n"
-    "      --device NAME       cpu (default) or cuda (not implemented yet: exit 5)\n"
+    "      --device NAME       cpu (default) or cuda (GPU 0; exit 5 when none is usable)\n"
     "\n"
     "Output:\n"
     "  -o, --output FILE       write to FILE atomically (default stdout, streamed)\n"

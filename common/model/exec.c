@@ -38,6 +38,8 @@ struct forward_state {
     int64_t *row_vis0;          /* [B] */
     uint8_t *row_vis;           /* [B][ld_vis] under a mask: the batch's slots each row sees */
     int64_t ld_vis, vis_cap;
+    float *hook_buf;            /* a device backend's activations copied out for a hook */
+    int64_t hook_cap;
     uint8_t **kbase, **vbase;   /* [n_head_kv] the layer's KV heads */
     /* the call */
     int64_t *slot;              /* [n] slot of each batch token */
@@ -172,6 +174,7 @@ forward_state_free(struct model *m)
     free(st->row_gemm);
     free(st->row_vis0);
     free(st->row_vis);
+    free(st->hook_buf);
     free(st->kbase);
     free(st->vbase);
     free(st->slot);
@@ -222,6 +225,19 @@ exec_hook(struct exec *e, int site, int layer, const char *name, const struct mo
 
     if (!h || !h->fn || !(h->sites & (unsigned)site))
         return 0;
+    /* hooks read host memory: a device backend's activations are copied
+     * out first (n_tok rows of dim floats, ld apart) */
+    struct backend *be = e->m->be;
+    if (!be->host && n_tok > 0) {
+        struct forward_state *st = e->m->st;
+        int64_t n = (n_tok - 1) * ld + dim;
+        void *p = grow(st->hook_buf, &st->hook_cap, n, sizeof(float));
+        if (!p)
+            return -ST_NOMEM;
+        st->hook_buf = p;
+        be->ops->download(be, st->hook_buf, x, (size_t)n * sizeof(float));
+        x = st->hook_buf;
+    }
     struct model_hook_event ev = { site, layer, name, w, x, n_tok, dim, ld, tok0, e->b };
     int rc = h->fn(h->ctx, &ev);
     return rc < 0 ? rc : 0;

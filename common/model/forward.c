@@ -107,13 +107,15 @@ forward_chunk(struct exec *e, int64_t c0, int64_t nc, struct model_out *out, int
     e->layer = -1;
 
     exec_rmsnorm(e, e->xn, e->x, &m->output_norm);
+    /* (the activations are backend buffers: device memory under CUDA) */
+    struct backend *be = m->be;
     if (out && out->hidden)
-        memcpy(out->hidden + c0 * E, e->xn, (size_t)(nc * E) * sizeof(float));
+        be->ops->download(be, out->hidden + c0 * E, e->xn, (size_t)(nc * E) * sizeof(float));
     if (out && out->logits) {
         int64_t w = 0;
         for (int64_t t = 0; t < nc; t++)
             if (b->tok[c0 + t].logits)
-                memcpy(e->tmp + (w++) * E, e->xn + t * E, (size_t)E * sizeof(float));
+                be->ops->copy(be, e->tmp + (w++) * E, e->xn + t * E, (size_t)E * sizeof(float));
         if (w > 0) {
             if ((rc = exec_matmul_rows(e, &m->output, e->tmp, w, -1,
                                        out->logits + *logit_row * V)) < 0)

@@ -32,6 +32,7 @@
 #include <zstd.h>
 #endif
 
+#include "backend.h"
 #include "kvcache.h"
 #include "qblock.h"
 #include "qtypes.h"
@@ -123,6 +124,17 @@ kv_block_bytes(const struct kv_config *c)
     return r;
 }
 
+/* one block's bytes between the pool and memory: a plain copy for a host
+ * pool, the backend's copy for a device one (either side may be the pool) */
+static void
+block_copy(const struct kvcache *kv, void *dst, const void *src)
+{
+    if (kv->c.be)
+        kv->c.be->ops->copy(kv->c.be, dst, src, kv->block_bytes);
+    else
+        memcpy(dst, src, kv->block_bytes);
+}
+
 int
 kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
 {
@@ -153,9 +165,10 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
     /* with sliding-window layers, more blocks than the budget holds whole:
      * the pool is virtual (committed on touch) and the budget is charged
      * per block in use (above); at most 8 times the whole blocks */
+    const uint8_t *swa = c->be ? NULL : c->swa;   /* (device memory: nothing released) */
     size_t s_bytes = 0, layer_bytes = bb / (size_t)c->n_layer;
-    for (int64_t l = 0; c->swa && l < c->n_layer; l++)
-        s_bytes += c->swa[l] ? layer_bytes : 0;
+    for (int64_t l = 0; swa && l < c->n_layer; l++)
+        s_bytes += swa[l] ? layer_bytes : 0;
     size_t g_bytes = bb - s_bytes;
     nb = (int64_t)(c->mem / (g_bytes > bb / 8 ? g_bytes : bb / 8));
     if (nb > INT32_MAX)
@@ -196,20 +209,30 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
         kv_free(kv);
         return diag_set(d, ST_NOMEM, "kv cache: out of memory for %lld blocks", (long long)nb);
     }
-    /* Pages are committed on first touch, so RSS follows the blocks used. */
-    void *p = mmap(NULL, kv->pool_bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) {
-        kv->pool = NULL;
-        kv_free(kv);
-        return diag_set(d, ST_NOMEM, "kv cache: cannot map %zu bytes", (size_t)nb * bb);
+    if (c->be) {
+        /* a backend buffer (device memory): committed whole */
+        kv->pool = c->be->ops->alloc(c->be, kv->pool_bytes);
+        if (!kv->pool) {
+            kv_free(kv);
+            return diag_set(d, ST_NOMEM, "kv cache: cannot allocate %zu bytes on the %s device "
+                            "(lower --kv-mem)", (size_t)nb * bb, c->be->device);
+        }
+    } else {
+        /* Pages are committed on first touch, so RSS follows the blocks used. */
+        void *p = mmap(NULL, kv->pool_bytes, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) {
+            kv->pool = NULL;
+            kv_free(kv);
+            return diag_set(d, ST_NOMEM, "kv cache: cannot map %zu bytes", (size_t)nb * bb);
+        }
+        kv->pool = p;
     }
-    kv->pool = p;
     /* the other layers first, in order, then the sliding-window layers */
     size_t off = 0;
     for (int pass = 0; pass < 2; pass++)
         for (int64_t l = 0; l < c->n_layer; l++)
-            if ((c->swa && c->swa[l]) == (pass == 1)) {
+            if ((swa && swa[l]) == (pass == 1)) {
                 kv->layer_off[l] = off;
                 off += layer_bytes;
             }
@@ -231,7 +254,9 @@ kv_free(struct kvcache *kv)
     for (int32_t i = 0; i < kv->n_seqs; i++)
         free(kv->seqs[i].table);
     free(kv->seqs);
-    if (kv->pool)
+    if (kv->pool && kv->c.be)
+        kv->c.be->ops->free(kv->c.be, kv->pool);
+    else if (kv->pool)
         munmap(kv->pool, kv->pool_bytes);
     free(kv->fill);
     free(kv->free_stack);
@@ -588,8 +613,8 @@ kv_seq_grow(struct kvcache *kv, int32_t id, int64_t n, struct diag *d)
     if (cow) {
         int32_t old = s->table[s->n_blocks - 1];
         int32_t b = block_alloc(kv);
-        memcpy(kv->pool + (size_t)b * kv->block_bytes, kv->pool + (size_t)old * kv->block_bytes,
-               kv->block_bytes);
+        block_copy(kv, kv->pool + (size_t)b * kv->block_bytes,
+                   kv->pool + (size_t)old * kv->block_bytes);
         block_put(kv, old);
         s->table[s->n_blocks - 1] = b;
     }
@@ -930,12 +955,21 @@ kv_seq_swap_out(struct kvcache *kv, int32_t id, struct kv_swap **out, struct dia
     sw->s_res = calloc((size_t)s->n_blocks + 1, 1);
     if (!sw->csize || !sw->data || !sw->s_res)
         goto nomem;
+    /* a device pool's blocks go through a host block */
+    uint8_t *bounce = NULL;
+    if (kv->c.be && !(bounce = malloc(kv->block_bytes)))
+        goto nomem;
     for (int64_t i = 0; i < s->n_blocks; i++) {
         const uint8_t *src = kv->pool + (size_t)s->table[i] * kv->block_bytes;
         sw->s_res[i] = kv->s_res[s->table[i]];
+        if (bounce) {
+            block_copy(kv, bounce, src);
+            src = bounce;
+        }
 #ifdef LLMKIT_HAVE_ZSTD
         size_t r = ZSTD_compress(sw->data + sw->bytes, cap - sw->bytes, src, kv->block_bytes, 1);
         if (ZSTD_isError(r)) {
+            free(bounce);
             kv_swap_free(sw);
             return diag_set(d, ST_NOMEM, "kv cache: zstd: %s", ZSTD_getErrorName(r));
         }
@@ -946,6 +980,7 @@ kv_seq_swap_out(struct kvcache *kv, int32_t id, struct kv_swap **out, struct dia
         sw->csize[i] = r;
         sw->bytes += r;
     }
+    free(bounce);
     /* give back what compression saved */
     uint8_t *shrunk = realloc(sw->data, sw->bytes ? sw->bytes : 1);
     if (shrunk)
@@ -982,9 +1017,14 @@ kv_seq_swap_in(struct kvcache *kv, struct kv_swap *sw, int32_t *id, struct diag 
     s->n_blocks = 0;
     if (table_reserve(s, sw->n_blocks) < 0)
         return diag_set(d, ST_NOMEM, "kv cache: out of memory for a block table");
+    /* a device pool's blocks come through a host block */
+    uint8_t *bounce = NULL;
+    if (kv->c.be && !(bounce = malloc(kv->block_bytes)))
+        return diag_set(d, ST_NOMEM, "kv cache: out of memory");
     for (int64_t i = 0; i < sw->n_blocks; i++) {
         int32_t b = block_alloc(kv);
-        uint8_t *dst = kv->pool + (size_t)b * kv->block_bytes;
+        uint8_t *blk = kv->pool + (size_t)b * kv->block_bytes;
+        uint8_t *dst = bounce ? bounce : blk;
         s->table[i] = b;
         s->n_blocks = i + 1;
 #ifdef LLMKIT_HAVE_ZSTD
@@ -996,10 +1036,13 @@ kv_seq_swap_in(struct kvcache *kv, struct kv_swap *sw, int32_t *id, struct diag 
             goto bad;
         memcpy(dst, sw->data + off, kv->block_bytes);
 #endif
+        if (bounce)
+            block_copy(kv, blk, bounce);
         off += sw->csize[i];
         if (kv->s_bytes && !sw->s_res[i])
             release_s(kv, b);   /* (zeros written back: given back again) */
     }
+    free(bounce);
     s->live = 1;
     s->len = sw->len;
     s->swa_lo = sw->swa_lo;
@@ -1007,6 +1050,7 @@ kv_seq_swap_in(struct kvcache *kv, struct kv_swap *sw, int32_t *id, struct diag 
     kv_swap_free(sw);
     return 0;
 bad:
+    free(bounce);
     for (int64_t i = 0; i < s->n_blocks; i++)
         block_put(kv, s->table[i]);
     s->n_blocks = 0;

@@ -65,6 +65,8 @@
 
 #include "status.h"
 
+struct backend;
+
 #define KV_BLOCK_SIZE_DEFAULT 16
 
 /* slots kept beyond a sliding window before its blocks' rows are released:
@@ -80,13 +82,18 @@ struct kv_config {
     uint32_t dtype;             /* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
     size_t mem;                 /* byte budget for the pool (--kv-mem) */
     const uint8_t *swa;         /* NULL, or [n_layer]: 1 = the layer attends over the last
-                                 * swa_window positions only (copied by kv_new) */
+                                 * swa_window positions only (copied by kv_new; a device
+                                 * pool keeps every row: nothing is released there) */
     int64_t swa_window;
+    /* NULL: the pool is host memory (an anonymous mapping); else a buffer of
+     * this backend (device memory: the CUDA backend), which the cache reaches
+     * only through the backend's copy op (copy-on-write, swap) */
+    struct backend *be;
 };
 
 /* Defaults: f16, 16-token blocks; the caller fills the dimensions and mem
  * (model_kv_config() in model.h does it from a model). */
-#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0, NULL, 0 }
+#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0, NULL, 0, NULL }
 
 struct kvcache;
 

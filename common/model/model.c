@@ -391,6 +391,8 @@ model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_con
         c->swa = m->swa_layers;
         c->swa_window = m->hp.n_swa;
     }
+    /* a device backend keeps the pool in its memory */
+    c->be = m->be->host ? NULL : m->be;
 }
 
 size_t

@@ -855,6 +855,7 @@ static const struct backend_ops cpu_ops = {
     .free = cpu_free,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .copy = cpu_copy,
     .supports = cpu_supports,
     .pack_size = cpu_pack_size,
     .pack = cpu_pack,
@@ -908,6 +909,7 @@ backend_cpu_open(struct backend **out, const struct backend_config *cfg, char *w
     c->base.device = "cpu";
     c->base.kernel = ops->name;
     c->base.n_threads = c->nth;
+    c->base.host = 1;
     *out = &c->base;
     return 0;
 }
