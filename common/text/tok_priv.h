@@ -84,9 +84,16 @@ struct tok_priv {
     /* Reference mode (tests and the fuzzer set it): the exact shortcuts of
      * tok_spm.c and the word cache are off, so both paths can be compared. */
     bool reference;
-    /* BPE pre-tokenizer: compiled PCRE2 patterns (pcre2_code_8 *) */
+    /* BPE pre-tokenizer: compiled PCRE2 patterns (pcre2_code_8 *); NULL for
+     * TOK_PRE_RE_DIGITS3, which tok_bpe.c runs itself (re_num then finds the
+     * runs of \p{N}) */
     void *re[TOK_MAX_RE];
     int n_re;
+    void *re_num;
+    /* BPE without GPT-2's byte encoding (tokenizer.ggml.model "gemma4"):
+     * spaces become U+2581 before splitting, pieces are raw UTF-8, bytes fall
+     * back to <0xXX>; nl_whole: a piece of newlines that is a token is one */
+    bool bpe_raw, nl_whole;
 };
 
 /* FNV-1a over bytes, continuing from h (start with TOK_HASH_INIT). */

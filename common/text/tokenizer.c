@@ -503,7 +503,7 @@ build_pieces(struct tokenizer *t, struct diag *d)
             memcpy(buf + len, s, e->len);
             len += e->len;
         } else if (a & TOK_ATTR_NORMAL) {
-            if (t->model == TOK_MODEL_SPM) {
+            if (t->model == TOK_MODEL_SPM || p->bpe_raw) {
                 for (k = 0; k < e->len; k++) {
                     if (k + 2 < e->len && (uint8_t)s[k] == 0xE2 && (uint8_t)s[k + 1] == 0x96 &&
                         (uint8_t)s[k + 2] == 0x81) {
@@ -634,9 +634,9 @@ build_byte_tokens(struct tokenizer *t)
         char one = (char)b;
 
         id = -1;
-        if (t->model == TOK_MODEL_SPM)
+        if (t->model == TOK_MODEL_SPM || p->bpe_raw)
             id = tok_lookup(p, x, 6);
-        if (id < 0)
+        if (id < 0 && !p->bpe_raw)
             id = tok_lookup(p, &one, 1);
         p->byte_tok[b] = id;
     }
@@ -661,15 +661,17 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
         return diag_set(d, ST_FORMAT, "%s: missing (no vocabulary in this file)", KEY_MODEL);
     if (!strcmp(model, "llama")) {
         t->model = TOK_MODEL_SPM;
-    } else if (!strcmp(model, "gpt2")) {
+    } else if (!strcmp(model, "gpt2") || !strcmp(model, "gemma4")) {
         t->model = TOK_MODEL_BPE;
     } else {
-        return diag_set(d, ST_FORMAT, "%s: unsupported tokenizer '%.64s' (llama and gpt2 are)",
-                        KEY_MODEL, model);
+        return diag_set(d, ST_FORMAT, "%s: unsupported tokenizer '%.64s' (llama, gpt2 and "
+                        "gemma4 are)", KEY_MODEL, model);
     }
     rc = gguf_get_str(g, KEY_PRE, &pre, d);
     if (rc < 0)
         return rc;
+    if (!strcmp(model, "gemma4"))
+        pre = "gemma4";       /* llama.cpp ignores the key for these */
 
     kv = gguf_get(g, KEY_TOKENS);
     if (!kv)
@@ -694,8 +696,8 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
         t->add_bos = true;
         snprintf(t->pre, sizeof(t->pre), "%s", "default");
     } else {
-        t->bos = 11;
-        t->eos = 11;
+        /* llama.cpp's defaults: 11 for gpt2, none for gemma4 */
+        t->bos = t->eos = strcmp(model, "gemma4") ? 11 : TOK_NULL;
         t->clean_spaces = true;
         if ((rc = tok_bpe_setup(t, g, pre, d)) < 0)
             goto fail;
