@@ -165,8 +165,6 @@ int32_t tok_lookup(const struct tok_priv *p, const char *s, size_t n);
  * returns the id already holding the same text, or -1. */
 int32_t tok_map_insert(struct tok_priv *p, int32_t id);
 
-/* Appends one id (0 or -ST_NOMEM). */
-int tok_ids_push(struct tok_ids *ids, int32_t id);
 
 /* ---- tok_spm.c ---- */
 

@@ -161,6 +161,9 @@ int tok_encode_spans(const struct tokenizer *t, const char *text, size_t len, bo
                      const struct tok_span *literal, size_t n_literal, struct tok_ids *out,
                      struct diag *d);
 
+/* tok_ids_push() : appends one id.  0 or -ST_NOMEM. */
+int tok_ids_push(struct tok_ids *ids, int32_t id);
+
 /* tok_ids_release() : frees the list's storage. */
 void tok_ids_release(struct tok_ids *ids);
 
@@ -197,6 +200,11 @@ float tok_score(const struct tokenizer *t, int32_t id);
 
 /* tok_is_eog() : whether id ends generation (see the top of this file). */
 bool tok_is_eog(const struct tokenizer *t, int32_t id);
+
+/* tok_utf8_decode() : the code point at s[*i] (n bytes in all), *i moved
+ * past it, decoded as llama.cpp decodes text: bytes that are not UTF-8 give
+ * U+FFFD, one byte each (surrogates and overlong forms are accepted). */
+uint32_t tok_utf8_decode(const char *s, size_t n, size_t *i);
 
 /* tok_is_control() : whether id is a CONTROL token. */
 bool tok_is_control(const struct tokenizer *t, int32_t id);

@@ -4,9 +4,16 @@
  *  1. small vocabularies built here (SPM with byte fallback, byte-level BPE
  *     with merges): algorithms, special-token partition, decoding, loading
  *     errors - always run;
- *  2. llama.cpp's test vectors: every $SHARED/vocab/ggml-vocab-*.gguf with
- *     .inp/.out, encoded with add_special = parse_special = false, must give
- *     exactly the expected ids (a count per vocabulary is printed);
+ *  2. llama.cpp's test vectors: every ggml-vocab-*.gguf with .inp/.out in
+ *     $SHARED/vocab and in the llama.cpp sources scripts/build-llamacpp
+ *     unpacks ($LLMKIT_LLAMACPP_MODELS, else the newest
+ *     $LLMKIT_CACHE/llama.cpp-VERSION/src/PKG/vendor/llama.cpp/models; skipped
+ *     with a note when absent, a failure when CI=true), encoded with
+ *     add_special = parse_special = false, must give exactly the expected ids
+ *     (a count per vocabulary is printed); and tests/golden/tokenizer/pre.json:
+ *     llama.cpp's ids for ~35 texts under every BPE pre-tokenizer name, on
+ *     the vocabulary of that directory's llama-bpe (gemma-4) file with
+ *     tokenizer.ggml.pre set to the name;
  *  3. round trips on $SHARED/data/wikitext-2-test.raw: decode(encode(x)) == x
  *     for the byte-level BPE vocabularies (pieces concatenated; tok_decode
  *     itself when the vocabulary does not clean spaces) and for the SPM ones
@@ -19,6 +26,7 @@
  * Parts 2-4 are skipped with a note when their files are absent.
  */
 #include <dirent.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -721,22 +729,48 @@ done:
     free(outf);
 }
 
-static void
-test_vectors(void)
+/* the llama.cpp models directory, or NULL (after a note; a failure in CI) */
+static const char *
+llamacpp_models(void)
 {
-    char dir[4096];
-    DIR *dp;
+    static char buf[4096];
+    const char *s = getenv("LLMKIT_LLAMACPP_MODELS");
+    char pat[4200];
+    glob_t gl;
+
+    if (s && *s)
+        return s;
+    snprintf(pat, sizeof(pat), "%s/llama.cpp-*/src/*/vendor/llama.cpp/models", cache_dir());
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
+        snprintf(buf, sizeof(buf), "%s", gl.gl_pathv[gl.gl_pathc - 1]);
+        globfree(&gl);
+        return buf;
+    }
+    fprintf(stderr, "note: no llama.cpp sources under %s (scripts/build-llamacpp unpacks them): "
+            "their vocabulary tests skipped\n", cache_dir());
+    if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+        CHECK(0);
+    return NULL;
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* every ggml-vocab-*.gguf of dir that has .inp/.out */
+static int
+vectors_in(const char *dir)
+{
+    DIR *dp = opendir(dir);
     struct dirent *de;
     int n = 0;
     char **names = NULL;
     size_t nn = 0, i;
 
-    snprintf(dir, sizeof(dir), "%s/vocab", shared_dir());
-    dp = opendir(dir);
-    if (!dp) {
-        fprintf(stderr, "note: %s absent, llama.cpp test vectors skipped\n", dir);
-        return;
-    }
+    if (!dp)
+        return -1;
     while ((de = readdir(dp))) {
         size_t l = strlen(de->d_name);
 
@@ -747,14 +781,122 @@ test_vectors(void)
         }
     }
     closedir(dp);
+    if (nn)
+        qsort(names, nn, sizeof(*names), cmp_str);
     for (i = 0; i < nn; i++) {
         vocab_vectors(names[i], &n);
         free(names[i]);
     }
     free(names);
-    fprintf(stderr, "test vectors: %d vocabularies checked\n", n);
+    return n;
 }
 
+/* tests/golden/tokenizer/pre.json against the vocabularies of models/ */
+static void
+pre_golden(const char *models)
+{
+    static const char path[] = "tests/golden/tokenizer/pre.json";
+    json_t *root = NULL, *texts, *names, *bases, *e;
+    const char *bname;
+    struct diag d = {{0}};
+    size_t n_names = 0, n_ok = 0;
+
+    if (json_load_path(path, JSON_MAX_FILE, &root, &d) < 0) {
+        fprintf(stderr, "%s: %s\n", path, d.msg);
+        CHECK(0);
+        return;
+    }
+    texts = json_object_get(root, "texts");
+    names = json_object_get(root, "names");
+    bases = json_object_get(root, "bases");
+    CHECK(json_is_array(texts) && json_is_object(names) && json_is_object(bases));
+    json_object_foreach(bases, bname, e) {
+        const char *file = json_string_value(json_object_get(e, "file"));
+        char gpath[4600];
+        struct gguf g;
+        const char *nm;
+        json_t *ne;
+
+        snprintf(gpath, sizeof(gpath), "%s/%s", models, file ? file : "?");
+        if (gguf_open(&g, gpath, &d) < 0) {
+            fprintf(stderr, "%s: %s\n", gpath, d.msg);
+            CHECK(0);
+            continue;
+        }
+        json_object_foreach(names, nm, ne) {
+            json_t *ids = json_object_get(ne, "ids"), *want, *v;
+            const char *same = json_string_value(json_object_get(ne, "same_as"));
+            struct tokenizer t;
+            size_t i, k, bad = 0;
+
+            if (strcmp(json_string_value(json_object_get(ne, "base")), bname))
+                continue;
+            if (!ids && same)
+                ids = json_object_get(json_object_get(names, same), "ids");
+            n_names++;
+            if (gguf_set_str(&g, "tokenizer.ggml.model", "gpt2") < 0 ||
+                gguf_set_str(&g, "tokenizer.ggml.pre", nm) < 0 || tok_load(&t, &g, &d) < 0) {
+                fprintf(stderr, "pre %s: %s\n", nm, d.msg);
+                CHECK(0);
+                continue;
+            }
+            CHECK(json_array_size(ids) == json_array_size(texts));
+            json_array_foreach(texts, i, e) {
+                struct tok_ids got = {0};
+                bool ok;
+
+                want = json_array_get(ids, i);
+                if (tok_encode(&t, json_string_value(e), json_string_length(e), true, false, &got,
+                               &d) < 0) {
+                    fprintf(stderr, "pre %s: %s\n", nm, d.msg);
+                    CHECK(0);
+                    continue;
+                }
+                ok = json_is_array(want) && got.n == json_array_size(want);
+                json_array_foreach(want, k, v)
+                    if (ok && json_integer_value(v) != got.v[k])
+                        ok = false;
+                if (!ok) {
+                    if (!bad++)
+                        fprintf(stderr, "pre %s: text %zu (%.40s) differs\n", nm, i,
+                                json_string_value(e));
+                    CHECK(0);
+                }
+                tok_ids_release(&got);
+            }
+            n_ok += bad == 0;
+            tok_release(&t);
+        }
+        gguf_release(&g);
+    }
+    fprintf(stderr, "golden pre.json: %zu/%zu pre-tokenizer names match llama.cpp on %zu texts\n",
+            n_ok, n_names, json_array_size(texts));
+    CHECK(n_names > 0 && n_ok == n_names);
+    json_decref(root);
+}
+
+static void
+test_vectors(void)
+{
+    char dir[4096];
+    const char *models;
+    int n;
+
+    /* the six copied into the shared directory: always there in this project */
+    snprintf(dir, sizeof(dir), "%s/vocab", shared_dir());
+    n = vectors_in(dir);
+    if (n < 0)
+        fprintf(stderr, "note: %s absent, its llama.cpp test vectors skipped\n", dir);
+    else
+        fprintf(stderr, "test vectors: %d vocabularies of %s checked\n", n, dir);
+    models = llamacpp_models();
+    if (!models)
+        return;
+    n = vectors_in(models);
+    CHECK(n > 0);
+    fprintf(stderr, "test vectors: %d vocabularies of %s checked\n", n, models);
+    pre_golden(models);
+}
 
 /* ---- part 3: round trips on wikitext ---- */
 
@@ -1085,7 +1227,8 @@ test_real_models(void)
     while ((de = readdir(dp))) {
         size_t l = strlen(de->d_name);
 
-        if (l > 5 && !strcmp(de->d_name + l - 5, ".json")) {
+        /* pre.json is part 2's */
+        if (l > 5 && !strcmp(de->d_name + l - 5, ".json") && strcmp(de->d_name, "pre.json")) {
             snprintf(path, sizeof(path), "tests/golden/tokenizer/%s", de->d_name);
             golden_file(path);
         }
