@@ -52,6 +52,8 @@ struct tok_priv {
     uint64_t *map;            /* open addressing: hash << 32 | (id + 1); 0 = empty */
     uint32_t map_mask;
     char *piece;              /* all pieces, each followed by a NUL */
+    uint32_t max_len;         /* the longest token text, bytes */
+    bool wpm_lower, wpm_strip;   /* WPM: BertNormalizer's lowercase, strip_accents */
     uint8_t *eog;             /* bitmap over ids */
     /* special tokens in partition order: longest text first, then lower id */
     int32_t *special;
@@ -175,6 +177,11 @@ struct tok_spm_state;
 int tok_spm_encode(const struct tokenizer *t, struct tok_spm_state **state, const char *text,
                    size_t len, bool space_prefix, struct tok_ids *out);
 void tok_spm_state_free(struct tok_spm_state *st);
+
+/* ---- tok_wpm.c ---- */
+
+/* tok_wpm_encode() : one raw fragment through WordPiece.  0 or -ST_NOMEM. */
+int tok_wpm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out);
 
 /* ---- tok_bpe.c ---- */
 

@@ -70,7 +70,8 @@
 
 enum tok_model {
     TOK_MODEL_SPM = 1,   /* tokenizer.ggml.model = "llama" */
-    TOK_MODEL_BPE = 2,   /* tokenizer.ggml.model = "gpt2" */
+    TOK_MODEL_BPE = 2,   /* tokenizer.ggml.model = "gpt2" (or "gemma4": raw BPE) */
+    TOK_MODEL_WPM = 3,   /* tokenizer.ggml.model = "bert" (WordPiece, tok_wpm.c) */
 };
 
 /* Token attributes: llama.cpp's llama_token_attr bits.  token_type values

@@ -559,7 +559,7 @@ test_load_errors(void)
     struct diag d = {{0}};
 
     LOAD_ERROR("tokenizer.ggml.model", NULL, NULL, NULL, two, NULL, NULL, 2, NULL, 0);
-    LOAD_ERROR("unsupported tokenizer 'bert'", "bert", NULL, NULL, two, NULL, NULL, 2, NULL, 0);
+    LOAD_ERROR("unsupported tokenizer 'plamo2'", "plamo2", NULL, NULL, two, NULL, NULL, 2, NULL, 0);
     LOAD_ERROR("unsupported pre-tokenizer 'nonesuch'", "gpt2", "nonesuch", NULL, two, NULL, NULL,
                2, m, 1);
     LOAD_ERROR("tokenizer.ggml.merges", "gpt2", "gpt-2", NULL, two, NULL, NULL, 2, NULL, 0);
@@ -721,7 +721,7 @@ vocab_vectors(const char *gguf_path, int *n_vocabs)
     }
     fprintf(stderr, "vocab %-40s %zu/%zu cases pass (model %s, pre %s)\n",
             strrchr(gguf_path, '/') ? strrchr(gguf_path, '/') + 1 : gguf_path, n_pass, n_cases,
-            t.model == TOK_MODEL_SPM ? "llama" : "gpt2", t.pre);
+            t.model == TOK_MODEL_SPM ? "llama" : t.model == TOK_MODEL_WPM ? "bert" : "gpt2", t.pre);
     CHECK_EQ(n_pass, n_cases);
     tok_release(&t);
 done:
