@@ -115,7 +115,8 @@ main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "f:hm:n:o:p:qt:Vv", longopts, NULL)) != -1) {
         if (c >= OPT_BLOCK_SIZE && c <= OPT_SCHEDULE)
             batch_opt = true;
-        tk_other |= c < OPT_TOKENIZE && !strchr("mpfoqv", c) && c != OPT_FORCE && c != OPT_JSON;
+        tk_other |= c < OPT_TOKENIZE && !(c < 128 && strchr("mpfoqv", c)) && c != OPT_FORCE &&
+                    c != OPT_JSON;
         switch (c) {
         case OPT_TOKENIZE: case OPT_COUNT: case OPT_DETOKENIZE:
             if (tk.mode && (int)tk.mode != GENTOK_TOKENIZE + (c - OPT_TOKENIZE))

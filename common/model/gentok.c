@@ -65,7 +65,7 @@ parse_ids(const struct generate_opts *o, const struct tokenizer *t, const char *
                             src, s, isprint(c) ? "'" : "byte 0x", isprint(c) ? c : ' ',
                             isprint(c) ? "'" : "");
         if (v >= (uint64_t)t->n_vocab)
-            return diag_set(d, ST_RANGE, "'%s': byte %zu: token id %.*s%s is out of range (the "
+            return diag_set(d, ST_FORMAT, "'%s': byte %zu: token id %.*s%s is out of range (the "
                             "vocabulary has %d)", src, s, (int)(i - s > 12 ? 12 : i - s),
                             text + s, i - s > 12 ? "..." : "", t->n_vocab);
         if (tok_ids_push(ids, (int32_t)v) < 0)
@@ -266,8 +266,19 @@ run_gentok(const struct gentok_opts *t0, const struct generate_opts *o, struct d
     if ((rc = read_input(o, &text, &len, d)) < 0)
         goto out;
     if (t0->mode == GENTOK_DETOKENIZE) {
-        if ((rc = parse_ids(o, &t, text, len, &ids, d)) < 0 ||
-            (rc = tok_decode(&t, ids.v, ids.n, add, parse, &dec, &dec_len, d)) < 0)
+        size_t from = 0, n;
+
+        if ((rc = parse_ids(o, &t, text, len, &ids, d)) < 0)
+            goto out;
+        /* the inverse of tokenize: drop the BOS/EOS it adds, then decode
+         * without remove_special, so that SentencePiece's prefix space goes
+         * too (llama_detokenize keeps it when it removes a BOS) */
+        n = ids.n;
+        if (add && t.add_bos && n > 0 && ids.v[0] == t.bos)
+            from = 1;
+        if (add && t.add_eos && n > from && ids.v[n - 1] == t.eos)
+            n--;
+        if ((rc = tok_decode(&t, ids.v + from, n - from, false, parse, &dec, &dec_len, d)) < 0)
             goto out;
     } else {
         if ((rc = tok_encode(&t, text, len, add, parse, &ids, d)) < 0)

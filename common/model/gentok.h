@@ -22,10 +22,11 @@
  *
  * Detokenize: the input holds ids (decimal, separated by white space, commas
  * or brackets, so llama-tokenize's "[1, 2]" and our one-per-line output both
- * read back); the text is tok_decode() with remove_special (a leading BOS
- * and trailing EOS the vocabulary adds are dropped) and unparse_special
- * (control tokens print their text) unless turned off, so that
- * tokenize | detokenize gives the text back.  On a terminal the text is
+ * read back); unless turned off, a leading BOS and trailing EOS of the kind
+ * the vocabulary adds are dropped and control tokens print their text
+ * (unparse_special), then the text is tok_decode() without remove_special,
+ * so that SentencePiece's prefix space goes too: tokenize | detokenize
+ * gives the text back.  On a terminal the text is
  * escaped (escape.h) line by line; to a pipe or file it is written as is.
  * json: {"schema":"generate/1","type":"text","model":PATH,"n_tokens":N,
  * "text":TEXT} (invalid UTF-8 as U+FFFD).
@@ -55,9 +56,11 @@ struct gentok_opts {
 };
 
 /* run_gentok() : does t->mode on the input of g (-p prompt, else the
- * prompt_file, else stdin), writing to g->output; warnings go to g->cb.  Returns 0, -ST_FORMAT (the vocabulary cannot
- * be loaded: its tokenizer named in d; a bad id in the input), -ST_RANGE (an
- * id out of range), -ST_IO, -ST_NOMEM; the message in d names the file. */
+ * prompt_file, else stdin), writing to g->output; warnings go to g->cb.
+ * Returns 0, -ST_FORMAT (the vocabulary cannot be loaded: its tokenizer is
+ * named in d; an input id that is not a number or out of range), -ST_RANGE
+ * (an output that exists without force), -ST_IO, -ST_NOMEM; the message in d
+ * names the file. */
 int run_gentok(const struct gentok_opts *t, const struct generate_opts *g, struct diag *d);
 
 #endif
