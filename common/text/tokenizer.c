@@ -501,7 +501,14 @@ build_pieces(struct tokenizer *t, struct diag *d)
             buf = nb;
             cap = nc;
         }
-        if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) {
+        if (t->model == TOK_MODEL_RWKV) {
+            /* every token: its unescaped bytes (no more than its text) */
+            size_t rl;
+            const char *rb = tok_rwkv_bytes(p, id, &rl);
+
+            memcpy(buf + len, rb, rl);
+            len += rl;
+        } else if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) {
             memcpy(buf + len, s, e->len);
             len += e->len;
         } else if (a & TOK_ATTR_NORMAL) {
@@ -667,9 +674,13 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
         t->model = TOK_MODEL_BPE;
     } else if (!strcmp(model, "bert")) {
         t->model = TOK_MODEL_WPM;
+    } else if (!strcmp(model, "t5")) {
+        t->model = TOK_MODEL_UGM;
+    } else if (!strcmp(model, "rwkv")) {
+        t->model = TOK_MODEL_RWKV;
     } else {
-        return diag_set(d, ST_FORMAT, "%s: unsupported tokenizer '%.64s' (llama, gpt2, gemma4 "
-                        "and bert are)", KEY_MODEL, model);
+        return diag_set(d, ST_FORMAT, "%s: unsupported tokenizer '%.64s' (llama, gpt2, gemma4, "
+                        "bert, t5 and rwkv are)", KEY_MODEL, model);
     }
     rc = gguf_get_str(g, KEY_PRE, &pre, d);
     if (rc < 0)
@@ -718,6 +729,19 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
             goto fail;
         t->p->wpm_lower = lower;
         t->p->wpm_strip = strip;
+    } else if (t->model == TOK_MODEL_UGM) {
+        t->eos = 1;
+        t->unk = 2;
+        t->pad = 0;
+        t->add_eos = true;
+        snprintf(t->pre, sizeof(t->pre), "%s", "default");
+        if ((rc = tok_ugm_setup(t, g, d)) < 0)
+            goto fail;
+    } else if (t->model == TOK_MODEL_RWKV) {
+        /* no special ids by default */
+        snprintf(t->pre, sizeof(t->pre), "%s", "default");
+        if ((rc = tok_rwkv_setup(t, d)) < 0)
+            goto fail;
     } else {
         /* llama.cpp's defaults: 11 for gpt2, none for gemma4 */
         t->bos = t->eos = strcmp(model, "gemma4") ? 11 : TOK_NULL;
@@ -751,8 +775,14 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
         /* before any special token is known, as llama.cpp does it */
         struct tok_bpe_state *st = NULL;
 
-        rc = tok_bpe_encode(t, &st, "\n", 1, &nl, d);
-        tok_bpe_state_free(st);
+        if (t->model == TOK_MODEL_UGM) {
+            rc = tok_ugm_encode(t, "\n", 1, &nl, d);
+        } else if (t->model == TOK_MODEL_RWKV) {
+            rc = tok_rwkv_encode(t, "\n", 1, &nl);
+        } else {
+            rc = tok_bpe_encode(t, &st, "\n", 1, &nl, d);
+            tok_bpe_state_free(st);
+        }
         if (rc < 0)
             goto fail;
         t->nl = nl.n ? nl.v[0] : t->pad;
@@ -775,6 +805,10 @@ tok_release(struct tokenizer *t)
         free(p->tok);
         free(p->map);
         free(p->piece);
+        free(p->ugm_map);
+        free(p->rw_text);
+        free(p->rw);
+        free(p->rw_map);
         free(p->eog);
         free(p->special);
         free(p->special_rank);
@@ -996,6 +1030,12 @@ encode(const struct tokenizer *t, const char *text, size_t len, bool add_special
                 goto nomem;
         } else if (t->model == TOK_MODEL_WPM) {
             if ((rc = tok_wpm_encode(t, text + f.v[i].off, f.v[i].len, out)) < 0)
+                goto nomem;
+        } else if (t->model == TOK_MODEL_UGM) {
+            if ((rc = tok_ugm_encode(t, text + f.v[i].off, f.v[i].len, out, d)) < 0)
+                goto out;
+        } else if (t->model == TOK_MODEL_RWKV) {
+            if ((rc = tok_rwkv_encode(t, text + f.v[i].off, f.v[i].len, out)) < 0)
                 goto nomem;
         } else {
             rc = tok_bpe_encode(t, &bpe, text + f.v[i].off, f.v[i].len, out, d);

@@ -5,8 +5,9 @@
  * fallback, user-defined and control tokens), a small byte-level BPE
  * vocabulary with merges under twenty pre-tokenizer names (so every kind of
  * translated regex runs: non-ASCII classes, \p{S}, empty matches, the digit
- * grouping, kimi-k2's pattern) and as gemma4's raw BPE, and a small WordPiece
- * vocabulary; plus ggml-vocab-gpt-2 and ggml-vocab-llama-spm from
+ * grouping, kimi-k2's pattern) and as gemma4's raw BPE, a small WordPiece
+ * vocabulary, a small Unigram one (with a charsmap mapping "A" to "a") and a
+ * small RWKV one (escaped byte strings); plus ggml-vocab-gpt-2 and ggml-vocab-llama-spm from
  * $LLMKIT_SHARED/vocab (default ../shared/vocab) when present.
  *
  * Input: byte 0 picks the vocabulary (bits 0-3, and bit 6 when bit 7 is
@@ -190,6 +191,73 @@ load_shared(const char *name)
     gguf_release(&g);
 }
 
+/* Unigram, with a precompiled charsmap built here: 256 XCDA nodes, the
+ * root's children at their byte value; only 'A' (node 0x41: LCHECK 'A',
+ * LEAF, BASE 1) is a prefix, whose value node (0x41 ^ 1) gives offset 0,
+ * the replacement "a".  Normalized: not lossless. */
+static void
+build_ugm(void)
+{
+    static const char *const words[] = {
+        "<pad>", "</s>", "<unk>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab",
+        "\xe2\x96\x81" "ab", "<u>", "\xe4\xb8\xad", "c", NULL};
+    uint8_t map[4 + 256 * 4 + 2] = {0};
+    float scores[16];
+    int32_t types[16];
+    struct gguf g;
+    struct diag d;
+    uint32_t node = 1u << 10 | 1u << 8 | 0x41;
+    int n;
+
+    map[1] = 4;                                   /* blob size 1024 */
+    memcpy(map + 4 + 4 * 0x41, &node, 4);         /* little-endian hosts */
+    map[4 + 1024] = 'a';
+    for (n = 0; words[n]; n++) {
+        types[n] = n < 3 ? (n == 2 ? 2 : 3) : n == 9 ? 4 : 1;
+        scores[n] = -(float)((n * 5) % 7) - 1.0f;
+    }
+    gguf_init(&g);
+    if (gguf_set_str(&g, "tokenizer.ggml.model", "t5") < 0 ||
+        gguf_set_arr_str(&g, "tokenizer.ggml.tokens", words, NULL, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.precompiled_charsmap", GGUF_TYPE_UINT8, map,
+                     sizeof(map)) < 0 ||
+        gguf_set_bool(&g, "tokenizer.ggml.add_space_prefix", true) < 0 ||
+        gguf_set_bool(&g, "tokenizer.ggml.remove_extra_whitespaces", true) < 0)
+        die("building the UGM vocabulary", NULL);
+    if (tok_load(&vocabs[n_vocabs], &g, &d) < 0)
+        die("loading the UGM vocabulary", &d);
+    lossless[n_vocabs++] = false;
+    gguf_release(&g);
+}
+
+/* RWKV: escaped byte strings, a control token; bytes without a token are UNK */
+static void
+build_rwkv(void)
+{
+    static const char *const words[] = {
+        "<unk>", "a", "b", "ab", "\\n", "\\x00", "\\xff\\xfe", "\\t\\r", " ", " the",
+        "\\\\", "\\x4", "x\\", "<|end|>", NULL};
+    int32_t types[16];
+    struct gguf g;
+    struct diag d;
+    int n;
+
+    for (n = 0; words[n]; n++)
+        types[n] = n == 0 ? 2 : n == 13 ? 3 : 1;
+    gguf_init(&g);
+    if (gguf_set_str(&g, "tokenizer.ggml.model", "rwkv") < 0 ||
+        gguf_set_arr_str(&g, "tokenizer.ggml.tokens", words, NULL, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n) < 0 ||
+        gguf_set_u32(&g, "tokenizer.ggml.unknown_token_id", 0) < 0)
+        die("building the RWKV vocabulary", NULL);
+    if (tok_load(&vocabs[n_vocabs], &g, &d) < 0)
+        die("loading the RWKV vocabulary", &d);
+    lossless[n_vocabs++] = false;
+    gguf_release(&g);
+}
+
 static void
 init(void)
 {
@@ -214,6 +282,8 @@ init(void)
         build_bpe(pres2[i], false);
     build_bpe("gemma4", true);
     build_wpm();
+    build_ugm();
+    build_rwkv();
 }
 
 /* strictly valid UTF-8 (no overlong forms, no surrogates, <= U+10FFFF) */

@@ -791,6 +791,8 @@ vectors_in(const char *dir)
     return n;
 }
 
+static int load_tok_path(const char *path, struct tokenizer *t);
+
 /* tests/golden/tokenizer/pre.json against the vocabularies of models/ */
 static void
 pre_golden(const char *models)
@@ -872,6 +874,80 @@ pre_golden(const char *models)
     fprintf(stderr, "golden pre.json: %zu/%zu pre-tokenizer names match llama.cpp on %zu texts\n",
             n_ok, n_names, json_array_size(texts));
     CHECK(n_names > 0 && n_ok == n_names);
+    /* the vocabulary files without .inp/.out of their own */
+    json_object_foreach(json_object_get(root, "files"), bname, e) {
+        char gpath[4600];
+        struct tokenizer t;
+        json_t *ids = json_object_get(e, "ids"), *tx;
+        size_t i, k, bad = 0;
+
+        snprintf(gpath, sizeof(gpath), "%s/%s", models, bname);
+        if (load_tok_path(gpath, &t) < 0) {
+            CHECK(0);
+            continue;
+        }
+        json_array_foreach(texts, i, tx) {
+            struct tok_ids got = {0};
+            json_t *want = json_array_get(ids, i), *v;
+            bool ok;
+
+            CHECK(tok_encode(&t, json_string_value(tx), json_string_length(tx), true, false, &got,
+                             &d) == 0);
+            ok = json_is_array(want) && got.n == json_array_size(want);
+            json_array_foreach(want, k, v)
+                if (ok && json_integer_value(v) != got.v[k])
+                    ok = false;
+            if (!ok && !bad++) {
+                fprintf(stderr, "%s: text %zu (%.40s) differs\n", bname, i, json_string_value(tx));
+                print_ids("got ", got.v, got.n);
+            }
+            CHECK(ok);
+            tok_ids_release(&got);
+        }
+        fprintf(stderr, "golden pre.json: %-32s %zu/%zu texts match llama.cpp (model %d)\n", bname,
+                json_array_size(texts) - bad, json_array_size(texts), (int)t.model);
+        tok_release(&t);
+    }
+    /* RWKV: gpt-2's token strings read as escaped byte strings */
+    e = json_object_get(root, "rwkv");
+    if (e) {
+        const char *file = json_string_value(json_object_get(e, "base"));
+        json_t *rt = json_object_get(e, "texts"), *ids = json_object_get(e, "ids"), *tx, *v;
+        char gpath[4600];
+        struct gguf g;
+        struct tokenizer t;
+        size_t i, k, bad = 0;
+
+        snprintf(gpath, sizeof(gpath), "%s/%s", models, file ? file : "?");
+        CHECK(gguf_open(&g, gpath, &d) == 0);
+        CHECK(gguf_set_str(&g, "tokenizer.ggml.model", "rwkv") == 0 &&
+              gguf_set_u32(&g, "tokenizer.ggml.unknown_token_id", 0) == 0);
+        if (tok_load(&t, &g, &d) < 0) {
+            fprintf(stderr, "rwkv: %s\n", d.msg);
+            CHECK(0);
+        } else {
+            json_array_foreach(rt, i, tx) {
+                struct tok_ids got = {0};
+                json_t *want = json_array_get(ids, i);
+                bool ok;
+
+                CHECK(tok_encode(&t, json_string_value(tx), json_string_length(tx), true, false,
+                                 &got, &d) == 0);
+                ok = json_is_array(want) && got.n == json_array_size(want);
+                json_array_foreach(want, k, v)
+                    if (ok && json_integer_value(v) != got.v[k])
+                        ok = false;
+                if (!ok && !bad++)
+                    fprintf(stderr, "rwkv: text %zu (%.40s) differs\n", i, json_string_value(tx));
+                CHECK(ok);
+                tok_ids_release(&got);
+            }
+            fprintf(stderr, "golden pre.json: rwkv %zu/%zu texts match llama.cpp\n",
+                    json_array_size(rt) - bad, json_array_size(rt));
+            tok_release(&t);
+        }
+        gguf_release(&g);
+    }
     json_decref(root);
 }
 
