@@ -611,6 +611,20 @@ test_load_errors(void)
     tok_release(&t);
 }
 
+/* whether the JSON array want holds exactly the ids of got */
+static bool
+json_ids_equal(const json_t *want, const struct tok_ids *got)
+{
+    size_t k;
+
+    if (!json_is_array(want) || json_array_size(want) != got->n)
+        return false;
+    for (k = 0; k < got->n; k++)
+        if (json_integer_value(json_array_get(want, k)) != got->v[k])
+            return false;
+    return true;
+}
+
 /* ---- part 2: llama.cpp's test vectors ---- */
 
 static void
@@ -826,10 +840,10 @@ pre_golden(const char *models)
             continue;
         }
         json_object_foreach(names, nm, ne) {
-            json_t *ids = json_object_get(ne, "ids"), *want, *v;
+            json_t *ids = json_object_get(ne, "ids"), *want;
             const char *same = json_string_value(json_object_get(ne, "same_as"));
             struct tokenizer t;
-            size_t i, k, bad = 0;
+            size_t i, bad = 0;
 
             if (strcmp(json_string_value(json_object_get(ne, "base")), bname))
                 continue;
@@ -854,10 +868,7 @@ pre_golden(const char *models)
                     CHECK(0);
                     continue;
                 }
-                ok = json_is_array(want) && got.n == json_array_size(want);
-                json_array_foreach(want, k, v)
-                    if (ok && json_integer_value(v) != got.v[k])
-                        ok = false;
+                ok = json_ids_equal(want, &got);
                 if (!ok) {
                     if (!bad++)
                         fprintf(stderr, "pre %s: text %zu (%.40s) differs\n", nm, i,
@@ -879,7 +890,7 @@ pre_golden(const char *models)
         char gpath[4600];
         struct tokenizer t;
         json_t *ids = json_object_get(e, "ids"), *tx;
-        size_t i, k, bad = 0;
+        size_t i, bad = 0;
 
         snprintf(gpath, sizeof(gpath), "%s/%s", models, bname);
         if (load_tok_path(gpath, &t) < 0) {
@@ -888,15 +899,12 @@ pre_golden(const char *models)
         }
         json_array_foreach(texts, i, tx) {
             struct tok_ids got = {0};
-            json_t *want = json_array_get(ids, i), *v;
+            json_t *want = json_array_get(ids, i);
             bool ok;
 
             CHECK(tok_encode(&t, json_string_value(tx), json_string_length(tx), true, false, &got,
                              &d) == 0);
-            ok = json_is_array(want) && got.n == json_array_size(want);
-            json_array_foreach(want, k, v)
-                if (ok && json_integer_value(v) != got.v[k])
-                    ok = false;
+            ok = json_ids_equal(want, &got);
             if (!ok && !bad++) {
                 fprintf(stderr, "%s: text %zu (%.40s) differs\n", bname, i, json_string_value(tx));
                 print_ids("got ", got.v, got.n);
@@ -912,11 +920,11 @@ pre_golden(const char *models)
     e = json_object_get(root, "rwkv");
     if (e) {
         const char *file = json_string_value(json_object_get(e, "base"));
-        json_t *rt = json_object_get(e, "texts"), *ids = json_object_get(e, "ids"), *tx, *v;
+        json_t *rt = json_object_get(e, "texts"), *ids = json_object_get(e, "ids"), *tx;
         char gpath[4600];
         struct gguf g;
         struct tokenizer t;
-        size_t i, k, bad = 0;
+        size_t i, bad = 0;
 
         snprintf(gpath, sizeof(gpath), "%s/%s", models, file ? file : "?");
         CHECK(gguf_open(&g, gpath, &d) == 0);
@@ -933,10 +941,7 @@ pre_golden(const char *models)
 
                 CHECK(tok_encode(&t, json_string_value(tx), json_string_length(tx), true, false,
                                  &got, &d) == 0);
-                ok = json_is_array(want) && got.n == json_array_size(want);
-                json_array_foreach(want, k, v)
-                    if (ok && json_integer_value(v) != got.v[k])
-                        ok = false;
+                ok = json_ids_equal(want, &got);
                 if (!ok && !bad++)
                     fprintf(stderr, "rwkv: text %zu (%.40s) differs\n", i, json_string_value(tx));
                 CHECK(ok);
@@ -1178,20 +1183,15 @@ golden_file(const char *path)
         int pass;
 
         for (pass = 0; pass < 2 && text; pass++) {
-            json_t *want = json_object_get(c, pass ? "ids_special" : "ids"), *v;
+            json_t *want = json_object_get(c, pass ? "ids_special" : "ids");
             struct tok_ids got = {0};
-            size_t k;
             bool ok;
 
             if (!json_is_array(want))
                 continue;
             n++;
             CHECK(tok_encode(&t, text, tl, true, pass == 1, &got, &d) == 0);
-            ok = got.n == json_array_size(want);
-            json_array_foreach(want, k, v) {
-                if (ok && json_integer_value(v) != got.v[k])
-                    ok = false;
-            }
+            ok = json_ids_equal(want, &got);
             if (ok) {
                 n_ok++;
             } else {
