@@ -9,10 +9,10 @@ load common
 VOCAB="$SHARED/vocab"
 GOLD="$TOP/tests/golden/tokenizer"
 
-# vcase NAME I : writes case I (from 0) of ggml-vocab-NAME's .inp to
+# vcase NAME I [DIR] : writes case I (from 0) of ggml-vocab-NAME's .inp to
 # $BATS_TEST_TMPDIR/in and its ids (.out line I, one per line) to .../want
 vcase() {
-    python3 - "$VOCAB/ggml-vocab-$1.gguf" "$2" "$BATS_TEST_TMPDIR" <<'PY'
+    python3 - "${3:-$VOCAB}/ggml-vocab-$1.gguf" "$2" "$BATS_TEST_TMPDIR" <<'PY'
 import sys
 v, i, d = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 inp = open(v + ".inp", "rb").read().split(b"\n__ggml_vocab_test__\n")
@@ -36,6 +36,26 @@ PY
             run -0 generate -m "$VOCAB/ggml-vocab-$v.gguf" --count --no-bos \
                 --no-parse-special -f "$BATS_TEST_TMPDIR/in"
             [ "$output" -eq "$(wc -l < "$BATS_TEST_TMPDIR/want")" ]
+        done
+    done
+}
+
+@test "tokenize: every vocabulary test file of the llama.cpp sources (WPM, Gemma 4, ...)" {
+    local dir v f i
+    dir=$(compgen -G "$LLMKIT_CACHE/llama.cpp-*/src/*/vendor/llama.cpp/models" | tail -1)
+    if [ -z "$dir" ]; then
+        [ "${CI:-}" != true ] || { echo "no llama.cpp sources under $LLMKIT_CACHE" >&2; false; }
+        skip "no llama.cpp sources under $LLMKIT_CACHE (scripts/build-llamacpp unpacks them)"
+    fi
+    for f in "$dir"/ggml-vocab-*.gguf.inp; do
+        v=$(basename "$f" .gguf.inp)
+        v=${v#ggml-vocab-}
+        for i in 1 7 22 40; do
+            vcase "$v" "$i" "$dir"
+            run -0 --separate-stderr generate -m "$dir/ggml-vocab-$v.gguf" --tokenize \
+                --no-bos --no-parse-special -f "$BATS_TEST_TMPDIR/in"
+            [ "$output" = "$(cat "$BATS_TEST_TMPDIR/want")" ] ||
+                { echo "$v case $i: got $output"; false; }
         done
     done
 }
