@@ -58,12 +58,18 @@ parse_ids(const struct generate_opts *o, const struct tokenizer *t, const char *
             i++;
             continue;
         }
-        while (i < len && text[i] >= '0' && text[i] <= '9' && v <= INT32_MAX)
-            v = v * 10 + (uint64_t)(text[i++] - '0');
-        if (i == s || (i < len && !isspace((unsigned char)text[i]) && !strchr(",[]", text[i])))
-            return diag_set(d, ST_FORMAT, "'%s': byte %zu: expected a token id, found %s%c%s",
-                            src, s, isprint(c) ? "'" : "byte 0x", isprint(c) ? c : ' ',
-                            isprint(c) ? "'" : "");
+        for (; i < len && text[i] >= '0' && text[i] <= '9'; i++)
+            if (v <= INT32_MAX)
+                v = v * 10 + (uint64_t)(text[i] - '0');
+        if (i == s || (i < len && !isspace((unsigned char)text[i]) && text[i] != ',' &&
+                       text[i] != '[' && text[i] != ']')) {
+            c = (unsigned char)text[i];
+            if (isprint(c))
+                return diag_set(d, ST_FORMAT, "'%s': byte %zu: expected a token id, found '%c'",
+                                src, i, c);
+            return diag_set(d, ST_FORMAT, "'%s': byte %zu: expected a token id, found byte 0x%02x",
+                            src, i, c);
+        }
         if (v >= (uint64_t)t->n_vocab)
             return diag_set(d, ST_FORMAT, "'%s': byte %zu: token id %.*s%s is out of range (the "
                             "vocabulary has %d)", src, s, (int)(i - s > 12 ? 12 : i - s),
