@@ -7,6 +7,9 @@
  *
  *   llamacpp-tokens MODEL [N_CTX [N_THREADS [N_UBATCH [TEMPLATE]]]]
  *
+ * N_CTX 0 loads the vocabulary only (as llama-tokenize does; the vocabulary
+ * test files have no weights): then only info and tokenize are answered.
+ *
  * N_UBATCH (default N_CTX) is llama.cpp's n_ubatch (n_batch stays N_CTX, so
  * a long prompt is decoded as llama_decode splits it); TEMPLATE is the
  * built-in template name (llama_chat_apply_template's, e.g. "gemma") that
@@ -419,7 +422,8 @@ main(int argc, char **argv)
         n_threads = atoi(argv[3]);
     n_ubatch = argc > 4 ? atoi(argv[4]) : d.n_ctx;
     d.tmpl_fallback = argc > 5 ? argv[5] : NULL;
-    if (d.n_ctx < 16 || n_threads < 1 || n_ubatch < 1 || n_ubatch > d.n_ctx) {
+    if ((d.n_ctx < 16 && d.n_ctx != 0) || n_threads < 1 || (d.n_ctx && n_ubatch < 1) ||
+        n_ubatch > d.n_ctx) {
         fprintf(stderr, "llamacpp-tokens: bad N_CTX, N_THREADS or N_UBATCH\n");
         return 2;
     }
@@ -427,12 +431,14 @@ main(int argc, char **argv)
     llama_backend_init();
     mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.vocab_only = d.n_ctx == 0;
     d.model = llama_model_load_from_file(argv[1], mp);
     if (!d.model) {
         fprintf(stderr, "llamacpp-tokens: cannot load '%s'\n", argv[1]);
         return 1;
     }
     d.vocab = llama_model_get_vocab(d.model);
+    d.ctx = NULL;
     cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)d.n_ctx;
     cp.n_batch = (uint32_t)d.n_ctx;
@@ -444,8 +450,9 @@ main(int argc, char **argv)
     cp.type_k = GGML_TYPE_F16;
     cp.type_v = GGML_TYPE_F16;
     cp.no_perf = true;
-    d.ctx = llama_init_from_model(d.model, cp);
-    if (!d.ctx) {
+    if (d.n_ctx)
+        d.ctx = llama_init_from_model(d.model, cp);
+    if (d.n_ctx && !d.ctx) {
         fprintf(stderr, "llamacpp-tokens: cannot create a context\n");
         return 1;
     }
@@ -456,7 +463,10 @@ main(int argc, char **argv)
             rc = do_info(&d);
         else if (strncmp(line, "tokenize ", 9) == 0)
             rc = do_tokenize(&d, line + 9);
-        else if (strncmp(line, "chat ", 5) == 0)
+        else if (!d.ctx) {
+            puts("error only info and tokenize with N_CTX 0");
+            rc = -1;
+        } else if (strncmp(line, "chat ", 5) == 0)
             rc = do_chat(&d, line + 5);
         else if (strncmp(line, "generate ", 9) == 0)
             rc = do_generate(&d, line + 9);

@@ -13,6 +13,7 @@
 #include "genbatch.h"
 #include "generate.h"
 #include "genmerge.h"
+#include "gentok.h"
 #include "scheduler.h"
 #include "tool.h"
 #include "tool_cb.h"
@@ -80,12 +81,27 @@ run_one(const struct generate_opts *o)
     return RC_OK;
 }
 
+/* --tokenize, --count, --detokenize (gentok.h) */
+static int
+run_tok(const struct gentok_opts *t, const struct generate_opts *o)
+{
+    struct diag d = {{0}};
+    int rc;
+
+    if ((rc = run_gentok(t, o, &d)))
+        die(rc_from_st(rc), "%s", d.msg);
+    cli_finish_stdout();
+    return RC_OK;
+}
+
 int
 main(int argc, char **argv)
 {
     struct generate_opts o;
     struct batch_opts b;
     struct merge_opts mo = { 0 };
+    struct gentok_opts tk = { 0 };
+    bool tk_other = false;          /* an option --tokenize does not take */
     struct diag d = {{0}};
     bool have_n = false, batch = false, batch_opt = false, oversubscribe = false, have_spec = false;
     bool have_tree = false, have_ngram = false, have_shape = false;
@@ -99,7 +115,16 @@ main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "f:hm:n:o:p:qt:Vv", longopts, NULL)) != -1) {
         if (c >= OPT_BLOCK_SIZE && c <= OPT_SCHEDULE)
             batch_opt = true;
+        tk_other |= c < OPT_TOKENIZE && !(c < 128 && strchr("mpfoqv", c)) && c != OPT_FORCE &&
+                    c != OPT_JSON;
         switch (c) {
+        case OPT_TOKENIZE: case OPT_COUNT: case OPT_DETOKENIZE:
+            if (tk.mode && (int)tk.mode != GENTOK_TOKENIZE + (c - OPT_TOKENIZE))
+                usage_error(usage_line, "--tokenize, --count and --detokenize are exclusive");
+            tk.mode = (enum gentok_mode)(GENTOK_TOKENIZE + (c - OPT_TOKENIZE));
+            break;
+        case OPT_NO_BOS: tk.no_special = true; break;
+        case OPT_NO_PARSE_SPECIAL: tk.no_parse_special = true; break;
         case OPT_BATCH: batch = true; break;
         case OPT_BLOCK_SIZE: b.block_size = cli_parse_i64(optarg, 1, 4096, "--block-size", false); break;
         case OPT_KV_TRACE: b.trace = optarg; break;
@@ -229,6 +254,10 @@ main(int argc, char **argv)
         usage_error(usage_line, "unexpected operand '%s' (the prompt goes after -p)", argv[optind]);
     const struct usage_rule rules[] = {
         { !o.model, "no model given (-m)" },
+        { tk.mode && tk_other, "--tokenize, --count and --detokenize take only -m, -p, -f, -o, "
+          "--force, --json, --no-bos and --no-parse-special" },
+        { (tk.no_special || tk.no_parse_special) && !tk.mode, "--no-bos and --no-parse-special "
+          "need --tokenize, --count or --detokenize" },
         { batch_opt && !batch, "--max-seqs, --max-batch-tokens, --block-size, --kv-type, --schedule, "
           "--preempt, --no-prefix-cache, --kv-trace, --shard, --shard-by, --resume, --sync-lines, "
           "--sync-seconds and --drain-timeout need --batch" },
@@ -263,5 +292,7 @@ main(int argc, char **argv)
     o.cb = tool_callbacks(false);
     if (o.json)
         o.cb.progress = NULL;   /* no bar with --json (STYLE) */
+    if (tk.mode)
+        return run_tok(&tk, &o);
     return batch ? run_batch(&b) : run_one(&o);
 }

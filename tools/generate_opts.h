@@ -27,7 +27,9 @@ static const char usage_line[] =
     "       generate [-hqVv] --merge requests [-o file] [--force] results ...\n"
     "       generate [-hqVv] -m model --perplexity file [--ctx n] [--chunks n] [-o file]\n"
     "                [--force] [-t n] [--oversubscribe] [--kv-mem size] [--kernel name]\n"
-    "                [--device name] [--json]";
+    "                [--device name] [--json]\n"
+    "       generate [-hqVv] -m model --tokenize | --count | --detokenize [-p text | -f file]\n"
+    "                [--no-bos] [--no-parse-special] [-o file] [--force] [--json]";
 
 static const char help_text[] =
     "generate - text generation and perplexity with a GGUF model\n"
@@ -108,6 +110,17 @@ static const char help_text[] =
     "      --perplexity FILE   perplexity of FILE the way llama-perplexity computes it\n"
     "      --chunks N          evaluate at most N chunks of --ctx tokens (default all)\n"
     "\n"
+    "Tokenizer (the vocabulary only: no weights are read):\n"
+    "      --tokenize          the ids of the text of -p, -f or stdin (taken as it is),\n"
+    "                          one per line; with --json also each token's piece and\n"
+    "                          byte offset and length in the text\n"
+    "      --count             only the number of tokens, like wc\n"
+    "      --detokenize        the text of the ids (numbers separated by spaces, commas,\n"
+    "                          newlines or brackets) of -p, -f or stdin\n"
+    "      --no-bos            tokenize: add no BOS/EOS; detokenize: keep them\n"
+    "      --no-parse-special  tokenize: control-token texts stay text; detokenize:\n"
+    "                          control tokens print nothing\n"
+    "\n"
     "Resources:\n"
     "  -t, --threads N         worker threads (default: the CPUs this process may use;\n"
     "                          more than those is capped to them, with a warning)\n"
@@ -139,6 +152,9 @@ enum {
     OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_RESUME, OPT_SHARD, OPT_SHARD_BY,
     OPT_SYNC_LINES, OPT_SYNC_SECONDS, OPT_SCHEDULE,
 };
+
+/* --tokenize and its options (gentok.h), together */
+enum { OPT_TOKENIZE = 512, OPT_COUNT, OPT_DETOKENIZE, OPT_NO_BOS, OPT_NO_PARSE_SPECIAL };
 
 static const struct option longopts[] = {
     { "batch", no_argument, NULL, OPT_BATCH },
@@ -195,6 +211,12 @@ static const struct option longopts[] = {
     { "top-p", required_argument, NULL, OPT_TOP_P },
     { "verbose", no_argument, NULL, 'v' },
     { "version", no_argument, NULL, 'V' },
+    /* --tokenize and its options */
+    { "count", no_argument, NULL, OPT_COUNT },
+    { "detokenize", no_argument, NULL, OPT_DETOKENIZE },
+    { "no-bos", no_argument, NULL, OPT_NO_BOS },
+    { "no-parse-special", no_argument, NULL, OPT_NO_PARSE_SPECIAL },
+    { "tokenize", no_argument, NULL, OPT_TOKENIZE },
     { NULL, 0, NULL, 0 },
 };
 

@@ -1756,8 +1756,14 @@ hf_vocab_from_gguf(struct hf_vocab *v, const struct gguf *g, struct diag *d)
     if ((rc = gguf_get_str(g, "tokenizer.ggml.pre", &s, d)) < 0)
         return rc;
     if (rc == 0) {
+        const struct tok_pre *tp = tok_pre_find(s);
+
         if (strlen(s) >= sizeof(v->pre))
             return diag_set(d, ST_FORMAT, "'tokenizer.ggml.pre' is too long");
+        /* gemma4-style BPE is not byte-level: no HF ByteLevel form of it here */
+        if (tp && (tp->flags & TOK_PRE_RAW))
+            return diag_set(d, ST_FORMAT, "tokenizer pre-tokenizer '%.32s' (raw BPE) is not "
+                            "supported", s);
         snprintf(v->pre, sizeof(v->pre), "%s", s);
     }
 

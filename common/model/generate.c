@@ -112,10 +112,7 @@ utf8_stream_flush(struct utf8_stream *u, FILE *fp, struct diag *d)
     return 0;
 }
 
-/* utf8_valid_dup() : a copy of s[0..n) in which every ill-formed sequence
- * is replaced by U+FFFD, one per maximal subpart (Unicode 3.9, "substitution
- * of maximal subparts", as Python's errors="replace" does), for JSON. */
-static char *
+char *
 utf8_valid_dup(const char *s, size_t n, size_t *out_len)
 {
     const unsigned char *u = (const unsigned char *)s;

@@ -78,6 +78,12 @@ struct generate_opts {
                                  * (e.g. a guessed chat template) */
 };
 
+/* utf8_valid_dup() : a malloc'd copy of s[0..n), NUL-terminated, length in
+ * *out_len, in which every ill-formed sequence is replaced by U+FFFD, one per
+ * maximal subpart (Unicode 3.9, "substitution of maximal subparts", as
+ * Python's errors="replace" does): text for JSON.  NULL when out of memory. */
+char *utf8_valid_dup(const char *s, size_t n, size_t *out_len);
+
 /* generate_opts_init() : the defaults above (sampling: sample_params_init,
  * repeat_last_n 64, n_predict -1, chunks -1). */
 void generate_opts_init(struct generate_opts *o);

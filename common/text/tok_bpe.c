@@ -2,18 +2,26 @@
  * tok_bpe.c - GPT-2 byte-level BPE (llama.cpp's llm_tokenizer_bpe_session)
  * and its pre-tokenizers (llama.cpp's unicode_regex_split).
  *
- * Pre-tokenizer.  The patterns (tok_pre.c) are llama.cpp's, in its notation; at
- * load time each is translated for PCRE2 (UTF + UCP):
- *   \s, \S          -> llama.cpp's whitespace: the 25 White_Space code points
- *                      (PCRE2's \s with UCP also matches U+180E, which
- *                      llama.cpp's table does not);
+ * Pre-tokenizer.  The patterns (tok_pre.c) are llama.cpp's, in its notation.
+ * llama.cpp runs them with std::regex (ECMAScript) on a copy of the text in
+ * which every non-ASCII code point is either replaced by a byte standing for
+ * its category (patterns with \p{..}) or kept, with non-ASCII whitespace as
+ * U+000B (the others); its hand-written matchers for the GPT-2, Llama-3,
+ * Qwen2 and Qwen3.5 patterns split the same way.  We run them with PCRE2
+ * (UTF, without UCP, so that \d \w \b are ASCII as in ECMAScript) on the
+ * text with non-ASCII whitespace as U+000B, each pattern translated:
+ *   \s, \S          -> the 25 White_Space code points (llama.cpp's table;
+ *                      PCRE2's \s with UCP would add U+180E);
  *   \p{Lu} etc.     -> \p{L}: llama.cpp folds all letter classes together;
+ *   \d, \D          -> [0-9], [^0-9];
  *   $               -> end of the piece only (PCRE2_DOLLAR_ENDONLY).
- * \p{L}, \p{N}, \p{P}, \p{M} keep their meaning: llama.cpp's category bytes
- * and ASCII lists agree with Unicode's for these.  The regexes run one after
- * the other; each splits every current piece into its matches and the gaps
- * between them (both kept).  llama.cpp's hand-written matchers for the GPT-2
- * and Llama-3 patterns give the same pieces as the patterns themselves.
+ * \p{L}, \p{N}, \p{P}, \p{M}, \p{S} keep their meaning: llama.cpp's
+ * categories and its ASCII lists for them agree with Unicode's.  The regexes
+ * run one after the other; each splits every current piece into its matches
+ * and the gaps between them (both kept), stepping over an empty match as
+ * std::regex_iterator does (a non-empty match at the same place first, else
+ * one character on).  TOK_PRE_RE_DIGITS3 is llama.cpp's digit-grouping
+ * matcher, done here with a \p{N}+ search.
  *
  * PCRE2 needs valid UTF-8, so the fragment is decoded first the way
  * llama.cpp decodes it (invalid bytes -> U+FFFD) and re-encoded; surrogates,
@@ -21,10 +29,12 @@
  * to every pattern here) and are restored when the pieces are byte-encoded.
  *
  * Merging.  Each piece's UTF-8 bytes are mapped through GPT-2's byte table
- * and split into characters; the adjacent pair with the lowest merge rank is
- * merged (ties: leftmost) until no pair has a rank.  A final symbol that is
- * not a token is emitted byte by byte when those one-byte strings are tokens
- * (else dropped), as llama.cpp does.
+ * (not for the raw vocabularies, gemma4: there spaces were made U+2581
+ * first) and split into characters; the adjacent pair with the lowest merge
+ * rank is merged (ties: leftmost) until no pair has a rank.  A final symbol
+ * that is not a token is emitted byte by byte when those bytes are tokens
+ * (the one-byte strings; <0xXX> for raw vocabularies), else dropped, as
+ * llama.cpp does.
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 
@@ -81,6 +91,11 @@ translate(const char *src, char *dst, size_t cap)
                 if (inside || put(dst, cap, &n, "[^" WS_CLASS "]") < 0)
                     return -1;
                 src += 2;
+            } else if (c == 'd' || c == 'D') {
+                if ((c == 'D' && inside) ||
+                    put(dst, cap, &n, inside ? "0-9" : c == 'd' ? "[0-9]" : "[^0-9]") < 0)
+                    return -1;
+                src += 2;
             } else if (c == 'p' && src[2] == '{') {
                 const char *e = strchr(src, '}');
                 size_t k;
@@ -88,15 +103,15 @@ translate(const char *src, char *dst, size_t cap)
                 if (!e)
                     return -1;
                 k = (size_t)(e - src) - 3;
-                if (k == 1 && strchr("LNPM", src[3])) {
-                    char cls[8] = {'\\', 'p', '{', src[3], '}', 0};
+                if ((k == 1 && strchr("LNPMS", src[3])) || (k == 2 && !memcmp(src + 3, "Cn", 2))) {
+                    char cls[8] = {'\\', 'p', '{', src[3], k == 2 ? src[4] : '}', k == 2 ? '}' : 0};
                     if (put(dst, cap, &n, cls) < 0)
                         return -1;
                 } else if (k == 2 && src[3] == 'L' && strchr("ultmo", src[4])) {
                     if (put(dst, cap, &n, "\\p{L}") < 0)
                         return -1;
                 } else {
-                    return -1;                /* \p{S} and others: not supported */
+                    return -1;                /* other properties: not supported */
                 }
                 src = e + 1;
             } else {
@@ -121,6 +136,20 @@ translate(const char *src, char *dst, size_t cap)
     return 0;
 }
 
+static pcre2_code *
+compile_one(const char *pat, uint32_t *err, PCRE2_SIZE *eoff)
+{
+    int e = 0;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
+                                   PCRE2_UTF | PCRE2_DOLLAR_ENDONLY, &e, eoff, NULL);
+
+    *err = (uint32_t)e;
+    /* JIT is an optimisation; the interpreter gives the same matches */
+    if (re)
+        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+    return re;
+}
+
 static int
 compile_pre(struct tokenizer *t, const struct tok_pre *def, struct diag *d)
 {
@@ -128,25 +157,29 @@ compile_pre(struct tokenizer *t, const struct tok_pre *def, struct diag *d)
     int i;
 
     for (i = 0; i < TOK_PRE_MAX_RE && def->re[i]; i++) {
-        char pat[2048];
-        int err;
+        char pat[4096];
+        uint32_t err;
         PCRE2_SIZE eoff;
         pcre2_code *re;
+        bool digits3 = !strcmp(def->re[i], TOK_PRE_RE_DIGITS3);
 
-        if (translate(def->re[i], pat, sizeof(pat)) < 0)
+        if (translate(digits3 ? "\\p{N}+" : def->re[i], pat, sizeof(pat)) < 0)
             return diag_set(d, ST_FORMAT, "tokenizer.ggml.pre: pattern %d of '%s' cannot be "
                             "translated", i, t->pre);
-        re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED,
-                           PCRE2_UTF | PCRE2_UCP | PCRE2_DOLLAR_ENDONLY, &err, &eoff, NULL);
+        re = compile_one(pat, &err, &eoff);
         if (!re) {
             PCRE2_UCHAR msg[128];
 
-            pcre2_get_error_message(err, msg, sizeof(msg));
+            pcre2_get_error_message((int)err, msg, sizeof(msg));
             return diag_set(d, ST_FAIL, "tokenizer.ggml.pre '%s': pcre2 pattern %d at %zu: %s",
                             t->pre, i, (size_t)eoff, (const char *)msg);
         }
-        /* JIT is an optimisation; the interpreter gives the same matches */
-        pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
+        if (digits3) {
+            if (p->re_num)
+                pcre2_code_free(p->re_num);
+            p->re_num = re;
+            re = NULL;
+        }
         p->re[p->n_re++] = re;
     }
     return 0;
@@ -251,8 +284,6 @@ tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct
     const struct tok_pre *def;
     int rc;
 
-    if ((rc = load_merges(t, g, d)) < 0)
-        return rc;
     if (!pre) {
         snprintf(t->warning, sizeof(t->warning),
                  "tokenizer.ggml.pre is missing: using the 'default' pre-tokenizer "
@@ -262,6 +293,9 @@ tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct
     def = tok_pre_find(pre);
     if (!def)
         return diag_set(d, ST_FORMAT, "tokenizer.ggml.pre: unsupported pre-tokenizer '%.64s'", pre);
+    if (!((def->flags & TOK_PRE_MERGES_OPTIONAL) && !gguf_get(g, KEY_MERGES)) &&
+        (rc = load_merges(t, g, d)) < 0)
+        return rc;
     snprintf(t->pre, sizeof(t->pre), "%s", pre);
     if (def->flags & TOK_PRE_ADD_BOS)
         t->add_bos = true;
@@ -271,6 +305,8 @@ tok_bpe_setup(struct tokenizer *t, const struct gguf *g, const char *pre, struct
         t->clean_spaces = false;
     if (def->flags & TOK_PRE_NO_BOS)
         t->bos = TOK_NULL;
+    t->p->bpe_raw = def->flags & TOK_PRE_RAW;
+    t->p->nl_whole = def->flags & TOK_PRE_NL_WHOLE;
     return compile_pre(t, def, d);
 }
 
@@ -280,8 +316,10 @@ tok_bpe_release(struct tok_priv *p)
     int i;
 
     for (i = 0; i < p->n_re; i++)
-        pcre2_code_free(p->re[i]);
+        pcre2_code_free(p->re[i]);      /* NULL is fine */
     p->n_re = 0;
+    pcre2_code_free(p->re_num);
+    p->re_num = NULL;
     free(p->mtext);
     free(p->merge);
     free(p->mmap);
@@ -340,6 +378,8 @@ struct tok_bpe_state {
     char *subj;
     size_t text_cap;
     struct pieces a, b;
+    char *esc;                /* raw vocabularies: the text with spaces as U+2581 */
+    size_t esc_cap;
     /* one word */
     char *word;
     size_t word_cap;
@@ -430,6 +470,12 @@ bpe_word(struct tok_bpe_state *w, size_t n, struct tok_ids *out)
         return 0;
     if (w->t->ignore_merges && (id = tok_lookup(p, w->word, n)) >= 0)
         return tok_ids_push(out, id);
+    if (p->nl_whole) {
+        for (i = 0; i < n && w->word[i] == '\n'; i++)
+            ;
+        if (i == n && (id = tok_lookup(p, w->word, n)) >= 0)
+            return tok_ids_push(out, id);
+    }
     if (n > w->sym_cap) {
         struct bsym *ns = realloc(w->sym, n * sizeof(*ns));
 
@@ -487,7 +533,8 @@ bpe_word(struct tok_bpe_state *w, size_t n, struct tok_ids *out)
     return 0;
 }
 
-/* One regex over the pieces of *in -> *out (matches and gaps, in order). */
+/* One regex over the pieces of *in -> *out (matches and gaps, in order),
+ * iterated as std::regex_iterator does. */
 static int
 split(struct tok_bpe_state *w, const pcre2_code *re, const char *subj, const struct pieces *in,
       struct pieces *out, struct diag *d)
@@ -497,13 +544,22 @@ split(struct tok_bpe_state *w, const pcre2_code *re, const char *subj, const str
     out->n = 0;
     for (i = 0; i < in->n; i++) {
         size_t s = in->v[i].s, e = in->v[i].e, pos = s, gap = s;
+        bool after_empty = false;
 
         while (pos < e) {
-            int rc = pcre2_match(re, (PCRE2_SPTR)(subj + s), e - s, pos - s, PCRE2_NO_UTF_CHECK,
-                                 w->md, w->mctx);
+            /* after an empty match: a non-empty one at the same place, or
+             * the search goes on one character later */
+            uint32_t opt = PCRE2_NO_UTF_CHECK |
+                           (after_empty ? PCRE2_NOTEMPTY_ATSTART | PCRE2_ANCHORED : 0);
+            int rc = pcre2_match(re, (PCRE2_SPTR)(subj + s), e - s, pos - s, opt, w->md, w->mctx);
             PCRE2_SIZE *ov;
             size_t ms, me;
 
+            if (rc == PCRE2_ERROR_NOMATCH && after_empty) {
+                after_empty = false;
+                pos += tok_utf8_len((uint8_t)subj[pos]);
+                continue;
+            }
             if (rc == PCRE2_ERROR_NOMATCH)
                 break;
             if (rc == PCRE2_ERROR_JIT_STACKLIMIT && !w->jstack) {
@@ -527,23 +583,79 @@ split(struct tok_bpe_state *w, const pcre2_code *re, const char *subj, const str
             me = s + ov[1];
             if (ms > gap && piece_push(out, gap, ms) < 0)
                 return -ST_NOMEM;
-            if (me > ms) {
-                if (piece_push(out, ms, me) < 0)
-                    return -ST_NOMEM;
-                pos = me;
-            } else {
-                /* an empty match yields an empty piece in llama.cpp, i.e.
-                 * nothing; move on one character */
-                pos = me + tok_utf8_len((uint8_t)subj[me]);
-                if (pos > e)
-                    pos = e;
-            }
-            gap = me;
+            /* an empty match is an empty piece in llama.cpp, i.e. nothing */
+            if (me > ms && piece_push(out, ms, me) < 0)
+                return -ST_NOMEM;
+            after_empty = me == ms;
+            pos = gap = me;
         }
         if (gap < e && piece_push(out, gap, e) < 0)
             return -ST_NOMEM;
     }
     return 0;
+}
+
+/* s advanced by k code points (at most to e) */
+static size_t
+skip_cpts(const char *subj, size_t s, size_t e, size_t k)
+{
+    while (k-- && s < e)
+        s += tok_utf8_len((uint8_t)subj[s]);
+    return s < e ? s : e;
+}
+
+/* TOK_PRE_RE_DIGITS3 (llama.cpp's unicode_regex_split_custom_afmoe): each
+ * run of \p{N} is cut into groups of three from the right; the first cut of
+ * a run ends its leading group and takes along what came since the last cut. */
+static int
+split_digits3(struct tok_bpe_state *w, const char *subj, const struct pieces *in,
+              struct pieces *out, struct diag *d)
+{
+    const pcre2_code *re = w->t->p->re_num;
+    size_t i;
+
+    out->n = 0;
+    for (i = 0; i < in->n; i++) {
+        size_t s = in->v[i].s, e = in->v[i].e, pos = s, prev = s;
+
+        while (pos < e) {
+            int rc = pcre2_match(re, (PCRE2_SPTR)(subj + s), e - s, pos - s, PCRE2_NO_UTF_CHECK,
+                                 w->md, w->mctx);
+            PCRE2_SIZE *ov;
+            size_t rs, re_, n = 0, k, cut;
+
+            if (rc == PCRE2_ERROR_NOMATCH)
+                break;
+            if (rc < 0)
+                return diag_set(d, ST_FAIL, "pre-tokenizer digit search failed (%d)", rc);
+            ov = pcre2_get_ovector_pointer(w->md);
+            rs = s + ov[0];
+            re_ = s + ov[1];
+            for (k = rs; k < re_; k++)
+                n += ((uint8_t)subj[k] & 0xC0) != 0x80;
+            cut = skip_cpts(subj, rs, re_, n % 3 ? n % 3 : 3);
+            for (;;) {
+                if (piece_push(out, prev, cut) < 0)
+                    return -ST_NOMEM;
+                prev = cut;
+                if (cut >= re_)
+                    break;
+                cut = skip_cpts(subj, cut, re_, 3);
+            }
+            pos = re_;
+        }
+        if (prev < e && piece_push(out, prev, e) < 0)
+            return -ST_NOMEM;
+    }
+    return 0;
+}
+
+/* llama.cpp's White_Space code points outside ASCII */
+static bool
+is_wide_space(uint32_t cp)
+{
+    return cp == 0x85 || cp == 0xA0 || cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200A) ||
+           cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 void
@@ -553,6 +665,7 @@ tok_bpe_state_free(struct tok_bpe_state *w)
         return;
     free(w->cpt);
     free(w->subj);
+    free(w->esc);
     free(w->a.v);
     free(w->b.v);
     free(w->word);
@@ -568,6 +681,35 @@ tok_bpe_state_free(struct tok_bpe_state *w)
     free(w);
 }
 
+/* llama_escape_whitespace: every ' ' of text as U+2581, into w->esc */
+static int
+escape_spaces(struct tok_bpe_state *w, const char **text, size_t *len)
+{
+    size_t i, n = 0;
+
+    if (*len > (SIZE_MAX - 1) / 3)
+        return -ST_NOMEM;
+    if (3 * *len > w->esc_cap) {
+        char *nb = realloc(w->esc, 3 * *len);
+
+        if (!nb)
+            return -ST_NOMEM;
+        w->esc = nb;
+        w->esc_cap = 3 * *len;
+    }
+    for (i = 0; i < *len; i++) {
+        if ((*text)[i] == ' ') {
+            memcpy(w->esc + n, "\xe2\x96\x81", 3);
+            n += 3;
+        } else {
+            w->esc[n++] = (*text)[i];
+        }
+    }
+    *text = w->esc;
+    *len = n;
+    return 0;
+}
+
 int
 tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const char *text,
                size_t len, struct tok_ids *out, struct diag *d)
@@ -579,7 +721,7 @@ tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const ch
 
     if (len == 0)
         return 0;
-    if (len > SIZE_MAX / 4)
+    if (len > SIZE_MAX / 8)
         return diag_set(d, ST_NOMEM, "text too large");
     if (!w) {
         w = *state = calloc(1, sizeof(*w));
@@ -587,6 +729,8 @@ tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const ch
             goto nomem;
         w->t = t;
     }
+    if (p->bpe_raw && escape_spaces(w, &text, &len) < 0)
+        goto nomem;
     if (len > w->text_cap) {
         uint32_t *nc = realloc(w->cpt, len * sizeof(*nc));
         char *ns = realloc(w->subj, 3 * len + 1);
@@ -600,10 +744,14 @@ tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const ch
         w->text_cap = len;
     }
     for (i = 0; i < len;) {
-        uint32_t cp = tok_utf8_next(text, len, &i);
+        uint32_t cp = tok_utf8_next(text, len, &i), sc = cp;
 
+        if (cp >= 0xD800 && cp <= 0xDFFF)
+            sc = 0xE000;
+        else if (cp >= 0x80 && is_wide_space(cp))
+            sc = 0x0B;
         w->cpt[n_cpt++] = cp;
-        n_subj += tok_utf8_put(cp >= 0xD800 && cp <= 0xDFFF ? 0xE000 : cp, w->subj + n_subj);
+        n_subj += tok_utf8_put(sc, w->subj + n_subj);
     }
     w->subj[n_subj] = '\0';
     w->a.n = 0;
@@ -612,7 +760,10 @@ tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const ch
     for (r = 0; r < p->n_re; r++) {
         struct pieces tmp;
 
-        rc = split(w, p->re[r], w->subj, &w->a, &w->b, d);
+        if (p->re[r])
+            rc = split(w, p->re[r], w->subj, &w->a, &w->b, d);
+        else
+            rc = split_digits3(w, w->subj, &w->a, &w->b, d);
         if (rc < 0) {
             if (rc == -ST_NOMEM)
                 goto nomem;
@@ -622,7 +773,7 @@ tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const ch
         w->a = w->b;
         w->b = tmp;
     }
-    /* byte-encode each piece and merge it */
+    /* byte-encode each piece (raw vocabularies: take its UTF-8) and merge it */
     c = 0;
     for (i = 0; i < w->a.n; i++) {
         const struct piece *pc = &w->a.v[i];
@@ -630,7 +781,9 @@ tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const ch
         uint32_t h;
         bool hit;
 
-        need = (pc->e - pc->s) * 2 + 8;       /* every byte -> at most 2 */
+        /* a subject byte stands for up to 3 text bytes (U+000B for a wide
+         * space), each byte-encoded in at most 2 */
+        need = (pc->e - pc->s) * 6 + 8;
         if (need > w->word_cap) {
             char *nb = realloc(w->word, need);
             if (!nb)
@@ -646,6 +799,11 @@ tok_bpe_encode(const struct tokenizer *t, struct tok_bpe_state **state, const ch
             if (((uint8_t)w->subj[k] & 0xC0) == 0x80)
                 continue;
             m = tok_utf8_put(w->cpt[c++], u);
+            if (p->bpe_raw) {
+                memcpy(w->word + nw, u, m);
+                nw += m;
+                continue;
+            }
             for (j = 0; j < m; j++) {
                 const char *bu = tok_byte_utf8[(uint8_t)u[j]];
 

@@ -30,7 +30,17 @@ enum {
     TOK_PRE_IGNORE_MERGES = 2,      /* a piece that is a token is emitted whole */
     TOK_PRE_NO_CLEAN = 4,           /* clean_spaces = false */
     TOK_PRE_NO_BOS = 8,             /* the model has no BOS (chatglm4) */
+    TOK_PRE_RAW = 16,               /* spaces -> U+2581 first, pieces stay raw UTF-8 (not
+                                     * GPT-2 byte-encoded), byte fallback <0xXX> (gemma4) */
+    TOK_PRE_MERGES_OPTIONAL = 32,   /* tokenizer.ggml.merges may be absent (kimi-k2) */
+    TOK_PRE_NL_WHOLE = 64,          /* a piece of newlines that is a token is one (gemma4) */
 };
+
+/* Not a regex: llama.cpp's unicode_regex_split_custom_afmoe, which cuts each
+ * run of \p{N} into groups of three from the right, the first group (1 or 2
+ * digits when the run's length is not a multiple of 3, else 3) taking along
+ * whatever preceded it since the last cut. */
+#define TOK_PRE_RE_DIGITS3 "\\p{AFMoE_digits}"
 
 /* ---- HF pre_tokenizers ---- */
 

@@ -20,6 +20,7 @@
 struct diag;
 struct gguf;
 struct tok_ids;
+struct tok_span;
 struct tokenizer;
 
 #define TOK_MAX_RE 8          /* regexes in one pre-tokenizer */
@@ -52,6 +53,20 @@ struct tok_priv {
     uint64_t *map;            /* open addressing: hash << 32 | (id + 1); 0 = empty */
     uint32_t map_mask;
     char *piece;              /* all pieces, each followed by a NUL */
+    uint32_t max_len;         /* the longest token text, bytes */
+    bool wpm_lower, wpm_strip;   /* WPM: BertNormalizer's lowercase, strip_accents */
+    /* UGM: tokenizer.ggml.precompiled_charsmap (a copy: its XCDA, then the
+     * NUL-terminated replacements), flags, the unknown token's score */
+    uint8_t *ugm_map;
+    size_t ugm_map_n;
+    bool ugm_merge_spaces, ugm_has_user;
+    double ugm_unk_score;
+    /* RWKV: the unescaped bytes of every token (rw_text + rw[id].off), and
+     * an open-addressing map over them (hash << 32 | (id + 1)) */
+    char *rw_text;
+    struct tok_span *rw;
+    uint64_t *rw_map;
+    uint32_t rw_mask, rw_max;
     uint8_t *eog;             /* bitmap over ids */
     /* special tokens in partition order: longest text first, then lower id */
     int32_t *special;
@@ -84,9 +99,16 @@ struct tok_priv {
     /* Reference mode (tests and the fuzzer set it): the exact shortcuts of
      * tok_spm.c and the word cache are off, so both paths can be compared. */
     bool reference;
-    /* BPE pre-tokenizer: compiled PCRE2 patterns (pcre2_code_8 *) */
+    /* BPE pre-tokenizer: compiled PCRE2 patterns (pcre2_code_8 *); NULL for
+     * TOK_PRE_RE_DIGITS3, which tok_bpe.c runs itself (re_num then finds the
+     * runs of \p{N}) */
     void *re[TOK_MAX_RE];
     int n_re;
+    void *re_num;
+    /* BPE without GPT-2's byte encoding (tokenizer.ggml.model "gemma4"):
+     * spaces become U+2581 before splitting, pieces are raw UTF-8, bytes fall
+     * back to <0xXX>; nl_whole: a piece of newlines that is a token is one */
+    bool bpe_raw, nl_whole;
 };
 
 /* FNV-1a over bytes, continuing from h (start with TOK_HASH_INIT). */
@@ -154,12 +176,14 @@ int tok_unicode_byte(uint32_t cp);
 /* tok_lookup() : id of the exact string, or -1. */
 int32_t tok_lookup(const struct tok_priv *p, const char *s, size_t n);
 
+/* tok_lookup_hashed() : tok_lookup() given h = tok_hash(TOK_HASH_INIT, s, n)
+ * (so that a caller growing a prefix byte by byte hashes it once). */
+int32_t tok_lookup_hashed(const struct tok_priv *p, const char *s, size_t n, uint32_t h);
+
 /* tok_map_insert() : enters token id (whose text is set) into the map;
  * returns the id already holding the same text, or -1. */
 int32_t tok_map_insert(struct tok_priv *p, int32_t id);
 
-/* Appends one id (0 or -ST_NOMEM). */
-int tok_ids_push(struct tok_ids *ids, int32_t id);
 
 /* ---- tok_spm.c ---- */
 
@@ -170,6 +194,34 @@ struct tok_spm_state;
 int tok_spm_encode(const struct tokenizer *t, struct tok_spm_state **state, const char *text,
                    size_t len, bool space_prefix, struct tok_ids *out);
 void tok_spm_state_free(struct tok_spm_state *st);
+
+/* ---- tok_wpm.c ---- */
+
+/* tok_wpm_encode() : one raw fragment through WordPiece.  0 or -ST_NOMEM. */
+int tok_wpm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out);
+
+/* ---- tok_ugm.c ---- */
+
+/* tok_ugm_setup() : reads tokenizer.ggml.precompiled_charsmap and
+ * remove_extra_whitespaces, computes the unknown score.  -ST_FORMAT /
+ * -ST_NOMEM. */
+int tok_ugm_setup(struct tokenizer *t, const struct gguf *g, struct diag *d);
+
+/* tok_ugm_encode() : one raw fragment through Unigram.  0, -ST_NOMEM, or
+ * -ST_FORMAT (the charsmap leads out of itself; message in d). */
+int tok_ugm_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out,
+                   struct diag *d);
+
+/* ---- tok_rwkv.c ---- */
+
+/* tok_rwkv_setup() : unescapes the token texts.  0 or -ST_NOMEM. */
+int tok_rwkv_setup(struct tokenizer *t, struct diag *d);
+
+/* tok_rwkv_bytes() : the bytes token id stands for. */
+const char *tok_rwkv_bytes(const struct tok_priv *p, int32_t id, size_t *len);
+
+/* tok_rwkv_encode() : one raw fragment, longest match.  0 or -ST_NOMEM. */
+int tok_rwkv_encode(const struct tokenizer *t, const char *text, size_t len, struct tok_ids *out);
 
 /* ---- tok_bpe.c ---- */
 

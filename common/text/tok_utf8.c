@@ -3,6 +3,7 @@
  * GPT-2's byte <-> unicode table (unicode.cpp unicode_byte_to_utf8_map).
  */
 #include "tok_priv.h"
+#include "tokenizer.h"
 
 uint32_t
 tok_utf8_next(const char *s, size_t n, size_t *i)
@@ -135,4 +136,10 @@ tok_unicode_byte(uint32_t cp)
     if (cp == 0x143)
         return 0xAD;
     return -1;
+}
+
+uint32_t
+tok_utf8_decode(const char *s, size_t n, size_t *i)
+{
+    return tok_utf8_next(s, n, i);
 }

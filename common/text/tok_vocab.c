@@ -14,7 +14,13 @@
 int32_t
 tok_lookup(const struct tok_priv *p, const char *s, size_t n)
 {
-    uint32_t h = tok_hash(TOK_HASH_INIT, s, n), i;
+    return tok_lookup_hashed(p, s, n, tok_hash(TOK_HASH_INIT, s, n));
+}
+
+int32_t
+tok_lookup_hashed(const struct tok_priv *p, const char *s, size_t n, uint32_t h)
+{
+    uint32_t i;
 
     for (i = h & p->map_mask;; i = (i + 1) & p->map_mask) {
         uint64_t v = p->map[i];

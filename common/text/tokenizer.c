@@ -85,6 +85,8 @@ load_texts(struct tokenizer *t, const struct gguf_kv *kv, struct diag *d)
         p->tok[i].off = (uint32_t)off;
         p->tok[i].len = (uint32_t)n;
         p->tok[i].attr = TOK_ATTR_NORMAL;
+        if (n > p->max_len)
+            p->max_len = (uint32_t)n;
         off += n + 1;
         dup = tok_map_insert(p, (int32_t)i);
         if (dup >= 0)
@@ -499,11 +501,18 @@ build_pieces(struct tokenizer *t, struct diag *d)
             buf = nb;
             cap = nc;
         }
-        if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) {
+        if (t->model == TOK_MODEL_RWKV) {
+            /* every token: its unescaped bytes (no more than its text) */
+            size_t rl;
+            const char *rb = tok_rwkv_bytes(p, id, &rl);
+
+            memcpy(buf + len, rb, rl);
+            len += rl;
+        } else if (a & (TOK_ATTR_UNKNOWN | TOK_ATTR_CONTROL | TOK_ATTR_USER_DEFINED)) {
             memcpy(buf + len, s, e->len);
             len += e->len;
         } else if (a & TOK_ATTR_NORMAL) {
-            if (t->model == TOK_MODEL_SPM) {
+            if (t->model != TOK_MODEL_BPE || p->bpe_raw) {
                 for (k = 0; k < e->len; k++) {
                     if (k + 2 < e->len && (uint8_t)s[k] == 0xE2 && (uint8_t)s[k + 1] == 0x96 &&
                         (uint8_t)s[k + 2] == 0x81) {
@@ -634,9 +643,9 @@ build_byte_tokens(struct tokenizer *t)
         char one = (char)b;
 
         id = -1;
-        if (t->model == TOK_MODEL_SPM)
+        if (t->model == TOK_MODEL_SPM || p->bpe_raw)
             id = tok_lookup(p, x, 6);
-        if (id < 0)
+        if (id < 0 && !p->bpe_raw)
             id = tok_lookup(p, &one, 1);
         p->byte_tok[b] = id;
     }
@@ -661,15 +670,23 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
         return diag_set(d, ST_FORMAT, "%s: missing (no vocabulary in this file)", KEY_MODEL);
     if (!strcmp(model, "llama")) {
         t->model = TOK_MODEL_SPM;
-    } else if (!strcmp(model, "gpt2")) {
+    } else if (!strcmp(model, "gpt2") || !strcmp(model, "gemma4")) {
         t->model = TOK_MODEL_BPE;
+    } else if (!strcmp(model, "bert")) {
+        t->model = TOK_MODEL_WPM;
+    } else if (!strcmp(model, "t5")) {
+        t->model = TOK_MODEL_UGM;
+    } else if (!strcmp(model, "rwkv")) {
+        t->model = TOK_MODEL_RWKV;
     } else {
-        return diag_set(d, ST_FORMAT, "%s: unsupported tokenizer '%.64s' (llama and gpt2 are)",
-                        KEY_MODEL, model);
+        return diag_set(d, ST_FORMAT, "%s: unsupported tokenizer '%.64s' (llama, gpt2, gemma4, "
+                        "bert, t5 and rwkv are)", KEY_MODEL, model);
     }
     rc = gguf_get_str(g, KEY_PRE, &pre, d);
     if (rc < 0)
         return rc;
+    if (!strcmp(model, "gemma4"))
+        pre = "gemma4";       /* llama.cpp ignores the key for these */
 
     kv = gguf_get(g, KEY_TOKENS);
     if (!kv)
@@ -693,9 +710,41 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
         t->add_space_prefix = true;
         t->add_bos = true;
         snprintf(t->pre, sizeof(t->pre), "%s", "default");
+    } else if (t->model == TOK_MODEL_WPM) {
+        bool lower = true, strip;
+
+        t->bos = 101;
+        t->unk = 100;
+        t->sep = 102;
+        t->pad = 0;
+        t->mask = 103;
+        t->add_bos = true;
+        t->clean_spaces = true;
+        snprintf(t->pre, sizeof(t->pre), "%s", "default");
+        /* BertNormalizer: strip_accents follows lowercase unless given */
+        if ((rc = get_bool(g, "tokenizer.ggml.normalizer.lowercase", &lower, d)) < 0)
+            goto fail;
+        strip = lower;
+        if ((rc = get_bool(g, "tokenizer.ggml.normalizer.strip_accents", &strip, d)) < 0)
+            goto fail;
+        t->p->wpm_lower = lower;
+        t->p->wpm_strip = strip;
+    } else if (t->model == TOK_MODEL_UGM) {
+        t->eos = 1;
+        t->unk = 2;
+        t->pad = 0;
+        t->add_eos = true;
+        snprintf(t->pre, sizeof(t->pre), "%s", "default");
+        if ((rc = tok_ugm_setup(t, g, d)) < 0)
+            goto fail;
+    } else if (t->model == TOK_MODEL_RWKV) {
+        /* no special ids by default */
+        snprintf(t->pre, sizeof(t->pre), "%s", "default");
+        if ((rc = tok_rwkv_setup(t, d)) < 0)
+            goto fail;
     } else {
-        t->bos = 11;
-        t->eos = 11;
+        /* llama.cpp's defaults: 11 for gpt2, none for gemma4 */
+        t->bos = t->eos = strcmp(model, "gemma4") ? 11 : TOK_NULL;
         t->clean_spaces = true;
         if ((rc = tok_bpe_setup(t, g, pre, d)) < 0)
             goto fail;
@@ -703,6 +752,8 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
     if ((rc = get_bool(g, "tokenizer.ggml.add_space_prefix", &t->add_space_prefix, d)) < 0 ||
         (rc = load_special_ids(t, g, d)) < 0)
         goto fail;
+    if (t->p->nl_whole && !t->add_bos && t->bos != TOK_NULL)
+        t->add_bos = true;      /* llama.cpp's override for gemma4 (its PR 21500) */
     t->p->eog = calloc(((size_t)t->n_vocab + 7) / 8, 1);
     if (!t->p->eog) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
@@ -714,15 +765,24 @@ tok_load(struct tokenizer *t, const struct gguf *g, struct diag *d)
     set_name_attrs(t, g);
     build_byte_tokens(t);
 
-    /* the newline token: SPM <0x0A> (else "\n"), BPE the first token of "\n" */
-    if (t->model == TOK_MODEL_SPM) {
+    /* the newline token: SPM <0x0A> (else "\n"), WPM the padding, BPE the
+     * first token of "\n" */
+    if (t->model == TOK_MODEL_WPM) {
+        t->nl = t->pad;
+    } else if (t->model == TOK_MODEL_SPM) {
         t->nl = t->p->byte_tok['\n'] >= 0 ? t->p->byte_tok['\n'] : t->pad;
     } else {
         /* before any special token is known, as llama.cpp does it */
         struct tok_bpe_state *st = NULL;
 
-        rc = tok_bpe_encode(t, &st, "\n", 1, &nl, d);
-        tok_bpe_state_free(st);
+        if (t->model == TOK_MODEL_UGM) {
+            rc = tok_ugm_encode(t, "\n", 1, &nl, d);
+        } else if (t->model == TOK_MODEL_RWKV) {
+            rc = tok_rwkv_encode(t, "\n", 1, &nl);
+        } else {
+            rc = tok_bpe_encode(t, &st, "\n", 1, &nl, d);
+            tok_bpe_state_free(st);
+        }
         if (rc < 0)
             goto fail;
         t->nl = nl.n ? nl.v[0] : t->pad;
@@ -745,6 +805,10 @@ tok_release(struct tokenizer *t)
         free(p->tok);
         free(p->map);
         free(p->piece);
+        free(p->ugm_map);
+        free(p->rw_text);
+        free(p->rw);
+        free(p->rw_map);
         free(p->eog);
         free(p->special);
         free(p->special_rank);
@@ -964,6 +1028,15 @@ encode(const struct tokenizer *t, const char *text, size_t len, bool add_special
                                 t->add_space_prefix && prev_special, out);
             if (rc < 0)
                 goto nomem;
+        } else if (t->model == TOK_MODEL_WPM) {
+            if ((rc = tok_wpm_encode(t, text + f.v[i].off, f.v[i].len, out)) < 0)
+                goto nomem;
+        } else if (t->model == TOK_MODEL_UGM) {
+            if ((rc = tok_ugm_encode(t, text + f.v[i].off, f.v[i].len, out, d)) < 0)
+                goto out;
+        } else if (t->model == TOK_MODEL_RWKV) {
+            if ((rc = tok_rwkv_encode(t, text + f.v[i].off, f.v[i].len, out)) < 0)
+                goto nomem;
         } else {
             rc = tok_bpe_encode(t, &bpe, text + f.v[i].off, f.v[i].len, out, d);
             if (rc < 0)
@@ -972,6 +1045,10 @@ encode(const struct tokenizer *t, const char *text, size_t len, bool add_special
         prev_special = false;
     }
     if (add_special && t->add_eos && (rc = tok_ids_push(out, t->eos)) < 0)
+        goto nomem;
+    /* WPM: [SEP] ends the text (llama.cpp: whenever add_special) */
+    if (add_special && t->model == TOK_MODEL_WPM && t->sep != TOK_NULL &&
+        (rc = tok_ids_push(out, t->sep)) < 0)
         goto nomem;
     rc = 0;
     goto out;

@@ -1,9 +1,22 @@
 /*
- * tokenizer.h - the vocabularies of GGUF models: SentencePiece-style BPE
- * (tokenizer.ggml.model = "llama") and GPT-2 byte-level BPE ("gpt2"), with
- * llama.cpp's behaviour as the specification (src/llama-vocab.cpp:
- * llama_vocab::impl::load and the tokenizer sessions; src/unicode.cpp:
- * unicode_regex_split; include/llama.h: llama_token_type).
+ * tokenizer.h - the vocabularies of GGUF models, with llama.cpp's behaviour
+ * as the specification (src/llama-vocab.cpp: llama_vocab::impl::load and the
+ * tokenizer sessions; src/unicode.cpp: unicode_regex_split; include/llama.h:
+ * llama_token_type).  tokenizer.ggml.model:
+ *   "llama"  SentencePiece-style BPE (tok_spm.c);
+ *   "gpt2"   GPT-2 byte-level BPE under every tokenizer.ggml.pre name
+ *            llama.cpp knows but "whitespace" (tok_bpe.c, tok_pre.c);
+ *   "gemma4" BPE on raw UTF-8 with U+2581 for spaces and <0xXX> byte
+ *            fallback (tok_bpe.c; also the gpt2 names gemma4,
+ *            granite-embed-multi-311m, sarvam-moe);
+ *   "bert"   WordPiece (tok_wpm.c);
+ *   "t5"     Unigram with the precompiled charsmap (tok_ugm.c);
+ *   "rwkv"   RWKV's greedy longest match over escaped byte strings
+ *            (tok_rwkv.c).
+ * Anything else ("plamo2", "hybriddna", "whitespace", an unknown
+ * pre-tokenizer name) is refused by tok_load, naming the key and value.
+ * Checked against llama.cpp's own vocabulary test files and
+ * tests/golden/tokenizer/pre.json (tests/unit/test_tokenizer.c).
  *
  * Encoding (tok_encode) runs in three stages:
  *
@@ -12,7 +25,8 @@
  *      text, longest token text first, each token's occurrences left to
  *      right, exactly as llama.cpp's tokenizer_st_partition does (including
  *      the LSTRIP/RSTRIP attributes llama.cpp gives phi-3 and a few others);
- *   2. each remaining raw fragment is tokenized:
+ *   2. each remaining raw fragment is tokenized (WPM and UGM: see their
+ *      files):
  *      SPM - a space is prepended when add_space_prefix is set and the
  *            fragment is the first or follows a special token; spaces become
  *            U+2581; adjacent symbols are merged by the highest score of the
@@ -20,17 +34,21 @@
  *            emitted as byte tokens <0xXX>;
  *      BPE - the fragment is split by the pre-tokenizer named by
  *            tokenizer.ggml.pre (a list of regexes applied successively,
- *            run with PCRE2 in UTF + UCP mode, see below), each piece is
+ *            run with PCRE2 in UTF mode, see below), each piece is
  *            mapped byte -> unicode (GPT-2's table) and merged by the lowest
  *            merge rank (ties: leftmost);
- *   3. with add_special: BOS first when add_bos, EOS last when add_eos.
+ *   3. with add_special: BOS first when add_bos, EOS last when add_eos
+ *      (WPM: [SEP] last).
  *
  * Regex semantics.  llama.cpp runs hand-written matchers for the GPT-2 and
  * Llama-3 patterns and std::regex on a "collapsed" text for the others; both
  * use its own category tables, in which \s is exactly the 25 White_Space
  * code points.  We translate each pattern for PCRE2: \s and \S become that
  * explicit class, \p{Lu}/\p{Ll}/... become \p{L} (llama.cpp does not
- * distinguish them), $ only matches at the end.  The results are identical
+ * distinguish them), \d is [0-9] and \w \b stay ASCII (no UCP) as in
+ * ECMAScript, $ only matches at the end, non-ASCII white space stands as
+ * U+000B in the subject, and empty matches step as std::regex_iterator's
+ * (details in tok_bpe.c).  The results are identical
  * except for code points assigned after PCRE2's Unicode version (14.0 in
  * PCRE2 10.42), which PCRE2 sees as unassigned.  Text is decoded like
  * llama.cpp does (invalid UTF-8 bytes become U+FFFD before byte-level BPE;
@@ -70,7 +88,10 @@
 
 enum tok_model {
     TOK_MODEL_SPM = 1,   /* tokenizer.ggml.model = "llama" */
-    TOK_MODEL_BPE = 2,   /* tokenizer.ggml.model = "gpt2" */
+    TOK_MODEL_BPE = 2,   /* tokenizer.ggml.model = "gpt2" (or "gemma4": raw BPE) */
+    TOK_MODEL_WPM = 3,   /* tokenizer.ggml.model = "bert" (WordPiece, tok_wpm.c) */
+    TOK_MODEL_UGM = 4,   /* tokenizer.ggml.model = "t5" (Unigram, tok_ugm.c) */
+    TOK_MODEL_RWKV = 5,  /* tokenizer.ggml.model = "rwkv" (tok_rwkv.c) */
 };
 
 /* Token attributes: llama.cpp's llama_token_attr bits.  token_type values
@@ -161,6 +182,9 @@ int tok_encode_spans(const struct tokenizer *t, const char *text, size_t len, bo
                      const struct tok_span *literal, size_t n_literal, struct tok_ids *out,
                      struct diag *d);
 
+/* tok_ids_push() : appends one id.  0 or -ST_NOMEM. */
+int tok_ids_push(struct tok_ids *ids, int32_t id);
+
 /* tok_ids_release() : frees the list's storage. */
 void tok_ids_release(struct tok_ids *ids);
 
@@ -197,6 +221,11 @@ float tok_score(const struct tokenizer *t, int32_t id);
 
 /* tok_is_eog() : whether id ends generation (see the top of this file). */
 bool tok_is_eog(const struct tokenizer *t, int32_t id);
+
+/* tok_utf8_decode() : the code point at s[*i] (n bytes in all), *i moved
+ * past it, decoded as llama.cpp decodes text: bytes that are not UTF-8 give
+ * U+FFFD, one byte each (surrogates and overlong forms are accepted). */
+uint32_t tok_utf8_decode(const char *s, size_t n, size_t *i);
 
 /* tok_is_control() : whether id is a CONTROL token. */
 bool tok_is_control(const struct tokenizer *t, int32_t id);

@@ -2,13 +2,17 @@
  * fuzz_tokenizer.c - libFuzzer harness for the tokenizers (common/text/tokenizer.h).
  *
  * The vocabularies are built once: a small SentencePiece vocabulary (byte
- * fallback, user-defined and control tokens) and a small byte-level BPE
- * vocabulary with merges, the latter under ten pre-tokenizer names (so every
- * translated regex runs); plus ggml-vocab-gpt-2 and ggml-vocab-llama-spm
- * from $LLMKIT_SHARED/vocab (default ../shared/vocab) when present.
+ * fallback, user-defined and control tokens), a small byte-level BPE
+ * vocabulary with merges under twenty pre-tokenizer names (so every kind of
+ * translated regex runs: non-ASCII classes, \p{S}, empty matches, the digit
+ * grouping, kimi-k2's pattern) and as gemma4's raw BPE, a small WordPiece
+ * vocabulary, a small Unigram one (with a charsmap mapping "A" to "a") and a
+ * small RWKV one (escaped byte strings); plus ggml-vocab-gpt-2 and ggml-vocab-llama-spm from
+ * $LLMKIT_SHARED/vocab (default ../shared/vocab) when present.
  *
- * Input: byte 0 picks the vocabulary (low 4 bits) and the flags (bit 4
- * add_special, bit 5 parse_special); the rest is the text.  When the top two
+ * Input: byte 0 picks the vocabulary (bits 0-3, and bit 6 when bit 7 is
+ * clear) and the flags (bit 4 add_special, bit 5 parse_special); the rest is
+ * the text.  When the top two
  * bits of byte 0 are both set, the rest is instead a GGUF file whose
  * vocabulary is loaded (tok_load must accept or reject it cleanly) and, when
  * it loads, used on a fixed text.  For each text input:
@@ -34,7 +38,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-#define MAX_VOCABS 16
+#define MAX_VOCABS 32
 
 static struct tokenizer vocabs[MAX_VOCABS];
 static int n_vocabs;
@@ -92,7 +96,7 @@ build_spm(void)
 }
 
 static void
-build_bpe(const char *pre)
+build_bpe(const char *pre, bool raw)
 {
     static const char *const merges[] = {
         "\xc4\xa0 t", "\xc4\xa0t h", "h e", "\xc4\xa0th e", "i n", "in g", "a n", "\xc4\xa0 a",
@@ -120,7 +124,7 @@ build_bpe(const char *pre)
     strs[n] = "<|im_end|>", types[n++] = 3;
     strs[n] = "<user>", types[n++] = 4;
     strs[n] = "<unused7>", types[n++] = 3;
-    if (gguf_set_str(&g, "tokenizer.ggml.model", "gpt2") < 0 ||
+    if (gguf_set_str(&g, "tokenizer.ggml.model", raw ? "gemma4" : "gpt2") < 0 ||
         gguf_set_str(&g, "tokenizer.ggml.pre", pre) < 0 ||
         gguf_set_arr_str(&g, "tokenizer.ggml.tokens", strs, NULL, (uint64_t)n) < 0 ||
         gguf_set_arr(&g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n) < 0 ||
@@ -132,7 +136,39 @@ build_bpe(const char *pre)
         die("building a BPE vocabulary", NULL);
     if (tok_load(&vocabs[n_vocabs], &g, &d) < 0)
         die(pre, &d);
-    lossless[n_vocabs++] = true;
+    /* raw BPE: the byte characters are not its byte tokens */
+    lossless[n_vocabs++] = !raw;
+    gguf_release(&g);
+}
+
+/* WordPiece: lowercased, accents stripped, punctuation split: not lossless */
+static void
+build_wpm(void)
+{
+    static const char *const words[] = {
+        "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "\xe2\x96\x81the", "\xe2\x96\x81hello",
+        "\xe2\x96\x81world", "ing", "s", "\xe2\x96\x81" "a", "\xe2\x96\x81", ",", "\xe2\x96\x81,",
+        "\xe2\x96\x81" "e", "t", "e", "\xe2\x96\x81\xe4\xb8\xad", "\xe2\x96\x81" "cafe", "x", NULL};
+    int32_t types[32];
+    struct gguf g;
+    struct diag d;
+    int n;
+
+    for (n = 0; words[n]; n++)
+        types[n] = n < 5 ? 3 : 1;
+    gguf_init(&g);
+    if (gguf_set_str(&g, "tokenizer.ggml.model", "bert") < 0 ||
+        gguf_set_arr_str(&g, "tokenizer.ggml.tokens", words, NULL, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n) < 0 ||
+        gguf_set_u32(&g, "tokenizer.ggml.bos_token_id", 2) < 0 ||
+        gguf_set_u32(&g, "tokenizer.ggml.unknown_token_id", 1) < 0 ||
+        gguf_set_u32(&g, "tokenizer.ggml.seperator_token_id", 3) < 0 ||
+        gguf_set_u32(&g, "tokenizer.ggml.padding_token_id", 0) < 0 ||
+        gguf_set_u32(&g, "tokenizer.ggml.mask_token_id", 4) < 0)
+        die("building the WPM vocabulary", NULL);
+    if (tok_load(&vocabs[n_vocabs], &g, &d) < 0)
+        die("loading the WPM vocabulary", &d);
+    lossless[n_vocabs++] = false;
     gguf_release(&g);
 }
 
@@ -155,19 +191,99 @@ load_shared(const char *name)
     gguf_release(&g);
 }
 
+/* Unigram, with a precompiled charsmap built here: 256 XCDA nodes, the
+ * root's children at their byte value; only 'A' (node 0x41: LCHECK 'A',
+ * LEAF, BASE 1) is a prefix, whose value node (0x41 ^ 1) gives offset 0,
+ * the replacement "a".  Normalized: not lossless. */
+static void
+build_ugm(void)
+{
+    static const char *const words[] = {
+        "<pad>", "</s>", "<unk>", "\xe2\x96\x81", "a", "b", "\xe2\x96\x81" "a", "ab",
+        "\xe2\x96\x81" "ab", "<u>", "\xe4\xb8\xad", "c", NULL};
+    uint8_t map[4 + 256 * 4 + 2] = {0};
+    float scores[16];
+    int32_t types[16];
+    struct gguf g;
+    struct diag d;
+    uint32_t node = 1u << 10 | 1u << 8 | 0x41;
+    int n;
+
+    map[1] = 4;                                   /* blob size 1024 */
+    memcpy(map + 4 + 4 * 0x41, &node, 4);         /* little-endian hosts */
+    map[4 + 1024] = 'a';
+    for (n = 0; words[n]; n++) {
+        types[n] = n < 3 ? (n == 2 ? 2 : 3) : n == 9 ? 4 : 1;
+        scores[n] = -(float)((n * 5) % 7) - 1.0f;
+    }
+    gguf_init(&g);
+    if (gguf_set_str(&g, "tokenizer.ggml.model", "t5") < 0 ||
+        gguf_set_arr_str(&g, "tokenizer.ggml.tokens", words, NULL, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.scores", GGUF_TYPE_FLOAT32, scores, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.precompiled_charsmap", GGUF_TYPE_UINT8, map,
+                     sizeof(map)) < 0 ||
+        gguf_set_bool(&g, "tokenizer.ggml.add_space_prefix", true) < 0 ||
+        gguf_set_bool(&g, "tokenizer.ggml.remove_extra_whitespaces", true) < 0)
+        die("building the UGM vocabulary", NULL);
+    if (tok_load(&vocabs[n_vocabs], &g, &d) < 0)
+        die("loading the UGM vocabulary", &d);
+    lossless[n_vocabs++] = false;
+    gguf_release(&g);
+}
+
+/* RWKV: escaped byte strings, a control token; bytes without a token are UNK */
+static void
+build_rwkv(void)
+{
+    static const char *const words[] = {
+        "<unk>", "a", "b", "ab", "\\n", "\\x00", "\\xff\\xfe", "\\t\\r", " ", " the",
+        "\\\\", "\\x4", "x\\", "<|end|>", NULL};
+    int32_t types[16];
+    struct gguf g;
+    struct diag d;
+    int n;
+
+    for (n = 0; words[n]; n++)
+        types[n] = n == 0 ? 2 : n == 13 ? 3 : 1;
+    gguf_init(&g);
+    if (gguf_set_str(&g, "tokenizer.ggml.model", "rwkv") < 0 ||
+        gguf_set_arr_str(&g, "tokenizer.ggml.tokens", words, NULL, (uint64_t)n) < 0 ||
+        gguf_set_arr(&g, "tokenizer.ggml.token_type", GGUF_TYPE_INT32, types, (uint64_t)n) < 0 ||
+        gguf_set_u32(&g, "tokenizer.ggml.unknown_token_id", 0) < 0)
+        die("building the RWKV vocabulary", NULL);
+    if (tok_load(&vocabs[n_vocabs], &g, &d) < 0)
+        die("loading the RWKV vocabulary", &d);
+    lossless[n_vocabs++] = false;
+    gguf_release(&g);
+}
+
 static void
 init(void)
 {
     static const char *const pres[] = {"gpt-2", "llama-bpe", "qwen2", "deepseek-coder",
                                        "falcon", "default", "smollm", "tekken", "gpt-4o",
                                        "poro-chat"};
+    /* slots 13..: the pre-tokenizers with llama.cpp's newer regexes */
+    static const char *const pres2[] = {"deepseek-llm", "deepseek-v3", "superbpe", "afmoe",
+                                        "tiny_aya", "kimi-k2", "chameleon", "jais-2",
+                                        "exaone-moe", "youtu", "granite-embed-multi-97m",
+                                        "qwen35", "spark2_5", "minicpm5", "laguna"};
     size_t i;
 
     build_spm();
     for (i = 0; i < sizeof(pres) / sizeof(pres[0]); i++)
-        build_bpe(pres[i]);
+        build_bpe(pres[i], false);
     load_shared("gpt-2");
     load_shared("llama-spm");
+    while (n_vocabs < 13)        /* keep the slots of the later ones fixed */
+        build_bpe("gpt-2", false);
+    for (i = 0; i < sizeof(pres2) / sizeof(pres2[0]); i++)
+        build_bpe(pres2[i], false);
+    build_bpe("gemma4", true);
+    build_wpm();
+    build_ugm();
+    build_rwkv();
 }
 
 /* strictly valid UTF-8 (no overlong forms, no surrogates, <= U+10FFFF) */
@@ -257,7 +373,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         src_close(&s);
         return 0;
     }
-    v = (data[0] & 15) % n_vocabs;
+    v = ((data[0] & 15) | (data[0] & 0x40) >> 2) % n_vocabs;
     t = &vocabs[v];
     add_special = data[0] & 16;
     parse_special = data[0] & 32;

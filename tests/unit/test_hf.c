@@ -837,7 +837,7 @@ test_pre(void)
             "[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+"
     check_pre(BL("false", "true"), NULL, "gpt-2");
     check_pre(BL("false", "true"), "mpt", "mpt");
-    check_pre(BL("false", "true"), "jais-2", "jais-2");     /* unknown name: trust the hint */
+    check_pre(BL("false", "true"), "jais-2", "jais-2");     /* no HF form here: trust the hint */
     check_pre(BL("false", "true"), "smollm", "gpt-2");      /* hint of another family */
     check_pre(BL("true", "true"), NULL, NULL);              /* add_prefix_space */
     check_pre("{\"type\":\"ByteLevel\"}", NULL, NULL);      /* HF default add_prefix_space */
@@ -1077,6 +1077,25 @@ roundtrip_dir(const char *path)
     gguf_release(&g);
 }
 
+/* gemma4-style raw BPE has no byte-level HF form: refused, not mis-written */
+static void
+test_raw_bpe_refused(void)
+{
+    static const char *const toks[] = {"a", "b", "ab"};
+    struct gguf g;
+    struct hf_vocab v;
+    struct diag d;
+
+    hf_vocab_init(&v);
+    gguf_init(&g);
+    CHECK(gguf_set_str(&g, "tokenizer.ggml.model", "gpt2") == 0 &&
+          gguf_set_str(&g, "tokenizer.ggml.pre", "gemma4") == 0 &&
+          gguf_set_arr_str(&g, "tokenizer.ggml.tokens", toks, NULL, 3) == 0);
+    CHECK(hf_vocab_from_gguf(&v, &g, &d) == -ST_FORMAT && strstr(d.msg, "raw BPE"));
+    hf_vocab_release(&v);
+    gguf_release(&g);
+}
+
 static void
 test_roundtrips(void)
 {
@@ -1123,5 +1142,6 @@ main(void)
     test_spm();
     test_pre();
     test_roundtrips();
+    test_raw_bpe_refused();
     T_DONE();
 }

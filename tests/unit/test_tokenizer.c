@@ -4,9 +4,16 @@
  *  1. small vocabularies built here (SPM with byte fallback, byte-level BPE
  *     with merges): algorithms, special-token partition, decoding, loading
  *     errors - always run;
- *  2. llama.cpp's test vectors: every $SHARED/vocab/ggml-vocab-*.gguf with
- *     .inp/.out, encoded with add_special = parse_special = false, must give
- *     exactly the expected ids (a count per vocabulary is printed);
+ *  2. llama.cpp's test vectors: every ggml-vocab-*.gguf with .inp/.out in
+ *     $SHARED/vocab and in the llama.cpp sources scripts/build-llamacpp
+ *     unpacks ($LLMKIT_LLAMACPP_MODELS, else the newest
+ *     $LLMKIT_CACHE/llama.cpp-VERSION/src/PKG/vendor/llama.cpp/models; skipped
+ *     with a note when absent, a failure when CI=true), encoded with
+ *     add_special = parse_special = false, must give exactly the expected ids
+ *     (a count per vocabulary is printed); and tests/golden/tokenizer/pre.json:
+ *     llama.cpp's ids for ~35 texts under every BPE pre-tokenizer name, on
+ *     the vocabulary of that directory's llama-bpe (gemma-4) file with
+ *     tokenizer.ggml.pre set to the name;
  *  3. round trips on $SHARED/data/wikitext-2-test.raw: decode(encode(x)) == x
  *     for the byte-level BPE vocabularies (pieces concatenated; tok_decode
  *     itself when the vocabulary does not clean spaces) and for the SPM ones
@@ -19,6 +26,7 @@
  * Parts 2-4 are skipped with a note when their files are absent.
  */
 #include <dirent.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,7 +559,7 @@ test_load_errors(void)
     struct diag d = {{0}};
 
     LOAD_ERROR("tokenizer.ggml.model", NULL, NULL, NULL, two, NULL, NULL, 2, NULL, 0);
-    LOAD_ERROR("unsupported tokenizer 'bert'", "bert", NULL, NULL, two, NULL, NULL, 2, NULL, 0);
+    LOAD_ERROR("unsupported tokenizer 'plamo2'", "plamo2", NULL, NULL, two, NULL, NULL, 2, NULL, 0);
     LOAD_ERROR("unsupported pre-tokenizer 'nonesuch'", "gpt2", "nonesuch", NULL, two, NULL, NULL,
                2, m, 1);
     LOAD_ERROR("tokenizer.ggml.merges", "gpt2", "gpt-2", NULL, two, NULL, NULL, 2, NULL, 0);
@@ -601,6 +609,20 @@ test_load_errors(void)
     CHECK(load_spec(&t, &g, &d) == 0);
     CHECK_STR(tok_text(&t, 1, NULL), "[EMPTY_1]");
     tok_release(&t);
+}
+
+/* whether the JSON array want holds exactly the ids of got */
+static bool
+json_ids_equal(const json_t *want, const struct tok_ids *got)
+{
+    size_t k;
+
+    if (!json_is_array(want) || json_array_size(want) != got->n)
+        return false;
+    for (k = 0; k < got->n; k++)
+        if (json_integer_value(json_array_get(want, k)) != got->v[k])
+            return false;
+    return true;
 }
 
 /* ---- part 2: llama.cpp's test vectors ---- */
@@ -713,7 +735,7 @@ vocab_vectors(const char *gguf_path, int *n_vocabs)
     }
     fprintf(stderr, "vocab %-40s %zu/%zu cases pass (model %s, pre %s)\n",
             strrchr(gguf_path, '/') ? strrchr(gguf_path, '/') + 1 : gguf_path, n_pass, n_cases,
-            t.model == TOK_MODEL_SPM ? "llama" : "gpt2", t.pre);
+            t.model == TOK_MODEL_SPM ? "llama" : t.model == TOK_MODEL_WPM ? "bert" : "gpt2", t.pre);
     CHECK_EQ(n_pass, n_cases);
     tok_release(&t);
 done:
@@ -721,22 +743,48 @@ done:
     free(outf);
 }
 
-static void
-test_vectors(void)
+/* the llama.cpp models directory, or NULL (after a note; a failure in CI) */
+static const char *
+llamacpp_models(void)
 {
-    char dir[4096];
-    DIR *dp;
+    static char buf[4096];
+    const char *s = getenv("LLMKIT_LLAMACPP_MODELS");
+    char pat[4200];
+    glob_t gl;
+
+    if (s && *s)
+        return s;
+    snprintf(pat, sizeof(pat), "%s/llama.cpp-*/src/*/vendor/llama.cpp/models", cache_dir());
+    if (glob(pat, 0, NULL, &gl) == 0 && gl.gl_pathc > 0) {
+        snprintf(buf, sizeof(buf), "%s", gl.gl_pathv[gl.gl_pathc - 1]);
+        globfree(&gl);
+        return buf;
+    }
+    fprintf(stderr, "note: no llama.cpp sources under %s (scripts/build-llamacpp unpacks them): "
+            "their vocabulary tests skipped\n", cache_dir());
+    if (getenv("CI") && !strcmp(getenv("CI"), "true"))
+        CHECK(0);
+    return NULL;
+}
+
+static int
+cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* every ggml-vocab-*.gguf of dir that has .inp/.out */
+static int
+vectors_in(const char *dir)
+{
+    DIR *dp = opendir(dir);
     struct dirent *de;
     int n = 0;
     char **names = NULL;
     size_t nn = 0, i;
 
-    snprintf(dir, sizeof(dir), "%s/vocab", shared_dir());
-    dp = opendir(dir);
-    if (!dp) {
-        fprintf(stderr, "note: %s absent, llama.cpp test vectors skipped\n", dir);
-        return;
-    }
+    if (!dp)
+        return -1;
     while ((de = readdir(dp))) {
         size_t l = strlen(de->d_name);
 
@@ -747,14 +795,189 @@ test_vectors(void)
         }
     }
     closedir(dp);
+    if (nn)
+        qsort(names, nn, sizeof(*names), cmp_str);
     for (i = 0; i < nn; i++) {
         vocab_vectors(names[i], &n);
         free(names[i]);
     }
     free(names);
-    fprintf(stderr, "test vectors: %d vocabularies checked\n", n);
+    return n;
 }
 
+static int load_tok_path(const char *path, struct tokenizer *t);
+
+/* tests/golden/tokenizer/pre.json against the vocabularies of models/ */
+static void
+pre_golden(const char *models)
+{
+    static const char path[] = "tests/golden/tokenizer/pre.json";
+    json_t *root = NULL, *texts, *names, *bases, *e;
+    const char *bname;
+    struct diag d = {{0}};
+    size_t n_names = 0, n_ok = 0;
+
+    if (json_load_path(path, JSON_MAX_FILE, &root, &d) < 0) {
+        fprintf(stderr, "%s: %s\n", path, d.msg);
+        CHECK(0);
+        return;
+    }
+    texts = json_object_get(root, "texts");
+    names = json_object_get(root, "names");
+    bases = json_object_get(root, "bases");
+    CHECK(json_is_array(texts) && json_is_object(names) && json_is_object(bases));
+    json_object_foreach(bases, bname, e) {
+        const char *file = json_string_value(json_object_get(e, "file"));
+        char gpath[4600];
+        struct gguf g;
+        const char *nm;
+        json_t *ne;
+
+        snprintf(gpath, sizeof(gpath), "%s/%s", models, file ? file : "?");
+        if (gguf_open(&g, gpath, &d) < 0) {
+            fprintf(stderr, "%s: %s\n", gpath, d.msg);
+            CHECK(0);
+            continue;
+        }
+        json_object_foreach(names, nm, ne) {
+            json_t *ids = json_object_get(ne, "ids"), *want;
+            const char *same = json_string_value(json_object_get(ne, "same_as"));
+            struct tokenizer t;
+            size_t i, bad = 0;
+
+            if (strcmp(json_string_value(json_object_get(ne, "base")), bname))
+                continue;
+            if (!ids && same)
+                ids = json_object_get(json_object_get(names, same), "ids");
+            n_names++;
+            if (gguf_set_str(&g, "tokenizer.ggml.model", "gpt2") < 0 ||
+                gguf_set_str(&g, "tokenizer.ggml.pre", nm) < 0 || tok_load(&t, &g, &d) < 0) {
+                fprintf(stderr, "pre %s: %s\n", nm, d.msg);
+                CHECK(0);
+                continue;
+            }
+            CHECK(json_array_size(ids) == json_array_size(texts));
+            json_array_foreach(texts, i, e) {
+                struct tok_ids got = {0};
+                bool ok;
+
+                want = json_array_get(ids, i);
+                if (tok_encode(&t, json_string_value(e), json_string_length(e), true, false, &got,
+                               &d) < 0) {
+                    fprintf(stderr, "pre %s: %s\n", nm, d.msg);
+                    CHECK(0);
+                    continue;
+                }
+                ok = json_ids_equal(want, &got);
+                if (!ok) {
+                    if (!bad++)
+                        fprintf(stderr, "pre %s: text %zu (%.40s) differs\n", nm, i,
+                                json_string_value(e));
+                    CHECK(0);
+                }
+                tok_ids_release(&got);
+            }
+            n_ok += bad == 0;
+            tok_release(&t);
+        }
+        gguf_release(&g);
+    }
+    fprintf(stderr, "golden pre.json: %zu/%zu pre-tokenizer names match llama.cpp on %zu texts\n",
+            n_ok, n_names, json_array_size(texts));
+    CHECK(n_names > 0 && n_ok == n_names);
+    /* the vocabulary files without .inp/.out of their own */
+    json_object_foreach(json_object_get(root, "files"), bname, e) {
+        char gpath[4600];
+        struct tokenizer t;
+        json_t *ids = json_object_get(e, "ids"), *tx;
+        size_t i, bad = 0;
+
+        snprintf(gpath, sizeof(gpath), "%s/%s", models, bname);
+        if (load_tok_path(gpath, &t) < 0) {
+            CHECK(0);
+            continue;
+        }
+        json_array_foreach(texts, i, tx) {
+            struct tok_ids got = {0};
+            json_t *want = json_array_get(ids, i);
+            bool ok;
+
+            CHECK(tok_encode(&t, json_string_value(tx), json_string_length(tx), true, false, &got,
+                             &d) == 0);
+            ok = json_ids_equal(want, &got);
+            if (!ok && !bad++) {
+                fprintf(stderr, "%s: text %zu (%.40s) differs\n", bname, i, json_string_value(tx));
+                print_ids("got ", got.v, got.n);
+            }
+            CHECK(ok);
+            tok_ids_release(&got);
+        }
+        fprintf(stderr, "golden pre.json: %-32s %zu/%zu texts match llama.cpp (model %d)\n", bname,
+                json_array_size(texts) - bad, json_array_size(texts), (int)t.model);
+        tok_release(&t);
+    }
+    /* RWKV: gpt-2's token strings read as escaped byte strings */
+    e = json_object_get(root, "rwkv");
+    if (e) {
+        const char *file = json_string_value(json_object_get(e, "base"));
+        json_t *rt = json_object_get(e, "texts"), *ids = json_object_get(e, "ids"), *tx;
+        char gpath[4600];
+        struct gguf g;
+        struct tokenizer t;
+        size_t i, bad = 0;
+
+        snprintf(gpath, sizeof(gpath), "%s/%s", models, file ? file : "?");
+        CHECK(gguf_open(&g, gpath, &d) == 0);
+        CHECK(gguf_set_str(&g, "tokenizer.ggml.model", "rwkv") == 0 &&
+              gguf_set_u32(&g, "tokenizer.ggml.unknown_token_id", 0) == 0);
+        if (tok_load(&t, &g, &d) < 0) {
+            fprintf(stderr, "rwkv: %s\n", d.msg);
+            CHECK(0);
+        } else {
+            json_array_foreach(rt, i, tx) {
+                struct tok_ids got = {0};
+                json_t *want = json_array_get(ids, i);
+                bool ok;
+
+                CHECK(tok_encode(&t, json_string_value(tx), json_string_length(tx), true, false,
+                                 &got, &d) == 0);
+                ok = json_ids_equal(want, &got);
+                if (!ok && !bad++)
+                    fprintf(stderr, "rwkv: text %zu (%.40s) differs\n", i, json_string_value(tx));
+                CHECK(ok);
+                tok_ids_release(&got);
+            }
+            fprintf(stderr, "golden pre.json: rwkv %zu/%zu texts match llama.cpp\n",
+                    json_array_size(rt) - bad, json_array_size(rt));
+            tok_release(&t);
+        }
+        gguf_release(&g);
+    }
+    json_decref(root);
+}
+
+static void
+test_vectors(void)
+{
+    char dir[4096];
+    const char *models;
+    int n;
+
+    /* the six copied into the shared directory: always there in this project */
+    snprintf(dir, sizeof(dir), "%s/vocab", shared_dir());
+    n = vectors_in(dir);
+    if (n < 0)
+        fprintf(stderr, "note: %s absent, its llama.cpp test vectors skipped\n", dir);
+    else
+        fprintf(stderr, "test vectors: %d vocabularies of %s checked\n", n, dir);
+    models = llamacpp_models();
+    if (!models)
+        return;
+    n = vectors_in(models);
+    CHECK(n > 0);
+    fprintf(stderr, "test vectors: %d vocabularies of %s checked\n", n, models);
+    pre_golden(models);
+}
 
 /* ---- part 3: round trips on wikitext ---- */
 
@@ -960,20 +1183,15 @@ golden_file(const char *path)
         int pass;
 
         for (pass = 0; pass < 2 && text; pass++) {
-            json_t *want = json_object_get(c, pass ? "ids_special" : "ids"), *v;
+            json_t *want = json_object_get(c, pass ? "ids_special" : "ids");
             struct tok_ids got = {0};
-            size_t k;
             bool ok;
 
             if (!json_is_array(want))
                 continue;
             n++;
             CHECK(tok_encode(&t, text, tl, true, pass == 1, &got, &d) == 0);
-            ok = got.n == json_array_size(want);
-            json_array_foreach(want, k, v) {
-                if (ok && json_integer_value(v) != got.v[k])
-                    ok = false;
-            }
+            ok = json_ids_equal(want, &got);
             if (ok) {
                 n_ok++;
             } else {
@@ -1085,7 +1303,8 @@ test_real_models(void)
     while ((de = readdir(dp))) {
         size_t l = strlen(de->d_name);
 
-        if (l > 5 && !strcmp(de->d_name + l - 5, ".json")) {
+        /* pre.json is part 2's */
+        if (l > 5 && !strcmp(de->d_name + l - 5, ".json") && strcmp(de->d_name, "pre.json")) {
             snprintf(path, sizeof(path), "tests/golden/tokenizer/%s", de->d_name);
             golden_file(path);
         }
