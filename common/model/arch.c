@@ -279,7 +279,7 @@ static const struct arch arch_table[] = {
      * NeoX rope (so no Q/K permutation when converting) */
     { ARCH_ID_QWEN2, "qwen2", ARCH_RECIPE_LLAMA, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
       false, true, qwen2_tensors, true },
-    { ARCH_ID_QWEN3, "qwen3", ARCH_RECIPE_LLAMA, 0, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
+    { ARCH_ID_QWEN3, "qwen3", ARCH_RECIPE_LLAMA, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
       false, false, qwen3_tensors, true },
     /* sliding windows: llama.cpp's set_swa_pattern(2) and (6), every n-th
      * layer global; gemma2 is known for kvstat only (not run or converted),
