@@ -36,13 +36,9 @@ setup_file() {
 # could not be built as the golden's
 need_fixture() {
     local f="$FIX/$2-tiny.gguf"
-    if [ "$(sha256sum "$f" 2>/dev/null | cut -d' ' -f1)" != "$(jq -r .model.sha256 "$GOLD/$2-tiny.json")" ]; then
-        if [ "${CI:-}" = true ]; then
-            echo "no $f as the golden's (scripts/pyenv, scripts/build-llamacpp, scripts/mkfixture-arch)" >&2
-            return 1
-        fi
-        skip "no $2 fixture (needs scripts/pyenv's venv and the llama.cpp source of scripts/build-llamacpp)"
-    fi
+    [ "$(sha256sum "$f" 2>/dev/null | cut -d' ' -f1)" = "$(jq -r .model.sha256 "$GOLD/$2-tiny.json")" ] ||
+        missing_input "no $2 fixture as the golden's (scripts/mkfixture-arch needs scripts/pyenv's venv and the llama.cpp source of scripts/build-llamacpp)" ||
+        return 1
     printf -v "$1" '%s' "$f"
 }
 
@@ -162,10 +158,9 @@ PY
     local a f py="$LLMKIT_CACHE/venv/bin/python"
     for a in qwen2 qwen3; do
         f="$FIX/$a-tiny-f16.gguf"
-        if [ ! -f "$f" ] || ! "$py" -c 'import gguf, safetensors, tokenizers' 2>/dev/null; then
-            [ "${CI:-}" != true ] || { echo "no $f or no venv (scripts/pyenv)"; return 1; }
-            skip "no $a F16 fixture or no venv (scripts/pyenv)"
-        fi
+        { [ -f "$f" ] && "$py" -c 'import gguf, safetensors, tokenizers' 2>/dev/null; } ||
+            missing_input "no $a F16 fixture or no venv (scripts/pyenv, scripts/mkfixture-arch --f16)" ||
+            return 1
         rm -rf "$BATS_TEST_TMPDIR/hf"
         run -0 --separate-stderr convert "$f" "$BATS_TEST_TMPDIR/hf"
         [ "$(jq -r '.architectures[0]' "$BATS_TEST_TMPDIR/hf/config.json")" = "${a^}ForCausalLM" ]
