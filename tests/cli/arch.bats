@@ -131,7 +131,39 @@ arch_case() {
     done
 }
 
-@test "qwen chat template: ChatML as llama.cpp applies it, <|im_end|> ends generation" {
+@test "qwen2: <|im_end|> (not the eos id) ends generation, as llama.cpp's end-of-generation set has it" {
+    local m py="$LLMKIT_CACHE/venv/bin/python" g="$GOLD/qwen2-tiny.json"
+    need_fixture m qwen2
+    # a copy whose LM head row of <|im_end|> (151645) is that of the 6th
+    # golden token with its block scales doubled: <|im_end|> wins a step
+    "$py" - "$m" "$BATS_TEST_TMPDIR/eog.gguf" "$(jq '.tokens[5]' "$g")" <<'PY'
+import sys, shutil
+import numpy as np
+from gguf import GGUFReader
+src, dst, tok = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t = next(t for t in GGUFReader(src).tensors if t.name == "output.weight")
+row = t.n_bytes // int(t.shape[1])                       # Q8_0: 34 bytes per 32 values
+shutil.copyfile(src, dst)
+with open(dst, "r+b") as f:
+    f.seek(t.data_offset + tok * row)
+    b = bytearray(f.read(row))
+    for i in range(0, row, 34):                          # f16 scale, 32 x int8
+        b[i:i + 2] = (np.frombuffer(bytes(b[i:i + 2]), np.float16) * 2).tobytes()
+    f.seek(t.data_offset + 151645 * row)
+    f.write(b)
+PY
+    run -0 --separate-stderr generate -m "$BATS_TEST_TMPDIR/eog.gguf" -p "$(jq -r .prompt "$g")" \
+        --temp 0 -n 40 --ignore-eos --ctx 512 -t 2 --json
+    local all=$output k
+    k=$(jq '.tokens | index(151645)' <<<"$all")
+    [ "$k" != null ]
+    run -0 --separate-stderr generate -m "$BATS_TEST_TMPDIR/eog.gguf" -p "$(jq -r .prompt "$g")" \
+        --temp 0 -n 40 --ctx 512 -t 2 --json
+    [ "$(jq -r .finish_reason <<<"$output")" = stop ]
+    [ "$(jq -c .tokens <<<"$output")" = "$(jq -c ".tokens[0:$k]" <<<"$all")" ]
+}
+
+@test "qwen chat template: ChatML prompt tokens as llama.cpp builds them, the template recognised" {
     local m
     need_fixture m qwen3
     run -0 --separate-stderr generate -m "$m" --chat --system "Be brief." -p "Hi" -n 1 --temp 0 --json
