@@ -298,19 +298,18 @@ spec_accept_len(const struct generate_report *r)
     return r->spec_passes ? (double)(r->spec_accepted + r->spec_passes) / (double)r->spec_passes : 0;
 }
 
-/* The k largest of n logits, largest first (the lower id first among equal
- * values, as greedy sampling breaks ties): ids into id[k], values into v[k]. */
+/* The k <= n largest of n logits, largest first (the lower id first among
+ * equal values, as greedy sampling breaks ties): ids into id[k], values into
+ * v[k]. */
 static void
 top_logits(const float *logits, int64_t n, int k, int32_t *id, float *v)
 {
-    int m = 0;
+    int m = 0, j;
 
     for (int64_t t = 0; t < n; t++) {
-        int j = m < k ? m++ : k;
-        if (j == k && !(logits[t] > v[k - 1]))
+        if (m == k && !(logits[t] > v[k - 1]))
             continue;
-        if (j == k)
-            j = k - 1;
+        j = m < k ? m++ : k - 1;
         for (; j > 0 && logits[t] > v[j - 1]; j--) {
             id[j] = id[j - 1];
             v[j] = v[j - 1];
@@ -493,7 +492,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     float *logits = NULL;
     int32_t *hist = NULL, *gen, *draft = NULL, *top_id = NULL, seq = -1;
     float *top_v = NULL;
-    const int top_k = o->json ? o->top_logits : 0;
+    const int top_k = !o->json ? 0 : o->top_logits < n_vocab ? o->top_logits : (int)n_vocab;
     const bool spec = !g->plain && (o->lookup || g->dm), spec_auto = spec && o->spec_tokens == 0;
     const int width = g->dm ? o->spec_width : 1;
     /* draft levels at most, and draft tokens at most */

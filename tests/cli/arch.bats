@@ -208,3 +208,15 @@ PY
         "$py" "$TOP/tests/cli/lib/gguf_equiv.py" "$f" "$BATS_TEST_TMPDIR/back.gguf"
     done
 }
+
+@test "--top-logits: needs --json and a prompt, 1..64, largest first, the first the greedy token" {
+    local m="$TOP/tests/fixtures/tiny-llama-f32.gguf"
+    run -2 --separate-stderr generate -m "$m" -p hi -n 1 --top-logits 4
+    [[ "$stderr" == *"--top-logits needs --json"* ]]
+    run -2 --separate-stderr generate -m "$m" -p hi -n 1 --json --top-logits 65
+    run -2 --separate-stderr generate -m "$m" --perplexity /dev/null --json --top-logits 4
+    run -0 --separate-stderr generate -m "$m" -p hi -n 3 --temp 0 --json --top-logits 64
+    # sorted, the first the greedy token, 64 distinct ids per step
+    jq -e '[.top_logits[] | (map(.[1]) | . == (sort | reverse)) and (map(.[0]) | unique | length) == 64] | all' <<<"$output"
+    jq -e '[.tokens, [.top_logits[][0][0]]] | .[0] == .[1]' <<<"$output"
+}
