@@ -172,7 +172,11 @@ typedef void (*ops_gelu_mul_fn)(float *y, const float *gate, const float *up, in
  * partials the same way, with the same bits.  q8_0 caches are never split
  * (nor are they in llama.cpp).
  */
-#define ATTN_SPLIT_MIN 512      /* n_kv from which a step's KV is split (llama.cpp's) */
+/* llama.cpp pads its KV view to a multiple of 256 slots (llama_kv_cache::
+ * get_n_kv) and splits a one-row step when the padded view has 512 or more
+ * (ggml_compute_forward_flash_attn_ext_f16): from 257 used slots on, with a
+ * context of 512 or more; its 2 threads then take chunks of 256. */
+#define ATTN_SPLIT_MIN 257      /* n_kv from which a step's KV is split */
 #define ATTN_SPLIT_KV 256       /* slots per chunk */
 struct attn_args {
     const float *q;             /* [n_q][head_dim] */

@@ -27,14 +27,16 @@
  *       tokens N ID...
  *   chat ADD_ASSISTANT ROLE:HEX...
  *       prompt HEX   (llama_chat_apply_template with the model's template)
- *   generate N_PREDICT HEX
+ *   generate N_PREDICT HEX [TOP_K [IGNORE_EOG]]
  *       Tokenizes HEX (add_special and parse_special on), decodes the whole
  *       prompt as one batch in a cleared context, then greedily appends up to
  *       N_PREDICT tokens (argmax of the logits, lowest id on ties), stopping
- *       after an end-of-generation token.
+ *       after an end-of-generation token unless IGNORE_EOG is 1.
  *       prompt_tokens N ID... / tokens N ID... / pieces HEX... (one per
  *       generated token, special tokens rendered) / margins M... (top-1 minus
- *       top-2 logit per step) / stop eog|length
+ *       top-2 logit per step) / stop eog|length; with TOP_K (1..64) also
+ *       top ID:LOGIT,... per step (the TOP_K largest logits, largest first,
+ *       lower id first among equals, %.9g)
  *
  * Errors: a line "error MESSAGE" instead of the answer (the driver stops);
  * exit status 1 on a fatal error (model not loadable, decode failure).
@@ -314,15 +316,35 @@ decode_run(const struct drv *d, const llama_token *t, int n, int pos)
     return rc;
 }
 
+/* The k largest of n logits, largest first, the lower id first among
+ * equal values. */
+static void
+top_logits(const float *logits, int n, int k, llama_token *id, float *v)
+{
+    int m = 0, t, j;
+
+    for (t = 0; t < n; t++) {
+        if (m == k && !(logits[t] > v[k - 1]))
+            continue;
+        j = m < k ? m++ : k - 1;
+        for (; j > 0 && logits[t] > v[j - 1]; j--) {
+            id[j] = id[j - 1];
+            v[j] = v[j - 1];
+        }
+        id[j] = t;
+        v[j] = logits[t];
+    }
+}
+
 static int
 do_generate(const struct drv *d, const char *args)
 {
     int n_predict, consumed = 0, n_prompt, n_vocab = llama_vocab_n_tokens(d->vocab);
-    int n_gen = 0, i, eog = 0;
+    int n_gen = 0, i, eog = 0, top_k = 0, ignore_eog = 0;
     size_t len;
     char *text;
-    llama_token *prompt, *gen;
-    float *margin;
+    llama_token *prompt, *gen, *top_id = NULL;
+    float *margin, *top_v = NULL;
 
     if (sscanf(args, "%d %n", &n_predict, &consumed) != 1 || consumed == 0 ||
         n_predict < 1) {
@@ -335,6 +357,11 @@ do_generate(const struct drv *d, const char *args)
         puts("error bad hex");
         return -1;
     }
+    if (sscanf(args, " %d %d", &top_k, &ignore_eog) >= 1 && (top_k < 1 || top_k > 64)) {
+        puts("error TOP_K wants 1..64");
+        free(text);
+        return -1;
+    }
     prompt = drv_tokenize(d, text, len, 1, 1, &n_prompt);
     free(text);
     if (!prompt || n_prompt < 1 || n_prompt + n_predict > d->n_ctx) {
@@ -344,7 +371,11 @@ do_generate(const struct drv *d, const char *args)
     }
     gen = malloc((size_t)n_predict * sizeof *gen);
     margin = malloc((size_t)n_predict * sizeof *margin);
-    if (!gen || !margin) {
+    if (top_k > 0) {
+        top_id = malloc((size_t)n_predict * (size_t)top_k * sizeof *top_id);
+        top_v = malloc((size_t)n_predict * (size_t)top_k * sizeof *top_v);
+    }
+    if (!gen || !margin || (top_k > 0 && (!top_id || !top_v))) {
         fprintf(stderr, "llamacpp-tokens: out of memory\n");
         exit(1);
     }
@@ -367,8 +398,10 @@ do_generate(const struct drv *d, const char *args)
         }
         gen[n_gen] = best;
         margin[n_gen] = logits[best] - logits[second];
+        if (top_k > 0)
+            top_logits(logits, n_vocab, top_k, top_id + n_gen * top_k, top_v + n_gen * top_k);
         n_gen++;
-        if (llama_vocab_is_eog(d->vocab, best)) {
+        if (!ignore_eog && llama_vocab_is_eog(d->vocab, best)) {
             eog = 1;
             break;
         }
@@ -397,6 +430,18 @@ do_generate(const struct drv *d, const char *args)
     for (i = 0; i < n_gen; i++)
         printf(" %.4f", margin[i]);
     printf("\nstop %s\n", eog ? "eog" : "length");
+    if (top_k > 0) {
+        fputs("top", stdout);
+        for (i = 0; i < n_gen; i++) {
+            int j;
+            for (j = 0; j < top_k; j++)
+                printf("%c%d:%.9g", j ? ',' : ' ', top_id[i * top_k + j],
+                       (double)top_v[i * top_k + j]);
+        }
+        putchar('\n');
+    }
+    free(top_id);
+    free(top_v);
     free(prompt);
     free(gen);
     free(margin);

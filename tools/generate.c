@@ -175,6 +175,7 @@ main(int argc, char **argv)
         case OPT_IGNORE_EOS: o.ignore_eos = true; break;
         case 'h': cli_exit_help(help_text, usage_line);
         case OPT_JSON: o.json = true; break;
+        case OPT_TOP_LOGITS: o.top_logits = (int)cli_parse_i64(optarg, 1, 64, "--top-logits", false); break;
         case OPT_KERNEL:
             if (!compute_kernel_available(optarg))
                 usage_error(usage_line, "--kernel: unknown or unavailable kernel '%s'", optarg);
@@ -276,6 +277,7 @@ main(int argc, char **argv)
         { o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n),
           "--perplexity takes no prompt, --chat or -n" },
         { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
+        { o.top_logits && (!o.json || o.perplexity), "--top-logits needs --json and a prompt" },
         { have_spec && !o.lookup && !o.draft, "--spec-tokens and --spec-compare need "
           "--lookup or --draft" },
         { have_ngram && !o.lookup, "--lookup-ngram needs --lookup" },

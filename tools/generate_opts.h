@@ -15,7 +15,7 @@ static const char usage_line[] =
     "                [--seed n] [-t n] [--oversubscribe] [--ctx n] [--kv-mem size]\n"
     "                [--kernel name] [--device name] [--lookup [--lookup-ngram n] |\n"
     "                --draft model [--spec-depth n] [--spec-width n] [--draft-p-min p]]\n"
-    "                [--spec-tokens n|auto] [--spec-compare] [--json]\n"
+    "                [--spec-tokens n|auto] [--spec-compare] [--json [--top-logits n]]\n"
     "       generate [-hqVv] -m model --batch [file | -] [-o file] [--force] [-n n]\n"
     "                [--max-seqs n] [--max-batch-tokens n] [--kv-mem size] [--block-size n]\n"
     "                [--kv-type type] [--schedule policy] [--preempt mode] [--no-prefix-cache]\n"
@@ -35,7 +35,7 @@ static const char help_text[] =
     "generate - text generation and perplexity with a GGUF model\n"
     "\n"
     "Input:\n"
-    "  -m, --model FILE        GGUF model (llama architecture)\n"
+    "  -m, --model FILE        GGUF model (llama, qwen2, qwen3, gemma3)\n"
     "  -p, --prompt TEXT       the prompt\n"
     "  -f, --file FILE         read the prompt from FILE (- = stdin; default: stdin)\n"
     "      --chat              wrap the prompt in the model's chat template\n"
@@ -136,6 +136,8 @@ static const char help_text[] =
     "  -o, --output FILE       write to FILE atomically (default stdout, streamed)\n"
     "      --force             replace an existing output FILE\n"
     "      --json              one JSON object, schema generate/1\n"
+    "      --top-logits N      --json: also the N largest raw logits (1..64) of the step\n"
+    "                          that chose each generated token, as [id, logit] pairs\n"
     "  -q, --quiet             no statistics, warnings or progress on stderr\n"
     "  -v, --verbose           more messages\n"
     "  -h, --help              this help\n"
@@ -146,7 +148,7 @@ enum {
     OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
     OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL, OPT_DEVICE, OPT_LOOKUP,
     OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS, OPT_DRAFT, OPT_SPEC_DEPTH, OPT_SPEC_WIDTH, OPT_DRAFT_P_MIN,
-    OPT_SPEC_COMPARE, OPT_MERGE,
+    OPT_SPEC_COMPARE, OPT_MERGE, OPT_TOP_LOGITS,
     /* the options that need --batch, together */
     OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
     OPT_MAX_SEQS, OPT_NO_PREFIX_CACHE, OPT_PREEMPT, OPT_RESUME, OPT_SHARD, OPT_SHARD_BY,
@@ -208,6 +210,7 @@ static const struct option longopts[] = {
     { "temp", required_argument, NULL, OPT_TEMP },
     { "threads", required_argument, NULL, 't' },
     { "top-k", required_argument, NULL, OPT_TOP_K },
+    { "top-logits", required_argument, NULL, OPT_TOP_LOGITS },
     { "top-p", required_argument, NULL, OPT_TOP_P },
     { "verbose", no_argument, NULL, 'v' },
     { "version", no_argument, NULL, 'V' },

@@ -125,6 +125,7 @@ const char *hf_special_key(enum hf_special s);
 enum hf_arch {
     HF_ARCH_LLAMA = 0,   /* LlamaForCausalLM, MistralForCausalLM */
     HF_ARCH_QWEN2 = 1,   /* Qwen2ForCausalLM */
+    HF_ARCH_QWEN3 = 2,   /* Qwen3ForCausalLM */
 };
 
 enum hf_rope_type {
@@ -148,7 +149,7 @@ struct hf_rope {
  * (> 0, fit in u32, within the HF_MAX_* bounds, heads divide evenly). */
 struct hf_config {
     enum hf_arch arch;
-    const char *arch_name;      /* GGUF architecture: "llama" or "qwen2" (static string) */
+    const char *arch_name;      /* GGUF architecture: "llama", "qwen2" or "qwen3" (static string) */
     char hf_arch[64];           /* architectures[0] ("LlamaForCausalLM" ...) */
     int64_t n_vocab;            /* vocab_size; 0 when absent */
     int64_t n_ctx;              /* max_position_embeddings (or an alias); 0 when absent */
@@ -200,7 +201,7 @@ int hf_config_to_gguf(struct gguf *g, const struct hf_config *c, uint32_t file_t
                       struct diag *d);
 
 /* hf_config_from_gguf() : the inverse: reads general.architecture ("llama"
- * or "qwen2") and the {arch}.* keys; n_vocab = number of tokens (else
+ * "qwen2" or "qwen3") and the {arch}.* keys; n_vocab = number of tokens (else
  * token_embd.weight ne[1]); tie_word_embeddings = no output.weight tensor;
  * special ids from tokenizer.ggml.*_token_id.  A rope_freqs.weight tensor
  * (F32, readable through gguf_tensor_bytes) is matched against llama3

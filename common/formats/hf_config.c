@@ -106,6 +106,14 @@ cfg_bool(const json_t *o, const char *key, bool *out, struct diag *d)
     return rc;
 }
 
+/* The converter's view of a table architecture. */
+static enum hf_arch
+hf_arch_of(enum arch_id id)
+{
+    return id == ARCH_ID_QWEN2 ? HF_ARCH_QWEN2 : id == ARCH_ID_QWEN3 ? HF_ARCH_QWEN3
+                                                                     : HF_ARCH_LLAMA;
+}
+
 /* The table's architecture of a config.json (architectures[0], else
  * model_type), which must be one the converter handles.  Unprefixed
  * messages. */
@@ -124,7 +132,7 @@ config_arch(struct hf_config *c, const struct arch_hparams *hp, struct diag *d)
                             hp->model_type);
         snprintf(c->hf_arch, sizeof(c->hf_arch), "%s", hp->hf->hf_class);
     }
-    c->arch = hp->arch->id == ARCH_ID_QWEN2 ? HF_ARCH_QWEN2 : HF_ARCH_LLAMA;
+    c->arch = hf_arch_of(hp->arch->id);
     c->arch_name = hp->arch->name;
     c->permute_qk = hp->arch->hf_permute_qk;
     c->attn_bias = hp->arch->hf_attn_bias;
@@ -259,7 +267,8 @@ hf_config_from_json(struct hf_config *c, const json_t *root, struct diag *d)
 
     if ((rc = cfg_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, d)) < 0)
         return rc;
-    if (c->arch == HF_ARCH_LLAMA &&
+    /* qwen2 always has q/k/v biases; llama and qwen3 say so */
+    if (c->arch != HF_ARCH_QWEN2 &&
         (rc = cfg_bool(root, "attention_bias", &c->attn_bias, d)) < 0)
         return rc;
     if ((rc = parse_rope(c, root, d)) < 0)
@@ -418,7 +427,7 @@ hf_config_from_gguf(struct hf_config *c, struct gguf *g, struct diag *d)
     if (!hp.arch || !(hp.arch->flags & ARCH_F_CONVERT) || !(cls = arch_hf_of(hp.arch->id)))
         return diag_set(d, ST_FORMAT, "architecture '%.64s' cannot be written as a HF llama model",
                         hp.name);
-    c->arch = hp.arch->id == ARCH_ID_QWEN2 ? HF_ARCH_QWEN2 : HF_ARCH_LLAMA;
+    c->arch = hf_arch_of(hp.arch->id);
     c->arch_name = hp.arch->name;
     snprintf(c->hf_arch, sizeof(c->hf_arch), "%s", cls->hf_class);
     c->permute_qk = hp.arch->hf_permute_qk;
@@ -635,8 +644,9 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
                   struct diag *d)
 {
     json_t *o = json_object(), *rs = NULL;
-    bool llama = c->arch != HF_ARCH_QWEN2;
-    const struct arch_hf *cls = arch_hf_of(llama ? ARCH_ID_LLAMA : ARCH_ID_QWEN2);
+    bool llama = c->arch == HF_ARCH_LLAMA;
+    const struct arch_hf *cls = arch_hf_of(c->arch == HF_ARCH_QWEN3 ? ARCH_ID_QWEN3
+                                           : llama ? ARCH_ID_LLAMA : ARCH_ID_QWEN2);
     int rc = 0, i;
 
     *out = NULL;
@@ -654,7 +664,8 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
         snprintf(key, sizeof(key), "%s_token_id", special_names[i]);
         rc |= jset(o, key, json_integer(c->special[i]));
     }
-    if (c->has_head_dim)
+    /* Qwen3Config's head_dim defaults to 128, not hidden_size / heads */
+    if (c->has_head_dim || c->arch == HF_ARCH_QWEN3)
         rc |= jset(o, HFK(ARCH_HP_KEY_LENGTH), json_integer(c->head_dim));
     rc |= jset(o, "hidden_act", json_string("silu"));
     rc |= jset(o, HFK(ARCH_HP_EMBEDDING_LENGTH), json_integer(c->n_embd));

@@ -106,6 +106,8 @@ kv_model_release(struct kv_model *m)
         return;
     free(m->layer_kv_heads);
     m->layer_kv_heads = NULL;
+    free(m->layer_window);
+    m->layer_window = NULL;
 }
 
 static int
@@ -137,6 +139,10 @@ kv_model_check(const struct kv_model *m, struct diag *d)
     if (!in_range(m->sliding_window, 0, KV_MAX_LEN) || !in_range(m->n_swa_layers, 0, m->n_layers))
         return diag_set(d, ST_FORMAT, "sliding window %lld over %lld layers out of range",
                         (long long)m->sliding_window, (long long)m->n_swa_layers);
+    for (i = 0; m->layer_window && i < m->n_layers; i++)
+        if (!in_range(m->layer_window[i], 0, KV_MAX_LEN))
+            return diag_set(d, ST_FORMAT, "layer %lld: sliding window %lld out of range",
+                            (long long)i, (long long)m->layer_window[i]);
     if (m->kv_lora_rank != 0 || m->rope_dim != 0) {
         if (!in_range(m->kv_lora_rank, 1, KV_MAX_RANK))
             return diag_set(d, ST_FORMAT, "kv_lora_rank %lld out of range [1, %d]",
@@ -235,6 +241,15 @@ kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, struct 
     m->n_ctx_train = hp->n_ctx_train > KV_MAX_LEN ? KV_MAX_LEN : hp->n_ctx_train;
     m->sliding_window = hp->sliding_window > 0 ? hp->sliding_window : 0;
     m->n_swa_layers = m->sliding_window ? hp->n_swa_layers : 0;
+    free(m->layer_window);
+    m->layer_window = NULL;
+    if (m->sliding_window > 0 && m->sliding_window <= KV_MAX_LEN && m->n_layers > 0 &&
+        m->n_layers <= KV_MAX_LAYERS) {
+        if (!(m->layer_window = calloc((size_t)m->n_layers, sizeof(*m->layer_window))))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        for (int64_t il = 0; il < m->n_layers; il++)
+            m->layer_window[il] = arch_swa_layer(hp, il) ? m->sliding_window : 0;
+    }
     return kv_model_check(m, d);
 }
 
@@ -284,6 +299,47 @@ kv_bytes_per_token(const struct kv_model *m, enum kv_dtype t)
         return m->n_layers * layer_bytes(t, m->n_kv_heads, m->head_dim_k, m->head_dim_v);
     for (i = 0; i < m->n_layers; i++)
         sum += layer_bytes(t, m->layer_kv_heads[i], m->head_dim_k, m->head_dim_v);
+    return sum;
+}
+
+int64_t
+kv_seq_tokens(const struct kv_model *m, int64_t il, int64_t len, int64_t block_size)
+{
+    int64_t w = m->layer_window && il >= 0 && il < m->n_layers ? m->layer_window[il] : 0;
+    int64_t first;
+
+    if (len <= 0)
+        return 0;
+    if (block_size <= 0)
+        return w > 0 && w < len ? w : len;
+    if (w <= 0 || w >= len)
+        return kv_blocks_for(len, block_size) * block_size;
+    /* the window holds tokens len - w .. len - 1 */
+    first = (len - w) / block_size;
+    return ((len - 1) / block_size - first + 1) * block_size;
+}
+
+int64_t
+kv_seq_bytes(const struct kv_model *m, enum kv_dtype t, int64_t len, int64_t block_size)
+{
+    int64_t il, sum = 0, row, b;
+
+    if (!kv_dtype_get(t))
+        return -1;
+    if (!m->layer_window)
+        return kv_mul(kv_bytes_per_token(m, t), block_size > 0
+                      ? kv_blocks_for(len, block_size) * block_size : (len > 0 ? len : 0));
+    for (il = 0; il < m->n_layers; il++) {
+        if (m->kv_lora_rank > 0)
+            row = kv_row_bytes(t, m->kv_lora_rank + m->rope_dim);
+        else
+            row = layer_bytes(t, m->layer_kv_heads ? m->layer_kv_heads[il] : m->n_kv_heads,
+                              m->head_dim_k, m->head_dim_v);
+        b = kv_mul(row, kv_seq_tokens(m, il, len, block_size));
+        if (b < 0 || sum > INT64_MAX - b)
+            return -1;
+        sum += b;
+    }
     return sum;
 }
 
@@ -393,6 +449,39 @@ kv_fit_ctx(int64_t budget, int64_t bytes_per_token, int64_t batch, int64_t block
     if (budget <= 0 || block_bytes <= 0 || batch <= 0)
         return 0;
     return kv_mul(budget / block_bytes / batch, block_size);
+}
+
+int64_t
+kv_fit_seqs_model(const struct kv_model *m, enum kv_dtype t, int64_t budget, int64_t ctx,
+                  int64_t block_size)
+{
+    int64_t per_seq = kv_seq_bytes(m, t, ctx, block_size);
+
+    if (budget <= 0 || per_seq <= 0 || block_size <= 0)
+        return 0;
+    return budget / per_seq;
+}
+
+int64_t
+kv_fit_ctx_model(const struct kv_model *m, enum kv_dtype t, int64_t budget, int64_t batch,
+                 int64_t block_size)
+{
+    int64_t lo = 0, hi, mid, b;
+
+    if (budget <= 0 || batch <= 0 || block_size <= 0)
+        return 0;
+    /* blocks per sequence: the cost grows with them (a window layer's
+     * stops growing), so the largest count that fits is found by bisection */
+    hi = KV_MAX_LEN / block_size;
+    while (lo < hi) {
+        mid = lo + (hi - lo + 1) / 2;
+        b = kv_mul(kv_seq_bytes(m, t, mid * block_size, block_size), batch);
+        if (b >= 0 && b <= budget)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo * block_size;
 }
 
 /* ---- workloads ---- */

@@ -94,15 +94,18 @@ struct kv_model {
     int64_t kv_lora_rank;    /* MLA latent size d_c; 0 = not MLA */
     int64_t rope_dim;        /* MLA decoupled RoPE key size d_h^R */
     int64_t n_ctx_train;     /* trained context, 0 = unknown */
-    int64_t sliding_window;  /* tokens, 0 = none (noted, not applied) */
+    int64_t sliding_window;  /* tokens, 0 = none */
     int64_t n_swa_layers;    /* layers that use the window */
     int64_t *layer_kv_heads; /* per-layer K/V heads (n_layers), or NULL = uniform; owned */
+    int64_t *layer_window;   /* per-layer window in tokens, 0 = the whole context (n_layers),
+                              * or NULL = every layer keeps the whole context; owned */
 };
 
 /* kv_model_init() : zeroes m. */
 void kv_model_init(struct kv_model *m);
 
-/* kv_model_release() : frees layer_kv_heads; m may be reused after init. */
+/* kv_model_release() : frees layer_kv_heads and layer_window; m may be
+ * reused after init. */
 void kv_model_release(struct kv_model *m);
 
 /* kv_model_check() : validates every dimension against the limits above and
@@ -121,11 +124,28 @@ int kv_model_check(const struct kv_model *m, struct diag *d);
  * (kv_lora_rank > 0) needs the RoPE key size (rope.dimension_count,
  * qk_rope_head_dim); its MHA equivalent uses the V head size
  * (value_length_mla, v_head_dim, else qk_nope_head_dim) for K and V and one
- * K/V head per query head.  The context is capped at KV_MAX_LEN; the sliding
- * window is hp's.  m must be initialised (name and arch are left alone); it
+ * K/V head per query head.  The context is capped at KV_MAX_LEN.  A sliding
+ * window (attention.sliding_window and its layer pattern, or config.json's
+ * sliding_window with layer_types, sliding_window_pattern or the family's
+ * period: arch_swa_layer) goes into layer_window, one entry per layer.
+ * m must be initialised (name and arch are left alone); it
  * is checked with kv_model_check().  0, -ST_FORMAT naming the key as the
  * file spells it, -ST_NOMEM. */
 int kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, struct diag *d);
+
+/* kv_seq_tokens() : the tokens layer il of m keeps for a sequence of len
+ * tokens: len, or in a sliding-window layer of window w the last min(len, w);
+ * with block_size > 0 counted in whole blocks of a paged pool, where a
+ * window layer frees the blocks wholly before its window (vLLM's sliding
+ * window): blocks(len) * block_size for a full layer, and for a window
+ * layer the blocks from the one holding token len - w to the last. */
+int64_t kv_seq_tokens(const struct kv_model *m, int64_t il, int64_t len, int64_t block_size);
+
+/* kv_seq_bytes() : bytes one sequence of len tokens holds in dtype t over all
+ * layers (kv_seq_tokens of each times its row bytes); -1 on overflow or a
+ * bad dtype.  Without sliding windows: len (rounded up to whole blocks when
+ * block_size > 0) * kv_bytes_per_token. */
+int64_t kv_seq_bytes(const struct kv_model *m, enum kv_dtype t, int64_t len, int64_t block_size);
 
 /* kv_model_attn() : the attention kind m describes. */
 enum kv_attn kv_model_attn(const struct kv_model *m);
@@ -181,6 +201,16 @@ int64_t kv_fit_seqs(int64_t budget, int64_t bytes_per_token, int64_t ctx, int64_
 /* kv_fit_ctx() : the longest context (a multiple of block_size) that batch
  * sequences can each hold in budget bytes; 0 when none. */
 int64_t kv_fit_ctx(int64_t budget, int64_t bytes_per_token, int64_t batch, int64_t block_size);
+
+/* kv_fit_seqs_model() / kv_fit_ctx_model() : the same for model m in dtype
+ * t, its sliding-window layers keeping only their window's blocks
+ * (kv_seq_bytes with block_size): sequences of ctx tokens that fit, and the
+ * longest context (a multiple of block_size, at most KV_MAX_LEN) that batch
+ * sequences can each hold. */
+int64_t kv_fit_seqs_model(const struct kv_model *m, enum kv_dtype t, int64_t budget, int64_t ctx,
+                          int64_t block_size);
+int64_t kv_fit_ctx_model(const struct kv_model *m, enum kv_dtype t, int64_t budget, int64_t batch,
+                         int64_t block_size);
 
 /* ---- workloads: contiguous vs paged reservation ---- */
 

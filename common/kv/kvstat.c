@@ -1186,7 +1186,8 @@ model_record(const struct kvstat_opts *o, const struct model_in *mi, struct rec 
 {
     const struct kv_model *m = &mi->m;
     enum kv_attn a = kv_model_attn(m);
-    int64_t seq = kv_mul(mi->bpt, mi->ctx), batch = kv_mul(seq, o->batch);
+    /* a sliding-window layer keeps its window only (kvmodel.h kv_seq_bytes) */
+    int64_t seq = kv_seq_bytes(m, o->kv_type, mi->ctx, 0), batch = kv_mul(seq, o->batch);
     int64_t budget = kv_budget(o, mi);
 
     memset(r, 0, sizeof(*r));
@@ -1213,16 +1214,18 @@ model_record(const struct kvstat_opts *o, const struct model_in *mi, struct rec 
     rec_bytes(r, "bytes_per_token", mi->bpt);
     rec_int(r, "ctx", mi->ctx);
     rec_bytes(r, "bytes_per_seq", seq);
+    if (m->layer_window)
+        rec_bytes(r, "bytes_per_seq_no_window", kv_mul(mi->bpt, mi->ctx));
     rec_int(r, "batch", o->batch);
     rec_bytes(r, "bytes_per_batch", batch);
     rec_int(r, "block_size", o->block_size);
     if (budget >= 0) {
-        int64_t ms = kv_fit_seqs(budget, mi->bpt, mi->ctx, o->block_size);
+        int64_t ms = kv_fit_seqs_model(m, o->kv_type, budget, mi->ctx, o->block_size);
         rec_bytes(r, "mem", o->mem);
         rec_bytes(r, "weights", weights_of(o, mi));
         rec_bytes(r, "kv_budget", budget);
         rec_int(r, "max_seqs", ms);
-        rec_int(r, "max_ctx", kv_fit_ctx(budget, mi->bpt, o->batch, o->block_size));
+        rec_int(r, "max_ctx", kv_fit_ctx_model(m, o->kv_type, budget, o->batch, o->block_size));
         rec_bool(r, "fits", ms >= o->batch);
     } else {
         rec_null(r, "mem");
@@ -1514,11 +1517,11 @@ run_kvstat(const struct kvstat_opts *o, struct diag *d)
                        disp(mi->input));
         if (o->mem > 0 && kv_budget(o, mi) == 0)
             runcb_warn(&o->cb, "'%s': the weights take all of --mem", disp(mi->input));
-        if (mi->m.sliding_window > 0)
-            runcb_warn(&o->cb, "'%s': %lld of %lld layers use a %lld-token sliding window; figures "
-                       "assume every layer keeps the whole context", disp(mi->input),
-                       (long long)mi->m.n_swa_layers, (long long)mi->m.n_layers,
-                       (long long)mi->m.sliding_window);
+        if (mi->m.sliding_window > 0 && (o->compare || o->lengths || o->dist >= 0))
+            runcb_warn(&o->cb, "'%s': %lld of %lld layers use a %lld-token sliding window; the "
+                       "attention comparison and workload figures count every layer in full",
+                       disp(mi->input), (long long)mi->m.n_swa_layers,
+                       (long long)mi->m.n_layers, (long long)mi->m.sliding_window);
     }
     if (o->compare) {
         struct kv_variant v[KV_ATTN_COUNT];

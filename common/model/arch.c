@@ -152,6 +152,60 @@ static const struct arch_tensor llama_tensors[] = {
     { 0, NULL, NULL, 0, 0, 0 },
 };
 
+/* llama.cpp's LLM_ARCH_QWEN2 and LLM_ARCH_QWEN3 tensors (src/models/qwen2.cpp,
+ * qwen3.cpp: create_tensor_qkv with optional q/k/v biases, no output or FFN
+ * biases; llama.cpp refuses a file with tensors its loader does not take)
+ * and the HF Qwen2ForCausalLM / Qwen3ForCausalLM names.  Q and K are not
+ * permuted: both use NeoX RoPE, which rotates the halves HF's rotate_half
+ * does.  qwen3 adds the per-head RMSNorm of Q and K. */
+#define QWEN_TENSORS_TOP \
+    { ARCH_W_TOKEN_EMBD, "token_embd.weight", "model.embed_tokens.weight", \
+      ARCH_DIM_VOCAB, ARCH_DIM_EMBD, T_M | T_R }, \
+    { ARCH_W_OUTPUT_NORM, "output_norm.weight", "model.norm.weight", \
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_R }, \
+    { ARCH_W_OUTPUT, "output.weight", "lm_head.weight", \
+      ARCH_DIM_VOCAB, ARCH_DIM_EMBD, T_M }, \
+    { ARCH_W_ATTN_NORM, "attn_norm.weight", "input_layernorm.weight", \
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R }, \
+    { ARCH_W_ATTN_Q, "attn_q.weight", "self_attn.q_proj.weight", \
+      ARCH_DIM_Q, ARCH_DIM_EMBD, T_L | T_M | T_R }, \
+    { ARCH_W_ATTN_K, "attn_k.weight", "self_attn.k_proj.weight", \
+      ARCH_DIM_K, ARCH_DIM_EMBD, T_L | T_M | T_R }, \
+    { ARCH_W_ATTN_V, "attn_v.weight", "self_attn.v_proj.weight", \
+      ARCH_DIM_V, ARCH_DIM_EMBD, T_L | T_M | T_R }, \
+    { ARCH_W_ATTN_OUT, "attn_output.weight", "self_attn.o_proj.weight", \
+      ARCH_DIM_EMBD, ARCH_DIM_O, T_L | T_M | T_R }, \
+    { ARCH_W_ATTN_Q_BIAS, "attn_q.bias", "self_attn.q_proj.bias", \
+      ARCH_DIM_1, ARCH_DIM_Q, T_L }, \
+    { ARCH_W_ATTN_K_BIAS, "attn_k.bias", "self_attn.k_proj.bias", \
+      ARCH_DIM_1, ARCH_DIM_K, T_L }, \
+    { ARCH_W_ATTN_V_BIAS, "attn_v.bias", "self_attn.v_proj.bias", \
+      ARCH_DIM_1, ARCH_DIM_V, T_L }
+#define QWEN_TENSORS_FFN \
+    { ARCH_W_FFN_NORM, "ffn_norm.weight", "post_attention_layernorm.weight", \
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R }, \
+    { ARCH_W_FFN_GATE, "ffn_gate.weight", "mlp.gate_proj.weight", \
+      ARCH_DIM_FF, ARCH_DIM_EMBD, T_L | T_M | T_R }, \
+    { ARCH_W_FFN_UP, "ffn_up.weight", "mlp.up_proj.weight", \
+      ARCH_DIM_FF, ARCH_DIM_EMBD, T_L | T_M | T_R }, \
+    { ARCH_W_FFN_DOWN, "ffn_down.weight", "mlp.down_proj.weight", \
+      ARCH_DIM_EMBD, ARCH_DIM_FF, T_L | T_M | T_R }, \
+    { 0, NULL, NULL, 0, 0, 0 }
+
+static const struct arch_tensor qwen2_tensors[] = {
+    QWEN_TENSORS_TOP,
+    QWEN_TENSORS_FFN,
+};
+
+static const struct arch_tensor qwen3_tensors[] = {
+    QWEN_TENSORS_TOP,
+    { ARCH_W_ATTN_Q_NORM, "attn_q_norm.weight", "self_attn.q_norm.weight",
+      ARCH_DIM_1, ARCH_DIM_HEAD, T_L | T_R },
+    { ARCH_W_ATTN_K_NORM, "attn_k_norm.weight", "self_attn.k_norm.weight",
+      ARCH_DIM_1, ARCH_DIM_HEAD, T_L | T_R },
+    QWEN_TENSORS_FFN,
+};
+
 /* llama.cpp's LLM_ARCH_GEMMA3 tensors (llama-arch.cpp; src/models/gemma3.cpp
  * loads them) and the HF Gemma3ForCausalLM names.  llama.cpp's converter
  * stores the RMSNorm weights as 1 + w (Gemma multiplies by 1 + w), so they
@@ -220,17 +274,20 @@ static const struct arch_tensor gemma3_tensors[] = {
 
 static const struct arch arch_table[] = {
     { ARCH_ID_LLAMA, "llama", ARCH_RECIPE_LLAMA, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
-      true, false, llama_tensors },
-    /* converted (q/k/v biases, NeoX rope: no Q/K permutation), not run yet */
-    { ARCH_ID_QWEN2, "qwen2", ARCH_RECIPE_NONE, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
-      false, true, llama_tensors },
+      true, false, llama_tensors, false },
+    /* llama's graph with q/k/v biases (qwen2) or per-head QK norm (qwen3),
+     * NeoX rope (so no Q/K permutation when converting) */
+    { ARCH_ID_QWEN2, "qwen2", ARCH_RECIPE_LLAMA, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
+      false, true, qwen2_tensors, true },
+    { ARCH_ID_QWEN3, "qwen3", ARCH_RECIPE_LLAMA, ARCH_F_CONVERT, KEYS_LLAMA, REQ_GGUF, REQ_HF, 0,
+      false, false, qwen3_tensors, true },
     /* sliding windows: llama.cpp's set_swa_pattern(2) and (6), every n-th
      * layer global; gemma2 is known for kvstat only (not run or converted),
      * gemma3 runs (not converted yet) */
     { ARCH_ID_GEMMA2, "gemma2", ARCH_RECIPE_NONE, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 2,
-      false, false, NULL },
+      false, false, NULL, false },
     { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_GEMMA3, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
-      false, false, gemma3_tensors },
+      false, false, gemma3_tensors, true },
 };
 
 #define N_ARCH (sizeof(arch_table) / sizeof(arch_table[0]))
@@ -241,6 +298,7 @@ static const struct arch_hf hf_table[] = {
     { "LLaMAForCausalLM", NULL, ARCH_ID_LLAMA, 2048 },
     { "MistralForCausalLM", "mistral", ARCH_ID_LLAMA, 131072 },
     { "Qwen2ForCausalLM", "qwen2", ARCH_ID_QWEN2, 32768 },
+    { "Qwen3ForCausalLM", "qwen3", ARCH_ID_QWEN3, 32768 },
     { "Gemma2ForCausalLM", "gemma2", ARCH_ID_GEMMA2, 8192 },
     { "Gemma3ForCausalLM", "gemma3_text", ARCH_ID_GEMMA3, 131072 },
     { "Gemma3ForConditionalGeneration", "gemma3", ARCH_ID_GEMMA3, 131072 },

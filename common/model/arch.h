@@ -64,7 +64,8 @@
  * forward pass). */
 enum arch_recipe {
     ARCH_RECIPE_NONE = 0,       /* known to the table, not runnable (yet) */
-    ARCH_RECIPE_LLAMA = 1,      /* RMSNorm, RoPE, GQA/MQA, SwiGLU, optional q/k/v/o biases */
+    ARCH_RECIPE_LLAMA = 1,      /* RMSNorm, RoPE, GQA/MQA, SwiGLU, optional q/k/v/o biases,
+                                 * optional per-head QK RMSNorm (llama, qwen2, qwen3) */
     ARCH_RECIPE_GEMMA3 = 2,     /* scaled embeddings, pre/post norms, QK norm, NeoX RoPE, local
                                  * (sliding window) and global layers, GeGLU */
 };
@@ -77,6 +78,7 @@ enum arch_id {
     ARCH_ID_QWEN2,
     ARCH_ID_GEMMA2,
     ARCH_ID_GEMMA3,
+    ARCH_ID_QWEN3,
 };
 
 /* ---- hyperparameters ---- */
@@ -235,6 +237,8 @@ struct arch {
     bool hf_permute_qk;         /* HF Q/K rows are rotate-half (ARCH_T_PERM_*) */
     bool hf_attn_bias;          /* q/k/v biases by default (config attention_bias otherwise) */
     const struct arch_tensor *tensors;  /* NULL-name-terminated; NULL: none known */
+    bool rope_neox;             /* RoPE rotates the halves of a head (llama.cpp's
+                                 * LLAMA_ROPE_TYPE_NEOX), else adjacent pairs */
 };
 
 /* A Hugging Face class converted to (or known as) a table architecture. */

@@ -1,11 +1,15 @@
 /*
- * arch_llama.c - the llama layer recipe (general.architecture "llama"): a
- * pre-norm attention block and a SwiGLU feed-forward block, each added to
- * the residual stream, as in llama2.c's forward().  Per token row:
+ * arch_llama.c - the llama layer recipe (general.architecture "llama",
+ * "qwen2", "qwen3"): a pre-norm attention block and a SwiGLU feed-forward
+ * block, each added to the residual stream, as in llama2.c's forward() and
+ * llama.cpp's graphs (src/models/llama.cpp, qwen2.cpp, qwen3.cpp).  Per
+ * token row:
  *
  *   xn  = rmsnorm(x) * attn_norm                               [n_embd]
- *   q, k, v = xn Wq^T, xn Wk^T, xn Wv^T   (+ biases)           [n_head*hd], [n_kv*hd], [n_kv*hdv]
- *   rope(q), rope(k) at pos; k, v -> the sequence's KV slots
+ *   q, k, v = xn Wq^T, xn Wk^T, xn Wv^T   (+ biases: qwen2)    [n_head*hd], [n_kv*hd], [n_kv*hdv]
+ *   q, k = rmsnorm of each head * attn_q_norm, attn_k_norm     (qwen3's QK norm, when present)
+ *   rope(q), rope(k) at pos (adjacent pairs; NeoX halves for qwen2/3);
+ *           k, v -> the sequence's KV slots
  *   att = attention of q over the sequence's slots             [n_head*hdv]
  *   x  += att Wo^T   (+ bias)
  *   xn  = rmsnorm(x) * ffn_norm
@@ -31,7 +35,11 @@ arch_llama_layer(struct exec *e, const struct model_layer *L)
     float *qkv[3] = { e->q, e->k, e->v };
     if ((rc = exec_matmuls(e, 3, wqkv, bqkv, e->xn, qkv)) < 0)
         return rc;
+    if (L->attn_q_norm.data)
+        exec_rmsnorm_heads(e, e->q, hp->n_head, &L->attn_q_norm);
     exec_rope(e, e->q, hp->n_head);
+    if (L->attn_k_norm.data)
+        exec_rmsnorm_heads(e, e->k, hp->n_head_kv, &L->attn_k_norm);
     exec_rope(e, e->k, hp->n_head_kv);
     exec_kv_store(e, e->k, e->v);
     exec_attention(e, e->q, e->att, 1.0f / sqrtf((float)hp->head_dim));

@@ -291,10 +291,53 @@ spec_accept_len(const struct generate_report *r)
     return r->spec_passes ? (double)(r->spec_accepted + r->spec_passes) / (double)r->spec_passes : 0;
 }
 
+/* The k <= n largest of n logits, largest first (the lower id first among
+ * equal values, as greedy sampling breaks ties): ids into id[k], values into
+ * v[k]. */
+static void
+top_logits(const float *logits, int64_t n, int k, int32_t *id, float *v)
+{
+    int m = 0, j;
+
+    for (int64_t t = 0; t < n; t++) {
+        if (m == k && !(logits[t] > v[k - 1]))
+            continue;
+        j = m < k ? m++ : k - 1;
+        for (; j > 0 && logits[t] > v[j - 1]; j--) {
+            id[j] = id[j - 1];
+            v[j] = v[j - 1];
+        }
+        id[j] = (int32_t)t;
+        v[j] = logits[t];
+    }
+}
+
+/* "top_logits": per generated token, [[id, logit], ...] (k each) */
+static json_t *
+top_logits_json(const int32_t *id, const float *v, int64_t n_toks, int k)
+{
+    json_t *all = json_array();
+    int bad = !all;
+
+    for (int64_t i = 0; !bad && i < n_toks; i++) {
+        json_t *row = json_array();
+        bad |= !row || json_array_append_new(all, row);
+        for (int j = 0; !bad && j < k; j++)
+            bad |= json_array_append_new(row, json_pack("[if]", (int)id[i * k + j],
+                                                        (double)v[i * k + j]));
+    }
+    if (bad) {
+        json_decref(all);
+        return NULL;
+    }
+    return all;
+}
+
 static int
 write_completion_json(FILE *fp, const struct generate_report *r, const char *text, size_t len,
                       const int32_t *prompt, int64_t n_prompt, const int32_t *toks,
-                      int64_t n_toks, struct diag *d)
+                      int64_t n_toks, const int32_t *top_id, const float *top_v, int top_k,
+                      struct diag *d)
 {
     json_t *o = json_object(), *a = json_array(), *pa = json_array();
     size_t vlen;
@@ -316,6 +359,8 @@ write_completion_json(FILE *fp, const struct generate_report *r, const char *tex
         bad |= json_set(o, "prompt_tokens", json_integer(r->prompt_tokens));
         bad |= json_set(o, "completion_tokens", json_integer(r->completion_tokens));
         bad |= json_set(o, "prompt_token_ids", pa);
+        if (top_k > 0)
+            bad |= json_set(o, "top_logits", top_logits_json(top_id, top_v, n_toks, top_k));
         pa = NULL;
         bad |= json_set(o, "seed", json_integer((json_int_t)r->seed));
         bad |= json_set(o, "ctx", json_integer(r->ctx));
@@ -438,7 +483,9 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     struct batch b;
     struct model_out mo = { NULL, NULL };
     float *logits = NULL;
-    int32_t *hist = NULL, *gen, *draft = NULL, seq = -1;
+    int32_t *hist = NULL, *gen, *draft = NULL, *top_id = NULL, seq = -1;
+    float *top_v = NULL;
+    const int top_k = !o->json ? 0 : o->top_logits < n_vocab ? o->top_logits : (int)n_vocab;
     const bool spec = !g->plain && (o->lookup || g->dm), spec_auto = spec && o->spec_tokens == 0;
     const int width = g->dm ? o->spec_width : 1;
     /* draft levels at most, and draft tokens at most */
@@ -476,7 +523,12 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     mask = malloc((size_t)((max_draft + 1) * (max_draft + 1)));
     if ((rc = spec_tree_init(&tree, max_draft + 1, d)) < 0)
         goto out;
-    if (!bt || !logits || !hist || !draft || !path || !mask) {
+    if (top_k > 0) {
+        top_id = malloc((size_t)(cap_gen > 0 ? cap_gen : 1) * (size_t)top_k * sizeof(*top_id));
+        top_v = malloc((size_t)(cap_gen > 0 ? cap_gen : 1) * (size_t)top_k * sizeof(*top_v));
+    }
+    if (!bt || !logits || !hist || !draft || !path || !mask ||
+        (top_k > 0 && (!top_id || !top_v))) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
@@ -600,6 +652,9 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 stop = 1;
                 break;
             }
+            if (top_k > 0)
+                top_logits(logits + cur * n_vocab, n_vocab, top_k, top_id + n_gen * top_k,
+                           top_v + n_gen * top_k);
             gen[n_gen++] = t;
             sampler_accept(smp, t);
             piece = tok_piece(g->tok, t, false, &plen);
@@ -670,7 +725,8 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     r->max_rss_bytes = max_rss_bytes();
     if (o->json && (rc = out_failed(g, write_completion_json(g->fp, r, text ? text : "",
                                                              text_len, prompt, n_prompt, gen,
-                                                             n_gen, d), d)) == 0)
+                                                             n_gen, top_id, top_v, top_k, d),
+                                                             d)) == 0)
         rc = out_flush(g, d);
 out:
     if (seq >= 0)
@@ -684,6 +740,8 @@ out:
     free(mask);
     spec_tree_release(&tree);
     free(text);
+    free(top_id);
+    free(top_v);
     return rc;
 }
 

@@ -55,6 +55,8 @@ struct generate_opts {
     int64_t ctx;                /* context (tokens); 0 = the model's training context
                                  * (generation) or 512 (perplexity) */
     bool json;                  /* one generate/1 JSON object instead of text */
+    int top_logits;             /* json: the top_logits largest raw logits of the step
+                                 * that chose each generated token (0: none) */
     /* speculative decoding (spec.h), the output plain decoding's token for
      * token: prompt lookup drafts (a chain from the longest matching n-gram
      * of at most lookup_ngram tokens), or a draft model's tree (spec_depth

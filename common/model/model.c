@@ -81,9 +81,10 @@ load_hparams(struct model *m, struct diag *d)
     hp->head_dim_v = a->head_dim_v;
     hp->rms_eps = (float)a->rms_eps;
 
-    /* rope: over the whole head, the normal (adjacent-pair) layout, NeoX's
-     * (halves) for gemma3 (llama_model_rope_type) */
-    rp->style = hp->arch == MODEL_ARCH_GEMMA3 ? ROPE_NEOX : ROPE_NORM;
+    /* rope: over the whole head, the normal (adjacent-pair) layout, or
+     * NeoX's (halves) as the table says (llama_model_rope_type: qwen2,
+     * qwen3, gemma3) */
+    rp->style = a->arch->rope_neox ? ROPE_NEOX : ROPE_NORM;
     rp->n_rot = a->n_rot;
     if (rp->n_rot != hp->head_dim)
         return diag_set(d, ST_FORMAT, "key '%s': %lld, expected key_length %lld",
@@ -233,6 +234,9 @@ load_tensors(struct model *m, struct diag *d)
                                    (t->flags & ARCH_T_REQUIRED) != 0, d)) < 0)
             return rc;
     }
+    /* qwen2's loader takes an LM head bias; no model we know has one */
+    if (gguf_find_tensor(&m->gguf, "output.bias") >= 0)
+        return diag_set(d, ST_FORMAT, "tensor 'output.bias': an LM head bias is not supported");
     hp->tied_output = m->output.data == NULL;
     if (hp->tied_output)
         m->output = m->tok_embd;

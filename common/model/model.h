@@ -12,7 +12,9 @@
  * Supported today: general.architecture "llama" (RMSNorm, RoPE in the
  * normal/adjacent-pair layout with freq base, linear scaling and llama3
  * rope_freqs factors, GQA/MQA, SwiGLU, tied or separate output, optional
- * q/k/v/o biases) and "gemma3" (scaled embeddings, pre- and post-norms,
+ * q/k/v/o biases), "qwen2" (llama's layer with q/k/v biases and NeoX
+ * RoPE), "qwen3" (NeoX RoPE, per-head QK RMSNorm before it, optional q/k/v
+ * biases) and "gemma3" (scaled embeddings, pre- and post-norms,
  * per-head QK norm, NeoX RoPE with its own base in the sliding-window
  * layers, GeGLU, MQA/GQA; arch_gemma3.c).
  *
@@ -57,6 +59,8 @@ struct forward_state;
 enum model_arch {
     MODEL_ARCH_LLAMA = ARCH_ID_LLAMA,
     MODEL_ARCH_GEMMA3 = ARCH_ID_GEMMA3,
+    MODEL_ARCH_QWEN2 = ARCH_ID_QWEN2,
+    MODEL_ARCH_QWEN3 = ARCH_ID_QWEN3,
 };
 
 /* A weight: a view of a tensor in the mapped file, [rows, cols] with GGUF
@@ -91,9 +95,10 @@ struct model_layer {
     struct model_weight ffn_gate;       /* [n_ff, n_embd] */
     struct model_weight ffn_up;         /* [n_ff, n_embd] */
     struct model_weight ffn_down;       /* [n_embd, n_ff] */
-    /* gemma3 */
+    /* qwen3, gemma3 */
     struct model_weight attn_q_norm;    /* [head_dim] F32: RMSNorm of each query head */
     struct model_weight attn_k_norm;    /* [head_dim] F32: of each key head */
+    /* gemma3 */
     struct model_weight attn_post_norm; /* [n_embd] F32: of the attention output */
     struct model_weight ffn_post_norm;  /* [n_embd] F32: of the feed-forward output */
     bool swa;                           /* attends over a sliding window (hparams n_swa) */

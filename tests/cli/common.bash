@@ -21,14 +21,20 @@ need_model() {
         return 1
     fi
     local need_model_path_="$LLMKIT_CACHE/$2"
-    if [ ! -f "$need_model_path_" ]; then
-        if [ "${CI:-}" = true ]; then
-            echo "missing real model $need_model_path_ (make check-setup, or scripts/fetch-models, fetches it)" >&2
-            return 1
-        fi
-        skip "real model $2 not in $LLMKIT_CACHE (make check-setup, or scripts/fetch-models, fetches it)"
-    fi
+    [ -f "$need_model_path_" ] ||
+        missing_input "real model $2 not in $LLMKIT_CACHE (make check-setup, or scripts/fetch-models, fetches it)" ||
+        return 1
     printf -v "$1" '%s' "$need_model_path_"
+}
+
+# missing_input MESSAGE : a test's input is not there: skip with MESSAGE,
+# except in CI (CI=true), where the test fails with it on stderr.
+missing_input() {
+    if [ "${CI:-}" = true ]; then
+        echo "missing: $1" >&2
+        return 1
+    fi
+    skip "$1"
 }
 
 # wait_for_tmp DIR PID : waits until a temporary output ("*.tmp.*") exists in

@@ -23,6 +23,10 @@ out, kvs = sys.argv[1], []
 for a in sys.argv[2:]:
     k, v = a.split("=", 1)
     t, v = v.split(":", 1)
+    if t == "boolarr":  # ARRAY of BOOL: "1,0,1"
+        bits = [int(x) for x in v.split(",")]
+        kvs.append(s(k) + struct.pack("<iIQ", 9, 7, len(bits)) + bytes(bits))
+        continue
     kvs.append(s(k) + (struct.pack("<iI", 4, int(v)) if t == "u32" else struct.pack("<i", 8) + s(v)))
 open(out, "wb").write(b"GGUF" + struct.pack("<Iqq", 3, 0, len(kvs)) + b"".join(kvs))
 EOF
@@ -213,7 +217,8 @@ EOF
     run -0 --separate-stderr kvstat --json "$BATS_TEST_TMPDIR/m"
     [ "$(jfield model bytes_per_token <<<"$output")" = 131072 ]
     [ "$(jfield model sliding_window <<<"$output")" = 4096 ]
-    [[ "$stderr" == *"32 of 32 layers use a 4096-token sliding window"* ]]
+    [ "$(jfield model swa_layers <<<"$output")" = 32 ]
+    [ -z "$stderr" ]
     run -0 --separate-stderr kvstat -q --json - < "$G/deepseek-v2.json"
     [ "$(jfield model input <<<"$output")" = '<stdin>' ]
     [ "$(jfield model bytes_per_token <<<"$output")" = 69120 ]
@@ -243,7 +248,7 @@ EOF
     # 2 * 30 * 3 * 64 * 2 = 23040; 2 * 18 * 1 * 256 * 2 = 18432
     run -0 --separate-stderr kvstat --json "$smol" "$gemma"
     [ "$(jq -r 'select(.type=="model") | .bytes_per_token' <<<"$output" | paste -sd ' ')" = "23040 18432" ]
-    [[ "$stderr" == *"15 of 18 layers use a 512-token sliding window"* ]]
+    [ "$(jq -r 'select(.type=="model") | .swa_layers' <<<"$output" | paste -sd ' ')" = "null 15" ]
     # weights default to the GGUF's tensor data
     run -0 kvstat -q --json "$smol" --mem 1GiB
     w=$(jfield model weights <<<"$output")
@@ -493,4 +498,76 @@ for s in range(5000):
     [ ! -e "$BATS_TEST_TMPDIR/p.svg" ]
     [ ! -e "$BATS_TEST_TMPDIR/o.txt" ]
     [ -z "$(ls "$BATS_TEST_TMPDIR" | grep '\.tmp\.')" ]
+}
+
+# ---- sliding windows: each layer keeps its window or the whole context ----
+
+@test "sliding windows: Gemma 3 at --ctx 32768, 3 global and 15 local layers of 512 (GGUF, hand-computed)" {
+    need_model gemma gemma-3-270m.Q4_K_M.gguf
+    # a layer's token: 1 KV head * 256 * (K + V) * 2 bytes = 1024;
+    # 3 * 32768 * 1024 + 15 * 512 * 1024 = 108527616 (all in full: 603979776)
+    run -0 --separate-stderr kvstat --json --ctx 32768 "$gemma"
+    [ "$(jfield model bytes_per_seq <<<"$output")" = 108527616 ]
+    [ "$(jfield model bytes_per_seq_no_window <<<"$output")" = 603979776 ]
+    [ "$(jfield model bytes_per_token <<<"$output")" = 18432 ]
+    [ -z "$stderr" ]
+    # short of the window every layer keeps everything: 18 * 300 * 1024
+    run -0 kvstat --json --ctx 300 "$gemma"
+    [ "$(jfield model bytes_per_seq <<<"$output")" = 5529600 ]
+    # a budget in blocks of 16: a window of 512 at a length of 32768 (a
+    # multiple of 16) is 32 blocks; per sequence (3 * 2048 + 15 * 32) * 16
+    # * 1024 = 108527616, so 1 GiB holds 9; the longest context for one
+    # sequence, b blocks: (3 * 16 * b + 15 * 32 * 16) * 1024 <= 2^30 ->
+    # b = 21685
+    run -0 kvstat --json --ctx 32768 --mem 1GiB --weights 0 "$gemma"
+    [ "$(jfield model max_seqs <<<"$output")" = 9 ]
+    [ "$(jfield model max_ctx <<<"$output")" = $((21685 * 16)) ]
+    # a window not on a block boundary spans one block more: at 32760
+    # tokens, 2048 blocks in the full layers and 33 in the window's
+    # ((3 * 2048 + 15 * 33) * 16 * 1024 = 108773376 bytes for one)
+    run -0 kvstat --json --ctx 32760 --mem 108773375 --weights 0 "$gemma"
+    [ "$(jfield model max_seqs <<<"$output")" = 0 ]
+    run -0 kvstat --json --ctx 32760 --mem 108773376 --weights 0 "$gemma"
+    [ "$(jfield model max_seqs <<<"$output")" = 1 ]
+}
+
+@test "sliding windows from config.json: Gemma 3's pattern of 6, layer_types, Qwen2's use_sliding_window false" {
+    # gemma-3-4b: 34 layers, every 6th global (5), 29 local of 1024; a token
+    # in a layer: 4 * 256 * 2 * 2 = 4096 bytes
+    run -0 --separate-stderr kvstat --json --ctx 32768 "$G/gemma-3-4b-it.json"
+    [ "$(jfield model swa_layers <<<"$output")" = 29 ]
+    [ "$(jfield model bytes_per_seq <<<"$output")" = $(( (5 * 32768 + 29 * 1024) * 4096 )) ]
+    # layer_types says which layers slide, whatever the pattern
+    jq '.text_config.layer_types = [range(34) | if . < 30 then "sliding_attention" else "full_attention" end]' \
+        "$G/gemma-3-4b-it.json" > "$BATS_TEST_TMPDIR/lt.json"
+    run -0 kvstat --json --ctx 32768 "$BATS_TEST_TMPDIR/lt.json"
+    [ "$(jfield model swa_layers <<<"$output")" = 30 ]
+    [ "$(jfield model bytes_per_seq <<<"$output")" = $(( (4 * 32768 + 30 * 1024) * 4096 )) ]
+    # Qwen2's config has a sliding_window it does not use
+    jq '.sliding_window = 4096 | .use_sliding_window = false' "$G/qwen2-7b.json" > "$BATS_TEST_TMPDIR/q.json"
+    run -0 kvstat --json --ctx 32768 "$BATS_TEST_TMPDIR/q.json"
+    [ "$(jfield model sliding_window <<<"$output")" = null ]
+    [ "$(jfield model bytes_per_seq <<<"$output")" = $((57344 * 32768)) ]
+    # --compare rows count every layer in full, and say so
+    run -0 --separate-stderr kvstat --json --compare "$G/gemma-3-4b-it.json"
+    [[ "$stderr" == *"29 of 34 layers use a 1024-token sliding window; the attention comparison"* ]]
+}
+
+@test "sliding windows in a GGUF: a per-layer mask (BOOL array) and a period" {
+    mkgguf "$BATS_TEST_TMPDIR/m.gguf" general.architecture=str:gemma3 gemma3.block_count=u32:4 \
+        gemma3.attention.head_count=u32:4 gemma3.attention.head_count_kv=u32:2 \
+        gemma3.attention.key_length=u32:64 gemma3.attention.value_length=u32:64 \
+        gemma3.attention.sliding_window=u32:100 \
+        gemma3.attention.sliding_window_pattern=boolarr:1,0,1,1
+    # a layer's token: 2 * 64 * 2 * 2 = 512 bytes; 1 full layer, 3 of 100
+    run -0 kvstat --json --ctx 1000 "$BATS_TEST_TMPDIR/m.gguf"
+    [ "$(jfield model swa_layers <<<"$output")" = 3 ]
+    [ "$(jfield model bytes_per_seq <<<"$output")" = $(( (1000 + 3 * 100) * 512 )) ]
+    mkgguf "$BATS_TEST_TMPDIR/p.gguf" general.architecture=str:gemma3 gemma3.block_count=u32:4 \
+        gemma3.attention.head_count=u32:4 gemma3.attention.head_count_kv=u32:2 \
+        gemma3.attention.key_length=u32:64 gemma3.attention.value_length=u32:64 \
+        gemma3.attention.sliding_window=u32:100 gemma3.attention.sliding_window_pattern=u32:2
+    run -0 kvstat --json --ctx 1000 "$BATS_TEST_TMPDIR/p.gguf"
+    [ "$(jfield model swa_layers <<<"$output")" = 2 ]
+    [ "$(jfield model bytes_per_seq <<<"$output")" = $(( (2 * 1000 + 2 * 100) * 512 )) ]
 }

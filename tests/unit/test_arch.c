@@ -23,6 +23,7 @@ static void
 test_table(void)
 {
     const struct arch *a = arch_find("llama"), *q = arch_find("qwen2"), *g = arch_find("gemma3");
+    const struct arch *q3 = arch_find("qwen3");
     const struct arch_tensor *t, *u;
     int id, n;
 
@@ -40,7 +41,11 @@ test_table(void)
 
     CHECK(a && a->id == ARCH_ID_LLAMA && a->recipe == ARCH_RECIPE_LLAMA);
     CHECK(a && (a->flags & ARCH_F_CONVERT) && a->hf_permute_qk && !a->hf_attn_bias);
-    CHECK(q && q->recipe == ARCH_RECIPE_NONE && (q->flags & ARCH_F_CONVERT) && !q->hf_permute_qk);
+    CHECK(q && q->recipe == ARCH_RECIPE_LLAMA && (q->flags & ARCH_F_CONVERT) && !q->hf_permute_qk &&
+          q->rope_neox && q->hf_attn_bias);
+    CHECK(q3 && q3->id == ARCH_ID_QWEN3 && q3->recipe == ARCH_RECIPE_LLAMA && q3->rope_neox &&
+          !q3->hf_permute_qk && !q3->hf_attn_bias);
+    CHECK(!a->rope_neox && g->rope_neox);
     CHECK(g && g->recipe == ARCH_RECIPE_GEMMA3 && !(g->flags & ARCH_F_CONVERT) && g->swa_period == 6);
     CHECK(!arch_find("mamba") && !arch_find(NULL) && !arch_find("deepseek2"));
     CHECK(arch_get(ARCH_ID_QWEN2) == q && !arch_get(ARCH_ID_NONE));
@@ -77,7 +82,21 @@ test_table(void)
             CHECK(t->rows == ARCH_DIM_1);
     }
     CHECK_EQ(n, 20);
-    CHECK(q->tensors == a->tensors);
+    /* qwen2: llama's without rope_freqs and the output/FFN biases (15);
+     * qwen3: and the QK norms (17), one head wide and required */
+    for (int which = 0; which < 2; which++) {
+        const struct arch *x = which ? q3 : q;
+        n = 0;
+        for (t = x->tensors; t->gguf; t++, n++) {
+            for (u = t + 1; u->gguf; u++)
+                CHECK(strcmp(t->gguf, u->gguf) != 0 && strcmp(t->hf, u->hf) != 0);
+            CHECK(!(t->flags & (ARCH_T_PERM_Q | ARCH_T_PERM_K)));
+            CHECK(t->w != ARCH_W_ATTN_OUT_BIAS && t->w != ARCH_W_FFN_DOWN_BIAS);
+            if (t->w == ARCH_W_ATTN_Q_NORM || t->w == ARCH_W_ATTN_K_NORM)
+                CHECK(which && t->cols == ARCH_DIM_HEAD && (t->flags & ARCH_T_REQUIRED));
+        }
+        CHECK_EQ(n, which ? 17 : 15);
+    }
     /* gemma3: llama.cpp's 16 (the norms as F32 vectors, the QK norms one head wide) */
     n = 0;
     for (t = g->tensors; t->gguf; t++, n++) {

@@ -375,6 +375,49 @@ test_dists(void)
     free(r);
 }
 
+/* Sliding windows layer by layer: Gemma 3 270M's shape (18 layers, 1 K/V
+ * head of 256: 1024 bytes per layer and token in f16), every 6th layer
+ * global, a 512-token window in the others. */
+static void
+test_sliding_window(void)
+{
+    struct kv_model m = mk(18, 4, 1, 256);
+    int64_t l;
+
+    m.sliding_window = 512;
+    m.n_swa_layers = 15;
+    m.layer_window = calloc(18, sizeof(*m.layer_window));
+    for (l = 0; l < 18; l++)
+        m.layer_window[l] = l % 6 < 5 ? 512 : 0;
+    CHECK_EQ(kv_model_check(&m, NULL), 0);
+    CHECK_EQ(kv_bytes_per_token(&m, KV_DTYPE_F16), 18 * 1024);
+    /* exact tokens: 3 * 32768 + 15 * 512 */
+    CHECK_EQ(kv_seq_bytes(&m, KV_DTYPE_F16, 32768, 0), (3 * 32768 + 15 * 512) * 1024);
+    CHECK_EQ(kv_seq_bytes(&m, KV_DTYPE_F16, 300, 0), 18 * 300 * 1024);   /* inside the window */
+    CHECK_EQ(kv_seq_tokens(&m, 0, 513, 0), 512);
+    CHECK_EQ(kv_seq_tokens(&m, 5, 513, 0), 513);
+    /* blocks of 16: a window on a block boundary spans 32 blocks, off it 33;
+     * a full layer rounds up */
+    CHECK_EQ(kv_seq_tokens(&m, 0, 1024, 16), 512);
+    CHECK_EQ(kv_seq_tokens(&m, 0, 1025, 16), 528);
+    CHECK_EQ(kv_seq_tokens(&m, 0, 1032, 16), 528);
+    CHECK_EQ(kv_seq_tokens(&m, 5, 1025, 16), 1040);
+    CHECK_EQ(kv_seq_tokens(&m, 0, 100, 16), 112);
+    /* a budget of 2 sequences of 1024 tokens, exactly */
+    int64_t two = 2 * kv_seq_bytes(&m, KV_DTYPE_F16, 1024, 16);
+    CHECK_EQ(kv_fit_seqs_model(&m, KV_DTYPE_F16, two, 1024, 16), 2);
+    CHECK_EQ(kv_fit_seqs_model(&m, KV_DTYPE_F16, two - 1, 1024, 16), 1);
+    CHECK_EQ(kv_fit_ctx_model(&m, KV_DTYPE_F16, two, 2, 16), 1024);
+    /* every layer sliding: the cost stops growing, the context is capped */
+    for (l = 0; l < 18; l++)
+        m.layer_window[l] = 512;
+    CHECK_EQ(kv_fit_ctx_model(&m, KV_DTYPE_F16, (int64_t)1 << 40, 1, 16), KV_MAX_LEN);
+    m.layer_window[3] = -1;
+    CHECK(kv_model_check(&m, NULL) < 0);
+    kv_model_release(&m);
+    CHECK(m.layer_window == NULL);
+}
+
 int
 main(void)
 {
@@ -388,5 +431,6 @@ main(void)
     test_simulate();
     test_concurrency();
     test_dists();
+    test_sliding_window();
     T_DONE();
 }

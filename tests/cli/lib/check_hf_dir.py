@@ -2,9 +2,10 @@
 """check_hf_dir.py GGUF HFDIR - reads an HF directory written by `convert` with
 the safetensors and tokenizers packages (independent readers) and checks it
 against the GGUF it came from (read with gguf-py): every tensor present with
-the HF name, shape and values; q_proj/k_proj rows un-permuted as
-convert_hf_to_gguf.py's LlamaModel.permute inverse prescribes; config.json
-hyperparameters; tokenizer.json loads and has the GGUF's vocabulary size."""
+the HF name, shape and values; for llama, q_proj/k_proj rows un-permuted as
+convert_hf_to_gguf.py's LlamaModel.permute inverse prescribes (qwen2 and
+qwen3 are not permuted); config.json hyperparameters; tokenizer.json loads
+and has the GGUF's vocabulary size."""
 import json
 import os
 import sys
@@ -19,7 +20,9 @@ HF = {'token_embd.weight': 'model.embed_tokens.weight', 'output_norm.weight': 'm
       'output.weight': 'lm_head.weight'}
 BLK = {'attn_norm': 'input_layernorm', 'attn_q': 'self_attn.q_proj', 'attn_k': 'self_attn.k_proj',
        'attn_v': 'self_attn.v_proj', 'attn_output': 'self_attn.o_proj', 'ffn_norm': 'post_attention_layernorm',
-       'ffn_gate': 'mlp.gate_proj', 'ffn_up': 'mlp.up_proj', 'ffn_down': 'mlp.down_proj'}
+       'ffn_gate': 'mlp.gate_proj', 'ffn_up': 'mlp.up_proj', 'ffn_down': 'mlp.down_proj',
+       'attn_q_norm': 'self_attn.q_norm', 'attn_k_norm': 'self_attn.k_norm'}
+CLASS = {'llama': 'LlamaForCausalLM', 'qwen2': 'Qwen2ForCausalLM', 'qwen3': 'Qwen3ForCausalLM'}
 
 
 def hf_name(n):
@@ -41,11 +44,17 @@ def main():
     cfg = json.load(open(os.path.join(d, 'config.json')))
     f = {x.name: x for x in r.fields.values()}
     val = lambda k: f[k].contents()
-    n_head, n_kv = val('llama.attention.head_count'), val('llama.attention.head_count_kv')
+    a = val('general.architecture')
+    assert cfg['architectures'] == [CLASS[a]], cfg['architectures']
+    n_head, n_kv = val(a + '.attention.head_count'), val(a + '.attention.head_count_kv')
     assert cfg['num_attention_heads'] == n_head and cfg['num_key_value_heads'] == n_kv
-    assert cfg['hidden_size'] == val('llama.embedding_length')
-    assert cfg['num_hidden_layers'] == val('llama.block_count')
-    assert cfg['intermediate_size'] == val('llama.feed_forward_length')
+    assert cfg['hidden_size'] == val(a + '.embedding_length')
+    assert cfg['num_hidden_layers'] == val(a + '.block_count')
+    assert cfg['intermediate_size'] == val(a + '.feed_forward_length')
+    if a + '.attention.key_length' in f:
+        assert cfg['head_dim'] == val(a + '.attention.key_length')
+    if a == 'qwen2':
+        assert any(t.name == 'blk.0.attn_q.bias' for t in r.tensors)
     tensors = {}
     idx = os.path.join(d, 'model.safetensors.index.json')
     files = sorted(set(json.load(open(idx))['weight_map'].values())) if os.path.exists(idx) else ['model.safetensors']
@@ -59,7 +68,9 @@ def main():
             w = np.asarray(t.data).astype(np.float32) if t.tensor_type.name != 'BF16' else \
                 (np.asarray(t.data).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
             w = w.reshape([int(x) for x in reversed(t.shape)])
-        if '.attn_q.' in t.name:
+        if a != 'llama':
+            pass
+        elif '.attn_q.' in t.name:
             w = unpermute(w, n_head)
         elif '.attn_k.' in t.name:
             w = unpermute(w, n_kv)
