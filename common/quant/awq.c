@@ -24,8 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "forward.h"
-#include "kvcache.h"
+#include "calib.h"
 #include "model.h"
 #include "qconv.h"
 #include "qtypes.h"
@@ -109,35 +108,34 @@ awq_fake_quant(float *w, int64_t n, int bits, int64_t group_size, uint8_t *q, fl
 
 /* ---- the run ---- */
 
+struct awq_state;
+
+/* the hook: keeps linears' inputs, or accumulates a module's loss */
 struct cap {
     const struct model_weight *want[N_IN];  /* the linears whose inputs are kept */
-    float *dst[N_IN];           /* row 0 of the current sequence, or NULL */
-    int64_t dim[N_IN];
-    const struct model_weight *stop;        /* stop the pass at this input (last chunk) */
-    int stopped;
-    bool embd;                  /* keep the embeddings (dst[0]) and stop */
+    float *dst[N_IN];           /* [N][dim] */
+    int64_t dim[N_IN], row[N_IN];
+    struct awq_state *st;       /* loss: at the input of loss_w, y = x W^T vs ref */
+    const struct model_weight *loss_w;
+    const float *W, *ref;       /* W [E][cols], ref [N][E] */
+    int64_t ref_row;
+    double err;
 };
 
 struct awq_state {
+    struct calib *c;
     struct model *m;
     const struct awq_opts *o;
-    const struct run_callbacks *cb;
-    struct kvcache *kv;
-    int32_t seq;
-    struct batch_tok *bt;       /* [S] */
-    int64_t S, n_seq, N, E, F, Eo;
-    float *X, *Xn;              /* [N][E] */
-    float *xs;                  /* [S][E] the stream of one sequence */
+    int64_t N, E, F, Eo;
+    float *Xn;                  /* [N][E] the float layer's output */
     float *in[N_IN];            /* [N][cols] */
     int64_t in_cols[N_IN];
     float *ref_attn, *ref_mlp;  /* [N][E] */
-    float *cand_in;             /* [S][max(Eo, F)] a candidate's captured input */
-    float *out;                 /* [MM_ROWS][E] */
+    float *out;                 /* [max(ctx, MM_ROWS)][E] */
     float *W[AWQ_N_LIN];        /* f32 copies */
     float *Wt[3];               /* candidates of a group */
     float *norm[2];             /* attn_norm, ffn_norm (f32 copies) */
     float *bv;                  /* attn_v's bias (copy) or NULL */
-    struct model_weight saved[AWQ_N_LIN];
     float *xmean, *wmean, *s, *best_s;      /* [max(rows, cols)] */
     double *wacc;               /* [max cols] */
     float *gscale;              /* [max cols] a row's group scales ... */
@@ -149,29 +147,31 @@ struct awq_state {
     struct diag *d;
 };
 
+static void mm_f32(struct awq_state *st, const float *W, int64_t rows, int64_t cols,
+                   const float *x, int64_t ldx, int64_t n, float *y, int64_t ldy);
+static double sq_err(const float *y, const float *ref, int64_t n);
+
 static int
 cap_hook(void *ctx, const struct model_hook_event *ev)
 {
     struct cap *c = ctx;
 
-    if (ev->site == MODEL_HOOK_EMBD) {
-        if (c->embd && c->dst[0])
-            for (int64_t t = 0; t < ev->n_tok; t++)
-                memcpy(c->dst[0] + (ev->tok0 + t) * ev->dim, ev->x + t * ev->ld,
-                       (size_t)ev->dim * sizeof(float));
-        c->stopped = 1;
-        return -ST_FAIL;
-    }
     if (ev->site != MODEL_HOOK_LINEAR_IN)
         return 0;
     for (int k = 0; k < N_IN; k++)
-        if (ev->w == c->want[k] && c->dst[k])
+        if (ev->w == c->want[k] && c->dst[k]) {
             for (int64_t t = 0; t < ev->n_tok; t++)
-                memcpy(c->dst[k] + (ev->tok0 + t) * c->dim[k], ev->x + t * ev->ld,
+                memcpy(c->dst[k] + (c->row[k] + t) * c->dim[k], ev->x + t * ev->ld,
                        (size_t)c->dim[k] * sizeof(float));
-    if (c->stop && ev->w == c->stop && ev->tok0 + ev->n_tok >= ev->batch->n) {
-        c->stopped = 1;
-        return -ST_FAIL;
+            c->row[k] += ev->n_tok;
+        }
+    /* the pass stops after this event (calib_run_layer's stop_after): the
+     * backend is free for the module's last matmul */
+    if (c->loss_w && ev->w == c->loss_w) {
+        struct awq_state *st = c->st;
+        mm_f32(st, c->W, st->E, ev->dim, ev->x, ev->ld, ev->n_tok, st->out, st->E);
+        c->err += sq_err(st->out, c->ref + c->ref_row * st->E, ev->n_tok * st->E);
+        c->ref_row += ev->n_tok;
     }
     return 0;
 }
@@ -196,63 +196,10 @@ mm_f32(struct awq_state *st, const float *W, int64_t rows, int64_t cols, const f
     }
 }
 
-/* the model's view of linear i pointing at the f32 rows W */
-static void
-view_f32(struct model_layer *L, int i, const float *W)
+static const char *
+lin_name(struct awq_state *st, int64_t l, int i)
 {
-    struct model_weight *w = model_layer_weight(L, lin_id[i]);
-
-    w->data = W;
-    w->packed = NULL;
-    w->type = GGML_TYPE_F32;
-    w->row_bytes = (size_t)w->cols * sizeof(float);
-}
-
-static void
-views_restore(struct awq_state *st, struct model_layer *L)
-{
-    for (int i = 0; i < AWQ_N_LIN; i++)
-        if (st->saved[i].name)
-            *model_layer_weight(L, lin_id[i]) = st->saved[i];
-}
-
-/* f32 copy of a weight (any type the table converts) */
-static int
-to_f32(const struct model_weight *w, float **out, struct diag *d)
-{
-    const struct qtype *qt = qtype_get(w->type);
-
-    *out = NULL;
-    if (!qt || !qt->to_float)
-        return diag_set(d, ST_FORMAT, "tensor '%s': type %s cannot be dequantized", w->name,
-                        qt ? qt->name : "unknown");
-    float *p = malloc((size_t)(w->rows * w->cols) * sizeof(float));
-    if (!p)
-        return diag_set(d, ST_NOMEM, "out of memory for '%s'", w->name);
-    for (int64_t r = 0; r < w->rows; r++)
-        qt->to_float((const uint8_t *)w->data + (size_t)r * w->row_bytes, p + r * w->cols,
-                     w->cols);
-    *out = p;
-    return 0;
-}
-
-/* runs layer l on sequence q's stream xs (in place), with the hook as set */
-static int
-run_seq(struct awq_state *st, int64_t l, int64_t q)
-{
-    struct model_hooks h = { cap_hook, &st->cap, MODEL_HOOK_LINEAR_IN };
-    struct batch b = { st->S, st->bt, NULL, 0 };
-    struct diag dd;
-    int rc;
-
-    memcpy(st->xs, st->X + q * st->S * st->E, (size_t)(st->S * st->E) * sizeof(float));
-    st->cap.stopped = 0;
-    rc = layer_forward(st->m, l, st->xs, &b, st->kv, &h, &dd);
-    if (rc < 0 && !st->cap.stopped) {
-        memcpy(st->d, &dd, sizeof dd);
-        return rc;
-    }
-    return 0;
+    return model_layer_weight(&st->m->layers[l], lin_id[i])->name;
 }
 
 /* step 1: the inputs of the linears, the references, the next layer's input */
@@ -260,20 +207,17 @@ static int
 capture(struct awq_state *st, int64_t l)
 {
     struct model_layer *L = &st->m->layers[l];
+    struct model_hooks h = { cap_hook, &st->cap, MODEL_HOOK_LINEAR_IN };
     int rc;
 
     memset(&st->cap, 0, sizeof st->cap);
     for (int k = 0; k < N_IN; k++) {
         st->cap.want[k] = model_layer_weight(L, lin_id[in_lin[k]]);
+        st->cap.dst[k] = st->in[k];
         st->cap.dim[k] = st->in_cols[k];
     }
-    for (int64_t q = 0; q < st->n_seq; q++) {
-        for (int k = 0; k < N_IN; k++)
-            st->cap.dst[k] = st->in[k] + q * st->S * st->in_cols[k];
-        if ((rc = run_seq(st, l, q)) < 0)
-            return rc;
-        memcpy(st->Xn + q * st->S * st->E, st->xs, (size_t)(st->S * st->E) * sizeof(float));
-    }
+    if ((rc = calib_run_layer(st->c, &h, NULL, st->Xn, st->d)) < 0)
+        return rc;
     memset(&st->cap, 0, sizeof st->cap);
     mm_f32(st, st->W[AWQ_O], st->E, st->Eo, st->in[1], st->Eo, st->N, st->ref_attn, st->E);
     mm_f32(st, st->W[AWQ_DOWN], st->E, st->F, st->in[3], st->F, st->N, st->ref_mlp, st->E);
@@ -281,7 +225,7 @@ capture(struct awq_state *st, int64_t l)
         for (int64_t i = 0; i < st->N * st->in_cols[k]; i++)
             if (!isfinite(st->in[k][i]))
                 return diag_set(st->d, ST_FORMAT, "non-finite activations at the input of '%s'",
-                                model_layer_weight(L, lin_id[in_lin[k]])->name);
+                                lin_name(st, l, in_lin[k]));
     return 0;
 }
 
@@ -303,9 +247,9 @@ group_loss(struct awq_state *st, int64_t l, int g, double *loss)
 {
     const struct scale_group *G = &groups[g];
     struct model_layer *L = &st->m->layers[l];
-    const int64_t E = st->E, S = st->S;
+    const int64_t E = st->E;
     double e = 0.0;
-    int rc;
+    int rc = 0;
 
     if (G->inspect == INSPECT_LINEAR) {
         int i = G->lin[0];
@@ -322,37 +266,29 @@ group_loss(struct awq_state *st, int64_t l, int g, double *loss)
     }
 
     /* the whole attention (feed-forward): the layer again, with the
-     * candidates, up to the input of attn_output (ffn_down) */
-    int wo = G->inspect == INSPECT_ATTN ? AWQ_O : AWQ_DOWN;
-    int k = G->inspect == INSPECT_ATTN ? 1 : 3;
-    const float *ref = G->inspect == INSPECT_ATTN ? st->ref_attn : st->ref_mlp;
-    for (int j = 0; j < G->n_lin; j++)
-        view_f32(L, G->lin[j], st->Wt[j]);
+     * candidates, up to the input of attn_output (ffn_down), times it */
+    int last = G->inspect == INSPECT_ATTN ? AWQ_O : AWQ_DOWN;
+    struct model_hooks h = { cap_hook, &st->cap, MODEL_HOOK_LINEAR_IN };
+    for (int j = 0; j < G->n_lin && rc == 0; j++)
+        rc = calib_set_weight(st->c, lin_name(st, l, G->lin[j]), st->Wt[j], st->d);
     memset(&st->cap, 0, sizeof st->cap);
-    st->cap.want[k] = st->cap.stop = model_layer_weight(L, lin_id[wo]);
-    st->cap.dst[k] = st->cand_in;
-    st->cap.dim[k] = st->in_cols[k];
-    rc = 0;
-    for (int64_t q = 0; q < st->n_seq && rc == 0; q++) {
-        if ((rc = run_seq(st, l, q)) < 0)
-            break;
-        for (int64_t t0 = 0; t0 < S; t0 += MM_ROWS) {
-            int64_t n = S - t0 < MM_ROWS ? S - t0 : MM_ROWS;
-            mm_f32(st, st->W[wo], E, st->in_cols[k], st->cand_in + t0 * st->in_cols[k],
-                   st->in_cols[k], n, st->out, E);
-            e += sq_err(st->out, ref + (q * S + t0) * E, n * E);
-        }
-    }
+    st->cap.st = st;
+    st->cap.loss_w = model_layer_weight(L, lin_id[last]);
+    st->cap.W = st->W[last];
+    st->cap.ref = G->inspect == INSPECT_ATTN ? st->ref_attn : st->ref_mlp;
+    if (rc == 0)
+        rc = calib_run_layer(st->c, &h, lin_name(st, l, last), NULL, st->d);
+    e = st->cap.err;
     memset(&st->cap, 0, sizeof st->cap);
-    for (int j = 0; j < G->n_lin; j++)
-        view_f32(L, G->lin[j], st->W[G->lin[j]]);
+    for (int j = 0; j < G->n_lin && rc == 0; j++)
+        rc = calib_set_weight(st->c, lin_name(st, l, G->lin[j]), st->W[G->lin[j]], st->d);
     *loss = e / (double)(st->N * E);
     return rc;
 }
 
 /* Whether group g can be scaled in layer L; if not, why (for the note). */
 static bool
-group_applies(const struct awq_state *st, struct model_layer *L, int g, char *why, size_t n)
+group_applies(struct model_layer *L, int g, char *why, size_t n)
 {
     const struct scale_group *G = &groups[g];
 
@@ -377,7 +313,6 @@ group_applies(const struct awq_state *st, struct model_layer *L, int g, char *wh
         snprintf(why, n, "shapes do not chain");
         return false;
     }
-    (void)st;
     return true;
 }
 
@@ -620,7 +555,7 @@ emit_layer(struct awq_state *st, struct model_layer *L, struct qmodel *out, int6
     int rc;
 
     for (int i = 0; i < AWQ_N_LIN; i++) {
-        const struct model_weight *w = &st->saved[i];
+        const struct model_weight *w = model_layer_weight(L, lin_id[i]);
         if (st->o->scale_only) {
             if ((rc = add_tensor(out, cap, w->name, NULL, st->W[i], st->d)) < 0) {
                 st->W[i] = NULL;
@@ -686,6 +621,16 @@ layer_free(struct awq_state *st)
     st->bv = NULL;
 }
 
+/* f32 copy of weight w ([rows][cols]) */
+static int
+copy_f32(struct awq_state *st, const struct model_weight *w, float **out)
+{
+    *out = malloc((size_t)(w->rows * w->cols) * sizeof(float));
+    if (!*out)
+        return diag_set(st->d, ST_NOMEM, "out of memory for '%s'", w->name);
+    return calib_weight_f32(st->c, w->name, *out, st->d);
+}
+
 static int
 do_layer(struct awq_state *st, int64_t l, struct qmodel *out, int64_t *cap,
          struct awq_layer_report *rep, int64_t *skipped, char (*why)[160])
@@ -695,18 +640,23 @@ do_layer(struct awq_state *st, int64_t l, struct qmodel *out, int64_t *cap,
     float *gs_s[AWQ_N_GROUP] = { NULL };
     int rc = 0;
 
+    /* the layer runs its linears as f32 copies from here on, so that the
+     * references and the candidates take the same arithmetic */
     for (int i = 0; i < AWQ_N_LIN; i++)
-        st->saved[i] = *model_layer_weight(L, lin_id[i]);
-    for (int i = 0; i < AWQ_N_LIN; i++)
-        if ((rc = to_f32(&st->saved[i], &st->W[i], st->d)) < 0)
+        if ((rc = copy_f32(st, model_layer_weight(L, lin_id[i]), &st->W[i])) < 0 ||
+            (rc = calib_set_weight(st->c, lin_name(st, l, i), st->W[i], st->d)) < 0)
             goto out;
-    if ((rc = to_f32(&L->attn_norm, &st->norm[0], st->d)) < 0 ||
-        (rc = to_f32(&L->ffn_norm, &st->norm[1], st->d)) < 0)
+    if ((rc = copy_f32(st, &L->attn_norm, &st->norm[0])) < 0 ||
+        (rc = copy_f32(st, &L->ffn_norm, &st->norm[1])) < 0)
         goto out;
-    if (L->bv.data && (rc = to_f32(&L->bv, &st->bv, st->d)) < 0)
-        goto out;
-    for (int i = 0; i < AWQ_N_LIN; i++)
-        view_f32(L, i, st->W[i]);
+    if (L->bv.data) {
+        /* (biases are F32 vectors: model.c) */
+        if (!(st->bv = malloc((size_t)L->bv.cols * sizeof(float)))) {
+            rc = diag_set(st->d, ST_NOMEM, "out of memory");
+            goto out;
+        }
+        memcpy(st->bv, L->bv.data, (size_t)L->bv.cols * sizeof(float));
+    }
 
     if ((rc = capture(st, l)) < 0)
         goto out;
@@ -714,7 +664,7 @@ do_layer(struct awq_state *st, int64_t l, struct qmodel *out, int64_t *cap,
     /* every group searched on the unscaled layer, then all applied (AutoAWQ) */
     for (int g = 0; g < AWQ_N_GROUP; g++) {
         rep->best[g] = -1;
-        if (!group_applies(st, L, g, why[g], sizeof why[g])) {
+        if (!group_applies(L, g, why[g], sizeof why[g])) {
             skipped[g]++;
             continue;
         }
@@ -740,7 +690,7 @@ do_layer(struct awq_state *st, int64_t l, struct qmodel *out, int64_t *cap,
         for (int i = 0; i < AWQ_N_LIN; i++) {
             if (i == AWQ_Q || i == AWQ_K)
                 continue;   /* "due to qk bmm, it is hard to clip precisely" */
-            const struct model_weight *w = &st->saved[i];
+            const struct model_weight *w = model_layer_weight(L, lin_id[i]);
             int64_t gsz = st->o->group_size > 0 ? st->o->group_size : w->cols;
             int64_t ng = (w->cols + gsz - 1) / gsz;
             rep->clip[i] = malloc((size_t)(w->rows * ng) * sizeof(float));
@@ -750,10 +700,12 @@ do_layer(struct awq_state *st, int64_t l, struct qmodel *out, int64_t *cap,
             }
             search_clip(st, L, i, rep->clip[i]);
         }
-    views_restore(st, L);
-    rc = emit_layer(st, L, out, cap, scaled);
+    if ((rc = emit_layer(st, L, out, cap, scaled)) < 0)
+        goto out;
+    /* the next layer's input: this layer's float output (AWQ propagates
+     * un-quantized activations); the layer's weights go back to the file's */
+    rc = calib_set_state(st->c, l + 1, st->Xn, st->d);
 out:
-    views_restore(st, L);
     for (int g = 0; g < AWQ_N_GROUP; g++)
         free(gs_s[g]);
     layer_free(st);
@@ -775,35 +727,6 @@ awq_report_release(struct awq_report *r)
     memset(r, 0, sizeof *r);
 }
 
-/* the embeddings of every sequence into st->X (the pass up to its EMBD
- * event, in calls of at most max_batch tokens: no layer runs) */
-static int
-embed_all(struct awq_state *st, const int32_t *tokens)
-{
-    struct model_hooks h = { cap_hook, &st->cap, MODEL_HOOK_EMBD };
-    struct diag dd;
-    int rc;
-
-    memset(&st->cap, 0, sizeof st->cap);
-    st->cap.embd = true;
-    for (int64_t q = 0; q < st->n_seq; q++)
-        for (int64_t c0 = 0; c0 < st->S; c0 += st->m->max_batch) {
-            int64_t n = st->S - c0 < st->m->max_batch ? st->S - c0 : st->m->max_batch;
-            struct batch b = { n, st->bt + c0, NULL, 0 };
-            for (int64_t i = 0; i < n; i++)
-                st->bt[c0 + i].token = tokens[q * st->S + c0 + i];
-            st->cap.dst[0] = st->X + (q * st->S + c0) * st->E;
-            st->cap.stopped = 0;
-            rc = model_forward(st->m, st->kv, &b, &h, NULL, &dd);
-            if (rc < 0 && !st->cap.stopped) {
-                memcpy(st->d, &dd, sizeof dd);
-                return rc;
-            }
-        }
-    memset(&st->cap, 0, sizeof st->cap);
-    return 0;
-}
-
 static float *
 falloc(int64_t n, bool *ok)
 {
@@ -813,13 +736,13 @@ falloc(int64_t n, bool *ok)
 }
 
 int
-awq_quantize_tokens(struct model *m, const int32_t *tokens, int64_t n_seq, int64_t seq_len,
-                    const struct awq_opts *o, struct qmodel *out,
-                    const struct run_callbacks *cb, struct awq_report *report, struct diag *d)
+awq_quantize(struct calib *c, const struct awq_opts *o, struct qmodel *out,
+             const struct run_callbacks *cb, struct awq_report *report, struct diag *d)
 {
     struct awq_state st;
     struct awq_report rep0 = { 0, NULL };
     struct awq_report *rep = report ? report : &rep0;
+    struct model *m = c->m;
     const struct model_hparams *hp = &m->hp;
     int64_t skipped[AWQ_N_GROUP] = { 0 };
     char why[AWQ_N_GROUP][160] = { { 0 } };
@@ -828,25 +751,24 @@ awq_quantize_tokens(struct model *m, const int32_t *tokens, int64_t n_seq, int64
 
     memset(&st, 0, sizeof st);
     memset(rep, 0, sizeof *rep);
-    st.seq = -1;
     if (o->bits != 2 && o->bits != 3 && o->bits != 4 && o->bits != 8)
         return diag_set(d, ST_RANGE, "AWQ: %d-bit weights not supported (2, 3, 4 or 8)",
                         o->bits);
     if (o->group_size == 0 || o->group_size < -1)
         return diag_set(d, ST_RANGE, "AWQ: group size %lld: need -1 or a positive size",
                         (long long)o->group_size);
-    if (n_seq < 1 || seq_len < 1)
+    if (calib_tokens(c) < 1)
         return diag_set(d, ST_RANGE, "AWQ: no calibration tokens");
+    if (c->layer != 0)
+        return diag_set(d, ST_RANGE, "AWQ: the calibration must start at layer 0");
     if (hp->recipe != ARCH_RECIPE_LLAMA && hp->recipe != ARCH_RECIPE_GEMMA3)
         return diag_set(d, ST_RANGE, "AWQ: no scale groups for architecture '%s'",
                         hp->arch_name);
+    st.c = c;
     st.m = m;
     st.o = o;
-    st.cb = cb;
     st.d = d;
-    st.S = seq_len;
-    st.n_seq = n_seq;
-    st.N = n_seq * seq_len;
+    st.N = calib_tokens(c);
     st.E = hp->n_embd;
     st.Eo = hp->n_head * hp->head_dim_v;
     st.F = 0;
@@ -867,16 +789,14 @@ awq_quantize_tokens(struct model *m, const int32_t *tokens, int64_t n_seq, int64
         }
     int64_t step = st.N / AWQ_CLIP_TOKENS > 1 ? st.N / AWQ_CLIP_TOKENS : 1;
     int64_t ns = (st.N + step - 1) / step;
+    int64_t orows = c->ctx > MM_ROWS ? c->ctx : MM_ROWS;
     bool ok = true;
-    st.X = falloc(st.N * st.E, &ok);
     st.Xn = falloc(st.N * st.E, &ok);
-    st.xs = falloc(st.S * st.E, &ok);
     for (int k = 0; k < N_IN; k++)
         st.in[k] = falloc(st.N * st.in_cols[k], &ok);
     st.ref_attn = falloc(st.N * st.E, &ok);
     st.ref_mlp = falloc(st.N * st.E, &ok);
-    st.cand_in = falloc(st.S * maxc, &ok);
-    st.out = falloc(MM_ROWS * st.E, &ok);
+    st.out = falloc(orows * st.E, &ok);
     for (int j = 0; j < 3; j++)
         st.Wt[j] = falloc(maxr * maxc, &ok);
     st.xmean = falloc(maxr > maxc ? maxr : maxc, &ok);
@@ -892,37 +812,18 @@ awq_quantize_tokens(struct model *m, const int32_t *tokens, int64_t n_seq, int64
     st.clip_q = falloc(maxr * maxc, &ok);
     st.clip_org = falloc(ns * maxr, &ok);
     st.clip_cur = falloc(ns * maxr, &ok);
-    st.bt = calloc((size_t)st.S, sizeof *st.bt);
     rep->layers = calloc((size_t)hp->n_layer, sizeof *rep->layers);
-    if (!ok || !st.bt || !rep->layers) {
+    if (!ok || !rep->layers) {
         rc = diag_set(d, ST_NOMEM, "AWQ: out of memory for %lld calibration tokens",
                       (long long)st.N);
         goto out;
     }
     rep->n_layer = hp->n_layer;
-    /* the backend's matmul room for the f32 views (candidates and ours) */
-    if (m->be->ops->mm_reserve(m->be, GGML_TYPE_F32,
-                               m->max_batch > MM_ROWS ? m->max_batch : MM_ROWS, maxc) < 0) {
+    /* the backend's matmul room for the f32 weights (the layer's and ours) */
+    if (m->be->ops->mm_reserve(m->be, GGML_TYPE_F32, orows, maxc) < 0) {
         rc = diag_set(d, ST_NOMEM, "AWQ: out of memory");
         goto out;
     }
-
-    /* one sequence of S slots, written again by every layer_forward */
-    struct kv_config kc;
-    model_kv_config(m, 0, GGML_TYPE_F32, &kc);
-    size_t bb = kv_block_bytes(&kc);
-    kc.mem = (size_t)((st.S + kc.block_size - 1) / kc.block_size) * bb;
-    if ((rc = kv_new(&st.kv, &kc, d)) < 0 || (rc = kv_seq_new(st.kv, &st.seq)) < 0) {
-        if (rc < 0 && st.kv)
-            diag_set(d, -rc, "AWQ: no KV sequence");
-        goto out;
-    }
-    for (int64_t i = 0; i < st.S; i++)
-        st.bt[i] = (struct batch_tok){ .seq = st.seq, .pos = (int32_t)i };
-    if ((rc = embed_all(&st, tokens)) < 0)
-        goto out;
-    if ((rc = kv_seq_grow(st.kv, st.seq, st.S, d)) < 0)
-        goto out;
 
     runcb_progress(cb, "awq", 0, hp->n_layer);
     for (int64_t l = 0; l < hp->n_layer; l++) {
@@ -930,28 +831,25 @@ awq_quantize_tokens(struct model *m, const int32_t *tokens, int64_t n_seq, int64
             diag_prefix(d, "AWQ layer %lld", (long long)l);
             goto out;
         }
-        float *t = st.X;
-        st.X = st.Xn;
-        st.Xn = t;
         runcb_progress(cb, "awq", l + 1, hp->n_layer);
     }
     for (int g = 0; g < AWQ_N_GROUP; g++)
         if (skipped[g])
             runcb_info(cb, "awq: %s not scaled in %lld of %lld layers: %s", groups[g].name,
                        (long long)skipped[g], (long long)hp->n_layer, why[g]);
+    out->prov.method = "awq";
+    out->prov.bits = o->bits;
+    out->prov.group_size = o->group_size;
+    out->prov.sym = false;
+    memcpy(out->prov.calib_sha256, c->sha256, sizeof out->prov.calib_sha256);
+    out->prov.calib_tokens = st.N;
     rc = 0;
 out:
-    if (st.seq >= 0)
-        kv_seq_free(st.kv, st.seq);
-    kv_free(st.kv);
-    free(st.X);
     free(st.Xn);
-    free(st.xs);
     for (int k = 0; k < N_IN; k++)
         free(st.in[k]);
     free(st.ref_attn);
     free(st.ref_mlp);
-    free(st.cand_in);
     free(st.out);
     for (int j = 0; j < 3; j++)
         free(st.Wt[j]);
@@ -967,7 +865,6 @@ out:
     free(st.clip_q);
     free(st.clip_org);
     free(st.clip_cur);
-    free(st.bt);
     awq_report_release(&rep0);
     if (rc < 0 && report)
         awq_report_release(report);

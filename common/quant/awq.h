@@ -55,7 +55,7 @@
 #include "runcb.h"
 #include "status.h"
 
-struct model;
+struct calib;
 
 #define AWQ_N_GRID 20           /* scale search points */
 #define AWQ_CLIP_GRID 20        /* clipping: shrink steps of 1/20 ... */
@@ -101,21 +101,21 @@ struct awq_report {
 /* awq_report_release() : frees what r holds (r itself is caller-owned). */
 void awq_report_release(struct awq_report *r);
 
-/* awq_quantize_tokens() : runs AWQ on every layer of m over n_seq
- * calibration sequences of seq_len tokens each (tokens [n_seq][seq_len],
- * the caller's BOS included) and fills out (qmodel_release frees it):
- * per layer the seven linears as qgrids (or, with scale_only, as f32) and
- * the rescaled norm weights (and attn_v's bias) as f32; out->src_path and
- * out->prov are the caller's.  The model's weights may be of any type the
- * table converts to float; the model is left as it was.  report may be
- * NULL.  Progress ("awq": layers) and notes go to cb (may be NULL).
- * Returns 0; -ST_RANGE (bits, group size, no calibration, a model this
- * cannot quantize; message in d); -ST_FORMAT (a weight type without
- * dequantization, non-finite activations); -ST_NOMEM. */
-int awq_quantize_tokens(struct model *m, const int32_t *tokens, int64_t n_seq, int64_t seq_len,
-                        const struct awq_opts *o, struct qmodel *out,
-                        const struct run_callbacks *cb, struct awq_report *report,
-                        struct diag *d);
+/* awq_quantize() : runs AWQ on every layer of c's model over c's
+ * calibration tokens (calib.h; c must be at layer 0 and is left past the
+ * last layer, its model's weights as the file has them) and fills out
+ * (qmodel_release frees it): per layer the seven linears as qgrids (or,
+ * with scale_only, as f32) and the rescaled norm weights (and attn_v's bias)
+ * as f32, and out->prov (method, bits, group size, calibration hash and
+ * tokens); out->src_path is the caller's.  The model's weights may be of any
+ * type the table dequantizes.  report may be NULL.  Progress ("awq": layers)
+ * and notes (groups skipped) go to cb (may be NULL).
+ * Returns 0; -ST_RANGE (bits, group size, a calibration not at layer 0, an
+ * architecture without scale groups; message in d); -ST_FORMAT (a weight
+ * type without dequantization, non-finite activations); -ST_NOMEM; the
+ * calibration runs' errors. */
+int awq_quantize(struct calib *c, const struct awq_opts *o, struct qmodel *out,
+                 const struct run_callbacks *cb, struct awq_report *report, struct diag *d);
 
 /* awq_fake_quant() : the quantizer of step 5 on one row of n weights in
  * groups of group_size (-1: one group; the last group may be partial):
