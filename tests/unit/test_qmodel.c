@@ -281,9 +281,111 @@ done:
     qmodel_release(&qm);
 }
 
+/* ---- HF directories ---- */
+
+static const char *const linears[] = {
+    "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+    "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+};
+
+/* Grids for every block linear of the tiny model (2 layers). */
+static void
+mkmodel(struct qmodel *qm, const struct gguf *src, int bits, int64_t gs, bool sym, bool act_order)
+{
+    memset(qm, 0, sizeof *qm);
+    qm->src_path = SRC;
+    qm->prov.method = "gptq";
+    qm->prov.bits = bits;
+    qm->prov.group_size = gs;
+    qm->prov.sym = sym;
+    qm->prov.damp = 0.01;
+    qm->n = 14;
+    qm->t = calloc(14, sizeof *qm->t);
+    for (int l = 0; l < 2; l++)
+        for (int k = 0; k < 7; k++) {
+            struct qmodel_tensor *qt = &qm->t[l * 7 + k];
+            char name[64];
+            snprintf(name, sizeof name, "blk.%d.%s", l, linears[k]);
+            const struct gguf_tensor *t = tensor(src, name);
+            qt->name = strdup(name);
+            qt->g = mkgrid(bits, gs, sym, t->ne[1], t->ne[0], false);
+            if (act_order) {
+                /* a permuted g_idx: column c in group ((c * 5) % cols) / gs */
+                int64_t g_s = gs < 0 ? t->ne[0] : gs;
+                for (int64_t c = 0; c < t->ne[0]; c++)
+                    qt->g->g_idx[c] = (int32_t)(((c * 5) % t->ne[0]) / g_s);
+            }
+        }
+}
+
+static bool
+grids_equal(const struct qgrid *a, const struct qgrid *b)
+{
+    return a->bits == b->bits && a->group_size == b->group_size && a->rows == b->rows &&
+           a->cols == b->cols && a->n_groups == b->n_groups &&
+           !memcmp(a->q, b->q, (size_t)(a->rows * a->cols)) &&
+           !memcmp(a->scale, b->scale, (size_t)(a->n_groups * a->rows) * sizeof(float)) &&
+           !memcmp(a->zero, b->zero, (size_t)(a->n_groups * a->rows) * sizeof(int32_t)) &&
+           !memcmp(a->g_idx, b->g_idx, (size_t)a->cols * sizeof(int32_t));
+}
+
+static void
+test_hf_round_trip(void)
+{
+    static const struct { enum qformat f; int bits; int64_t gs; bool sym, act; } cases[] = {
+        {QF_GPTQ, 4, 32, true, false}, {QF_GPTQ, 4, 32, false, false},
+        {QF_GPTQ_V2, 4, 32, false, false}, {QF_GPTQ, 4, 48, false, true},
+        {QF_GPTQ, 3, 32, false, false}, {QF_GPTQ_V2, 3, -1, true, true},
+        {QF_GPTQ, 2, 64, false, false}, {QF_GPTQ_V2, 8, 32, false, false},
+        {QF_AWQ, 4, 32, false, false}, {QF_AWQ, 4, 64, true, false},
+    };
+    struct gguf src;
+    struct diag d;
+
+    if (gguf_open(&src, SRC, &d)) {
+        t_fail++;
+        return;
+    }
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        char dir[] = "/tmp/llmkit_test_qhf_XXXXXX", out[300];
+        struct qmodel qm, rd;
+        if (!mkdtemp(dir))
+            continue;
+        snprintf(out, sizeof out, "%s/q", dir);
+        mkmodel(&qm, &src, cases[c].bits, cases[c].gs, cases[c].sym, cases[c].act);
+        int rc = qmodel_write(&qm, out, cases[c].f, false, NULL, &d);
+        CHECK_EQ(rc, 0);
+        if (rc)
+            fprintf(stderr, "case %zu: %s\n", c, d.msg);
+        rc = rc ? rc : qmodel_read_hf(out, &rd, &d);
+        CHECK_EQ(rc, 0);
+        if (rc) {
+            fprintf(stderr, "case %zu: %s\n", c, d.msg);
+        } else {
+            CHECK_EQ(rd.n, qm.n);
+            int same = 0;
+            for (int64_t i = 0; i < qm.n; i++)
+                for (int64_t j = 0; j < rd.n; j++)
+                    if (!strcmp(qm.t[i].name, rd.t[j].name) && grids_equal(qm.t[i].g, rd.t[j].g))
+                        same++;
+            CHECK_EQ(same, qm.n);
+            CHECK_STR(rd.prov.method, cases[c].f == QF_AWQ ? "awq" : "gptq");
+            CHECK_EQ(rd.prov.bits, cases[c].bits);
+            CHECK_EQ(rd.prov.act_order, cases[c].act && cases[c].gs > 0);
+            qmodel_release(&rd);
+        }
+        char cmd[400];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+        qmodel_release(&qm);
+    }
+    gguf_release(&src);
+}
+
 int
 main(void)
 {
     test_gguf();
+    test_hf_round_trip();
     T_DONE();
 }
