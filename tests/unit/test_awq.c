@@ -171,9 +171,10 @@ test_case(const char *name, const char *text)
     CHECK(c != NULL);
     if (!c)
         goto out;
-    CHECK_EQ(awq_quantize(c, &o, &qm, NULL, &rep, &d), 0);
-    if (d.msg[0])
+    if (awq_quantize(c, &o, &qm, NULL, &rep, &d) != 0) {
+        CHECK(!"awq_quantize failed");
         fprintf(stderr, "awq: %s\n", d.msg);
+    }
     CHECK_EQ(rep.n_layer, 2);
     for (int64_t l = 0; l < rep.n_layer; l++) {
         const struct awq_layer_report *L = &rep.layers[l];
@@ -303,7 +304,7 @@ logits_of(struct model *m, const int32_t *tok, int64_t n, float *out)
 /* with no clipping and no grid, the rescaled weights compute the same
  * function: every group's s cancels */
 static void
-test_function_kept(const char *model, const char *text, int expect_vo)
+test_function_kept(const char *model, const char *text, int expect_vo, double tol)
 {
     struct awq_opts o = AWQ_OPTS_INIT;
     struct awq_report rep = { 0, NULL };
@@ -337,30 +338,40 @@ test_function_kept(const char *model, const char *text, int expect_vo)
         int64_t V = m->hp.n_vocab;
         float *a = malloc((size_t)(n * V) * sizeof(float));
         float *b = malloc((size_t)(n * V) * sizeof(float));
-        logits_of(m, c->tok, n, a);
+        float **orig = calloc((size_t)qm.n, sizeof *orig);
+        struct model_weight **mw = calloc((size_t)qm.n, sizeof *mw);
         int changed = 0;
+        /* the original weights as f32 too, so that both runs take the f32
+         * kernels (an F16 weight's kernel rounds the activations to F16) */
         for (int64_t i = 0; i < qm.n; i++) {
-            struct model_weight *w = NULL;
-            for (int64_t l = 0; l < m->hp.n_layer && !w; l++) {
+            for (int64_t l = 0; l < m->hp.n_layer && !mw[i]; l++) {
                 struct model_layer *L = &m->layers[l];
                 struct model_weight *all[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate,
                                                &L->ffn_up, &L->ffn_down, &L->attn_norm,
                                                &L->ffn_norm, &L->bv };
                 for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
                     if (all[k]->name && !strcmp(all[k]->name, qm.t[i].name))
-                        w = all[k];
+                        mw[i] = all[k];
             }
+            struct model_weight *w = mw[i];
             CHECK(w && qm.t[i].f32 && !qm.t[i].g);
             if (!w || !qm.t[i].f32)
                 continue;
-            if (w->type == GGML_TYPE_F32 &&
-                memcmp(w->data, qm.t[i].f32, (size_t)(w->rows * w->cols) * sizeof(float)))
+            orig[i] = malloc((size_t)(w->rows * w->cols) * sizeof(float));
+            for (int64_t r = 0; r < w->rows; r++)
+                qtype_get(w->type)->to_float((const uint8_t *)w->data + r * w->row_bytes,
+                                             orig[i] + r * w->cols, w->cols);
+            if (memcmp(orig[i], qm.t[i].f32, (size_t)(w->rows * w->cols) * sizeof(float)))
                 changed++;
-            w->data = qm.t[i].f32;
+            w->data = orig[i];
             w->packed = NULL;
             w->type = GGML_TYPE_F32;
             w->row_bytes = (size_t)w->cols * sizeof(float);
         }
+        logits_of(m, c->tok, n, a);
+        for (int64_t i = 0; i < qm.n; i++)
+            if (mw[i] && qm.t[i].f32)
+                mw[i]->data = qm.t[i].f32;
         CHECK(changed > 0);
         logits_of(m, c->tok, n, b);
         double worst = 0, mag = 0;
@@ -370,10 +381,14 @@ test_function_kept(const char *model, const char *text, int expect_vo)
         }
         fprintf(stderr, "%s: rescaled model's logits differ by at most %.3g (|logit| <= %.3g)\n",
                 model, worst, mag);
-        CHECK(worst <= 1e-4 * (mag > 1 ? mag : 1));
+        CHECK(worst <= tol * (mag > 1 ? mag : 1));
         free(a);
         free(b);
         model_free(m);
+        for (int64_t i = 0; i < qm.n; i++)
+            free(orig[i]);
+        free(orig);
+        free(mw);
     }
     awq_report_release(&rep);
     qmodel_release(&qm);
@@ -427,7 +442,7 @@ main(void)
         CHECK_EQ(z[0], 0);
         CHECK_EQ(q[0], 15);
         CHECK_NEAR(w[0], 15.0 * s[0], 0);
-        CHECK_NEAR(s[0], 1e-5 / 15, 1e-8);
+        CHECK_NEAR(s[0], 1e-5 / 15, 6e-8);   /* an fp16 subnormal */
         CHECK_EQ(z[1], 5);                  /* -round(-1 / (3 / 15)) */
         CHECK_EQ(q[2], 0);
         CHECK_EQ(q[3], 15);
@@ -438,8 +453,10 @@ main(void)
     }
     test_case("b4g32", text);
     test_case("b3g48", text);
-    test_function_kept(BLOCK, text, 1);
-    test_function_kept(FIXTURE, text, 0);
+    /* (the random block amplifies rounding more than the fixture: its f32
+     * runs with and without the scales differ by ~1e-4 with every group alone) */
+    test_function_kept(BLOCK, text, 1, 2e-4);
+    test_function_kept(FIXTURE, text, 0, 1e-6);
     test_bad_options(text);
     unlink(text);
     free(golden);
