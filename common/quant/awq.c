@@ -12,10 +12,11 @@
  *   ref_attn, ref_mlp   [N][E] the attention's and feed-forward's outputs:
  *                       in[1] Wo^T and in[3] Wdown^T (also the outputs of
  *                       attn_output and ffn_down alone)
- * A candidate for q/k/v (gate/up) runs the layer again on X with the
- * candidate weights, up to the input of attn_output (ffn_down), where a hook
- * keeps it and stops the pass; the module output is that times Wo^T
- * (Wdown^T).  The matmuls outside the pass are the backend's, on f32 views.
+ * A candidate for q/k/v runs the layer again on X with the candidate
+ * weights, up to the input of attn_output, where a hook takes it and the
+ * pass stops; the module output is that times Wo^T.  A candidate for
+ * gate/up runs the feed-forward alone on in[2] (the attention before it is
+ * unchanged).  The matmuls outside the pass are the backend's, on f32 views.
  */
 #include "awq.h"
 
@@ -132,6 +133,7 @@ struct awq_state {
     int64_t in_cols[N_IN];
     float *ref_attn, *ref_mlp;  /* [N][E] */
     float *out;                 /* [max(ctx, MM_ROWS)][E] */
+    float *mlp_g, *mlp_u;       /* [MM_ROWS][F] */
     float *W[AWQ_N_LIN];        /* f32 copies */
     float *Wt[3];               /* candidates of a group */
     float *norm[2];             /* attn_norm, ffn_norm (f32 copies) */
@@ -265,9 +267,30 @@ group_loss(struct awq_state *st, int64_t l, int g, double *loss)
         return 0;
     }
 
-    /* the whole attention (feed-forward): the layer again, with the
-     * candidates, up to the input of attn_output (ffn_down), times it */
-    int last = G->inspect == INSPECT_ATTN ? AWQ_O : AWQ_DOWN;
+    if (G->inspect == INSPECT_MLP) {
+        /* the feed-forward on its kept input: down(act(x Wgate^T) * x Wup^T)
+         * with the recipe's activation, the backend's ops the layer runs */
+        const int64_t F = st->F;
+        struct backend *be = st->m->be;
+        for (int64_t t0 = 0; t0 < st->N; t0 += MM_ROWS) {
+            int64_t n = st->N - t0 < MM_ROWS ? st->N - t0 : MM_ROWS;
+            const float *x = st->in[G->in] + t0 * E;
+            mm_f32(st, st->Wt[0], F, E, x, E, n, st->mlp_g, F);
+            mm_f32(st, st->Wt[1], F, E, x, E, n, st->mlp_u, F);
+            if (st->m->hp.recipe == ARCH_RECIPE_GEMMA3)
+                be->ops->gelu_mul(be, st->mlp_g, st->mlp_u, n, F);
+            else
+                be->ops->silu_mul(be, st->mlp_g, st->mlp_u, n, F);
+            mm_f32(st, st->W[AWQ_DOWN], E, F, st->mlp_g, F, n, st->out, E);
+            e += sq_err(st->out, st->ref_mlp + t0 * E, n * E);
+        }
+        *loss = e / (double)(st->N * E);
+        return 0;
+    }
+
+    /* the whole attention: the layer again, with the candidates, up to the
+     * input of attn_output, times it */
+    int last = AWQ_O;
     struct model_hooks h = { cap_hook, &st->cap, MODEL_HOOK_LINEAR_IN };
     for (int j = 0; j < G->n_lin && rc == 0; j++)
         rc = calib_set_weight(st->c, lin_name(st, l, G->lin[j]), st->Wt[j], st->d);
@@ -275,7 +298,7 @@ group_loss(struct awq_state *st, int64_t l, int g, double *loss)
     st->cap.st = st;
     st->cap.loss_w = model_layer_weight(L, lin_id[last]);
     st->cap.W = st->W[last];
-    st->cap.ref = G->inspect == INSPECT_ATTN ? st->ref_attn : st->ref_mlp;
+    st->cap.ref = st->ref_attn;
     if (rc == 0)
         rc = calib_run_layer(st->c, &h, lin_name(st, l, last), NULL, st->d);
     e = st->cap.err;
@@ -785,6 +808,12 @@ awq_quantize(struct calib *c, const struct awq_opts *o, struct qmodel *out,
     for (int64_t l = 0; l < hp->n_layer; l++)
         for (int i = 0; i < AWQ_N_LIN; i++) {
             const struct model_weight *w = model_layer_weight(&m->layers[l], lin_id[i]);
+            const struct model_weight *w0 = model_layer_weight(&m->layers[0], lin_id[i]);
+            if (w->rows != w0->rows || w->cols != w0->cols)
+                return diag_set(d, ST_RANGE, "AWQ: layers of different widths ('%s' is "
+                                "%lldx%lld, '%s' %lldx%lld) not supported", w->name,
+                                (long long)w->rows, (long long)w->cols, w0->name,
+                                (long long)w0->rows, (long long)w0->cols);
             maxr = w->rows > maxr ? w->rows : maxr;
         }
     int64_t step = st.N / AWQ_CLIP_TOKENS > 1 ? st.N / AWQ_CLIP_TOKENS : 1;
@@ -797,6 +826,8 @@ awq_quantize(struct calib *c, const struct awq_opts *o, struct qmodel *out,
     st.ref_attn = falloc(st.N * st.E, &ok);
     st.ref_mlp = falloc(st.N * st.E, &ok);
     st.out = falloc(orows * st.E, &ok);
+    st.mlp_g = falloc(MM_ROWS * st.F, &ok);
+    st.mlp_u = falloc(MM_ROWS * st.F, &ok);
     for (int j = 0; j < 3; j++)
         st.Wt[j] = falloc(maxr * maxc, &ok);
     st.xmean = falloc(maxr > maxc ? maxr : maxc, &ok);
@@ -851,6 +882,8 @@ out:
     free(st.ref_attn);
     free(st.ref_mlp);
     free(st.out);
+    free(st.mlp_g);
+    free(st.mlp_u);
     for (int j = 0; j < 3; j++)
         free(st.Wt[j]);
     free(st.xmean);
