@@ -30,6 +30,10 @@
 #include "qconv.h"
 #include "qtypes.h"
 
+#ifdef LLMKIT_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
 #define MM_ROWS 512             /* tokens per matmul call outside the pass */
 
 /* ---- the layer's linears and scale groups, by the table's tensor ids ---- */
@@ -178,12 +182,19 @@ cap_hook(void *ctx, const struct model_hook_event *ev)
     return 0;
 }
 
-/* y [n][ldy] = x [n][ldx] W^T for the f32 weight W [rows][cols], in calls of
- * MM_ROWS tokens */
+/* y [n][ldy] = x [n][ldx] W^T for the f32 weight W [rows][cols]: OpenBLAS's
+ * sgemm where the build has it (several times the backend's f32 kernel
+ * here, and these products are most of AWQ's work), else the backend in
+ * calls of MM_ROWS tokens */
 static void
 mm_f32(struct awq_state *st, const float *W, int64_t rows, int64_t cols, const float *x,
        int64_t ldx, int64_t n, float *y, int64_t ldy)
 {
+#ifdef LLMKIT_HAVE_OPENBLAS
+    (void)st;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)rows,
+                (blasint)cols, 1.0f, x, (blasint)ldx, W, (blasint)cols, 0.0f, y, (blasint)ldy);
+#else
     struct backend *be = st->m->be;
     struct backend_weight bw = { W, NULL, (size_t)cols * sizeof(float), GGML_TYPE_F32, rows,
                                  cols };
@@ -196,6 +207,7 @@ mm_f32(struct awq_state *st, const float *W, int64_t rows, int64_t cols, const f
         mm.ldy[0] = ldy;
         be->ops->matmul(be, &mm);
     }
+#endif
 }
 
 static const char *
