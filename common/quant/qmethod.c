@@ -319,6 +319,9 @@ gptq_block(struct calib *c, const struct qmethod_opts *o, const char *const *nam
                 diag_prefix(d, "'%s'", names[i]);
                 break;
             }
+            if (l->st.damp > o->g.damp + 1e-12)
+                runcb_warn(&o->cb, "'%s': the Hessian was not positive definite with damping "
+                           "%g; raised to %.2f", names[i], o->g.damp, l->st.damp);
             gptq_dequant(g, dq);
             l->seconds = now_s() - t0;
             snprintf(l->name, sizeof l->name, "%s", names[i]);
