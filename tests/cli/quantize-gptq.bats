@@ -182,3 +182,19 @@ print(sorted({t.tensor_type.name for t in r.tensors if ".attn_q." in t.name}))' 
     run -0 --separate-stderr generate -q -m g.gguf -p "The capital of France is" -n 4 --temp 0
     [ -n "$output" ]
 }
+
+@test "--format gptq / gptq_v2: the directory converts back and generates as the GGUF output does" {
+    cd "$BATS_TEST_TMPDIR"
+    gq g.gguf --group-size 32 --sym
+    gq d --group-size 32 --sym --format gptq
+    [ -f d/config.json ] && [ -f d/model.safetensors ]
+    run -0 jq -r '.quantization_config | "\(.quant_method) \(.bits) \(.group_size) \(.sym) \(.desc_act)"' d/config.json
+    assert_output 'gptq 4 32 true false'
+    convert -q d back.gguf
+    want=$(generate -q -m g.gguf -p "Hello there" -n 8 --temp 0)
+    got=$(generate -q -m back.gguf -p "Hello there" -n 8 --temp 0)
+    [ "$want" = "$got" ]
+    quantize -q --method rtn --format gptq_v2 "$TINY" v2
+    run -0 jq -r '.quantization_config.checkpoint_format' v2/config.json
+    assert_output 'gptq_v2'
+}
