@@ -200,7 +200,13 @@ calib_free(struct calib *c)
 void
 calib_linears(const struct calib *c, int64_t layer, const char **names, int *group, int *n)
 {
-    const struct model_layer *L = &c->m->layers[layer];
+    calib_model_linears(c->m, layer, names, group, n);
+}
+
+void
+calib_model_linears(const struct model *m, int64_t layer, const char **names, int *group, int *n)
+{
+    const struct model_layer *L = &m->layers[layer];
     const struct model_weight *w[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->ffn_gate, &L->ffn_up,
                                         &L->ffn_down };
     static const int grp[7] = { 0, 0, 0, 1, 2, 2, 3 };
@@ -214,6 +220,12 @@ calib_linears(const struct calib *c, int64_t layer, const char **names, int *gro
 }
 
 const struct model_weight *
+calib_model_weight(const struct model *m, int64_t layer, const char *name)
+{
+    return find_weight((struct model *)m, layer, name);
+}
+
+const struct model_weight *
 calib_weight(const struct calib *c, const char *name)
 {
     return find_weight(c->m, c->layer, name);
@@ -223,7 +235,6 @@ int
 calib_weight_f32(const struct calib *c, const char *name, float *out, struct diag *d)
 {
     const struct model_weight *w = NULL;
-    const struct qtype *qt;
 
     for (int64_t l = 0; l < c->m->hp.n_layer && !w; l++)
         w = find_weight(c->m, l, name);
@@ -233,9 +244,17 @@ calib_weight_f32(const struct calib *c, const char *name, float *out, struct dia
     for (int i = 0; i < c->n_repl; i++)
         if (c->repl[i].w == w)
             w = &c->repl[i].orig;
-    qt = qtype_get(w->type);
+    return calib_dequant_weight(w, out, d);
+}
+
+int
+calib_dequant_weight(const struct model_weight *w, float *out, struct diag *d)
+{
+    const struct qtype *qt = qtype_get(w->type);
+
     if (!qt || !qt->to_float)
-        return diag_set(d, ST_FORMAT, "weight '%s': type %u cannot be dequantized", name, w->type);
+        return diag_set(d, ST_FORMAT, "weight '%s': type %u cannot be dequantized", w->name,
+                        w->type);
     for (int64_t r = 0; r < w->rows; r++)
         qt->to_float((const uint8_t *)w->data + (size_t)r * w->row_bytes, out + r * w->cols, w->cols);
     return 0;

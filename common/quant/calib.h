@@ -85,6 +85,16 @@ void calib_free(struct calib *c);
  * names and group have room for 8. */
 void calib_linears(const struct calib *c, int64_t layer, const char **names, int *group, int *n);
 
+/* calib_model_linears() : the same for a model without a calibration run
+ * (RTN). */
+void calib_model_linears(const struct model *m, int64_t layer, const char **names, int *group,
+                         int *n);
+
+/* calib_model_weight() : weight name of layer layer of m (a linear or a
+ * norm), or NULL. */
+const struct model_weight *calib_model_weight(const struct model *m, int64_t layer,
+                                              const char *name);
+
 /* calib_weight() : the weight of the current layer named name (a linear or
  * a norm of model_layer), as the model runs it now (the source tensor, or
  * what calib_set_weight put there); NULL if the layer has no such weight. */
@@ -94,6 +104,10 @@ const struct model_weight *calib_weight(const struct calib *c, const char *name)
  * GGUF tensor dequantized to f32) into out [rows][cols]; -ST_RANGE if there
  * is no such weight, -ST_FORMAT if its type cannot be dequantized. */
 int calib_weight_f32(const struct calib *c, const char *name, float *out, struct diag *d);
+
+/* calib_dequant_weight() : the values of w (rows x cols, any type with a
+ * to_float) into out [rows][cols]; -ST_FORMAT if the type has none. */
+int calib_dequant_weight(const struct model_weight *w, float *out, struct diag *d);
 
 /* calib_set_weight() : from now on the current layer's weight name runs as
  * the f32 values w [rows][cols] (copied; rows and cols those of the source

@@ -241,7 +241,8 @@ quant_config(const struct qmodel *qm, const struct qgrid *g, enum qformat f, boo
     json_object_set_new(o, "desc_act", json_boolean(desc_act));
     json_object_set_new(o, "sym", json_boolean(g->sym));
     json_object_set_new(o, "lm_head", json_boolean(lm_head));
-    json_object_set_new(o, "damp_percent", json_real(p->damp));
+    if (p->damp > 0 && p->damp < 1)     /* loaders refuse 0 (RTN has no damping) */
+        json_object_set_new(o, "damp_percent", json_real(p->damp));
     json_object_set_new(o, "static_groups", json_boolean(p->static_groups));
     json_object_set_new(o, "true_sequential", json_boolean(p->true_sequential));
     json_object_set_new(o, "quant_method", json_string("gptq"));
@@ -252,7 +253,8 @@ quant_config(const struct qmodel *qm, const struct qgrid *g, enum qformat f, boo
     snprintf(quantizer, sizeof quantizer, "llmkit:%s", LLMKIT_VERSION);
     json_object_set_new(meta, "quantizer", json_pack("[s]", quantizer));
     json_object_set_new(meta, "method", json_string(p->method ? p->method : "?"));
-    json_object_set_new(meta, "damp_percent", json_real(p->damp));
+    if (p->damp > 0 && p->damp < 1)
+        json_object_set_new(meta, "damp_percent", json_real(p->damp));
     json_object_set_new(meta, "static_groups", json_boolean(p->static_groups));
     json_object_set_new(meta, "true_sequential", json_boolean(p->true_sequential));
     json_object_set_new(meta, "mse", json_real(p->mse ? 2.4 : 0.0));
@@ -284,18 +286,6 @@ write_quant_config(const char *dir, json_t *qc, enum qformat f, struct diag *d)
     json_decref(cfg);
     free(path);
     return rc;
-}
-
-struct sft_sink {
-    struct sft_writer *w;
-    size_t i;
-};
-
-static int
-sink_sft(void *ctx, const void *p, size_t n, struct diag *d)
-{
-    struct sft_sink *s = ctx;
-    return sft_writer_put(s->w, s->i, p, n, d);
 }
 
 static enum sft_dtype
@@ -335,7 +325,9 @@ qmodel_write_hf(const struct qmodel *qm, const char *dir, enum qformat f, bool f
         return diag_set(d, ST_RANGE, "format %d is not an HF directory format", (int)f);
     if (!qm->src_path)
         return diag_set(d, ST_RANGE, "no source GGUF for the quantized model");
-    if ((rc = gguf_open(&g, qm->src_path, d)) < 0) {
+    if ((rc = gguf_open(&g, qm->src_path, d)) < 0 || (rc = gguf_load_stream(&g, d)) < 0) {
+        if (rc < 0 && g.src)
+            gguf_release(&g);
         diag_prefix(d, "'%s'", qm->src_path);
         return rc;
     }
@@ -503,7 +495,7 @@ qmodel_write_hf(const struct qmodel *qm, const char *dir, enum qformat f, bool f
         size_t i = plan.order[k];
         struct sft_sink sk = {&w, i};
         if (items[i].part == HP_FLOAT) {
-            rc = tensor_emit(&items[i].src, items[i].type, sink_sft, &sk, d);
+            rc = tensor_emit(&items[i].src, items[i].type, sft_sink_put, &sk, d);
         } else {
             if (plan.nbytes[i] > buf_cap) {
                 free(buf);
@@ -560,7 +552,31 @@ struct qcfg {
     int64_t group_size;
     bool sym, desc_act, static_groups, true_sequential;
     double damp;
+    const char *method;         /* static: "gptq", "awq", or "rtn" from our own meta */
+    char calib_sha256[65];
+    int64_t calib_tokens;
 };
+
+/* Provenance that quant_config() put under "meta" of a directory we wrote. */
+static void
+read_meta(const json_t *o, struct qcfg *q)
+{
+    const json_t *meta = json_object_get(o, "meta");
+    const json_t *qz = json_object_get(meta, "quantizer");
+    const char *who = json_string_value(json_array_get(qz, 0));
+    const char *s;
+
+    if (!who || strncmp(who, "llmkit:", 7))
+        return;
+    s = json_string_value(json_object_get(meta, "method"));
+    if (s && !strcmp(s, "rtn"))
+        q->method = "rtn";
+    s = json_string_value(json_object_get(meta, "calib_sha256"));
+    if (s && strlen(s) < sizeof q->calib_sha256)
+        strcpy(q->calib_sha256, s);
+    if (json_is_integer(json_object_get(meta, "calib_tokens")))
+        q->calib_tokens = json_integer_value(json_object_get(meta, "calib_tokens"));
+}
 
 /* The quantization config: config.json's quantization_config, else
  * quantize_config.json / quant_config.json (AutoGPTQ's search order is the
@@ -654,6 +670,8 @@ load_qcfg(const char *dir, struct qcfg *q, struct diag *d)
         goto bad;
     if (q->f == QF_AWQ)
         q->sym = false;
+    q->method = q->f == QF_AWQ ? "awq" : "gptq";
+    read_meta(o, q);
     const json_t *dyn = json_object_get(o, "dynamic");
     if (dyn && !json_is_null(dyn) && !(json_is_object(dyn) && json_object_size(dyn) == 0))
         QC_ERR("'%s/%s': per-module 'dynamic' overrides not supported", dir, file);
@@ -722,6 +740,31 @@ scale_at(const struct sft_tensor *t, int64_t k)
     return t->dtype == SFT_F16 ? qconv_fp16_to_fp32(h) : bf16_to_fp32(h);
 }
 
+/* The shape [rows = out, cols = in] config.json gives a linear of the
+ * block (GGUF name), or false for another tensor. */
+static bool
+linear_shape(const struct hf_config *c, const char *gguf_name, int64_t *rows, int64_t *cols)
+{
+    static const struct { const char *sfx; int out, in; } t[] = {
+        /* 0 n_embd, 1 n_head*head_dim, 2 n_head_kv*head_dim, 3 n_ff */
+        {"attn_q.weight", 1, 0}, {"attn_k.weight", 2, 0}, {"attn_v.weight", 2, 0},
+        {"attn_output.weight", 0, 1}, {"ffn_gate.weight", 3, 0}, {"ffn_up.weight", 3, 0},
+        {"ffn_down.weight", 0, 3},
+    };
+    const int64_t dim[4] = {c->n_embd, c->n_head * c->head_dim, c->n_head_kv * c->head_dim, c->n_ff};
+    int l, n = 0;
+
+    if (sscanf(gguf_name, "blk.%d.%n", &l, &n) != 1 || !n)
+        return false;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(gguf_name + n, t[i].sfx)) {
+            *rows = dim[t[i].out];
+            *cols = dim[t[i].in];
+            return true;
+        }
+    return false;
+}
+
 /* One quantized module (prefix) into a qgrid in GGUF row order. */
 static int
 read_module(const struct sft_model *m, const struct hf_config *cfg, const struct qcfg *q,
@@ -747,10 +790,14 @@ read_module(const struct sft_model *m, const struct hf_config *cfg, const struct
         (q->f != QF_AWQ && (rc = get_part(m, prefix, "g_idx", true, &tg, d)) < 0))
         return rc;
     snprintf(name, sizeof name, "%s.qweight", prefix);
-    if (tw->dtype != SFT_I32 || tw->n_dims != 2 || tw->shape[0] <= 0 || tw->shape[1] <= 0)
-        return diag_set(d, ST_FORMAT, "'%s': tensor '%s': %s of %d dimensions, I32 [K*bits/32, N] "
-                        "expected", m->dir ? m->dir : ".", name, sft_dtype_name(tw->dtype),
-                        tw->n_dims);
+    if (tw->dtype != SFT_I32 || tw->n_dims != 2 || tw->shape[0] <= 0 || tw->shape[1] <= 0) {
+        size_t file = 0;
+        sft_model_find(m, name, &file);
+        return diag_set(d, ST_FORMAT, "'%s/%s': tensor '%s': %s of %d dimensions, I32 %s expected",
+                        m->dir ? m->dir : ".", m->file_names[file], name,
+                        sft_dtype_name(tw->dtype), tw->n_dims,
+                        q->f == QF_AWQ ? "[K, N/8]" : "[K*bits/32, N]");
+    }
     if (q->f == QF_AWQ) {
         K = tw->shape[0];
         N = tw->shape[1] * 8;
@@ -759,6 +806,15 @@ read_module(const struct sft_model *m, const struct hf_config *cfg, const struct
             return shape_err(m, name, tw, "I32", tw->shape[0] / b * b, tw->shape[1], d);
         K = tw->shape[0] * 32 / b;
         N = tw->shape[1];
+    }
+    int64_t want_n, want_k;
+    if (linear_shape(cfg, map.name, &want_n, &want_k) && (N != want_n || K != want_k)) {
+        size_t file = 0;
+        sft_model_find(m, name, &file);
+        return diag_set(d, ST_FORMAT, "'%s/%s': tensor '%s': holds a %lld x %lld linear (in x "
+                        "out), config.json says %lld x %lld", m->dir ? m->dir : ".",
+                        m->file_names[file], name, (long long)K, (long long)N,
+                        (long long)want_k, (long long)want_n);
     }
     gs = q->group_size < 0 ? K : q->group_size;
     G = (K + gs - 1) / gs;
@@ -808,9 +864,11 @@ read_module(const struct sft_model *m, const struct hf_config *cfg, const struct
             if (g->g_idx[c] < 0 || g->g_idx[c] >= G) {
                 free(aw);
                 free(az);
-                return diag_set(d, ST_FORMAT, "'%s': tensor '%s': g_idx[%lld] = %d, %lld groups",
-                                m->dir ? m->dir : ".", name, (long long)c, (int)g->g_idx[c],
-                                (long long)G);
+                size_t file = 0;
+                sft_model_find(m, name, &file);
+                return diag_set(d, ST_FORMAT, "'%s/%s': tensor '%s': g_idx[%lld] = %d, %lld groups",
+                                m->dir ? m->dir : ".", m->file_names[file], name, (long long)c,
+                                (int)g->g_idx[c], (long long)G);
             }
     }
     int heads = map.perm != HF_PERM_NONE ? (int)map.perm_heads : 0;
@@ -889,7 +947,9 @@ qmodel_read_hf(const char *dir, struct qmodel *qm, struct diag *d)
         rc = diag_set(d, ST_FORMAT, "'%s': quantization_config but no '*.qweight' tensor", dir);
         goto out;
     }
-    qm->prov.method = q.f == QF_AWQ ? "awq" : "gptq";
+    qm->prov.method = q.method;
+    memcpy(qm->prov.calib_sha256, q.calib_sha256, sizeof q.calib_sha256);
+    qm->prov.calib_tokens = q.calib_tokens;
     qm->prov.bits = q.bits;
     qm->prov.group_size = q.group_size;
     qm->prov.sym = q.sym;

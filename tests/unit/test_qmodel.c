@@ -19,6 +19,7 @@
 #include "qgrid.h"
 #include "qtypes.h"
 #include "runcb.h"
+#include "safetensors.h"
 #include "status.h"
 #include "t.h"
 
@@ -299,6 +300,8 @@ mkmodel(struct qmodel *qm, const struct gguf *src, int bits, int64_t gs, bool sy
     qm->prov.group_size = gs;
     qm->prov.sym = sym;
     qm->prov.damp = 0.01;
+    strcpy(qm->prov.calib_sha256, "cafe");
+    qm->prov.calib_tokens = 1234;
     qm->n = 14;
     qm->t = calloc(14, sizeof *qm->t);
     for (int l = 0; l < 2; l++)
@@ -369,7 +372,12 @@ test_hf_round_trip(void)
                     if (!strcmp(qm.t[i].name, rd.t[j].name) && grids_equal(qm.t[i].g, rd.t[j].g))
                         same++;
             CHECK_EQ(same, qm.n);
+            /* GPTQ carries our provenance in meta; AWQ's config has no room */
             CHECK_STR(rd.prov.method, cases[c].f == QF_AWQ ? "awq" : "gptq");
+            if (cases[c].f != QF_AWQ) {
+                CHECK_STR(rd.prov.calib_sha256, "cafe");
+                CHECK_EQ(rd.prov.calib_tokens, 1234);
+            }
             CHECK_EQ(rd.prov.bits, cases[c].bits);
             CHECK_EQ(rd.prov.act_order, cases[c].act && cases[c].gs > 0);
             qmodel_release(&rd);
@@ -382,10 +390,112 @@ test_hf_round_trip(void)
     gguf_release(&src);
 }
 
+/* Facts of the layouts (algorithms.md §2.4, §4.1), read from the file: v1
+ * symmetric 4-bit zeros are all 0x77777777; with q[n][k] = n % 8 every AWQ
+ * qweight word holds columns 0 2 4 6 1 3 5 7 in nibbles 0..7 (0x75316420),
+ * and every GPTQ qweight word of column n holds eight n % 8. */
+static void
+test_hf_layout(void)
+{
+    struct gguf src;
+    struct diag d;
+
+    if (gguf_open(&src, SRC, &d)) {
+        t_fail++;
+        return;
+    }
+    for (int f = QF_GPTQ; f <= QF_AWQ; f += QF_AWQ - QF_GPTQ) {
+        char dir[] = "/tmp/llmkit_test_qlay_XXXXXX", out[300], cmd[400];
+        struct qmodel qm;
+        struct sft_file sf;
+        if (!mkdtemp(dir))
+            continue;
+        snprintf(out, sizeof out, "%s/q", dir);
+        mkmodel(&qm, &src, 4, 32, true, false);
+        for (int64_t i = 0; i < qm.n; i++)
+            for (int64_t r = 0; r < qm.t[i].g->rows; r++)
+                for (int64_t c = 0; c < qm.t[i].g->cols; c++)
+                    qm.t[i].g->q[r * qm.t[i].g->cols + c] = (uint8_t)(r % 8);
+        /* attn_v has no q/k row permutation: HF row n = GGUF row n */
+        CHECK_EQ(qmodel_write(&qm, out, (enum qformat)f, false, NULL, &d), 0);
+        snprintf(cmd, sizeof cmd, "%s/model.safetensors", out);
+        if (sft_open(&sf, cmd, &d) == 0) {
+            const struct sft_tensor *w = sft_find(&sf, "model.layers.0.self_attn.v_proj.qweight");
+            const struct sft_tensor *z = sft_find(&sf, "model.layers.0.self_attn.v_proj.qzeros");
+            CHECK(w && z);
+            if (w && z) {
+                uint32_t u;
+                bool ok = true;
+                for (uint64_t k = 0; k < w->numel; k++) {
+                    memcpy(&u, w->data + 4 * k, 4);
+                    uint32_t n = (uint32_t)(k % (uint64_t)w->shape[1]) % 8;
+                    ok &= f == QF_AWQ ? u == 0x75316420u : u == n * 0x11111111u;
+                }
+                CHECK(ok);
+                ok = true;
+                for (uint64_t k = 0; f == QF_GPTQ && k < z->numel; k++) {
+                    memcpy(&u, z->data + 4 * k, 4);
+                    ok &= u == 0x77777777u;
+                }
+                CHECK(ok);
+            }
+            sft_close(&sf);
+        } else {
+            CHECK(0);
+        }
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        CHECK(system(cmd) == 0);
+        qmodel_release(&qm);
+    }
+    gguf_release(&src);
+}
+
+/* What a directory cannot hold is refused, and nothing is left. */
+static void
+test_hf_errors(void)
+{
+    struct gguf src;
+    struct diag d;
+    char dir[] = "/tmp/llmkit_test_qerr_XXXXXX", out[300];
+    struct qmodel qm;
+
+    if (gguf_open(&src, SRC, &d) || !mkdtemp(dir)) {
+        t_fail++;
+        return;
+    }
+    snprintf(out, sizeof out, "%s/q", dir);
+    mkmodel(&qm, &src, 3, 32, false, false);
+    CHECK_EQ(qmodel_write(&qm, out, QF_AWQ, false, NULL, &d), -ST_RANGE);
+    CHECK(strstr(d.msg, "AWQ GEMM holds 4-bit grids") != NULL);
+    qmodel_release(&qm);
+    mkmodel(&qm, &src, 4, 32, false, true);
+    CHECK_EQ(qmodel_write(&qm, out, QF_AWQ, false, NULL, &d), -ST_RANGE);
+    CHECK(strstr(d.msg, "AWQ has no g_idx") != NULL);
+    qmodel_release(&qm);
+    mkmodel(&qm, &src, 4, 32, false, false);
+    qm.t[3].g->bits = 8;
+    CHECK_EQ(qmodel_write(&qm, out, QF_GPTQ, false, NULL, &d), -ST_RANGE);
+    CHECK(strstr(d.msg, "a directory has one setting") != NULL);
+    qm.t[3].g->bits = 4;
+    free(qm.t[13].name);
+    qm.t[13].name = strdup("blk.1.attn_norm.weight");
+    qgrid_free(qm.t[13].g);
+    free(qm.t[13].g);
+    qm.t[13].g = NULL;
+    CHECK_EQ(qmodel_write(&qm, out, QF_GPTQ, false, NULL, &d), -ST_RANGE);
+    CHECK(strstr(d.msg, "linear 'blk.1.ffn_down.weight' has no grid") != NULL);
+    CHECK(access(out, F_OK) != 0);
+    qmodel_release(&qm);
+    rmdir(dir);
+    gguf_release(&src);
+}
+
 int
 main(void)
 {
     test_gguf();
     test_hf_round_trip();
+    test_hf_layout();
+    test_hf_errors();
     T_DONE();
 }
