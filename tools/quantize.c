@@ -15,7 +15,7 @@
 #include "tool_cb.h"
 
 static const char usage_line[] =
-    "usage: quantize [-fhqvV] --type type | --method gptq|rtn [-t threads] [--oversubscribe]\n"
+    "usage: quantize [-fhqvV] --type type | --method gptq|awq|rtn [-t threads] [--oversubscribe]\n"
     "                [--bits n] [--group-size n] [--sym | --asym] [--act-order]\n"
     "                [--static-groups] [--damp f] [--mse] [--resume]\n"
     "                [--format gguf|gptq|gptq_v2|awq]\n"
@@ -37,7 +37,7 @@ help(void)
     printf("%s\n\n", usage_line);
     fputs("Quantize the GGUF model INPUT into OUTPUT ('-' = stdin/stdout) with llama.cpp's\n"
           "types and mixes; the tensor data is byte for byte what llama-quantize writes.\n"
-          "Or with a grid method (--method): GPTQ calibrated on --calib text, or RTN,\n"
+          "Or with a grid method (--method): GPTQ or AWQ calibrated on --calib text, or RTN,\n"
           "written as GGUF or as a GPTQ/AWQ Hugging Face directory (--format).\n\n"
           "      --act-order          GPTQ: columns by decreasing Hessian diagonal (desc_act)\n"
           "      --asym               asymmetric grid: a zero point per group (default)\n"
@@ -64,7 +64,7 @@ help(void)
           "      --include-weights S  use only imatrix entries whose name contains S (repeatable)\n"
           "      --json               JSON Lines on stdout (schema quantize/1): tensors, summary, eval\n"
           "      --keep-output        leave output.weight as it is\n"
-          "      --method M           gptq or rtn instead of --type\n"
+          "      --method M           gptq, awq or rtn instead of --type\n"
           "      --mse                search each group's scale for the least |error|^2.4\n"
           "      --kernel NAME        compute kernels for --calib/--eval: auto, avx512, avx2, ref\n"
           "                           (default $LLMKIT_KERNEL or auto)\n"
@@ -224,7 +224,7 @@ main(int argc, char **argv)
         case O_JSON: r.json = true; break;
         case O_METHOD:
             if ((c = qmethod_parse(optarg)) < 0)
-                usage_error(usage_line, "--method: '%s' is not gptq or rtn", optarg);
+                usage_error(usage_line, "--method: '%s' is not gptq, awq or rtn", optarg);
             r.use_method = true;
             r.m.method = (enum qmethod)c;
             break;
@@ -262,13 +262,17 @@ main(int argc, char **argv)
                     argc == 0 ? "input and output" : argc == 1 ? "output" : "");
     struct diag gd;
     const bool meth = r.use_method, gptq = meth && r.m.method == QM_GPTQ;
+    const bool awq = meth && r.m.method == QM_AWQ;
     const struct usage_rule rules[] = {
         { !r.ft && !meth, "missing --type or --method" },
         { r.ft && meth, "--type and --method exclude each other" },
         { (grid_opt || gptq_opt) && !meth, "--bits, --group-size, --format ... need --method" },
         { gptq_opt && !gptq, "--act-order, --static-groups, --damp and --resume need --method gptq" },
         { gptq && !r.calib, "--method gptq needs --calib" },
-        { meth && !gptq && r.calib, "--method rtn takes no --calib" },
+        { awq && !r.calib, "--method awq needs --calib" },
+        { meth && !gptq && !awq && r.calib, "--method rtn takes no --calib" },
+        { awq && sym_set, "--method awq quantizes with a zero point per group: no --sym" },
+        { awq && g->mse, "--mse is GPTQ's and RTN's scale search: --method awq searches its own" },
         { sym_set && asym_set, "--sym and --asym exclude each other" },
         { meth && gptq_check_opts(g, &gd) < 0, gd.msg },
         { meth && (r.imatrix_in || r.imatrix_out || n_ov || n_inc || n_exc || o->mix.pure ||

@@ -868,13 +868,13 @@ awq_quantize(struct calib *c, const struct awq_opts *o, struct qmodel *out,
         goto out;
     }
 
-    runcb_progress(cb, "awq", 0, hp->n_layer);
+    runcb_progress(cb, "quantizing", 0, hp->n_layer);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         if ((rc = do_layer(&st, l, out, &cap, &rep->layers[l], skipped, why)) < 0) {
             diag_prefix(d, "AWQ layer %lld", (long long)l);
             goto out;
         }
-        runcb_progress(cb, "awq", l + 1, hp->n_layer);
+        runcb_progress(cb, "quantizing", l + 1, hp->n_layer);
     }
     for (int g = 0; g < AWQ_N_GROUP; g++)
         if (skipped[g])

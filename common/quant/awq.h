@@ -108,7 +108,7 @@ void awq_report_release(struct awq_report *r);
  * with scale_only, as f32) and the rescaled norm weights (and attn_v's bias)
  * as f32, and out->prov (method, bits, group size, calibration hash and
  * tokens); out->src_path is the caller's.  The model's weights may be of any
- * type the table dequantizes.  report may be NULL.  Progress ("awq": layers)
+ * type the table dequantizes.  report may be NULL.  Progress ("quantizing": layers)
  * and notes (groups skipped) go to cb (may be NULL).
  * Returns 0; -ST_RANGE (bits, group size, a calibration not at layer 0, an
  * architecture without scale groups; message in d); -ST_FORMAT (a weight

@@ -25,6 +25,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include "awq.h"
 #include "calib.h"
 #include "model.h"
 #include "quantize.h"
@@ -44,13 +45,15 @@ qmethod_parse(const char *s)
         return QM_GPTQ;
     if (s && !strcmp(s, "rtn"))
         return QM_RTN;
+    if (s && !strcmp(s, "awq"))
+        return QM_AWQ;
     return -1;
 }
 
 const char *
 qmethod_name(enum qmethod m)
 {
-    return m == QM_GPTQ ? "gptq" : "rtn";
+    return m == QM_GPTQ ? "gptq" : m == QM_AWQ ? "awq" : "rtn";
 }
 
 void
@@ -440,6 +443,42 @@ out:
 }
 
 static int
+run_awq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report *rep, struct diag *d)
+{
+    struct calib_opts co = { o->calib_ctx, o->calib_chunks, o->n_threads, o->kernel };
+    struct awq_opts ao = AWQ_OPTS_INIT;
+    struct calib *c = NULL;
+    int rc;
+
+    if (!o->calib)
+        return diag_set(d, ST_RANGE, "AWQ needs calibration text (--calib)");
+    if (o->g.sym)
+        return diag_set(d, ST_RANGE, "AWQ quantizes with a zero point per group (--asym)");
+    if ((rc = calib_open(&c, o->input, o->calib, &co, d)) < 0)
+        return rc;
+    rep->calib_text_tokens = c->n_text_tokens;
+    runcb_info(&o->cb, "'%s': %lld tokens, %lld chunks of %lld", o->calib,
+               (long long)c->n_text_tokens, (long long)c->n_chunks, (long long)c->ctx);
+    ao.bits = o->g.bits;
+    ao.group_size = o->g.group_size;
+    if ((rc = awq_quantize(c, &ao, qm, &o->cb, NULL, d)) == 0) {
+        rep->calib_tokens = qm->prov.calib_tokens;
+        /* the report lists the grids (the rescaled norms are f32) */
+        for (int64_t i = 0; i < qm->n; i++) {
+            const struct qgrid *g = qm->t[i].g;
+            if (!g)
+                continue;
+            struct qmethod_linear *li = &rep->lin[rep->n++];
+            snprintf(li->name, sizeof li->name, "%s", qm->t[i].name);
+            li->rows = g->rows;
+            li->cols = g->cols;
+        }
+    }
+    calib_free(c);
+    return rc;
+}
+
+static int
 run_rtn(const struct qmethod_opts *o, struct model *m, struct qmodel *qm, struct qmethod_report *rep,
         struct diag *d)
 {
@@ -542,12 +581,17 @@ qmethod_run(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_repo
 #endif
     if (o->method == QM_RTN) {
         rc = run_rtn(o, m, qm, rep, d);
+        rep->n = qm->n;
     } else {
         model_unload(m);
         m = NULL;
-        rc = run_gptq(o, qm, rep, d);
+        if (o->method == QM_AWQ) {
+            rc = run_awq(o, qm, rep, d);
+        } else {
+            rc = run_gptq(o, qm, rep, d);
+            rep->n = qm->n;
+        }
     }
-    rep->n = qm->n;
     rep->seconds = now_s() - t0;
 out:
     if (m)

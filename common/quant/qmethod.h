@@ -10,7 +10,10 @@
  * (q/k/v on one Hessian, then o, then gate/up on one Hessian, then down),
  * each sub-group's Hessian from the block run with the earlier sub-groups
  * already quantized.  Memory: the calibration states, one block's Hessians
- * and the grids.  RTN needs no calibration.
+ * and the grids.  RTN needs no calibration.  AWQ (awq.h) runs block by
+ * block on the float model's states (AWQ propagates un-quantized
+ * activations) and also rewrites the norms that absorb its scales, as f32;
+ * it keeps no checkpoints.
  *
  * Checkpoints (o->checkpoint_dir): after each finished block its grids are
  * written atomically to <dir>/blk.<L>.grid, with a key of everything that
@@ -34,9 +37,10 @@
 enum qmethod {
     QM_GPTQ = 0,
     QM_RTN,
+    QM_AWQ,                     /* awq.h, on the grid's bits and group size */
 };
 
-/* qmethod_parse() : "gptq" | "rtn"; -1 if unknown. */
+/* qmethod_parse() : "gptq" | "rtn" | "awq"; -1 if unknown. */
 int qmethod_parse(const char *s);
 const char *qmethod_name(enum qmethod m);
 
