@@ -260,11 +260,13 @@ method_report(const struct quantize_run_opts *o, const struct qmethod_report *re
         json_object_set_new(j, "act_order", json_boolean(m->g.act_order));
         json_object_set_new(j, "static_groups", json_boolean(m->g.static_groups));
         json_object_set_new(j, "mse", json_boolean(m->g.mse));
+        if (m->method == QM_GPTQ || m->method == QM_AWQ) {
+            json_object_set_new(j, "calib_tokens", json_integer(rep->calib_tokens));
+            json_object_set_new(j, "calib_text_tokens", json_integer(rep->calib_text_tokens));
+        }
         if (m->method == QM_GPTQ) {
             json_object_set_new(j, "damp", json_real(m->g.damp));
             json_object_set_new(j, "damp_raised", json_integer(rep->n_damp_raised));
-            json_object_set_new(j, "calib_tokens", json_integer(rep->calib_tokens));
-            json_object_set_new(j, "calib_text_tokens", json_integer(rep->calib_text_tokens));
             json_object_set_new(j, "resumed_blocks", json_integer(rep->resumed_blocks));
         }
         json_object_set_new(j, "linears", json_integer(rep->n));
