@@ -28,7 +28,7 @@ gq() {
 @test "usage errors exit 2 and leave no output" {
     mkdir "$BATS_TEST_TMPDIR/w" && cd "$BATS_TEST_TMPDIR/w"
     run -2 --separate-stderr quantize --method bogus "$TINY" o.gguf
-    [[ "$stderr" == *"'bogus' is not gptq or rtn"* ]]
+    [[ "$stderr" == *"'bogus' is not gptq, awq or rtn"* ]]
     run -2 --separate-stderr quantize --method rtn --type Q4_0 "$TINY" o.gguf
     [[ "$stderr" == *"exclude each other"* ]]
     run -2 --separate-stderr quantize --method gptq "$TINY" o.gguf
