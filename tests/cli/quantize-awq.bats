@@ -110,4 +110,9 @@ EOF
     want=$(generate -q -m g.gguf -p "Hello there" -n 8 --temp 0)
     got=$(generate -q -m back.gguf -p "Hello there" -n 8 --temp 0)
     [ "$want" = "$got" ]
+    # a width the group does not divide: the GEMM layout cannot hold it (2), nothing left
+    run -2 --separate-stderr quantize --method awq --calib "$CALIB" --calib-ctx 32 --calib-chunks 2 \
+        --group-size 128 --format awq "$TINY" e
+    [[ "$stderr" == *"in_features % group size"* ]]
+    [ ! -e e ]
 }
