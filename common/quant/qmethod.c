@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <dirent.h>
@@ -69,6 +70,16 @@ now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double
+cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) < 0)
+        return 0;
+    return (double)ru.ru_utime.tv_sec + 1e-6 * (double)ru.ru_utime.tv_usec +
+           (double)ru.ru_stime.tv_sec + 1e-6 * (double)ru.ru_stime.tv_usec;
 }
 
 /* ---- checkpoints ---- */
@@ -527,7 +538,7 @@ qmethod_run(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_repo
 {
     struct model_opts mo = MODEL_OPTS_INIT;
     struct model *m = NULL;
-    double t0 = now_s();
+    double t0 = now_s(), c0 = cpu_s();
     int64_t n_lin = 0;
     int rc;
 
@@ -593,6 +604,7 @@ qmethod_run(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_repo
         }
     }
     rep->seconds = now_s() - t0;
+    rep->cpu_seconds = cpu_s() - c0;
 out:
     if (m)
         model_unload(m);

@@ -73,6 +73,8 @@ struct qmethod_report {
     int64_t resumed_blocks;     /* taken from checkpoints */
     int n_damp_raised;          /* linears whose damping had to be raised */
     double seconds;
+    double cpu_seconds;         /* user + system time of the process meanwhile (all
+                                 * threads: a figure a shared machine disturbs less) */
 };
 
 /* qmethod_run() : quantizes o->input into qm (qm->src_path = o->input,

@@ -275,6 +275,7 @@ method_report(const struct quantize_run_opts *o, const struct qmethod_report *re
         if (o->format == QF_GGUF)
             json_object_set_new(j, "bpw", json_real(file_bpw));
         json_object_set_new(j, "seconds", json_real(rep->seconds));
+        json_object_set_new(j, "cpu_seconds", json_real(rep->cpu_seconds));
         if (o->eval)
             eval_json(j, o, ev);
         json_line(o->report, j);
