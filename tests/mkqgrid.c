@@ -183,6 +183,9 @@ main(int argc, char **argv)
                         "[--dequant OUT.f32] --format gguf|gptq|gptq_v2|awq SRC.gguf OUT\n");
         return RC_USAGE;
     }
+    /* qmodel_write opens the source again: a file, not a pipe */
+    if (!strcmp(argv[optind], "-"))
+        die(RC_USAGE, "SRC.gguf must be a file, not '-'");
     if (gguf_open(&src, argv[optind], &d))
         die(RC_DATA, "'%s': %s", argv[optind], d.msg);
     qm.src_path = argv[optind];

@@ -89,6 +89,7 @@ ids() { jq -r '.ids | map(tostring) | join(",")' "$1"; }
     run -0 convert --info --json "$BATS_TEST_TMPDIR/sym.gguf"
     [ "$(echo "$output" | jq -r 'select(.name == "blk.0.attn_q.weight") | .ggml_type')" = Q4_0 ]
     [ "$(echo "$output" | jq -r 'select(.key == "llmkit.quantize.method") | .value')" = rtn ]
+    convert "$BATS_TEST_TMPDIR/sym" - | cmp - "$BATS_TEST_TMPDIR/sym.gguf"
     mkdir_case awq-g64 "$BATS_TEST_TMPDIR/awq"
     run -0 convert --info --json "$BATS_TEST_TMPDIR/awq"
     run -0 convert "$BATS_TEST_TMPDIR/awq" "$BATS_TEST_TMPDIR/awq.gguf"

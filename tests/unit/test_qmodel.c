@@ -486,6 +486,18 @@ test_hf_errors(void)
     CHECK(strstr(d.msg, "linear 'blk.1.ffn_down.weight' has no grid") != NULL);
     CHECK(access(out, F_OK) != 0);
     qmodel_release(&qm);
+    /* an existing directory is replaced only with force */
+    mkmodel(&qm, &src, 4, 32, true, false);
+    CHECK_EQ(qmodel_write(&qm, out, QF_GPTQ_V2, false, NULL, &d), 0);
+    CHECK(qmodel_write(&qm, out, QF_AWQ, false, NULL, &d) < 0);
+    char cfg[400], cmd[400];
+    snprintf(cfg, sizeof cfg, "%s/quantize_config.json", out);
+    CHECK(access(cfg, F_OK) == 0);      /* still the GPTQ one */
+    CHECK_EQ(qmodel_write(&qm, out, QF_AWQ, true, NULL, &d), 0);
+    CHECK(access(cfg, F_OK) != 0);      /* AWQ has none */
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", out);
+    CHECK(system(cmd) == 0);
+    qmodel_release(&qm);
     rmdir(dir);
     gguf_release(&src);
 }
