@@ -1,12 +1,14 @@
 /*
  * awq.c - AWQ (awq.h; ../shared/reference/algorithms.md §3), layer by layer
- * through the shared forward pass (layer_forward) and its hooks.
+ * through the calibration pipeline (calib.h: layer_forward and its hooks).
  *
- * Per layer, with N calibration tokens (n_seq sequences of S):
+ * Per layer, with N calibration tokens (calib's chunks):
  *   X [N][E]            the float model's hidden states entering the layer
- *   W[i] [rows][cols]   f32 copies of its seven linears; while the layer is
- *                       worked on, the model's views of them point at these
- *                       (or at a candidate's), restored before returning
+ *                       (calib's x; the layer's float output becomes the
+ *                       next layer's, calib_set_state)
+ *   W[i] [rows][cols]   f32 copies of its seven linears; the layer runs them
+ *                       (calib_set_weight), or a candidate's, until the
+ *                       calibration moves on and puts the file's back
  *   in[k] [N][cols]     the inputs of attn_q (= k, v), attn_output,
  *                       ffn_gate (= up) and ffn_down, kept by a hook
  *   ref_attn, ref_mlp   [N][E] the attention's and feed-forward's outputs:
@@ -16,7 +18,8 @@
  * weights, up to the input of attn_output, where a hook takes it and the
  * pass stops; the module output is that times Wo^T.  A candidate for
  * gate/up runs the feed-forward alone on in[2] (the attention before it is
- * unchanged).  The matmuls outside the pass are the backend's, on f32 views.
+ * unchanged).  The products outside the pass are OpenBLAS's sgemm (else the
+ * backend's f32 matmul).
  */
 #include "awq.h"
 
