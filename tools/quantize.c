@@ -5,6 +5,7 @@
  */
 #include <getopt.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include <sys/stat.h>
@@ -14,7 +15,10 @@
 #include "tool_cb.h"
 
 static const char usage_line[] =
-    "usage: quantize [-fhqvV] --type type [-t threads] [--oversubscribe]\n"
+    "usage: quantize [-fhqvV] --type type | --method gptq|awq|rtn [-t threads] [--oversubscribe]\n"
+    "                [--bits n] [--group-size n] [--sym | --asym] [--act-order]\n"
+    "                [--static-groups] [--damp f] [--mse] [--resume]\n"
+    "                [--format gguf|gptq|gptq_v2|awq]\n"
     "                [--tensor-type pattern=type] [--pure] [--keep-output]\n"
     "                [--output-type type] [--embd-type type]\n"
     "                [--imatrix file | --calib file [--calib-ctx n] [--calib-chunks n]]\n"
@@ -32,10 +36,17 @@ help(void)
 
     printf("%s\n\n", usage_line);
     fputs("Quantize the GGUF model INPUT into OUTPUT ('-' = stdin/stdout) with llama.cpp's\n"
-          "types and mixes; the tensor data is byte for byte what llama-quantize writes.\n\n"
+          "types and mixes; the tensor data is byte for byte what llama-quantize writes.\n"
+          "Or with a grid method (--method): GPTQ or AWQ calibrated on --calib text, or RTN,\n"
+          "written as GGUF or as a GPTQ/AWQ Hugging Face directory (--format).\n\n"
+          "      --act-order          GPTQ: columns by decreasing Hessian diagonal (desc_act)\n"
+          "      --asym               asymmetric grid: a zero point per group (default)\n"
+          "      --bits N             grid bits: 2, 3, 4 (default) or 8\n"
           "      --calib FILE         collect an importance matrix from this text ('-' = stdin)\n"
           "      --calib-chunks N     calibration chunks (default: all)\n"
           "      --calib-ctx N        tokens per calibration chunk (default 512)\n"
+          "      --damp F             GPTQ: damping, fraction of the mean Hessian diagonal\n"
+          "                           (default 0.01; raised by 0.01 while H is not positive definite)\n"
           "      --embd-type TYPE     type of token_embd.weight\n"
           "      --eval FILE          compare base and quantized model on this text: perplexity,\n"
           "                           KL divergence, top-1 agreement (OUTPUT must be a file)\n"
@@ -43,6 +54,9 @@ help(void)
           "      --eval-ctx N         tokens per evaluation chunk (default 512)\n"
           "      --exclude-weights S  ignore imatrix entries whose name contains S (repeatable)\n"
           "  -f, --force              replace an existing output; allow binary output to a terminal\n"
+          "      --format F           gguf (default), gptq, gptq_v2 or awq (HF directory)\n"
+          "      --group-size N       columns per group: 16, 32, 64, 128 (default) .. 1024, or\n"
+          "                           -1 (one group per row)\n"
           "  -h, --help               show this help and exit\n"
           "      --imatrix FILE       importance matrix: llama.cpp GGUF or legacy .dat\n"
           "      --imatrix-format F   gguf (default) or dat for --imatrix-out\n"
@@ -50,6 +64,8 @@ help(void)
           "      --include-weights S  use only imatrix entries whose name contains S (repeatable)\n"
           "      --json               JSON Lines on stdout (schema quantize/1): tensors, summary, eval\n"
           "      --keep-output        leave output.weight as it is\n"
+          "      --method M           gptq, awq or rtn instead of --type\n"
+          "      --mse                search each group's scale for the least |error|^2.4\n"
           "      --kernel NAME        compute kernels for --calib/--eval: auto, avx512, avx2, ref\n"
           "                           (default $LLMKIT_KERNEL or auto)\n"
           "      --no-progress        never show a progress bar\n"
@@ -57,6 +73,10 @@ help(void)
           "      --progress           show a progress bar even when stderr is not a terminal\n"
           "      --pure               no mix: every quantizable tensor gets the type's default\n"
           "  -q, --quiet              print no warnings\n"
+          "      --resume             GPTQ: keep finished blocks in OUTPUT.ckpt and take them up\n"
+          "                           when run again (same bits as an uninterrupted run)\n"
+          "      --static-groups      GPTQ: group parameters fixed before the column loop\n"
+          "      --sym                symmetric grid (zero at 2^(bits-1))\n"
           "  -t, --threads N          worker threads (default: all CPUs; at most the CPUs this\n"
           "                           process may use, unless --oversubscribe)\n"
           "      --oversubscribe      keep -t N even above the CPUs this process may use\n"
@@ -89,17 +109,24 @@ main(int argc, char **argv)
 {
     enum { O_TYPE = 256, O_TT, O_PURE, O_KEEP, O_OTYPE, O_ETYPE, O_IMATRIX, O_CALIB, O_CCTX, O_CCHUNKS,
            O_INC, O_EXC, O_IMOUT, O_IMFMT, O_EVAL, O_ECTX, O_ECHUNKS, O_KERNEL, O_JSON, O_PROG, O_NOPROG,
-           O_OVERSUB };
+           O_OVERSUB, O_METHOD, O_FORMAT, O_BITS, O_GS, O_SYM, O_ASYM, O_ACT, O_STATIC, O_DAMP, O_MSE,
+           O_RESUME };
     static const struct option longopts[] = {
+        {"act-order", no_argument, NULL, O_ACT},
+        {"asym", no_argument, NULL, O_ASYM},
+        {"bits", required_argument, NULL, O_BITS},
         {"calib", required_argument, NULL, O_CALIB},
         {"calib-chunks", required_argument, NULL, O_CCHUNKS},
         {"calib-ctx", required_argument, NULL, O_CCTX},
+        {"damp", required_argument, NULL, O_DAMP},
         {"embd-type", required_argument, NULL, O_ETYPE},
         {"eval", required_argument, NULL, O_EVAL},
         {"eval-chunks", required_argument, NULL, O_ECHUNKS},
         {"eval-ctx", required_argument, NULL, O_ECTX},
         {"exclude-weights", required_argument, NULL, O_EXC},
         {"force", no_argument, NULL, 'f'},
+        {"format", required_argument, NULL, O_FORMAT},
+        {"group-size", required_argument, NULL, O_GS},
         {"help", no_argument, NULL, 'h'},
         {"imatrix", required_argument, NULL, O_IMATRIX},
         {"imatrix-format", required_argument, NULL, O_IMFMT},
@@ -108,11 +135,16 @@ main(int argc, char **argv)
         {"json", no_argument, NULL, O_JSON},
         {"keep-output", no_argument, NULL, O_KEEP},
         {"kernel", required_argument, NULL, O_KERNEL},
+        {"method", required_argument, NULL, O_METHOD},
+        {"mse", no_argument, NULL, O_MSE},
         {"no-progress", no_argument, NULL, O_NOPROG},
         {"output-type", required_argument, NULL, O_OTYPE},
         {"progress", no_argument, NULL, O_PROG},
         {"pure", no_argument, NULL, O_PURE},
         {"quiet", no_argument, NULL, 'q'},
+        {"resume", no_argument, NULL, O_RESUME},
+        {"static-groups", no_argument, NULL, O_STATIC},
+        {"sym", no_argument, NULL, O_SYM},
         {"tensor-type", required_argument, NULL, O_TT},
         {"oversubscribe", no_argument, NULL, O_OVERSUB},
         {"threads", required_argument, NULL, 't'},
@@ -124,7 +156,10 @@ main(int argc, char **argv)
     struct quantize_run_opts r = { .q = { .mix = { .output_type = -1, .embd_type = -1 },
                                           .cb = tool_callbacks(false) },
                                    .calib_ctx = 512, .calib_chunks = -1, .eval_ctx = 512,
-                                   .eval_chunks = -1 };
+                                   .eval_chunks = -1,
+                                   .m = { .g = { .bits = 4, .group_size = 128, .damp = 0.01 } } };
+    struct gptq_opts *g = &r.m.g;
+    bool grid_opt = false, gptq_opt = false, sym_set = false, asym_set = false;
     struct quantize_opts *o = &r.q;
     struct quant_override ov[MAX_LIST];
     const char *inc[MAX_LIST], *exc[MAX_LIST];
@@ -187,6 +222,34 @@ main(int argc, char **argv)
         case O_ECHUNKS: r.eval_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--eval-chunks", false); break;
         case O_KERNEL: r.kernel = optarg; break;
         case O_JSON: r.json = true; break;
+        case O_METHOD:
+            if ((c = qmethod_parse(optarg)) < 0)
+                usage_error(usage_line, "--method: '%s' is not gptq, awq or rtn", optarg);
+            r.use_method = true;
+            r.m.method = (enum qmethod)c;
+            break;
+        case O_FORMAT:
+            if ((c = qformat_parse(optarg)) < 0)
+                usage_error(usage_line, "--format: '%s' is not gguf, gptq, gptq_v2 or awq", optarg);
+            r.format = (enum qformat)c;
+            grid_opt = true;
+            break;
+        case O_BITS: g->bits = (int)cli_parse_i64(optarg, 2, 8, "--bits", false); grid_opt = true; break;
+        case O_GS: g->group_size = cli_parse_i64(optarg, -1, 1 << 20, "--group-size", false); grid_opt = true; break;
+        case O_SYM: g->sym = sym_set = grid_opt = true; break;
+        case O_ASYM: g->sym = false; asym_set = grid_opt = true; break;
+        case O_MSE: g->mse = grid_opt = true; break;
+        case O_ACT: g->act_order = gptq_opt = true; break;
+        case O_STATIC: g->static_groups = gptq_opt = true; break;
+        case O_RESUME: r.resume = gptq_opt = true; break;
+        case O_DAMP: {
+            char *e;
+            g->damp = strtod(optarg, &e);
+            if (e == optarg || *e || !(g->damp > 0 && g->damp < 1))
+                usage_error(usage_line, "--damp: '%s' is not a number between 0 and 1", optarg);
+            gptq_opt = true;
+            break;
+        }
         case O_PROG: tool_progress_mode = 1; break;
         case O_NOPROG: tool_progress_mode = 0; break;
         default: cli_exit_usage(usage_line);
@@ -197,8 +260,29 @@ main(int argc, char **argv)
     if (argc != 2)
         usage_error(usage_line, argc < 2 ? "missing %s" : "too many operands%s",
                     argc == 0 ? "input and output" : argc == 1 ? "output" : "");
+    struct diag gd;
+    const bool meth = r.use_method, gptq = meth && r.m.method == QM_GPTQ;
+    const bool awq = meth && r.m.method == QM_AWQ;
     const struct usage_rule rules[] = {
-        { !r.ft, "missing --type" },
+        { !r.ft && !meth, "missing --type or --method" },
+        { r.ft && meth, "--type and --method exclude each other" },
+        { (grid_opt || gptq_opt) && !meth, "--bits, --group-size, --format ... need --method" },
+        { gptq_opt && !gptq, "--act-order, --static-groups, --damp and --resume need --method gptq" },
+        { gptq && !r.calib, "--method gptq needs --calib" },
+        { awq && !r.calib, "--method awq needs --calib" },
+        { meth && !gptq && !awq && r.calib, "--method rtn takes no --calib" },
+        { awq && sym_set, "--method awq quantizes with a zero point per group: no --sym" },
+        { awq && g->mse, "--mse is GPTQ's and RTN's scale search: --method awq searches its own" },
+        { sym_set && asym_set, "--sym and --asym exclude each other" },
+        { meth && gptq_check_opts(g, &gd) < 0, gd.msg },
+        { meth && (r.imatrix_in || r.imatrix_out || n_ov || n_inc || n_exc || o->mix.pure ||
+                   o->mix.keep_output || o->mix.output_type >= 0 || o->mix.embd_type >= 0),
+          "--method takes none of the llama.cpp type options (--imatrix, --tensor-type, --pure ...)" },
+        { meth && !strcmp(argv[0], "-"), "--method needs INPUT as a file, not '-'" },
+        { meth && r.format != QF_GGUF && !strcmp(argv[1], "-"),
+          "--format gptq/gptq_v2/awq writes a directory: OUTPUT cannot be '-'" },
+        { r.eval && meth && r.format != QF_GGUF, "--eval needs --format gguf" },
+        { r.resume && !strcmp(argv[1], "-"), "--resume needs OUTPUT as a file, not '-'" },
         { r.imatrix_in && r.calib, "--imatrix and --calib exclude each other" },
         { r.imatrix_out && !r.calib, "--imatrix-out needs --calib" },
         { (n_inc || n_exc) && !r.imatrix_in && !r.calib,
@@ -213,7 +297,7 @@ main(int argc, char **argv)
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
     o->input = argv[0];
     o->output = argv[1];
-    o->mix.ftype = r.ft->ftype;
+    o->mix.ftype = r.ft ? r.ft->ftype : 0;
     o->mix.ov = ov;
     o->mix.n_ov = n_ov;
     r.inc = inc;

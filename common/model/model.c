@@ -174,8 +174,8 @@ global_slot(struct model *m, enum arch_weight w)
     }
 }
 
-static struct model_weight *
-layer_slot(struct model_layer *L, enum arch_weight w)
+struct model_weight *
+model_layer_weight(struct model_layer *L, enum arch_weight w)
 {
     switch (w) {
     case ARCH_W_ATTN_NORM: return &L->attn_norm;
@@ -251,7 +251,7 @@ load_tensors(struct model *m, struct diag *d)
         L->swa = hp->n_swa > 0 && arch_swa_layer(&hp->keys, l);
         m->swa_layers[l] = L->swa;
         for (t = hp->keys.arch->tensors; t->gguf; t++) {
-            struct model_weight *w = t->flags & ARCH_T_LAYER ? layer_slot(L, t->w) : NULL;
+            struct model_weight *w = t->flags & ARCH_T_LAYER ? model_layer_weight(L, t->w) : NULL;
             if (!w)
                 continue;
             snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, t->gguf);

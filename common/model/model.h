@@ -104,6 +104,10 @@ struct model_layer {
     bool swa;                           /* attends over a sliding window (hparams n_swa) */
 };
 
+/* model_layer_weight() : where layer L keeps the table's tensor w (arch.h),
+ * or NULL for a tensor the layer does not hold (a global one, FFN biases). */
+struct model_weight *model_layer_weight(struct model_layer *L, enum arch_weight w);
+
 /* The llama recipe's view of the hyperparameters; keys holds every one the
  * file gives (arch.h), checked, for recipes that need more. */
 struct model_hparams {

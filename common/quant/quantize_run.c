@@ -9,9 +9,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
+#include "gguf.h"
 #include "imatrix.h"
 #include "qeval.h"
 #include "qtypes.h"
@@ -37,6 +39,10 @@ file_sha256(const char *path)
     free(buf);
     return hex;
 }
+
+static int run_quantize_type(const struct quantize_run_opts *o, struct diag *d);
+static void eval_json(json_t *j, const struct quantize_run_opts *o, const struct qeval_result *ev);
+static void eval_table(FILE *fp, const struct qeval_result *ev);
 
 static void
 json_line(FILE *fp, json_t *j)
@@ -84,20 +90,8 @@ json_summary(const struct quantize_run_opts *o, const struct quantize_report *re
     json_object_set_new(j, "fallbacks", json_integer(rep->n_fallback));
     json_object_set_new(j, "imatrix_entries", json_integer((json_int_t)n_imatrix));
     json_object_set_new(j, "seconds", json_real(rep->seconds));
-    if (o->eval) {
-        json_object_set_new(j, "eval_ctx", json_integer(o->eval_ctx));
-        json_object_set_new(j, "eval_chunks", json_integer(ev->n_chunks));
-        json_object_set_new(j, "eval_scored", json_integer(ev->n_scored));
-        json_object_set_new(j, "ppl_base", json_real(ev->ppl_base));
-        json_object_set_new(j, "ppl_base_stderr", json_real(ev->ppl_base_err));
-        json_object_set_new(j, "ppl_quant", json_real(ev->ppl_quant));
-        json_object_set_new(j, "ppl_quant_stderr", json_real(ev->ppl_quant_err));
-        json_object_set_new(j, "kld_mean", json_real(ev->kld_mean));
-        json_object_set_new(j, "kld_median", json_real(ev->kld_median));
-        json_object_set_new(j, "kld_p99", json_real(ev->kld_p99));
-        json_object_set_new(j, "kld_max", json_real(ev->kld_max));
-        json_object_set_new(j, "top1_agreement", json_real(ev->top1));
-    }
+    if (o->eval)
+        eval_json(j, o, ev);
     json_line(o->report, j);
 }
 
@@ -122,14 +116,7 @@ text_summary(const struct quantize_run_opts *o, const struct quantize_report *re
     fprintf(fp, "%-22s %14.2f %14.2f\n", "file size (MiB)", in_mib, (double)rep->file_bytes / 1048576.0);
     fprintf(fp, "%-22s %14.4f %14.4f\n", "bits per weight",
             rep->n_params ? 8.0 * (double)rep->src_bytes / (double)rep->n_params : 0.0, bpw);
-    fprintf(fp, "%-22s %14.4f %14.4f\n", "perplexity", ev->ppl_base, ev->ppl_quant);
-    fprintf(fp, "%-22s %14.4f %14.4f\n", "  +/-", ev->ppl_base_err, ev->ppl_quant_err);
-    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence mean", "", ev->kld_mean);
-    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence median", "", ev->kld_median);
-    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence p99", "", ev->kld_p99);
-    fprintf(fp, "%-22s %14s %13.2f%%\n", "top-1 agreement", "", 100.0 * ev->top1);
-    fprintf(fp, "%-22s %14lld %14lld\n", "chunks, scored tokens", (long long)ev->n_chunks,
-            (long long)ev->n_scored);
+    eval_table(fp, ev);
 }
 
 /* The importance matrix of the run into im: read (--imatrix) or collected
@@ -179,8 +166,209 @@ get_imatrix(const struct quantize_run_opts *o, struct quantize_opts *q, struct i
     return 0;
 }
 
+/* ---- grid methods (--method) ---- */
+
+static void
+eval_json(json_t *j, const struct quantize_run_opts *o, const struct qeval_result *ev)
+{
+    json_object_set_new(j, "eval_ctx", json_integer(o->eval_ctx));
+    json_object_set_new(j, "eval_chunks", json_integer(ev->n_chunks));
+    json_object_set_new(j, "eval_scored", json_integer(ev->n_scored));
+    json_object_set_new(j, "ppl_base", json_real(ev->ppl_base));
+    json_object_set_new(j, "ppl_base_stderr", json_real(ev->ppl_base_err));
+    json_object_set_new(j, "ppl_quant", json_real(ev->ppl_quant));
+    json_object_set_new(j, "ppl_quant_stderr", json_real(ev->ppl_quant_err));
+    json_object_set_new(j, "kld_mean", json_real(ev->kld_mean));
+    json_object_set_new(j, "kld_median", json_real(ev->kld_median));
+    json_object_set_new(j, "kld_p99", json_real(ev->kld_p99));
+    json_object_set_new(j, "kld_max", json_real(ev->kld_max));
+    json_object_set_new(j, "top1_agreement", json_real(ev->top1));
+}
+
+/* the evaluation's rows of the text report (after the size rows) */
+static void
+eval_table(FILE *fp, const struct qeval_result *ev)
+{
+    fprintf(fp, "%-22s %14.4f %14.4f\n", "perplexity", ev->ppl_base, ev->ppl_quant);
+    fprintf(fp, "%-22s %14.4f %14.4f\n", "  +/-", ev->ppl_base_err, ev->ppl_quant_err);
+    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence mean", "", ev->kld_mean);
+    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence median", "", ev->kld_median);
+    fprintf(fp, "%-22s %14s %14.6f\n", "KL divergence p99", "", ev->kld_p99);
+    fprintf(fp, "%-22s %14s %13.2f%%\n", "top-1 agreement", "", 100.0 * ev->top1);
+    fprintf(fp, "%-22s %14lld %14lld\n", "chunks, scored tokens", (long long)ev->n_chunks,
+            (long long)ev->n_scored);
+}
+
+static const char *const format_names[] = { "gguf", "gptq", "gptq_v2", "awq" };
+
+/* 8 * tensor bytes / elements of a GGUF file (quantize's bits per weight);
+ * 0 when it cannot be read */
+static double
+gguf_bpw(const char *path)
+{
+    struct gguf g;
+    struct diag d;
+    double bytes = 0, n = 0;
+
+    if (gguf_open(&g, path, &d) < 0)
+        return 0;
+    for (uint64_t i = 0; i < g.n_tensors; i++) {
+        bytes += (double)g.t[i].nbytes;
+        n += (double)gguf_tensor_nelements(&g.t[i]);
+    }
+    gguf_release(&g);
+    return n > 0 ? 8.0 * bytes / n : 0;
+}
+
+static void
+method_report(const struct quantize_run_opts *o, const struct qmethod_report *rep,
+              const struct qeval_result *ev, double file_bpw)
+{
+    const struct qmethod_opts *m = &o->m;
+    const int64_t gs = m->g.group_size;
+    /* the grid's own cost: the integers, an fp16 scale and a zero per group */
+    double grid_bpw = m->g.bits + (gs > 0 ? (16.0 + m->g.bits) / (double)gs : 0.0);
+    char label[64];
+
+    snprintf(label, sizeof label, "%s %d-bit g%lld%s%s", qmethod_name(m->method), m->g.bits,
+             (long long)gs, m->g.sym ? " sym" : " asym", m->g.act_order ? " act-order" : "");
+    if (o->json) {
+        for (int64_t i = 0; i < rep->n; i++) {
+            const struct qmethod_linear *l = &rep->lin[i];
+            json_t *j = json_object();
+            json_object_set_new(j, "schema", json_string("quantize/1"));
+            json_object_set_new(j, "type", json_string("linear"));
+            json_object_set_new(j, "name", json_string(l->name));
+            json_object_set_new(j, "rows", json_integer(l->rows));
+            json_object_set_new(j, "cols", json_integer(l->cols));
+            if (m->method == QM_GPTQ) {
+                json_object_set_new(j, "damp", json_real(l->st.damp));
+                json_object_set_new(j, "dead_columns", json_integer(l->st.dead));
+                json_object_set_new(j, "loss", json_real(l->st.loss));
+            }
+            json_object_set_new(j, "seconds", json_real(l->seconds));
+            json_line(o->report, j);
+        }
+        json_t *j = json_object();
+        json_object_set_new(j, "schema", json_string("quantize/1"));
+        json_object_set_new(j, "type", json_string("summary"));
+        json_object_set_new(j, "method", json_string(qmethod_name(m->method)));
+        json_object_set_new(j, "format", json_string(format_names[o->format]));
+        json_object_set_new(j, "bits", json_integer(m->g.bits));
+        json_object_set_new(j, "group_size", json_integer(gs));
+        json_object_set_new(j, "sym", json_boolean(m->g.sym));
+        json_object_set_new(j, "act_order", json_boolean(m->g.act_order));
+        json_object_set_new(j, "static_groups", json_boolean(m->g.static_groups));
+        json_object_set_new(j, "mse", json_boolean(m->g.mse));
+        if (m->method == QM_GPTQ || m->method == QM_AWQ) {
+            json_object_set_new(j, "calib_tokens", json_integer(rep->calib_tokens));
+            json_object_set_new(j, "calib_text_tokens", json_integer(rep->calib_text_tokens));
+        }
+        if (m->method == QM_GPTQ) {
+            json_object_set_new(j, "damp", json_real(m->g.damp));
+            json_object_set_new(j, "damp_raised", json_integer(rep->n_damp_raised));
+            json_object_set_new(j, "resumed_blocks", json_integer(rep->resumed_blocks));
+        }
+        json_object_set_new(j, "linears", json_integer(rep->n));
+        json_object_set_new(j, "params", json_integer(rep->n_params));
+        json_object_set_new(j, "grid_bpw", json_real(grid_bpw));
+        if (o->format == QF_GGUF)
+            json_object_set_new(j, "bpw", json_real(file_bpw));
+        json_object_set_new(j, "seconds", json_real(rep->seconds));
+        json_object_set_new(j, "cpu_seconds", json_real(rep->cpu_seconds));
+        if (o->eval)
+            eval_json(j, o, ev);
+        json_line(o->report, j);
+        return;
+    }
+    fprintf(o->log, "%s: %s: %lld linears, %.4f bits per weight in the grid", o->log_prefix, label,
+            (long long)rep->n, grid_bpw);
+    if (o->format == QF_GGUF)
+        fprintf(o->log, ", %.4f in the file", file_bpw);
+    fprintf(o->log, ", %.2f s\n", rep->seconds);
+    if (!o->eval)
+        return;
+    FILE *fp = o->report;
+    fprintf(fp, "%-22s %14s %14s\n", "", "base", qmethod_name(m->method));
+    fprintf(fp, "%-22s %14s %14.4f\n", "bits per weight", "", file_bpw);
+    eval_table(fp, ev);
+}
+
+static int
+run_method(const struct quantize_run_opts *o, struct diag *d)
+{
+    struct qmethod_opts m = o->m;
+    struct qmodel qm;
+    struct qmethod_report rep;
+    struct qeval_result ev = { 0 };
+    struct xout out = { 0 };
+    char *ckpt = NULL;
+    double bpw = 0;
+    bool written = false;
+    int rc;
+
+    xio_note_input(o->q.input);
+    xio_note_input(o->calib);
+    xio_note_input(o->eval);
+    /* refuse an output that cannot be written before the long part */
+    if ((rc = xout_check(o->q.output, o->q.force, d)) < 0) {
+        diag_prefix(d, "'%s'", o->q.output);
+        return rc;
+    }
+    m.input = o->q.input;
+    m.calib = o->calib;
+    m.calib_ctx = o->calib_ctx;
+    m.calib_chunks = o->calib_chunks;
+    m.n_threads = o->q.n_threads;
+    m.kernel = o->kernel;
+    m.cb = o->q.cb;
+    if (o->resume) {
+        size_t n = strlen(o->q.output) + 6;
+        if (!(ckpt = malloc(n)))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        snprintf(ckpt, n, "%s.ckpt", o->q.output);
+        m.checkpoint_dir = ckpt;
+    }
+    if ((rc = qmethod_run(&m, &qm, &rep, d)) < 0) {
+        free(ckpt);
+        return rc;
+    }
+    if ((rc = qmodel_write(&qm, o->q.output, o->format, o->q.force, &o->q.cb, d)) < 0) {
+        diag_prefix(d, "'%s'", o->q.output);
+        goto out;
+    }
+    written = true;
+    if (o->format == QF_GGUF)
+        bpw = gguf_bpw(o->q.output);
+    if (o->eval) {
+        struct qeval_opts eo = { o->eval_ctx, o->eval_chunks, o->q.n_threads, o->kernel, o->q.cb };
+        if ((rc = qeval_run(o->q.input, o->q.output, o->eval, &eo, &ev, d)) < 0)
+            goto out;
+    }
+    method_report(o, &rep, &ev, bpw);
+    xout_open(&out, "-", false, d);
+    rc = xout_commit(&out, d);
+out:
+    if (rc < 0 && written && strcmp(o->q.output, "-"))
+        unlink(o->q.output);    /* the run failed after the output was committed */
+    if (rc == 0 && ckpt)
+        qmethod_checkpoint_remove(ckpt);
+    free(ckpt);
+    qmodel_release(&qm);
+    qmethod_report_release(&rep);
+    return rc;
+}
+
 int
 run_quantize(const struct quantize_run_opts *o, struct diag *d)
+{
+    if (o->use_method)
+        return run_method(o, d);
+    return run_quantize_type(o, d);
+}
+
+static int
+run_quantize_type(const struct quantize_run_opts *o, struct diag *d)
 {
     struct quantize_opts q = o->q;
     struct imatrix im;

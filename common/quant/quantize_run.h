@@ -15,6 +15,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "qgrid.h"
+#include "qmethod.h"
 #include "quantize.h"
 #include "status.h"
 
@@ -37,6 +39,13 @@ struct quantize_run_opts {
     int64_t eval_chunks;        /* < 0: all */
     const char *kernel;         /* for calib and eval; NULL = auto */
     bool json;                  /* the report as JSON Lines (quantize/1) */
+    /* --method: a grid method (GPTQ, RTN) instead of a llama.cpp type; ft,
+     * the mix, the imatrix and the include/exclude lists are then unused */
+    bool use_method;
+    struct qmethod_opts m;      /* method and grid options (input, calib, threads, kernel
+                                 * and callbacks are set by the run from the fields here) */
+    enum qformat format;        /* of the output */
+    bool resume;                /* checkpoints in OUTPUT.ckpt, taken up by a later run */
     FILE *report;               /* the report: JSON Lines, or the --eval table */
     FILE *log;                  /* text mode: the one-line summary, after ... */
     const char *log_prefix;     /* ... this name and ": " (the program's name) */
@@ -50,5 +59,12 @@ struct quantize_run_opts {
  * -ST_IO, -ST_FORMAT (bad model or imatrix data, an imatrix without its
  * metadata), -ST_RANGE, -ST_NOMEM, or an evaluation's error. */
 int run_quantize(const struct quantize_run_opts *o, struct diag *d);
+
+/* With use_method: the method's qmodel (qmethod.h) written by qmodel_write
+ * in o->format (atomically), then evaluated (--eval, GGUF only) and
+ * reported (per linear: damping, dead columns, loss; a summary with the bits
+ * per weight of the file and of the grid).  A failed evaluation removes the
+ * output.  With resume, checkpoints of finished blocks go to OUTPUT.ckpt and
+ * are removed once the output is committed. */
 
 #endif
