@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kvcache.h"
+
 /* ---- KV dtypes ---- */
 
 static const struct kv_dtype_info dtypes[KV_DTYPE_COUNT] = {
@@ -306,7 +308,6 @@ int64_t
 kv_seq_tokens(const struct kv_model *m, int64_t il, int64_t len, int64_t block_size)
 {
     int64_t w = m->layer_window && il >= 0 && il < m->n_layers ? m->layer_window[il] : 0;
-    int64_t first;
 
     if (len <= 0)
         return 0;
@@ -314,9 +315,8 @@ kv_seq_tokens(const struct kv_model *m, int64_t il, int64_t len, int64_t block_s
         return w > 0 && w < len ? w : len;
     if (w <= 0 || w >= len)
         return kv_blocks_for(len, block_size) * block_size;
-    /* the window holds tokens len - w .. len - 1 */
-    first = (len - w) / block_size;
-    return ((len - 1) / block_size - first + 1) * block_size;
+    /* what generate's pool holds at most (kvcache.h) */
+    return kv_swa_slots(w, len, KV_CHUNK_DEFAULT, block_size);
 }
 
 int64_t

@@ -135,10 +135,12 @@ int kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, str
 
 /* kv_seq_tokens() : the tokens layer il of m keeps for a sequence of len
  * tokens: len, or in a sliding-window layer of window w the last min(len, w);
- * with block_size > 0 counted in whole blocks of a paged pool, where a
- * window layer frees the blocks wholly before its window (vLLM's sliding
- * window): blocks(len) * block_size for a full layer, and for a window
- * layer the blocks from the one holding token len - w to the last. */
+ * with block_size > 0 counted in whole blocks of generate's paged pool:
+ * blocks(len) * block_size for a full layer, and for a window layer what
+ * the pool holds at most (kv_swa_slots in kvcache.h: the window, 128 slots
+ * of slack for speculative rollbacks and a chunk of KV_CHUNK_DEFAULT
+ * tokens appended at once, whole blocks), so that generate --json's
+ * kv_bytes equals kvstat's figure. */
 int64_t kv_seq_tokens(const struct kv_model *m, int64_t il, int64_t len, int64_t block_size);
 
 /* kv_seq_bytes() : bytes one sequence of len tokens holds in dtype t over all

@@ -651,6 +651,15 @@ kv_blocks_free(const struct kvcache *kv)
     return by_budget < kv->n_free ? by_budget : kv->n_free;
 }
 
+int64_t
+kv_swa_slots(int64_t window, int64_t len, int64_t chunk, int64_t block_size)
+{
+    int64_t blocks = (len + block_size - 1) / block_size;
+    int64_t held = (window + KV_SWA_SLACK + chunk + block_size - 1) / block_size + 2;
+
+    return (held < blocks ? held : blocks) * block_size;
+}
+
 size_t
 kv_mem_for(const struct kv_config *c, int64_t tokens, int64_t chunk)
 {
@@ -662,11 +671,8 @@ kv_mem_for(const struct kv_config *c, int64_t tokens, int64_t chunk)
     for (int64_t l = 0; c->swa && l < c->n_layer; l++)
         s_bytes += c->swa[l] ? bb / (size_t)c->n_layer : 0;
     int64_t blocks = (tokens + bs - 1) / bs;
-    /* the S parts a sequence holds at most: its window with the slack, the
-     * chunk appended at once, and the partial blocks at both ends */
-    int64_t s_blocks = c->swa ? (c->swa_window + KV_SWA_SLACK + chunk + bs - 1) / bs + 2 : blocks;
-    if (s_blocks > blocks)
-        s_blocks = blocks;
+    int64_t s_blocks = c->swa && !c->be ? kv_swa_slots(c->swa_window, tokens, chunk, bs) / bs
+                                        : blocks;
     double m = (double)blocks * (double)(bb - s_bytes) + (double)s_blocks * (double)s_bytes;
     return m >= (double)SIZE_MAX ? 0 : (size_t)m;
 }

@@ -127,6 +127,17 @@ size_t kv_block_bytes(const struct kv_config *c);
  * and two partial blocks); 0 when invalid or too large. */
 size_t kv_mem_for(const struct kv_config *c, int64_t tokens, int64_t chunk);
 
+/* kv_swa_slots() : the slots a sliding-window layer of window `window`
+ * holds at most for a sequence of len tokens appended at most `chunk` at a
+ * time in blocks of block_size: the window, KV_SWA_SLACK and the chunk in
+ * whole blocks, plus a partial block at each end, never more than len's
+ * blocks (kv_mem_for and kvstat's paged figures count with it). */
+int64_t kv_swa_slots(int64_t window, int64_t len, int64_t chunk, int64_t block_size);
+
+/* tokens generate appends at a time by default (a prompt's chunk, a batch
+ * step): what kvstat assumes */
+#define KV_CHUNK_DEFAULT 512
+
 /* kv_tokens_for() : the most tokens one sequence can hold in a budget of
  * mem bytes (kv_mem_for's inverse; whole blocks); 0 if not one. */
 int64_t kv_tokens_for(const struct kv_config *c, size_t mem, int64_t chunk);
