@@ -102,7 +102,11 @@ struct backend_matmul {
  * row's visible slots, as ops.h's attn (one-row arithmetic) or attn_tiled
  * (rows marked tiled) defines it.  Row r's slots are 0 .. n_kv[r]-1 of the
  * block table table[r] (logical block -> physical block); KV head g of
- * physical block b starts at k_base[g] + b * block_stride (likewise v). */
+ * physical block b starts at k_base[g] + b * block_stride (likewise v).
+ * head_dim and head_dim_v may differ; with v_stride set, V rows are that
+ * many bytes apart (MLA's absorbed form: one KV head whose V is the first
+ * head_dim_v elements of each K row, v_base = k_base, v_stride = the K
+ * row's bytes). */
 struct backend_attn {
     const float *q;             /* [n_rows][n_head * head_dim] */
     float *out;                 /* [n_rows][n_head * head_dim_v] */
@@ -127,6 +131,7 @@ struct backend_attn {
     /* a sliding window: NULL, or [n_rows]: row r sees no slot below lo[r]
      * (with or without a mask; tiled rows too) */
     const int64_t *lo;
+    size_t v_stride;            /* 0: V rows of head_dim_v elements back to back */
 };
 
 /* What the attention steps of a call may ask, for attn_reserve. */
@@ -143,7 +148,8 @@ struct backend_attn_limits {
 /* One KV store step: rows t < n_tok of k [n_tok][n_head_kv * head_dim] and
  * v [n_tok][n_head_kv * head_dim_v] into their slots: KV head g of row t
  * goes to k_base[g] + blk[t] * block_stride + bidx[t] * k_row_bytes
- * (likewise v), converted to kv_type (ops_kv_row_put). */
+ * (likewise v), converted to kv_type (ops_kv_row_put).  v NULL: K only (a
+ * cache whose V is a view of K, MLA). */
 struct backend_kv_store {
     const float *k, *v;
     int64_t n_tok, n_head_kv, head_dim, head_dim_v;

@@ -143,7 +143,9 @@ typedef void (*ops_gelu_mul_fn)(float *y, const float *gate, const float *up, in
  * start at k_base + b * block_stride (bytes) and are block_size rows of
  * head_dim elements of kv_type (GGML_TYPE_F32, GGML_TYPE_F16 or
  * GGML_TYPE_Q8_0: rows of kv_dtype_row_bytes(kv_type, head_dim) bytes, back
- * to back); values likewise at v_base with head_dim_v elements per row.
+ * to back); values likewise at v_base with head_dim_v elements per row, rows
+ * v_stride bytes apart when it is set (MLA: V a view of each K row's first
+ * head_dim_v elements).  head_dim and head_dim_v may differ.
  *
  * For each query head h (q + h * head_dim, out + h * head_dim_v):
  *   out = sum_s softmax_s(scale * q . k_s) v_s over visible slots s < n_kv,
@@ -196,8 +198,22 @@ struct attn_args {
     float *part;
     /* a sliding window: slots below lo are not visible either (0: none) */
     int64_t lo;
+    /* bytes from one V row of a block to the next: 0 = rows of head_dim_v
+     * elements back to back; MLA's cache, whose V is the first head_dim_v
+     * elements of each K row (v_base = k_base), gives the K row's size */
+    size_t v_stride;
 };
-#define ATTN_PART(dv) (2 + (dv))  /* floats of one head's partial state */
+#define ATTN_PART(dv) (2 + (dv))
+
+/* the bytes between V rows of a block (struct attn_args v_stride) */
+static inline size_t
+ops_attn_v_stride(uint32_t kv_type, int64_t head_dim_v, size_t v_stride)
+{
+    if (v_stride)
+        return v_stride;
+    return kv_type == 0 ? (size_t)head_dim_v * 4 : kv_type == 1 ? (size_t)head_dim_v * 2
+                                                                : (size_t)(head_dim_v / 32) * 34;
+}  /* floats of one head's partial state */
 
 /* the chunks a step over n visible slots of a kv_type cache is computed in
  * (n = n_kv without a mask: ops_attn_n_vis) */
@@ -336,6 +352,7 @@ struct attn_tiled_args {
     const int64_t *lo;          /* NULL, or [n_rows]: row r sees no slot below lo[r] (a
                                  * sliding window: -inf like a masked slot, so tiles
                                  * with nothing visible are skipped, as in ggml) */
+    size_t v_stride;            /* as struct attn_args (0: V rows back to back) */
 };
 
 typedef void (*ops_attn_tiled_fn)(const struct attn_tiled_args *a, float *scratch);

@@ -399,6 +399,7 @@ one_args(const struct attn_job *j, int64_t t, int64_t g, uint8_t *vis, struct at
     a->s0 = 0;
     a->part = NULL;
     a->lo = s->lo ? s->lo[t] : 0;
+    a->v_stride = s->v_stride;
 }
 
 /* vis[s0 .. s1) for row t under the step's mask */
@@ -523,6 +524,7 @@ attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
         a.table = s->table[t0];
         a.n_kv = nkv;
         a.lo = s->lo ? s->lo + t0 : NULL;
+        a.v_stride = s->v_stride;
         c->ops->attn_tiled(&a, scr);
     }
 }
@@ -704,8 +706,10 @@ kv_rows(const struct backend_kv_store *s, int64_t t0, int64_t t1)
         for (int64_t t = t0; t < t1; t++) {
             size_t off = (size_t)s->blk[t] * s->block_stride;
             uint8_t *kd = s->k_base[h] + off + (size_t)s->bidx[t] * s->k_row_bytes;
-            uint8_t *vd = s->v_base[h] + off + (size_t)s->bidx[t] * s->v_row_bytes;
             ops_kv_row_put(s->kv_type, kd, s->k + t * s->n_head_kv * hd + h * hd, hd);
+            if (!s->v)
+                continue;       /* V is a view of K (MLA) */
+            uint8_t *vd = s->v_base[h] + off + (size_t)s->bidx[t] * s->v_row_bytes;
             ops_kv_row_put(s->kv_type, vd, s->v + t * s->n_head_kv * hdv + h * hdv, hdv);
         }
     }

@@ -232,7 +232,7 @@ test_attention(struct backend *be, int tiled_rows)
                     v1[s] = s < vis0[r] || vis[r * 10 + s - vis0[r]];
                 struct attn_args aa = { q + r * NH * HD + g * 2 * HD, want + g * 2 * HD, 2, HD,
                                         HD, 0.17f, kb[g], vb[g], stride, GGML_TYPE_F16, BS,
-                                        tables[r], nkv[r], masked ? v1 : NULL, 0, NULL, 0 };
+                                        tables[r], nkv[r], masked ? v1 : NULL, 0, NULL, 0, 0 };
                 ops_attn_ref(&aa, scr);
                 CHECK(same(out + r * NH * HD + g * 2 * HD, want + g * 2 * HD,
                            2 * HD * sizeof(float)));
