@@ -211,6 +211,11 @@ struct backend_ops {
     void (*gelu_mul)(struct backend *be, float *g, const float *u, int64_t n_tok, int64_t dim);
     /* x[t] *= s, rows of dim (one f32 product per element, as ggml_scale) */
     void (*scale)(struct backend *be, float *x, float s, int64_t n_tok, int64_t dim);
+    /* y[r * ldy + i] = x[r * ldx + i] for r < n_rows, i < dim: strided rows
+     * (views; MLA assembles its query and key rows from parts with it); y
+     * and x do not overlap */
+    void (*copy_rows)(struct backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+                      int64_t n_rows, int64_t dim);
 
     /* the trainer's backward ops: NULL until the EAGLE trainer adds them */
     const struct backend_backward_ops *backward;

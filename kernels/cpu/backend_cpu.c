@@ -830,6 +830,15 @@ cpu_scale(struct backend *be, float *x, float s, int64_t n_tok, int64_t dim)
 /* ---- open, close ---- */
 
 static void
+cpu_copy_rows(struct backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+              int64_t n_rows, int64_t dim)
+{
+    (void)be;
+    for (int64_t r = 0; r < n_rows; r++)
+        memcpy(y + r * ldy, x + r * ldx, (size_t)dim * sizeof(float));
+}
+
+static void
 cpu_close(struct backend *be)
 {
     struct cpu *c = cpu_of(be);
@@ -874,6 +883,7 @@ static const struct backend_ops cpu_ops = {
     .silu_mul = cpu_silu_mul,
     .gelu_mul = cpu_gelu_mul,
     .scale = cpu_scale,
+    .copy_rows = cpu_copy_rows,
     .backward = NULL,
 };
 
