@@ -25,7 +25,7 @@
 #include "t.h"
 
 #define GOLDEN "tests/golden/generate/mla.json"
-#define MAX_REL 2e-3
+#define MAX_REL 1e-4
 #define TOP1_MIN 0.99
 
 static int
