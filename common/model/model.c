@@ -46,10 +46,10 @@ gemma3_hparams(struct model_hparams *hp)
  * Score scale mscale^2 / sqrt(key_length_mla), mscale 1 without YaRN
  * (src/models/deepseek2.cpp). */
 static int
-deepseek2_hparams(struct model_hparams *hp, struct diag *d)
+deepseek2_hparams(const struct gguf *g, struct model_hparams *hp, struct diag *d)
 {
     const struct arch_hparams *a = &hp->keys;
-    char k1[256], k2[256];
+    char k1[256], k2[256], t[96];
 
     if (!arch_has(a, ARCH_HP_KEY_LENGTH_MLA) || !arch_has(a, ARCH_HP_VALUE_LENGTH_MLA))
         return diag_set(d, ST_FORMAT, "missing key '%s' or '%s': an older MLA layout (the "
@@ -57,12 +57,21 @@ deepseek2_hparams(struct model_hparams *hp, struct diag *d)
                         "current llama.cpp",
                         arch_hp_key(a, ARCH_HP_KEY_LENGTH_MLA, k1, sizeof(k1)),
                         arch_hp_key(a, ARCH_HP_VALUE_LENGTH_MLA, k2, sizeof(k2)));
-    if (a->n_expert > 0 || (arch_has(a, ARCH_HP_LEADING_DENSE) && a->n_layer_dense_lead < a->n_layer))
-        return diag_set(d, ST_FORMAT, "mixture-of-experts layers (key '%s' = %lld of %lld layers "
-                        "dense, %lld experts) are not supported: dense deepseek2 models only",
+    if (a->n_expert > 0 || (arch_has(a, ARCH_HP_LEADING_DENSE) && a->n_layer_dense_lead < a->n_layer)) {
+        /* the first MoE layer's router, as llama.cpp would load it */
+        int64_t il = arch_has(a, ARCH_HP_LEADING_DENSE) && a->n_layer_dense_lead < a->n_layer
+                         ? a->n_layer_dense_lead : 0;
+        snprintf(t, sizeof(t), "blk.%lld.ffn_gate_inp.weight", (long long)il);
+        return diag_set(d, ST_FORMAT, "layer %lld is a mixture-of-experts layer (%s%s%s, %lld "
+                        "experts; key '%s' = %lld of %lld layers dense): not supported, dense "
+                        "deepseek2 models only", (long long)il,
+                        gguf_find_tensor(g, t) >= 0 ? "tensor '" : "no dense FFN",
+                        gguf_find_tensor(g, t) >= 0 ? t : "",
+                        gguf_find_tensor(g, t) >= 0 ? "'" : "", (long long)a->n_expert,
                         arch_hp_key(a, ARCH_HP_LEADING_DENSE, k1, sizeof(k1)),
                         (long long)(arch_has(a, ARCH_HP_LEADING_DENSE) ? a->n_layer_dense_lead : 0),
-                        (long long)a->n_layer, (long long)a->n_expert);
+                        (long long)a->n_layer);
+    }
     if (!arch_has(a, ARCH_HP_LEADING_DENSE))
         return diag_set(d, ST_FORMAT, "missing key '%s': without it every layer is "
                         "mixture-of-experts (not supported: dense deepseek2 models only)",
@@ -140,7 +149,7 @@ load_hparams(struct model *m, struct diag *d)
      * (halves) for gemma3 (llama_model_rope_type) */
     rp->style = hp->arch == MODEL_ARCH_GEMMA3 ? ROPE_NEOX : ROPE_NORM;
     rp->n_rot = a->n_rot;
-    if (hp->arch == MODEL_ARCH_DEEPSEEK2 && (rc = deepseek2_hparams(hp, d)) < 0)
+    if (hp->arch == MODEL_ARCH_DEEPSEEK2 && (rc = deepseek2_hparams(&m->gguf, hp, d)) < 0)
         return rc;
     if (rp->n_rot != hp->head_dim && !hp->mla)
         return diag_set(d, ST_FORMAT, "key '%s': %lld, expected key_length %lld",

@@ -205,7 +205,7 @@ test_attention(struct backend *be, int tiled_rows)
                                   (const uint8_t *const *)kb, (const uint8_t *const *)vb,
                                   stride, GGML_TYPE_F16, BS, tables, nkv, seq,
                                   masked ? NULL : tiled, masked ? vis0 : NULL, vis, 10,
-                                  NULL };
+                                  NULL, 0 };
         be->ops->attention(be, &a);
         float *scr = malloc((size_t)(ops_attn_scratch_floats_ref(2, BS, HD, HD) +
                                      ops_attn_tiled_scratch_floats_ref(2, HD, HD)) *
@@ -220,7 +220,7 @@ test_attention(struct backend *be, int tiled_rows)
                     struct attn_tiled_args ta2 = { q + NH * HD + g * 2 * HD, tw + g * 2 * HD,
                                                    NH * HD, NH * HD, 2, 2, HD, HD, 0.17f,
                                                    kb[g], vb[g], stride, GGML_TYPE_F16, BS,
-                                                   tb, nk, NULL };
+                                                   tb, nk, NULL, 0 };
                     ops_attn_tiled_ref(&ta2, scr);
                     for (int rr = 0; rr < 2; rr++)
                         CHECK(same(out + (1 + rr) * NH * HD + g * 2 * HD,
@@ -289,11 +289,11 @@ test_masked_split(struct backend *be)
     CHECK_EQ(be->ops->attn_reserve(be, &lim), 0);
     struct backend_attn a = { q, out_a, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)ka,
                               (const uint8_t *const *)va, stride, GGML_TYPE_F16, LBS, tables,
-                              &nkv_a, &seq, NULL, &vis0, vis, LNKV, NULL };
+                              &nkv_a, &seq, NULL, &vis0, vis, LNKV, NULL, 0 };
     be->ops->attention(be, &a);
     struct backend_attn b = { q, out_b, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)kb2,
                               (const uint8_t *const *)vb2, stride, GGML_TYPE_F16, LBS, tables,
-                              &nkv_b, &seq, NULL, NULL, NULL, 0, NULL };
+                              &nkv_b, &seq, NULL, NULL, NULL, 0, NULL, 0 };
     be->ops->attention(be, &b);
     CHECK(same(out_a, out_b, sizeof(out_a)));
     free(pa);

@@ -1,0 +1,120 @@
+#!/usr/bin/env bats
+# generate on deepseek2 (MLA, dense layers) against llama.cpp: the small
+# random-weight models of scripts/mkgolden-mla (built here, deterministic)
+# and its goldens tests/golden/generate/mla.json (llama.cpp AVX2 build):
+# per-position logits (build/tests/test_mla), greedy continuations alone
+# and in batch mode, the latent KV cache's bytes against kvstat, perplexity,
+# and the refusal of a mixture-of-experts layout and of the older unsplit
+# attn_kv_b.
+
+load common
+
+GOLD="$TOP/tests/golden/generate/mla.json"
+
+setup_file() {
+    local py="${LLMKIT_CACHE}/venv/bin/python"
+    export MLA="$BATS_FILE_TMPDIR/mla"
+    if [ ! -x "$py" ]; then
+        [ "${CI:-}" != true ] || { echo "no venv at $py (scripts/pyenv)" >&2; return 1; }
+        return 0
+    fi
+    "$py" "$TOP/scripts/mkgolden-mla" --models "$MLA" >&2 || {
+        [ "${CI:-}" != true ] || return 1
+        rm -rf "$MLA"
+    }
+}
+
+need_mla() {
+    [ -f "$MLA/mla-qlora.gguf" ] || skip "no MLA test models (scripts/pyenv and scripts/build-llamacpp make them possible)"
+}
+
+# greedy M CASE... : generate --json on model M, each golden case's prompt:
+# llama.cpp's prompt tokens and its 32 greedy tokens
+greedy_case() {
+    local mi=$1 ci=$2 m prompt
+    m=$(jq -r ".models[$mi].model" "$GOLD")
+    prompt=$(jq -j ".models[$mi].cases[$ci].prompt" "$GOLD"; printf x)
+    prompt=${prompt%x}
+    run -0 --separate-stderr generate -m "$MLA/$m" -p "$prompt" --temp 0 -n 32 --ctx 512 -t 2 --json
+    [ "$(jq -c .prompt_token_ids <<<"$output")" = "$(jq -c ".models[$mi].cases[$ci].prompt_tokens" "$GOLD")" ]
+    [ "$(jq -c .tokens <<<"$output")" = "$(jq -c ".models[$mi].cases[$ci].greedy" "$GOLD")" ] || {
+        echo "$m case $ci: $(jq -c .tokens <<<"$output")"
+        echo "llama.cpp:  $(jq -c ".models[$mi].cases[$ci].greedy" "$GOLD")"
+        return 1
+    }
+}
+
+@test "deepseek2: per-position logits of 256+ positions match llama.cpp's (top-1, max relative error)" {
+    need_mla
+    local t="$TOP/build/tests/test_mla"
+    [ -x "$t" ] || skip "build/tests/test_mla not built (make check-unit builds it)"
+    cd "$TOP"
+    LLMKIT_MLA_DIR="$MLA" run -0 --separate-stderr "$t"
+    [[ "$stderr" == *"top-1 agreement"* ]]
+}
+
+@test "deepseek2: greedy continuations equal llama.cpp's, with and without q_lora" {
+    need_mla
+    for mi in 0 1; do
+        for ci in 0 1 2; do
+            greedy_case "$mi" "$ci"
+        done
+    done
+}
+
+@test "deepseek2: batch mode gives each request llama.cpp's greedy tokens" {
+    need_mla
+    local m
+    m=$(jq -r ".models[0].model" "$GOLD")
+    jq -c '.models[0].cases[] | {id: .name, prompt: .prompt, max_tokens: 32, temperature: 0}' \
+        "$GOLD" >"$BATS_TEST_TMPDIR/req.jsonl"
+    run -0 --separate-stderr generate -m "$MLA/$m" --batch "$BATS_TEST_TMPDIR/req.jsonl" -t 2
+    for name in story wiki code; do
+        got=$(jq -c "select(.id == \"$name\") | .tokens" <<<"$output")
+        want=$(jq -c ".models[0].cases[] | select(.name == \"$name\") | .greedy" "$GOLD")
+        [ "$got" = "$want" ] || { echo "$name: $got vs llama.cpp $want"; return 1; }
+    done
+}
+
+@test "deepseek2: the KV cache holds the latent and the RoPE key only: generate's KV bytes equal kvstat's MLA figure" {
+    need_mla
+    local ctx kb ks
+    for ctx in 4096 1000; do
+        run -0 --separate-stderr generate -m "$MLA/mla-qlora.gguf" -p hi -n 1 --ctx "$ctx" --json
+        kb=$(jq .kv_bytes <<<"$output")
+        run -0 --separate-stderr kvstat --json --ctx "$ctx" "$MLA/mla-qlora.gguf"
+        ks=$(jq -s '.[0].bytes_per_seq' <<<"$output")
+        [ "$(jq -s '.[0].attention' <<<"$output")" = '"MLA"' ]
+        # 3 layers x (kv_lora_rank 32 + rope 8) x f16; whole 16-token blocks
+        [ "$(jq -s '.[0].bytes_per_token' <<<"$output")" = 240 ]
+        [ "$kb" = $(((ctx + 15) / 16 * 16 * 240)) ]
+        [ "$ks" = $((ctx * 240)) ]
+        [ "$kb" -ge "$ks" ] && [ "$kb" -lt $((ks + 16 * 240)) ]
+    done
+}
+
+@test "deepseek2: --perplexity equals llama-perplexity's on wikitext-2 (ctx 128, 4 chunks, both models)" {
+    need_mla
+    local data=${LLMKIT_WIKITEXT:-$SHARED/data/wikitext-2-test.raw} mi want got
+    [ -f "$data" ] || skip "no $data"
+    head -c "$(jq '.models[0].ppl.wikitext_bytes' "$GOLD")" "$data" >"$BATS_TEST_TMPDIR/wiki.txt"
+    for mi in 0 1; do
+        run -0 --separate-stderr generate -m "$MLA/$(jq -r ".models[$mi].model" "$GOLD")" \
+            --perplexity "$BATS_TEST_TMPDIR/wiki.txt" --ctx "$(jq ".models[$mi].ppl.ctx" "$GOLD")" \
+            --chunks "$(jq ".models[$mi].ppl.chunks" "$GOLD")" -t 2 --json
+        got=$(jq .ppl <<<"$output")
+        want=$(jq ".models[$mi].ppl.ppl" "$GOLD")
+        # (random weights: a PPL of the order of 1e14; its log within 1e-4)
+        python3 -c "import math,sys; g,w=float(sys.argv[1]),float(sys.argv[2]); sys.exit(abs(math.log(g)-math.log(w))>1e-4)" "$got" "$want" ||
+            { echo "model $mi: ppl $got, llama-perplexity $want"; return 1; }
+    done
+}
+
+@test "deepseek2: a mixture-of-experts layout is refused naming its tensor, the unsplit attn_kv_b naming its keys (exit 3)" {
+    need_mla
+    run -3 --separate-stderr generate -m "$MLA/mla-moe.gguf" -p hi -n 1
+    [[ "$stderr" == *"mixture-of-experts"*"'blk.1.ffn_gate_inp.weight'"*"dense deepseek2 models only"* ]]
+    [ "$(wc -l <<<"$stderr")" -eq 1 ]
+    run -3 --separate-stderr generate -m "$MLA/mla-kvb.gguf" -p hi -n 1
+    [[ "$stderr" == *"key_length_mla"*"attn_kv_b"* ]]
+}
