@@ -106,6 +106,14 @@ struct rope_params {
     float freq_base;            /* llama.rope.freq_base, default 10000 */
     float freq_scale;           /* 1 / llama.rope.scaling.factor for linear scaling, else 1 */
     const float *freq_factors;  /* NULL, or n_rot/2 divisors (llama3 rope_freqs.weight) */
+    /* YaRN (ggml's rope_yarn): ext_factor 0 = none; else pair i's angle is
+     * theta_i * (1 - r_i) + (theta_i / freq_scale) * r_i with the ramp r_i =
+     * ext_factor * (1 - clamp((i - corr_dims[0]) / max(0.001, corr_dims[1]
+     * - corr_dims[0]), 0, 1)), and cos and sin are multiplied by
+     * attn_factor * (1 + 0.1 ln(1 / freq_scale)) */
+    float ext_factor;
+    float attn_factor;
+    float corr_dims[2];
 };
 
 typedef void (*ops_rope_fn)(float *x, int64_t n_heads, int64_t head_dim, const float *cs,

@@ -100,6 +100,8 @@ const struct arch_key arch_keys[ARCH_HP_COUNT] = {
         HF(B("n_shared_experts")), OFF(n_expert_shared) },
     [ARCH_HP_EXPERT_FF] = { "expert_feed_forward_length", ARCH_KT_U32, 0, 0, DIM,
         HF(B("moe_intermediate_size")), OFF(n_ff_exp) },
+    [ARCH_HP_YARN_LOG_MUL] = { "rope.scaling.yarn_log_multiplier", ARCH_KT_F32, 0, -1e6, 1e6,
+        NULL, OFF(yarn_log_mul) },
 };
 
 _Static_assert(ARCH_HP_COUNT <= 64, "arch_hparams.has is a 64-bit mask");
@@ -272,7 +274,8 @@ static const struct arch_tensor deepseek2_tensors[] = {
 #define KEYS_DEEPSEEK2 (KEYS_LLAMA | ARCH_BIT(ARCH_HP_KV_LORA_RANK) | \
                         ARCH_BIT(ARCH_HP_Q_LORA_RANK) | ARCH_BIT(ARCH_HP_KEY_LENGTH_MLA) | \
                         ARCH_BIT(ARCH_HP_VALUE_LENGTH_MLA) | ARCH_BIT(ARCH_HP_LEADING_DENSE) | \
-                        ARCH_BIT(ARCH_HP_EXPERT_SHARED) | ARCH_BIT(ARCH_HP_EXPERT_FF))
+                        ARCH_BIT(ARCH_HP_EXPERT_SHARED) | ARCH_BIT(ARCH_HP_EXPERT_FF) | \
+                        ARCH_BIT(ARCH_HP_YARN_LOG_MUL))
 #define REQ_DEEPSEEK2 (REQ_GGUF | ARCH_BIT(ARCH_HP_KV_LORA_RANK) | ARCH_BIT(ARCH_HP_ROPE_DIM))
 #define KEYS_SWA (ARCH_BIT(ARCH_HP_SLIDING_WINDOW) | ARCH_BIT(ARCH_HP_SWA_PATTERN) | \
                   ARCH_BIT(ARCH_HP_ROPE_FREQ_BASE_SWA))

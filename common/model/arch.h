@@ -118,6 +118,7 @@ enum arch_hp {
     ARCH_HP_LEADING_DENSE,      /* n_layer_dense_lead (deepseek2: the layers before the MoE ones) */
     ARCH_HP_EXPERT_SHARED,      /* n_expert_shared */
     ARCH_HP_EXPERT_FF,          /* n_ff_exp */
+    ARCH_HP_YARN_LOG_MUL,       /* rope_yarn_log_mul (deepseek2: 0.1 * mscale_all_dim) */
     ARCH_HP_COUNT
 };
 
@@ -341,7 +342,7 @@ struct arch_hparams {
     double rope_freq_base_swa;
     double rope_factor;
     double rope_scale_linear;
-    double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+    double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_log_mul;
     const char *rope_scaling;   /* "none", "linear", "yarn", "longrope"; NULL = not given */
 };
 

@@ -98,8 +98,62 @@ deepseek2_hparams(const struct gguf *g, struct model_hparams *hp, struct diag *d
                         arch_hp_key(a, ARCH_HP_VALUE_LENGTH, k2, sizeof(k2)),
                         (long long)hp->head_dim_v, (long long)hp->n_head_kv,
                         (long long)(hp->kv_lora_rank + a->n_rot), (long long)hp->kv_lora_rank);
-    hp->kq_scale = 1.0f / sqrtf((float)hp->mla_k);
     return 0;
+}
+
+/* MLA's score scale, once the RoPE scaling is known: mscale^2 /
+ * sqrt(key_length_mla), mscale from llama.cpp's YaRN attention factor
+ * (yarn_hparams) and the log multiplier (stored as 0.1 * mscale_all_dim);
+ * 1 without scaling. */
+static void
+mla_kq_scale(struct model_hparams *hp)
+{
+    const struct arch_hparams *a = &hp->keys;
+    float fs = hp->rope.freq_scale;
+    float log_mul = arch_has(a, ARCH_HP_YARN_LOG_MUL) ? (float)a->yarn_log_mul / 0.1f : 0.0f;
+    float af = hp->rope.ext_factor != 0.0f ? hp->rope.attn_factor : 1.0f;
+    float af_org = af * (1.0f + 0.1f * logf(1.0f / fs));
+    float mscale = af_org * (1.0f + 0.1f * log_mul * logf(1.0f / fs));
+    hp->kq_scale = 1.0f * mscale * mscale / sqrtf((float)hp->mla_k);
+}
+
+/* YaRN as llama.cpp sets it up (llama-context.cpp, ggml
+ * ggml_rope_yarn_corr_dims): ext_factor 1 unless the file says, beta fast
+ * 32 and slow 1 unless the file says, the original context from
+ * rope.scaling.original_context_length (else context_length); the
+ * attention factor get_mscale(s, m) / get_mscale(s, m_all) (deepseek2's
+ * log multiplier m_all, m = m_all) or get_mscale(s, 1), divided by 1 + 0.1
+ * ln s, which rope_yarn multiplies back. */
+static void
+yarn_hparams(struct model_hparams *hp)
+{
+    const struct arch_hparams *a = &hp->keys;
+    struct rope_params *rp = &hp->rope;
+    float factor = 1.0f / rp->freq_scale;
+    float bf = arch_has(a, ARCH_HP_YARN_BETA_FAST) ? (float)a->yarn_beta_fast : 32.0f;
+    float bs = arch_has(a, ARCH_HP_YARN_BETA_SLOW) ? (float)a->yarn_beta_slow : 1.0f;
+    float n_orig = (float)(arch_has(a, ARCH_HP_ROPE_ORIG_CTX) ? a->rope_orig_ctx : a->n_ctx_train);
+    float nd = (float)rp->n_rot, base = rp->freq_base;
+    const float pi = 3.14159265358979323846f;
+
+    rp->ext_factor = arch_has(a, ARCH_HP_YARN_EXT_FACTOR) ? (float)a->yarn_ext_factor : 1.0f;
+    rp->attn_factor = 1.0f;
+    if (rp->ext_factor == 0.0f)
+        return;
+    float lo = floorf(nd * logf(n_orig / (bf * 2 * pi)) / (2 * logf(base)));
+    float hi = ceilf(nd * logf(n_orig / (bs * 2 * pi)) / (2 * logf(base)));
+    rp->corr_dims[0] = lo > 0 ? lo : 0;
+    rp->corr_dims[1] = hi < nd - 1 ? hi : nd - 1;
+#define GET_MSCALE(s, m) ((s) <= 1.0f ? 1.0f : (0.1f * (m) * logf(s) + 1.0f))
+    if (arch_has(a, ARCH_HP_YARN_LOG_MUL) && a->yarn_log_mul != 0.0) {
+        float m_all = (float)a->yarn_log_mul / 0.1f;
+        float m = hp->arch == MODEL_ARCH_DEEPSEEK2 && m_all != 1.0f ? m_all : 1.0f;
+        rp->attn_factor = GET_MSCALE(factor, m) / GET_MSCALE(factor, m_all);
+    } else {
+        rp->attn_factor = GET_MSCALE(factor, 1.0f);
+    }
+#undef GET_MSCALE
+    rp->attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
 }
 
 /* The hyperparameters through the architecture table (arch.h): its reader
@@ -162,13 +216,19 @@ load_hparams(struct model *m, struct diag *d)
     rp->freq_scale = 1.0f;
     /* no rope.scaling.type: linear with rope.scaling.factor or rope.scale_linear */
     const char *stype = a->rope_scaling ? a->rope_scaling : "linear";
-    if (strcmp(stype, "linear") == 0) {
+    if (strcmp(stype, "linear") == 0 ||
+        (strcmp(stype, "yarn") == 0 && hp->arch == MODEL_ARCH_DEEPSEEK2)) {
         float factor = (float)a->rope_factor;
         if (factor > 0.0f)
             rp->freq_scale = 1.0f / factor;
+        if (stype[0] == 'y')
+            yarn_hparams(hp);
     } else if (strcmp(stype, "none") != 0) {
-        return diag_set(d, ST_FORMAT, "rope scaling '%s' is not supported", stype);
+        return diag_set(d, ST_FORMAT, "rope scaling '%s' is not supported%s", stype,
+                        strcmp(stype, "yarn") == 0 ? " (for this architecture)" : "");
     }
+    if (hp->mla)
+        mla_kq_scale(hp);
     if (hp->arch == MODEL_ARCH_GEMMA3)
         gemma3_hparams(hp);
     return 0;

@@ -53,9 +53,9 @@ greedy_case() {
     [[ "$stderr" == *"top-1 agreement"* ]]
 }
 
-@test "deepseek2: greedy continuations equal llama.cpp's, with and without q_lora" {
+@test "deepseek2: greedy continuations equal llama.cpp's, with and without q_lora, with YaRN" {
     need_mla
-    for mi in 0 1; do
+    for mi in 0 1 2; do
         for ci in 0 1 2; do
             greedy_case "$mi" "$ci"
         done
@@ -93,12 +93,12 @@ greedy_case() {
     done
 }
 
-@test "deepseek2: --perplexity equals llama-perplexity's on wikitext-2 (ctx 128, 4 chunks, both models)" {
+@test "deepseek2: --perplexity equals llama-perplexity's on wikitext-2 (ctx 128, 4 chunks, 3 models)" {
     need_mla
     local data=${LLMKIT_WIKITEXT:-$SHARED/data/wikitext-2-test.raw} mi want got
     [ -f "$data" ] || skip "no $data"
     head -c "$(jq '.models[0].ppl.wikitext_bytes' "$GOLD")" "$data" >"$BATS_TEST_TMPDIR/wiki.txt"
-    for mi in 0 1; do
+    for mi in 0 1 2; do
         run -0 --separate-stderr generate -m "$MLA/$(jq -r ".models[$mi].model" "$GOLD")" \
             --perplexity "$BATS_TEST_TMPDIR/wiki.txt" --ctx "$(jq ".models[$mi].ppl.ctx" "$GOLD")" \
             --chunks "$(jq ".models[$mi].ppl.chunks" "$GOLD")" -t 2 --json

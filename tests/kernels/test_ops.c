@@ -272,12 +272,15 @@ test_rope(const struct kernel_ops *ops)
     for (int i = 0; i < 32; i++)
         ff[i] = 1.0f + (float)i;
     for (int style = 0; style < 2; style++) {
-        for (int variant = 0; variant < 5; variant++) {
+        for (int variant = 0; variant < 6; variant++) {
             int64_t hd = variant == 4 ? 64 : 16;
+            /* variant 5: YaRN (scale 1/4, ramp over pairs 1 .. 5, magnitude 0.8 x) */
             struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM,
                                      variant == 3 ? 12 : hd,
                                      variant == 1 ? 500000.0f : 10000.0f,
-                                     variant == 2 ? 0.25f : 1.0f, variant == 2 ? ff : NULL };
+                                     variant == 2 || variant == 5 ? 0.25f : 1.0f,
+                                     variant == 2 ? ff : NULL, variant == 5 ? 1.0f : 0.0f,
+                                     variant == 5 ? 0.8f : 0.0f, { 1.0f, 5.0f } };
             int32_t pos = 37 + variant * 100;
             for (int i = 0; i < heads * hd; i++)
                 x[i] = y[i] = r[i] = frnd();
@@ -294,11 +297,17 @@ test_rope(const struct kernel_ops *ops)
                     if (i < p.n_rot) {
                         int64_t k = style ? (i < half ? i : i - half) : i / 2;
                         int64_t a = style ? k : 2 * k, b = style ? k + half : 2 * k + 1;
-                        double th = pos * (double)p.freq_scale *
-                                    pow(p.freq_base, -2.0 * (double)k / (double)p.n_rot) /
+                        double te = pos * pow(p.freq_base, -2.0 * (double)k / (double)p.n_rot) /
                                     (p.freq_factors ? p.freq_factors[k] : 1.0);
+                        double th = te * (double)p.freq_scale, mag = 1.0;
+                        if (p.ext_factor != 0.0f) {
+                            double y0 = (k - 1.0) / 4.0, rm = 1.0 - fmin(1.0, fmax(0.0, y0));
+                            th = th * (1.0 - rm) + te * rm;
+                            mag = 0.8 * (1.0 + 0.1 * log(4.0));
+                        }
                         double xa = x[h * hd + a], xb = x[h * hd + b];
-                        want = (i == a) ? xa * cos(th) - xb * sin(th) : xa * sin(th) + xb * cos(th);
+                        want = mag * ((i == a) ? xa * cos(th) - xb * sin(th)
+                                               : xa * sin(th) + xb * cos(th));
                     }
                     if (fabs(y[h * hd + i] - want) > err)
                         err = fabs(y[h * hd + i] - want);
@@ -314,7 +323,7 @@ test_rope(const struct kernel_ops *ops)
      * NaN, -0, subnormals) and a partial rotation (n_rot 48 of 64) */
     for (int style = 0; style < 2; style++) {
         static const float sp[] = { INFINITY, -INFINITY, NAN, -0.0f, 0.0f, 1e-40f, -3e-39f, 65504.0f };
-        struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL };
+        struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL, 0, 0, { 0, 0 } };
         for (int i = 0; i < 128; i++)
             y[i] = r[i] = i % 5 == 0 ? sp[(i / 5) % 8] : frnd();
         ops_rope_angles(cs, 1234, &p);
@@ -324,7 +333,7 @@ test_rope(const struct kernel_ops *ops)
             CHECK(memcmp(&y[i], &r[i], 4) == 0 || (isnan(y[i]) && isnan(r[i])));
     }
     /* position 0 is the identity */
-    struct rope_params p0 = { ROPE_NORM, 16, 10000.0f, 1.0f, NULL };
+    struct rope_params p0 = { ROPE_NORM, 16, 10000.0f, 1.0f, NULL, 0, 0, { 0, 0 } };
     for (int i = 0; i < 48; i++)
         x[i] = y[i] = frnd();
     ops_rope_angles(cs, 0, &p0);

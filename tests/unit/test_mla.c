@@ -129,7 +129,7 @@ main(void)
         T_DONE();
     int64_t stride = (int64_t)json_integer_value(json_object_get(root, "stride"));
     json_t *models = json_object_get(root, "models");
-    CHECK(stride > 0 && json_array_size(models) == 2);
+    CHECK(stride > 0 && json_array_size(models) == 3);
     for (size_t i = 0; i < json_array_size(models); i++)
         check_model(dir, json_array_get(models, i), stride, &n_pos, &n_top1, &worst);
     fprintf(stderr, "test_mla: %d positions, top-1 agreement %d, max relative error %.3g\n",
