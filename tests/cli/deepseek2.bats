@@ -103,6 +103,15 @@ PY
     done
 }
 
+@test "deepseek2: DeepSeek-V2's cache geometry (60 layers, 512 + 64) costs 69,120 bytes a token, in generate and kvstat alike" {
+    need_mla
+    run -0 --separate-stderr generate -m "$MLA/mla-v2.gguf" -p "a b c" -n 2 --ctx 4096 --json
+    [ "$(jq .kv_bytes <<<"$output")" = $((4096 * 69120)) ]
+    run -0 --separate-stderr kvstat --json --ctx 4096 "$MLA/mla-v2.gguf"
+    [ "$(jq -s '.[0].bytes_per_token' <<<"$output")" = 69120 ]
+    [ "$(jq -s '.[0].bytes_per_seq' <<<"$output")" = $((4096 * 69120)) ]
+}
+
 @test "deepseek2: --perplexity equals llama-perplexity's on wikitext-2 (ctx 128, 4 chunks, 3 models)" {
     need_mla
     local data=${LLMKIT_WIKITEXT:-$SHARED/data/wikitext-2-test.raw} mi want got
