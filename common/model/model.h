@@ -195,12 +195,13 @@ int model_load(struct model **out, const char *path, const struct model_opts *o,
 void model_unload(struct model *m);
 
 /* model_kv_config() : a KV pool configuration matching m (layers, KV heads,
- * head dims) with the given byte budget and dtype (GGML_TYPE_F16 or
- * GGML_TYPE_F32) and the default block size. */
+ * head dims; MLA: V a view of K, v_in_k) with the given byte budget and
+ * dtype (GGML_TYPE_F16 or GGML_TYPE_F32) and the default block size. */
 void model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_config *c);
 
 /* model_kv_bytes_per_token() : KV bytes one token takes in every layer at
- * dtype (for budgets and reports). */
+ * dtype (for budgets and reports; MLA: the latent and the RoPE key only,
+ * kvstat's figure). */
 size_t model_kv_bytes_per_token(const struct model *m, uint32_t dtype);
 
 /* ---- the forward pass (one layer of it: layer_forward, forward.h) ---- */
