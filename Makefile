@@ -130,6 +130,13 @@ $(BUILD)/mkfixtures: $(BUILD)/tests/mkfixtures.o $(TOOL_OBJ) $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(TOOL_OBJ) $(LIBS) $(LDLIBS)
 
+# Quantized-model fixtures (RTN grids through qmodel_write: GGUF, GPTQ, AWQ)
+# for tests/cli/convert-quant.bats and scripts/mkgolden-quant-hf.
+$(BUILD)/tests/mkqgrid.o: CFLAGS += -iquote tools
+$(BUILD)/mkqgrid: $(BUILD)/tests/mkqgrid.o $(TOOL_OBJ) $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(TOOL_OBJ) $(LIBS) $(LDLIBS)
+
 # Memory bandwidth probe for `make bench` (AVX2 is the project's baseline).
 $(BUILD)/membw: tests/bench/membw.c $(TOOL_OBJ) $(LIBS)
 	@mkdir -p $(@D)
@@ -201,8 +208,8 @@ check-kernels: $(KTEST_BIN)
 check-fuzz: $(REPLAY_BIN)
 	@scripts/run-replay $(REPLAY_BIN)
 
-check-cli: all fixtures
-	@LLMKIT_BIN=$(abspath $(BIN)) LLMKIT_SAN=$(SAN) bats --print-output-on-failure tests/cli
+check-cli: all fixtures $(BUILD)/mkqgrid
+	@LLMKIT_BIN=$(abspath $(BIN)) LLMKIT_MKQGRID=$(abspath $(BUILD)/mkqgrid) LLMKIT_SAN=$(SAN) bats --print-output-on-failure tests/cli
 
 man-lint:
 	@scripts/man-lint
@@ -268,5 +275,5 @@ help:
 
 -include $(COMMON_OBJ:.o=.d) $(KERNEL_SRC:%.c=$(BUILD)/%.d) $(TOOL_SRC:%.c=$(BUILD)/%.d) $(TOOL_OBJ:.o=.d) \
          $(UNIT_SRC:%.c=$(BUILD)/%.d) $(KTEST_SRC:%.c=$(BUILD)/%.d) $(FUZZ_SRC:%.c=$(BUILD)/%.d) \
-         $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d
+         $(BUILD)/tests/fuzz/replay.d $(BUILD)/tests/mkfixtures.d $(BUILD)/tests/mkqgrid.d
 .SECONDARY:

@@ -88,7 +88,7 @@ main(int argc, char **argv)
     struct merge_opts mo = { 0 };
     struct diag d = {{0}};
     bool have_n = false, batch = false, batch_opt = false, oversubscribe = false, have_spec = false;
-    bool have_tree = false, have_ngram = false;
+    bool have_tree = false, have_ngram = false, have_shape = false;
     bool shard_by = false, sync_opt = false;
     int c, v;
 
@@ -174,11 +174,11 @@ main(int argc, char **argv)
         case OPT_SPEC_COMPARE: o.spec_compare = true; have_spec = true; break;
         case OPT_SPEC_DEPTH:
             o.spec_depth = (int)cli_parse_i64(optarg, 1, 64, "--spec-depth", false);
-            have_tree = true;
+            have_tree = have_shape = true;
             break;
         case OPT_SPEC_WIDTH:
             o.spec_width = (int)cli_parse_i64(optarg, 1, 16, "--spec-width", false);
-            have_tree = true;
+            have_tree = have_shape = true;
             break;
         case OPT_DRAFT_P_MIN:
             o.draft_p_min = (float)cli_parse_double(optarg, 0, 1, "--draft-p-min");
@@ -252,8 +252,9 @@ main(int argc, char **argv)
         { have_ngram && !o.lookup, "--lookup-ngram needs --lookup" },
         { have_tree && !o.draft, "--spec-depth, --spec-width and --draft-p-min need --draft" },
         { o.lookup && o.draft, "--lookup and --draft are exclusive" },
-        { o.draft && (batch || o.perplexity), "--draft works with one prompt (-p, -f), not with "
-          "--batch or --perplexity" },
+        { o.draft && o.perplexity, "--draft does not go with --perplexity" },
+        { batch && have_shape, "--spec-depth and --spec-width work with one "
+          "prompt (-p, -f): --batch drafts chains of --spec-tokens" },
         { o.lookup && o.perplexity, "--lookup does not go with --perplexity" },
         { o.spec_compare && batch, "--spec-compare works with one prompt (-p, -f)" },
     };

@@ -62,6 +62,7 @@ static const char help_text[] =
     "      --lookup-ngram N    longest n-gram matched, 1..16 (default 3)\n"
     "      --draft FILE        draft with a smaller GGUF model of the same vocabulary\n"
     "                          (e.g. this model at fewer bits): greedy, a token tree\n"
+    "                          (chains per sequence with --batch)\n"
     "      --spec-depth N      --draft: tree levels at most, 1..64 (default 8)\n"
     "      --spec-width N      --draft: branches per level, 1..16 (default 1: a chain)\n"
     "      --draft-p-min P     --draft: stop the chain where the draft's best token has\n"

@@ -4,6 +4,7 @@
  * the containers are safetensors.h and gguf.h; tensors stream through
  * tensor_emit() (gguf_write.h) one at a time.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include "gguf_write.h"
 #include "hf.h"
 #include "json.h"
+#include "qgrid.h"
 #include "qtypes.h"
 #include "safetensors.h"
 
@@ -54,6 +56,7 @@ tensor_order_key(const struct out_tensor *t, int32_t layer)
 struct ordered {
     struct out_tensor t;
     int key;
+    int64_t grid;               /* index into the qmodel of a GPTQ/AWQ dir, or -1 */
 };
 
 static int
@@ -83,6 +86,95 @@ dir_basename(const char *dir)
     return out;
 }
 
+/* ---- GPTQ / AWQ directories ---- */
+
+/* The parts of a quantized linear, which qmodel_read_hf reads as a grid. */
+static bool
+is_quant_part(const char *name)
+{
+    static const char *const sfx[] = {".qweight", ".qzeros", ".scales", ".g_idx"};
+    size_t n = strlen(name);
+
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++) {
+        size_t k = strlen(sfx[i]);
+        if (n > k && !strcmp(name + n - k, sfx[i]))
+            return true;
+    }
+    return false;
+}
+
+/* Grid tensors come dequantized (the loaders' fp16 rounding), one at a time. */
+struct grid_fetch {
+    const struct qmodel *qm;
+    const int64_t *grid_of;     /* output tensor -> grid */
+    float *buf;
+    size_t cap;                 /* floats */
+};
+
+static const void *
+fetch_grid(void *ctx, size_t i, struct diag *d)
+{
+    struct grid_fetch *f = ctx;
+    const struct qgrid *g = f->qm->t[f->grid_of[i]].g;
+    size_t n = (size_t)(g->rows * g->cols);
+
+    if (n > f->cap) {
+        free(f->buf);
+        f->cap = 0;
+        if (!(f->buf = malloc(n * sizeof(float)))) {
+            diag_set(d, ST_NOMEM, "out of memory");
+            return NULL;
+        }
+        f->cap = n;
+    }
+    for (int64_t r = 0; r < g->rows; r++)
+        qgrid_dequant_row(g, r, f->buf + r * g->cols);
+    return f->buf;
+}
+
+/* Lossless: the GGUF is written with the grids in F16 (which holds the
+ * loaders' dequantized weights exactly) to a temporary next to the output,
+ * which qmodel_write_gguf then copies with every grid in the type that
+ * holds it. */
+static int
+write_quant_gguf(struct gguf *g, const struct out_tensor *flat, size_t n, struct grid_fetch *gf,
+                 struct qmodel *qm, const struct convert_opts *o, struct diag *d)
+{
+    struct gguf_write_opts wo = CONVERT_WRITE_OPTS(o);
+    struct xout tx = {0};
+    const char *tmpdir = getenv("TMPDIR");
+    char *tmp;
+    int rc;
+
+    if (o->out)
+        return diag_set(d, ST_RANGE, "a GPTQ/AWQ directory is written to a GGUF of its own");
+    if (!strcmp(o->output, "-"))
+        tmp = path_join(tmpdir && *tmpdir ? tmpdir : "/tmp", "llmkit-convert-grids.gguf");
+    else if ((tmp = malloc(strlen(o->output) + 8)))
+        sprintf(tmp, "%s.f16src", o->output);
+    if (!tmp)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    /* never committed: force only lets an existing file of that name be */
+    if ((rc = xout_open(&tx, tmp, true, d)) < 0) {
+        diag_prefix(d, "'%s'", tmp);
+        free(tmp);
+        return rc;
+    }
+    free(tmp);
+    wo.out = &tx;
+    wo.cb.progress = NULL;
+    rc = write_gguf_out(g, flat, n, fetch_grid, gf, &wo, d);
+    if (!rc && fflush(tx.fp))
+        rc = diag_errno(d, -errno, "temporary GGUF: write failed");
+    if (!rc) {
+        qm->src_path = tx.tmp;
+        rc = qmodel_write_gguf(qm, o->output, o->force, &o->cb, d);
+        qm->src_path = NULL;
+    }
+    xout_abort(&tx);
+    return rc;
+}
+
 int
 convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
 {
@@ -98,7 +190,10 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     size_t n = 0;
     int want = o->out_type, rc;
     int32_t *layer_count = NULL;
-    bool have_embd = false;
+    bool have_embd = false, quant = false;
+    struct qmodel qm = {0};
+    struct grid_fetch gf = {0};
+    int64_t *grid_of = NULL;
 
     memset(&sm, 0, sizeof(sm));
     hf_vocab_init(&voc);
@@ -125,8 +220,12 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     }
     if (voc.warning[0])
         runcb_warn(&o->cb, "%s", voc.warning);
+    /* a GPTQ or AWQ directory: its linears as grids */
+    if ((rc = qmodel_read_hf(o->input, &qm, d)) < 0)
+        goto out;
+    quant = rc == 0;
 
-    ts = calloc(sm.n_tensors + 1, sizeof(*ts));
+    ts = calloc(sm.n_tensors + (quant ? (size_t)qm.n : 0) + 1, sizeof(*ts));
     layer_count = calloc((size_t)cfg.n_layer, sizeof(*layer_count));
     if (!ts || !layer_count) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
@@ -138,7 +237,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         for (size_t f = 0; f < sm.n_files && want == GGML_TYPE_F16; f++) {
             for (size_t i = 0; i < sm.files[f].n_tensors; i++) {
                 const struct sft_tensor *t = &sm.files[f].t[i];
-                if (t->n_dims >= 2) {
+                if (t->n_dims >= 2 && ggml_of_sft(t->dtype) >= 0) {
                     if (t->dtype == SFT_BF16)
                         want = GGML_TYPE_BF16;
                     break;
@@ -152,6 +251,8 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         struct out_tensor *ot = &ts[n].t;
         int gt = ggml_of_sft(t->dtype);
 
+        if (quant && is_quant_part(t->name))
+            continue;
         rc = hf_name_to_gguf(&cfg, t->name, &m, d);
         if (rc < 0) {
             diag_prefix(d, "'%s'", o->input);
@@ -178,10 +279,32 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         memcpy(ot->src.ne, ot->ne, sizeof(ot->ne));
         ot->src.perm_heads = m.perm != HF_PERM_NONE ? (int)m.perm_heads : 0;
         ts[n].key = tensor_order_key(ot, m.layer);
+        ts[n].grid = -1;
         if (!strcmp(m.name, "token_embd.weight"))
             have_embd = true;
         if (m.layer >= 0 && m.layer < cfg.n_layer)
             layer_count[m.layer]++;
+        n++;
+    }
+    for (int64_t j = 0; quant && j < qm.n; j++) {
+        const struct qgrid *gr = qm.t[j].g;
+        struct out_tensor *ot = &ts[n].t;
+        int layer = -1;
+        snprintf(ot->name, sizeof(ot->name), "%s", qm.t[j].name);
+        ot->n_dims = 2;
+        ot->ne[0] = gr->cols;
+        ot->ne[1] = gr->rows;
+        ot->ne[2] = ot->ne[3] = 1;
+        /* lossless (no --type): F16 holds the loaders' weights exactly */
+        ot->type = o->out_type < 0 ? GGML_TYPE_F16 : (uint32_t)want;
+        ot->src.type = GGML_TYPE_F32;
+        memcpy(ot->src.ne, ot->ne, sizeof(ot->ne));
+        if (sscanf(ot->name, "blk.%d.", &layer) != 1)
+            layer = -1;
+        ts[n].key = tensor_order_key(ot, layer);
+        ts[n].grid = j;
+        if (layer >= 0 && layer < cfg.n_layer)
+            layer_count[layer]++;
         n++;
     }
     if (!have_embd) {
@@ -215,16 +338,20 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         ot->src.type = GGML_TYPE_F32;
         memcpy(ot->src.ne, ot->ne, sizeof(ot->ne));
         ts[n].key = 1 << 30;
+        ts[n].grid = -1;
         n++;
     }
     qsort(ts, n, sizeof(*ts), cmp_ordered);
     flat = calloc(n ? n : 1, sizeof(*flat));
-    if (!flat) {
+    grid_of = calloc(n ? n : 1, sizeof(*grid_of));
+    if (!flat || !grid_of) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         flat[i] = ts[i].t;
+        grid_of[i] = ts[i].grid;
+    }
 
     name = dir_basename(o->input);
     if (!name || gguf_set_str(&g, "general.architecture", cfg.arch_name) ||
@@ -235,8 +362,16 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     if ((rc = hf_config_to_gguf(&g, &cfg, ftype_for_type(want), d)) ||
         (rc = hf_vocab_to_gguf(&g, &voc, d)))
         goto out;
-    rc = write_gguf_out(&g, flat, n, NULL, NULL, &wo, d);
+    gf.qm = &qm;
+    gf.grid_of = grid_of;
+    if (quant && o->out_type < 0)
+        rc = write_quant_gguf(&g, flat, n, &gf, &qm, o, d);
+    else
+        rc = write_gguf_out(&g, flat, n, fetch_grid, &gf, &wo, d);
 out:
+    free(gf.buf);
+    free(grid_of);
+    qmodel_release(&qm);
     free(flat);
     free(ts);
     free(layer_count);
@@ -250,19 +385,6 @@ out:
 }
 
 /* ---- GGUF -> HF ---- */
-
-struct sft_sink {
-    struct sft_writer *w;
-    size_t i;
-};
-
-static int
-sink_sft(void *ctx, const void *p, size_t n, struct diag *d)
-{
-    struct sft_sink *s = ctx;
-
-    return sft_writer_put(s->w, s->i, p, n, d);
-}
 
 int
 convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
@@ -374,7 +496,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         struct sft_sink sk = {&w, i};
         uint32_t ty = specs[i].dtype == SFT_F16 ? GGML_TYPE_F16
                       : specs[i].dtype == SFT_BF16 ? GGML_TYPE_BF16 : GGML_TYPE_F32;
-        rc = tensor_emit(&srcs[i], ty, sink_sft, &sk, d);
+        rc = tensor_emit(&srcs[i], ty, sft_sink_put, &sk, d);
         if (rc) {
             if (rc != -ST_IO)
                 diag_prefix(d, "tensor '%s'", specs[i].name);

@@ -406,4 +406,8 @@ int hf_write_dir(const char *dir, const struct hf_config *c, const struct hf_voc
  * newline.  NULL on allocation failure. */
 char *hf_json_dump(const json_t *o, size_t *len);
 
+/* hf_json_write() : writes o (hf_json_dump) to dir/name atomically,
+ * replacing a file of that name.  0, -ST_NOMEM, -ST_IO ("'name': ..."). */
+int hf_json_write(const char *dir, const char *name, const json_t *o, struct diag *d);
+
 #endif

@@ -2422,8 +2422,8 @@ hf_json_dump(const json_t *o, size_t *len)
     return t;
 }
 
-static int
-write_json(const char *dir, const char *name, json_t *o, struct diag *d)
+int
+hf_json_write(const char *dir, const char *name, const json_t *o, struct diag *d)
 {
     char *path = path_join(dir, name);
     size_t len;
@@ -2450,7 +2450,7 @@ hf_write_dir(const char *dir, const struct hf_config *c, const struct hf_vocab *
 
     if ((rc = hf_config_to_json(c, torch_dtype, &cfg, d)) < 0)
         goto out;
-    if ((rc = write_json(dir, "config.json", cfg, d)) < 0)
+    if ((rc = hf_json_write(dir, "config.json", cfg, d)) < 0)
         goto out;
     gen = json_pack("{s:b}", "_from_model_config", 1);
     for (k = 0; gen && k < HF_SPECIAL_COUNT; k++) {
@@ -2461,14 +2461,14 @@ hf_write_dir(const char *dir, const struct hf_config *c, const struct hf_vocab *
         snprintf(key, sizeof(key), "%s_token_id", hf_special_name((enum hf_special)k));
         json_object_set_new(gen, key, json_integer(c->special[k]));
     }
-    if ((rc = write_json(dir, "generation_config.json", gen, d)) < 0)
+    if ((rc = hf_json_write(dir, "generation_config.json", gen, d)) < 0)
         goto out;
     if (!v)
         goto out;
     if ((rc = hf_vocab_to_json(v, c->n_ctx, &tj, &tc, d)) < 0)
         goto out;
-    if ((rc = write_json(dir, "tokenizer.json", tj, d)) < 0 ||
-        (rc = write_json(dir, "tokenizer_config.json", tc, d)) < 0)
+    if ((rc = hf_json_write(dir, "tokenizer.json", tj, d)) < 0 ||
+        (rc = hf_json_write(dir, "tokenizer_config.json", tc, d)) < 0)
         goto out;
     stm = json_object();
     for (k = 0; stm && k < HF_SPECIAL_COUNT; k++) {
@@ -2483,7 +2483,7 @@ hf_write_dir(const char *dir, const struct hf_config *c, const struct hf_vocab *
                                                     "lstrip", 0, "normalized", 0, "rstrip", 0,
                                                     "single_word", 0) : NULL);
     }
-    if ((rc = write_json(dir, "special_tokens_map.json", stm, d)) < 0)
+    if ((rc = hf_json_write(dir, "special_tokens_map.json", stm, d)) < 0)
         goto out;
     if (!strcmp(v->model, "llama")) {
         char *path;

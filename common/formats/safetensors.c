@@ -1487,6 +1487,13 @@ shard_end(struct sft_writer *w, struct diag *d)
     return 0;
 }
 
+int
+sft_sink_put(void *ctx, const void *p, size_t n, struct diag *d)
+{
+    struct sft_sink *s = ctx;
+    return sft_writer_put(s->w, s->i, p, n, d);
+}
+
 size_t
 sft_writer_next(const struct sft_writer *w)
 {

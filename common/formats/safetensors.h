@@ -334,6 +334,14 @@ int sft_writer_open_file(struct sft_writer *w, const struct sft_plan *p, const c
 int sft_writer_put(struct sft_writer *w, size_t i, const void *data, uint64_t n,
                    struct diag *d);
 
+/* A tensor_sink_fn (gguf_write.h) over sft_writer_put: tensor_emit() with
+ * struct sft_sink {w, i} as ctx streams tensor i's bytes into the writer. */
+struct sft_sink {
+    struct sft_writer *w;
+    size_t i;
+};
+int sft_sink_put(void *ctx, const void *p, size_t n, struct diag *d);
+
 /* sft_writer_next() : the tensor index the writer expects next, or (size_t)-1
  * when all have been written. */
 size_t sft_writer_next(const struct sft_writer *w);

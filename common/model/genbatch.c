@@ -32,6 +32,7 @@
 #include "qtypes.h"
 #include "resume.h"
 #include "scheduler.h"
+#include "spec.h"
 #include "tokenizer.h"
 #include "xio.h"
 
@@ -440,6 +441,7 @@ struct run {
     bool ct_loaded;
     struct kvcache *kv;
     struct sched *s;
+    struct spec_dm *dm;         /* --draft: the draft model, or NULL */
     FILE *out, *trace;
     const char *out_name;       /* for messages: -o FILE, NULL for stdout */
     const char *trace_name;     /* --kv-trace FILE, NULL for stdout */
@@ -804,9 +806,10 @@ open_pool(struct run *g, int64_t ctx, struct diag *d)
     if (o->g->kv_mem > 0) {
         mem = (size_t)o->g->kv_mem;
     } else {
-        /* enough for max_seqs full contexts, at most DEFAULT_KV_MEM */
-        double want = (double)o->max_seqs * (double)(ctx + c.block_size) * (double)bb /
-                      (double)c.block_size;
+        /* enough for max_seqs full contexts (with sliding-window layers,
+         * their windows), at most DEFAULT_KV_MEM */
+        double want = (double)o->max_seqs *
+                      (double)kv_mem_for(&c, ctx + c.block_size, o->max_batch_tokens);
         mem = want < (double)DEFAULT_KV_MEM ? (size_t)want : DEFAULT_KV_MEM;
         if (mem < bb)
             mem = bb;
@@ -1042,9 +1045,21 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     so.prefix_cache = o->prefix_cache;
     so.ignore_eos = go->ignore_eos;
     so.ctx = ctx;
-    if (go->lookup) {
+    if (go->lookup || go->draft) {
         so.spec_tokens = go->spec_tokens ? go->spec_tokens : BATCH_SPEC_AUTO;
         so.lookup_ngram = go->lookup_ngram;
+    }
+    if (go->draft) {
+        struct kv_stats ks0;
+        kv_stats(g.kv, &ks0);
+        /* a stream per running sequence; as many tokens as the target's
+         * pool holds (a draft never needs more, its prefixes unshared
+         * aside: a stream that does not fit drafts nothing) */
+        if ((rc = spec_dm_open(&g.dm, go->draft, &mopt, &g.tok, ctx, o->max_seqs + 1,
+                               ks0.blocks_total * ks0.block_size, d)) < 0)
+            goto out;
+        so.draft = g.dm;
+        so.draft_p_min = go->draft_p_min;
     }
     cb.result = on_result;
     cb.step = on_step;
@@ -1060,7 +1075,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     runcb_info(&go->cb, "'%s': %lld KV blocks of %lld tokens (%s, %.1f MiB), context "
                "%lld per sequence, %lld sequences, %lld tokens per step, %d threads, kernel %s",
                go->model, (long long)ks.blocks_total, (long long)ks.block_size,
-               kv_type_name(o->kv_type), (double)ks.block_bytes * (double)ks.blocks_total /
+               kv_type_name(o->kv_type), (double)kv_config_get(g.kv)->mem /
                1048576.0, (long long)r->ctx, (long long)o->max_seqs,
                (long long)o->max_batch_tokens, r->threads, r->kernel);
 
@@ -1096,7 +1111,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     sched_get_totals(g.s, &t);
     r->unfinished = g.pending;
     r->steps = t.steps;
-    r->spec = so.spec_tokens > 0;
+    r->spec = so.spec_tokens <= 0 ? NULL : go->draft ? "draft" : "lookup";
     r->spec_passes = t.spec_passes;
     r->spec_drafted = t.spec_drafted;
     r->spec_accepted = t.spec_accepted;
@@ -1130,6 +1145,7 @@ out:
     if (out_open)
         xout_abort(&xo[0]);
     sched_free(g.s);
+    spec_dm_free(g.dm);
     kv_free(g.kv);
     if (g.ct_loaded)
         chat_template_release(&g.ct);
@@ -1168,7 +1184,7 @@ batch_report_print(const struct batch_report *r, const char *prefix, FILE *fp)
             (long long)r->preemptions, (long long)r->prefix_hits, 100.0 * r->waste_paged,
             100.0 * r->waste_contig);
     if (r->spec)
-        fprintf(fp, "%s: speculative (lookup): %lld of %lld drafts kept in %lld verifying decodes\n",
-                prefix, (long long)r->spec_accepted, (long long)r->spec_drafted,
+        fprintf(fp, "%s: speculative (%s): %lld of %lld drafts kept in %lld verifying decodes\n",
+                prefix, r->spec, (long long)r->spec_accepted, (long long)r->spec_drafted,
                 (long long)r->spec_passes);
 }

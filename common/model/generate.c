@@ -259,18 +259,14 @@ open_kv(const struct generate_opts *o, const struct model *m, int64_t *ctx, stru
         return diag_set(d, ST_FORMAT, "model has invalid KV dimensions");
     if (o->kv_mem > 0) {
         mem = (size_t)o->kv_mem;
-        cap = (int64_t)(mem / bb) * c.block_size;
+        cap = kv_tokens_for(&c, mem, m->max_batch);
         if (cap > 0 && cap < *ctx) {
             runcb_info(&o->cb, "--kv-mem %zu bytes holds %lld tokens: context cut from %lld", mem,
                        (long long)cap, (long long)*ctx);
             *ctx = cap;
         }
-    } else {
-        int64_t blocks = (*ctx + c.block_size - 1) / c.block_size;
-        if ((uint64_t)blocks > SIZE_MAX / bb)
-            return diag_set(d, ST_NOMEM, "a KV cache for %lld tokens is too large",
-                            (long long)*ctx);
-        mem = (size_t)blocks * bb;
+    } else if (!(mem = kv_mem_for(&c, *ctx, m->max_batch))) {
+        return diag_set(d, ST_NOMEM, "a KV cache for %lld tokens is too large", (long long)*ctx);
     }
     c.mem = mem;
     return kv_new(kv, &c, d);
@@ -504,14 +500,21 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
         bt[i].gemm = model_prompt_gemm(n_prompt, i);
         sampler_accept(smp, prompt[i]);
     }
-    b.n = n_prompt;
-    b.tok = bt;
     b.mask = NULL;
     b.llamacpp_ubatch = 0;
     mo.logits = logits;
     t_start = now_seconds();
-    if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
-        goto out;
+    /* with sliding-window layers, in the model's chunks, one call each: the
+     * cache releases the window's old rows as the sequence grows, so a long
+     * prompt never holds more than the window (kvcache.h) */
+    int64_t step = g->m->hp.n_swa > 0 ? g->m->max_batch : n_prompt;
+    for (i = 0; i < n_prompt; i += step) {
+        b.n = n_prompt - i < step ? n_prompt - i : step;
+        b.tok = bt + i;
+        if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
+            goto out;
+    }
+    b.tok = bt;
     r->prompt_ms = ms_since(t_start);
     /* --spec-tokens auto: what a verify pass of 1, 2, 4 ... tokens costs */
     if (spec_auto && (rc = spec_cost_measure(g->m, g->kv, max_draft + 1, cost, d)) < 0)
@@ -849,7 +852,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     g.kv = kv;
     g.ctx = r->ctx;
     if (o->draft && !o->perplexity &&
-        (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, d)) < 0)
+        (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, 1, r->ctx, d)) < 0)
         goto out;
     if (!o->perplexity && o->spec_compare && r->drafter) {
         struct generate_report pr = *r;

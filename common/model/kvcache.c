@@ -10,6 +10,17 @@
  * never changes while it stays published: the only writes into a used block
  * are appends into a sequence's partly filled last block, and a published
  * block is never partly filled unless truncated, which unpublishes it.
+ *
+ * Sliding-window layers (kv_config.swa): a block is laid out with the other
+ * layers first and the sliding-window layers' rows last (the "S part").
+ * Once a block lies wholly before what its sequence's window can still see
+ * (with slack for rollbacks), kv_seq_grow() releases its S part
+ * (madvise(MADV_DONTNEED): the pages go back to the system, reading them
+ * gives zeros) when the sequence holds its only reference; a published
+ * block is unpublished first, since it no longer holds its prefix's K/V.
+ * The budget (kv_config.mem) is charged per block in use: the full block,
+ * or the G part alone once its S part is released; cost is that sum, and a
+ * block with refcnt 0 costs nothing (a cached block keeps its data).
  */
 #include <math.h>
 #include <stdint.h>
@@ -31,6 +42,7 @@
 struct kv_seq {
     int live;
     int64_t len;
+    int64_t swa_lo;             /* leading blocks whose S part may be released */
     int32_t *table;
     int64_t n_blocks, cap;
 };
@@ -38,6 +50,12 @@ struct kv_seq {
 struct kvcache {
     struct kv_config c;
     size_t block_bytes;
+    size_t g_bytes, s_bytes;    /* a block's parts: other layers', sliding-window layers' */
+    size_t *layer_off;          /* [n_layer] a layer's offset in a block */
+    uint8_t *s_res;             /* [n_blocks] the S part holds data (s_bytes > 0) */
+    size_t cost;                /* budget charged by the blocks in use */
+    int64_t swa_keep;           /* slots before a sequence's end kept for its window */
+    int64_t swa_released;       /* S parts released, running total */
     size_t k_row, v_row;        /* bytes of one K / V row */
     int64_t n_blocks;
     uint8_t *pool;
@@ -131,10 +149,19 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
                             (long long)c->block_size, MAX_BLOCK_SIZE);
         return diag_set(d, ST_RANGE, "kv cache: bad dimensions");
     }
-    nb = (int64_t)(c->mem / bb);
-    if (nb < 1)
+    if (c->mem < bb)
         return diag_set(d, ST_NOMEM, "kv cache: budget of %zu bytes holds no block of %zu bytes",
                         c->mem, bb);
+    if (c->swa && c->swa_window <= 0)
+        return diag_set(d, ST_RANGE, "kv cache: sliding-window layers without a window");
+    /* with sliding-window layers, more blocks than the budget holds whole:
+     * the pool is virtual (committed on touch) and the budget is charged
+     * per block in use (above); at most 8 times the whole blocks */
+    size_t s_bytes = 0, layer_bytes = bb / (size_t)c->n_layer;
+    for (int64_t l = 0; c->swa && l < c->n_layer; l++)
+        s_bytes += c->swa[l] ? layer_bytes : 0;
+    size_t g_bytes = bb - s_bytes;
+    nb = (int64_t)(c->mem / (g_bytes > bb / 8 ? g_bytes : bb / 8));
     if (nb > INT32_MAX)
         nb = INT32_MAX;
     kv = calloc(1, sizeof(*kv));
@@ -143,7 +170,11 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
     kv->c = *c;
     if (!kv->c.block_size)
         kv->c.block_size = KV_BLOCK_SIZE_DEFAULT;
+    kv->c.swa = NULL;
     kv->block_bytes = bb;
+    kv->g_bytes = g_bytes;
+    kv->s_bytes = s_bytes;
+    kv->swa_keep = c->swa_window + KV_SWA_SLACK;
     kv->k_row = kv_dtype_row_bytes(c->dtype, c->head_dim_k);
     kv->v_row = c->v_in_k ? 0 : kv_dtype_row_bytes(c->dtype, c->head_dim_v);
     kv->n_blocks = nb;
@@ -160,9 +191,12 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
     kv->lru_prev = malloc((size_t)nb * sizeof(int32_t));
     kv->lru_next = malloc((size_t)nb * sizeof(int32_t));
     kv->bucket = malloc((size_t)kv->n_buckets * sizeof(int32_t));
+    kv->layer_off = malloc((size_t)c->n_layer * sizeof(size_t));
+    kv->s_res = calloc((size_t)nb, 1);
     kv->lru_head = kv->lru_tail = NONE;
     if (!kv->refcnt || !kv->free_stack || !kv->fill || !kv->published || !kv->key ||
-        !kv->hnext || !kv->lru_prev || !kv->lru_next || !kv->bucket) {
+        !kv->hnext || !kv->lru_prev || !kv->lru_next || !kv->bucket || !kv->layer_off ||
+        !kv->s_res) {
         kv_free(kv);
         return diag_set(d, ST_NOMEM, "kv cache: out of memory for %lld blocks", (long long)nb);
     }
@@ -175,6 +209,14 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
         return diag_set(d, ST_NOMEM, "kv cache: cannot map %zu bytes", (size_t)nb * bb);
     }
     kv->pool = p;
+    /* the other layers first, in order, then the sliding-window layers */
+    size_t off = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t l = 0; l < c->n_layer; l++)
+            if ((c->swa && c->swa[l]) == (pass == 1)) {
+                kv->layer_off[l] = off;
+                off += layer_bytes;
+            }
     /* block 0 on top: low blocks are handed out first */
     for (int64_t i = 0; i < nb; i++)
         kv->free_stack[i] = (int32_t)(nb - 1 - i);
@@ -204,6 +246,8 @@ kv_free(struct kvcache *kv)
     free(kv->lru_prev);
     free(kv->lru_next);
     free(kv->bucket);
+    free(kv->layer_off);
+    free(kv->s_res);
     free(kv);
 }
 
@@ -270,6 +314,32 @@ find_key(const struct kvcache *kv, const struct kv_prefix_key *k)
     return NONE;
 }
 
+/* a block taken into use: charged in full, its S part holding data */
+static void
+cost_take(struct kvcache *kv, int32_t b)
+{
+    kv->cost += kv->g_bytes + kv->s_bytes;
+    kv->s_res[b] = kv->s_bytes > 0;
+}
+
+/* b's S part given back to the system (b in use) */
+static void
+release_s(struct kvcache *kv, int32_t b)
+{
+    uintptr_t lo = (uintptr_t)(kv->pool + (size_t)b * kv->block_bytes + kv->g_bytes);
+    uintptr_t hi = lo + kv->s_bytes;
+    uintptr_t pg = 4096;
+
+    /* whole pages only: the rest stays committed (never read again) */
+    lo = (lo + pg - 1) & ~(pg - 1);
+    hi &= ~(pg - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    kv->s_res[b] = 0;
+    kv->cost -= kv->s_bytes;
+    kv->swa_released++;
+}
+
 /* A free block: never-cached ones first, then the cached block freed
  * longest ago (evicted from the prefix cache).  The caller checked n_free. */
 static int32_t
@@ -287,6 +357,7 @@ block_alloc(struct kvcache *kv)
     }
     kv->n_free--;
     kv->refcnt[b] = 1;
+    cost_take(kv, b);
     return b;
 }
 
@@ -294,6 +365,11 @@ static void
 block_put(struct kvcache *kv, int32_t b)
 {
     if (--kv->refcnt[b] == 0) {
+        /* a block going back to the free stack gives its S part back now;
+         * a cached one keeps its data */
+        if (kv->s_res[b] && !kv->published[b])
+            release_s(kv, b);
+        kv->cost -= kv->g_bytes + (kv->s_res[b] ? kv->s_bytes : 0);
         if (kv->published[b])
             lru_append(kv, b);
         else
@@ -328,6 +404,24 @@ kv_block_refcount(const struct kvcache *kv, int32_t block)
     if (block < 0 || block >= kv->n_blocks)
         return -ST_RANGE;
     return kv->refcnt[block];
+}
+
+int64_t
+kv_tokens_for(const struct kv_config *c, size_t mem, int64_t chunk)
+{
+    int64_t lo = 0, hi = (int64_t)1 << 40;
+
+    if (kv_mem_for(c, 1, chunk) == 0 || kv_mem_for(c, 1, chunk) > mem)
+        return 0;
+    while (lo < hi) {           /* the most tokens whose budget fits */
+        int64_t mid = lo + (hi - lo + 1) / 2;
+        size_t need = kv_mem_for(c, mid, chunk);
+        if (need != 0 && need <= mem)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
 }
 
 /* ---- sequences ---- */
@@ -380,6 +474,7 @@ kv_seq_new(struct kvcache *kv, int32_t *id)
     s->live = 1;
     s->len = 0;
     s->n_blocks = 0;
+    s->swa_lo = 0;
     return 0;
 }
 
@@ -434,6 +529,7 @@ kv_seq_fork(struct kvcache *kv, int32_t src, int32_t *id)
     }
     t->n_blocks = s->n_blocks;
     t->len = s->len;
+    t->swa_lo = s->swa_lo;
     t->live = 1;
     *id = nid;
     return 0;
@@ -444,6 +540,26 @@ kv_seq_len(const struct kvcache *kv, int32_t id)
 {
     struct kv_seq *s = seq_get(kv, id);
     return s ? s->len : -ST_RANGE;
+}
+
+/* releases the S parts of s's blocks that its window can no longer see,
+ * whatever it appends next or rolls back (swa_keep slots before its end) */
+static void
+swa_trim(struct kvcache *kv, struct kv_seq *s)
+{
+    int64_t bs = kv->c.block_size, i = s->swa_lo;
+
+    if (kv->s_bytes == 0)
+        return;
+    for (; (i + 1) * bs <= s->len - kv->swa_keep; i++) {
+        int32_t b = s->table[i];
+        if (kv->refcnt[b] != 1 || !kv->s_res[b])
+            continue;           /* shared: another sequence may still see it */
+        if (kv->published[b])
+            unpublish(kv, b);
+        release_s(kv, b);
+    }
+    s->swa_lo = i;
 }
 
 int
@@ -461,14 +577,15 @@ kv_seq_grow(struct kvcache *kv, int32_t id, int64_t n, struct diag *d)
     int64_t new_len = s->len + n;
     int64_t need = (new_len + bs - 1) / bs;
     int64_t fresh = need - s->n_blocks;
+    swa_trim(kv, s);
     /* the partially filled last block gets written: private copy if shared */
     int cow = s->len % bs != 0 && kv->refcnt[s->table[s->n_blocks - 1]] > 1;
     if (s->len % bs != 0 && !cow && kv->published[s->table[s->n_blocks - 1]])
         unpublish(kv, s->table[s->n_blocks - 1]);     /* about to change */
-    if (fresh + cow > kv->n_free)
+    if (fresh + cow > kv_blocks_free(kv))
         return diag_set(d, ST_NOMEM,
                         "kv cache full: %lld more blocks needed, %lld of %lld free",
-                        (long long)(fresh + cow), (long long)kv->n_free,
+                        (long long)(fresh + cow), (long long)kv_blocks_free(kv),
                         (long long)kv->n_blocks);
     if (table_reserve(s, need) < 0)
         return diag_set(d, ST_NOMEM, "kv cache: out of memory for a block table");
@@ -506,7 +623,31 @@ kv_seq_blocks_needed(const struct kvcache *kv, int32_t id, int64_t n)
 int64_t
 kv_blocks_free(const struct kvcache *kv)
 {
-    return kv->n_free;
+    size_t whole = kv->g_bytes + kv->s_bytes;
+    if (kv->s_bytes == 0)
+        return kv->n_free;
+    int64_t by_budget = kv->cost >= kv->c.mem ? 0 : (int64_t)((kv->c.mem - kv->cost) / whole);
+    return by_budget < kv->n_free ? by_budget : kv->n_free;
+}
+
+size_t
+kv_mem_for(const struct kv_config *c, int64_t tokens, int64_t chunk)
+{
+    size_t bb = kv_block_bytes(c), s_bytes = 0;
+    int64_t bs = c->block_size ? c->block_size : KV_BLOCK_SIZE_DEFAULT;
+
+    if (bb == 0 || tokens < 0 || chunk < 0)
+        return 0;
+    for (int64_t l = 0; c->swa && l < c->n_layer; l++)
+        s_bytes += c->swa[l] ? bb / (size_t)c->n_layer : 0;
+    int64_t blocks = (tokens + bs - 1) / bs;
+    /* the S parts a sequence holds at most: its window with the slack, the
+     * chunk appended at once, and the partial blocks at both ends */
+    int64_t s_blocks = c->swa ? (c->swa_window + KV_SWA_SLACK + chunk + bs - 1) / bs + 2 : blocks;
+    if (s_blocks > blocks)
+        s_blocks = blocks;
+    double m = (double)blocks * (double)(bb - s_bytes) + (double)s_blocks * (double)s_bytes;
+    return m >= (double)SIZE_MAX ? 0 : (size_t)m;
 }
 
 int
@@ -516,6 +657,10 @@ kv_seq_truncate(struct kvcache *kv, int32_t id, int64_t n)
     int64_t bs = kv->c.block_size;
 
     if (!s || n < 0 || n > s->len)
+        return -ST_RANGE;
+    /* the next token's window must not reach a block whose S part may be
+     * released (swa_keep leaves room for the rollbacks of speculation) */
+    if (kv->s_bytes && s->swa_lo > 0 && s->swa_lo * bs > n + 1 - kv->c.swa_window)
         return -ST_RANGE;
     int64_t keep = (n + bs - 1) / bs;
     for (int64_t i = keep; i < s->n_blocks; i++)
@@ -585,8 +730,7 @@ kv_head_view(const struct kvcache *kv, int64_t layer, int64_t head, struct kv_he
     size_t bs = (size_t)c->block_size;
     size_t krow = kv->k_row;
     size_t vrow = kv->v_row;
-    size_t layer_bytes = (size_t)c->n_head_kv * bs * (krow + vrow);
-    uint8_t *base = kv->pool + (size_t)layer * layer_bytes;
+    uint8_t *base = kv->pool + kv->layer_off[layer];
 
     v->k = base + (size_t)head * bs * krow;
     v->v = base + (size_t)c->n_head_kv * bs * krow + (size_t)head * bs * vrow;
@@ -608,7 +752,7 @@ kv_stats(const struct kvcache *kv, struct kv_stats *st)
     st->block_size = bs;
     st->block_bytes = kv->block_bytes;
     st->blocks_total = kv->n_blocks;
-    st->blocks_free = kv->n_free;
+    st->blocks_free = kv_blocks_free(kv);
     st->blocks_used = kv->n_blocks - kv->n_free;
     memset(kv->fill, 0, (size_t)kv->n_blocks * sizeof(int32_t));
     for (int64_t b = 0; b < kv->n_blocks; b++)
@@ -631,6 +775,8 @@ kv_stats(const struct kvcache *kv, struct kv_stats *st)
     for (int64_t b = 0; b < kv->n_blocks; b++)
         st->slots_filled += kv->fill[b];
     st->blocks_cached = kv->n_free - kv->n_clean;
+    st->bytes_charged = kv->cost;
+    st->swa_released = kv->swa_released;
     st->prefix_hits = kv->hits;
     st->prefix_evictions = kv->evictions;
     if (st->blocks_used > 0)
@@ -716,6 +862,7 @@ kv_prefix_attach(struct kvcache *kv, int32_t id, const struct kv_prefix_key *key
     if (kv->refcnt[b] == 0) {
         lru_unlink(kv, b);
         kv->n_free--;
+        kv->cost += kv->g_bytes + (kv->s_res[b] ? kv->s_bytes : 0);
     } else if (kv->refcnt[b] == INT32_MAX) {
         return 0;
     }
@@ -732,7 +879,9 @@ kv_prefix_attach(struct kvcache *kv, int32_t id, const struct kv_prefix_key *key
  * and data, one after the other. */
 struct kv_swap {
     int64_t len;                /* sequence length */
+    int64_t swa_lo;
     int64_t n_blocks;
+    uint8_t *s_res;             /* [n_blocks] the block's S part held data */
     size_t block_bytes;
     size_t *csize;              /* [n_blocks] */
     uint8_t *data;
@@ -746,6 +895,7 @@ kv_swap_free(struct kv_swap *sw)
         return;
     free(sw->csize);
     free(sw->data);
+    free(sw->s_res);
     free(sw);
 }
 
@@ -782,14 +932,17 @@ kv_seq_swap_out(struct kvcache *kv, int32_t id, struct kv_swap **out, struct dia
     if (!(sw = calloc(1, sizeof(*sw))))
         goto nomem;
     sw->len = s->len;
+    sw->swa_lo = s->swa_lo;
     sw->n_blocks = s->n_blocks;
     sw->block_bytes = kv->block_bytes;
     sw->csize = malloc((size_t)(s->n_blocks ? s->n_blocks : 1) * sizeof(size_t));
     sw->data = malloc(cap ? cap : 1);
-    if (!sw->csize || !sw->data)
+    sw->s_res = calloc((size_t)s->n_blocks + 1, 1);
+    if (!sw->csize || !sw->data || !sw->s_res)
         goto nomem;
     for (int64_t i = 0; i < s->n_blocks; i++) {
         const uint8_t *src = kv->pool + (size_t)s->table[i] * kv->block_bytes;
+        sw->s_res[i] = kv->s_res[s->table[i]];
 #ifdef LLMKIT_HAVE_ZSTD
         size_t r = ZSTD_compress(sw->data + sw->bytes, cap - sw->bytes, src, kv->block_bytes, 1);
         if (ZSTD_isError(r)) {
@@ -824,9 +977,13 @@ kv_seq_swap_in(struct kvcache *kv, struct kv_swap *sw, int32_t *id, struct diag 
 
     if (sw->block_bytes != kv->block_bytes)
         return diag_set(d, ST_FORMAT, "kv cache: swap image of another pool");
-    if (sw->n_blocks > kv->n_free)
+    /* the budget: whole blocks, but the released S parts stay released */
+    size_t charge = 0;
+    for (int64_t i = 0; i < sw->n_blocks; i++)
+        charge += kv->g_bytes + (kv->s_bytes && !sw->s_res[i] ? 0 : kv->s_bytes);
+    if (sw->n_blocks > kv->n_free || (kv->s_bytes && kv->cost + charge > kv->c.mem))
         return diag_set(d, ST_NOMEM, "kv cache full: %lld blocks needed to swap in, %lld free",
-                        (long long)sw->n_blocks, (long long)kv->n_free);
+                        (long long)sw->n_blocks, (long long)kv_blocks_free(kv));
     if (seq_slot(kv, &nid) < 0)
         return diag_set(d, ST_NOMEM, "kv cache: out of memory");
     s = &kv->seqs[nid];
@@ -850,9 +1007,12 @@ kv_seq_swap_in(struct kvcache *kv, struct kv_swap *sw, int32_t *id, struct diag 
         memcpy(dst, sw->data + off, kv->block_bytes);
 #endif
         off += sw->csize[i];
+        if (kv->s_bytes && !sw->s_res[i])
+            release_s(kv, b);   /* (zeros written back: given back again) */
     }
     s->live = 1;
     s->len = sw->len;
+    s->swa_lo = sw->swa_lo;
     *id = nid;
     kv_swap_free(sw);
     return 0;

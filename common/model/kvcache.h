@@ -42,6 +42,19 @@
  * to 0 stays in the cache: it counts as free, and is evicted (least
  * recently freed first) only when no never-cached free block is left.
  *
+ * Sliding-window layers (kv_config.swa): their rows are kept only while the
+ * window can see them.  A block's rows of those layers (its "S part") are
+ * given back to the system once the block lies wholly more than
+ * swa_window + KV_SWA_SLACK slots before its sequence's end (at the next
+ * kv_seq_grow, when the sequence holds the block's only reference; a
+ * published block is unpublished first).  The byte budget is then charged
+ * per block in use, the whole block or its other layers' part alone, so a
+ * long context costs its global layers in full and its sliding-window
+ * layers only their windows (as llama.cpp's SWA cache); the pool has more
+ * block ids than whole blocks fit in the budget (kv_blocks_free says how
+ * many can be taken now).  kv_seq_truncate() refuses to go back so far that
+ * the window would reach a released block.
+ *
  * Swap: kv_seq_swap_out() compresses a sequence's blocks (zstd when built
  * with it, else a plain copy) into host memory and frees them;
  * kv_seq_swap_in() restores them into fresh blocks, bit for bit.
@@ -59,6 +72,10 @@
 
 #define KV_BLOCK_SIZE_DEFAULT 16
 
+/* slots kept beyond a sliding window before its blocks' rows are released:
+ * the rollbacks of speculative decoding (64 draft tokens at most) fit */
+#define KV_SWA_SLACK 128
+
 struct kv_config {
     int64_t n_layer;
     int64_t n_head_kv;
@@ -67,13 +84,16 @@ struct kv_config {
     int64_t block_size;         /* token slots per block; 0 = KV_BLOCK_SIZE_DEFAULT */
     uint32_t dtype;             /* GGML_TYPE_F16, GGML_TYPE_F32 or GGML_TYPE_Q8_0 */
     size_t mem;                 /* byte budget for the pool (--kv-mem) */
+    const uint8_t *swa;         /* NULL, or [n_layer]: 1 = the layer attends over the last
+                                 * swa_window positions only (copied by kv_new) */
+    int64_t swa_window;
     int v_in_k;                 /* V is a view of each K row's first head_dim_v elements
                                  * (head_dim_v <= head_dim_k): no V rows are stored */
 };
 
 /* Defaults: f16, 16-token blocks; the caller fills the dimensions and mem
  * (model_kv_config() in model.h does it from a model). */
-#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0, 0 }
+#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0, NULL, 0, 0 }
 
 struct kvcache;
 
@@ -82,7 +102,7 @@ struct kv_stats {
     size_t block_bytes;
     int64_t blocks_total;       /* pool size */
     int64_t blocks_used;        /* reference count > 0 */
-    int64_t blocks_free;
+    int64_t blocks_free;        /* kv_blocks_free() */
     int64_t blocks_shared;      /* reference count > 1 */
     int64_t seqs;               /* live sequences */
     int64_t tokens;             /* sum of sequence lengths (logical) */
@@ -91,12 +111,25 @@ struct kv_stats {
     int64_t blocks_cached;      /* free blocks still holding a published prefix */
     int64_t prefix_hits;        /* blocks attached from the prefix cache, running total */
     int64_t prefix_evictions;   /* published blocks reused for other data, running total */
+    size_t bytes_charged;       /* budget taken by the blocks in use (sliding-window
+                                 * layers' released rows not counted) */
+    int64_t swa_released;       /* blocks whose sliding-window rows were released, total */
 };
 
 /* kv_block_bytes() : bytes of one block for config c, 0 when the dimensions
  * or dtype are invalid (q8_0 with a head dim not a multiple of 32) or the
  * product overflows. */
 size_t kv_block_bytes(const struct kv_config *c);
+
+/* kv_mem_for() : the budget one sequence of `tokens` tokens needs in a pool
+ * of config c, appending at most `chunk` tokens at a time (with sliding-
+ * window layers their rows count only for the window, the slack, the chunk
+ * and two partial blocks); 0 when invalid or too large. */
+size_t kv_mem_for(const struct kv_config *c, int64_t tokens, int64_t chunk);
+
+/* kv_tokens_for() : the most tokens one sequence can hold in a budget of
+ * mem bytes (kv_mem_for's inverse; whole blocks); 0 if not one. */
+int64_t kv_tokens_for(const struct kv_config *c, size_t mem, int64_t chunk);
 
 /* kv_dtype_row_bytes() : bytes of a row of n elements of dtype (f16, f32,
  * q8_0 with n % 32 == 0), 0 otherwise. */
@@ -217,7 +250,9 @@ int kv_prefix_attach(struct kvcache *kv, int32_t id, const struct kv_prefix_key 
  * now (new blocks plus a copy-on-write copy), or -ST_RANGE. */
 int64_t kv_seq_blocks_needed(const struct kvcache *kv, int32_t id, int64_t n);
 
-/* kv_blocks_free() : free blocks (cached ones included). */
+/* kv_blocks_free() : blocks that can be taken now (free ones, cached ones
+ * included; with sliding-window layers, no more than the budget left holds
+ * whole). */
 int64_t kv_blocks_free(const struct kvcache *kv);
 
 /* ---- swap ---- */

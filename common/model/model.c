@@ -410,11 +410,13 @@ load_tensors(struct model *m, struct diag *d)
     hp->rope.freq_factors = m->rope_freqs.data;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof(*m->layers));
-    if (!m->layers)
+    m->swa_layers = calloc((size_t)hp->n_layer, 1);
+    if (!m->layers || !m->swa_layers)
         return diag_set(d, ST_NOMEM, "out of memory");
     for (int64_t l = 0; l < hp->n_layer; l++) {
         struct model_layer *L = &m->layers[l];
         L->swa = hp->n_swa > 0 && arch_swa_layer(&hp->keys, l);
+        m->swa_layers[l] = L->swa;
         for (t = hp->keys.arch->tensors; t->gguf; t++) {
             struct model_weight *w = t->flags & ARCH_T_LAYER ? layer_slot(L, t->w) : NULL;
             if (!w)
@@ -539,6 +541,7 @@ model_unload(struct model *m)
     if (!m)
         return;
     free(m->layers);
+    free(m->swa_layers);
     if (m->pack_buf)
         m->be->ops->free(m->be, m->pack_buf);
     gguf_release(&m->gguf);
@@ -558,6 +561,10 @@ model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_con
     c->head_dim_v = m->hp.head_dim_v;
     c->dtype = dtype;
     c->mem = mem;
+    if (m->hp.n_swa > 0) {
+        c->swa = m->swa_layers;
+        c->swa_window = m->hp.n_swa;
+    }
     c->v_in_k = m->hp.mla;
 }
 

@@ -157,6 +157,7 @@ struct model {
     struct model_weight output;         /* [n_vocab, n_embd]; == tok_embd when tied */
     struct model_weight rope_freqs;     /* optional [head_dim / 2] F32 */
     struct model_layer *layers;         /* [n_layer] */
+    uint8_t *swa_layers;                /* [n_layer] layers[l].swa (model_kv_config) */
     struct backend *be;                 /* the device the steps run on (kernels/backend.h) */
     int64_t max_batch;
     struct forward_state *st;           /* scratch, private to exec.c (forward.h) */
@@ -195,8 +196,9 @@ int model_load(struct model **out, const char *path, const struct model_opts *o,
 void model_unload(struct model *m);
 
 /* model_kv_config() : a KV pool configuration matching m (layers, KV heads,
- * head dims; MLA: V a view of K, v_in_k) with the given byte budget and
- * dtype (GGML_TYPE_F16 or GGML_TYPE_F32) and the default block size. */
+ * head dims, which layers attend over a sliding window: c->swa points into
+ * m; MLA: V a view of K, v_in_k) with the given byte budget and dtype
+ * (GGML_TYPE_F16 or GGML_TYPE_F32) and the default block size. */
 void model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_config *c);
 
 /* model_kv_bytes_per_token() : KV bytes one token takes in every layer at

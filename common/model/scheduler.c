@@ -63,8 +63,9 @@ struct seq {
     int64_t chunk;
     int64_t need;               /* blocks reserved for the chunk */
     int64_t logit_row;
-    int32_t *draft;             /* [spec_tokens] this step's lookup draft */
+    int32_t *draft;             /* [spec_tokens] this step's draft */
     int64_t n_draft;
+    int32_t dst;                /* draft model stream while running (spec.h), or -1 */
 };
 
 struct sched {
@@ -88,6 +89,8 @@ struct sched {
     bool hold;                  /* admit only preempted sequences */
     size_t swap_bytes;
     struct sched_totals tot;
+    struct spec_dm_req *dreq;   /* [max_seqs] with a draft model: this step's chains */
+    struct seq **dseq;          /* [max_seqs] their sequences */
 };
 
 static double
@@ -98,6 +101,15 @@ ms_since(double t)
 
 /* ---- sequences ---- */
 
+/* q's draft model stream back (q leaves the pool) */
+static void
+draft_forget(struct sched *s, struct seq *q)
+{
+    if (s->o.draft && q->dst >= 0)
+        spec_dm_stream_free(s->o.draft, q->dst);
+    q->dst = -1;
+}
+
 static void
 seq_free(struct sched *s, struct seq *q)
 {
@@ -105,6 +117,7 @@ seq_free(struct sched *s, struct seq *q)
         return;
     if (q->kvs >= 0)
         kv_seq_free(s->kv, q->kvs);
+    draft_forget(s, q);
     if (q->sw) {
         s->swap_bytes -= kv_swap_bytes(q->sw);
         kv_swap_free(q->sw);
@@ -232,7 +245,11 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         drafts = o->max_batch_tokens - 1;
     s->n_rows = o->max_seqs + (o->spec_tokens ? drafts : 0);
     s->logits = malloc((size_t)s->n_rows * (size_t)s->n_vocab * sizeof(float));
-    if (!s->run || !s->bt || !s->logits) {
+    if (o->draft) {
+        s->dreq = malloc((size_t)o->max_seqs * sizeof(*s->dreq));
+        s->dseq = malloc((size_t)o->max_seqs * sizeof(*s->dseq));
+    }
+    if (!s->run || !s->bt || !s->logits || (o->draft && (!s->dreq || !s->dseq))) {
         sched_free(s);
         return diag_set(d, ST_NOMEM, "out of memory for %lld sequences",
                         (long long)o->max_seqs);
@@ -255,6 +272,8 @@ sched_free(struct sched *s)
     free(s->wait);
     free(s->bt);
     free(s->logits);
+    free(s->dreq);
+    free(s->dseq);
     free(s);
 }
 
@@ -335,6 +354,7 @@ sched_add(struct sched *s, const struct sched_req *r, struct diag *d)
     if (!(q = calloc(1, sizeof(*q))))
         return diag_set(d, ST_NOMEM, "out of memory");
     q->kvs = -1;
+    q->dst = -1;
     q->tag = r->tag;
     q->arrival = s->n_arrival++;
     q->n_prompt = r->n_prompt;
@@ -422,6 +442,7 @@ preempt(struct sched *s, struct seq *q, struct diag *d)
     q->chunk = 0;
     q->need = 0;
     q->n_draft = 0;
+    draft_forget(s, q);
     q->preemptions++;
     s->tot.preemptions++;
     if (s->o.preempt == SCHED_PREEMPT_SWAP) {
@@ -648,12 +669,11 @@ accept_token(struct sched *s, struct seq *q, int32_t t, int *err)
 
 /* ---- speculative decoding ---- */
 
-/* q's lookup draft for this step (spec.h), extending its scheduled decode
- * (chunk 1): at most spec_tokens, what the step's token budget (already
- * charged for the decode) and q's output budget leave, and only as long as
- * the blocks it needs are free without preempting anyone */
-static void
-lookup_draft(struct sched *s, struct seq *q)
+/* the most draft tokens q may verify this step after its scheduled decode
+ * (chunk 1): spec_tokens at most, what the step's token budget (already
+ * charged for the decode) and q's output budget leave */
+static int64_t
+draft_limit(const struct sched *s, const struct seq *q)
 {
     int64_t lim = s->o.spec_tokens;
 
@@ -661,9 +681,14 @@ lookup_draft(struct sched *s, struct seq *q)
         lim = s->budget;
     if (lim > q->max_gen - q->n_gen - 1)
         lim = q->max_gen - q->n_gen - 1;
-    if (lim <= 0)
-        return;
-    int64_t nd = spec_lookup_draft(q->toks, n_total(q), s->o.lookup_ngram, q->draft, lim);
+    return lim > 0 ? lim : 0;
+}
+
+/* extends q's decode by its draft of nd tokens (already in q->draft), at
+ * most as many as the blocks free without preempting anyone allow */
+static void
+take_draft(struct sched *s, struct seq *q, int64_t nd)
+{
     int64_t avail = avail_blocks(s), need = q->need;    /* (avail excludes q's own need) */
     while (nd > 0 && (need = kv_seq_blocks_needed(s->kv, q->kvs, 1 + nd)) - q->need > avail)
         nd--;
@@ -673,6 +698,38 @@ lookup_draft(struct sched *s, struct seq *q)
     q->chunk = 1 + nd;
     q->need = need;
     s->budget -= nd;
+}
+
+/* the draft model's chains for every decoding sequence (spec.h), drafted
+ * together, one draft forward pass per level; each limited as above, and
+ * by the blocks free once the drafts before it are counted */
+static int
+model_drafts(struct sched *s, struct diag *d)
+{
+    int64_t n = 0, budget = s->budget;
+
+    for (int64_t i = 0; i < s->n_run && budget > 0; i++) {
+        struct seq *q = s->run[i];
+        if (q->chunk != 1 || n_total(q) - q->n_done != 1)
+            continue;
+        int64_t lim = draft_limit(s, q);
+        if (lim > budget)
+            lim = budget;
+        if (lim == 0 || (q->dst < 0 && (q->dst = spec_dm_stream_new(s->o.draft)) < 0))
+            continue;
+        s->dreq[n] = (struct spec_dm_req){ .stream = q->dst, .hist = q->toks,
+                                           .n_hist = n_total(q), .max = lim, .out = q->draft };
+        s->dseq[n++] = q;
+        budget -= lim;
+    }
+    if (n == 0)
+        return 0;
+    int rc = spec_dm_chains(s->o.draft, s->dreq, n, s->o.draft_p_min, d);
+    if (rc < 0)
+        return rc;
+    for (int64_t j = 0; j < n; j++)
+        take_draft(s, s->dseq[j], s->dreq[j].n_out);
+    return 0;
 }
 
 /* ---- one step ---- */
@@ -715,10 +772,16 @@ sched_step(struct sched *s, struct diag *d)
     /* 1b. lookup drafts after the decodes: every decode has its token
      * first, and a draft takes only budget and blocks left (never a
      * preemption) */
-    for (int64_t i = 0; s->o.spec_tokens && i < s->n_run && s->budget > 0; i++) {
-        struct seq *q = s->run[i];
-        if (q->chunk == 1 && n_total(q) - q->n_done == 1)
-            lookup_draft(s, q);
+    if (s->o.spec_tokens && s->o.draft) {
+        if ((rc = model_drafts(s, d)) < 0)
+            return rc;
+    } else {
+        for (int64_t i = 0; s->o.spec_tokens && i < s->n_run && s->budget > 0; i++) {
+            struct seq *q = s->run[i];
+            if (q->chunk == 1 && n_total(q) - q->n_done == 1)
+                take_draft(s, q, spec_lookup_draft(q->toks, n_total(q), s->o.lookup_ngram,
+                                                   q->draft, draft_limit(s, q)));
+        }
     }
     /* 2. prefill chunks of running sequences */
     for (int64_t i = 0; i < s->n_run && s->budget > 0;) {
@@ -846,6 +909,7 @@ sched_step(struct sched *s, struct diag *d)
             run_remove(s, q);
             kv_seq_free(s->kv, q->kvs);
             q->kvs = -1;
+            draft_forget(s, q);
             rc = emit(s, q, fin);
             seq_free(s, q);
             if (rc < 0)

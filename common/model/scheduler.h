@@ -30,8 +30,9 @@
  * rest (at least its last token, whose logits are needed).
  *
  * With spec_tokens, a decoding sequence's one token is followed in the
- * batch by a prompt lookup draft; the draft's rows are sampled in turn while
- * they agree (as generate's --lookup does), the rejected slots truncated.
+ * batch by a draft (prompt lookup, or a draft model's greedy chain); the
+ * draft's rows are sampled in turn while they agree (as generate's --lookup
+ * does), the rejected slots truncated.
  *
  * A sequence finishes on an end-of-generation token (not part of the
  * output; unless ignore_eos), when its text contains a stop string (the
@@ -58,6 +59,7 @@
 struct model;
 struct tokenizer;
 struct sched;
+struct spec_dm;
 
 enum sched_policy {
     SCHED_CONTINUOUS = 0,
@@ -91,9 +93,16 @@ struct sched_opts {
      * 0 = off.  Every request's tokens stay what they are without. */
     int64_t spec_tokens;
     int lookup_ngram;
+    /* with a draft model (spec.h; opened with a stream per sequence, max_seqs
+     * + 1), the drafts are its greedy chains instead of prompt lookup, each
+     * stopping where its token's probability is < draft_p_min; all running
+     * sequences' chains are drafted together, one draft pass per level */
+    struct spec_dm *draft;
+    float draft_p_min;
 };
 
-#define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0, 0, 3 }
+#define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0, 0, 3, \
+                          NULL, 0.0f }
 
 /* One request.  Everything is copied by sched_add(). */
 struct sched_req {

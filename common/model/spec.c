@@ -1,6 +1,7 @@
 /*
  * spec.c - drafters for speculative decoding (spec.h).
  */
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,16 +99,28 @@ spec_tree_mask(const struct spec_tree *t, uint8_t *mask)
 
 /* ---- the draft model ---- */
 
+/* one stream: a draft KV sequence and the tokens in it */
+struct dm_stream {
+    bool used;
+    int32_t seq;                /* draft KV sequence, -1 = none yet */
+    int32_t *fed;               /* [ctx] the tokens in it */
+    int64_t n_fed;
+};
+
 struct spec_dm {
     struct model *m;
     struct kvcache *kv;
-    int32_t seq;
-    int32_t *fed;               /* [ctx] the tokens in the draft's cache */
-    int64_t n_fed, ctx;
-    struct batch_tok *bt;       /* [ctx] */
-    float *logits;              /* [n_vocab] */
+    struct dm_stream *st;       /* [n_st] */
+    int64_t n_st, ctx;
+    struct batch_tok *bt;       /* [bt_cap] */
+    int64_t bt_cap;
+    float *logits;              /* [n_st][n_vocab] */
     int32_t *top;               /* [SPEC_WIDTH_MAX] */
     double step_ms;             /* one token's forward pass */
+    /* spec_dm_chains' scratch, [n_st] each */
+    int32_t *c_idx;
+    const int32_t **c_feed;
+    int64_t *c_nf, *c_slot;
 };
 
 /* the draft's vocabulary must be the target's, token for token */
@@ -129,7 +142,8 @@ same_vocab(const struct tokenizer *a, const struct tokenizer *b, const char *pat
 
 int
 spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo,
-             const struct tokenizer *target_tok, int64_t ctx, struct diag *d)
+             const struct tokenizer *target_tok, int64_t ctx, int64_t n_streams,
+             int64_t pool_tokens, struct diag *d)
 {
     struct spec_dm *dm = calloc(1, sizeof(*dm));
     struct tokenizer tok;
@@ -139,7 +153,10 @@ spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo
     *out = NULL;
     if (!dm)
         return diag_set(d, ST_NOMEM, "out of memory");
-    dm->seq = -1;
+    if (n_streams < 1)
+        n_streams = 1;
+    if (pool_tokens < ctx)
+        pool_tokens = ctx;
     if ((rc = model_open(&dm->m, path, mo, d)) < 0) {
         diag_prefix(d, "'%s'", path);
         goto err;
@@ -158,24 +175,36 @@ spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo
         goto err;
     }
     model_kv_config(dm->m, 0, GGML_TYPE_F16, &c);
-    c.mem = kv_block_bytes(&c) * (size_t)((ctx + 2 * KV_BLOCK_SIZE_DEFAULT) / KV_BLOCK_SIZE_DEFAULT);
+    c.mem = kv_block_bytes(&c) *
+            (size_t)((pool_tokens + (n_streams + 1) * KV_BLOCK_SIZE_DEFAULT) / KV_BLOCK_SIZE_DEFAULT);
     if ((rc = kv_new(&dm->kv, &c, d)) < 0) {
         diag_prefix(d, "'%s'", path);
         goto err;
     }
-    if ((rc = kv_seq_new(dm->kv, &dm->seq)) < 0) {
-        rc = diag_set(d, -rc, "'%s': no KV sequence for the draft", path);
-        goto err;
-    }
     dm->ctx = ctx;
-    dm->fed = malloc((size_t)ctx * sizeof(int32_t));
-    dm->bt = calloc((size_t)ctx, sizeof(*dm->bt));
-    dm->logits = malloc((size_t)dm->m->hp.n_vocab * sizeof(float));
+    dm->n_st = n_streams;
+    dm->bt_cap = ctx;
+    dm->st = calloc((size_t)n_streams, sizeof(*dm->st));
+    dm->bt = calloc((size_t)dm->bt_cap, sizeof(*dm->bt));
+    dm->logits = malloc((size_t)(n_streams * dm->m->hp.n_vocab) * sizeof(float));
     dm->top = malloc(SPEC_WIDTH_MAX * sizeof(int32_t));
-    if (!dm->fed || !dm->bt || !dm->logits || !dm->top) {
+    dm->c_idx = malloc((size_t)n_streams * sizeof(*dm->c_idx));
+    dm->c_feed = malloc((size_t)n_streams * sizeof(*dm->c_feed));
+    dm->c_nf = malloc((size_t)n_streams * sizeof(*dm->c_nf));
+    dm->c_slot = malloc((size_t)n_streams * sizeof(*dm->c_slot));
+    if (!dm->st || !dm->bt || !dm->logits || !dm->top || !dm->c_idx || !dm->c_feed ||
+        !dm->c_nf || !dm->c_slot) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto err;
     }
+    for (int64_t i = 0; i < n_streams; i++) {
+        dm->st[i].seq = -1;
+        if (!(dm->st[i].fed = malloc((size_t)ctx * sizeof(int32_t)))) {
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+            goto err;
+        }
+    }
+    dm->st[0].used = true;      /* the single-stream calls' own */
     struct spec_cost cost;
     if ((rc = spec_cost_measure(dm->m, dm->kv, 1, &cost, d)) < 0)
         goto err;
@@ -194,35 +223,103 @@ spec_dm_free(struct spec_dm *dm)
         return;
     kv_free(dm->kv);
     model_free(dm->m);
-    free(dm->fed);
+    for (int64_t i = 0; dm->st && i < dm->n_st; i++)
+        free(dm->st[i].fed);
+    free(dm->st);
     free(dm->bt);
     free(dm->logits);
     free(dm->top);
+    free(dm->c_idx);
+    free(dm->c_feed);
+    free(dm->c_nf);
+    free(dm->c_slot);
     free(dm);
 }
 
-/* feeds toks[0 .. n) after the draft's cache; logits of the last */
-static int
-dm_feed(struct spec_dm *dm, const int32_t *toks, int64_t n, struct diag *d)
+int32_t
+spec_dm_stream_new(struct spec_dm *dm)
 {
-    struct batch b = { n, dm->bt, NULL, 0 };
-    struct model_out mo = { dm->logits, NULL };
+    for (int64_t i = 1; i < dm->n_st; i++)
+        if (!dm->st[i].used) {
+            dm->st[i].used = true;
+            dm->st[i].n_fed = 0;
+            return (int32_t)i;
+        }
+    return -1;
+}
 
-    if (dm->n_fed + n > dm->ctx)
-        return diag_set(d, ST_RANGE, "draft: context full");
-    for (int64_t i = 0; i < n; i++) {
-        dm->bt[i].seq = dm->seq;
-        dm->bt[i].pos = (int32_t)(dm->n_fed + i);
-        dm->bt[i].token = toks[i];
-        dm->bt[i].logits = i == n - 1;
-        dm->bt[i].tiled = 0;
-        dm->bt[i].gemm = 0;
+void
+spec_dm_stream_free(struct spec_dm *dm, int32_t i)
+{
+    if (i < 0 || i >= dm->n_st)
+        return;
+    struct dm_stream *st = &dm->st[i];
+    if (st->seq >= 0)
+        kv_seq_free(dm->kv, st->seq);
+    st->seq = -1;
+    st->n_fed = 0;
+    st->used = i == 0;
+}
+
+/* brings stream st to hist[0 .. n_hist - 1): its cache rolled back to the
+ * longest prefix it shares with that (never all of hist: the last token is
+ * fed to get its logits); the number of tokens still to feed */
+static int64_t
+dm_rollback(struct spec_dm *dm, struct dm_stream *st, const int32_t *hist, int64_t n_hist)
+{
+    int64_t k = 0;
+    while (k < st->n_fed && k < n_hist - 1 && st->fed[k] == hist[k])
+        k++;
+    if (k < st->n_fed) {
+        kv_seq_truncate(dm->kv, st->seq, k);
+        st->n_fed = k;
     }
+    return n_hist - k;
+}
+
+/* one forward pass of the draft: toks[j][0 .. n[j]) after stream j's cache
+ * for the n_st streams in idx[], the logits of each stream's last token in
+ * row j of dm->logits */
+static int
+dm_feed(struct spec_dm *dm, const int32_t *idx, const int32_t *const *toks, const int64_t *n,
+        int64_t n_st, struct diag *d)
+{
+    int64_t tot = 0;
+
+    for (int64_t j = 0; j < n_st; j++) {
+        if (dm->st[idx[j]].n_fed + n[j] > dm->ctx)
+            return diag_set(d, ST_RANGE, "draft: context full");
+        tot += n[j];
+    }
+    if (tot > dm->bt_cap) {
+        struct batch_tok *nb = realloc(dm->bt, (size_t)tot * sizeof(*nb));
+        if (!nb)
+            return diag_set(d, ST_NOMEM, "out of memory");
+        dm->bt = nb;
+        dm->bt_cap = tot;
+    }
+    int64_t k = 0;
+    for (int64_t j = 0; j < n_st; j++) {
+        struct dm_stream *st = &dm->st[idx[j]];
+        if (st->seq < 0) {
+            int rc = kv_seq_new(dm->kv, &st->seq);
+            if (rc < 0)
+                return diag_set(d, -rc == ENOMEM ? ST_NOMEM : ST_RANGE, "draft: no KV sequence");
+        }
+        for (int64_t i = 0; i < n[j]; i++, k++)
+            dm->bt[k] = (struct batch_tok){ .seq = st->seq, .pos = (int32_t)(st->n_fed + i),
+                                            .token = toks[j][i], .logits = i == n[j] - 1 };
+    }
+    struct batch b = { tot, dm->bt, NULL, 0 };
+    struct model_out mo = { dm->logits, NULL };
     int rc = model_forward(dm->m, dm->kv, &b, NULL, &mo, d);
     if (rc < 0)
         return rc;
-    memcpy(dm->fed + dm->n_fed, toks, (size_t)n * sizeof(int32_t));
-    dm->n_fed += n;
+    for (int64_t j = 0; j < n_st; j++) {
+        struct dm_stream *st = &dm->st[idx[j]];
+        memcpy(st->fed + st->n_fed, toks[j], (size_t)n[j] * sizeof(int32_t));
+        st->n_fed += n[j];
+    }
     return 0;
 }
 
@@ -253,21 +350,17 @@ int
 spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth, int width,
               int64_t budget, float p_min, struct spec_tree *t, struct diag *d)
 {
-    int64_t k = 0, n_vocab = dm->m->hp.n_vocab;
+    struct dm_stream *st = &dm->st[0];
+    int64_t n_vocab = dm->m->hp.n_vocab;
+    int32_t idx = 0;
     int rc;
 
     if (width > SPEC_WIDTH_MAX)
         width = SPEC_WIDTH_MAX;
     spec_tree_reset(t, hist[n_hist - 1]);
-    /* the draft's cache: the longest prefix it shares with hist (not all of
-     * hist: the root's logits are wanted) */
-    while (k < dm->n_fed && k < n_hist - 1 && dm->fed[k] == hist[k])
-        k++;
-    if (k < dm->n_fed) {
-        kv_seq_truncate(dm->kv, dm->seq, k);
-        dm->n_fed = k;
-    }
-    if ((rc = dm_feed(dm, hist + k, n_hist - k, d)) < 0)
+    int64_t n = dm_rollback(dm, st, hist, n_hist);
+    const int32_t *feed = hist + n_hist - n;
+    if ((rc = dm_feed(dm, &idx, &feed, &n, 1, d)) < 0)
         return rc;
     int64_t cur = 0;
     for (int lv = 0; lv < depth && t->n - 1 < budget; lv++) {
@@ -284,8 +377,69 @@ spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth
                 main_child = c;
         }
         cur = main_child;
-        if (lv + 1 < depth && t->n - 1 < budget && (rc = dm_feed(dm, &t->tok[cur], 1, d)) < 0)
+        feed = &t->tok[cur];
+        n = 1;
+        if (lv + 1 < depth && t->n - 1 < budget && (rc = dm_feed(dm, &idx, &feed, &n, 1, d)) < 0)
             return rc;
+    }
+    return 0;
+}
+
+int
+spec_dm_chains(struct spec_dm *dm, struct spec_dm_req *r, int64_t n_req, float p_min,
+               struct diag *d)
+{
+    int64_t n_vocab = dm->m->hp.n_vocab, n_act = 0;
+    int64_t free_blocks = kv_blocks_free(dm->kv);
+    int32_t *idx = dm->c_idx;
+    const int32_t **feed = dm->c_feed;
+    int64_t *nf = dm->c_nf, *slot = dm->c_slot;
+    int rc;
+
+    if (n_req > dm->n_st)
+        return diag_set(d, ST_RANGE, "draft: %lld requests for %lld streams", (long long)n_req,
+                        (long long)dm->n_st);
+    /* level 0: each stream brought to its history, as blocks allow (a
+     * stream that would not fit drafts nothing this time) */
+    for (int64_t j = 0; j < n_req; j++) {
+        r[j].n_out = 0;
+        if (r[j].max <= 0 || r[j].n_hist < 1 || r[j].stream < 1 || r[j].stream >= dm->n_st ||
+            r[j].n_hist + r[j].max > dm->ctx)
+            continue;
+        struct dm_stream *st = &dm->st[r[j].stream];
+        int64_t n = dm_rollback(dm, st, r[j].hist, r[j].n_hist);
+        int64_t need = st->seq < 0 ? (n + r[j].max + KV_BLOCK_SIZE_DEFAULT - 1) /
+                                         KV_BLOCK_SIZE_DEFAULT
+                                   : kv_seq_blocks_needed(dm->kv, st->seq, n + r[j].max);
+        if (need > free_blocks)
+            continue;
+        free_blocks -= need;
+        idx[n_act] = r[j].stream;
+        feed[n_act] = r[j].hist + r[j].n_hist - n;
+        nf[n_act] = n;
+        slot[n_act++] = j;
+    }
+    /* one level a pass: each stream's most likely token, while it is
+     * likely enough, fed for the next level */
+    while (n_act > 0) {
+        if ((rc = dm_feed(dm, idx, feed, nf, n_act, d)) < 0)
+            return rc;
+        int64_t k = 0;
+        for (int64_t j = 0; j < n_act; j++) {
+            struct spec_dm_req *q = &r[slot[j]];
+            int32_t tok;
+            float p = top_k(dm->logits + j * n_vocab, n_vocab, 1, &tok);
+            if (p < p_min)
+                continue;
+            q->out[q->n_out++] = tok;
+            if (q->n_out >= q->max)
+                continue;
+            idx[k] = idx[j];
+            feed[k] = &q->out[q->n_out - 1];
+            nf[k] = 1;
+            slot[k++] = slot[j];
+        }
+        n_act = k;
     }
     return 0;
 }

@@ -67,22 +67,50 @@ void spec_tree_mask(const struct spec_tree *t, uint8_t *mask);
 struct spec_dm;
 
 /* spec_dm_open() : opens the draft model at path with mo (threads, kernel,
- * device) and a KV cache of ctx tokens, and checks that its vocabulary is
- * the target's token for token (the message names the first token that
- * differs).  0, or the model's, tokenizer's or cache's error; -ST_FORMAT
- * for a different vocabulary. */
+ * device), checks that its vocabulary is the target's token for token (the
+ * message names the first token that differs), and gives it a KV pool of
+ * pool_tokens tokens (at least ctx) for n_streams streams of up to ctx
+ * tokens each.  Stream 0 is spec_dm_draft()'s; streams 1 .. n_streams - 1
+ * are handed out by spec_dm_stream_new() for spec_dm_chains().  0, or the
+ * model's, tokenizer's or cache's error; -ST_FORMAT for a different
+ * vocabulary. */
 int spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo,
-                 const struct tokenizer *target_tok, int64_t ctx, struct diag *d);
+                 const struct tokenizer *target_tok, int64_t ctx, int64_t n_streams,
+                 int64_t pool_tokens, struct diag *d);
 void spec_dm_free(struct spec_dm *dm);
 
 /* spec_dm_draft() : a tree after hist[0 .. n_hist) (its root
- * hist[n_hist-1]): up to depth levels of up to width tokens each, at most
- * budget nodes besides the root; the chain stops early where the draft's
- * most likely token has probability < p_min.  The draft model is first
- * brought to hist (its cache rolled back to the longest prefix it shares
- * with hist, the rest fed).  0 or a forward-pass error. */
+ * hist[n_hist-1]), on stream 0: up to depth levels of up to width tokens
+ * each, at most budget nodes besides the root; the chain stops early where
+ * the draft's most likely token has probability < p_min.  The stream is
+ * first brought to hist (its cache rolled back to the longest prefix it
+ * shares with hist, the rest fed).  0 or a forward-pass error. */
 int spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth, int width,
                   int64_t budget, float p_min, struct spec_tree *t, struct diag *d);
+
+/* spec_dm_stream_new() : a free stream (its cache empty), or -1 when all
+ * are taken; spec_dm_stream_free() : gives stream i back, its KV freed. */
+int32_t spec_dm_stream_new(struct spec_dm *dm);
+void spec_dm_stream_free(struct spec_dm *dm, int32_t i);
+
+/* One sequence's chain draft for spec_dm_chains(). */
+struct spec_dm_req {
+    int32_t stream;             /* from spec_dm_stream_new() */
+    const int32_t *hist;        /* the sequence's tokens so far */
+    int64_t n_hist;
+    int64_t max;                /* draft tokens wanted at most */
+    int32_t *out;               /* [max] the draft */
+    int64_t n_out;              /* set: draft tokens in out */
+};
+
+/* spec_dm_chains() : greedy chain drafts for n_req sequences at once (at
+ * most one per stream), one draft forward pass per level for all of them:
+ * each stream is brought to its hist as spec_dm_draft() does, then extended
+ * by its most likely token while that has probability >= p_min, up to max.
+ * A stream whose tokens would not fit in the free blocks of the pool drafts
+ * nothing this time (n_out = 0).  0 or a forward-pass error. */
+int spec_dm_chains(struct spec_dm *dm, struct spec_dm_req *r, int64_t n_req, float p_min,
+                   struct diag *d);
 
 /* ---- choosing the draft size (--spec-tokens auto) ----
  *

@@ -107,7 +107,9 @@ int qmodel_write(const struct qmodel *qm, const char *out, enum qformat f, bool 
  * GGUF name; qm->src_path is NULL and the caller (convert) takes the float
  * tensors, metadata and vocabulary from the directory.  Shapes are checked
  * against each other (qweight/qzeros/scales/g_idx): -ST_FORMAT naming the
- * file and tensor. */
+ * file and tensor.  Returns 0, 1 (qm empty) when the directory has no
+ * quantization config (config.json quantization_config, quantize_config.json
+ * or quant_config.json), or -ST_*. */
 int qmodel_read_hf(const char *dir, struct qmodel *qm, struct diag *d);
 
 void qmodel_release(struct qmodel *qm);

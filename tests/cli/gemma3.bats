@@ -135,7 +135,7 @@ PY
     diff "$BATS_TEST_TMPDIR/want" "$BATS_TEST_TMPDIR/batch"
 }
 
-@test "gemma3 perplexity on wikitext-2 (first chunks): within 1% of llama-perplexity's" {
+@test "gemma3 perplexity on wikitext-2 (all chunks of the golden): within 0.2% of llama-perplexity's" {
     not_under_sanitizer
     local m data chunks want got kern tol g=$GOLD/gemma3-ppl.json
     need_model m "$GEMMA"
@@ -144,10 +144,15 @@ PY
     [ -f "$data" ] || skip "no $data"
     [ "$(sha256sum < "$data" | cut -d' ' -f1)" = "$(jq -r .data.sha256 "$g")" ]
     chunks=$(jq .chunks "$g")
-    [ "${LLMKIT_PPL_CHUNKS:-4}" -lt "$chunks" ] && chunks=${LLMKIT_PPL_CHUNKS:-4}
     # (not to the last digit as SmolLM2: the tinyBLAS rounding of Q5_0/Q8_0
-    # batches, see gemma_case, is not mirrored)
-    kern=ref tol=0.01
+    # batches, see gemma_case, is not mirrored; over the golden's 20 chunks
+    # the difference is 0.04%, over the first 4 alone 0.5%, hence 1% when
+    # LLMKIT_PPL_CHUNKS asks for fewer)
+    tol=0.002
+    if [ -n "${LLMKIT_PPL_CHUNKS:-}" ] && [ "$LLMKIT_PPL_CHUNKS" -lt "$chunks" ]; then
+        chunks=$LLMKIT_PPL_CHUNKS tol=0.01
+    fi
+    kern=ref
     have_avx2 && kern=avx2
     have_avx512 && kern=avx512
     run -0 --separate-stderr generate -m "$m" --perplexity "$data" --ctx 512 --chunks "$chunks" -t 2 \
@@ -157,4 +162,27 @@ PY
     echo "# gemma3 PPL ours ($kern) $got, llama.cpp $want over $chunks chunks" >&3
     python3 -c "import sys; o, w = $got, $want; sys.exit(0 if abs(o - w) / w <= $tol else 1)" ||
         { echo "PPL $got vs llama.cpp $want: off by more than $tol (relative)"; return 1; }
+}
+
+@test "gemma3: the sliding-window layers' KV counts only their windows (--ctx 32768), and a prompt runs in a budget that could not hold its every layer" {
+    not_under_sanitizer
+    local m full got
+    need_model m "$GEMMA"
+    # 18 layers of one 256-wide KV head in f16: 18 KiB a token, 576 MiB for
+    # 32768 tokens; the 3 global layers alone take 96 MiB of it
+    run -0 --separate-stderr generate -m "$m" --ctx 32768 -p hi -n 1 --json -t 2
+    got=$(jq .kv_bytes <<<"$output")
+    full=$((18 * 32768 * 1024))
+    echo "# gemma3 --ctx 32768: KV budget $got bytes ($((got / 1048576)) MiB), every layer whole $((full / 1048576)) MiB" >&3
+    [ "$got" -ge $((3 * 32768 * 1024)) ] && [ "$got" -lt $((full / 4)) ] || return 1
+    # ~2200 prompt tokens need 38 MiB with every layer whole; 28 MiB holds them
+    # only when the windows' old rows are given back as the prompt goes
+    python3 -c "print(' '.join(['The river ran past the old mill and under the stone bridge.'] * 170))" \
+        > "$BATS_TEST_TMPDIR/long"
+    run -0 --separate-stderr generate -m "$m" -f "$BATS_TEST_TMPDIR/long" -n 4 --temp 0 --json -t 2 \
+        --kv-mem 28MiB
+    jq -e '.prompt_tokens > 2000 and .kv_bytes == 29360128' <<<"$output"
+    got=$(jq -c .tokens <<<"$output")
+    run -0 --separate-stderr generate -m "$m" -f "$BATS_TEST_TMPDIR/long" -n 4 --temp 0 --json -t 2
+    [ "$(jq -c .tokens <<<"$output")" = "$got" ]
 }

@@ -82,8 +82,10 @@ same_tokens() {
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --lookup-ngram 0
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens 65
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens -1
-    run -2 --separate-stderr generate -m "$TINY" --draft "$TINY" --batch /dev/null
-    [[ "$stderr" == *'not with --batch'* ]]
+    run -2 --separate-stderr generate -m "$TINY" --draft "$TINY" --spec-depth 4 --batch /dev/null
+    [[ "$stderr" == *'--batch drafts chains of --spec-tokens'* ]]
+    run -2 --separate-stderr generate -m "$TINY" --draft "$TINY" --perplexity /dev/null
+    [[ "$stderr" == *'--draft does not go with --perplexity'* ]]
     run -2 --separate-stderr generate -m "$TINY" --lookup --spec-compare --batch /dev/null
     run -2 --separate-stderr generate -m "$TINY" --lookup --perplexity /dev/null
 }
@@ -151,7 +153,7 @@ PY
     [[ "$stderr" == *'need --draft'* ]]
     run -2 --separate-stderr generate -m "$TINY" -p x --draft "$TINY" --spec-width 17
     run -2 --separate-stderr generate -m "$TINY" -p x --draft "$TINY" --draft-p-min 1.5
-    run -2 --separate-stderr generate -m "$TINY" --batch /dev/null --draft "$TINY"
+    run -2 --separate-stderr generate -m "$TINY" --batch /dev/null --draft "$TINY" --spec-width 2
     # the draft may not be the output
     run -2 --separate-stderr generate -m "$TINY" -p x --draft "$BATS_TEST_TMPDIR/v.gguf" \
         -o "$BATS_TEST_TMPDIR/v.gguf" --force
@@ -216,11 +218,12 @@ PY
 }
 
 # batch_same ARGS... : generate --batch with ARGS gives the same results with
-# --lookup (the extra options in SPEC) as without; the lookup run's
-# statistics line goes to stats
+# the drafter DRAFTER (default --lookup; the extra options in SPEC) as
+# without; the speculative run's statistics line goes to stats
 batch_same() {
     generate -q -m "$@" > "$BATS_TEST_TMPDIR/plain.jsonl"
-    generate -v -m "$@" --lookup $SPEC > "$BATS_TEST_TMPDIR/look.jsonl" 2> "$BATS_TEST_TMPDIR/stats"
+    generate -v -m "$@" ${DRAFTER:---lookup} $SPEC > "$BATS_TEST_TMPDIR/look.jsonl" \
+        2> "$BATS_TEST_TMPDIR/stats"
     diff <(results_by_line "$BATS_TEST_TMPDIR/plain.jsonl") <(results_by_line "$BATS_TEST_TMPDIR/look.jsonl")
 }
 
@@ -253,4 +256,51 @@ batch_same() {
     SPEC="--spec-tokens 8" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 2MiB \
         --max-seqs 12 --block-size 4
     grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
+}
+
+@test "--batch --draft: every request's tokens as without (the model itself and its f16 twin as drafts), with preemption, small steps and a prefix cache" {
+    local f16="$TOP/tests/fixtures/tiny-llama-f16.gguf"
+    mkreqs 64 "$BATS_TEST_TMPDIR/req.jsonl"
+    jq -c 'if (.id | ltrimstr("r") | tonumber) % 2 == 1 then . + {temperature: 0.9, seed: 5} else . + {temperature: 0} end' \
+        "$BATS_TEST_TMPDIR/req.jsonl" > "$BATS_TEST_TMPDIR/reqs.jsonl"
+    DRAFTER="--draft $TINY" SPEC="--spec-tokens 6 --draft-p-min 0" batch_same "$f16" \
+        --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
+    grep -q 'speculative (draft): [1-9][0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
+    DRAFTER="--draft $f16" SPEC="--draft-p-min 0" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
+        --kv-mem 64KiB --block-size 4 --max-seqs 8
+    grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
+    grep -q 'speculative (draft): [1-9][0-9]* of' "$BATS_TEST_TMPDIR/stats"
+    DRAFTER="--draft $TINY" SPEC="--spec-tokens 3" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" \
+        -t 2 --kv-mem 64KiB --block-size 4 --max-seqs 8 --preempt swap
+    DRAFTER="--draft $TINY" SPEC="--spec-tokens 8" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" \
+        -t 2 --max-batch-tokens 12 --no-prefix-cache
+}
+
+@test "SmolLM2 --batch --draft (its Q2_K self-draft): the same tokens as without, a pool that preempts included" {
+    not_under_sanitizer
+    local m d
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
+    d=$BATS_TEST_TMPDIR/q2k.gguf
+    run -0 quantize -q "$m" "$d" --type Q2_K
+    for i in $(seq 0 7); do
+        printf '{"id": "r%d", "prompt": "Write one sentence about the number %d.", "max_tokens": %d, "temperature": %s, "seed": %d}\n' \
+            "$i" "$i" $((10 + 4 * i)) "$([ $((i % 2)) = 0 ] && echo 0 || echo 0.8)" "$i"
+    done > "$BATS_TEST_TMPDIR/reqs.jsonl"
+    DRAFTER="--draft $d" SPEC="" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
+    grep -q 'speculative (draft): [1-9][0-9]* of' "$BATS_TEST_TMPDIR/stats"
+    DRAFTER="--draft $d" SPEC="--spec-tokens 6" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
+        --kv-mem 1MiB --max-seqs 8 --block-size 4
+    grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
+}
+
+@test "Gemma 3: a draft tree verified past the 512-token sliding window (the window counts from each node's position) gives plain decoding's tokens" {
+    not_under_sanitizer
+    local m
+    need_model m gemma-3-270m.Q4_K_M.gguf
+    python3 -c "print(' '.join(['The cat sat on the mat and looked at the red ball.'] * 50))" > "$BATS_TEST_TMPDIR/long"
+    SPEC="--draft $m --spec-width 3 --spec-tokens 12 --draft-p-min 0" same_tokens -m "$m" \
+        -f "$BATS_TEST_TMPDIR/long" --temp 0 -n 24 --ignore-eos -t 2
+    jq -e '.prompt_tokens > 560 and .speculative.accepted > 0' "$BATS_TEST_TMPDIR/last.json"
+    SPEC="--lookup --spec-tokens 8" same_tokens -m "$m" -f "$BATS_TEST_TMPDIR/long" --temp 0 -n 24 \
+        --ignore-eos -t 2
 }

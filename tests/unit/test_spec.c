@@ -4,8 +4,107 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <stdlib.h>
+
+#include "kvcache.h"
+#include "model.h"
+#include "qtypes.h"
 #include "spec.h"
 #include "t.h"
+
+#define TREE_PREFIX 20
+
+/* feeds toks[0 .. n) into sequence seq from position pos0, one batch; the
+ * last token's logits into out */
+static int
+feed(struct model *m, struct kvcache *kv, int32_t seq, int64_t pos0, const int32_t *toks,
+     int64_t n, float *out)
+{
+    struct batch_tok bt[TREE_PREFIX];
+    struct diag d;
+    for (int64_t i = 0; i < n; i++)
+        bt[i] = (struct batch_tok){ seq, (int32_t)(pos0 + i), toks[i], i == n - 1, 0, 0 };
+    struct batch b = { n, bt, NULL, 0 };
+    struct model_out mo = { out, NULL };
+    return model_forward(m, kv, &b, NULL, &mo, &d);
+}
+
+/* a token tree verified in one masked pass after a prefix, on a model whose
+ * every layer attends over a 6-token sliding window: each node's logits are
+ * bit for bit those of plain decoding along its path (the window counted
+ * from the node's position, not its slot past the other nodes') */
+static void
+tree_in_window(void)
+{
+    struct model_opts mo = MODEL_OPTS_INIT;
+    struct model *m = NULL;
+    struct kvcache *kv = NULL;
+    struct kv_config c;
+    struct diag d;
+    struct spec_tree t;
+    int32_t seq, prefix[TREE_PREFIX];
+
+    mo.n_threads = 1;
+    if (model_open(&m, "tests/fixtures/tiny-llama-f32.gguf", &mo, &d)) {
+        CHECK(!"tiny fixture (make fixtures)");
+        return;
+    }
+    m->hp.n_swa = 6;
+    for (int64_t l = 0; l < m->hp.n_layer; l++)
+        m->layers[l].swa = true;
+    int64_t nv = m->hp.n_vocab;
+    model_kv_config(m, (size_t)8 << 20, GGML_TYPE_F16, &c);
+    CHECK_EQ(kv_new(&kv, &c, &d), 0);
+    CHECK_EQ(spec_tree_init(&t, 10, NULL), 0);
+    float *ref = malloc((size_t)nv * sizeof(float)), *rows = malloc((size_t)(10 * nv) * sizeof(float));
+    CHECK(ref && rows);
+    for (int i = 0; i < TREE_PREFIX; i++)
+        prefix[i] = (int32_t)(3 + 7 * i) % (int32_t)nv;
+    /* a caterpillar: 3 children a level, the first continuing, 3 levels */
+    spec_tree_reset(&t, 5);
+    int64_t cur = 0;
+    for (int lv = 0; lv < 3; lv++) {
+        int64_t first = -1;
+        for (int j = 0; j < 3; j++) {
+            int64_t k = spec_tree_add(&t, (int32_t)(11 + 13 * lv + 5 * j) % (int32_t)nv, cur);
+            if (j == 0)
+                first = k;
+        }
+        cur = first;
+    }
+    CHECK_EQ(t.n, 10);
+    CHECK_EQ(kv_seq_new(kv, &seq), 0);
+    CHECK_EQ(feed(m, kv, seq, 0, prefix, TREE_PREFIX, ref), 0);
+    struct batch_tok bt[10];
+    uint8_t mask[100];
+    spec_tree_mask(&t, mask);
+    for (int64_t j = 0; j < t.n; j++)
+        bt[j] = (struct batch_tok){ seq, (int32_t)(TREE_PREFIX + t.depth[j]), t.tok[j], 1, 0, 0 };
+    struct batch b = { t.n, bt, mask, 0 };
+    struct model_out out = { rows, NULL };
+    CHECK_EQ(model_forward(m, kv, &b, NULL, &out, &d), 0);
+    kv_seq_free(kv, seq);
+    /* each node against plain decoding along its path */
+    for (int64_t j = 0; j < t.n; j++) {
+        int32_t path[4];
+        int64_t n = 0;
+        for (int64_t k = j; k >= 0; k = t.parent[k])
+            n++;
+        for (int64_t k = j, i = n - 1; k >= 0; k = t.parent[k], i--)
+            path[i] = t.tok[k];
+        CHECK_EQ(kv_seq_new(kv, &seq), 0);
+        CHECK_EQ(feed(m, kv, seq, 0, prefix, TREE_PREFIX, ref), 0);
+        for (int64_t i = 0; i < n; i++)
+            CHECK_EQ(feed(m, kv, seq, TREE_PREFIX + i, &path[i], 1, ref), 0);
+        CHECK(memcmp(ref, rows + j * nv, (size_t)nv * sizeof(float)) == 0);
+        kv_seq_free(kv, seq);
+    }
+    free(ref);
+    free(rows);
+    spec_tree_release(&t);
+    kv_free(kv);
+    model_free(m);
+}
 
 static int
 eq(const int32_t *a, const int32_t *b, int64_t n)
@@ -20,6 +119,8 @@ int
 main(void)
 {
     int32_t d[8];
+
+    tree_in_window();
 
     /* the last 3 tokens (7 8 9) occurred at 1..3, followed by 4 5 6 7 8 9 */
     int32_t h1[] = { 1, 7, 8, 9, 4, 5, 6, 7, 8, 9 };
