@@ -115,7 +115,11 @@ struct backend_matmul {
  * row's visible slots, as ops.h's attn (one-row arithmetic) or attn_tiled
  * (rows marked tiled) defines it.  Row r's slots are 0 .. n_kv[r]-1 of the
  * block table table[r] (logical block -> physical block); KV head g of
- * physical block b starts at k_base[g] + b * block_stride (likewise v). */
+ * physical block b starts at k_base[g] + b * block_stride (likewise v).
+ * head_dim and head_dim_v may differ; with v_stride set, V rows are that
+ * many bytes apart (MLA's absorbed form: one KV head whose V is the first
+ * head_dim_v elements of each K row, v_base = k_base, v_stride = the K
+ * row's bytes). */
 struct backend_attn {
     const float *q;             /* [n_rows][n_head * head_dim] */
     float *out;                 /* [n_rows][n_head * head_dim_v] */
@@ -140,6 +144,7 @@ struct backend_attn {
     /* a sliding window: NULL, or [n_rows]: row r sees no slot below lo[r]
      * (with or without a mask; tiled rows too) */
     const int64_t *lo;
+    size_t v_stride;            /* 0: V rows of head_dim_v elements back to back */
 };
 
 /* What the attention steps of a call may ask, for attn_reserve. */
@@ -156,7 +161,8 @@ struct backend_attn_limits {
 /* One KV store step: rows t < n_tok of k [n_tok][n_head_kv * head_dim] and
  * v [n_tok][n_head_kv * head_dim_v] into their slots: KV head g of row t
  * goes to k_base[g] + blk[t] * block_stride + bidx[t] * k_row_bytes
- * (likewise v), converted to kv_type (ops_kv_row_put). */
+ * (likewise v), converted to kv_type (ops_kv_row_put).  v NULL: K only (a
+ * cache whose V is a view of K, MLA). */
 struct backend_kv_store {
     const float *k, *v;
     int64_t n_tok, n_head_kv, head_dim, head_dim_v;
@@ -221,6 +227,11 @@ struct backend_ops {
     void (*gelu_mul)(struct backend *be, float *g, const float *u, int64_t n_tok, int64_t dim);
     /* x[t] *= s, rows of dim (one f32 product per element, as ggml_scale) */
     void (*scale)(struct backend *be, float *x, float s, int64_t n_tok, int64_t dim);
+    /* y[r * ldy + i] = x[r * ldx + i] for r < n_rows, i < dim: strided rows
+     * (views; MLA assembles its query and key rows from parts with it); y
+     * and x do not overlap */
+    void (*copy_rows)(struct backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+                      int64_t n_rows, int64_t dim);
 
     /* the trainer's backward ops: NULL until the EAGLE trainer adds them */
     const struct backend_backward_ops *backward;

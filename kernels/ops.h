@@ -106,6 +106,14 @@ struct rope_params {
     float freq_base;            /* llama.rope.freq_base, default 10000 */
     float freq_scale;           /* 1 / llama.rope.scaling.factor for linear scaling, else 1 */
     const float *freq_factors;  /* NULL, or n_rot/2 divisors (llama3 rope_freqs.weight) */
+    /* YaRN (ggml's rope_yarn): ext_factor 0 = none; else pair i's angle is
+     * theta_i * (1 - r_i) + (theta_i / freq_scale) * r_i with the ramp r_i =
+     * ext_factor * (1 - clamp((i - corr_dims[0]) / max(0.001, corr_dims[1]
+     * - corr_dims[0]), 0, 1)), and cos and sin are multiplied by
+     * attn_factor * (1 + 0.1 ln(1 / freq_scale)) */
+    float ext_factor;
+    float attn_factor;
+    float corr_dims[2];
 };
 
 typedef void (*ops_rope_fn)(float *x, int64_t n_heads, int64_t head_dim, const float *cs,
@@ -143,7 +151,9 @@ typedef void (*ops_gelu_mul_fn)(float *y, const float *gate, const float *up, in
  * start at k_base + b * block_stride (bytes) and are block_size rows of
  * head_dim elements of kv_type (GGML_TYPE_F32, GGML_TYPE_F16 or
  * GGML_TYPE_Q8_0: rows of kv_dtype_row_bytes(kv_type, head_dim) bytes, back
- * to back); values likewise at v_base with head_dim_v elements per row.
+ * to back); values likewise at v_base with head_dim_v elements per row, rows
+ * v_stride bytes apart when it is set (MLA: V a view of each K row's first
+ * head_dim_v elements).  head_dim and head_dim_v may differ.
  *
  * For each query head h (q + h * head_dim, out + h * head_dim_v):
  *   out = sum_s softmax_s(scale * q . k_s) v_s over visible slots s < n_kv,
@@ -200,8 +210,22 @@ struct attn_args {
     float *part;
     /* a sliding window: slots below lo are not visible either (0: none) */
     int64_t lo;
+    /* bytes from one V row of a block to the next: 0 = rows of head_dim_v
+     * elements back to back; MLA's cache, whose V is the first head_dim_v
+     * elements of each K row (v_base = k_base), gives the K row's size */
+    size_t v_stride;
 };
-#define ATTN_PART(dv) (2 + (dv))  /* floats of one head's partial state */
+#define ATTN_PART(dv) (2 + (dv))
+
+/* the bytes between V rows of a block (struct attn_args v_stride) */
+static inline size_t
+ops_attn_v_stride(uint32_t kv_type, int64_t head_dim_v, size_t v_stride)
+{
+    if (v_stride)
+        return v_stride;
+    return kv_type == 0 ? (size_t)head_dim_v * 4 : kv_type == 1 ? (size_t)head_dim_v * 2
+                                                                : (size_t)(head_dim_v / 32) * 34;
+}  /* floats of one head's partial state */
 
 /* the chunks a step over n visible slots of a kv_type cache is computed in
  * (n = n_kv without a mask: ops_attn_n_vis) */
@@ -340,6 +364,7 @@ struct attn_tiled_args {
     const int64_t *lo;          /* NULL, or [n_rows]: row r sees no slot below lo[r] (a
                                  * sliding window: -inf like a masked slot, so tiles
                                  * with nothing visible are skipped, as in ggml) */
+    size_t v_stride;            /* as struct attn_args (0: V rows back to back) */
 };
 
 typedef void (*ops_attn_tiled_fn)(const struct attn_tiled_args *a, float *scratch);

@@ -38,6 +38,12 @@
  *       top ID:LOGIT,... per step (the TOP_K largest logits, largest first,
  *       lower id first among equals, %.9g)
  *
+ *   logits STRIDE TOPK HEX
+ *       Tokenizes HEX (as generate), decodes it as one batch with the logits
+ *       of every position: tokens N ID... / per position i, rowI TOP1 then
+ *       the logits of ids 0, STRIDE, 2*STRIDE ... then the TOPK best ids
+ *       each with its logit (scripts/mkgolden-mla)
+ *
  * Errors: a line "error MESSAGE" instead of the answer (the driver stops);
  * exit status 1 on a fatal error (model not loadable, decode failure).
  */
@@ -448,6 +454,80 @@ do_generate(const struct drv *d, const char *args)
     return 0;
 }
 
+/* logits STRIDE TOPK HEX: the prompt decoded as one batch with the logits
+ * of every position; per position i a line "rowI TOP1 L(0) L(STRIDE) ...
+ * ID1 L(ID1) ... IDk L(IDk)" (the top-1 id, the logits of every STRIDE-th
+ * id, the TOPK largest with their logits, best first). */
+static int
+do_logits(const struct drv *d, const char *args)
+{
+    int stride, topk, consumed = 0, n_prompt, n_vocab = llama_vocab_n_tokens(d->vocab), i, j;
+    size_t len;
+    char *text;
+    llama_token *prompt;
+
+    if (sscanf(args, "%d %d %n", &stride, &topk, &consumed) != 2 || consumed == 0 ||
+        stride < 1 || topk < 1 || topk > 64) {
+        puts("error logits wants STRIDE TOPK HEX");
+        return -1;
+    }
+    args += consumed;
+    text = get_hex(&args, &len);
+    if (!text) {
+        puts("error bad hex");
+        return -1;
+    }
+    prompt = drv_tokenize(d, text, len, 1, 1, &n_prompt);
+    free(text);
+    if (!prompt || n_prompt < 1 || n_prompt > d->n_ctx) {
+        puts("error prompt empty, untokenizable, or too long for the context");
+        free(prompt);
+        return -1;
+    }
+    llama_memory_clear(llama_get_memory(d->ctx), true);
+    struct llama_batch b = llama_batch_init(n_prompt, 0, 1);
+    for (i = 0; i < n_prompt; i++) {
+        b.token[i] = prompt[i];
+        b.pos[i] = i;
+        b.n_seq_id[i] = 1;
+        b.seq_id[i][0] = 0;
+        b.logits[i] = 1;
+    }
+    b.n_tokens = n_prompt;
+    if (llama_decode(d->ctx, b) != 0) {
+        fprintf(stderr, "llamacpp-tokens: llama_decode failed\n");
+        exit(1);
+    }
+    llama_batch_free(b);
+    put_tokens("tokens", prompt, n_prompt);
+    for (i = 0; i < n_prompt; i++) {
+        const float *l = llama_get_logits_ith(d->ctx, i);
+        int top[64], k, best = 0;
+
+        for (j = 1; j < n_vocab; j++)
+            if (l[j] > l[best])
+                best = j;
+        printf("row%d %d", i, best);
+        for (j = 0; j < n_vocab; j += stride)
+            printf(" %.6g", l[j]);
+        for (k = 0; k < topk; k++) {
+            int m = -1;
+            for (j = 0; j < n_vocab; j++) {
+                int taken = 0;
+                for (int q = 0; q < k; q++)
+                    taken |= top[q] == j;
+                if (!taken && (m < 0 || l[j] > l[m]))
+                    m = j;
+            }
+            top[k] = m;
+            printf(" %d %.6g", m, l[m]);
+        }
+        putchar('\n');
+    }
+    free(prompt);
+    return 0;
+}
+
 int
 main(int argc, char **argv)
 {
@@ -515,6 +595,8 @@ main(int argc, char **argv)
             rc = do_chat(&d, line + 5);
         else if (strncmp(line, "generate ", 9) == 0)
             rc = do_generate(&d, line + 9);
+        else if (strncmp(line, "logits ", 7) == 0)
+            rc = do_logits(&d, line + 7);
         else {
             puts("error unknown request");
             rc = -1;

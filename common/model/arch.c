@@ -94,6 +94,14 @@ const struct arch_key arch_keys[ARCH_HP_COUNT] = {
         HF(B("sliding_window")), OFF(sliding_window) },
     [ARCH_HP_SWA_PATTERN] = { "attention.sliding_window_pattern", ARCH_KT_PATTERN, ARCH_K_KV, 0, 0,
         HF(B("sliding_window_pattern")), OFF(swa_period) },
+    [ARCH_HP_LEADING_DENSE] = { "leading_dense_block_count", ARCH_KT_U32, 0, 0, U32MAX,
+        HF(B("first_k_dense_replace")), OFF(n_layer_dense_lead) },
+    [ARCH_HP_EXPERT_SHARED] = { "expert_shared_count", ARCH_KT_U32, 0, 0, U32MAX,
+        HF(B("n_shared_experts")), OFF(n_expert_shared) },
+    [ARCH_HP_EXPERT_FF] = { "expert_feed_forward_length", ARCH_KT_U32, 0, 0, DIM,
+        HF(B("moe_intermediate_size")), OFF(n_ff_exp) },
+    [ARCH_HP_YARN_LOG_MUL] = { "rope.scaling.yarn_log_multiplier", ARCH_KT_F32, 0, -1e6, 1e6,
+        NULL, OFF(yarn_log_mul) },
 };
 
 _Static_assert(ARCH_HP_COUNT <= 64, "arch_hparams.has is a 64-bit mask");
@@ -247,6 +255,50 @@ static const struct arch_tensor gemma3_tensors[] = {
     { 0, NULL, NULL, 0, 0, 0 },
 };
 
+/* llama.cpp's LLM_ARCH_DEEPSEEK2 tensors (src/models/deepseek2.cpp) as its
+ * current converter writes them (conversion/deepseek.py: kv_b_proj split
+ * into k_b, transposed, and v_b, stacked per head), dense layers.  Either
+ * attn_q (no query compression) or attn_q_a, attn_q_a_norm and attn_q_b
+ * (q_lora_rank > 0): model.c requires the set the file's q_lora_rank says.
+ * The HF names are DeepseekV2ForCausalLM's (for reference: not converted). */
+static const struct arch_tensor deepseek2_tensors[] = {
+    { ARCH_W_TOKEN_EMBD, "token_embd.weight", "model.embed_tokens.weight",
+      ARCH_DIM_VOCAB, ARCH_DIM_EMBD, T_M | T_R },
+    { ARCH_W_OUTPUT_NORM, "output_norm.weight", "model.norm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_R },
+    { ARCH_W_OUTPUT, "output.weight", "lm_head.weight",
+      ARCH_DIM_VOCAB, ARCH_DIM_EMBD, T_M },          /* absent: tied to token_embd */
+    { ARCH_W_ATTN_NORM, "attn_norm.weight", "input_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R },
+    { ARCH_W_ATTN_Q, "attn_q.weight", "self_attn.q_proj.weight",
+      ARCH_DIM_Q_MLA, ARCH_DIM_EMBD, T_L | T_M },
+    { ARCH_W_ATTN_Q_A, "attn_q_a.weight", "self_attn.q_a_proj.weight",
+      ARCH_DIM_Q_LORA, ARCH_DIM_EMBD, T_L | T_M },
+    { ARCH_W_ATTN_Q_A_NORM, "attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_Q_LORA, T_L },
+    { ARCH_W_ATTN_Q_B, "attn_q_b.weight", "self_attn.q_b_proj.weight",
+      ARCH_DIM_Q_MLA, ARCH_DIM_Q_LORA, T_L | T_M },
+    { ARCH_W_ATTN_KV_A_MQA, "attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight",
+      ARCH_DIM_KV_A, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_ATTN_KV_A_NORM, "attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_KV_LORA, T_L | T_R },
+    { ARCH_W_ATTN_K_B, "attn_k_b.weight", NULL,
+      ARCH_DIM_K_B, ARCH_DIM_QK_NOPE, T_L | T_M | T_R | ARCH_T_HEADS },
+    { ARCH_W_ATTN_V_B, "attn_v_b.weight", NULL,
+      ARCH_DIM_V_B, ARCH_DIM_KV_LORA, T_L | T_M | T_R | ARCH_T_HEADS },
+    { ARCH_W_ATTN_OUT, "attn_output.weight", "self_attn.o_proj.weight",
+      ARCH_DIM_EMBD, ARCH_DIM_O_MLA, T_L | T_M | T_R },
+    { ARCH_W_FFN_NORM, "ffn_norm.weight", "post_attention_layernorm.weight",
+      ARCH_DIM_1, ARCH_DIM_EMBD, T_L | T_R },
+    { ARCH_W_FFN_GATE, "ffn_gate.weight", "mlp.gate_proj.weight",
+      ARCH_DIM_FF, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_FFN_UP, "ffn_up.weight", "mlp.up_proj.weight",
+      ARCH_DIM_FF, ARCH_DIM_EMBD, T_L | T_M | T_R },
+    { ARCH_W_FFN_DOWN, "ffn_down.weight", "mlp.down_proj.weight",
+      ARCH_DIM_EMBD, ARCH_DIM_FF, T_L | T_M | T_R },
+    { 0, NULL, NULL, 0, 0, 0 },
+};
+
 /* ---- architectures ---- */
 
 /* llama.cpp's loader refuses a model without these (llama-model.cpp
@@ -269,6 +321,16 @@ static const struct arch_tensor gemma3_tensors[] = {
                     ARCH_BIT(ARCH_HP_YARN_ATTN_FACTOR) | ARCH_BIT(ARCH_HP_YARN_BETA_FAST) | \
                     ARCH_BIT(ARCH_HP_YARN_BETA_SLOW) | ARCH_BIT(ARCH_HP_VOCAB_SIZE) | \
                     ARCH_BIT(ARCH_HP_EXPERT_COUNT))
+/* deepseek2 (llama-model.cpp load_hparams, src/models/deepseek2.cpp): MLA's
+ * ranks and per-head sizes, the dense/MoE split; llama.cpp requires
+ * q_lora_rank except in its "lite" layer counts (0 = no query compression
+ * here), expert_feed_forward_length and expert_shared_count */
+#define KEYS_DEEPSEEK2 (KEYS_LLAMA | ARCH_BIT(ARCH_HP_KV_LORA_RANK) | \
+                        ARCH_BIT(ARCH_HP_Q_LORA_RANK) | ARCH_BIT(ARCH_HP_KEY_LENGTH_MLA) | \
+                        ARCH_BIT(ARCH_HP_VALUE_LENGTH_MLA) | ARCH_BIT(ARCH_HP_LEADING_DENSE) | \
+                        ARCH_BIT(ARCH_HP_EXPERT_SHARED) | ARCH_BIT(ARCH_HP_EXPERT_FF) | \
+                        ARCH_BIT(ARCH_HP_YARN_LOG_MUL))
+#define REQ_DEEPSEEK2 (REQ_GGUF | ARCH_BIT(ARCH_HP_KV_LORA_RANK) | ARCH_BIT(ARCH_HP_ROPE_DIM))
 #define KEYS_SWA (ARCH_BIT(ARCH_HP_SLIDING_WINDOW) | ARCH_BIT(ARCH_HP_SWA_PATTERN) | \
                   ARCH_BIT(ARCH_HP_ROPE_FREQ_BASE_SWA))
 
@@ -288,6 +350,9 @@ static const struct arch arch_table[] = {
       false, false, NULL, false },
     { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_GEMMA3, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
       false, false, gemma3_tensors, true },
+    /* MLA, run in the absorbed form; not converted */
+    { ARCH_ID_DEEPSEEK2, "deepseek2", ARCH_RECIPE_DEEPSEEK2, 0, KEYS_DEEPSEEK2, REQ_DEEPSEEK2,
+      REQ_HF, 0, false, false, deepseek2_tensors, false },
 };
 
 #define N_ARCH (sizeof(arch_table) / sizeof(arch_table[0]))
@@ -892,6 +957,14 @@ arch_dim(const struct arch_hparams *hp, enum arch_dim dim)
     case ARCH_DIM_O: return hp->n_head * hp->head_dim_v;
     case ARCH_DIM_ROT_HALF: return hp->n_rot / 2;
     case ARCH_DIM_HEAD: return hp->head_dim;
+    case ARCH_DIM_Q_LORA: return hp->q_lora_rank;
+    case ARCH_DIM_KV_LORA: return hp->kv_lora_rank;
+    case ARCH_DIM_KV_A: return hp->kv_lora_rank + hp->n_rot;
+    case ARCH_DIM_Q_MLA: return hp->n_head * hp->head_dim_mla;
+    case ARCH_DIM_O_MLA: return hp->n_head * hp->head_dim_v_mla;
+    case ARCH_DIM_K_B: return hp->n_head * hp->kv_lora_rank;
+    case ARCH_DIM_V_B: return hp->n_head * hp->head_dim_v_mla;
+    case ARCH_DIM_QK_NOPE: return hp->head_dim_mla - hp->n_rot;
     }
     return 0;
 }

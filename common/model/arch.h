@@ -68,6 +68,8 @@ enum arch_recipe {
                                  * optional per-head QK RMSNorm (llama, qwen2, qwen3) */
     ARCH_RECIPE_GEMMA3 = 2,     /* scaled embeddings, pre/post norms, QK norm, NeoX RoPE, local
                                  * (sliding window) and global layers, GeGLU */
+    ARCH_RECIPE_DEEPSEEK2 = 3,  /* MLA in the absorbed form (latent KV cache), optional
+                                 * low-rank queries, dense SwiGLU layers */
 };
 
 /* The table's architectures.  Values are stable (model.h's MODEL_ARCH_LLAMA
@@ -79,6 +81,7 @@ enum arch_id {
     ARCH_ID_GEMMA2,
     ARCH_ID_GEMMA3,
     ARCH_ID_QWEN3,
+    ARCH_ID_DEEPSEEK2,
 };
 
 /* ---- hyperparameters ---- */
@@ -114,6 +117,10 @@ enum arch_hp {
     ARCH_HP_QK_NOPE_DIM,        /* qk_nope_dim (config.json only) */
     ARCH_HP_SLIDING_WINDOW,     /* sliding_window (tokens; 0 = none) */
     ARCH_HP_SWA_PATTERN,        /* swa_period / per-layer mask, see n_swa_layers */
+    ARCH_HP_LEADING_DENSE,      /* n_layer_dense_lead (deepseek2: the layers before the MoE ones) */
+    ARCH_HP_EXPERT_SHARED,      /* n_expert_shared */
+    ARCH_HP_EXPERT_FF,          /* n_ff_exp */
+    ARCH_HP_YARN_LOG_MUL,       /* rope_yarn_log_mul (deepseek2: 0.1 * mscale_all_dim) */
     ARCH_HP_COUNT
 };
 
@@ -171,6 +178,15 @@ enum arch_dim {
     ARCH_DIM_O,                 /* n_head * head_dim_v */
     ARCH_DIM_ROT_HALF,          /* n_rot / 2 */
     ARCH_DIM_HEAD,              /* head_dim (per-head norms: qwen3, gemma3) */
+    /* MLA (deepseek2) */
+    ARCH_DIM_Q_LORA,            /* q_lora_rank */
+    ARCH_DIM_KV_LORA,           /* kv_lora_rank */
+    ARCH_DIM_KV_A,              /* kv_lora_rank + n_rot: the latent and the RoPE key */
+    ARCH_DIM_Q_MLA,             /* n_head * head_dim_mla */
+    ARCH_DIM_O_MLA,             /* n_head * head_dim_v_mla */
+    ARCH_DIM_K_B,               /* n_head * kv_lora_rank (per head: kv_lora_rank rows) */
+    ARCH_DIM_V_B,               /* n_head * head_dim_v_mla (per head: head_dim_v_mla rows) */
+    ARCH_DIM_QK_NOPE,           /* head_dim_mla - n_rot */
 };
 
 /* What a tensor is, for the code that holds it (model.c's struct model_layer). */
@@ -199,6 +215,13 @@ enum arch_weight {
     ARCH_W_ATTN_K_NORM,
     ARCH_W_ATTN_POST_NORM,      /* after attention, before the residual add (gemma) */
     ARCH_W_FFN_POST_NORM,
+    ARCH_W_ATTN_Q_A,            /* MLA: low-rank query, down */
+    ARCH_W_ATTN_Q_A_NORM,
+    ARCH_W_ATTN_Q_B,            /* ... and up */
+    ARCH_W_ATTN_KV_A_MQA,       /* the latent and the RoPE key */
+    ARCH_W_ATTN_KV_A_NORM,
+    ARCH_W_ATTN_K_B,            /* per head: the latent -> the non-RoPE key (absorbed into q) */
+    ARCH_W_ATTN_V_B,            /* per head: the latent -> the value */
 };
 
 enum {
@@ -207,6 +230,8 @@ enum {
     ARCH_T_REQUIRED = 4,        /* the model cannot run without it */
     ARCH_T_PERM_Q = 8,          /* HF rows permuted with n_head heads (hf_permute_qk) */
     ARCH_T_PERM_K = 16,         /* HF rows permuted with n_head_kv heads */
+    ARCH_T_HEADS = 32,          /* one matrix per head, stacked: GGUF ne = {cols, rows /
+                                 * n_head, n_head} (2-D {cols, rows} accepted too) */
 };
 
 struct arch_tensor {
@@ -308,6 +333,9 @@ struct arch_hparams {
     int64_t head_dim_mla;
     int64_t head_dim_v_mla;
     int64_t qk_nope_dim;
+    int64_t n_layer_dense_lead;
+    int64_t n_expert_shared;
+    int64_t n_ff_exp;
     int64_t sliding_window;
     int64_t swa_period;         /* ARCH_HP_SWA_PATTERN as a period (0: a mask, or none) */
     int64_t n_swa_layers;       /* layers using the window (0 without one): the file's mask or
@@ -318,7 +346,7 @@ struct arch_hparams {
     double rope_freq_base_swa;
     double rope_factor;
     double rope_scale_linear;
-    double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow;
+    double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_log_mul;
     const char *rope_scaling;   /* "none", "linear", "yarn", "longrope"; NULL = not given */
 };
 

@@ -23,6 +23,7 @@ struct forward_state {
     int64_t B;                  /* tokens per chunk */
     /* activations, in backend buffers */
     float *x, *xn, *q, *k, *v, *att, *tmp, *gate, *up;
+    float *mla_q, *mla_qa, *mla_pe, *mla_o;  /* MLA's (exec.h); NULL without */
     float *rope_cs;             /* [B][n_rot] each chunk token's RoPE cosines and sines */
     float *rope_cs_swa;         /* [B][n_rot] the same for sliding-window layers (NULL: none) */
     int64_t *row_lo;            /* [B] the first slot a sliding-window layer's row sees */
@@ -83,6 +84,12 @@ forward_state_new(struct model *m, struct diag *d)
     int64_t qd = hp->n_head * hp->head_dim, kd = hp->n_head_kv * hp->head_dim;
     int64_t vd = hp->n_head_kv * hp->head_dim_v, ad = hp->n_head * hp->head_dim_v;
     int64_t per_tok = 3 * E + qd + kd + vd + ad + 2 * hp->n_ff;
+    /* MLA: the query before absorption, its low-rank form, the RoPE parts,
+     * the heads' values after attn_v_b */
+    int64_t mq = hp->n_head * hp->mla_k, mqa = hp->q_lora_rank;
+    int64_t mpe = hp->n_head * hp->rope.n_rot, mo = hp->n_head * hp->mla_v;
+    if (hp->mla)
+        per_tok += mq + mqa + mpe + mo;
 
     if (!st)
         return diag_set(d, ST_NOMEM, "out of memory");
@@ -110,6 +117,9 @@ forward_state_new(struct model *m, struct diag *d)
     st->att = act_alloc(be, B * ad);
     st->gate = act_alloc(be, B * hp->n_ff);
     st->up = act_alloc(be, B * hp->n_ff);
+    if (hp->mla && (!(st->mla_q = act_alloc(be, B * mq)) || !(st->mla_qa = act_alloc(be, B * mqa)) ||
+                    !(st->mla_pe = act_alloc(be, B * mpe)) || !(st->mla_o = act_alloc(be, B * mo))))
+        goto nomem;
     st->rope_cs = malloc((size_t)B * (size_t)(hp->rope.n_rot > 0 ? hp->rope.n_rot : 1) * sizeof(float));
     if (hp->n_swa > 0 && !(st->rope_cs_swa = malloc((size_t)B * (size_t)(hp->rope_swa.n_rot > 0
                                                                           ? hp->rope_swa.n_rot : 1) *
@@ -142,6 +152,10 @@ forward_state_new(struct model *m, struct diag *d)
         for (int i = 0; i < 9; i++)
             if (be->ops->mm_reserve(be, ws[i]->type, B, ws[i]->cols) < 0)
                 goto nomem;
+        const struct model_weight *mw[5] = { &L->wq_a, &L->wq_b, &L->wkv_a, &L->wk_b, &L->wv_b };
+        for (int i = 0; i < 5 && hp->mla; i++)
+            if (mw[i]->data && be->ops->mm_reserve(be, mw[i]->type, B, mw[i]->cols) < 0)
+                goto nomem;
     }
     return 0;
 nomem:
@@ -157,7 +171,8 @@ forward_state_free(struct model *m)
 
     if (!st)
         return;
-    float *act[] = { st->x, st->xn, st->tmp, st->q, st->k, st->v, st->att, st->gate, st->up };
+    float *act[] = { st->x, st->xn, st->tmp, st->q, st->k, st->v, st->att, st->gate, st->up,
+                     st->mla_q, st->mla_qa, st->mla_pe, st->mla_o };
     for (size_t i = 0; i < sizeof(act) / sizeof(act[0]); i++)
         if (act[i])
             be->ops->free(be, act[i]);
@@ -279,6 +294,10 @@ exec_call_begin(struct exec *e, struct model *m, struct kvcache *kv, const struc
     e->tmp = st->tmp;
     e->gate = st->gate;
     e->up = st->up;
+    e->mla_q = st->mla_q;
+    e->mla_qa = st->mla_qa;
+    e->mla_pe = st->mla_pe;
+    e->mla_o = st->mla_o;
     st->n_seq = 0;
 
     for (int64_t i = 0; i < n; i++)
@@ -540,11 +559,48 @@ layer_swa(const struct exec *e)
 void
 exec_rope(struct exec *e, float *y, int64_t n_heads)
 {
+    exec_rope_heads(e, y, n_heads, e->m->hp.head_dim);
+}
+
+void
+exec_rope_heads(struct exec *e, float *y, int64_t n_heads, int64_t head_dim)
+{
     const struct model_hparams *hp = &e->m->hp;
     const int swa = layer_swa(e);
-    e->m->be->ops->rope(e->m->be, y, e->n, n_heads, hp->head_dim,
+    e->m->be->ops->rope(e->m->be, y, e->n, n_heads, head_dim,
                         swa ? e->m->st->rope_cs_swa : e->m->st->rope_cs,
                         swa ? &hp->rope_swa : &hp->rope);
+}
+
+void
+exec_copy_rows(struct exec *e, float *y, int64_t ldy, const float *x, int64_t ldx,
+               int64_t n_rows, int64_t dim)
+{
+    e->m->be->ops->copy_rows(e->m->be, y, ldy, x, ldx, n_rows, dim);
+}
+
+int
+exec_matmul_heads(struct exec *e, const struct model_weight *w, int64_t n_heads, const float *x,
+                  int64_t x_head, int64_t ldx, float *y, int64_t y_head, int64_t ldy)
+{
+    const int64_t hr = w->rows / n_heads, hc = w->cols;
+    int rc;
+
+    for (int64_t h = 0; h < n_heads; h++) {
+        /* head h's matrix: rows [h * hr, (h + 1) * hr) of the stack */
+        struct model_weight wh = *w;
+        const float *xh = x + h * x_head;
+        float *yh = y + h * y_head;
+        wh.data = (const uint8_t *)w->data + (size_t)(h * hr) * w->row_bytes;
+        wh.packed = NULL;
+        wh.rows = hr;
+        if ((rc = exec_hook(e, MODEL_HOOK_LINEAR_IN, (int)e->layer, w->name, w, xh, e->n, hc, ldx,
+                            e->c0)) < 0)
+            return rc;
+        const struct model_weight *wp = &wh;
+        matmul_n(e, 1, &wp, NULL, xh, ldx, e->n, &yh, &ldy, NULL);
+    }
+    return 0;
 }
 
 /* the KV heads of layer e->layer into st->kbase/vbase; *v of the last */
@@ -569,7 +625,7 @@ exec_kv_store(struct exec *e, const float *k, const float *v)
 
     layer_heads(e, &view);
     struct backend_kv_store s = {
-        .k = k, .v = v, .n_tok = e->n, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
+        .k = k, .v = kv_config_get(e->kv)->v_in_k ? NULL : v, .n_tok = e->n, .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim,
         .head_dim_v = hp->head_dim_v, .k_base = st->kbase, .v_base = st->vbase,
         .block_stride = view.block_stride, .k_row_bytes = view.k_row_bytes,
         .v_row_bytes = view.v_row_bytes, .kv_type = kv_config_get(e->kv)->dtype,
@@ -596,6 +652,7 @@ exec_attention(struct exec *e, const float *q, float *out, float scale)
         .table = st->row_table, .n_kv = st->row_nkv, .seq = st->row_seq, .tiled = st->row_tiled,
         .vis0 = e->b->mask ? st->row_vis0 : NULL, .vis = st->row_vis, .ld_vis = st->ld_vis,
         .lo = layer_swa(e) ? st->row_lo : NULL,
+        .v_stride = kc->v_in_k ? view.v_row_bytes : 0,
     };
     e->m->be->ops->attention(e->m->be, &a);
 }

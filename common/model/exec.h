@@ -55,6 +55,10 @@ struct exec {
     float *att;                 /* [n][n_head*hdv] */
     float *tmp;                 /* [n][n_embd] */
     float *gate, *up;           /* [n][n_ff] */
+    /* MLA (hparams mla; NULL otherwise): [n][n_head*mla_k] the query before
+     * absorption, [n][q_lora_rank] its low-rank form, [n][n_head*n_rot] RoPE
+     * parts, [n][n_head*mla_v] the heads' values */
+    float *mla_q, *mla_qa, *mla_pe, *mla_o;
 };
 
 /* A layer recipe: one layer of the model on the chunk, e->x in place.
@@ -64,6 +68,7 @@ typedef int (*exec_layer_fn)(struct exec *e, const struct model_layer *L);
 /* The recipes, one file each. */
 int arch_llama_layer(struct exec *e, const struct model_layer *L);   /* arch_llama.c */
 int arch_gemma3_layer(struct exec *e, const struct model_layer *L);  /* arch_gemma3.c */
+int arch_deepseek2_layer(struct exec *e, const struct model_layer *L);   /* arch_deepseek2.c */
 
 /* ---- a call ---- */
 
@@ -145,8 +150,26 @@ int exec_matmul_rows(struct exec *e, const struct model_weight *w, const float *
  * rope_swa in a sliding-window layer). */
 void exec_rope(struct exec *e, float *y, int64_t n_heads);
 
+/* exec_rope_heads() : exec_rope() of heads head_dim wide (the rotated dims
+ * are the first n_rot of each). */
+void exec_rope_heads(struct exec *e, float *y, int64_t n_heads, int64_t head_dim);
+
+/* exec_copy_rows() : y[r * ldy + i] = x[r * ldx + i], r < n_rows, i < dim
+ * (rows of any count: a chunk row's heads are rows too). */
+void exec_copy_rows(struct exec *e, float *y, int64_t ldy, const float *x, int64_t ldx,
+                    int64_t n_rows, int64_t dim);
+
+/* exec_matmul_heads() : a stack of n_heads matrices w (each hr = w->rows /
+ * n_heads rows of w->cols; ARCH_T_HEADS), each applied to its head: for the
+ * chunk's rows t and heads h, y[t * ldy + h * y_head + 0 .. hr) = (x[t * ldx
+ * + h * x_head + 0 .. w->cols)) W_h^T.  The LINEAR_IN hook sees each head's
+ * input (stride ldx).  0 or a hook's negative code. */
+int exec_matmul_heads(struct exec *e, const struct model_weight *w, int64_t n_heads, const float *x,
+                      int64_t x_head, int64_t ldx, float *y, int64_t y_head, int64_t ldy);
+
 /* exec_kv_store() : k [n][n_head_kv*hd] and v [n][n_head_kv*hdv] into the
- * chunk tokens' slots of layer e->layer. */
+ * chunk tokens' slots of layer e->layer (v unused when V is a view of K:
+ * kv_config v_in_k). */
 void exec_kv_store(struct exec *e, const float *k, const float *v);
 
 /* exec_attention() : out [n][n_head*hdv] = attention of q [n][n_head*hd]

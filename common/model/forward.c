@@ -27,6 +27,7 @@ recipe(const struct model *m)
     switch (m->hp.recipe) {
     case ARCH_RECIPE_LLAMA: return arch_llama_layer;
     case ARCH_RECIPE_GEMMA3: return arch_gemma3_layer;
+    case ARCH_RECIPE_DEEPSEEK2: return arch_deepseek2_layer;
     default: return NULL;
     }
 }
@@ -41,7 +42,8 @@ check_call(const struct model *m, const struct kvcache *kv, const struct batch *
     int64_t n = b ? b->n : 0;
 
     if (kc->n_layer != hp->n_layer || kc->n_head_kv != hp->n_head_kv ||
-        kc->head_dim_k != hp->head_dim || kc->head_dim_v != hp->head_dim_v)
+        kc->head_dim_k != hp->head_dim || kc->head_dim_v != hp->head_dim_v ||
+        !kc->v_in_k != !hp->mla)
         return diag_set(d, ST_RANGE, "kv cache does not fit the model (%lld layers, %lld kv heads, "
                         "head dim %lld/%lld)", (long long)hp->n_layer, (long long)hp->n_head_kv,
                         (long long)hp->head_dim, (long long)hp->head_dim_v);

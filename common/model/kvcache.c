@@ -116,7 +116,9 @@ kv_block_bytes(const struct kv_config *c)
         return 0;
     kr = kv_dtype_row_bytes(c->dtype, c->head_dim_k);
     vr = kv_dtype_row_bytes(c->dtype, c->head_dim_v);
-    if (!kr || !vr || __builtin_add_overflow(kr, vr, &r))
+    if (c->v_in_k && c->head_dim_v > c->head_dim_k)
+        return 0;
+    if (!kr || !vr || __builtin_add_overflow(kr, c->v_in_k ? 0 : vr, &r))
         return 0;
     if (!mul_ok(r, (size_t)c->n_layer, &r) || !mul_ok(r, (size_t)c->n_head_kv, &r) ||
         !mul_ok(r, (size_t)bs, &r))
@@ -152,6 +154,8 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
         if (c->dtype == GGML_TYPE_Q8_0 && (c->head_dim_k % QK8_0 || c->head_dim_v % QK8_0))
             return diag_set(d, ST_RANGE, "kv cache: q8_0 needs head dims that are multiples "
                             "of %d", QK8_0);
+        if (c->v_in_k && c->head_dim_v > c->head_dim_k)
+            return diag_set(d, ST_RANGE, "kv cache: a V view of K wider than K");
         if (c->block_size < 0 || c->block_size > MAX_BLOCK_SIZE)
             return diag_set(d, ST_RANGE, "kv cache: block size %lld out of range 1..%d",
                             (long long)c->block_size, MAX_BLOCK_SIZE);
@@ -185,7 +189,7 @@ kv_new(struct kvcache **out, const struct kv_config *c, struct diag *d)
     kv->s_bytes = s_bytes;
     kv->swa_keep = c->swa_window + KV_SWA_SLACK;
     kv->k_row = kv_dtype_row_bytes(c->dtype, c->head_dim_k);
-    kv->v_row = kv_dtype_row_bytes(c->dtype, c->head_dim_v);
+    kv->v_row = c->v_in_k ? 0 : kv_dtype_row_bytes(c->dtype, c->head_dim_v);
     kv->n_blocks = nb;
     kv->pool_bytes = (size_t)nb * bb;
     kv->n_buckets = 16;
@@ -742,8 +746,10 @@ kv_seq_move_slot(struct kvcache *kv, int32_t id, int64_t from, int64_t to)
             kv_head_view(kv, l, h, &v);
             memcpy(v.k + (size_t)tb * v.block_stride + (size_t)ti * v.k_row_bytes,
                    v.k + (size_t)fb * v.block_stride + (size_t)fi * v.k_row_bytes, v.k_row_bytes);
-            memcpy(v.v + (size_t)tb * v.block_stride + (size_t)ti * v.v_row_bytes,
-                   v.v + (size_t)fb * v.block_stride + (size_t)fi * v.v_row_bytes, v.v_row_bytes);
+            if (!kv->c.v_in_k)
+                memcpy(v.v + (size_t)tb * v.block_stride + (size_t)ti * v.v_row_bytes,
+                       v.v + (size_t)fb * v.block_stride + (size_t)fi * v.v_row_bytes,
+                       v.v_row_bytes);
         }
     return 0;
 }
@@ -762,6 +768,10 @@ kv_head_view(const struct kvcache *kv, int64_t layer, int64_t head, struct kv_he
     v->block_stride = kv->block_bytes;
     v->k_row_bytes = krow;
     v->v_row_bytes = vrow;
+    if (c->v_in_k) {
+        v->v = v->k;
+        v->v_row_bytes = krow;
+    }
 }
 
 void

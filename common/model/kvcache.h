@@ -11,6 +11,11 @@
  *                      V [n_head_kv][block_size][head_dim_v]
  *   bytes per block = n_layer * n_head_kv * block_size * (head_dim_k + head_dim_v) * elem
  *
+ * or, with v_in_k (MLA's latent cache: a K row is the latent and the RoPE
+ * key, V is the latent), K rows only, V being the first head_dim_v elements
+ * of each K row (as llama.cpp's MLA cache views it):
+ *   bytes per block = n_layer * n_head_kv * block_size * head_dim_k * elem
+ *
  * elements of dtype GGML_TYPE_F16 (default), GGML_TYPE_F32 or GGML_TYPE_Q8_0
  * (a row is head_dim / 32 blocks of 34 bytes: fp16 scale d, 32 int8 codes,
  * value = d * code; head dims must be multiples of 32).  Rows are converted
@@ -85,6 +90,8 @@ struct kv_config {
                                  * swa_window positions only (copied by kv_new; a device
                                  * pool keeps every row: nothing is released there) */
     int64_t swa_window;
+    int v_in_k;                 /* V is a view of each K row's first head_dim_v elements
+                                 * (head_dim_v <= head_dim_k): no V rows are stored */
     /* NULL: the pool is host memory (an anonymous mapping); else a buffer of
      * this backend (device memory: the CUDA backend), which the cache reaches
      * only through the backend's copy op (copy-on-write, swap) */
@@ -93,7 +100,7 @@ struct kv_config {
 
 /* Defaults: f16, 16-token blocks; the caller fills the dimensions and mem
  * (model_kv_config() in model.h does it from a model). */
-#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0, NULL, 0, NULL }
+#define KV_CONFIG_INIT { 0, 0, 0, 0, KV_BLOCK_SIZE_DEFAULT, 1 /* GGML_TYPE_F16 */, 0, NULL, 0, 0, NULL }
 
 struct kvcache;
 
@@ -298,7 +305,8 @@ void kv_swap_free(struct kv_swap *sw);
 /* Where layer `layer`, KV head `head` lives in physical block 0; block b is
  * block_stride bytes further.  Slot j of the block is row j of block_size
  * rows of head_dim_k (K) or head_dim_v (V) elements of dtype (k_row_bytes
- * and v_row_bytes bytes each). */
+ * and v_row_bytes bytes each).  With v_in_k, v == k and v_row_bytes ==
+ * k_row_bytes: V row j is the start of K row j. */
 struct kv_head_view {
     uint8_t *k;
     uint8_t *v;

@@ -38,6 +38,124 @@ gemma3_hparams(struct model_hparams *hp)
     hp->rope_swa.freq_scale = 1.0f;
 }
 
+/* deepseek2's MLA as llama.cpp's current converter writes it: the cache
+ * geometry of the absorbed form in key_length (kv_lora_rank + n_rot) and
+ * value_length (kv_lora_rank) with one KV head, the per-head sizes in
+ * key_length_mla / value_length_mla (older files without them carry the
+ * unsplit attn_kv_b, which llama.cpp runs unabsorbed); dense layers only.
+ * Score scale mscale^2 / sqrt(key_length_mla), mscale 1 without YaRN
+ * (src/models/deepseek2.cpp). */
+static int
+deepseek2_hparams(const struct gguf *g, struct model_hparams *hp, struct diag *d)
+{
+    const struct arch_hparams *a = &hp->keys;
+    char k1[256], k2[256], t[96];
+
+    if (!arch_has(a, ARCH_HP_KEY_LENGTH_MLA) || !arch_has(a, ARCH_HP_VALUE_LENGTH_MLA))
+        return diag_set(d, ST_FORMAT, "missing key '%s' or '%s': an older MLA layout (the "
+                        "unsplit attn_kv_b) that llmkit does not run; convert the model with a "
+                        "current llama.cpp",
+                        arch_hp_key(a, ARCH_HP_KEY_LENGTH_MLA, k1, sizeof(k1)),
+                        arch_hp_key(a, ARCH_HP_VALUE_LENGTH_MLA, k2, sizeof(k2)));
+    if (a->n_expert > 0 || (arch_has(a, ARCH_HP_LEADING_DENSE) && a->n_layer_dense_lead < a->n_layer)) {
+        /* the first MoE layer's router, as llama.cpp would load it */
+        int64_t il = arch_has(a, ARCH_HP_LEADING_DENSE) && a->n_layer_dense_lead < a->n_layer
+                         ? a->n_layer_dense_lead : 0;
+        snprintf(t, sizeof(t), "blk.%lld.ffn_gate_inp.weight", (long long)il);
+        return diag_set(d, ST_FORMAT, "layer %lld is a mixture-of-experts layer (%s%s%s, %lld "
+                        "experts; key '%s' = %lld of %lld layers dense): not supported, dense "
+                        "deepseek2 models only", (long long)il,
+                        gguf_find_tensor(g, t) >= 0 ? "tensor '" : "no dense FFN",
+                        gguf_find_tensor(g, t) >= 0 ? t : "",
+                        gguf_find_tensor(g, t) >= 0 ? "'" : "", (long long)a->n_expert,
+                        arch_hp_key(a, ARCH_HP_LEADING_DENSE, k1, sizeof(k1)),
+                        (long long)(arch_has(a, ARCH_HP_LEADING_DENSE) ? a->n_layer_dense_lead : 0),
+                        (long long)a->n_layer);
+    }
+    if (!arch_has(a, ARCH_HP_LEADING_DENSE))
+        return diag_set(d, ST_FORMAT, "missing key '%s': without it every layer is "
+                        "mixture-of-experts (not supported: dense deepseek2 models only)",
+                        arch_hp_key(a, ARCH_HP_LEADING_DENSE, k1, sizeof(k1)));
+    hp->mla = true;
+    hp->kv_lora_rank = a->kv_lora_rank;
+    hp->q_lora_rank = a->q_lora_rank;
+    hp->mla_k = a->head_dim_mla;
+    hp->mla_v = a->head_dim_v_mla;
+    hp->mla_nope = hp->mla_k - a->n_rot;
+    if (hp->kv_lora_rank < 1 || hp->mla_nope < 1 || a->n_rot % 2)
+        return diag_set(d, ST_FORMAT, "key '%s' = %lld, '%s' = %lld, rope dimension %lld: no "
+                        "latent or non-RoPE part, or an odd RoPE part",
+                        arch_hp_key(a, ARCH_HP_KV_LORA_RANK, k1, sizeof(k1)),
+                        (long long)hp->kv_lora_rank,
+                        arch_hp_key(a, ARCH_HP_KEY_LENGTH_MLA, k2, sizeof(k2)),
+                        (long long)hp->mla_k, (long long)a->n_rot);
+    if (hp->n_head_kv != 1 || hp->head_dim != hp->kv_lora_rank + a->n_rot ||
+        hp->head_dim_v != hp->kv_lora_rank)
+        return diag_set(d, ST_FORMAT, "key '%s' = %lld, '%s' = %lld, %lld KV heads: expected "
+                        "the absorbed MLA cache (kv_lora_rank + rope = %lld, kv_lora_rank = "
+                        "%lld, 1 KV head)",
+                        arch_hp_key(a, ARCH_HP_KEY_LENGTH, k1, sizeof(k1)), (long long)hp->head_dim,
+                        arch_hp_key(a, ARCH_HP_VALUE_LENGTH, k2, sizeof(k2)),
+                        (long long)hp->head_dim_v, (long long)hp->n_head_kv,
+                        (long long)(hp->kv_lora_rank + a->n_rot), (long long)hp->kv_lora_rank);
+    return 0;
+}
+
+/* MLA's score scale, once the RoPE scaling is known: mscale^2 /
+ * sqrt(key_length_mla), mscale from llama.cpp's YaRN attention factor
+ * (yarn_hparams) and the log multiplier (stored as 0.1 * mscale_all_dim);
+ * 1 without scaling. */
+static void
+mla_kq_scale(struct model_hparams *hp)
+{
+    const struct arch_hparams *a = &hp->keys;
+    float fs = hp->rope.freq_scale;
+    float log_mul = arch_has(a, ARCH_HP_YARN_LOG_MUL) ? (float)a->yarn_log_mul / 0.1f : 0.0f;
+    float af = hp->rope.ext_factor != 0.0f ? hp->rope.attn_factor : 1.0f;
+    float af_org = af * (1.0f + 0.1f * logf(1.0f / fs));
+    float mscale = af_org * (1.0f + 0.1f * log_mul * logf(1.0f / fs));
+    hp->kq_scale = 1.0f * mscale * mscale / sqrtf((float)hp->mla_k);
+}
+
+/* YaRN as llama.cpp sets it up (llama-context.cpp, ggml
+ * ggml_rope_yarn_corr_dims): ext_factor 1 unless the file says, beta fast
+ * 32 and slow 1 unless the file says, the original context from
+ * rope.scaling.original_context_length (else context_length); the
+ * attention factor get_mscale(s, m) / get_mscale(s, m_all) (deepseek2's
+ * log multiplier m_all, m = m_all) or get_mscale(s, 1), divided by 1 + 0.1
+ * ln s, which rope_yarn multiplies back. */
+static void
+yarn_hparams(struct model_hparams *hp)
+{
+    const struct arch_hparams *a = &hp->keys;
+    struct rope_params *rp = &hp->rope;
+    float factor = 1.0f / rp->freq_scale;
+    float bf = arch_has(a, ARCH_HP_YARN_BETA_FAST) ? (float)a->yarn_beta_fast : 32.0f;
+    float bs = arch_has(a, ARCH_HP_YARN_BETA_SLOW) ? (float)a->yarn_beta_slow : 1.0f;
+    float n_orig = (float)(arch_has(a, ARCH_HP_ROPE_ORIG_CTX) ? a->rope_orig_ctx : a->n_ctx_train);
+    float nd = (float)rp->n_rot, base = rp->freq_base;
+    const float pi = 3.14159265358979323846f;
+
+    rp->ext_factor = arch_has(a, ARCH_HP_YARN_EXT_FACTOR) ? (float)a->yarn_ext_factor : 1.0f;
+    rp->attn_factor = 1.0f;
+    if (rp->ext_factor == 0.0f)
+        return;
+    float lo = floorf(nd * logf(n_orig / (bf * 2 * pi)) / (2 * logf(base)));
+    float hi = ceilf(nd * logf(n_orig / (bs * 2 * pi)) / (2 * logf(base)));
+    rp->corr_dims[0] = lo > 0 ? lo : 0;
+    rp->corr_dims[1] = hi < nd - 1 ? hi : nd - 1;
+#define GET_MSCALE(s, m) ((s) <= 1.0f ? 1.0f : (0.1f * (m) * logf(s) + 1.0f))
+    if (arch_has(a, ARCH_HP_YARN_LOG_MUL) && a->yarn_log_mul != 0.0) {
+        float m_all = (float)a->yarn_log_mul / 0.1f;
+        float m = hp->arch == MODEL_ARCH_DEEPSEEK2 && m_all != 1.0f ? m_all : 1.0f;
+        rp->attn_factor = GET_MSCALE(factor, m) / GET_MSCALE(factor, m_all);
+    } else {
+        rp->attn_factor = GET_MSCALE(factor, 1.0f);
+    }
+#undef GET_MSCALE
+    rp->attn_factor *= 1.0f / (1.0f + 0.1f * logf(factor));
+}
+
 /* The hyperparameters through the architecture table (arch.h): its reader
  * and rules (required keys with llama.cpp's exact types, ranges, defaults),
  * then what the recipe cannot run. */
@@ -65,7 +183,7 @@ load_hparams(struct model *m, struct diag *d)
         if (a->varies & ARCH_BIT(per_layer[i]))
             return diag_set(d, ST_FORMAT, "key '%s': per-layer values differ (not supported)",
                             arch_hp_key(a, per_layer[i], key, sizeof(key)));
-    if (a->n_expert > 0)
+    if (a->n_expert > 0 && a->arch->id != ARCH_ID_DEEPSEEK2)
         return diag_set(d, ST_FORMAT, "mixture-of-experts models are not supported");
 
     hp->arch = (enum model_arch)a->arch->id;
@@ -86,7 +204,9 @@ load_hparams(struct model *m, struct diag *d)
      * qwen3, gemma3) */
     rp->style = a->arch->rope_neox ? ROPE_NEOX : ROPE_NORM;
     rp->n_rot = a->n_rot;
-    if (rp->n_rot != hp->head_dim)
+    if (hp->arch == MODEL_ARCH_DEEPSEEK2 && (rc = deepseek2_hparams(&m->gguf, hp, d)) < 0)
+        return rc;
+    if (rp->n_rot != hp->head_dim && !hp->mla)
         return diag_set(d, ST_FORMAT, "key '%s': %lld, expected key_length %lld",
                         arch_hp_key(a, ARCH_HP_ROPE_DIM, key, sizeof(key)), (long long)rp->n_rot,
                         (long long)hp->head_dim);
@@ -97,13 +217,19 @@ load_hparams(struct model *m, struct diag *d)
     rp->freq_scale = 1.0f;
     /* no rope.scaling.type: linear with rope.scaling.factor or rope.scale_linear */
     const char *stype = a->rope_scaling ? a->rope_scaling : "linear";
-    if (strcmp(stype, "linear") == 0) {
+    if (strcmp(stype, "linear") == 0 ||
+        (strcmp(stype, "yarn") == 0 && hp->arch == MODEL_ARCH_DEEPSEEK2)) {
         float factor = (float)a->rope_factor;
         if (factor > 0.0f)
             rp->freq_scale = 1.0f / factor;
+        if (stype[0] == 'y')
+            yarn_hparams(hp);
     } else if (strcmp(stype, "none") != 0) {
-        return diag_set(d, ST_FORMAT, "rope scaling '%s' is not supported", stype);
+        return diag_set(d, ST_FORMAT, "rope scaling '%s' is not supported%s", stype,
+                        strcmp(stype, "yarn") == 0 ? " (for this architecture)" : "");
     }
+    if (hp->mla)
+        mla_kq_scale(hp);
     if (hp->arch == MODEL_ARCH_GEMMA3)
         gemma3_hparams(hp);
     return 0;
@@ -113,7 +239,7 @@ load_hparams(struct model *m, struct diag *d)
 
 static int
 find_tensor(struct model *m, struct model_weight *w, const char *name, int64_t rows,
-            int64_t cols, int is_matrix, int required, struct diag *d)
+            int64_t cols, int is_matrix, int required, int64_t heads, struct diag *d)
 {
     int64_t i = gguf_find_tensor(&m->gguf, name);
     const struct gguf_tensor *t;
@@ -125,8 +251,14 @@ find_tensor(struct model *m, struct model_weight *w, const char *name, int64_t r
         return 0;
     }
     t = &m->gguf.t[i];
-    int64_t want[GGUF_MAX_DIMS] = { cols, is_matrix ? rows : 1, 1, 1 };
-    if (t->ne[0] != want[0] || t->ne[1] != want[1] || t->ne[2] != 1 || t->ne[3] != 1) {
+    /* rows x cols; a stack of heads matrices (ARCH_T_HEADS) may be stored as
+     * [heads][rows / heads][cols] */
+    int64_t nrows = is_matrix ? rows : 1, ne1 = nrows, ne2 = 1;
+    if (heads > 1 && t->ne[2] == heads && rows % heads == 0) {
+        ne1 = rows / heads;
+        ne2 = heads;
+    }
+    if (t->ne[0] != cols || t->ne[1] != ne1 || t->ne[2] != ne2 || t->ne[3] != 1) {
         if (is_matrix)
             return diag_set(d, ST_FORMAT,
                             "tensor '%s': shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]",
@@ -149,12 +281,12 @@ find_tensor(struct model *m, struct model_weight *w, const char *name, int64_t r
     if (rb == 0)
         return diag_set(d, ST_FORMAT, "tensor '%s': row of %lld is not a multiple of the %s block",
                         name, (long long)cols, qt->name);
-    if (!t->data || t->nbytes / rb < (uint64_t)want[1])
+    if (!t->data || t->nbytes / rb < (uint64_t)nrows)
         return diag_set(d, ST_FORMAT, "tensor '%s': data missing or short", name);
     w->name = t->name.p;
     w->data = t->data;
     w->type = t->type;
-    w->rows = want[1];
+    w->rows = nrows;
     w->cols = cols;
     w->row_bytes = rb;
     return 0;
@@ -195,6 +327,13 @@ model_layer_weight(struct model_layer *L, enum arch_weight w)
     case ARCH_W_ATTN_K_NORM: return &L->attn_k_norm;
     case ARCH_W_ATTN_POST_NORM: return &L->attn_post_norm;
     case ARCH_W_FFN_POST_NORM: return &L->ffn_post_norm;
+    case ARCH_W_ATTN_Q_A: return &L->wq_a;
+    case ARCH_W_ATTN_Q_A_NORM: return &L->q_a_norm;
+    case ARCH_W_ATTN_Q_B: return &L->wq_b;
+    case ARCH_W_ATTN_KV_A_MQA: return &L->wkv_a;
+    case ARCH_W_ATTN_KV_A_NORM: return &L->kv_a_norm;
+    case ARCH_W_ATTN_K_B: return &L->wk_b;
+    case ARCH_W_ATTN_V_B: return &L->wv_b;
     default: return NULL;
     }
 }
@@ -204,6 +343,38 @@ static int64_t
 dim_of(const struct model_hparams *hp, enum arch_dim dim)
 {
     return dim == ARCH_DIM_VOCAB ? hp->n_vocab : arch_dim(&hp->keys, dim);
+}
+
+/* An MLA layer has the query weights its q_lora_rank says, and no
+ * mixture-of-experts tensors (named in the refusal). */
+static int
+mla_layer_check(struct model *m, int64_t l, const struct model_layer *L, struct diag *d)
+{
+    static const char *const moe[] = { "ffn_gate_inp.weight", "ffn_gate_exps.weight",
+                                       "ffn_up_exps.weight", "ffn_down_exps.weight",
+                                       "ffn_gate_up_exps.weight", "ffn_gate_shexp.weight",
+                                       "attn_kv_b.weight" };
+    const bool lora = m->hp.q_lora_rank > 0;
+    char name[96];
+
+    for (size_t i = 0; i < sizeof(moe) / sizeof(moe[0]); i++) {
+        snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, moe[i]);
+        if (gguf_find_tensor(&m->gguf, name) >= 0)
+            return diag_set(d, ST_FORMAT, "tensor '%s': %s", name,
+                            i + 1 < sizeof(moe) / sizeof(moe[0])
+                                ? "a mixture-of-experts layer (not supported: dense deepseek2 "
+                                  "models only)"
+                                : "the unsplit MLA layout of older GGUFs (not supported)");
+    }
+    const struct model_weight *need = lora ? (!L->wq_a.data ? &L->wq_a : !L->q_a_norm.data
+                                                  ? &L->q_a_norm : !L->wq_b.data ? &L->wq_b : NULL)
+                                           : (!L->wq.data ? &L->wq : NULL);
+    if (need)
+        return diag_set(d, ST_FORMAT, "missing tensor 'blk.%lld.%s' (q_lora_rank %lld)",
+                        (long long)l, need == &L->wq ? "attn_q.weight" : need == &L->wq_a
+                        ? "attn_q_a.weight" : need == &L->q_a_norm ? "attn_q_a_norm.weight"
+                        : "attn_q_b.weight", (long long)m->hp.q_lora_rank);
+    return 0;
 }
 
 /* The architecture's tensors (arch.h), in the table's order. */
@@ -231,7 +402,7 @@ load_tensors(struct model *m, struct diag *d)
         struct model_weight *w = t->flags & ARCH_T_LAYER ? NULL : global_slot(m, t->w);
         if (w && (rc = find_tensor(m, w, t->gguf, dim_of(hp, t->rows), dim_of(hp, t->cols),
                                    (t->flags & ARCH_T_MATRIX) != 0,
-                                   (t->flags & ARCH_T_REQUIRED) != 0, d)) < 0)
+                                   (t->flags & ARCH_T_REQUIRED) != 0, 1, d)) < 0)
             return rc;
     }
     /* qwen2's loader takes an LM head bias; no model we know has one */
@@ -257,9 +428,12 @@ load_tensors(struct model *m, struct diag *d)
             snprintf(name, sizeof(name), "blk.%lld.%s", (long long)l, t->gguf);
             if ((rc = find_tensor(m, w, name, dim_of(hp, t->rows), dim_of(hp, t->cols),
                                   (t->flags & ARCH_T_MATRIX) != 0,
-                                  (t->flags & ARCH_T_REQUIRED) != 0, d)) < 0)
+                                  (t->flags & ARCH_T_REQUIRED) != 0,
+                                  t->flags & ARCH_T_HEADS ? hp->n_head : 1, d)) < 0)
                 return rc;
         }
+        if (hp->mla && (rc = mla_layer_check(m, l, L, d)) < 0)
+            return rc;
         if (gguf_find_tensor(&m->gguf, (snprintf(name, sizeof(name), "blk.%lld.attn_qkv.weight",
                                                  (long long)l), name)) >= 0)
             return diag_set(d, ST_FORMAT, "tensor '%s': fused qkv is not supported", name);
@@ -395,6 +569,7 @@ model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_con
         c->swa = m->swa_layers;
         c->swa_window = m->hp.n_swa;
     }
+    c->v_in_k = m->hp.mla;
     /* a device backend keeps the pool in its memory */
     c->be = m->be->host ? NULL : m->be;
 }
@@ -403,5 +578,6 @@ size_t
 model_kv_bytes_per_token(const struct model *m, uint32_t dtype)
 {
     return (size_t)m->hp.n_layer * (size_t)m->hp.n_head_kv *
-           (kv_dtype_row_bytes(dtype, m->hp.head_dim) + kv_dtype_row_bytes(dtype, m->hp.head_dim_v));
+           (kv_dtype_row_bytes(dtype, m->hp.head_dim) +
+            (m->hp.mla ? 0 : kv_dtype_row_bytes(dtype, m->hp.head_dim_v)));
 }

@@ -14,9 +14,11 @@
  * rope_freqs factors, GQA/MQA, SwiGLU, tied or separate output, optional
  * q/k/v/o biases), "qwen2" (llama's layer with q/k/v biases and NeoX
  * RoPE), "qwen3" (NeoX RoPE, per-head QK RMSNorm before it, optional q/k/v
- * biases) and "gemma3" (scaled embeddings, pre- and post-norms,
+ * biases), "gemma3" (scaled embeddings, pre- and post-norms,
  * per-head QK norm, NeoX RoPE with its own base in the sliding-window
- * layers, GeGLU, MQA/GQA; arch_gemma3.c).
+ * layers, GeGLU, MQA/GQA; arch_gemma3.c) and "deepseek2" with dense layers
+ * (MLA in the absorbed form over a latent KV cache, optional low-rank
+ * queries; arch_deepseek2.c).
  *
  * model_forward() runs n tokens of any number of sequences in one call:
  *
@@ -61,6 +63,7 @@ enum model_arch {
     MODEL_ARCH_GEMMA3 = ARCH_ID_GEMMA3,
     MODEL_ARCH_QWEN2 = ARCH_ID_QWEN2,
     MODEL_ARCH_QWEN3 = ARCH_ID_QWEN3,
+    MODEL_ARCH_DEEPSEEK2 = ARCH_ID_DEEPSEEK2,
 };
 
 /* A weight: a view of a tensor in the mapped file, [rows, cols] with GGUF
@@ -101,6 +104,14 @@ struct model_layer {
     /* gemma3 */
     struct model_weight attn_post_norm; /* [n_embd] F32: of the attention output */
     struct model_weight ffn_post_norm;  /* [n_embd] F32: of the feed-forward output */
+    /* deepseek2 (MLA); wq is [n_head * mla_k, n_embd] when q_lora_rank is 0 */
+    struct model_weight wq_a;           /* [q_lora_rank, n_embd] */
+    struct model_weight q_a_norm;       /* [q_lora_rank] F32 */
+    struct model_weight wq_b;           /* [n_head * mla_k, q_lora_rank] */
+    struct model_weight wkv_a;          /* [kv_lora_rank + n_rot, n_embd] */
+    struct model_weight kv_a_norm;      /* [kv_lora_rank] F32 */
+    struct model_weight wk_b;           /* n_head x [kv_lora_rank, qk_nope] */
+    struct model_weight wv_b;           /* n_head x [v_mla, kv_lora_rank] */
     bool swa;                           /* attends over a sliding window (hparams n_swa) */
 };
 
@@ -131,6 +142,17 @@ struct model_hparams {
     float embd_scale;           /* gemma3: the embeddings are multiplied by it (0: not) */
     float attn_scale;           /* gemma3: the queries are multiplied by it before attention */
     bool tied_output;           /* no output.weight: token_embd.weight is the LM head */
+    /* deepseek2's MLA, run absorbed: the cache is one KV head (n_head_kv 1)
+     * whose K row (head_dim = kv_lora_rank + n_rot) is the normed latent and
+     * the RoPE key and whose V (head_dim_v = kv_lora_rank) is the latent, a
+     * view of K (kv_config v_in_k); queries are head_dim wide: the non-RoPE
+     * part times W_UK (attn_k_b) and the RoPE part */
+    bool mla;
+    int64_t kv_lora_rank, q_lora_rank;  /* q_lora_rank 0: attn_q, no compression */
+    int64_t mla_k;              /* key_length_mla: a head's query/key before absorption */
+    int64_t mla_nope;           /* mla_k - n_rot */
+    int64_t mla_v;              /* value_length_mla: a head's value after attn_v_b */
+    float kq_scale;             /* the attention's score scale */
     struct arch_hparams keys;   /* as read by arch_read_hparams() and checked (strings
                                  * point into the model's gguf) */
 };
@@ -184,12 +206,13 @@ void model_unload(struct model *m);
 
 /* model_kv_config() : a KV pool configuration matching m (layers, KV heads,
  * head dims, which layers attend over a sliding window: c->swa points into
- * m) with the given byte budget and dtype (GGML_TYPE_F16 or GGML_TYPE_F32)
- * and the default block size. */
+ * m; MLA: V a view of K, v_in_k) with the given byte budget and dtype
+ * (GGML_TYPE_F16 or GGML_TYPE_F32) and the default block size. */
 void model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_config *c);
 
 /* model_kv_bytes_per_token() : KV bytes one token takes in every layer at
- * dtype (for budgets and reports). */
+ * dtype (for budgets and reports; MLA: the latent and the RoPE key only,
+ * kvstat's figure). */
 size_t model_kv_bytes_per_token(const struct model *m, uint32_t dtype);
 
 /* ---- the forward pass (one layer of it: layer_forward, forward.h) ---- */

@@ -52,7 +52,7 @@ slot_rows(const struct attn_args *a, int64_t s, size_t esz, const uint8_t **k, c
     size_t blk = (size_t)a->table[s / a->block_size] * a->block_stride;
     size_t i = (size_t)(s % a->block_size);
     *k = a->k_base + blk + i * (size_t)a->head_dim * esz;
-    *v = a->v_base + blk + i * (size_t)a->head_dim_v * esz;
+    *v = a->v_base + blk + i * ops_attn_v_stride(a->kv_type, a->head_dim_v, a->v_stride);
 }
 
 /* the floats the walks use (a split step's partials go after them) */
@@ -506,7 +506,8 @@ prefetch_slots(const struct attn_args *a, int64_t s, int64_t e, size_t esz)
         const uint8_t *k, *v;
         slot_rows(a, s, esz, &k, &v);
         prefetch_span(k, (size_t)(r * a->head_dim) * esz);
-        prefetch_span(v, (size_t)(r * a->head_dim_v) * esz);
+        prefetch_span(v, (size_t)(r - 1) * ops_attn_v_stride(a->kv_type, a->head_dim_v, a->v_stride) +
+                             (size_t)a->head_dim_v * esz);
         s += r;
     }
 }
@@ -562,7 +563,7 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
             prefetch_slots(a, s0 + KV_PF, s0 + KV_PF + run, esz);
             for (int64_t r = 0; r < run; r++) {
                 krows[n + r] = k + (size_t)(r * dk) * esz;
-                vrows[n + r] = v + (size_t)(r * dv) * esz;
+                vrows[n + r] = v + (size_t)r * ops_attn_v_stride(a->kv_type, dv, a->v_stride);
             }
             n += (int)run;
             s0 += run;

@@ -178,7 +178,8 @@ static void
 attn_q8_0(const struct attn_args *a, float *scratch)
 {
     const int64_t nq = a->n_q, bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
-    const size_t krow_b = (size_t)(dk / 32) * 34, vrow_b = (size_t)(dv / 32) * 34;
+    const size_t krow_b = (size_t)(dk / 32) * 34;
+    const size_t vrow_b = ops_attn_v_stride(a->kv_type, dv, a->v_stride);
     float *acc = scratch;               /* [nq][dv] */
     float *M = acc + nq * dv;           /* [nq] */
     float *S = M + nq;                  /* [nq] */
@@ -226,6 +227,7 @@ ops_attn_ref(const struct attn_args *a, float *scratch)
     const int64_t nq = a->n_q, bs = a->block_size, dk = a->head_dim, dv = a->head_dim_v;
     const int f16 = a->kv_type == 1;
     const size_t esz = f16 ? 2 : 4;
+    const size_t vrow_b = ops_attn_v_stride(a->kv_type, dv, a->v_stride);
     float *acc = scratch;               /* [nq][dv] */
     float *M = acc + nq * dv;           /* [nq] */
     float *S = M + nq;                  /* [nq] */
@@ -249,7 +251,7 @@ ops_attn_ref(const struct attn_args *a, float *scratch)
             continue;
         size_t blk = (size_t)a->table[s / bs] * a->block_stride;
         const uint8_t *krow = a->k_base + blk + (size_t)(s % bs) * (size_t)dk * esz;
-        const uint8_t *vrow = a->v_base + blk + (size_t)(s % bs) * (size_t)dv * esz;
+        const uint8_t *vrow = a->v_base + blk + (size_t)(s % bs) * vrow_b;
 
         for (int64_t h = 0; h < nq; h++) {
             const float *qh = a->q + h * dk;

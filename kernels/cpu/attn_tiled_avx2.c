@@ -190,7 +190,8 @@ ops_attn_tiled_avx2(const struct attn_tiled_args *a, float *scratch)
             int64_t s = s0 + j;
             size_t off = (size_t)a->table[s / bs] * a->block_stride;
             const uint8_t *krow = a->k_base + off + (size_t)(s % bs) * (size_t)dk * esz;
-            const uint8_t *vrow = a->v_base + off + (size_t)(s % bs) * (size_t)dv * esz;
+            const uint8_t *vrow = a->v_base + off +
+                                  (size_t)(s % bs) * ops_attn_v_stride(a->kv_type, dv, a->v_stride);
             float *vd = vt + (int64_t)j * dv;
             int64_t d = 0;
             if (f16) {

@@ -161,7 +161,8 @@ ops_attn_tiled_ref(const struct attn_tiled_args *a, float *scratch)
                     if (sc[j] == 0.0f)
                         continue;
                     const uint8_t *vrow = a->v_base + (size_t)a->table[s / bs] * a->block_stride +
-                                          (size_t)(s % bs) * (size_t)dv * esz;
+                                          (size_t)(s % bs) * ops_attn_v_stride(a->kv_type, dv,
+                                                                               a->v_stride);
                     for (int64_t d = 0; d < dv; d++)
                         ah[d] = fmaf(sc[j], kv_elem(vrow, d, f16), ah[d]);
                 }

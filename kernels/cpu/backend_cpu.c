@@ -399,6 +399,7 @@ one_args(const struct attn_job *j, int64_t t, int64_t g, uint8_t *vis, struct at
     a->s0 = 0;
     a->part = NULL;
     a->lo = s->lo ? s->lo[t] : 0;
+    a->v_stride = s->v_stride;
 }
 
 /* vis[s0 .. s1) for row t under the step's mask */
@@ -523,6 +524,7 @@ attn_tiled_range(void *arg, int64_t i0, int64_t i1, int ith)
         a.table = s->table[t0];
         a.n_kv = nkv;
         a.lo = s->lo ? s->lo + t0 : NULL;
+        a.v_stride = s->v_stride;
         c->ops->attn_tiled(&a, scr);
     }
 }
@@ -704,8 +706,10 @@ kv_rows(const struct backend_kv_store *s, int64_t t0, int64_t t1)
         for (int64_t t = t0; t < t1; t++) {
             size_t off = (size_t)s->blk[t] * s->block_stride;
             uint8_t *kd = s->k_base[h] + off + (size_t)s->bidx[t] * s->k_row_bytes;
-            uint8_t *vd = s->v_base[h] + off + (size_t)s->bidx[t] * s->v_row_bytes;
             ops_kv_row_put(s->kv_type, kd, s->k + t * s->n_head_kv * hd + h * hd, hd);
+            if (!s->v)
+                continue;       /* V is a view of K (MLA) */
+            uint8_t *vd = s->v_base[h] + off + (size_t)s->bidx[t] * s->v_row_bytes;
             ops_kv_row_put(s->kv_type, vd, s->v + t * s->n_head_kv * hdv + h * hdv, hdv);
         }
     }
@@ -826,6 +830,15 @@ cpu_scale(struct backend *be, float *x, float s, int64_t n_tok, int64_t dim)
 /* ---- open, close ---- */
 
 static void
+cpu_copy_rows(struct backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+              int64_t n_rows, int64_t dim)
+{
+    (void)be;
+    for (int64_t r = 0; r < n_rows; r++)
+        memcpy(y + r * ldy, x + r * ldx, (size_t)dim * sizeof(float));
+}
+
+static void
 cpu_close(struct backend *be)
 {
     struct cpu *c = cpu_of(be);
@@ -871,6 +884,7 @@ static const struct backend_ops cpu_ops = {
     .silu_mul = cpu_silu_mul,
     .gelu_mul = cpu_gelu_mul,
     .scale = cpu_scale,
+    .copy_rows = cpu_copy_rows,
     .backward = NULL,
 };
 

@@ -25,8 +25,21 @@ ops_rope_angles(float *cs, int32_t pos, const struct rope_params *p)
     for (int64_t i = 0; i < half; i++) {
         float ff = p->freq_factors ? p->freq_factors[i] : 1.0f;
         float theta = p->freq_scale * (theta_extrap / ff);
-        cs[i] = cosf(theta);
-        cs[half + i] = sinf(theta);
+        if (p->ext_factor != 0.0f) {
+            /* ggml's rope_yarn: the ramp over pair i (i0 / 2), the angle
+             * mixed with the unscaled one, the magnitude scaled */
+            float lo = p->corr_dims[0], hi = p->corr_dims[1];
+            float y = ((float)i - lo) / fmaxf(0.001f, hi - lo);
+            float ramp_mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y))) * p->ext_factor;
+            float te = theta_extrap / ff;
+            float th = theta * (1.0f - ramp_mix) + te * ramp_mix;
+            float ms = p->attn_factor * (1.0f + 0.1f * logf(1.0f / p->freq_scale));
+            cs[i] = cosf(th) * ms;
+            cs[half + i] = sinf(th) * ms;
+        } else {
+            cs[i] = cosf(theta);
+            cs[half + i] = sinf(theta);
+        }
         theta_extrap *= theta_scale;
     }
 }

@@ -262,16 +262,46 @@ cuda_matmul(struct backend *be, const struct backend_matmul *mm)
     cu_matmul(cu_of(be), mm);
 }
 
+// MLA's latent cache (V a view of K: v_stride, K-only stores) is not in the
+// CUDA kernels yet: refused like any other failure inside a step
+static void
+cuda_mla_refuse(void)
+{
+    fprintf(stderr, "cuda backend: multi-head latent attention (deepseek2) is not supported on "
+            "--device cuda yet\n");
+    exit(5);
+}
+
 static void
 cuda_attention(struct backend *be, const struct backend_attn *a)
 {
+    if (a->v_stride)
+        cuda_mla_refuse();
     cu_attention(cu_of(be), a);
 }
 
 static void
 cuda_kv_store(struct backend *be, const struct backend_kv_store *s)
 {
+    if (!s->v)
+        cuda_mla_refuse();
     cu_kv_store(cu_of(be), s);
+}
+
+// strided rows, device or host memory on either side (unified addressing)
+static void
+cuda_copy_rows(struct backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
+               int64_t n_rows, int64_t dim)
+{
+    struct cu *c = cu_of(be);
+
+    if (n_rows <= 0 || dim <= 0)
+        return;
+    CU_CHECK(cudaMemcpy2DAsync(y, (size_t)ldy * sizeof(float), x, (size_t)ldx * sizeof(float),
+                               (size_t)dim * sizeof(float), (size_t)n_rows, cudaMemcpyDefault,
+                               c->stream));
+    if (!cu_is_dev(c, y))
+        CU_CHECK(cudaStreamSynchronize(c->stream));
 }
 
 static void
@@ -498,6 +528,7 @@ static const struct backend_ops cuda_ops = {
     /* .silu_mul = */ cuda_silu_mul,
     /* .gelu_mul = */ cuda_gelu_mul,
     /* .scale = */ cuda_scale,
+    /* .copy_rows = */ cuda_copy_rows,
     /* .backward = */ NULL,
 };
 

@@ -136,7 +136,7 @@ main(int argc, char **argv)
             return 1;
         struct attn_tiled_args a = {
             q, out, nq * dk, nq * dv, nr, nq, dk, dv, 0.125f,
-            (const uint8_t *)pool, (const uint8_t *)pool + kbytes, block, 1, bs, table, kv_of_row, NULL,
+            (const uint8_t *)pool, (const uint8_t *)pool + kbytes, block, 1, bs, table, kv_of_row, NULL, 0,
         };
         double best = bench_best(call, &(struct call){ o, &a, NULL, scr }, 6);
         printf("%-10s %7lld %10.1f %9.2f\n", o->name, (long long)nkv, best * 1e6, mac / best / 1e9);

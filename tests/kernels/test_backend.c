@@ -114,7 +114,7 @@ test_token_steps(struct backend *be)
 {
     static float x[T * E], y[T * E], g[T * E], u[T * E], w[E], want[T * E];
     const int64_t nh = 4, hd = E / nh;
-    struct rope_params rp = { ROPE_NORM, hd, 10000.0f, 1.0f, NULL };
+    struct rope_params rp = { ROPE_NORM, hd, 10000.0f, 1.0f, NULL, 0, 0, { 0, 0 } };
     static float cs[T * E];
 
     fill(x, T * E), fill(w, E), fill(g, T * E), fill(u, T * E);
@@ -213,7 +213,7 @@ test_attention(struct backend *be, int tiled_rows)
                                   (const uint8_t *const *)kb, (const uint8_t *const *)vb,
                                   stride, GGML_TYPE_F16, BS, tables, nkv, seq,
                                   masked ? NULL : tiled, masked ? vis0 : NULL, vis, 10,
-                                  NULL };
+                                  NULL, 0 };
         be->ops->attention(be, &a);
         float *scr = malloc((size_t)(ops_attn_scratch_floats_ref(2, BS, HD, HD) +
                                      ops_attn_tiled_scratch_floats_ref(2, HD, HD)) *
@@ -228,7 +228,7 @@ test_attention(struct backend *be, int tiled_rows)
                     struct attn_tiled_args ta2 = { q + NH * HD + g * 2 * HD, tw + g * 2 * HD,
                                                    NH * HD, NH * HD, 2, 2, HD, HD, 0.17f,
                                                    kb[g], vb[g], stride, GGML_TYPE_F16, BS,
-                                                   tb, nk, NULL };
+                                                   tb, nk, NULL, 0 };
                     ops_attn_tiled_ref(&ta2, scr);
                     for (int rr = 0; rr < 2; rr++)
                         CHECK(same(out + (1 + rr) * NH * HD + g * 2 * HD,
@@ -240,7 +240,7 @@ test_attention(struct backend *be, int tiled_rows)
                     v1[s] = s < vis0[r] || vis[r * 10 + s - vis0[r]];
                 struct attn_args aa = { q + r * NH * HD + g * 2 * HD, want + g * 2 * HD, 2, HD,
                                         HD, 0.17f, kb[g], vb[g], stride, GGML_TYPE_F16, BS,
-                                        tables[r], nkv[r], masked ? v1 : NULL, 0, NULL, 0 };
+                                        tables[r], nkv[r], masked ? v1 : NULL, 0, NULL, 0, 0 };
                 ops_attn_ref(&aa, scr);
                 CHECK(same(out + r * NH * HD + g * 2 * HD, want + g * 2 * HD,
                            2 * HD * sizeof(float)));
@@ -297,15 +297,94 @@ test_masked_split(struct backend *be)
     CHECK_EQ(be->ops->attn_reserve(be, &lim), 0);
     struct backend_attn a = { q, out_a, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)ka,
                               (const uint8_t *const *)va, stride, GGML_TYPE_F16, LBS, tables,
-                              &nkv_a, &seq, NULL, &vis0, vis, LNKV, NULL };
+                              &nkv_a, &seq, NULL, &vis0, vis, LNKV, NULL, 0 };
     be->ops->attention(be, &a);
     struct backend_attn b = { q, out_b, 1, NH, NKVH, HD, HD, 0.2f, (const uint8_t *const *)kb2,
                               (const uint8_t *const *)vb2, stride, GGML_TYPE_F16, LBS, tables,
-                              &nkv_b, &seq, NULL, NULL, NULL, 0, NULL };
+                              &nkv_b, &seq, NULL, NULL, NULL, 0, NULL, 0 };
     be->ops->attention(be, &b);
     CHECK(same(out_a, out_b, sizeof(out_a)));
     free(pa);
     free(pb);
+}
+
+/* MLA's cache through the backend: kv_store without V rows writes only the
+ * K rows; attention with V a view of K (v_stride) gives the reference's
+ * bits per row, one-row and tiled (a run of 64+ rows); copy_rows copies
+ * strided rows. */
+static void
+test_mla(struct backend *be)
+{
+    enum { NQ = 4, DK = 40, DV = 32, MBS = 16, NB = 6, NR = 70 };
+    const size_t row = DK * 2, stride = (size_t)MBS * row;
+    uint8_t *pool = calloc(NB, stride);
+    static float k[NR * DK], q[NR * NQ * DK], out[NR * NQ * DV], want[NQ * DV];
+    int32_t table[NB] = { 3, 0, 5, 1, 4, 2 }, blk[NR], seq[NR];
+    int64_t bidx[NR], nkv[NR];
+    const int32_t *tables[NR];
+    uint8_t tiled[NR];
+    uint8_t *kb[1] = { pool };
+
+    fill(k, NR * DK);
+    fill(q, NR * NQ * DK);
+    for (int s = 0; s < NR; s++) {
+        blk[s] = table[s / MBS];
+        bidx[s] = s % MBS;
+        nkv[s] = s + 1;
+        tables[s] = table;
+        seq[s] = 0;
+        tiled[s] = 1;
+    }
+    struct backend_kv_store st = { k, NULL, NR, 1, DK, DV, kb, kb, stride, row, row,
+                                   GGML_TYPE_F16, blk, bidx };
+    be->ops->kv_store(be, &st);
+    int ok = 1;
+    for (int s = 0; s < NR; s++) {
+        uint8_t w[DK * 2];
+        ops_kv_row_put(GGML_TYPE_F16, w, k + s * DK, DK);
+        ok &= same(pool + blk[s] * stride + bidx[s] * row, w, sizeof(w));
+    }
+    CHECK(ok);
+    float *scr = malloc((size_t)(ops_attn_scratch_floats_ref(NQ, MBS, DK, DV) +
+                                 ops_attn_tiled_scratch_floats_ref(NQ, DK, DV)) * sizeof(float));
+    for (int tl = 0; tl < 2; tl++) {
+        struct backend_attn_limits lim = { NR, NQ, 1, DK, DV, GGML_TYPE_F16, MBS, NR, 0, tl };
+        CHECK_EQ(be->ops->attn_reserve(be, &lim), 0);
+        struct backend_attn a = { q, out, NR, NQ, 1, DK, DV, 0.2f, (const uint8_t *const *)kb,
+                                  (const uint8_t *const *)kb, stride, GGML_TYPE_F16, MBS, tables,
+                                  nkv, seq, tl ? tiled : NULL, NULL, NULL, 0, NULL, row };
+        be->ops->attention(be, &a);
+        for (int r = 0; r < NR; r += 23) {
+            if (tl) {
+                /* row r of the tile of the first 64 rows (then of the rest) */
+                int64_t r0 = r < ATTN_TILE_Q ? 0 : ATTN_TILE_Q, n = r0 ? NR - r0 : ATTN_TILE_Q;
+                static float tw[ATTN_TILE_Q * NQ * DV];
+                struct attn_tiled_args t = { q + r0 * NQ * DK, tw, NQ * DK, NQ * DV, n, NQ, DK,
+                                             DV, 0.2f, pool, pool, stride, GGML_TYPE_F16, MBS,
+                                             table, nkv + r0, NULL, row };
+                ops_attn_tiled_ref(&t, scr);
+                memcpy(want, tw + (r - r0) * NQ * DV, sizeof(want));
+            } else {
+                struct attn_args aa = { q + r * NQ * DK, want, NQ, DK, DV, 0.2f, pool, pool,
+                                        stride, GGML_TYPE_F16, MBS, table, nkv[r], NULL, 0,
+                                        NULL, 0, row };
+                ops_attn_ref(&aa, scr);
+            }
+            CHECK(same(out + r * NQ * DV, want, sizeof(want)));
+        }
+    }
+    /* copy_rows: every other row's middle, into a wider stride */
+    static float src[10 * 8], dst[10 * 12];
+    fill(src, 10 * 8);
+    memset(dst, 0, sizeof(dst));
+    be->ops->copy_rows(be, dst + 1, 12, src + 2, 16, 5, 5);
+    ok = 1;
+    for (int r = 0; r < 10; r++)
+        for (int i = 0; i < 12; i++)
+            ok &= dst[r * 12 + i] == (r < 5 && i >= 1 && i < 6 ? src[r * 16 + 2 + i - 1] : 0.0f);
+    CHECK(ok);
+    free(scr);
+    free(pool);
 }
 
 int
@@ -335,6 +414,7 @@ main(void)
         test_attention(be, 0);
         test_attention(be, 1);
         test_masked_split(be);
+        test_mla(be);
         backend_close(be);
     }
     /* the fastest kernels too */

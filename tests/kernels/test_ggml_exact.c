@@ -115,7 +115,7 @@ check_attn(const struct kernel_ops *ops, json_t *c)
     struct attn_args a = {
         q, got, gc->n_q, gc->dk, gc->dv, 1.0f / sqrtf((float)gc->dk),
         pool + (size_t)head * bs * krow, pool + kbytes + (size_t)head * bs * vrow,
-        block, gc->f16 ? 1u : 0u, bs, table, gc->n_kv, vis, 0, NULL, 0,
+        block, gc->f16 ? 1u : 0u, bs, table, gc->n_kv, vis, 0, NULL, 0, 0,
     };
     ops->attn(&a, scr);
     CHECK_EQ(unhex(json_string_value(json_object_get(c, "out")), want, gc->n_q * gc->dv), 0);
@@ -162,7 +162,7 @@ check_tiled_with(const char *name, const struct kernel_ops *ops, const struct gc
             q + r0 * nq * gc->dk, got + r0 * nq * gc->dv, nq * gc->dk, nq * gc->dv,
             nr - r0 < grp ? nr - r0 : grp, nq, gc->dk, gc->dv, 1.0f / sqrtf((float)gc->dk),
             pool + (size_t)head * bs * krow, pool + kbytes + (size_t)head * bs * vrow,
-            block, gc->f16 ? 1u : 0u, bs, table, nkv + r0, NULL,
+            block, gc->f16 ? 1u : 0u, bs, table, nkv + r0, NULL, 0,
         };
         ops->attn_tiled(&a, scr);
     }

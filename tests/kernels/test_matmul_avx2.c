@@ -483,7 +483,7 @@ test_attn_paths(const struct kernel_ops *av)
         float *scr = malloc((size_t)av->attn_scratch_floats(nq, bs, dk, dv) * sizeof(float));
         struct attn_args a = { q, o1, nq, dk, dv, 0.125f, kp, vp, stride,
                                f16 ? 1u : 0u, bs, tab, nkv, trial / 8 % 2 ? vis : NULL,
-                               0, NULL, 0 };
+                               0, NULL, 0, 0 };
         /* every third trial one chunk call: slots s0 .. n_kv-1, state into part */
         int chunk = trial % 3 == 1;
         size_t nout = (size_t)(nq * (chunk ? ATTN_PART(dv) : dv));

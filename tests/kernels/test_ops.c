@@ -272,12 +272,15 @@ test_rope(const struct kernel_ops *ops)
     for (int i = 0; i < 32; i++)
         ff[i] = 1.0f + (float)i;
     for (int style = 0; style < 2; style++) {
-        for (int variant = 0; variant < 5; variant++) {
+        for (int variant = 0; variant < 6; variant++) {
             int64_t hd = variant == 4 ? 64 : 16;
+            /* variant 5: YaRN (scale 1/4, ramp over pairs 1 .. 5, magnitude 0.8 x) */
             struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM,
                                      variant == 3 ? 12 : hd,
                                      variant == 1 ? 500000.0f : 10000.0f,
-                                     variant == 2 ? 0.25f : 1.0f, variant == 2 ? ff : NULL };
+                                     variant == 2 || variant == 5 ? 0.25f : 1.0f,
+                                     variant == 2 ? ff : NULL, variant == 5 ? 1.0f : 0.0f,
+                                     variant == 5 ? 0.8f : 0.0f, { 1.0f, 5.0f } };
             int32_t pos = 37 + variant * 100;
             for (int i = 0; i < heads * hd; i++)
                 x[i] = y[i] = r[i] = frnd();
@@ -294,11 +297,17 @@ test_rope(const struct kernel_ops *ops)
                     if (i < p.n_rot) {
                         int64_t k = style ? (i < half ? i : i - half) : i / 2;
                         int64_t a = style ? k : 2 * k, b = style ? k + half : 2 * k + 1;
-                        double th = pos * (double)p.freq_scale *
-                                    pow(p.freq_base, -2.0 * (double)k / (double)p.n_rot) /
+                        double te = pos * pow(p.freq_base, -2.0 * (double)k / (double)p.n_rot) /
                                     (p.freq_factors ? p.freq_factors[k] : 1.0);
+                        double th = te * (double)p.freq_scale, mag = 1.0;
+                        if (p.ext_factor != 0.0f) {
+                            double y0 = (k - 1.0) / 4.0, rm = 1.0 - fmin(1.0, fmax(0.0, y0));
+                            th = th * (1.0 - rm) + te * rm;
+                            mag = 0.8 * (1.0 + 0.1 * log(4.0));
+                        }
                         double xa = x[h * hd + a], xb = x[h * hd + b];
-                        want = (i == a) ? xa * cos(th) - xb * sin(th) : xa * sin(th) + xb * cos(th);
+                        want = mag * ((i == a) ? xa * cos(th) - xb * sin(th)
+                                               : xa * sin(th) + xb * cos(th));
                     }
                     if (fabs(y[h * hd + i] - want) > err)
                         err = fabs(y[h * hd + i] - want);
@@ -314,7 +323,7 @@ test_rope(const struct kernel_ops *ops)
      * NaN, -0, subnormals) and a partial rotation (n_rot 48 of 64) */
     for (int style = 0; style < 2; style++) {
         static const float sp[] = { INFINITY, -INFINITY, NAN, -0.0f, 0.0f, 1e-40f, -3e-39f, 65504.0f };
-        struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL };
+        struct rope_params p = { style ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL, 0, 0, { 0, 0 } };
         for (int i = 0; i < 128; i++)
             y[i] = r[i] = i % 5 == 0 ? sp[(i / 5) % 8] : frnd();
         ops_rope_angles(cs, 1234, &p);
@@ -324,7 +333,7 @@ test_rope(const struct kernel_ops *ops)
             CHECK(memcmp(&y[i], &r[i], 4) == 0 || (isnan(y[i]) && isnan(r[i])));
     }
     /* position 0 is the identity */
-    struct rope_params p0 = { ROPE_NORM, 16, 10000.0f, 1.0f, NULL };
+    struct rope_params p0 = { ROPE_NORM, 16, 10000.0f, 1.0f, NULL, 0, 0, { 0, 0 } };
     for (int i = 0; i < 48; i++)
         x[i] = y[i] = frnd();
     ops_rope_angles(cs, 0, &p0);
@@ -456,6 +465,7 @@ test_attention_window(const struct kernel_ops *ops)
                 q, o1, nq, dk, dv, 0.125f, pool, pool + (size_t)bs * krow, block,
                 f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv, NULL, 0, NULL,
                 n_kv - w,
+                0,
             };
             ops->attn(&a, scr);
             if (ops_attn_chunks(a.kv_type, n_kv) == 1) {
@@ -490,7 +500,7 @@ test_attention_window(const struct kernel_ops *ops)
             }
             struct attn_tiled_args t = {
                 q, o1, nq * dk, nq * dv, ATTN_TILE_Q, nq, dk, dv, 0.125f, pool,
-                pool + (size_t)bs * krow, block, f16 ? 1u : 0u, bs, table, nkv, lo,
+                pool + (size_t)bs * krow, block, f16 ? 1u : 0u, bs, table, nkv, lo, 0,
             };
             ops->attn_tiled(&t, scr);
             t.out = o2;
@@ -503,6 +513,133 @@ test_attention_window(const struct kernel_ops *ops)
         done:
             free(pool), free(table), free(vis), free(q), free(o1), free(o2), free(scr);
         }
+}
+
+/* MLA's absorbed attention: n_q query heads over one KV head whose K rows
+ * are head_dim wide and whose V is a view of each K row's first head_dim_v
+ * elements (v_base = k_base, v_stride = the K row's bytes).  The view gives
+ * the bits of the same values stored as separate V rows, one-row (split
+ * and not, f32, f16, q8_0) and tiled; and the result is within tolerance of
+ * the f64 attention.  Shapes: DeepSeek-V2's 576/512 and a small 80/64. */
+static void
+test_attention_mla(const struct kernel_ops *ops)
+{
+    static const int64_t lens[] = { 37, 700 };
+    const int64_t nq = 16, bs = 16;
+
+    for (int shape = 0; shape < 2; shape++)
+        for (uint32_t kt = 0; kt < 3; kt++)
+            for (size_t li = 0; li < 2; li++) {
+                uint32_t kv_type = kt == 2 ? GGML_TYPE_Q8_0 : kt;
+                int64_t dk = shape ? 80 : 576, dv = shape ? 64 : 512, n_kv = lens[li];
+                if (kv_type == GGML_TYPE_Q8_0 && dk % 32)
+                    continue;
+                size_t krow = kv_type == GGML_TYPE_Q8_0 ? (size_t)(dk / 32) * 34
+                                                         : (size_t)dk * (kt ? 2 : 4);
+                size_t vrow = kv_type == GGML_TYPE_Q8_0 ? (size_t)(dv / 32) * 34
+                                                         : (size_t)dv * (kt ? 2 : 4);
+                int64_t nblk = (n_kv + bs - 1) / bs;
+                size_t kblock = (size_t)bs * krow, sblock = (size_t)bs * (krow + vrow);
+                uint8_t *kpool = calloc((size_t)nblk, kblock);
+                uint8_t *spool = calloc((size_t)nblk, sblock);  /* K then V rows per block */
+                int32_t *table = malloc((size_t)nblk * sizeof(int32_t));
+                float *q = malloc((size_t)(ATTN_TILE_Q * nq * dk) * 4);
+                float *o1 = malloc((size_t)(ATTN_TILE_Q * nq * dv) * 4);
+                float *o2 = malloc((size_t)(ATTN_TILE_Q * nq * dv) * 4);
+                float *row = malloc((size_t)dk * 4), *back = malloc((size_t)dk * 4);
+                double *K = malloc((size_t)(n_kv * dk) * sizeof(double));
+                int64_t nscr = ops->attn_scratch_floats(nq, bs, dk, dv);
+                int64_t nt = ops_attn_tiled_scratch_floats_ref(nq, dk, dv);
+                if (ops->attn_tiled && ops->attn_tiled_scratch_floats(nq, dk, dv) > nt)
+                    nt = ops->attn_tiled_scratch_floats(nq, dk, dv);
+                if (ops_attn_scratch_floats_ref(nq, bs, dk, dv) > nscr)
+                    nscr = ops_attn_scratch_floats_ref(nq, bs, dk, dv);
+                float *scr = aligned_alloc(64, (size_t)((nscr > nt ? nscr : nt) + 16 + 15) / 16 * 64);
+                int64_t nkv[ATTN_TILE_Q];
+
+                for (int64_t b = 0; b < nblk; b++)
+                    table[b] = (int32_t)(nblk - 1 - b);         /* permuted blocks */
+                for (int64_t s = 0; s < n_kv; s++) {
+                    size_t b = (size_t)table[s / bs];
+                    uint8_t *kr = kpool + b * kblock + (size_t)(s % bs) * krow;
+                    uint8_t *sk = spool + b * sblock + (size_t)(s % bs) * krow;
+                    uint8_t *sv = spool + b * sblock + kblock + (size_t)(s % bs) * vrow;
+                    for (int64_t i = 0; i < dk; i++)
+                        row[i] = frnd() * 2.0f - 1.0f;
+                    ops_kv_row_put(kv_type, kr, row, dk);
+                    ops_kv_row_put(kv_type, sk, row, dk);
+                    ops_kv_row_get(kv_type, back, kr, dk);
+                    ops_kv_row_put(kv_type, sv, back, dv);  /* the same values, apart */
+                    for (int64_t i = 0; i < dk; i++)
+                        K[s * dk + i] = back[i];
+                }
+                for (int64_t i = 0; i < ATTN_TILE_Q * nq * dk; i++)
+                    q[i] = (frnd() * 2.0f - 1.0f) * 0.2f;
+                float scale = 1.0f / sqrtf(192.0f);
+                struct attn_args a = {
+                    q, o1, nq, dk, dv, scale, kpool, kpool, kblock, kv_type, bs, table, n_kv,
+                    NULL, 0, NULL, 0, krow,
+                };
+                ops->attn(&a, scr);
+                struct attn_args b = a;
+                b.out = o2;
+                b.k_base = spool;
+                b.v_base = spool + kblock;
+                b.block_stride = sblock;
+                b.v_stride = 0;
+                ops->attn(&b, scr);
+                CHECK(memcmp(o1, o2, (size_t)(nq * dv) * 4) == 0);
+                /* the f64 attention (f16: the query rounded; q8_0: loose) */
+                double err = 0, mag = 0;
+                for (int64_t h = 0; h < nq; h++) {
+                    double mx = -INFINITY, sum = 0, *sc = malloc((size_t)n_kv * sizeof(double));
+                    for (int64_t s = 0; s < n_kv; s++) {
+                        double d = 0;
+                        for (int64_t i = 0; i < dk; i++) {
+                            float qi = q[h * dk + i];
+                            if (kt == 1)
+                                qi = qconv_fp16_to_fp32(qconv_fp32_to_fp16(qi));
+                            d += (double)qi * K[s * dk + i];
+                        }
+                        sc[s] = d * scale;
+                        mx = sc[s] > mx ? sc[s] : mx;
+                    }
+                    for (int64_t s = 0; s < n_kv; s++)
+                        sum += (sc[s] = exp(sc[s] - mx));
+                    for (int64_t i = 0; i < dv; i++) {
+                        double o = 0;
+                        for (int64_t s = 0; s < n_kv; s++)
+                            o += sc[s] / sum * K[s * dk + i];
+                        err = fmax(err, fabs(o - o1[h * dv + i]));
+                        mag = fmax(mag, fabs(o));
+                    }
+                    free(sc);
+                }
+                /* f16: the accumulator's f16 rounding; q8_0: the query's and keys' codes */
+                CHECK(err < (kv_type == GGML_TYPE_Q8_0 ? 2e-2 : kt == 1 ? 5e-3 : 1e-5) * (mag + 1e-3));
+
+                /* tiled rows (f32, f16): the view gives the separate rows' bits,
+                 * and the reference's */
+                if (ops->attn_tiled && kv_type != GGML_TYPE_Q8_0 && n_kv >= ATTN_TILE_Q) {
+                    for (int64_t r = 0; r < ATTN_TILE_Q; r++)
+                        nkv[r] = n_kv - ATTN_TILE_Q + r + 1;
+                    struct attn_tiled_args t = {
+                        q, o1, nq * dk, nq * dv, ATTN_TILE_Q, nq, dk, dv, scale, kpool, kpool,
+                        kblock, kt, bs, table, nkv, NULL, krow,
+                    };
+                    ops->attn_tiled(&t, scr);
+                    struct attn_tiled_args u = t;
+                    u.out = o2;
+                    u.k_base = spool;
+                    u.v_base = spool + kblock;
+                    u.block_stride = sblock;
+                    u.v_stride = 0;
+                    ops_attn_tiled_ref(&u, scr);
+                    CHECK(memcmp(o1, o2, (size_t)(ATTN_TILE_Q * nq * dv) * 4) == 0);
+                }
+                free(kpool), free(spool), free(table), free(q), free(o1), free(o2);
+                free(row), free(back), free(K), free(scr);
+            }
 }
 
 /* Paged attention: a sequence of n_kv slots in permuted physical blocks of
@@ -566,7 +703,7 @@ test_attention(const struct kernel_ops *ops)
                 pool + (size_t)head * bs * krow_f * esz,
                 pool + kbytes + (size_t)head * bs * vrow_f * esz,
                 block, f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv,
-                masked ? vis : NULL, 0, NULL, 0,
+                masked ? vis : NULL, 0, NULL, 0, 0,
             };
             ops->attn(&a, scr);
             double err = 0;
@@ -602,7 +739,7 @@ test_attention(const struct kernel_ops *ops)
         memset(vis, 0, sizeof(vis));
         struct attn_args z = {
             q, out, nq, hd, hdv, 0.35f, pool, pool + kbytes, block,
-            f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, 9, vis, 0, NULL, 0,
+            f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, 9, vis, 0, NULL, 0, 0,
         };
         ops->attn(&z, scr);
         for (int i = 0; i < nq * hdv; i++)
@@ -677,7 +814,7 @@ test_attention_split(const struct kernel_ops *ops)
                 struct attn_args a = {
                     q, out, nq, dk, dv, 0.3f, pool, pool + (size_t)bs * krow, block,
                     f16 ? GGML_TYPE_F16 : GGML_TYPE_F32, bs, table, n_kv, masked ? vis : NULL,
-                    0, NULL, 0,
+                    0, NULL, 0, 0,
                 };
                 ops->attn(&a, scr);
 
@@ -811,6 +948,7 @@ main(void)
         test_attention(ops);
         test_attention_window(ops);
         test_attention_split(ops);
+        test_attention_mla(ops);
     }
     T_DONE();
 }

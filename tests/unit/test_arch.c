@@ -47,7 +47,14 @@ test_table(void)
           !q3->hf_permute_qk && !q3->hf_attn_bias);
     CHECK(!a->rope_neox && g->rope_neox);
     CHECK(g && g->recipe == ARCH_RECIPE_GEMMA3 && !(g->flags & ARCH_F_CONVERT) && g->swa_period == 6);
-    CHECK(!arch_find("mamba") && !arch_find(NULL) && !arch_find("deepseek2"));
+    CHECK(!arch_find("mamba") && !arch_find(NULL) && !arch_find("deepseek3"));
+    const struct arch *ds = arch_find("deepseek2");
+    CHECK(ds && ds->id == ARCH_ID_DEEPSEEK2 && ds->recipe == ARCH_RECIPE_DEEPSEEK2 &&
+          !(ds->flags & ARCH_F_CONVERT) && ds->tensors);
+    CHECK(ds && (ds->gguf_required & ARCH_BIT(ARCH_HP_KV_LORA_RANK)) &&
+          !(ds->gguf_required & ARCH_BIT(ARCH_HP_Q_LORA_RANK)) &&
+          (ds->keys & ARCH_BIT(ARCH_HP_KEY_LENGTH_MLA)) &&
+          (ds->keys & ARCH_BIT(ARCH_HP_LEADING_DENSE)));
     CHECK(arch_get(ARCH_ID_QWEN2) == q && !arch_get(ARCH_ID_NONE));
     CHECK((a->gguf_required & ARCH_BIT(ARCH_HP_RMS_EPS)) &&
           !(a->hf_required & ARCH_BIT(ARCH_HP_RMS_EPS)));

@@ -383,7 +383,7 @@ test_attn_q8_0(void)
     for (int i = 0; i < nq * dk; i++)
         q[i] = (float)((int)rnd(2001) - 1000) / 500.0f;
     struct attn_args a = { q, out, nq, dk, dv, 0.125f, v.k, v.v, v.block_stride, GGML_TYPE_Q8_0,
-                           8, tab, n, NULL, 0, NULL, 0 };
+                           8, tab, n, NULL, 0, NULL, 0, 0 };
     int64_t nscr = ops_attn_scratch_floats_ref(nq, 8, dk, dv);
     float *scr = malloc((size_t)nscr * sizeof(float));
     ops_attn_ref(&a, scr);

@@ -495,6 +495,46 @@ test_q8_0(void)
     CHECK(y[0] == 1.5f && y[1] == 0.0f);
 }
 
+/* MLA's cache (v_in_k): K rows only, V the first head_dim_v elements of
+ * each K row; layers and heads apart as without; a V wider than K is
+ * refused; a slot move copies the K row (and so V). */
+static void
+test_v_in_k(void)
+{
+    struct kv_config c = cfg(16, GGML_TYPE_F16, 4);
+    struct kvcache *kv = NULL;
+    struct kv_head_view v0, v1, w0;
+    struct diag d;
+
+    c.v_in_k = 1;
+    CHECK_EQ(kv_block_bytes(&c), 3 * 2 * 16 * 8 * 2);
+    c.mem = kv_block_bytes(&c) * 4;
+    CHECK_EQ(kv_new(&kv, &c, &d), 0);
+    kv_head_view(kv, 0, 0, &v0);
+    kv_head_view(kv, 0, 1, &v1);
+    kv_head_view(kv, 1, 0, &w0);
+    CHECK(v0.v == v0.k && v1.v == v1.k && w0.v == w0.k);
+    CHECK_EQ(v0.k_row_bytes, 16);
+    CHECK_EQ(v0.v_row_bytes, 16);
+    CHECK_EQ(v1.k - v0.k, 16 * 16);
+    CHECK_EQ(w0.k - v0.k, 2 * 16 * 16);
+    CHECK_EQ(v0.block_stride, kv_block_bytes(&c));
+    int32_t id, b0, b1;
+    int64_t i0, i1;
+    CHECK_EQ(kv_seq_new(kv, &id), 0);
+    CHECK_EQ(kv_seq_grow(kv, id, 3, &d), 0);
+    kv_slot_block(kv, id, 0, &b0, &i0);
+    kv_slot_block(kv, id, 2, &b1, &i1);
+    memset(v0.k + (size_t)b0 * v0.block_stride + (size_t)i0 * 16, 0x5a, 16);
+    CHECK_EQ(kv_seq_move_slot(kv, id, 0, 2), 0);
+    CHECK(memcmp(v0.k + (size_t)b1 * v0.block_stride + (size_t)i1 * 16,
+                 v0.k + (size_t)b0 * v0.block_stride + (size_t)i0 * 16, 16) == 0);
+    kv_free(kv);
+    c.head_dim_v = 16;
+    CHECK_EQ(kv_block_bytes(&c), 0);
+    CHECK_EQ(kv_new(&kv, &c, &d), -ST_RANGE);
+}
+
 int
 main(void)
 {
@@ -505,5 +545,6 @@ main(void)
     test_prefix();
     test_swap();
     test_q8_0();
+    test_v_in_k();
     T_DONE();
 }
