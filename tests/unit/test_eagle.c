@@ -1,0 +1,160 @@
+/*
+ * test_eagle.c - the EAGLE-1 head (common/train/eagle.h) on the tiny llama
+ * fixture: features from the fixture's forward pass, the whole head's
+ * gradient against central finite differences of its loss, tensor by
+ * tensor, and the OpenBLAS table's gradient against the reference's.
+ *
+ * The head computes in f32, so the finite differences are taken along one
+ * direction per tensor (the normalised sum of the gradient's direction and
+ * a random one), where the change of the loss is large against f32
+ * rounding; each op's own check in f64 is tests/kernels/test_backward.c.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backward.h"
+#include "eagle.h"
+#include "eagle_target.h"
+#include "model.h"
+#include "rng.h"
+#include "t.h"
+
+#define FIXTURE "tests/fixtures/tiny-llama-f32.gguf"
+#define N 12                    /* head positions: a sequence of N + 1 tokens */
+#define FD_EPS 1e-2
+#define FD_TOL 1e-2
+
+static double
+loss_at(const struct backend_backward_ops *bw, struct eagle_head *h, struct eagle_target *t,
+        struct eagle_ws *ws, const int32_t *tok, const float *feat)
+{
+    struct eagle_loss l;
+    eagle_forward(bw, h, &t->fz, ws, tok + 1, feat, N, NULL);
+    eagle_loss_backward(bw, h, &t->fz, ws, feat + t->c.d, 0.1f, 1.0f, NULL, &l);
+    return l.total;
+}
+
+int
+main(void)
+{
+    struct model *m = NULL;
+    struct diag d = { "" };
+    struct eagle_target t;
+    struct eagle_head h;
+    struct eagle_ws *ws = NULL;
+    struct rng r;
+    int32_t tok[N + 1];
+
+    if (access(FIXTURE, R_OK) != 0) {
+        fprintf(stderr, "test_eagle: %s missing: run `make fixtures`\n", FIXTURE);
+        return 77;
+    }
+    CHECK(model_open(&m, FIXTURE, NULL, &d) == 0);
+    if (!m)
+        T_DONE();
+    CHECK(eagle_target_init(&t, m, 64, &d) == 0);
+    CHECK(t.c.d == m->hp.n_embd && t.c.n_vocab == m->hp.n_vocab);
+    CHECK(eagle_head_init(&h, &t.c, 7) == 0);
+    CHECK(eagle_ws_new(&ws, &t.c, N) == 0);
+    int64_t dd = t.c.d, np = h.n_param;
+    float *feat = malloc((size_t)((N + 1) * dd) * sizeof(float));
+    float *g = calloc((size_t)np, sizeof(float)), *g2 = calloc((size_t)np, sizeof(float));
+    float *u = malloc((size_t)np * sizeof(float));
+    rng_seed(&r, 3);
+    for (int i = 0; i <= N; i++)
+        tok[i] = (int32_t)(rng_next(&r) % (uint64_t)t.c.n_vocab);
+    CHECK(eagle_target_features(&t, tok, N + 1, feat, &d) == 0);
+    /* the features are the forward pass's final hidden states: finite, and
+     * the LM head on them gives model_forward's logits' argmax */
+    double fsum = 0;
+    for (int64_t i = 0; i < (N + 1) * dd; i++)
+        fsum += fabs(feat[i]);
+    CHECK(isfinite(fsum) && fsum > 0);
+
+    const struct backend_backward_ops *ref = &backward_ops_ref;
+    struct eagle_loss l;
+    eagle_forward(ref, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 1.0f, g, &l);
+    CHECK(l.n == N && l.total > 0 && isfinite(l.total));
+    CHECK_NEAR(l.total, l.reg + 0.1f * l.cls, 1e-6);
+
+    /* per tensor: the directional derivative */
+    for (int i = 0; i < EAGLE_N_TENSORS; i++) {
+        int64_t off = h.t[i] - h.param, len = h.rows[i] * h.cols[i];
+        double gn = 0, rn = 0, un = 0, an = 0;
+        for (int64_t j = 0; j < len; j++)
+            gn += (double)g[off + j] * g[off + j];
+        gn = sqrt(gn);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(2 * rng_uniform(&r) - 1);
+            rn += (double)u[j] * u[j];
+        }
+        rn = sqrt(rn);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(u[j] / rn + (gn > 0 ? g[off + j] / gn : 0));
+            un += (double)u[j] * u[j];
+        }
+        un = sqrt(un);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(u[j] / un);
+            an += (double)g[off + j] * u[j];
+        }
+        float *p = h.t[i];
+        float *save = malloc((size_t)len * sizeof(float));
+        memcpy(save, p, (size_t)len * sizeof(float));
+        for (int64_t j = 0; j < len; j++)
+            p[j] = save[j] + (float)FD_EPS * u[j];
+        double lp = loss_at(ref, &h, &t, ws, tok, feat);
+        for (int64_t j = 0; j < len; j++)
+            p[j] = save[j] - (float)FD_EPS * u[j];
+        double lm = loss_at(ref, &h, &t, ws, tok, feat);
+        memcpy(p, save, (size_t)len * sizeof(float));
+        free(save);
+        double fd = (lp - lm) / (2 * FD_EPS);
+        double rel = fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), 1e-12);
+        printf("%-26s |g| %.4g  g.u %.6g  fd %.6g  rel %.2g\n", eagle_tensor_name(i), gn, an, fd,
+               rel);
+        CHECK(gn > 0);
+        CHECK(rel <= FD_TOL);
+    }
+
+    /* the optimized table gives the reference's gradient */
+    eagle_forward(&backward_ops_blas, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+    struct eagle_loss l2;
+    eagle_loss_backward(&backward_ops_blas, &h, &t.fz, ws, feat + dd, 0.1f, 1.0f, g2, &l2);
+    CHECK_NEAR(l2.total, l.total, 1e-5 * l.total);
+    double gm = 0, dm = 0;
+    for (int64_t j = 0; j < np; j++) {
+        gm = fmax(gm, fabs(g[j]));
+        dm = fmax(dm, fabs(g[j] - g2[j]));
+    }
+    printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
+    CHECK(dm <= 1e-4 * gm);
+
+    /* scale multiplies the gradient; a second call accumulates */
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle_forward(ref, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 0.5f, g2, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 0.5f, g2, NULL);
+    dm = 0;
+    for (int64_t j = 0; j < np; j++)
+        dm = fmax(dm, fabs(g[j] - g2[j]));
+    CHECK(dm <= 1e-6 * gm);
+
+    /* bad shapes */
+    struct eagle_config bad = t.c;
+    bad.n_head_kv = 3;
+    struct eagle_head hb;
+    CHECK(eagle_head_init(&hb, &bad, 1) == -ST_RANGE);
+
+    free(feat), free(g), free(g2), free(u);
+    eagle_ws_free(ws);
+    eagle_head_release(&h);
+    eagle_target_release(&t);
+    model_free(m);
+    T_DONE();
+}
