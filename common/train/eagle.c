@@ -8,6 +8,7 @@
  * sequence: the CE term is computed and differentiated CE_ROWS rows at a
  * time.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,11 +224,13 @@ eagle_loss_backward(const struct backend_backward_ops *bw, const struct eagle_he
                     float w_cls, float scale, float *grad, struct eagle_loss *loss)
 {
     const struct eagle_config *c = &h->c;
-    int64_t n = ws->n, d = c->d, V = c->n_vocab, ff = c->n_ff;
+    int64_t n = ws->n, d = c->d, V = fz->n_lm, ff = c->n_ff;
     int64_t qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim;
     double reg = 0, cls = 0;
     int64_t correct = 0;
     float inv_n = 1.0f / (float)n;
+
+    assert(V >= 1 && V <= c->n_vocab);
 
     if (grad)
         memset(ws->d_out, 0, (size_t)(n * d) * sizeof(float));

@@ -56,10 +56,15 @@ struct eagle_head {
 /* the GGUF tensor name of tensor i ("fc.weight", "blk.0.attn_q.weight", ...) */
 const char *eagle_tensor_name(int i);
 
-/* The target's frozen parts as f32 rows [n_vocab][d] (borrowed). */
+/* The target's frozen parts as f32 rows (borrowed): the embedding
+ * [n_vocab][d] and n_lm rows of the LM head [n_lm][d].  Training may give
+ * a subset of the LM head's rows (the training text's most frequent
+ * tokens, as EAGLE-3's reduced draft vocabulary): the CE term is then over
+ * those tokens, the target's distribution renormalised over them. */
 struct eagle_frozen {
     const float *embd;
     const float *lm;
+    int64_t n_lm;               /* 1 .. n_vocab */
 };
 
 /* eagle_head_init() : allocates h for c with PyTorch Linear's default

@@ -57,6 +57,7 @@ eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct
         goto nomem;
     t->fz.embd = t->embd;
     t->fz.lm = t->lm;
+    t->fz.n_lm = hp->n_vocab;
     /* one sequence of max_n tokens plus slack, in generate's default f16:
      * the features the head sees when drafting come from such a cache */
     model_kv_config(m, model_kv_bytes_per_token(m, GGML_TYPE_F16) * (size_t)(max_n + 64),
