@@ -171,6 +171,7 @@ main(int argc, char **argv)
             have_spec = true;
             break;
         case OPT_DRAFT: o.draft = optarg; break;
+        case OPT_DRAFT_HEAD: o.draft_head = optarg; break;
         case OPT_SPEC_COMPARE: o.spec_compare = true; have_spec = true; break;
         case OPT_SPEC_DEPTH:
             o.spec_depth = (int)cli_parse_i64(optarg, 1, 64, "--spec-depth", false);
@@ -247,10 +248,14 @@ main(int argc, char **argv)
         { o.perplexity && (o.prompt || o.prompt_file || o.chat || have_n),
           "--perplexity takes no prompt, --chat or -n" },
         { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
-        { have_spec && !o.lookup && !o.draft, "--spec-tokens and --spec-compare need "
-          "--lookup or --draft" },
+        { have_spec && !o.lookup && !o.draft && !o.draft_head, "--spec-tokens and --spec-compare "
+          "need --lookup, --draft or --draft-head" },
         { have_ngram && !o.lookup, "--lookup-ngram needs --lookup" },
-        { have_tree && !o.draft, "--spec-depth, --spec-width and --draft-p-min need --draft" },
+        { have_tree && !o.draft && !o.draft_head, "--spec-depth, --spec-width and --draft-p-min "
+          "need --draft or --draft-head" },
+        { o.draft_head && (o.lookup || o.draft), "--draft-head, --draft and --lookup are exclusive" },
+        { o.draft_head && (batch || o.perplexity), "--draft-head works with one prompt (-p, -f), not "
+          "with --batch or --perplexity" },
         { o.lookup && o.draft, "--lookup and --draft are exclusive" },
         { o.draft && (batch || o.perplexity), "--draft works with one prompt (-p, -f), not with "
           "--batch or --perplexity" },

@@ -202,6 +202,12 @@ eagle_forward(const struct backend_backward_ops *bw, const struct eagle_head *h,
         memcpy(out, ws->out, (size_t)(n * d) * sizeof(float));
 }
 
+const float *
+eagle_ws_out(const struct eagle_ws *ws)
+{
+    return ws->out;
+}
+
 static int64_t
 argmax(const float *x, int64_t n)
 {

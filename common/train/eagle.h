@@ -90,6 +90,9 @@ void eagle_forward(const struct backend_backward_ops *bw, const struct eagle_hea
                    const struct eagle_frozen *fz, struct eagle_ws *ws, const int32_t *next,
                    const float *feat, int64_t n, float *out);
 
+/* the last eagle_forward's out [n][d] (valid until the next call) */
+const float *eagle_ws_out(const struct eagle_ws *ws);
+
 struct eagle_loss {
     double reg, cls;            /* mean SmoothL1 and mean soft CE over the positions */
     double total;               /* reg + w_cls * cls */

@@ -2,7 +2,11 @@
  * test_eagle.c - the EAGLE-1 head (common/train/eagle.h) on the tiny llama
  * fixture: features from the fixture's forward pass, the whole head's
  * gradient against central finite differences of its loss, tensor by
- * tensor, and the OpenBLAS table's gradient against the reference's.
+ * tensor, and the OpenBLAS table's gradient against the reference's; the
+ * head file round trip; and the drafter (eagle_draft.h) against the
+ * training forward: the root's children of a draft are the top tokens of
+ * the LM head on eagle_forward's last output, and a tree obeys its
+ * budget, depth and parent order.
  *
  * The head computes in f32, so the finite differences are taken along one
  * direction per tensor (the normalised sum of the gradient's direction and
@@ -18,6 +22,8 @@
 
 #include "backward.h"
 #include "eagle.h"
+#include "eagle_draft.h"
+#include "eagle_io.h"
 #include "eagle_target.h"
 #include "model.h"
 #include "rng.h"
@@ -144,6 +150,85 @@ main(void)
     for (int64_t j = 0; j < np; j++)
         dm = fmax(dm, fabs(g[j] - g2[j]));
     CHECK(dm <= 1e-6 * gm);
+
+    /* the head file round trip */
+    char path[] = "/tmp/test_eagle.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    struct eagle_meta mt = { .steps = 3 };
+    CHECK(eagle_base_sha256(m, mt.base_sha256) == 0);
+    snprintf(mt.base_name, sizeof mt.base_name, "fixture");
+    CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+    struct eagle_head h2;
+    struct eagle_meta mt2;
+    CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == 0);
+    CHECK(h2.n_param == h.n_param && mt2.steps == 3);
+    CHECK(h2.param && memcmp(h2.param, h.param, (size_t)np * sizeof(float)) == 0);
+    CHECK(eagle_head_check_base(&h2, &mt2, m, &d) == 0);
+    eagle_head_release(&h2);
+
+    /* the drafter: its root children are the top tokens of the training
+     * forward's last output */
+    struct eagle_draft *ed = NULL;
+    enum { K = 3 };
+    CHECK(eagle_draft_open(&ed, path, m, 64, K, &d) == 0);
+    if (ed) {
+        for (int i = 0; i < N; i++)
+            eagle_draft_feed(ed, i, feat + i * dd);
+        /* hist = tok[0 .. N]: root tok[N], positions 0 .. N-1 are the head's */
+        eagle_forward(&backward_ops_blas, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+        int64_t V = t.c.n_vocab;
+        float *z = malloc((size_t)V * sizeof(float));
+        backward_ops_blas.matmul_fwd(z, eagle_ws_out(ws) + (N - 1) * dd, t.fz.lm, NULL, 1, V, dd);
+        int32_t best[K];
+        for (int j = 0; j < K; j++) {
+            best[j] = -1;
+            for (int64_t v = 0; v < V; v++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++)
+                    taken |= best[q] == v;
+                if (!taken && (best[j] < 0 || z[v] > z[best[j]]))
+                    best[j] = (int32_t)v;
+            }
+        }
+        struct spec_tree tr;
+        CHECK(spec_tree_init(&tr, 64, &d) == 0);
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+        CHECK_EQ(tr.n, 1 + K);
+        const float *ro = eagle_draft_root_out(ed), *fo = eagle_ws_out(ws) + (N - 1) * dd;
+        double dm2 = 0, fm = 0;
+        for (int64_t j = 0; j < dd; j++) {
+            dm2 = fmax(dm2, fabs((double)ro[j] - fo[j]));
+            fm = fmax(fm, fabs((double)fo[j]));
+        }
+        printf("drafter vs training forward: max |d out| %.3g of %.3g\n", dm2, fm);
+        CHECK(dm2 <= 1e-5 * fm);
+        for (int j = 0; j < K && j + 1 < tr.n; j++) {
+            CHECK_EQ(tr.tok[j + 1], best[j]);
+            CHECK_EQ(tr.parent[j + 1], 0);
+        }
+        /* deeper: budget and depth respected, parents before children */
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, &tr, &d) == 0);
+        CHECK(tr.n > 1 + K && tr.n <= 21);
+        int maxd = 0;
+        for (int64_t j = 1; j < tr.n; j++) {
+            CHECK(tr.parent[j] < j);
+            CHECK_EQ(tr.depth[j], tr.depth[tr.parent[j]] + 1);
+            maxd = tr.depth[j] > maxd ? tr.depth[j] : maxd;
+        }
+        CHECK(maxd >= 2 && maxd <= 4);
+        /* a missing feature: no draft */
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, &tr, &d) == 0);
+        CHECK_EQ(tr.n, 1);
+        spec_tree_release(&tr);
+        free(z);
+        eagle_draft_free(ed);
+    }
+    unlink(path);
 
     /* bad shapes */
     struct eagle_config bad = t.c;
