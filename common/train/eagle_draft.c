@@ -404,6 +404,8 @@ eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int
         return 0;
     if (depth > LEVELS_MAX)
         depth = LEVELS_MAX;
+    double t0 = now_seconds();
+    int levels = 1;
     catch_up(e, hist, n_hist);
     e->n_c = e->n_fed = 0;
     /* level 1: the root's children, from its logits (row 0) */
@@ -450,6 +452,7 @@ eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int
         }
         struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na };
         run_rows(e, &rw);
+        levels++;
         e->n_fed += nf;
         f0 = e->n_c;
         for (int64_t r = 0; r < nf; r++) {
@@ -462,6 +465,9 @@ eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int
         }
         f1 = e->n_c;
     }
+    /* the cost per level, for the draft size (spec_choose): a running
+     * mean that replaces the estimate made at open */
+    e->level_ms = 0.8 * e->level_ms + 0.2 * (now_seconds() - t0) * 1000.0 / levels;
     /* the best budget candidates, in (depth, index) order so that parents come first */
     int64_t ns = 0;
     for (int64_t i = 0; i < e->n_c; i++)

@@ -70,7 +70,9 @@ int eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist,
  * last draft (d floats; for the tests: the training forward's) */
 const float *eagle_draft_root_out(const struct eagle_draft *e);
 
-/* eagle_draft_level_ms() : the time of one tree level, measured at open */
+/* eagle_draft_level_ms() : the time of one tree level: measured at open,
+ * then a running mean over the drafts (the catch-up of each draft
+ * included) */
 double eagle_draft_level_ms(const struct eagle_draft *e);
 
 #endif

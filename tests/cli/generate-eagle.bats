@@ -60,3 +60,21 @@ setup() {
     [[ $stderr == *"--draft-head works with one prompt"* ]]
     run -0 --separate-stderr generate -m "$FIX" -p hi -n 2 --draft-head "$HEAD" --spec-depth 2
 }
+
+@test "generate --draft-head on SmolLM2: greedy output equals plain decoding on held-out prompts" {
+    need_model SMOL SmolLM2-135M-Instruct.Q4_1.gguf
+    cd "$BATS_TEST_TMPDIR"
+    head -c 6000 "$CALIB" > cal.txt
+    run -0 draft-train -m "$SMOL" --data cal.txt -o smol.eagle.gguf --epochs 1 --seq-len 64 \
+        --batch 2 -q
+    # a wikitext-2 passage (never trained on) and a chat question
+    python3 -c "
+import re
+t = open('$SHARED/data/wikitext-2-test.raw', encoding='utf-8').read()
+print(' '.join(t.split()[300:420]))" > wiki.txt
+    run -0 --separate-stderr generate -m "$SMOL" -f wiki.txt -n 48 --temp 0 \
+        --draft-head smol.eagle.gguf --spec-width 3 --spec-depth 4 --spec-tokens 8 --spec-compare --json
+    [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
+    run -0 --separate-stderr generate -m "$SMOL" --chat -p "Why is the sky blue?" -n 48 --temp 0 \
+        --draft-head smol.eagle.gguf --spec-width 2 --spec-tokens 6 --spec-compare
+}
