@@ -442,6 +442,17 @@ adamw(struct run *r, double lr, int64_t t)
     }
 }
 
+/* the options that shape a run's result, as a checkpoint records them */
+static void
+run_options(const struct run *r, char *buf, size_t cap)
+{
+    const struct draft_train_opts *o = r->o;
+    snprintf(buf, cap, "epochs=%lld max_time=%.9g lr=%.9g batch=%lld seq_len=%lld "
+             "draft_vocab=%lld noise=%.9g clip=%.9g", (long long)o->epochs, o->max_time, o->lr,
+             (long long)o->batch, (long long)o->seq_len, (long long)o->draft_vocab,
+             (double)o->noise, (double)o->clip);
+}
+
 static void
 fill_meta(const struct run *r, struct eagle_meta *mt, int64_t steps, double elapsed)
 {
@@ -457,6 +468,7 @@ fill_meta(const struct run *r, struct eagle_meta *mt, int64_t steps, double elap
     mt->ckpt_step = (uint64_t)steps;
     mt->ckpt_seed = r->o->seed;
     mt->ckpt_elapsed = (float)elapsed;
+    run_options(r, mt->ckpt_options, sizeof mt->ckpt_options);
 }
 
 static int
@@ -491,12 +503,20 @@ resume(struct run *r, int64_t *step, double *elapsed, struct diag *d)
         diag_prefix(d, "--resume: '%s'", r->ckpt);
         return rc;
     }
+    char opts[256];
+    run_options(r, opts, sizeof opts);
     if (strcmp(mt.base_sha256, r->base_sha) != 0 || strcmp(mt.data_sha256, r->data_sha) != 0 ||
         h.n_param != r->h.n_param || mt.ckpt_seed != r->o->seed) {
         eagle_head_release(&h);
         free(m_), free(v_);
         return diag_set(d, ST_FORMAT, "--resume: '%s' is a checkpoint of another run (model, "
                         "data or --seed differ)", r->ckpt);
+    }
+    if (strcmp(mt.ckpt_options, opts) != 0) {
+        eagle_head_release(&h);
+        free(m_), free(v_);
+        return diag_set(d, ST_FORMAT, "--resume: '%s' was written with other options (%s)",
+                        r->ckpt, mt.ckpt_options);
     }
     memcpy(r->h.param, h.param, (size_t)h.n_param * sizeof(float));
     memcpy(r->am, m_, (size_t)h.n_param * sizeof(float));

@@ -52,6 +52,7 @@ eagle_head_write(const struct eagle_head *h, const struct eagle_meta *meta, cons
         rc |= gguf_set_u64(&g, "eagle.ckpt.step", meta->ckpt_step);
         rc |= gguf_set_u64(&g, "eagle.ckpt.seed", meta->ckpt_seed);
         rc |= gguf_set_f32(&g, "eagle.ckpt.elapsed", meta->ckpt_elapsed);
+        rc |= gguf_set_str(&g, "eagle.ckpt.options", meta->ckpt_options);
     }
     if (rc) {
         gguf_release(&g);
@@ -239,7 +240,9 @@ eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float
     if (m_ && v_) {
         if ((rc = get_u64(&g, "eagle.ckpt.step", &meta->ckpt_step, d)) < 0 ||
             (rc = get_u64(&g, "eagle.ckpt.seed", &meta->ckpt_seed, d)) < 0 ||
-            (rc = get_f(&g, "eagle.ckpt.elapsed", &meta->ckpt_elapsed, d)) < 0)
+            (rc = get_f(&g, "eagle.ckpt.elapsed", &meta->ckpt_elapsed, d)) < 0 ||
+            (rc = get_s(&g, "eagle.ckpt.options", meta->ckpt_options, sizeof meta->ckpt_options,
+                        d)) < 0)
             goto out;
         if ((rc = read_vec(&g, "opt.m", h->n_param, m_, d)) < 0)
             goto out;

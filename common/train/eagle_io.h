@@ -18,7 +18,8 @@
  * Tensors, F32, GGUF shapes {cols, rows}: eagle.h's eagle_tensor_name() list.
  * A checkpoint is the same file plus the optimizer's state: tensors
  * "opt.m" and "opt.v" ({n_param}) and keys eagle.ckpt.step, eagle.ckpt.seed
- * (u64), eagle.ckpt.elapsed (f32 seconds).
+ * (u64), eagle.ckpt.elapsed (f32 seconds), eagle.ckpt.options (string: the
+ * run's options that shape the result, which a resumed run must repeat).
  */
 #ifndef LLMKIT_EAGLE_IO_H
 #define LLMKIT_EAGLE_IO_H
@@ -38,6 +39,7 @@ struct eagle_meta {
     /* checkpoints only */
     uint64_t ckpt_step, ckpt_seed;
     float ckpt_elapsed;
+    char ckpt_options[256];
 };
 
 /* eagle_base_sha256() : SHA-256 (hex) of m's tensor data section: the
