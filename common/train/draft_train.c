@@ -51,6 +51,7 @@ struct run {
     float *grad, *am, *av;      /* [n_param] */
     struct eagle_frozen fz;     /* the embedding, the CE's LM head rows */
     float *lm_red;              /* owned [fz.n_lm][d] when a subset */
+    int32_t *lm_ids;            /* owned [fz.n_lm] their token ids, ascending (subset) */
     char base_sha[65], data_sha[65];
     char label[160];            /* the progress line */
     char *ckpt;                 /* OUTPUT.ckpt */
@@ -353,7 +354,8 @@ draft_vocab(struct run *r, struct diag *d)
     for (int64_t i = 0; i < n; i++)
         memcpy(r->lm_red + i * r->d, r->tgt.lm + (int64_t)ids[i] * r->d,
                (size_t)r->d * sizeof(float));
-    free(cnt), free(ids);
+    free(cnt);
+    r->lm_ids = ids;            /* the first n, ascending */
     r->fz.lm = r->lm_red;
     r->fz.n_lm = n;
     return 0;
@@ -469,6 +471,8 @@ fill_meta(const struct run *r, struct eagle_meta *mt, int64_t steps, double elap
     mt->ckpt_seed = r->o->seed;
     mt->ckpt_elapsed = (float)elapsed;
     run_options(r, mt->ckpt_options, sizeof mt->ckpt_options);
+    mt->draft_ids = r->lm_ids;
+    mt->n_draft = r->lm_ids ? r->fz.n_lm : 0;
 }
 
 static int
@@ -508,12 +512,14 @@ resume(struct run *r, int64_t *step, double *elapsed, struct diag *d)
     if (strcmp(mt.base_sha256, r->base_sha) != 0 || strcmp(mt.data_sha256, r->data_sha) != 0 ||
         h.n_param != r->h.n_param || mt.ckpt_seed != r->o->seed) {
         eagle_head_release(&h);
+        free(mt.draft_ids);
         free(m_), free(v_);
         return diag_set(d, ST_FORMAT, "--resume: '%s' is a checkpoint of another run (model, "
                         "data or --seed differ)", r->ckpt);
     }
     if (strcmp(mt.ckpt_options, opts) != 0) {
         eagle_head_release(&h);
+        free(mt.draft_ids);
         free(m_), free(v_);
         return diag_set(d, ST_FORMAT, "--resume: '%s' was written with other options (%s)",
                         r->ckpt, mt.ckpt_options);
@@ -522,6 +528,7 @@ resume(struct run *r, int64_t *step, double *elapsed, struct diag *d)
     memcpy(r->am, m_, (size_t)h.n_param * sizeof(float));
     memcpy(r->av, v_, (size_t)h.n_param * sizeof(float));
     eagle_head_release(&h);
+    free(mt.draft_ids);
     free(m_), free(v_);
     *step = (int64_t)mt.ckpt_step;
     *elapsed = mt.ckpt_elapsed;
@@ -720,7 +727,7 @@ out:;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         rep->peak_rss = (int64_t)ru.ru_maxrss * 1024;
     free(r.seq_tok), free(r.feat), free(r.f32), free(r.noisy), free(r.grad), free(r.am),
-        free(r.av), free(r.ckpt), free(r.lm_red);
+        free(r.av), free(r.ckpt), free(r.lm_red), free(r.lm_ids);
     eagle_ws_free(r.ws);
     eagle_head_release(&r.h);
     eagle_target_release(&r.tgt);

@@ -45,6 +45,12 @@ struct eagle_draft {
     float *ch, *ck, *cv;        /* [cap_fed][d], [cap_fed][kd] x2 */
     float *hroot;               /* [d] the head's output at the root's position */
     float *hid;                 /* eagle_draft_hidden's buffer */
+    /* the tokens the head scores: all (lm_ids NULL: the target's LM head in
+     * its own type), or the head's draft vocabulary (f32 rows of the LM
+     * head, lm_red) */
+    int64_t n_lm;
+    int32_t *lm_ids;
+    float *lm_red;
     int64_t hid_rows;
     int64_t n_fed, cap_fed;
     int64_t *sel;
@@ -139,7 +145,9 @@ run_rows(struct eagle_draft *e, const struct rows *rw)
     bw->matmul_fwd(e->out, e->g, h->t[EAGLE_DOWN], NULL, n, d, e->ff);
     for (int64_t i = 0; i < n * d; i++)
         e->out[i] += e->h1[i];
-    if (rw->lg0 < n) {
+    if (rw->lg0 < n && e->lm_red) {
+        bw->matmul_fwd(e->logits, e->out + rw->lg0 * d, e->lm_red, NULL, n - rw->lg0, e->n_lm, d);
+    } else if (rw->lg0 < n) {
         struct backend_matmul mm = { 0 };
         mm.nw = 1;
         mm.w[0] = &e->lm;
@@ -198,7 +206,7 @@ eagle_draft_free(struct eagle_draft *e)
     free(e->x2), free(e->h0), free(e->q), free(e->k), free(e->v), free(e->a), free(e->h1);
     free(e->xn), free(e->g), free(e->u), free(e->out), free(e->cs), free(e->logits), free(e->sc);
     free(e->ids), free(e->c), free(e->ch), free(e->ck), free(e->cv), free(e->sel);
-    free(e->hroot), free(e->hid);
+    free(e->hroot), free(e->hid), free(e->lm_ids), free(e->lm_red);
     free(e);
 }
 
@@ -220,9 +228,12 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     if ((rc = eagle_head_read(&e->h, &meta, NULL, NULL, path, d)) < 0 ||
         (rc = eagle_head_check_base(&e->h, &meta, m, d)) < 0) {
         diag_prefix(d, "'%s'", path);
+        free(meta.draft_ids);
         eagle_draft_free(e);
         return rc;
     }
+    e->lm_ids = meta.draft_ids;     /* NULL: the whole vocabulary */
+    e->n_lm = meta.draft_ids ? meta.n_draft : m->hp.n_vocab;
     if (e->h.c.head_dim != m->hp.head_dim || e->h.c.rope.n_rot > e->h.c.head_dim) {
         eagle_draft_free(e);
         return diag_set(d, ST_FORMAT, "'%s': head shape does not fit the model", path);
@@ -258,7 +269,12 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->g = xcalloc((size_t)(B * e->ff), sizeof(float), &bad);
     e->u = xcalloc((size_t)(B * e->ff), sizeof(float), &bad);
     e->cs = xcalloc((size_t)(B * e->h.c.rope.n_rot), sizeof(float), &bad);
-    e->logits = xcalloc((size_t)(k * e->V), sizeof(float), &bad);
+    e->logits = xcalloc((size_t)(k * e->n_lm), sizeof(float), &bad);
+    if (e->lm_ids) {
+        e->lm_red = xcalloc((size_t)(e->n_lm * d2), sizeof(float), &bad);
+        if (!bad)
+            m->be->ops->get_rows(m->be, e->lm_red, &e->lm, e->lm_ids, e->n_lm);
+    }
     e->sc = xcalloc((size_t)(ctx + LEVELS_MAX + 1), sizeof(float), &bad);
     e->ids = xcalloc((size_t)B, sizeof(int32_t), &bad);
     e->c = xcalloc((size_t)e->cap_c, sizeof(struct cand), &bad);
@@ -409,9 +425,9 @@ eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int
     catch_up(e, hist, n_hist);
     e->n_c = e->n_fed = 0;
     /* level 1: the root's children, from its logits (row 0) */
-    int64_t nk = top_k(e->logits, e->V, k, id, lp);
+    int64_t nk = top_k(e->logits, e->n_lm, k, id, lp);
     for (int64_t i = 0; i < nk; i++)
-        e->c[e->n_c++] = (struct cand){ id[i], -1, 1, -1, lp[i] };
+        e->c[e->n_c++] = (struct cand){ e->lm_ids ? e->lm_ids[id[i]] : id[i], -1, 1, -1, lp[i] };
     int64_t f0 = 0, f1 = e->n_c;      /* the last level's candidates */
     for (int lev = 2; lev <= depth; lev++) {
         /* the frontier: the top k of the last level, best first */
@@ -458,9 +474,10 @@ eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int
         for (int64_t r = 0; r < nf; r++) {
             memcpy(e->ch + (int64_t)e->c[fr[r]].fed * e->d, e->out + r * e->d,
                    (size_t)e->d * sizeof(float));
-            int64_t nc = top_k(e->logits + r * e->V, e->V, k, id, lp);
+            int64_t nc = top_k(e->logits + r * e->n_lm, e->n_lm, k, id, lp);
             for (int64_t i = 0; i < nc; i++)
-                e->c[e->n_c++] = (struct cand){ id[i], (int32_t)fr[r], lev, -1,
+                e->c[e->n_c++] = (struct cand){ e->lm_ids ? e->lm_ids[id[i]] : id[i],
+                                                (int32_t)fr[r], lev, -1,
                                                 e->c[fr[r]].score + lp[i] };
         }
         f1 = e->n_c;

@@ -18,6 +18,9 @@
  *      cumulative log probability are fed (token, their parent's predicted
  *      feature) in one batch under a tree mask, each giving top_k children
  *      with cumulative scores; all are recorded
+ *   (a head trained over a reduced draft vocabulary, eagle_io.h, scores
+ *   those tokens only, with f32 rows of the target's LM head: one tree
+ *   level then reads n_draft rows instead of the whole vocabulary)
  *   3. the budget candidates of highest score (shallower first on ties)
  *      form the tree: a child never scores above its parent, so the choice
  *      is a connected tree.

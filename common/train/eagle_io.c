@@ -48,6 +48,9 @@ eagle_head_write(const struct eagle_head *h, const struct eagle_meta *meta, cons
     rc |= gguf_set_u64(&g, "eagle.train.steps", meta->steps);
     rc |= gguf_set_u64(&g, "eagle.train.tokens", meta->tokens);
     rc |= gguf_set_str(&g, "eagle.train.data_sha256", meta->data_sha256);
+    if (meta->draft_ids && meta->n_draft > 0)
+        rc |= gguf_set_arr(&g, "eagle.draft_vocab", GGUF_TYPE_INT32, meta->draft_ids,
+                           (uint64_t)meta->n_draft);
     if (m_ && v_) {
         rc |= gguf_set_u64(&g, "eagle.ckpt.step", meta->ckpt_step);
         rc |= gguf_set_u64(&g, "eagle.ckpt.seed", meta->ckpt_seed);
@@ -203,6 +206,28 @@ eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float
         (rc = get_u64(&g, "eagle.train.steps", &meta->steps, d)) < 0 ||
         (rc = get_u64(&g, "eagle.train.tokens", &meta->tokens, d)) < 0)
         goto out;
+    const struct gguf_kv *dv = gguf_get(&g, "eagle.draft_vocab");
+    if (dv) {
+        if (dv->type != GGUF_TYPE_ARRAY || dv->arr_type != GGUF_TYPE_INT32 || dv->n < 1 ||
+            dv->n > (uint64_t)c.n_vocab) {
+            rc = diag_set(d, ST_FORMAT, "key 'eagle.draft_vocab': not an INT32 array of 1 to "
+                          "%lld ids", (long long)c.n_vocab);
+            goto out;
+        }
+        if (!(meta->draft_ids = malloc((size_t)dv->n * sizeof(int32_t)))) {
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+            goto out;
+        }
+        memcpy(meta->draft_ids, dv->v.arr, (size_t)dv->n * sizeof(int32_t));
+        meta->n_draft = (int64_t)dv->n;
+        for (int64_t i = 0; i < meta->n_draft; i++)
+            if (meta->draft_ids[i] < 0 || meta->draft_ids[i] >= c.n_vocab ||
+                (i > 0 && meta->draft_ids[i] <= meta->draft_ids[i - 1])) {
+                rc = diag_set(d, ST_FORMAT, "key 'eagle.draft_vocab': ids not ascending in 0 "
+                              "to %lld", (long long)c.n_vocab - 1);
+                goto out;
+            }
+    }
     if (scale_lin <= 0 || c.eps <= 0 || c.rope.freq_base <= 0) {
         rc = diag_set(d, ST_FORMAT, "eagle.rope / epsilon values out of range");
         goto out;
@@ -254,8 +279,12 @@ eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float
     }
     rc = 0;
 out:
-    if (rc < 0)
+    if (rc < 0) {
         eagle_head_release(h);
+        free(meta->draft_ids);
+        meta->draft_ids = NULL;
+        meta->n_draft = 0;
+    }
     gguf_release(&g);
     return rc;
 }

@@ -15,6 +15,10 @@
  *                               generate refuses the head with any other base
  *   eagle.base.name             string: the base's general.name or file name
  *   eagle.train.steps, eagle.train.tokens   u64; eagle.train.data_sha256 string
+ *   eagle.draft_vocab           optional INT32 array: the token ids the head was trained
+ *                               to predict (draft-train --draft-vocab), ascending; the
+ *                               drafter then scores these tokens only (EAGLE-3's reduced
+ *                               draft vocabulary)
  * Tensors, F32, GGUF shapes {cols, rows}: eagle.h's eagle_tensor_name() list.
  * A checkpoint is the same file plus the optimizer's state: tensors
  * "opt.m" and "opt.v" ({n_param}) and keys eagle.ckpt.step, eagle.ckpt.seed
@@ -36,6 +40,9 @@ struct eagle_meta {
     char base_name[128];
     char data_sha256[65];
     uint64_t steps, tokens;
+    int32_t *draft_ids;         /* NULL, or n_draft ascending token ids (read: malloc'd,
+                                 * the caller frees it) */
+    int64_t n_draft;
     /* checkpoints only */
     uint64_t ckpt_step, ckpt_seed;
     float ckpt_elapsed;

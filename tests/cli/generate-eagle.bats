@@ -78,3 +78,17 @@ print(' '.join(t.split()[300:420]))" > wiki.txt
     run -0 --separate-stderr generate -m "$SMOL" --chat -p "Why is the sky blue?" -n 48 --temp 0 \
         --draft-head smol.eagle.gguf --spec-width 2 --spec-tokens 6 --spec-compare
 }
+
+@test "generate --draft-head: a head with a draft vocabulary drafts from it, losslessly" {
+    cd "$BATS_TEST_TMPDIR"
+    run -0 draft-train -m "$FIX" --data "$BATS_FILE_TMPDIR/text.txt" -o dv.gguf --epochs 1 \
+        --seq-len 32 --draft-vocab 40 -q
+    n=$("$LLMKIT_CACHE/venv/bin/python" -c "
+import sys, gguf
+f = gguf.GGUFReader('dv.gguf').fields['eagle.draft_vocab']
+print(len(f.data))")
+    [ "$n" = 40 ]
+    run -0 --separate-stderr generate -m "$FIX" -p "In addition to a significant" -n 40 \
+        --temp 0 --draft-head dv.gguf --spec-width 3 --spec-tokens 9 --spec-compare --json
+    [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
+}

@@ -174,6 +174,7 @@ main(void)
     enum { K = 3 };
     CHECK(eagle_draft_open(&ed, path, m, 64, K, &d) == 0);
     if (ed) {
+        CHECK(7 * 40 < t.c.n_vocab);
         for (int i = 0; i < N; i++)
             eagle_draft_feed(ed, i, feat + i * dd);
         /* hist = tok[0 .. N]: root tok[N], positions 0 .. N-1 are the head's */
@@ -224,9 +225,37 @@ main(void)
         spec_tree_reset(&tr, tok[N]);
         CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, &tr, &d) == 0);
         CHECK_EQ(tr.n, 1);
+        /* a head with a draft vocabulary drafts its tokens only: the root's
+         * children are the best of them */
+        eagle_draft_free(ed);
+        ed = NULL;
+        int32_t sub[40];
+        for (int j = 0; j < 40; j++)
+            sub[j] = (int32_t)(j * 7 % V);
+        for (int j = 1; j < 40; j++)            /* ascending (7 * j < V) */
+            CHECK(sub[j] > sub[j - 1]);
+        mt.draft_ids = sub;
+        mt.n_draft = 40;
+        CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+        mt.draft_ids = NULL;
+        CHECK(eagle_draft_open(&ed, path, m, 64, K, &d) == 0);
+        if (ed) {
+            for (int i = 0; i < N; i++)
+                eagle_draft_feed(ed, i, feat + i * dd);
+            spec_tree_reset(&tr, tok[N]);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 3, 20, &tr, &d) == 0);
+            CHECK(tr.n > 1 + K);
+            for (int64_t j = 1; j < tr.n; j++)
+                CHECK(tr.tok[j] % 7 == 0 && tr.tok[j] / 7 < 40);
+            int32_t b0 = -1;
+            for (int j = 0; j < 40; j++)
+                if (b0 < 0 || z[sub[j]] > z[b0])
+                    b0 = sub[j];
+            CHECK_EQ(tr.tok[1], b0);
+            eagle_draft_free(ed);
+        }
         spec_tree_release(&tr);
         free(z);
-        eagle_draft_free(ed);
     }
     unlink(path);
 
