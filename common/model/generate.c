@@ -872,7 +872,8 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
         (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, d)) < 0)
         goto out;
     if (o->draft_head && !o->perplexity &&
-        (rc = eagle_draft_open(&g.eh, o->draft_head, m, r->ctx, o->spec_width, d)) < 0)
+        (rc = eagle_draft_open(&g.eh, o->draft_head, m, r->ctx, o->spec_width, GGML_TYPE_Q8_0,
+                               d)) < 0)
         goto out;
     if (!o->perplexity && o->spec_compare && r->drafter) {
         struct generate_report pr = *r;

@@ -2,10 +2,12 @@
  * eagle_draft.c - EAGLE-2 dynamic draft trees from an EAGLE-1 head
  * (eagle_draft.h).
  *
- * The head's own weights are f32 and run through the trainer's table
- * (backward.h: OpenBLAS sgemm); the target's embedding rows and LM head
- * are read in their stored types through the target's backend (get_rows,
- * matmul), as the target reads them.
+ * The head's matrices (and the draft vocabulary's rows of the LM head) are
+ * multiplied through the target's backend, in f32 or converted at open to
+ * the type asked for (Q8_0: a quarter of the bytes a level reads); the
+ * element-wise ops run through the trainer's table (backward.h); the
+ * target's embedding rows and its full LM head are read in their stored
+ * types, as the target reads them.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -16,6 +18,8 @@
 #include "eagle.h"
 #include "eagle_draft.h"
 #include "eagle_io.h"
+#include "qtypes.h"
+#include "quant.h"
 
 #define STABLE_ROWS 64          /* rows per batch when catching up on positions */
 #define LEVELS_MAX 64
@@ -51,6 +55,10 @@ struct eagle_draft {
     int64_t n_lm;
     int32_t *lm_ids;
     float *lm_red;
+    /* the matrices as the backend multiplies them: EAGLE_N_TENSORS (the
+     * head's; bias and norm unused) and the draft vocabulary's rows */
+    struct backend_weight wt[EAGLE_N_TENSORS + 1];
+    void *wbuf[EAGLE_N_TENSORS + 1];    /* converted copies, owned */
     int64_t hid_rows;
     int64_t n_fed, cap_fed;
     int64_t *sel;
@@ -108,6 +116,62 @@ attend(struct eagle_draft *e, const struct rows *rw)
     }
 }
 
+/* y_i = x W_i^T over n rows for the matrices i, j, k (j, k < 0: none),
+ * which share x; bias on the first */
+static void
+mm(struct eagle_draft *e, float *y, const float *x, int64_t n, int i, const float *bias, int j,
+   float *yj, int k, float *yk)
+{
+    struct backend_matmul m = { 0 };
+    int w[3] = { i, j, k };
+    float *ys[3] = { y, yj, yk };
+
+    for (int q = 0; q < 3; q++) {
+        if (w[q] < 0)
+            continue;
+        m.w[m.nw] = &e->wt[w[q]];
+        m.y[m.nw] = ys[q];
+        m.ldy[m.nw] = e->wt[w[q]].rows;
+        m.nw++;
+    }
+    m.bias[0] = bias;
+    m.x = x;
+    m.ldx = e->wt[i].cols;
+    m.n_tok = n;
+    e->m->be->ops->matmul(e->m->be, &m);
+}
+
+/* e->wt[i] = rows x cols f32 matrix src as the backend multiplies it: in
+ * wtype when the type takes that width, else f32 */
+static int
+weight(struct eagle_draft *e, int i, const float *src, int64_t rows, int64_t cols, uint32_t wtype)
+{
+    struct backend *be = e->m->be;
+    size_t rb = qtype_row_bytes(wtype, cols);
+    struct backend_weight *w = &e->wt[i];
+    bool conv = wtype != GGML_TYPE_F32 && rb && quant_supported(wtype) &&
+                !quant_needs_imatrix(wtype) && be->ops->supports(be, wtype);
+
+    if (!conv) {
+        wtype = GGML_TYPE_F32;
+        rb = (size_t)cols * sizeof(float);
+    }
+    w->type = wtype;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = rb;
+    w->packed = NULL;
+    if (!conv) {
+        w->data = src;
+    } else {
+        if (!(e->wbuf[i] = malloc((size_t)rows * rb)))
+            return -ST_NOMEM;
+        quant_chunk(wtype, src, e->wbuf[i], rows, cols, NULL);
+        w->data = e->wbuf[i];
+    }
+    return be->ops->mm_reserve(be, wtype, e->B, cols) < 0 ? -ST_NOMEM : 0;
+}
+
 static void
 run_rows(struct eagle_draft *e, const struct rows *rw)
 {
@@ -124,10 +188,8 @@ run_rows(struct eagle_draft *e, const struct rows *rw)
         memcpy(e->x2 + r * 2 * d + d, rw->fin[r], (size_t)d * sizeof(float));
         ops_rope_angles(e->cs + r * h->c.rope.n_rot, (int32_t)rw->pos[r], &h->c.rope);
     }
-    bw->matmul_fwd(e->h0, e->x2, h->t[EAGLE_FC_W], h->t[EAGLE_FC_B], n, d, 2 * d);
-    bw->matmul_fwd(e->q, e->h0, h->t[EAGLE_WQ], NULL, n, e->qd, d);
-    bw->matmul_fwd(e->k, e->h0, h->t[EAGLE_WK], NULL, n, e->kd, d);
-    bw->matmul_fwd(e->v, e->h0, h->t[EAGLE_WV], NULL, n, e->kd, d);
+    mm(e, e->h0, e->x2, n, EAGLE_FC_W, h->t[EAGLE_FC_B], -1, NULL, -1, NULL);
+    mm(e, e->q, e->h0, n, EAGLE_WQ, NULL, EAGLE_WK, e->k, EAGLE_WV, e->v);
     bw->rope_fwd(e->q, n, h->c.n_head, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
     bw->rope_fwd(e->k, n, h->c.n_head_kv, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
     for (int64_t r = 0; r < n; r++) {
@@ -135,18 +197,18 @@ run_rows(struct eagle_draft *e, const struct rows *rw)
         memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
     }
     attend(e, rw);
-    bw->matmul_fwd(e->h1, e->a, h->t[EAGLE_WO], NULL, n, d, e->qd);
+    mm(e, e->h1, e->a, n, EAGLE_WO, NULL, -1, NULL, -1, NULL);
     for (int64_t i = 0; i < n * d; i++)
         e->h1[i] += e->h0[i];
     bw->rmsnorm_fwd(e->xn, e->h1, h->t[EAGLE_NORM], n, d, h->c.eps);
-    bw->matmul_fwd(e->g, e->xn, h->t[EAGLE_GATE], NULL, n, e->ff, d);
-    bw->matmul_fwd(e->u, e->xn, h->t[EAGLE_UP], NULL, n, e->ff, d);
+    mm(e, e->g, e->xn, n, EAGLE_GATE, NULL, EAGLE_UP, e->u, -1, NULL);
     bw->silu_mul_fwd(e->g, e->g, e->u, n * e->ff);
-    bw->matmul_fwd(e->out, e->g, h->t[EAGLE_DOWN], NULL, n, d, e->ff);
+    mm(e, e->out, e->g, n, EAGLE_DOWN, NULL, -1, NULL, -1, NULL);
     for (int64_t i = 0; i < n * d; i++)
         e->out[i] += e->h1[i];
     if (rw->lg0 < n && e->lm_red) {
-        bw->matmul_fwd(e->logits, e->out + rw->lg0 * d, e->lm_red, NULL, n - rw->lg0, e->n_lm, d);
+        mm(e, e->logits, e->out + rw->lg0 * d, n - rw->lg0, EAGLE_N_TENSORS, NULL, -1, NULL, -1,
+           NULL);
     } else if (rw->lg0 < n) {
         struct backend_matmul mm = { 0 };
         mm.nw = 1;
@@ -207,12 +269,14 @@ eagle_draft_free(struct eagle_draft *e)
     free(e->xn), free(e->g), free(e->u), free(e->out), free(e->cs), free(e->logits), free(e->sc);
     free(e->ids), free(e->c), free(e->ch), free(e->ck), free(e->cv), free(e->sel);
     free(e->hroot), free(e->hid), free(e->lm_ids), free(e->lm_red);
+    for (int i = 0; i <= EAGLE_N_TENSORS; i++)
+        free(e->wbuf[i]);
     free(e);
 }
 
 int
 eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, int64_t ctx,
-                 int k, struct diag *d)
+                 int k, uint32_t wtype, struct diag *d)
 {
     struct eagle_draft *e;
     struct eagle_meta meta;
@@ -283,6 +347,11 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->ck = xcalloc((size_t)(e->cap_fed * e->kd), sizeof(float), &bad);
     e->cv = xcalloc((size_t)(e->cap_fed * e->kd), sizeof(float), &bad);
     e->hroot = xcalloc((size_t)d2, sizeof(float), &bad);
+    for (int i = 0; !bad && i < EAGLE_N_TENSORS; i++)
+        if (i != EAGLE_FC_B && i != EAGLE_NORM)
+            bad |= weight(e, i, e->h.t[i], e->h.rows[i], e->h.cols[i], wtype) < 0;
+    if (!bad && e->lm_red)
+        bad |= weight(e, EAGLE_N_TENSORS, e->lm_red, e->n_lm, d2, wtype) < 0;
     if (bad || m->be->ops->mm_reserve(m->be, e->lm.type, k, e->lm.cols) < 0) {
         eagle_draft_free(e);
         return diag_set(d, ST_NOMEM, "out of memory for the EAGLE head");

@@ -43,9 +43,12 @@ struct eagle_draft;
 /* eagle_draft_open() : reads the head at path and checks that it was
  * trained for m (-ST_FORMAT otherwise: "trained for another model");
  * positions up to ctx; top_k 1 .. EAGLE_TOPK_MAX (branches per node).  0,
- * -ST_IO, -ST_FORMAT, -ST_RANGE, -ST_NOMEM. */
+ * wtype: the type the head's matrices are multiplied in (GGML_TYPE_F32:
+ * as trained; GGML_TYPE_Q8_0: converted at open, a quarter of the bytes;
+ * f32 where the type does not fit a matrix's width).  0, -ST_IO,
+ * -ST_FORMAT, -ST_RANGE, -ST_NOMEM. */
 int eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, int64_t ctx,
-                     int top_k, struct diag *d);
+                     int top_k, uint32_t wtype, struct diag *d);
 void eagle_draft_free(struct eagle_draft *e);
 
 /* eagle_draft_feed() : the target's feature of the token at position pos

@@ -26,6 +26,7 @@
 #include "eagle_io.h"
 #include "eagle_target.h"
 #include "model.h"
+#include "qtypes.h"
 #include "rng.h"
 #include "t.h"
 
@@ -172,7 +173,7 @@ main(void)
      * forward's last output */
     struct eagle_draft *ed = NULL;
     enum { K = 3 };
-    CHECK(eagle_draft_open(&ed, path, m, 64, K, &d) == 0);
+    CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_F32, &d) == 0);
     if (ed) {
         CHECK(7 * 40 < t.c.n_vocab);
         for (int i = 0; i < N; i++)
@@ -225,6 +226,22 @@ main(void)
         spec_tree_reset(&tr, tok[N]);
         CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, &tr, &d) == 0);
         CHECK_EQ(tr.n, 1);
+        /* the head in Q8_0 (what generate runs): close to the f32 one */
+        eagle_draft_free(ed);
+        ed = NULL;
+        CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_Q8_0, &d) == 0);
+        if (ed) {
+            for (int i = 0; i < N; i++)
+                eagle_draft_feed(ed, i, feat + i * dd);
+            spec_tree_reset(&tr, tok[N]);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+            const float *qo = eagle_draft_root_out(ed);
+            double dq = 0;
+            for (int64_t j = 0; j < dd; j++)
+                dq = fmax(dq, fabs((double)qo[j] - fo[j]));
+            printf("drafter in Q8_0 vs training forward: max |d out| %.3g of %.3g\n", dq, fm);
+            CHECK(dq > 0 && dq <= 2e-2 * fm);
+        }
         /* a head with a draft vocabulary drafts its tokens only: the root's
          * children are the best of them */
         eagle_draft_free(ed);
@@ -238,7 +255,7 @@ main(void)
         mt.n_draft = 40;
         CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
         mt.draft_ids = NULL;
-        CHECK(eagle_draft_open(&ed, path, m, 64, K, &d) == 0);
+        CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_F32, &d) == 0);
         if (ed) {
             for (int i = 0; i < N; i++)
                 eagle_draft_feed(ed, i, feat + i * dd);
