@@ -138,7 +138,7 @@ get_s(const struct gguf *g, const char *key, char *out, size_t cap, struct diag 
 
 /* a 1-D F32 tensor of n floats, copied into a new array */
 static int
-read_vec(struct gguf *g, const char *name, int64_t n, float **out, struct diag *d)
+read_vec(const struct gguf *g, const char *name, int64_t n, float **out, struct diag *d)
 {
     int64_t ti = gguf_find_tensor(g, name);
     if (ti < 0)
@@ -153,12 +153,12 @@ read_vec(struct gguf *g, const char *name, int64_t n, float **out, struct diag *
     return 0;
 }
 
-int
-eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float **v_,
-                const char *path, struct diag *d)
+/* the head in g (parsed, its tensors' data in memory) */
+static int
+head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float **v_,
+               const struct gguf *g, struct diag *d)
 {
     struct eagle_config c;
-    struct gguf g;
     const char *arch;
     bool neox = false;
     float scale_lin = 1;
@@ -168,11 +168,7 @@ eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float
     memset(h, 0, sizeof *h);
     memset(meta, 0, sizeof *meta);
     memset(&c, 0, sizeof c);
-    if ((rc = gguf_open(&g, path, d)) < 0)
-        return rc;
-    if ((rc = gguf_load_stream(&g, d)) < 0)
-        goto out;
-    if ((rc = need(gguf_get_str(&g, "general.architecture", &arch, d), "general.architecture",
+    if ((rc = need(gguf_get_str(g, "general.architecture", &arch, d), "general.architecture",
                    d)) < 0)
         goto out;
     if (strcmp(arch, "eagle") != 0) {
@@ -180,33 +176,33 @@ eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float
                       arch);
         goto out;
     }
-    if ((rc = get_u64(&g, "eagle.version", &u, d)) < 0)
+    if ((rc = get_u64(g, "eagle.version", &u, d)) < 0)
         goto out;
     if (u != 1) {
         rc = diag_set(d, ST_FORMAT, "eagle.version %llu: only EAGLE-1 heads (1) are supported",
                       (unsigned long long)u);
         goto out;
     }
-    if ((rc = get_u(&g, "eagle.embedding_length", &c.d, d)) < 0 ||
-        (rc = get_u(&g, "eagle.feed_forward_length", &c.n_ff, d)) < 0 ||
-        (rc = get_u(&g, "eagle.attention.head_count", &c.n_head, d)) < 0 ||
-        (rc = get_u(&g, "eagle.attention.head_count_kv", &c.n_head_kv, d)) < 0 ||
-        (rc = get_u(&g, "eagle.attention.key_length", &c.head_dim, d)) < 0 ||
-        (rc = get_f(&g, "eagle.attention.layer_norm_rms_epsilon", &c.eps, d)) < 0 ||
-        (rc = get_u(&g, "eagle.rope.dimension_count", &c.rope.n_rot, d)) < 0 ||
-        (rc = get_f(&g, "eagle.rope.freq_base", &c.rope.freq_base, d)) < 0 ||
-        (rc = get_f(&g, "eagle.rope.scale_linear", &scale_lin, d)) < 0 ||
-        (rc = need(gguf_get_bool(&g, "eagle.rope.neox", &neox, d), "eagle.rope.neox", d)) < 0 ||
-        (rc = get_u(&g, "eagle.vocab_size", &c.n_vocab, d)) < 0 ||
-        (rc = get_s(&g, "eagle.base.tensor_sha256", meta->base_sha256, sizeof meta->base_sha256,
+    if ((rc = get_u(g, "eagle.embedding_length", &c.d, d)) < 0 ||
+        (rc = get_u(g, "eagle.feed_forward_length", &c.n_ff, d)) < 0 ||
+        (rc = get_u(g, "eagle.attention.head_count", &c.n_head, d)) < 0 ||
+        (rc = get_u(g, "eagle.attention.head_count_kv", &c.n_head_kv, d)) < 0 ||
+        (rc = get_u(g, "eagle.attention.key_length", &c.head_dim, d)) < 0 ||
+        (rc = get_f(g, "eagle.attention.layer_norm_rms_epsilon", &c.eps, d)) < 0 ||
+        (rc = get_u(g, "eagle.rope.dimension_count", &c.rope.n_rot, d)) < 0 ||
+        (rc = get_f(g, "eagle.rope.freq_base", &c.rope.freq_base, d)) < 0 ||
+        (rc = get_f(g, "eagle.rope.scale_linear", &scale_lin, d)) < 0 ||
+        (rc = need(gguf_get_bool(g, "eagle.rope.neox", &neox, d), "eagle.rope.neox", d)) < 0 ||
+        (rc = get_u(g, "eagle.vocab_size", &c.n_vocab, d)) < 0 ||
+        (rc = get_s(g, "eagle.base.tensor_sha256", meta->base_sha256, sizeof meta->base_sha256,
                     d)) < 0 ||
-        (rc = get_s(&g, "eagle.base.name", meta->base_name, sizeof meta->base_name, d)) < 0 ||
-        (rc = get_s(&g, "eagle.train.data_sha256", meta->data_sha256, sizeof meta->data_sha256,
+        (rc = get_s(g, "eagle.base.name", meta->base_name, sizeof meta->base_name, d)) < 0 ||
+        (rc = get_s(g, "eagle.train.data_sha256", meta->data_sha256, sizeof meta->data_sha256,
                     d)) < 0 ||
-        (rc = get_u64(&g, "eagle.train.steps", &meta->steps, d)) < 0 ||
-        (rc = get_u64(&g, "eagle.train.tokens", &meta->tokens, d)) < 0)
+        (rc = get_u64(g, "eagle.train.steps", &meta->steps, d)) < 0 ||
+        (rc = get_u64(g, "eagle.train.tokens", &meta->tokens, d)) < 0)
         goto out;
-    const struct gguf_kv *dv = gguf_get(&g, "eagle.draft_vocab");
+    const struct gguf_kv *dv = gguf_get(g, "eagle.draft_vocab");
     if (dv) {
         if (dv->type != GGUF_TYPE_ARRAY || dv->arr_type != GGUF_TYPE_INT32 || dv->n < 1 ||
             dv->n > (uint64_t)c.n_vocab) {
@@ -243,12 +239,12 @@ eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float
     }
     for (int i = 0; i < EAGLE_N_TENSORS; i++) {
         const char *name = eagle_tensor_name(i);
-        int64_t ti = gguf_find_tensor(&g, name);
+        int64_t ti = gguf_find_tensor(g, name);
         if (ti < 0) {
             rc = diag_set(d, ST_FORMAT, "tensor '%s' missing", name);
             goto out;
         }
-        const struct gguf_tensor *t = &g.t[ti];
+        const struct gguf_tensor *t = &g->t[ti];
         if (t->type != GGML_TYPE_F32 || t->ne[0] != h->cols[i] || t->ne[1] != h->rows[i] ||
             t->ne[2] != 1 || t->ne[3] != 1) {
             rc = diag_set(d, ST_FORMAT, "tensor '%s': not F32 [%lld, %lld]", name,
@@ -263,15 +259,15 @@ eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float
             goto out;
         }
     if (m_ && v_) {
-        if ((rc = get_u64(&g, "eagle.ckpt.step", &meta->ckpt_step, d)) < 0 ||
-            (rc = get_u64(&g, "eagle.ckpt.seed", &meta->ckpt_seed, d)) < 0 ||
-            (rc = get_f(&g, "eagle.ckpt.elapsed", &meta->ckpt_elapsed, d)) < 0 ||
-            (rc = get_s(&g, "eagle.ckpt.options", meta->ckpt_options, sizeof meta->ckpt_options,
+        if ((rc = get_u64(g, "eagle.ckpt.step", &meta->ckpt_step, d)) < 0 ||
+            (rc = get_u64(g, "eagle.ckpt.seed", &meta->ckpt_seed, d)) < 0 ||
+            (rc = get_f(g, "eagle.ckpt.elapsed", &meta->ckpt_elapsed, d)) < 0 ||
+            (rc = get_s(g, "eagle.ckpt.options", meta->ckpt_options, sizeof meta->ckpt_options,
                         d)) < 0)
             goto out;
-        if ((rc = read_vec(&g, "opt.m", h->n_param, m_, d)) < 0)
+        if ((rc = read_vec(g, "opt.m", h->n_param, m_, d)) < 0)
             goto out;
-        if ((rc = read_vec(&g, "opt.v", h->n_param, v_, d)) < 0) {
+        if ((rc = read_vec(g, "opt.v", h->n_param, v_, d)) < 0) {
             free(*m_);
             *m_ = NULL;
             goto out;
@@ -285,7 +281,42 @@ out:
         meta->draft_ids = NULL;
         meta->n_draft = 0;
     }
+    return rc;
+}
+
+int
+eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float **v_,
+                const char *path, struct diag *d)
+{
+    struct gguf g;
+    int rc;
+
+    memset(h, 0, sizeof *h);
+    memset(meta, 0, sizeof *meta);
+    if ((rc = gguf_open(&g, path, d)) < 0)
+        return rc;
+    if ((rc = gguf_load_stream(&g, d)) == 0)
+        rc = head_from_gguf(h, meta, m_, v_, &g, d);
     gguf_release(&g);
+    return rc;
+}
+
+int
+eagle_head_read_mem(struct eagle_head *h, struct eagle_meta *meta, const void *data, size_t size,
+                    struct diag *d)
+{
+    struct src s;
+    struct gguf g;
+    int rc;
+
+    memset(h, 0, sizeof *h);
+    memset(meta, 0, sizeof *meta);
+    src_open_mem(&s, data, size, "head");
+    if ((rc = gguf_read(&g, &s, d)) == 0) {
+        rc = head_from_gguf(h, meta, NULL, NULL, &g, d);
+        gguf_release(&g);
+    }
+    src_close(&s);
     return rc;
 }
 

@@ -67,6 +67,11 @@ int eagle_head_write(const struct eagle_head *h, const struct eagle_meta *meta, 
 int eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, float **v_,
                     const char *path, struct diag *d);
 
+/* eagle_head_read_mem() : eagle_head_read() of a head file's bytes (no
+ * optimizer state): for the fuzz harness. */
+int eagle_head_read_mem(struct eagle_head *h, struct eagle_meta *meta, const void *data,
+                        size_t size, struct diag *d);
+
 /* eagle_head_check_base() : 0 when h was trained for m (shape and base
  * hash), else -ST_FORMAT with the reason. */
 int eagle_head_check_base(const struct eagle_head *h, const struct eagle_meta *meta,

@@ -276,6 +276,32 @@ main(void)
     }
     unlink(path);
 
+    /* head files (the fuzz corpus): the valid ones read, the others are
+     * bad data with a message */
+    static const struct { const char *f; int rc; } files[] = {
+        { "valid.gguf", 0 }, { "valid-draft-vocab.gguf", 0 },
+        { "draft-vocab-unsorted.gguf", -ST_FORMAT }, { "draft-vocab-out-of-range.gguf", -ST_FORMAT },
+        { "missing-tensor.gguf", -ST_FORMAT }, { "wrong-shape.gguf", -ST_FORMAT },
+        { "bad-heads.gguf", -ST_FORMAT },
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[256];
+        struct eagle_head hf;
+        struct eagle_meta mf;
+        struct diag df = { "" };
+        snprintf(p, sizeof p, "tests/fuzz/corpus/eagle/%s", files[i].f);
+        int rc = eagle_head_read(&hf, &mf, NULL, NULL, p, &df);
+        if (rc != files[i].rc)
+            fprintf(stderr, "%s: %d (%s)\n", files[i].f, rc, df.msg);
+        CHECK_EQ(rc, files[i].rc);
+        CHECK(rc == 0 || df.msg[0]);
+        if (rc == 0) {
+            CHECK_EQ(mf.n_draft, i == 1 ? 3 : 0);
+            eagle_head_release(&hf);
+            free(mf.draft_ids);
+        }
+    }
+
     /* bad shapes */
     struct eagle_config bad = t.c;
     bad.n_head_kv = 3;
