@@ -68,10 +68,11 @@ LIBS        := $(LIBLLMKIT) $(LIBKERNELS)
 # kernels/ is the lowest layer: its files see only kernels/ headers, so an
 # include of common/ there fails to compile; the library, the tools and the
 # tests see both.
-# common/ is in rooms (base, formats, text, model, quant, kv; docs/architecture.md),
+# common/ is in rooms (base, formats, text, model, quant, kv, train; docs/architecture.md),
 # one -iquote each, so that "xio.h" names a header wherever it lives.
 COMMON_IQUOTE = -iquote common/base -iquote common/formats -iquote common/text \
-                -iquote common/model -iquote common/quant -iquote common/kv
+                -iquote common/model -iquote common/quant -iquote common/kv \
+                -iquote common/train
 $(BUILD)/common/%.o $(BUILD)/tools/%.o $(BUILD)/tests/%.o: CFLAGS += $(COMMON_IQUOTE)
 
 # SIMD files get their own flags; the right one is picked at run time.

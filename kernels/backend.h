@@ -29,8 +29,10 @@
  *         which the tools report with exit 5.  Not yet run on a GPU: see
  *         scripts/gpu-check.
  *
- * Training (the EAGLE draft trainer) adds a backward table beside this one:
- * struct backend_ops.backward, NULL in every backend today.
+ * Training (the EAGLE draft trainer, common/train) uses the backward table
+ * beside this one, struct backend_ops.backward (backward.h): the CPU
+ * backend's is OpenBLAS's (backward_ops_blas), or with the ref kernels the
+ * scalar reference.
  *
  * Buffers handed to the ops (activations, weights, the KV pool) are the
  * backend's: for the CPU backend any host memory is one.  A device backend
@@ -51,7 +53,7 @@
 #include "ops.h"
 
 struct backend_ops;
-struct backend_backward_ops;    /* the trainer's table (later issue) */
+struct backend_backward_ops;    /* the trainer's table (backward.h) */
 
 /* An opened backend.  Backends extend it (their own struct with this one
  * first); callers see only these fields. */
@@ -233,7 +235,8 @@ struct backend_ops {
     void (*copy_rows)(struct backend *be, float *y, int64_t ldy, const float *x, int64_t ldx,
                       int64_t n_rows, int64_t dim);
 
-    /* the trainer's backward ops: NULL until the EAGLE trainer adds them */
+    /* the trainer's forward and backward ops (backward.h); NULL in a
+     * backend without them */
     const struct backend_backward_ops *backward;
 };
 

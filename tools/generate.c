@@ -81,19 +81,6 @@ run_one(const struct generate_opts *o)
     return RC_OK;
 }
 
-/* --tokenize, --count, --detokenize (gentok.h) */
-static int
-run_tok(const struct gentok_opts *t, const struct generate_opts *o)
-{
-    struct diag d = {{0}};
-    int rc;
-
-    if ((rc = run_gentok(t, o, &d)))
-        die(rc_from_st(rc), "%s", d.msg);
-    cli_finish_stdout();
-    return RC_OK;
-}
-
 int
 main(int argc, char **argv)
 {
@@ -197,6 +184,7 @@ main(int argc, char **argv)
             have_spec = true;
             break;
         case OPT_DRAFT: o.draft = optarg; break;
+        case OPT_DRAFT_HEAD: o.draft_head = optarg; break;
         case OPT_SPEC_COMPARE: o.spec_compare = true; have_spec = true; break;
         case OPT_SPEC_DEPTH:
             o.spec_depth = (int)cli_parse_i64(optarg, 1, 64, "--spec-depth", false);
@@ -278,15 +266,17 @@ main(int argc, char **argv)
           "--perplexity takes no prompt, --chat or -n" },
         { o.chunks > 0 && !o.perplexity, "--chunks needs --perplexity" },
         { o.top_logits && (!o.json || o.perplexity), "--top-logits needs --json and a prompt" },
-        { have_spec && !o.lookup && !o.draft, "--spec-tokens and --spec-compare need "
-          "--lookup or --draft" },
+        { have_spec && !o.lookup && !o.draft && !o.draft_head, "--spec-tokens and --spec-compare "
+          "need --lookup, --draft or --draft-head" },
         { have_ngram && !o.lookup, "--lookup-ngram needs --lookup" },
-        { have_tree && !o.draft, "--spec-depth, --spec-width and --draft-p-min need --draft" },
-        { o.lookup && o.draft, "--lookup and --draft are exclusive" },
-        { o.draft && o.perplexity, "--draft does not go with --perplexity" },
+        { have_tree && !o.draft && !o.draft_head, "--spec-depth, --spec-width and --draft-p-min "
+          "need --draft or --draft-head" },
+        { o.lookup + !!o.draft + !!o.draft_head > 1, "--lookup, --draft and --draft-head are exclusive" },
+        { o.draft_head && batch, "--draft-head works with one prompt (-p, -f), not with --batch" },
+        { (o.lookup || o.draft || o.draft_head) && o.perplexity, "--lookup, --draft and --draft-head "
+          "do not go with --perplexity" },
         { batch && have_shape, "--spec-depth and --spec-width work with one "
           "prompt (-p, -f): --batch drafts chains of --spec-tokens" },
-        { o.lookup && o.perplexity, "--lookup does not go with --perplexity" },
         { o.spec_compare && batch, "--spec-compare works with one prompt (-p, -f)" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
@@ -294,7 +284,9 @@ main(int argc, char **argv)
     o.cb = tool_callbacks(false);
     if (o.json)
         o.cb.progress = NULL;   /* no bar with --json (STYLE) */
+    if (tk.mode && (v = run_gentok(&tk, &o, &d)))     /* --tokenize, --count, --detokenize */
+        die(rc_from_st(v), "%s", d.msg);
     if (tk.mode)
-        return run_tok(&tk, &o);
+        return cli_finish_stdout(), RC_OK;
     return batch ? run_batch(&b) : run_one(&o);
 }

@@ -14,7 +14,8 @@ static const char usage_line[] =
     "                [--top-p p] [--min-p p] [--repeat-penalty r] [--repeat-last-n n]\n"
     "                [--seed n] [-t n] [--oversubscribe] [--ctx n] [--kv-mem size]\n"
     "                [--kernel name] [--device name] [--lookup [--lookup-ngram n] |\n"
-    "                --draft model [--spec-depth n] [--spec-width n] [--draft-p-min p]]\n"
+    "                --draft model [--spec-depth n] [--spec-width n] [--draft-p-min p] |\n"
+    "                --draft-head head [--spec-depth n] [--spec-width n]]\n"
     "                [--spec-tokens n|auto] [--spec-compare] [--json [--top-logits n]]\n"
     "       generate [-hqVv] -m model --batch [file | -] [-o file] [--force] [-n n]\n"
     "                [--max-seqs n] [--max-batch-tokens n] [--kv-mem size] [--block-size n]\n"
@@ -65,8 +66,11 @@ static const char help_text[] =
     "      --draft FILE        draft with a smaller GGUF model of the same vocabulary\n"
     "                          (e.g. this model at fewer bits): greedy, a token tree\n"
     "                          (chains per sequence with --batch)\n"
-    "      --spec-depth N      --draft: tree levels at most, 1..64 (default 8)\n"
-    "      --spec-width N      --draft: branches per level, 1..16 (default 1: a chain)\n"
+    "      --draft-head FILE   draft with an EAGLE head made by draft-train for this model:\n"
+    "                          EAGLE-2 dynamic trees from the model's own features\n"
+    "      --spec-depth N      --draft, --draft-head: tree levels at most, 1..64 (default 8)\n"
+    "      --spec-width N      --draft: branches per level; --draft-head: children per\n"
+    "                          node, 1..16 (default 1: a chain)\n"
     "      --draft-p-min P     --draft: stop the chain where the draft's best token has\n"
     "                          probability < P (default 0.5)\n"
     "      --spec-tokens N|auto  draft tokens per verify pass, 1..64; auto (the default):\n"
@@ -147,7 +151,7 @@ enum {
     OPT_CHAT = 256, OPT_CHUNKS, OPT_CTX, OPT_FORCE, OPT_IGNORE_EOS, OPT_JSON, OPT_KERNEL, OPT_KV_MEM,
     OPT_MIN_P, OPT_PERPLEXITY, OPT_REPEAT_LAST_N, OPT_REPEAT_PENALTY, OPT_SEED, OPT_SYSTEM, OPT_TEMP,
     OPT_TOP_K, OPT_TOP_P, OPT_BATCH, OPT_OVERSUBSCRIBE, OPT_PARSE_SPECIAL, OPT_DEVICE, OPT_LOOKUP,
-    OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS, OPT_DRAFT, OPT_SPEC_DEPTH, OPT_SPEC_WIDTH, OPT_DRAFT_P_MIN,
+    OPT_LOOKUP_NGRAM, OPT_SPEC_TOKENS, OPT_DRAFT, OPT_DRAFT_HEAD, OPT_SPEC_DEPTH, OPT_SPEC_WIDTH, OPT_DRAFT_P_MIN,
     OPT_SPEC_COMPARE, OPT_MERGE, OPT_TOP_LOGITS,
     /* the options that need --batch, together */
     OPT_BLOCK_SIZE, OPT_DRAIN_TIMEOUT, OPT_KV_TRACE, OPT_KV_TYPE, OPT_MAX_BATCH_TOKENS,
@@ -166,6 +170,7 @@ static const struct option longopts[] = {
     { "ctx", required_argument, NULL, OPT_CTX },
     { "device", required_argument, NULL, OPT_DEVICE },
     { "draft", required_argument, NULL, OPT_DRAFT },
+    { "draft-head", required_argument, NULL, OPT_DRAFT_HEAD },
     { "draft-p-min", required_argument, NULL, OPT_DRAFT_P_MIN },
     { "drain-timeout", required_argument, NULL, OPT_DRAIN_TIMEOUT },
     { "file", required_argument, NULL, 'f' },

@@ -19,6 +19,7 @@
 #include "perplexity.h"
 #include "qtypes.h"
 #include "spec.h"
+#include "eagle_draft.h"
 #include "tokenizer.h"
 #include "xio.h"
 
@@ -426,6 +427,7 @@ struct gen_run {
     FILE *fp;
     const char *out_name;       /* for messages: -o FILE, NULL for stdout */
     struct spec_dm *dm;         /* --draft: the draft model, or NULL */
+    struct eagle_draft *eh;     /* --draft-head: the EAGLE head, or NULL */
     bool plain;                 /* --spec-compare's plain run: no drafter, nothing written */
     int32_t *cmp;               /* its tokens, for the speculative run to compare */
     int64_t n_cmp;
@@ -486,10 +488,11 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     int32_t *hist = NULL, *gen, *draft = NULL, *top_id = NULL, seq = -1;
     float *top_v = NULL;
     const int top_k = !o->json ? 0 : o->top_logits < n_vocab ? o->top_logits : (int)n_vocab;
-    const bool spec = !g->plain && (o->lookup || g->dm), spec_auto = spec && o->spec_tokens == 0;
-    const int width = g->dm ? o->spec_width : 1;
+    const bool tree_drafter = g->dm || g->eh;   /* a draft model or an EAGLE head */
+    const bool spec = !g->plain && (o->lookup || tree_drafter), spec_auto = spec && o->spec_tokens == 0;
+    const int width = tree_drafter ? o->spec_width : 1;
     /* draft levels at most, and draft tokens at most */
-    const int max_levels = !spec ? 0 : !g->dm ? SPEC_AUTO_LEVELS
+    const int max_levels = !spec ? 0 : !tree_drafter ? SPEC_AUTO_LEVELS
                            : spec_auto && o->spec_depth * width > 64 ? 64 / width : o->spec_depth;
     const int64_t max_draft = !spec ? 0 : spec_auto ? (int64_t)max_levels * width : o->spec_tokens;
     struct spec_cost *cost = &r->spec_cost;
@@ -521,6 +524,9 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     draft = malloc((size_t)(max_draft > 0 ? max_draft : 1) * sizeof(*draft));
     path = malloc((size_t)(max_draft + 1) * sizeof(*path));
     mask = malloc((size_t)((max_draft + 1) * (max_draft + 1)));
+    if (g->eh && !g->plain && (rc = eagle_draft_hidden(g->eh, n_prompt > max_draft + 1 ? n_prompt
+                                                       : max_draft + 1, &mo.hidden, d)) < 0)
+        goto out;
     if ((rc = spec_tree_init(&tree, max_draft + 1, d)) < 0)
         goto out;
     if (top_k > 0) {
@@ -565,6 +571,8 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     }
     b.tok = bt;
     r->prompt_ms = ms_since(t_start);
+    if (g->eh && !g->plain)
+        eagle_draft_feed_rows(g->eh, 0, mo.hidden, NULL, n_prompt);
     /* --spec-tokens auto: what a verify pass of 1, 2, 4 ... tokens costs */
     if (spec_auto && (rc = spec_cost_measure(g->m, g->kv, max_draft + 1, cost, d)) < 0)
         goto out;
@@ -590,8 +598,8 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             int64_t bud = max_draft;
             if (spec_auto) {
                 double acc = (double)(acc_levels + 1) / (double)(acc_levels + rejections + 2);
-                levels = spec_choose(cost, acc, width, g->dm ? spec_dm_step_ms(g->dm) : 0.0,
-                                     max_levels);
+                levels = spec_choose(cost, acc, width, g->dm ? spec_dm_step_ms(g->dm)
+                                     : g->eh ? eagle_draft_level_ms(g->eh) : 0.0, max_levels);
                 if (levels == 0 && r->spec_passes % 16 == 15)
                     levels = 1;
                 bud = (int64_t)levels * width;
@@ -607,6 +615,10 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             } else if (bud > 0 && g->dm &&
                        (rc = spec_dm_draft(g->dm, hist, n_prompt + n_gen, levels, width, bud,
                                            o->draft_p_min, &tree, d)) < 0) {
+                goto out;
+            } else if (bud > 0 && g->eh &&
+                       (rc = eagle_draft_tree(g->eh, hist, n_prompt + n_gen, levels, bud, &tree,
+                                              d)) < 0) {
                 goto out;
             }
             r->spec_draft_ms += ms_since(t_d);
@@ -673,6 +685,12 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 break;
             path[a++] = cur;
             r->spec_accepted++;
+        }
+        /* the EAGLE head reads the target's features of the root and the
+         * accepted path (rows 0 and path[] of the verify pass) */
+        if (g->eh && n_gen > 0 && !g->plain) {
+            eagle_draft_feed_rows(g->eh, root_slot, mo.hidden, NULL, 1);
+            eagle_draft_feed_rows(g->eh, root_slot + 1, mo.hidden, path, a);
         }
         if (tree.n > 1) {
             acc_levels += a;
@@ -847,6 +865,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     xio_note_input(o->prompt_file);
     xio_note_input(o->perplexity);
     xio_note_input(o->draft);
+    xio_note_input(o->draft_head);
     /* fail before the model loads: an existing file without --force, a
      * directory, a block device (a device or FIFO is written in place) */
     if (!to_stdout && (rc = xout_check(o->output, o->force, d)) < 0) {
@@ -871,7 +890,8 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     r->load_ms = ms_since(t0);
     r->threads = m->be->n_threads;
     r->kernel = m->be->kernel;
-    r->drafter = o->perplexity ? NULL : o->lookup ? "lookup" : o->draft ? "draft" : NULL;
+    r->drafter = o->perplexity ? NULL : o->lookup ? "lookup" : o->draft ? "draft"
+               : o->draft_head ? "eagle" : NULL;
     r->spec_auto = o->spec_tokens == 0;
     r->spec_budget = o->spec_tokens;
     r->ctx = o->ctx > 0 ? o->ctx : o->perplexity ? 512
@@ -909,6 +929,10 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     if (o->draft && !o->perplexity &&
         (rc = spec_dm_open(&g.dm, o->draft, &mopt, &tok, r->ctx, 1, r->ctx, d)) < 0)
         goto out;
+    if (o->draft_head && !o->perplexity &&
+        (rc = eagle_draft_open(&g.eh, o->draft_head, m, r->ctx, o->spec_width, GGML_TYPE_Q8_0,
+                               d)) < 0)
+        goto out;
     if (!o->perplexity && o->spec_compare && r->drafter) {
         struct generate_report pr = *r;
         g.plain = true;
@@ -930,6 +954,7 @@ out:
     if (out_open)
         xout_abort(&out);
     spec_dm_free(g.dm);
+    eagle_draft_free(g.eh);
     free(g.cmp);
     tok_ids_release(&ids);
     kv_free(kv);

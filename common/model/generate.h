@@ -66,6 +66,8 @@ struct generate_opts {
     bool lookup;
     int lookup_ngram;           /* default 3 */
     const char *draft;          /* the draft model's GGUF, or NULL */
+    const char *draft_head;     /* an EAGLE head (eagle_draft.h): EAGLE-2 trees of
+                                 * spec_depth levels, spec_width children per node; or NULL */
     int spec_depth;             /* default 8 */
     int spec_width;             /* default 1 (a chain) */
     float draft_p_min;          /* default 0.5 */

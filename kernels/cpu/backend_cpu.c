@@ -17,11 +17,13 @@
 #include <string.h>
 
 #include "backend.h"
+#include "backward.h"
 #include "qtypes.h"
 #include "threadpool.h"
 
 struct cpu {
     struct backend base;
+    struct backend_ops table;   /* cpu_ops, its backward table by kernel */
     const struct kernel_ops *ops;
     struct threadpool *tp;
     int nth;
@@ -885,8 +887,9 @@ static const struct backend_ops cpu_ops = {
     .gelu_mul = cpu_gelu_mul,
     .scale = cpu_scale,
     .copy_rows = cpu_copy_rows,
-    .backward = NULL,
+    .backward = &backward_ops_blas,
 };
+
 
 int
 backend_cpu_open(struct backend **out, const struct backend_config *cfg, char *why,
@@ -919,7 +922,12 @@ backend_cpu_open(struct backend **out, const struct backend_config *cfg, char *w
     }
     c->ops = ops;
     c->nth = threadpool_size(c->tp);
-    c->base.ops = &cpu_ops;
+    /* the trainer's table follows the kernel choice: --kernel ref trains
+     * with the scalar reference */
+    c->table = cpu_ops;
+    if (ops == &kernel_ops_ref)
+        c->table.backward = &backward_ops_ref;
+    c->base.ops = &c->table;
     c->base.device = "cpu";
     c->base.kernel = ops->name;
     c->base.n_threads = c->nth;

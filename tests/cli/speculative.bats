@@ -85,7 +85,7 @@ same_tokens() {
     run -2 --separate-stderr generate -m "$TINY" --draft "$TINY" --spec-depth 4 --batch /dev/null
     [[ "$stderr" == *'--batch drafts chains of --spec-tokens'* ]]
     run -2 --separate-stderr generate -m "$TINY" --draft "$TINY" --perplexity /dev/null
-    [[ "$stderr" == *'--draft does not go with --perplexity'* ]]
+    [[ "$stderr" == *'--draft and --draft-head do not go with --perplexity'* ]]
     run -2 --separate-stderr generate -m "$TINY" --lookup --spec-compare --batch /dev/null
     run -2 --separate-stderr generate -m "$TINY" --lookup --perplexity /dev/null
 }

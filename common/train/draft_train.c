@@ -1,0 +1,737 @@
+/*
+ * draft_train.c - the draft-train run (draft_train.h).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#ifdef LLMKIT_HAVE_ZSTD
+#include <zstd.h>
+#endif
+
+#include "cli.h"
+#include "draft_train.h"
+#include "eagle.h"
+#include "eagle_io.h"
+#include "eagle_target.h"
+#include "gguf_write.h"
+#include "json.h"
+#include "model.h"
+#include "qconv.h"
+#include "quantize.h"
+#include "rng.h"
+#include "tokenizer.h"
+#include "xio.h"
+
+#define DATA_MAX ((size_t)1 << 30)
+#define W_CLS 0.1f
+#define BETA1 0.9
+#define BETA2 0.95
+#define ADAM_EPS 1e-8
+#define WEIGHT_DECAY 0.01
+#define WARMUP 0.05             /* of the run */
+#define LR_FLOOR 0.1            /* of lr, at the end */
+
+struct run {
+    const struct draft_train_opts *o;
+    struct model *m;
+    struct tokenizer tok;
+    struct eagle_target tgt;
+    struct eagle_head h;
+    struct eagle_ws *ws;
+    int64_t S, n_seq, n_hold, n_tok, d;
+    int32_t *seq_tok;           /* [n_seq][S + 1] */
+    uint16_t *feat;             /* [n_seq][S + 1][d] f16 */
+    float *f32;                 /* [S + 1][d] one sequence's features */
+    float *noisy;               /* [S][d] */
+    float *grad, *am, *av;      /* [n_param] */
+    struct eagle_frozen fz;     /* the embedding, the CE's LM head rows */
+    float *lm_red;              /* owned [fz.n_lm][d] when a subset */
+    int32_t *lm_ids;            /* owned [fz.n_lm] their token ids, ascending (subset) */
+    char base_sha[65], data_sha[65];
+    char label[160];            /* the progress line */
+    char *ckpt;                 /* OUTPUT.ckpt */
+};
+
+/* ---- data ---- */
+
+/* JSON Lines when the first non-blank byte is '{': each line's "text" */
+static int
+tokenize_data(struct run *r, const char *buf, size_t len, struct tok_ids *ids, struct diag *d)
+{
+    size_t i = 0;
+    int rc;
+
+    while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
+        i++;
+    if (i >= len || buf[i] != '{')
+        return tok_encode(&r->tok, buf, len, false, false, ids, d);
+    int64_t line = 0;
+    for (size_t p = 0; p < len;) {
+        const char *nl = memchr(buf + p, '\n', len - p);
+        size_t e = nl ? (size_t)(nl - buf) : len;
+        line++;
+        size_t q = p;
+        while (q < e && (buf[q] == ' ' || buf[q] == '\t' || buf[q] == '\r'))
+            q++;
+        if (q < e) {
+            json_t *obj;
+            const char *text;
+            if ((rc = json_load_mem(buf + p, e - p, &obj, d)) < 0) {
+                diag_prefix(d, "line %lld", (long long)line);
+                return rc;
+            }
+            rc = json_obj_str(obj, "text", &text, d);
+            if (rc == 1)
+                rc = diag_set(d, ST_FORMAT, "no \"text\" member");
+            if (rc == 0)
+                rc = tok_encode(&r->tok, text, strlen(text), false, false, ids, d);
+            json_decref(obj);
+            if (rc < 0) {
+                diag_prefix(d, "line %lld", (long long)line);
+                return rc;
+            }
+        }
+        p = e + 1;
+    }
+    return 0;
+}
+
+static int
+load_data(struct run *r, struct diag *d)
+{
+    const struct draft_train_opts *o = r->o;
+    struct tok_ids ids = { 0 };
+    char *buf;
+    size_t len;
+    int rc;
+
+    if ((rc = read_file_all(o->data, DATA_MAX, &buf, &len, d)) < 0)
+        return rc;
+    if ((rc = quantize_sha256_hex(buf, len, r->data_sha)) == 0)
+        rc = tokenize_data(r, buf, len, &ids, d);
+    free(buf);
+    if (rc < 0) {
+        tok_ids_release(&ids);
+        diag_prefix(d, "'%s'", o->data);
+        return rc;
+    }
+    r->n_tok = (int64_t)ids.n;
+    r->n_seq = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
+    if (r->n_seq < 2) {
+        tok_ids_release(&ids);
+        return diag_set(d, ST_RANGE, "'%s': %lld tokens: need at least 2 sequences of %lld + 1 "
+                        "(--seq-len)", o->data, (long long)r->n_tok, (long long)r->S);
+    }
+    r->n_hold = r->n_seq / 20 > 0 ? r->n_seq / 20 : 1;
+    if (!(r->seq_tok = malloc((size_t)(r->n_seq * (r->S + 1)) * sizeof(int32_t)))) {
+        tok_ids_release(&ids);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    for (int64_t s = 0; s < r->n_seq; s++)
+        memcpy(r->seq_tok + s * (r->S + 1), ids.v + s * r->S, (size_t)(r->S + 1) * sizeof(int32_t));
+    tok_ids_release(&ids);
+    return 0;
+}
+
+/* ---- features and their cache ---- */
+
+#define CACHE_MAGIC "LLMKFEAT"
+#define CACHE_VERSION 1u
+#define CACHE_HDR 32            /* magic, u32 version, u32 d, u64 n_seq, u64 seq_len */
+
+static size_t
+feat_raw_bytes(const struct run *r)
+{
+    return (size_t)(r->n_seq * (r->S + 1)) * (sizeof(int32_t) + (size_t)r->d * sizeof(uint16_t));
+}
+
+static char *
+cache_path(const struct run *r)
+{
+    char key[256], sha[65], *p;
+    snprintf(key, sizeof key, "eagle1-features v%u %s %s %lld", CACHE_VERSION, r->base_sha,
+             r->data_sha, (long long)r->S);
+    if (quantize_sha256_hex(key, strlen(key), sha) < 0)
+        return NULL;
+    size_t n = strlen(r->o->cache_dir) + 64;
+    if (!(p = malloc(n)))
+        return NULL;
+    snprintf(p, n, "%s/%.32s.eaglefeat.zst", r->o->cache_dir, sha);
+    return p;
+}
+
+#ifdef LLMKIT_HAVE_ZSTD
+/* 1: read from the cache; 0: no usable entry (a warning says why when one
+ * exists but is bad); < 0: error */
+static int
+cache_read(struct run *r, const char *path, struct diag *d)
+{
+    char *buf;
+    size_t len, raw = feat_raw_bytes(r);
+    struct diag dd;
+    int rc;
+
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return 0;
+    fclose(fp);
+    if ((rc = read_file_all(path, raw + raw / 2 + 4096, &buf, &len, &dd)) < 0) {
+        runcb_warn(&r->o->cb, "feature cache '%s': %s; recomputing", path, dd.msg);
+        return 0;
+    }
+    uint32_t ver, dim;
+    uint64_t n_seq, S;
+    if (len < CACHE_HDR || memcmp(buf, CACHE_MAGIC, 8) != 0)
+        goto bad;
+    memcpy(&ver, buf + 8, 4), memcpy(&dim, buf + 12, 4);
+    memcpy(&n_seq, buf + 16, 8), memcpy(&S, buf + 24, 8);
+    if (ver != CACHE_VERSION || dim != (uint32_t)r->d || n_seq != (uint64_t)r->n_seq ||
+        S != (uint64_t)r->S)
+        goto bad;
+    unsigned long long fs = ZSTD_getFrameContentSize(buf + CACHE_HDR, len - CACHE_HDR);
+    if (fs != raw)
+        goto bad;
+    uint8_t *out = malloc(raw);
+    if (!out) {
+        free(buf);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    size_t got = ZSTD_decompress(out, raw, buf + CACHE_HDR, len - CACHE_HDR);
+    free(buf);
+    size_t nt = (size_t)(r->n_seq * (r->S + 1)) * sizeof(int32_t);
+    if (ZSTD_isError(got) || got != raw || memcmp(out, r->seq_tok, nt) != 0) {
+        free(out);
+        runcb_warn(&r->o->cb, "feature cache '%s': corrupt or not for this data; recomputing",
+                   path);
+        return 0;
+    }
+    memcpy(r->feat, out + nt, raw - nt);
+    free(out);
+    for (size_t i = 0; i < (raw - nt) / 2; i++) {
+        float f = qconv_fp16_to_fp32(r->feat[i]);
+        if (!isfinite(f)) {
+            runcb_warn(&r->o->cb, "feature cache '%s': non-finite feature; recomputing", path);
+            return 0;
+        }
+    }
+    return 1;
+bad:
+    free(buf);
+    runcb_warn(&r->o->cb, "feature cache '%s': not a feature cache of this run; recomputing",
+               path);
+    return 0;
+}
+
+static int
+cache_write(struct run *r, const char *path, struct diag *d)
+{
+    size_t raw = feat_raw_bytes(r), nt = (size_t)(r->n_seq * (r->S + 1)) * sizeof(int32_t);
+    uint8_t *src = malloc(raw);
+    size_t cap = CACHE_HDR + ZSTD_compressBound(raw);
+    uint8_t *dst = malloc(cap);
+    int rc;
+
+    if (!src || !dst) {
+        free(src), free(dst);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    memcpy(src, r->seq_tok, nt);
+    memcpy(src + nt, r->feat, raw - nt);
+    uint32_t ver = CACHE_VERSION, dim = (uint32_t)r->d;
+    uint64_t n_seq = (uint64_t)r->n_seq, S = (uint64_t)r->S;
+    memcpy(dst, CACHE_MAGIC, 8), memcpy(dst + 8, &ver, 4), memcpy(dst + 12, &dim, 4);
+    memcpy(dst + 16, &n_seq, 8), memcpy(dst + 24, &S, 8);
+    size_t z = ZSTD_compress(dst + CACHE_HDR, cap - CACHE_HDR, src, raw, 3);
+    free(src);
+    if (ZSTD_isError(z)) {
+        free(dst);
+        return diag_set(d, ST_NOMEM, "feature cache: zstd: %s", ZSTD_getErrorName(z));
+    }
+    rc = write_file_atomic(path, dst, CACHE_HDR + z, true, d);
+    free(dst);
+    if (rc < 0)
+        diag_prefix(d, "feature cache '%s'", path);
+    return rc;
+}
+#endif
+
+static int
+features(struct run *r, bool *hit, struct diag *d)
+{
+    const struct draft_train_opts *o = r->o;
+    char *path = NULL;
+    int rc;
+
+    *hit = false;
+    if (!(r->feat = malloc((size_t)(r->n_seq * (r->S + 1) * r->d) * sizeof(uint16_t))))
+        return diag_set(d, ST_NOMEM, "out of memory for the features (%lld MiB)",
+                        (long long)((r->n_seq * (r->S + 1) * r->d * 2) >> 20));
+    if (o->cache_dir) {
+#ifdef LLMKIT_HAVE_ZSTD
+        if (!(path = cache_path(r)))
+            return diag_set(d, ST_NOMEM, "out of memory");
+        if ((rc = cache_read(r, path, d)) != 0) {
+            *hit = rc > 0;
+            free(path);
+            return rc < 0 ? rc : 0;
+        }
+#else
+        return diag_set(d, ST_RANGE, "--cache: built without zstd");
+#endif
+    }
+    for (int64_t s = 0; s < r->n_seq; s++) {
+        runcb_progress(&o->cb, "features", s, r->n_seq);
+        if ((rc = eagle_target_features(&r->tgt, r->seq_tok + s * (r->S + 1), r->S + 1, r->f32,
+                                        d)) < 0) {
+            free(path);
+            return rc;
+        }
+        uint16_t *f = r->feat + s * (r->S + 1) * r->d;
+        for (int64_t i = 0; i < (r->S + 1) * r->d; i++)
+            f[i] = qconv_fp32_to_fp16(r->f32[i]);
+        if (o->stop && *o->stop) {
+            free(path);
+            return diag_set(d, ST_FAIL, "interrupted");
+        }
+    }
+    runcb_progress(&o->cb, "features", r->n_seq, r->n_seq);
+    rc = 0;
+#ifdef LLMKIT_HAVE_ZSTD
+    if (path && mkdir(o->cache_dir, 0777) < 0 && errno != EEXIST)
+        rc = diag_set(d, ST_IO, "--cache: cannot create '%s': %s", o->cache_dir, strerror(errno));
+    else if (path)
+        rc = cache_write(r, path, d);
+#endif
+    free(path);
+    return rc;
+}
+
+/* ---- the CE's vocabulary ---- */
+
+static int
+int32_cmp(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int
+by_count(const void *a, const void *b, void *ctx)
+{
+    const int64_t *cnt = ctx;
+    int64_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (cnt[x] != cnt[y])
+        return cnt[x] > cnt[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+/* r->fz: the full LM head, or the rows of the draft_vocab most frequent
+ * tokens of the text (ties: lower id first), in id order */
+static int
+draft_vocab(struct run *r, struct diag *d)
+{
+    int64_t V = r->tgt.c.n_vocab, n = r->o->draft_vocab;
+    r->fz = r->tgt.fz;
+    if (n <= 0 || n >= V)
+        return 0;
+    int64_t *cnt = calloc((size_t)V, sizeof *cnt);
+    int32_t *ids = malloc((size_t)V * sizeof *ids);
+    if (!cnt || !ids || !(r->lm_red = malloc((size_t)(n * r->d) * sizeof(float)))) {
+        free(cnt), free(ids);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    for (int64_t i = 0; i < r->n_seq * (r->S + 1); i++)
+        cnt[r->seq_tok[i]]++;
+    for (int64_t i = 0; i < V; i++)
+        ids[i] = (int32_t)i;
+    qsort_r(ids, (size_t)V, sizeof *ids, by_count, cnt);
+    qsort(ids, (size_t)n, sizeof *ids, int32_cmp);
+    for (int64_t i = 0; i < n; i++)
+        memcpy(r->lm_red + i * r->d, r->tgt.lm + (int64_t)ids[i] * r->d,
+               (size_t)r->d * sizeof(float));
+    free(cnt);
+    r->lm_ids = ids;            /* the first n, ascending */
+    r->fz.lm = r->lm_red;
+    r->fz.n_lm = n;
+    return 0;
+}
+
+/* ---- training ---- */
+
+/* sequence s's features into r->f32 [S + 1][d] */
+static void
+seq_features(struct run *r, int64_t s)
+{
+    const uint16_t *f = r->feat + s * (r->S + 1) * r->d;
+    for (int64_t i = 0; i < (r->S + 1) * r->d; i++)
+        r->f32[i] = qconv_fp16_to_fp32(f[i]);
+}
+
+/* the loss of sequence s; with grad, its gradient (scaled) added, and the
+ * input features noised from rng */
+static void
+seq_step(struct run *r, const struct backend_backward_ops *bw, int64_t s, struct rng *rng,
+         float scale, float *grad, struct eagle_loss *l)
+{
+    int64_t n = r->S * r->d;
+    seq_features(r, s);
+    const float *in = r->f32;
+    if (grad && r->o->noise > 0) {
+        for (int64_t i = 0; i < n; i++)
+            r->noisy[i] = r->f32[i] + (float)((2 * rng_uniform(rng) - 1) * r->o->noise);
+        in = r->noisy;
+    }
+    eagle_forward(bw, &r->h, &r->fz, r->ws, r->seq_tok + s * (r->S + 1) + 1, in, r->S, NULL);
+    eagle_loss_backward(bw, &r->h, &r->fz, r->ws, r->f32 + r->d, W_CLS, scale, grad, l);
+}
+
+static void
+evaluate(struct run *r, const struct backend_backward_ops *bw, double *loss, double *acc)
+{
+    double sl = 0;
+    int64_t ok = 0, n = 0;
+    for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++) {
+        struct eagle_loss l;
+        seq_step(r, bw, s, NULL, 1, NULL, &l);
+        sl += l.total;
+        ok += l.correct;
+        n += l.n;
+    }
+    *loss = sl / (double)r->n_hold;
+    *acc = n ? (double)ok / (double)n : 0;
+}
+
+static void
+shuffle(int64_t *v, int64_t n, uint64_t seed)
+{
+    struct rng g;
+    rng_seed(&g, seed);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rng_next(&g) % (uint64_t)(i + 1)), t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+    }
+}
+
+static double
+lr_at(const struct draft_train_opts *o, double frac)
+{
+    if (frac < WARMUP)
+        return o->lr * frac / WARMUP;
+    if (frac > 1)
+        frac = 1;
+    return o->lr * (1 - (1 - LR_FLOOR) * (frac - WARMUP) / (1 - WARMUP));
+}
+
+/* one AdamW update of the parameters with r->grad at step t (1-based) */
+static void
+adamw(struct run *r, double lr, int64_t t)
+{
+    double c1 = 1 - pow(BETA1, (double)t), c2 = 1 - pow(BETA2, (double)t);
+    for (int64_t j = 0; j < r->h.n_param; j++) {
+        double g = r->grad[j];
+        r->am[j] = (float)(BETA1 * r->am[j] + (1 - BETA1) * g);
+        r->av[j] = (float)(BETA2 * r->av[j] + (1 - BETA2) * g * g);
+        double upd = (r->am[j] / c1) / (sqrt(r->av[j] / c2) + ADAM_EPS);
+        r->h.param[j] -= (float)(lr * (upd + WEIGHT_DECAY * r->h.param[j]));
+    }
+}
+
+/* the options that shape a run's result, as a checkpoint records them */
+static void
+run_options(const struct run *r, char *buf, size_t cap)
+{
+    const struct draft_train_opts *o = r->o;
+    snprintf(buf, cap, "epochs=%lld max_time=%.9g lr=%.9g batch=%lld seq_len=%lld "
+             "draft_vocab=%lld noise=%.9g clip=%.9g", (long long)o->epochs, o->max_time, o->lr,
+             (long long)o->batch, (long long)o->seq_len, (long long)o->draft_vocab,
+             (double)o->noise, (double)o->clip);
+}
+
+static void
+fill_meta(const struct run *r, struct eagle_meta *mt, int64_t steps, double elapsed)
+{
+    const char *name = NULL;
+    memset(mt, 0, sizeof *mt);
+    snprintf(mt->base_sha256, sizeof mt->base_sha256, "%s", r->base_sha);
+    if (gguf_get_str(&r->m->gguf, "general.name", &name, NULL) < 0 || !name)
+        name = r->o->model;
+    snprintf(mt->base_name, sizeof mt->base_name, "%s", name);
+    snprintf(mt->data_sha256, sizeof mt->data_sha256, "%s", r->data_sha);
+    mt->steps = (uint64_t)steps;
+    mt->tokens = (uint64_t)(steps * r->o->batch * r->S);
+    mt->ckpt_step = (uint64_t)steps;
+    mt->ckpt_seed = r->o->seed;
+    mt->ckpt_elapsed = (float)elapsed;
+    run_options(r, mt->ckpt_options, sizeof mt->ckpt_options);
+    mt->draft_ids = r->lm_ids;
+    mt->n_draft = r->lm_ids ? r->fz.n_lm : 0;
+}
+
+static int
+checkpoint(struct run *r, int64_t steps, double elapsed, struct diag *d)
+{
+    struct eagle_meta mt;
+    fill_meta(r, &mt, steps, elapsed);
+    return eagle_head_write(&r->h, &mt, r->am, r->av, r->ckpt, true, d);
+}
+
+static void
+json_step(const struct run *r, const char *type, int64_t step, double lr, double loss, double reg,
+          double cls, double acc, double elapsed)
+{
+    if (!r->o->json)
+        return;
+    fprintf(r->o->json, "{\"schema\":\"draft-train/1\",\"type\":\"%s\",\"step\":%lld,"
+            "\"lr\":%.9g,\"loss\":%.9g,\"reg\":%.9g,\"cls\":%.9g,\"acc\":%.9g,\"elapsed_s\":%.9g}\n",
+            type, (long long)step, lr, loss, reg, cls, acc, elapsed);
+    fflush(r->o->json);
+}
+
+static int
+resume(struct run *r, int64_t *step, double *elapsed, struct diag *d)
+{
+    struct eagle_head h;
+    struct eagle_meta mt;
+    float *m_ = NULL, *v_ = NULL;
+    int rc;
+
+    if ((rc = eagle_head_read(&h, &mt, &m_, &v_, r->ckpt, d)) < 0) {
+        diag_prefix(d, "--resume: '%s'", r->ckpt);
+        return rc;
+    }
+    char opts[256];
+    run_options(r, opts, sizeof opts);
+    if (strcmp(mt.base_sha256, r->base_sha) != 0 || strcmp(mt.data_sha256, r->data_sha) != 0 ||
+        h.n_param != r->h.n_param || mt.ckpt_seed != r->o->seed) {
+        eagle_head_release(&h);
+        free(mt.draft_ids);
+        free(m_), free(v_);
+        return diag_set(d, ST_FORMAT, "--resume: '%s' is a checkpoint of another run (model, "
+                        "data or --seed differ)", r->ckpt);
+    }
+    if (strcmp(mt.ckpt_options, opts) != 0) {
+        eagle_head_release(&h);
+        free(mt.draft_ids);
+        free(m_), free(v_);
+        return diag_set(d, ST_FORMAT, "--resume: '%s' was written with other options (%s)",
+                        r->ckpt, mt.ckpt_options);
+    }
+    memcpy(r->h.param, h.param, (size_t)h.n_param * sizeof(float));
+    memcpy(r->am, m_, (size_t)h.n_param * sizeof(float));
+    memcpy(r->av, v_, (size_t)h.n_param * sizeof(float));
+    eagle_head_release(&h);
+    free(mt.draft_ids);
+    free(m_), free(v_);
+    *step = (int64_t)mt.ckpt_step;
+    *elapsed = mt.ckpt_elapsed;
+    runcb_info(&r->o->cb, "resuming from '%s' at step %lld", r->ckpt, (long long)*step);
+    return 0;
+}
+
+static int
+train(struct run *r, struct draft_train_report *rep, struct diag *d)
+{
+    const struct draft_train_opts *o = r->o;
+    const struct backend_backward_ops *bw = r->m->be->ops->backward;
+    int64_t n_train = r->n_seq - r->n_hold, step = 0;
+    int64_t per_epoch = (n_train + o->batch - 1) / o->batch;
+    int64_t total = o->epochs ? o->epochs * per_epoch : INT64_MAX;
+    int64_t *order = malloc((size_t)n_train * sizeof(int64_t));
+    double elapsed0 = 0, last_loss = 0;
+    int rc = 0;
+
+    if (!order)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    if (o->resume && (rc = resume(r, &step, &elapsed0, d)) < 0) {
+        free(order);
+        return rc;
+    }
+    double t0 = now_seconds();
+    int64_t shuffled = -1;
+    runcb_progress(&o->cb, r->label, 0, o->epochs ? total : (int64_t)(o->max_time * 10));
+    for (;; step++) {
+        double elapsed = elapsed0 + now_seconds() - t0;
+        double frac = o->epochs ? (double)step / (double)total : 0;
+        if (o->max_time > 0 && elapsed / o->max_time > frac)
+            frac = elapsed / o->max_time;
+        if (step >= total || (o->max_time > 0 && elapsed >= o->max_time))
+            break;
+        if (o->stop && *o->stop) {
+            if ((rc = checkpoint(r, step, elapsed, d)) == 0)
+                rc = diag_set(d, ST_FAIL, "interrupted at step %lld; checkpoint '%s' written "
+                              "(--resume continues)", (long long)step, r->ckpt);
+            break;
+        }
+        int64_t epoch = step / per_epoch, pos = step % per_epoch;
+        if (epoch != shuffled) {
+            shuffle(order, n_train, o->seed * 1000003u + (uint64_t)epoch);
+            shuffled = epoch;
+        }
+        struct rng rng;
+        rng_seed(&rng, o->seed ^ (0x9e3779b97f4a7c15ull * (uint64_t)(step + 1)));
+        memset(r->grad, 0, (size_t)r->h.n_param * sizeof(float));
+        double sl = 0, sr = 0, sc = 0;
+        int64_t ok = 0, np = 0, nb = 0;
+        for (int64_t b = 0; b < o->batch; b++) {
+            int64_t k = pos * o->batch + b;
+            if (k >= n_train)
+                break;
+            nb++;
+        }
+        for (int64_t b = 0; b < nb; b++) {
+            struct eagle_loss l;
+            seq_step(r, bw, order[pos * o->batch + b], &rng, 1.0f / (float)nb, r->grad, &l);
+            sl += l.total, sr += l.reg, sc += l.cls;
+            ok += l.correct, np += l.n;
+        }
+        double gn = 0;
+        for (int64_t j = 0; j < r->h.n_param; j++)
+            gn += (double)r->grad[j] * r->grad[j];
+        gn = sqrt(gn);
+        if (!isfinite(gn)) {
+            rc = diag_set(d, ST_FAIL, "step %lld: the gradient is not finite (try a lower --lr)",
+                          (long long)step);
+            break;
+        }
+        if (gn > o->clip)
+            for (int64_t j = 0; j < r->h.n_param; j++)
+                r->grad[j] *= (float)(o->clip / gn);
+        double lr = lr_at(o, frac + (o->epochs ? 1.0 / (double)total : 0));
+        adamw(r, lr, step + 1);
+        last_loss = sl / (double)nb;
+        elapsed = elapsed0 + now_seconds() - t0;
+        json_step(r, "step", step + 1, lr, last_loss, sr / (double)nb, sc / (double)nb,
+                  np ? (double)ok / (double)np : 0, elapsed);
+        double done = o->epochs ? (double)(step + 1) / (double)total : 0;
+        if (o->max_time > 0 && elapsed / o->max_time > done)
+            done = elapsed / o->max_time;
+        double eta = done > 0 ? elapsed * (1 - done) / done : 0;
+        snprintf(r->label, sizeof r->label, "step %lld loss %.4f acc %.3f eta %.0fs",
+                 (long long)(step + 1), last_loss, np ? (double)ok / (double)np : 0, eta);
+        runcb_progress(&o->cb, r->label, o->epochs ? step + 1 : (int64_t)(elapsed * 10),
+                       o->epochs ? total : (int64_t)(o->max_time * 10));
+        if (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) {
+            double hl, ha;
+            if ((rc = checkpoint(r, step + 1, elapsed, d)) < 0)
+                break;
+            evaluate(r, bw, &hl, &ha);
+            json_step(r, "eval", step + 1, lr, hl, 0, 0, ha, elapsed);
+        }
+    }
+    free(order);
+    if (rep) {
+        rep->steps = step;
+        rep->tokens = step * o->batch * r->S;
+        rep->train_loss = last_loss;
+        rep->seconds = elapsed0 + now_seconds() - t0;
+    }
+    return rc;
+}
+
+int
+run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep, struct diag *d)
+{
+    struct draft_train_report tmp;
+    struct model_opts mo = MODEL_OPTS_INIT;
+    struct run r;
+    bool hit = false;
+    int rc;
+
+    if (!rep)
+        rep = &tmp;
+    memset(rep, 0, sizeof *rep);
+    memset(&r, 0, sizeof r);
+    r.o = o;
+    r.S = o->seq_len;
+    if (o->epochs <= 0 && o->max_time <= 0)
+        return diag_set(d, ST_RANGE, "give --epochs or --max-time");
+    if ((rc = xout_check(o->output, o->force, d)) < 0) {
+        diag_prefix_output(d, o->output);
+        return rc;
+    }
+    size_t plen = strlen(o->output) + 6;
+    if (!(r.ckpt = malloc(plen)))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    snprintf(r.ckpt, plen, "%s.ckpt", o->output);
+    mo.n_threads = o->n_threads;
+    mo.kernel = o->kernel;
+    mo.max_batch = r.S + 1;
+    if ((rc = model_open(&r.m, o->model, &mo, d)) < 0) {
+        diag_prefix(d, "'%s'", o->model);
+        goto out;
+    }
+    if (!r.m->be->ops->backward) {
+        rc = diag_set(d, ST_DEVICE, "the %s backend has no training kernels", r.m->be->device);
+        goto out;
+    }
+    if ((rc = tok_load(&r.tok, &r.m->gguf, d)) < 0) {
+        diag_prefix(d, "'%s'", o->model);
+        goto out;
+    }
+    if ((rc = eagle_target_init(&r.tgt, r.m, r.S + 1, d)) < 0) {
+        diag_prefix(d, "'%s'", o->model);
+        goto out;
+    }
+    r.d = r.tgt.c.d;
+    if ((rc = eagle_base_sha256(r.m, r.base_sha)) < 0) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = load_data(&r, d)) < 0)
+        goto out;
+    if ((rc = eagle_head_init(&r.h, &r.tgt.c, o->seed)) < 0 ||
+        (rc = eagle_ws_new(&r.ws, &r.tgt.c, r.S)) < 0) {
+        rc = diag_set(d, rc == -ST_NOMEM ? ST_NOMEM : ST_RANGE, "cannot set up the head for '%s'",
+                      o->model);
+        goto out;
+    }
+    r.f32 = malloc((size_t)((r.S + 1) * r.d) * sizeof(float));
+    r.noisy = malloc((size_t)(r.S * r.d) * sizeof(float));
+    r.grad = malloc((size_t)r.h.n_param * sizeof(float));
+    r.am = calloc((size_t)r.h.n_param, sizeof(float));
+    r.av = calloc((size_t)r.h.n_param, sizeof(float));
+    if (!r.f32 || !r.noisy || !r.grad || !r.am || !r.av) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = features(&r, &hit, d)) < 0 || (rc = draft_vocab(&r, d)) < 0)
+        goto out;
+    rep->n_lm = r.fz.n_lm;
+    rep->cache_hit = hit;
+    rep->n_seq = r.n_seq;
+    rep->n_hold = r.n_hold;
+    rep->n_tok = r.n_tok;
+    runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out), head %lld "
+               "parameters, CE over %lld tokens, kernels '%s'", (long long)r.n_tok,
+               (long long)r.n_seq, (long long)r.S, (long long)r.n_hold, (long long)r.h.n_param,
+               (long long)r.fz.n_lm, r.m->be->ops->backward->name);
+    if ((rc = train(&r, rep, d)) < 0)
+        goto out;
+    evaluate(&r, r.m->be->ops->backward, &rep->hold_loss, &rep->hold_acc);
+    json_step(&r, "eval", rep->steps, 0, rep->hold_loss, 0, 0, rep->hold_acc, rep->seconds);
+    struct eagle_meta mt;
+    fill_meta(&r, &mt, rep->steps, rep->seconds);
+    if ((rc = eagle_head_write(&r.h, &mt, NULL, NULL, o->output, o->force, d)) < 0)
+        goto out;
+    remove(r.ckpt);
+out:;
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0)
+        rep->peak_rss = (int64_t)ru.ru_maxrss * 1024;
+    free(r.seq_tok), free(r.feat), free(r.f32), free(r.noisy), free(r.grad), free(r.am),
+        free(r.av), free(r.ckpt), free(r.lm_red), free(r.lm_ids);
+    eagle_ws_free(r.ws);
+    eagle_head_release(&r.h);
+    eagle_target_release(&r.tgt);
+    tok_release(&r.tok);
+    model_free(r.m);
+    return rc;
+}

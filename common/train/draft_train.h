@@ -1,0 +1,85 @@
+/*
+ * draft_train.h - run_draft_train(): the whole `draft-train` run (tools/draft-train.c).
+ *
+ *   1. open the base model; tokenize the training text (plain text, or JSON
+ *      Lines whose objects carry "text")
+ *   2. cut it into sequences of seq_len + 1 tokens; the last 1/20 (at least
+ *      one sequence) is held out for evaluation
+ *   3. features: each sequence's final hidden states through the shared
+ *      forward pass (eagle_target_features), kept in f16; with cache_dir
+ *      read from / written to DIR/<key>.eaglefeat.zst (zstd), key = SHA-256
+ *      of the base's tensor data, the text and seq_len
+ *   4. the CE term over the draft_vocab most frequent tokens of the text
+ *      (the LM head's rows of them; the target's distribution renormalised
+ *      over them), as EAGLE-3 trains over a reduced vocabulary: the LM
+ *      head's products are most of the cost of a step
+ *   5. AdamW (beta 0.9/0.95, eps 1e-8, weight decay 0.01) on the EAGLE-1
+ *      loss with U(-noise, noise) noise on the input features; linear
+ *      warmup over the first 5% of the run, then linear decay to 10% of lr;
+ *      the gradient's global norm clipped to clip; the run's length is
+ *      epochs over the training sequences, or max_time seconds (then the
+ *      schedule follows the elapsed time), whichever ends first
+ *   6. checkpoints (the head + optimizer state, eagle_io.h) to
+ *      OUTPUT.ckpt every ckpt_every steps and when *stop becomes nonzero
+ *      (then the run returns -ST_FAIL with "interrupted"); resume continues
+ *      from one
+ *   7. the head to output (GGUF, eagle_io.h), atomically
+ */
+#ifndef LLMKIT_DRAFT_TRAIN_H
+#define LLMKIT_DRAFT_TRAIN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "runcb.h"
+#include "status.h"
+
+struct draft_train_opts {
+    const char *model;         /* base GGUF */
+    const char *data;          /* text or JSONL file, "-" = stdin */
+    const char *output;        /* head GGUF */
+    const char *cache_dir;     /* NULL: no feature cache */
+    bool force;
+    bool resume;               /* continue from OUTPUT.ckpt */
+    int64_t epochs;            /* 0 = until max_time (one of them must be set) */
+    double max_time;           /* seconds, 0 = none */
+    double lr;
+    int64_t batch;             /* sequences per step */
+    int64_t seq_len;           /* positions per sequence */
+    uint64_t seed;
+    int64_t ckpt_every;        /* steps between checkpoints, 0 = none */
+    int64_t draft_vocab;       /* the CE's tokens: the text's most frequent; 0 = all */
+    float noise;               /* feature noise half-width */
+    float clip;                /* gradient norm clip */
+    int n_threads;
+    const char *kernel;
+    FILE *json;                /* NULL, or --json log lines (draft-train/1) go here */
+    volatile sig_atomic_t *stop;   /* NULL, or nonzero when a stop signal arrived */
+    struct run_callbacks cb;
+};
+
+#define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
+                                8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 } }
+
+struct draft_train_report {
+    int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */
+    int64_t n_seq, n_hold;      /* sequences, of which held out */
+    int64_t n_lm;               /* tokens of the CE term */
+    int64_t n_tok;              /* tokens of the training text */
+    double train_loss;          /* mean loss of the last step */
+    double hold_loss, hold_acc; /* held-out loss and top-1 agreement with the target */
+    double seconds;             /* training time, resumed runs included */
+    bool cache_hit;             /* features came from the cache */
+    int64_t peak_rss;           /* bytes, the process's maximum resident set */
+};
+
+/* run_draft_train() : see above; r (may be NULL) gets the figures.  Returns 0; -ST_IO, -ST_FORMAT (bad model,
+ * data, cache or checkpoint), -ST_RANGE (unsupported model, too little data,
+ * output refused), -ST_NOMEM, -ST_FAIL (interrupted after the checkpoint was
+ * written). */
+int run_draft_train(const struct draft_train_opts *o, struct draft_train_report *r,
+                    struct diag *d);
+
+#endif

@@ -1,0 +1,595 @@
+/*
+ * eagle_draft.c - EAGLE-2 dynamic draft trees from an EAGLE-1 head
+ * (eagle_draft.h).
+ *
+ * The head's matrices (and the draft vocabulary's rows of the LM head) are
+ * multiplied through the target's backend, in f32 or converted at open to
+ * the type asked for (Q8_0: a quarter of the bytes a level reads); the
+ * element-wise ops run through the trainer's table (backward.h); the
+ * target's embedding rows and its full LM head are read in their stored
+ * types, as the target reads them.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backward.h"
+#include "cli.h"
+#include "eagle.h"
+#include "eagle_draft.h"
+#include "eagle_io.h"
+#include "qtypes.h"
+#include "quant.h"
+
+#define STABLE_ROWS 64          /* rows per batch when catching up on positions */
+#define LEVELS_MAX 64
+
+struct cand {
+    int32_t tok, parent, depth, fed;    /* parent: candidate index or -1 (root); fed: slot or -1 */
+    float score;                /* cumulative log probability */
+};
+
+struct eagle_draft {
+    struct model *m;
+    struct eagle_head h;
+    const struct backend_backward_ops *bw;
+    struct backend_weight emb, lm;
+    int64_t ctx, d, qd, kd, ff, V, top_k, B;
+    float *feat;                /* [ctx][d] the target's features by position */
+    int64_t n_feat;
+    float *K, *Vs;              /* [ctx][kd] the head's keys and values of stable positions */
+    int32_t *stab_tok;          /* [ctx] the token each stable position was run with */
+    int64_t P;                  /* stable positions */
+    /* one batch of up to B rows */
+    float *x2, *h0, *q, *k, *v, *a, *h1, *xn, *g, *u, *out, *cs, *logits, *sc;
+    int32_t *ids;
+    /* a draft's candidates; fed ones keep their output and K/V */
+    struct cand *c;
+    int64_t n_c, cap_c;
+    float *ch, *ck, *cv;        /* [cap_fed][d], [cap_fed][kd] x2 */
+    float *hroot;               /* [d] the head's output at the root's position */
+    float *hid;                 /* eagle_draft_hidden's buffer */
+    /* the tokens the head scores: all (lm_ids NULL: the target's LM head in
+     * its own type), or the head's draft vocabulary (f32 rows of the LM
+     * head, lm_red) */
+    int64_t n_lm;
+    int32_t *lm_ids;
+    float *lm_red;
+    /* the matrices as the backend multiplies them: EAGLE_N_TENSORS (the
+     * head's; bias and norm unused) and the draft vocabulary's rows */
+    struct backend_weight wt[EAGLE_N_TENSORS + 1];
+    void *wbuf[EAGLE_N_TENSORS + 1];    /* converted copies, owned */
+    int64_t hid_rows;
+    int64_t n_fed, cap_fed;
+    int64_t *sel;
+    double level_ms;
+};
+
+/* rows r < n of the batch: token tok[r], input feature fin[r], position
+ * pos[r]; row r's K/V go to kdst[r]/vdst[r] and it attends to the stable
+ * positions below lim[r], then to the fed slots anc[r][0 .. n_anc[r]) (its
+ * ancestors, then itself).  Leaves the outputs in e->out and, for rows >=
+ * lg0, their logits in e->logits (row r - lg0). */
+struct rows {
+    int64_t n, lg0;
+    const int32_t *tok;
+    const float *const *fin;
+    const int64_t *pos, *lim;
+    float *const *kdst, *const *vdst;
+    const int32_t *const *anc;
+    const int64_t *n_anc;
+};
+
+static void
+attend(struct eagle_draft *e, const struct rows *rw)
+{
+    int64_t hd = e->h.c.head_dim, nh = e->h.c.n_head, grp = nh / e->h.c.n_head_kv;
+    float scale = 1.0f / sqrtf((float)hd);
+
+    for (int64_t r = 0; r < rw->n; r++) {
+        int64_t ns = rw->lim[r], na = rw->n_anc[r];
+        for (int64_t hh = 0; hh < nh; hh++) {
+            const float *qh = e->q + r * e->qd + hh * hd;
+            int64_t off = (hh / grp) * hd;
+            float max = -INFINITY, *s = e->sc;
+            for (int64_t j = 0; j < ns + na; j++) {
+                const float *kj = j < ns ? e->K + j * e->kd + off : e->ck + rw->anc[r][j - ns] * e->kd + off;
+                float dot = 0;
+                for (int64_t t = 0; t < hd; t++)
+                    dot += qh[t] * kj[t];
+                s[j] = dot * scale;
+                if (s[j] > max)
+                    max = s[j];
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < ns + na; j++)
+                sum += s[j] = expf(s[j] - max);
+            float inv = (float)(1.0 / sum), *o = e->a + r * e->qd + hh * hd;
+            memset(o, 0, (size_t)hd * sizeof(float));
+            for (int64_t j = 0; j < ns + na; j++) {
+                const float *vj = j < ns ? e->Vs + j * e->kd + off : e->cv + rw->anc[r][j - ns] * e->kd + off;
+                float p = s[j] * inv;
+                for (int64_t t = 0; t < hd; t++)
+                    o[t] += p * vj[t];
+            }
+        }
+    }
+}
+
+/* y_i = x W_i^T over n rows for the matrices i, j, k (j, k < 0: none),
+ * which share x; bias on the first */
+static void
+mm(struct eagle_draft *e, float *y, const float *x, int64_t n, int i, const float *bias, int j,
+   float *yj, int k, float *yk)
+{
+    struct backend_matmul m = { 0 };
+    int w[3] = { i, j, k };
+    float *ys[3] = { y, yj, yk };
+
+    for (int q = 0; q < 3; q++) {
+        if (w[q] < 0)
+            continue;
+        m.w[m.nw] = &e->wt[w[q]];
+        m.y[m.nw] = ys[q];
+        m.ldy[m.nw] = e->wt[w[q]].rows;
+        m.nw++;
+    }
+    m.bias[0] = bias;
+    m.x = x;
+    m.ldx = e->wt[i].cols;
+    m.n_tok = n;
+    e->m->be->ops->matmul(e->m->be, &m);
+}
+
+/* e->wt[i] = rows x cols f32 matrix src as the backend multiplies it: in
+ * wtype when the type takes that width, else f32 */
+static int
+weight(struct eagle_draft *e, int i, const float *src, int64_t rows, int64_t cols, uint32_t wtype)
+{
+    struct backend *be = e->m->be;
+    size_t rb = qtype_row_bytes(wtype, cols);
+    struct backend_weight *w = &e->wt[i];
+    bool conv = wtype != GGML_TYPE_F32 && rb && quant_supported(wtype) &&
+                !quant_needs_imatrix(wtype) && be->ops->supports(be, wtype);
+
+    if (!conv) {
+        wtype = GGML_TYPE_F32;
+        rb = (size_t)cols * sizeof(float);
+    }
+    w->type = wtype;
+    w->rows = rows;
+    w->cols = cols;
+    w->row_bytes = rb;
+    w->packed = NULL;
+    if (!conv) {
+        w->data = src;
+    } else {
+        if (!(e->wbuf[i] = malloc((size_t)rows * rb)))
+            return -ST_NOMEM;
+        quant_chunk(wtype, src, e->wbuf[i], rows, cols, NULL);
+        w->data = e->wbuf[i];
+    }
+    return be->ops->mm_reserve(be, wtype, e->B, cols) < 0 ? -ST_NOMEM : 0;
+}
+
+static void
+run_rows(struct eagle_draft *e, const struct rows *rw)
+{
+    const struct backend_backward_ops *bw = e->bw;
+    const struct eagle_head *h = &e->h;
+    struct backend *be = e->m->be;
+    int64_t n = rw->n, d = e->d;
+
+    for (int64_t r = 0; r < n; r++)
+        e->ids[r] = rw->tok[r];
+    be->ops->get_rows(be, e->h1, &e->emb, e->ids, n);       /* h1: scratch for the rows */
+    for (int64_t r = 0; r < n; r++) {
+        memcpy(e->x2 + r * 2 * d, e->h1 + r * d, (size_t)d * sizeof(float));
+        memcpy(e->x2 + r * 2 * d + d, rw->fin[r], (size_t)d * sizeof(float));
+        ops_rope_angles(e->cs + r * h->c.rope.n_rot, (int32_t)rw->pos[r], &h->c.rope);
+    }
+    mm(e, e->h0, e->x2, n, EAGLE_FC_W, h->t[EAGLE_FC_B], -1, NULL, -1, NULL);
+    mm(e, e->q, e->h0, n, EAGLE_WQ, NULL, EAGLE_WK, e->k, EAGLE_WV, e->v);
+    bw->rope_fwd(e->q, n, h->c.n_head, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
+    bw->rope_fwd(e->k, n, h->c.n_head_kv, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
+    for (int64_t r = 0; r < n; r++) {
+        memcpy(rw->kdst[r], e->k + r * e->kd, (size_t)e->kd * sizeof(float));
+        memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
+    }
+    attend(e, rw);
+    mm(e, e->h1, e->a, n, EAGLE_WO, NULL, -1, NULL, -1, NULL);
+    for (int64_t i = 0; i < n * d; i++)
+        e->h1[i] += e->h0[i];
+    bw->rmsnorm_fwd(e->xn, e->h1, h->t[EAGLE_NORM], n, d, h->c.eps);
+    mm(e, e->g, e->xn, n, EAGLE_GATE, NULL, EAGLE_UP, e->u, -1, NULL);
+    bw->silu_mul_fwd(e->g, e->g, e->u, n * e->ff);
+    mm(e, e->out, e->g, n, EAGLE_DOWN, NULL, -1, NULL, -1, NULL);
+    for (int64_t i = 0; i < n * d; i++)
+        e->out[i] += e->h1[i];
+    if (rw->lg0 < n && e->lm_red) {
+        mm(e, e->logits, e->out + rw->lg0 * d, n - rw->lg0, EAGLE_N_TENSORS, NULL, -1, NULL, -1,
+           NULL);
+    } else if (rw->lg0 < n) {
+        struct backend_matmul mm = { 0 };
+        mm.nw = 1;
+        mm.w[0] = &e->lm;
+        mm.y[0] = e->logits;
+        mm.ldy[0] = e->V;
+        mm.x = e->out + rw->lg0 * d;
+        mm.ldx = d;
+        mm.n_tok = n - rw->lg0;
+        be->ops->matmul(be, &mm);
+    }
+}
+
+/* the top k of row z [V] by log probability: ids and log probs, best first */
+static int64_t
+top_k(const float *z, int64_t V, int64_t k, int32_t *id, float *lp)
+{
+    float max = -INFINITY;
+    double s = 0;
+    int64_t n = 0;
+    for (int64_t j = 0; j < V; j++)
+        if (z[j] > max)
+            max = z[j];
+    for (int64_t j = 0; j < V; j++)
+        s += exp((double)(z[j] - max));
+    float lse = max + (float)log(s);
+    for (int64_t j = 0; j < V; j++) {
+        if (n == k && z[j] <= z[id[n - 1]])
+            continue;
+        int64_t i = n < k ? n++ : n - 1;
+        while (i > 0 && z[id[i - 1]] < z[j]) {
+            id[i] = id[i - 1];
+            i--;
+        }
+        id[i] = (int32_t)j;
+    }
+    for (int64_t i = 0; i < n; i++)
+        lp[i] = z[id[i]] - lse;
+    return n;
+}
+
+static void *
+xcalloc(size_t n, size_t sz, int *bad)
+{
+    void *p = calloc(n ? n : 1, sz);
+    *bad |= !p;
+    return p;
+}
+
+void
+eagle_draft_free(struct eagle_draft *e)
+{
+    if (!e)
+        return;
+    eagle_head_release(&e->h);
+    free(e->feat), free(e->K), free(e->Vs), free(e->stab_tok);
+    free(e->x2), free(e->h0), free(e->q), free(e->k), free(e->v), free(e->a), free(e->h1);
+    free(e->xn), free(e->g), free(e->u), free(e->out), free(e->cs), free(e->logits), free(e->sc);
+    free(e->ids), free(e->c), free(e->ch), free(e->ck), free(e->cv), free(e->sel);
+    free(e->hroot), free(e->hid), free(e->lm_ids), free(e->lm_red);
+    for (int i = 0; i <= EAGLE_N_TENSORS; i++)
+        free(e->wbuf[i]);
+    free(e);
+}
+
+int
+eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, int64_t ctx,
+                 int k, uint32_t wtype, struct diag *d)
+{
+    struct eagle_draft *e;
+    struct eagle_meta meta;
+    int rc, bad = 0;
+
+    *out = NULL;
+    if (k < 1 || k > EAGLE_TOPK_MAX || ctx < 2)
+        return diag_set(d, ST_RANGE, "top-k %d: 1 to %d", k, EAGLE_TOPK_MAX);
+    if (!m->be->ops->backward)
+        return diag_set(d, ST_DEVICE, "the %s backend cannot run an EAGLE head", m->be->device);
+    if (!(e = calloc(1, sizeof *e)))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    if ((rc = eagle_head_read(&e->h, &meta, NULL, NULL, path, d)) < 0 ||
+        (rc = eagle_head_check_base(&e->h, &meta, m, d)) < 0) {
+        diag_prefix(d, "'%s'", path);
+        free(meta.draft_ids);
+        eagle_draft_free(e);
+        return rc;
+    }
+    e->lm_ids = meta.draft_ids;     /* NULL: the whole vocabulary */
+    e->n_lm = meta.draft_ids ? meta.n_draft : m->hp.n_vocab;
+    if (e->h.c.head_dim != m->hp.head_dim || e->h.c.rope.n_rot > e->h.c.head_dim) {
+        eagle_draft_free(e);
+        return diag_set(d, ST_FORMAT, "'%s': head shape does not fit the model", path);
+    }
+    e->m = m;
+    e->bw = m->be->ops->backward;
+    e->emb = model_weight_view(&m->tok_embd);
+    e->lm = model_weight_view(&m->output);
+    e->ctx = ctx;
+    e->d = e->h.c.d;
+    e->qd = e->h.c.n_head * e->h.c.head_dim;
+    e->kd = e->h.c.n_head_kv * e->h.c.head_dim;
+    e->ff = e->h.c.n_ff;
+    e->V = m->hp.n_vocab;
+    e->top_k = k;
+    e->B = STABLE_ROWS > k ? STABLE_ROWS : k;
+    e->cap_fed = (int64_t)LEVELS_MAX * k;
+    e->cap_c = e->cap_fed * k + k;
+    int64_t B = e->B, d2 = e->d;
+    e->feat = xcalloc((size_t)(ctx * d2), sizeof(float), &bad);
+    e->K = xcalloc((size_t)(ctx * e->kd), sizeof(float), &bad);
+    e->Vs = xcalloc((size_t)(ctx * e->kd), sizeof(float), &bad);
+    e->stab_tok = xcalloc((size_t)ctx, sizeof(int32_t), &bad);
+    e->x2 = xcalloc((size_t)(B * 2 * d2), sizeof(float), &bad);
+    e->h0 = xcalloc((size_t)(B * d2), sizeof(float), &bad);
+    e->h1 = xcalloc((size_t)(B * d2), sizeof(float), &bad);
+    e->xn = xcalloc((size_t)(B * d2), sizeof(float), &bad);
+    e->out = xcalloc((size_t)(B * d2), sizeof(float), &bad);
+    e->q = xcalloc((size_t)(B * e->qd), sizeof(float), &bad);
+    e->a = xcalloc((size_t)(B * e->qd), sizeof(float), &bad);
+    e->k = xcalloc((size_t)(B * e->kd), sizeof(float), &bad);
+    e->v = xcalloc((size_t)(B * e->kd), sizeof(float), &bad);
+    e->g = xcalloc((size_t)(B * e->ff), sizeof(float), &bad);
+    e->u = xcalloc((size_t)(B * e->ff), sizeof(float), &bad);
+    e->cs = xcalloc((size_t)(B * e->h.c.rope.n_rot), sizeof(float), &bad);
+    e->logits = xcalloc((size_t)(k * e->n_lm), sizeof(float), &bad);
+    if (e->lm_ids) {
+        e->lm_red = xcalloc((size_t)(e->n_lm * d2), sizeof(float), &bad);
+        if (!bad)
+            m->be->ops->get_rows(m->be, e->lm_red, &e->lm, e->lm_ids, e->n_lm);
+    }
+    e->sc = xcalloc((size_t)(ctx + LEVELS_MAX + 1), sizeof(float), &bad);
+    e->ids = xcalloc((size_t)B, sizeof(int32_t), &bad);
+    e->c = xcalloc((size_t)e->cap_c, sizeof(struct cand), &bad);
+    e->sel = xcalloc((size_t)e->cap_c, sizeof(int64_t), &bad);
+    e->ch = xcalloc((size_t)(e->cap_fed * d2), sizeof(float), &bad);
+    e->ck = xcalloc((size_t)(e->cap_fed * e->kd), sizeof(float), &bad);
+    e->cv = xcalloc((size_t)(e->cap_fed * e->kd), sizeof(float), &bad);
+    e->hroot = xcalloc((size_t)d2, sizeof(float), &bad);
+    for (int i = 0; !bad && i < EAGLE_N_TENSORS; i++)
+        if (i != EAGLE_FC_B && i != EAGLE_NORM)
+            bad |= weight(e, i, e->h.t[i], e->h.rows[i], e->h.cols[i], wtype) < 0;
+    if (!bad && e->lm_red)
+        bad |= weight(e, EAGLE_N_TENSORS, e->lm_red, e->n_lm, d2, wtype) < 0;
+    if (bad || m->be->ops->mm_reserve(m->be, e->lm.type, k, e->lm.cols) < 0) {
+        eagle_draft_free(e);
+        return diag_set(d, ST_NOMEM, "out of memory for the EAGLE head");
+    }
+    /* the cost of one tree level: k rows over one stable position, with
+     * the LM head (measured on zero features, a scratch draft) */
+    int32_t tok[EAGLE_TOPK_MAX] = { 0 };
+    const float *fin[EAGLE_TOPK_MAX];
+    int64_t pos[EAGLE_TOPK_MAX], lim[EAGLE_TOPK_MAX], na[EAGLE_TOPK_MAX];
+    float *kd_[EAGLE_TOPK_MAX], *vd_[EAGLE_TOPK_MAX];
+    int32_t slot[EAGLE_TOPK_MAX];
+    const int32_t *anc[EAGLE_TOPK_MAX];
+    for (int i = 0; i < k; i++) {
+        fin[i] = e->feat;
+        pos[i] = 1, lim[i] = 1, na[i] = 1;
+        slot[i] = i;
+        anc[i] = &slot[i];
+        kd_[i] = e->ck + i * e->kd, vd_[i] = e->cv + i * e->kd;
+    }
+    struct rows rw = { k, 0, tok, fin, pos, lim, kd_, vd_, anc, na };
+    double t0 = now_seconds();
+    run_rows(e, &rw);
+    e->level_ms = (now_seconds() - t0) * 1000.0;
+    *out = e;
+    return 0;
+}
+
+const float *
+eagle_draft_root_out(const struct eagle_draft *e)
+{
+    return e->hroot;
+}
+
+double
+eagle_draft_level_ms(const struct eagle_draft *e)
+{
+    return e->level_ms;
+}
+
+void
+eagle_draft_feed(struct eagle_draft *e, int64_t pos, const float *feat)
+{
+    if (pos < 0 || pos >= e->ctx || pos > e->n_feat)
+        return;
+    memcpy(e->feat + pos * e->d, feat, (size_t)e->d * sizeof(float));
+    e->n_feat = pos + 1;
+    if (e->P > pos)             /* a stable position built on a replaced feature */
+        e->P = pos;
+}
+
+int
+eagle_draft_hidden(struct eagle_draft *e, int64_t rows, float **out, struct diag *d)
+{
+    if (rows > e->hid_rows) {
+        float *p = realloc(e->hid, (size_t)(rows * e->d) * sizeof(float));
+        if (!p)
+            return diag_set(d, ST_NOMEM, "out of memory");
+        e->hid = p;
+        e->hid_rows = rows;
+    }
+    *out = e->hid;
+    return 0;
+}
+
+void
+eagle_draft_feed_rows(struct eagle_draft *e, int64_t pos0, const float *hidden,
+                      const int64_t *rows, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        eagle_draft_feed(e, pos0 + i, hidden + (rows ? rows[i] : i) * e->d);
+}
+
+/* stable positions up to n - 2 (head position p: token hist[p + 1],
+ * feature p); the root's children as candidates 0 .. k-1 */
+static void
+catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
+{
+    int64_t last = n - 2;
+    int32_t tok[STABLE_ROWS];
+    const float *fin[STABLE_ROWS];
+    int64_t pos[STABLE_ROWS], lim[STABLE_ROWS], na[STABLE_ROWS];
+    float *kd_[STABLE_ROWS], *vd_[STABLE_ROWS];
+    const int32_t *anc[STABLE_ROWS];
+
+    /* a position whose next token changed is not stable any more */
+    for (int64_t p = 0; p < e->P && p <= last; p++)
+        if (e->stab_tok[p] != hist[p + 1]) {
+            e->P = p;
+            break;
+        }
+    if (e->P > last)
+        e->P = last;            /* the root's position is always rerun: its output is needed */
+    while (e->P <= last) {
+        int64_t n_r = last + 1 - e->P < STABLE_ROWS ? last + 1 - e->P : STABLE_ROWS;
+        for (int64_t r = 0; r < n_r; r++) {
+            int64_t p = e->P + r;
+            tok[r] = hist[p + 1];
+            fin[r] = e->feat + p * e->d;
+            pos[r] = p;
+            lim[r] = p + 1;     /* itself included: its K/V are stored before attention */
+            na[r] = 0;
+            anc[r] = NULL;
+            kd_[r] = e->K + p * e->kd, vd_[r] = e->Vs + p * e->kd;
+            e->stab_tok[p] = tok[r];
+        }
+        bool final = e->P + n_r > last;
+        struct rows rw = { n_r, final ? n_r - 1 : n_r, tok, fin, pos, lim, kd_, vd_, anc, na };
+        run_rows(e, &rw);
+        if (final)
+            memcpy(e->hroot, e->out + (n_r - 1) * e->d, (size_t)e->d * sizeof(float));
+        e->P += n_r;
+    }
+}
+
+static int
+better(const struct cand *x, int64_t ix, const struct cand *y, int64_t iy)
+{
+    if (x->score != y->score)
+        return x->score > y->score;
+    if (x->depth != y->depth)
+        return x->depth < y->depth;
+    return ix < iy;
+}
+
+int
+eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int depth,
+                 int64_t budget, struct spec_tree *t, struct diag *d)
+{
+    int64_t k = e->top_k, root_pos = n_hist - 2;
+    int32_t id[EAGLE_TOPK_MAX];
+    float lp[EAGLE_TOPK_MAX];
+    (void)d;
+
+    if (n_hist < 2 || n_hist - 1 > e->n_feat || n_hist > e->ctx || budget < 1 || depth < 1)
+        return 0;
+    if (depth > LEVELS_MAX)
+        depth = LEVELS_MAX;
+    double t0 = now_seconds();
+    int levels = 1;
+    catch_up(e, hist, n_hist);
+    e->n_c = e->n_fed = 0;
+    /* level 1: the root's children, from its logits (row 0) */
+    int64_t nk = top_k(e->logits, e->n_lm, k, id, lp);
+    for (int64_t i = 0; i < nk; i++)
+        e->c[e->n_c++] = (struct cand){ e->lm_ids ? e->lm_ids[id[i]] : id[i], -1, 1, -1, lp[i] };
+    int64_t f0 = 0, f1 = e->n_c;      /* the last level's candidates */
+    for (int lev = 2; lev <= depth; lev++) {
+        /* the frontier: the top k of the last level, best first */
+        int64_t fr[EAGLE_TOPK_MAX], nf = 0;
+        for (int64_t i = f0; i < f1; i++) {
+            if (nf == k && !better(&e->c[i], i, &e->c[fr[k - 1]], fr[k - 1]))
+                continue;
+            int64_t j = nf < k ? nf++ : k - 1;
+            while (j > 0 && better(&e->c[i], i, &e->c[fr[j - 1]], fr[j - 1])) {
+                fr[j] = fr[j - 1];
+                j--;
+            }
+            fr[j] = i;
+        }
+        if (nf == 0 || e->n_fed + nf > e->cap_fed || e->n_c + nf * k > e->cap_c)
+            break;
+        int32_t tok[EAGLE_TOPK_MAX], slots[EAGLE_TOPK_MAX][LEVELS_MAX];
+        const float *fin[EAGLE_TOPK_MAX];
+        int64_t pos[EAGLE_TOPK_MAX], lim[EAGLE_TOPK_MAX], na[EAGLE_TOPK_MAX];
+        float *kd_[EAGLE_TOPK_MAX], *vd_[EAGLE_TOPK_MAX];
+        const int32_t *anc[EAGLE_TOPK_MAX];
+        for (int64_t r = 0; r < nf; r++) {
+            struct cand *c = &e->c[fr[r]];
+            c->fed = (int32_t)(e->n_fed + r);
+            tok[r] = c->tok;
+            fin[r] = c->parent < 0 ? e->hroot : e->ch + (int64_t)e->c[c->parent].fed * e->d;
+            pos[r] = root_pos + c->depth;
+            lim[r] = root_pos + 1;
+            /* ancestors (fed) from the top, then itself */
+            int64_t m = c->depth, p = fr[r];
+            na[r] = m;
+            for (int64_t j = m - 1; j >= 0; j--) {
+                slots[r][j] = e->c[p].fed;
+                p = e->c[p].parent;
+            }
+            anc[r] = slots[r];
+            kd_[r] = e->ck + (int64_t)c->fed * e->kd, vd_[r] = e->cv + (int64_t)c->fed * e->kd;
+        }
+        struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na };
+        run_rows(e, &rw);
+        levels++;
+        e->n_fed += nf;
+        f0 = e->n_c;
+        for (int64_t r = 0; r < nf; r++) {
+            memcpy(e->ch + (int64_t)e->c[fr[r]].fed * e->d, e->out + r * e->d,
+                   (size_t)e->d * sizeof(float));
+            int64_t nc = top_k(e->logits + r * e->n_lm, e->n_lm, k, id, lp);
+            for (int64_t i = 0; i < nc; i++)
+                e->c[e->n_c++] = (struct cand){ e->lm_ids ? e->lm_ids[id[i]] : id[i],
+                                                (int32_t)fr[r], lev, -1,
+                                                e->c[fr[r]].score + lp[i] };
+        }
+        f1 = e->n_c;
+    }
+    /* the cost per level, for the draft size (spec_choose): a running
+     * mean that replaces the estimate made at open */
+    e->level_ms = 0.8 * e->level_ms + 0.2 * (now_seconds() - t0) * 1000.0 / levels;
+    /* the best budget candidates, in (depth, index) order so that parents come first */
+    int64_t ns = 0;
+    for (int64_t i = 0; i < e->n_c; i++)
+        e->sel[i] = i;
+    for (int64_t i = 1; i < e->n_c; i++) {     /* insertion sort by score: n_c is small */
+        int64_t x = e->sel[i], j = i;
+        while (j > 0 && better(&e->c[x], x, &e->c[e->sel[j - 1]], e->sel[j - 1])) {
+            e->sel[j] = e->sel[j - 1];
+            j--;
+        }
+        e->sel[j] = x;
+    }
+    ns = e->n_c < budget ? e->n_c : budget;
+    if (ns > t->cap - t->n)
+        ns = t->cap - t->n;
+    for (int64_t i = 1; i < ns; i++) {
+        int64_t x = e->sel[i], j = i;
+        while (j > 0 && (e->c[e->sel[j - 1]].depth > e->c[x].depth ||
+                         (e->c[e->sel[j - 1]].depth == e->c[x].depth && e->sel[j - 1] > x))) {
+            e->sel[j] = e->sel[j - 1];
+            j--;
+        }
+        e->sel[j] = x;
+    }
+    /* candidate -> tree node: fed slots are reused as the map (fed = node) */
+    for (int64_t i = 0; i < e->n_c; i++)
+        e->c[i].fed = -1;
+    for (int64_t i = 0; i < ns; i++) {
+        struct cand *c = &e->c[e->sel[i]];
+        int64_t parent = c->parent < 0 ? 0 : e->c[c->parent].fed;
+        if (parent < 0)
+            continue;           /* its parent was not chosen: not connected */
+        int64_t node = spec_tree_add(t, c->tok, parent);
+        if (node < 0)
+            break;
+        c->fed = (int32_t)node;
+    }
+    return 0;
+}

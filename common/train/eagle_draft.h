@@ -1,0 +1,84 @@
+/*
+ * eagle_draft.h - drafting with an EAGLE-1 head (generate --draft-head):
+ * EAGLE-2 dynamic trees (algorithms.md §6.5) for the target's one-pass tree
+ * verification (generate.c, spec.h).
+ *
+ * The head reads the target's features (final hidden states after the
+ * output norm) of the tokens the target has run: generate hands them over
+ * after the prompt and after each verify pass, for the accepted tokens only
+ * (eagle_draft_feed).  Head position p takes (embedding of token p + 1,
+ * feature p); its keys and values are kept for the accepted positions
+ * ("stable"), the tree's are discarded after each draft.
+ *
+ * A draft after hist[0 .. n) (root hist[n-1], sampled, not yet run):
+ *   1. the head runs over the positions not yet stable, up to n - 2; its
+ *      output at n - 2 gives the root's children: the top_k tokens by log
+ *      probability (the target's LM head on the predicted feature)
+ *   2. depth - 1 times: the top_k candidates of the last level by
+ *      cumulative log probability are fed (token, their parent's predicted
+ *      feature) in one batch under a tree mask, each giving top_k children
+ *      with cumulative scores; all are recorded
+ *   (a head trained over a reduced draft vocabulary, eagle_io.h, scores
+ *   those tokens only, with f32 rows of the target's LM head: one tree
+ *   level then reads n_draft rows instead of the whole vocabulary)
+ *   3. the budget candidates of highest score (shallower first on ties)
+ *      form the tree: a child never scores above its parent, so the choice
+ *      is a connected tree.
+ * Drafts are deterministic, so verification keeps generate's output that of
+ * plain decoding, greedy or sampled (spec.h).
+ */
+#ifndef LLMKIT_EAGLE_DRAFT_H
+#define LLMKIT_EAGLE_DRAFT_H
+
+#include <stdint.h>
+
+#include "model.h"
+#include "spec.h"
+#include "status.h"
+
+#define EAGLE_TOPK_MAX 16
+
+struct eagle_draft;
+
+/* eagle_draft_open() : reads the head at path and checks that it was
+ * trained for m (-ST_FORMAT otherwise: "trained for another model");
+ * positions up to ctx; top_k 1 .. EAGLE_TOPK_MAX (branches per node).  0,
+ * wtype: the type the head's matrices are multiplied in (GGML_TYPE_F32:
+ * as trained; GGML_TYPE_Q8_0: converted at open, a quarter of the bytes;
+ * f32 where the type does not fit a matrix's width).  0, -ST_IO,
+ * -ST_FORMAT, -ST_RANGE, -ST_NOMEM. */
+int eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, int64_t ctx,
+                     int top_k, uint32_t wtype, struct diag *d);
+void eagle_draft_free(struct eagle_draft *e);
+
+/* eagle_draft_feed() : the target's feature of the token at position pos
+ * (d floats); positions are fed in order, pos <= the count fed so far (a
+ * position fed again replaces what came after it). */
+void eagle_draft_feed(struct eagle_draft *e, int64_t pos, const float *feat);
+
+/* eagle_draft_hidden() : *out = a buffer of rows target features (owned
+ * by e, kept until the next call or eagle_draft_free) for model_out.hidden.
+ * 0 or -ST_NOMEM. */
+int eagle_draft_hidden(struct eagle_draft *e, int64_t rows, float **out, struct diag *d);
+
+/* eagle_draft_feed_rows() : eagle_draft_feed(pos0 + i, hidden row
+ * (rows ? rows[i] : i)) for i < n. */
+void eagle_draft_feed_rows(struct eagle_draft *e, int64_t pos0, const float *hidden,
+                           const int64_t *rows, int64_t n);
+
+/* eagle_draft_tree() : adds to t (whose root is hist[n_hist-1]) a tree of
+ * at most budget nodes and depth levels, as above.  Nothing is drafted
+ * (0 returned, t unchanged) when a feature is missing.  0 or -ST_NOMEM. */
+int eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int depth,
+                     int64_t budget, struct spec_tree *t, struct diag *d);
+
+/* eagle_draft_root_out() : the head's predicted feature at the root of the
+ * last draft (d floats; for the tests: the training forward's) */
+const float *eagle_draft_root_out(const struct eagle_draft *e);
+
+/* eagle_draft_level_ms() : the time of one tree level: measured at open,
+ * then a running mean over the drafts (the catch-up of each draft
+ * included) */
+double eagle_draft_level_ms(const struct eagle_draft *e);
+
+#endif

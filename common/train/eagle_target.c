@@ -1,0 +1,114 @@
+/*
+ * eagle_target.c - the target model's side of EAGLE training (eagle_target.h).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "eagle_target.h"
+#include "qtypes.h"
+
+/* all rows of w as f32 [rows][cols], through the backend's get_rows */
+static float *
+rows_f32(struct model *m, const struct model_weight *w)
+{
+    enum { CHUNK = 1024 };
+    struct backend_weight bw = model_weight_view(w);
+    int32_t ids[CHUNK];
+    float *y = malloc((size_t)(w->rows * w->cols) * sizeof(float));
+
+    if (!y)
+        return NULL;
+    for (int64_t r0 = 0; r0 < w->rows; r0 += CHUNK) {
+        int64_t n = w->rows - r0 < CHUNK ? w->rows - r0 : CHUNK;
+        for (int64_t i = 0; i < n; i++)
+            ids[i] = (int32_t)(r0 + i);
+        m->be->ops->get_rows(m->be, y + r0 * w->cols, &bw, ids, n);
+    }
+    return y;
+}
+
+int
+eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct diag *d)
+{
+    const struct model_hparams *hp = &m->hp;
+    struct kv_config kc;
+    int rc;
+
+    memset(t, 0, sizeof *t);
+    t->m = m;
+    if (hp->arch != MODEL_ARCH_LLAMA)
+        return diag_set(d, ST_RANGE, "architecture '%s': EAGLE heads are trained for llama "
+                        "models only", hp->arch_name);
+    if (hp->head_dim != hp->head_dim_v)
+        return diag_set(d, ST_RANGE, "key and value head sizes differ");
+    t->c.d = hp->n_embd;
+    t->c.n_head = hp->n_head;
+    t->c.n_head_kv = hp->n_head_kv;
+    t->c.head_dim = hp->head_dim;
+    t->c.n_ff = hp->n_ff;
+    t->c.n_vocab = hp->n_vocab;
+    t->c.eps = hp->rms_eps;
+    t->c.rope = hp->rope;
+    t->c.rope.freq_factors = NULL;
+    if (!(t->embd = rows_f32(m, &m->tok_embd)))
+        goto nomem;
+    t->lm = hp->tied_output ? t->embd : rows_f32(m, &m->output);
+    if (!t->lm)
+        goto nomem;
+    t->fz.embd = t->embd;
+    t->fz.lm = t->lm;
+    t->fz.n_lm = hp->n_vocab;
+    /* one sequence of max_n tokens plus slack, in generate's default f16:
+     * the features the head sees when drafting come from such a cache */
+    model_kv_config(m, model_kv_bytes_per_token(m, GGML_TYPE_F16) * (size_t)(max_n + 64),
+                    GGML_TYPE_F16, &kc);
+    if ((rc = kv_new(&t->kv, &kc, d)) < 0) {
+        eagle_target_release(t);
+        return rc;
+    }
+    t->max_n = max_n;
+    return 0;
+nomem:
+    eagle_target_release(t);
+    return diag_set(d, ST_NOMEM, "out of memory for the target's embedding and LM head");
+}
+
+void
+eagle_target_release(struct eagle_target *t)
+{
+    if (t->lm != t->embd)
+        free(t->lm);
+    free(t->embd);
+    kv_free(t->kv);
+    memset(t, 0, sizeof *t);
+}
+
+int
+eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
+                      struct diag *d)
+{
+    struct batch_tok *bt;
+    int32_t seq;
+    int rc;
+
+    if (n < 1 || n > t->max_n)
+        return diag_set(d, ST_RANGE, "%lld tokens: a feature run takes 1 to %lld",
+                        (long long)n, (long long)t->max_n);
+    if (!(bt = calloc((size_t)n, sizeof *bt)))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    if ((rc = kv_seq_new(t->kv, &seq)) < 0) {
+        free(bt);
+        return diag_set(d, ST_NOMEM, "no KV sequence free");
+    }
+    for (int64_t i = 0; i < n; i++) {
+        bt[i].seq = seq;
+        bt[i].pos = (int32_t)i;
+        bt[i].token = tokens[i];
+    }
+    struct batch b = { .n = n, .tok = bt };
+    struct model_out out = { .logits = NULL, .hidden = feat };
+    rc = model_forward(t->m, t->kv, &b, NULL, &out, d);
+    kv_seq_free(t->kv, seq);
+    free(bt);
+    return rc;
+}

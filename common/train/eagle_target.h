@@ -1,0 +1,41 @@
+/*
+ * eagle_target.h - what the EAGLE trainer takes from the target model: the
+ * head's shape, f32 copies of the frozen embedding and LM head, and the
+ * features of token sequences through the shared forward pass.
+ */
+#ifndef LLMKIT_EAGLE_TARGET_H
+#define LLMKIT_EAGLE_TARGET_H
+
+#include <stdint.h>
+
+#include "eagle.h"
+#include "kvcache.h"
+#include "model.h"
+#include "status.h"
+
+struct eagle_target {
+    struct model *m;            /* borrowed */
+    struct eagle_config c;
+    struct eagle_frozen fz;     /* into embd / lm below */
+    float *embd;                /* owned [n_vocab][d] */
+    float *lm;                  /* owned, or == embd (tied output) */
+    struct kvcache *kv;         /* owned: one sequence of up to max_n tokens */
+    int64_t max_n;
+};
+
+/* eagle_target_init() : the head's configuration for m (a llama-arch
+ * model), the frozen parts converted to f32 through the backend, and a KV
+ * cache for feature runs of up to max_n tokens.  Returns 0, -ST_RANGE (an
+ * architecture the EAGLE-1 head does not support; message in d),
+ * -ST_NOMEM. */
+int eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct diag *d);
+void eagle_target_release(struct eagle_target *t);
+
+/* eagle_target_features() : feat [n][d] = the final hidden state after the
+ * output norm (the LM head's input) of each of the n tokens of one sequence
+ * starting at position 0, through model_forward (n <= max_n).  Returns 0 or
+ * model_forward's code. */
+int eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
+                          struct diag *d);
+
+#endif

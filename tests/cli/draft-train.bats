@@ -1,0 +1,179 @@
+#!/usr/bin/env bats
+# draft-train: options, bad inputs, a head trained on the tiny fixture (GGUF
+# keys, determinism, the feature cache, --json), checkpoints on SIGTERM and
+# --resume giving the uninterrupted run's head.
+
+load common
+
+FIX="$TOP/tests/fixtures/tiny-llama-f32.gguf"
+CALIB="$SHARED/data/calibration-groups-merged.txt"
+PY="$LLMKIT_CACHE/venv/bin/python"
+
+setup() {
+    [ -f "$FIX" ] || skip "fixtures missing (make fixtures)"
+    head -c 12000 "$CALIB" > "$BATS_TEST_TMPDIR/text.txt"
+}
+
+# gguf_key FILE KEY : the value of a string or integer key (gguf-py)
+gguf_key() {
+    "$PY" - "$1" "$2" <<'EOF'
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+f = r.fields[sys.argv[2]]
+v = f.parts[f.data[0]]
+print(bytes(v).decode() if f.types[0] == gguf.GGUFValueType.STRING else int(v[0]))
+EOF
+}
+
+# data_sha256 FILE : SHA-256 of a GGUF's tensor data section (gguf-py's offset)
+data_sha256() {
+    "$PY" - "$1" <<'EOF'
+import sys, hashlib, gguf
+r = gguf.GGUFReader(sys.argv[1])
+print(hashlib.sha256(open(sys.argv[1], 'rb').read()[r.data_offset:]).hexdigest())
+EOF
+}
+
+@test "draft-train --help: stdout, exit 0" {
+    run -0 --separate-stderr draft-train --help
+    assert_output --partial "usage: draft-train"
+    assert_output --partial "--max-time SECONDS"
+    [ -z "$stderr" ]
+}
+
+@test "draft-train: usage errors exit 2" {
+    run -2 --separate-stderr draft-train --bogus
+    [[ $stderr == *"usage: draft-train"* ]]
+    run -2 --separate-stderr draft-train --data x -o y --epochs 1
+    [[ $stderr == *"no model (-m)"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y
+    [[ $stderr == *"give --epochs or --max-time"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle3
+    [[ $stderr == *"--arch: 'eagle3' is not supported"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 0
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o - --epochs 1
+}
+
+@test "draft-train: a file that is no GGUF is bad data (3), nothing written" {
+    printf 'not a model at all' > "$BATS_TEST_TMPDIR/bad.gguf"
+    run -3 --separate-stderr draft-train -m "$BATS_TEST_TMPDIR/bad.gguf" \
+        --data "$BATS_TEST_TMPDIR/text.txt" -o "$BATS_TEST_TMPDIR/h.gguf" --epochs 1
+    [[ $stderr == *"bad.gguf"* ]]
+    [ ! -e "$BATS_TEST_TMPDIR/h.gguf" ]
+}
+
+@test "draft-train: too little text for two sequences is refused" {
+    printf 'hello world' > "$BATS_TEST_TMPDIR/tiny.txt"
+    run -2 --separate-stderr draft-train -m "$FIX" --data "$BATS_TEST_TMPDIR/tiny.txt" \
+        -o "$BATS_TEST_TMPDIR/h.gguf" --epochs 1
+    [[ $stderr == *"need at least 2 sequences"* ]]
+    [ ! -e "$BATS_TEST_TMPDIR/h.gguf" ]
+}
+
+@test "draft-train: trains a head on the fixture; same seed, same bytes; the cache is reused" {
+    cd "$BATS_TEST_TMPDIR"
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 2 \
+        --seq-len 32 --cache cache --json
+    [[ $stderr == *"wrote 'h1.gguf'"*"(features computed)"* ]]
+    [[ $stderr == *"peak memory"* ]]
+    # one line per step, then the evaluation; the held-out loss below the first step's
+    n=$(jq -r 'select(.type=="step") | .step' <<<"$output" | wc -l)
+    [ "$n" -gt 10 ]
+    [ "$(jq -r 'select(.type=="eval") | .schema' <<<"$output")" = "draft-train/1" ]
+    first=$(jq -r 'select(.type=="step") | .loss' <<<"$output" | head -1)
+    last=$(jq -r 'select(.type=="eval") | .loss' <<<"$output")
+    python3 -c "import sys; sys.exit(not float(sys.argv[2]) < float(sys.argv[1]))" "$first" "$last"
+    ls cache/*.eaglefeat.zst
+    [ "$(gguf_key h1.gguf general.architecture)" = eagle ]
+    [ "$(gguf_key h1.gguf eagle.embedding_length)" = 64 ]
+    [ "$(gguf_key h1.gguf eagle.base.tensor_sha256)" = "$(data_sha256 "$FIX")" ]
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 \
+        --seq-len 32 --cache cache
+    [[ $stderr == *"(features from the cache)"* ]]
+    cmp h1.gguf h2.gguf
+    # another seed, another head
+    run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 --seed 2 -q
+    ! cmp -s h1.gguf h3.gguf
+    # an existing output needs -f
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 1 --seq-len 32
+    cmp h1.gguf h2.gguf
+}
+
+@test "draft-train: a corrupt cache entry is recomputed with a warning" {
+    cd "$BATS_TEST_TMPDIR"
+    run -0 draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 1 --seq-len 32 --cache c -q
+    f=$(ls c/*.eaglefeat.zst)
+    printf 'garbage' | dd of="$f" bs=1 seek=40 conv=notrunc 2>/dev/null
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 1 \
+        --seq-len 32 --cache c
+    [[ $stderr == *"warning: feature cache"*"recomputing"* ]]
+    cmp h1.gguf h2.gguf
+}
+
+@test "draft-train: JSON Lines data trains on the text members" {
+    cd "$BATS_TEST_TMPDIR"
+    python3 -c "
+import json
+t = open('text.txt').read()
+with open('d.jsonl', 'w') as f:
+    for i in range(0, len(t), 3000):
+        f.write(json.dumps({'text': t[i:i + 3000]}) + '\n')
+"
+    run -0 --separate-stderr draft-train -m "$FIX" --data d.jsonl -o h.gguf --epochs 1 --seq-len 32 -v
+    [[ $stderr == *"sequences of 32"* ]]
+    printf '{"text": "a"}\n{"nope": 1}\n' > bad.jsonl
+    run -3 --separate-stderr draft-train -m "$FIX" --data bad.jsonl -o h2.gguf --epochs 1
+    [[ $stderr == *"line 2"* ]]
+}
+
+@test "draft-train: SIGTERM writes a checkpoint and no head; --resume ends with the uninterrupted head" {
+    cd "$BATS_TEST_TMPDIR"
+    draft-train -m "$FIX" --data text.txt -o full.gguf --epochs 12 --seq-len 32 -q
+    draft-train -m "$FIX" --data text.txt -o part.gguf --epochs 12 --seq-len 32 \
+        --checkpoint-every 5 -q 3>&- &
+    pid=$!
+    for ((i = 0; i < 1200; i++)); do
+        [ -e part.gguf.ckpt ] && break
+        sleep 0.05
+    done
+    kill -TERM $pid
+    st=0
+    wait $pid || st=$?
+    [ "$st" -eq 143 ]
+    [ -e part.gguf.ckpt ]
+    [ ! -e part.gguf ]
+    [ -z "$(compgen -G '*.tmp.*')" ]
+    run -0 draft-train -m "$FIX" --data text.txt -o part.gguf --epochs 12 --seq-len 32 \
+        --checkpoint-every 5 --resume -q
+    [ ! -e part.gguf.ckpt ]
+    cmp full.gguf part.gguf
+    # a checkpoint of the same run with other options is refused
+    draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 --seq-len 32 \
+        --checkpoint-every 5 -q 3>&- &
+    pid=$!
+    for ((i = 0; i < 1200; i++)); do
+        [ -e opt.gguf.ckpt ] && break
+        sleep 0.05
+    done
+    kill -TERM $pid
+    wait $pid || true
+    run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
+        --seq-len 32 --lr 0.01 --resume
+    [[ $stderr == *"written with other options"* ]]
+    # a head that is no checkpoint is refused
+    cp full.gguf x.gguf.ckpt
+    run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o x.gguf --epochs 1 \
+        --seq-len 32 --resume
+    [[ $stderr == *"eagle.ckpt.step"* ]]
+}
+
+@test "draft-train: --draft-vocab restricts the cross-entropy to the text's most frequent tokens" {
+    cd "$BATS_TEST_TMPDIR"
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o a.gguf --epochs 1 \
+        --seq-len 32 --draft-vocab 40 -v
+    [[ $stderr == *"CE over 40 tokens"* ]]
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o b.gguf --epochs 1 \
+        --seq-len 32 --draft-vocab 0 -v
+    [[ $stderr != *"CE over 40 tokens"* ]]
+    ! cmp -s a.gguf b.gguf
+}

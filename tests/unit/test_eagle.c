@@ -1,0 +1,317 @@
+/*
+ * test_eagle.c - the EAGLE-1 head (common/train/eagle.h) on the tiny llama
+ * fixture: features from the fixture's forward pass, the whole head's
+ * gradient against central finite differences of its loss, tensor by
+ * tensor, and the OpenBLAS table's gradient against the reference's; the
+ * head file round trip; and the drafter (eagle_draft.h) against the
+ * training forward: the root's children of a draft are the top tokens of
+ * the LM head on eagle_forward's last output, and a tree obeys its
+ * budget, depth and parent order.
+ *
+ * The head computes in f32, so the finite differences are taken along one
+ * direction per tensor (the normalised sum of the gradient's direction and
+ * a random one), where the change of the loss is large against f32
+ * rounding; each op's own check in f64 is tests/kernels/test_backward.c.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backward.h"
+#include "eagle.h"
+#include "eagle_draft.h"
+#include "eagle_io.h"
+#include "eagle_target.h"
+#include "model.h"
+#include "qtypes.h"
+#include "rng.h"
+#include "t.h"
+
+#define FIXTURE "tests/fixtures/tiny-llama-f32.gguf"
+#define N 12                    /* head positions: a sequence of N + 1 tokens */
+#define FD_EPS 1e-2
+#define FD_TOL 1e-2
+
+static double
+loss_at(const struct backend_backward_ops *bw, struct eagle_head *h, struct eagle_target *t,
+        struct eagle_ws *ws, const int32_t *tok, const float *feat)
+{
+    struct eagle_loss l;
+    eagle_forward(bw, h, &t->fz, ws, tok + 1, feat, N, NULL);
+    eagle_loss_backward(bw, h, &t->fz, ws, feat + t->c.d, 0.1f, 1.0f, NULL, &l);
+    return l.total;
+}
+
+int
+main(void)
+{
+    struct model *m = NULL;
+    struct diag d = { "" };
+    struct eagle_target t;
+    struct eagle_head h;
+    struct eagle_ws *ws = NULL;
+    struct rng r;
+    int32_t tok[N + 1];
+
+    if (access(FIXTURE, R_OK) != 0) {
+        fprintf(stderr, "test_eagle: %s missing: run `make fixtures`\n", FIXTURE);
+        return 77;
+    }
+    CHECK(model_open(&m, FIXTURE, NULL, &d) == 0);
+    if (!m)
+        T_DONE();
+    CHECK(eagle_target_init(&t, m, 64, &d) == 0);
+    CHECK(t.c.d == m->hp.n_embd && t.c.n_vocab == m->hp.n_vocab);
+    CHECK(eagle_head_init(&h, &t.c, 7) == 0);
+    CHECK(eagle_ws_new(&ws, &t.c, N) == 0);
+    int64_t dd = t.c.d, np = h.n_param;
+    float *feat = malloc((size_t)((N + 1) * dd) * sizeof(float));
+    float *g = calloc((size_t)np, sizeof(float)), *g2 = calloc((size_t)np, sizeof(float));
+    float *u = malloc((size_t)np * sizeof(float));
+    rng_seed(&r, 3);
+    for (int i = 0; i <= N; i++)
+        tok[i] = (int32_t)(rng_next(&r) % (uint64_t)t.c.n_vocab);
+    CHECK(eagle_target_features(&t, tok, N + 1, feat, &d) == 0);
+    /* the features are the forward pass's final hidden states: finite, and
+     * the LM head on them gives model_forward's logits' argmax */
+    double fsum = 0;
+    for (int64_t i = 0; i < (N + 1) * dd; i++)
+        fsum += fabs(feat[i]);
+    CHECK(isfinite(fsum) && fsum > 0);
+
+    const struct backend_backward_ops *ref = &backward_ops_ref;
+    struct eagle_loss l;
+    eagle_forward(ref, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 1.0f, g, &l);
+    CHECK(l.n == N && l.total > 0 && isfinite(l.total));
+    CHECK_NEAR(l.total, l.reg + 0.1f * l.cls, 1e-6);
+
+    /* per tensor: the directional derivative */
+    for (int i = 0; i < EAGLE_N_TENSORS; i++) {
+        int64_t off = h.t[i] - h.param, len = h.rows[i] * h.cols[i];
+        double gn = 0, rn = 0, un = 0, an = 0;
+        for (int64_t j = 0; j < len; j++)
+            gn += (double)g[off + j] * g[off + j];
+        gn = sqrt(gn);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(2 * rng_uniform(&r) - 1);
+            rn += (double)u[j] * u[j];
+        }
+        rn = sqrt(rn);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(u[j] / rn + (gn > 0 ? g[off + j] / gn : 0));
+            un += (double)u[j] * u[j];
+        }
+        un = sqrt(un);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(u[j] / un);
+            an += (double)g[off + j] * u[j];
+        }
+        float *p = h.t[i];
+        float *save = malloc((size_t)len * sizeof(float));
+        memcpy(save, p, (size_t)len * sizeof(float));
+        for (int64_t j = 0; j < len; j++)
+            p[j] = save[j] + (float)FD_EPS * u[j];
+        double lp = loss_at(ref, &h, &t, ws, tok, feat);
+        for (int64_t j = 0; j < len; j++)
+            p[j] = save[j] - (float)FD_EPS * u[j];
+        double lm = loss_at(ref, &h, &t, ws, tok, feat);
+        memcpy(p, save, (size_t)len * sizeof(float));
+        free(save);
+        double fd = (lp - lm) / (2 * FD_EPS);
+        double rel = fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), 1e-12);
+        printf("%-26s |g| %.4g  g.u %.6g  fd %.6g  rel %.2g\n", eagle_tensor_name(i), gn, an, fd,
+               rel);
+        CHECK(gn > 0);
+        CHECK(rel <= FD_TOL);
+    }
+
+    /* the optimized table gives the reference's gradient */
+    eagle_forward(&backward_ops_blas, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+    struct eagle_loss l2;
+    eagle_loss_backward(&backward_ops_blas, &h, &t.fz, ws, feat + dd, 0.1f, 1.0f, g2, &l2);
+    CHECK_NEAR(l2.total, l.total, 1e-5 * l.total);
+    double gm = 0, dm = 0;
+    for (int64_t j = 0; j < np; j++) {
+        gm = fmax(gm, fabs(g[j]));
+        dm = fmax(dm, fabs(g[j] - g2[j]));
+    }
+    printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
+    CHECK(dm <= 1e-4 * gm);
+
+    /* scale multiplies the gradient; a second call accumulates */
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle_forward(ref, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 0.5f, g2, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 0.5f, g2, NULL);
+    dm = 0;
+    for (int64_t j = 0; j < np; j++)
+        dm = fmax(dm, fabs(g[j] - g2[j]));
+    CHECK(dm <= 1e-6 * gm);
+
+    /* the head file round trip */
+    char path[] = "/tmp/test_eagle.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    struct eagle_meta mt = { .steps = 3 };
+    CHECK(eagle_base_sha256(m, mt.base_sha256) == 0);
+    snprintf(mt.base_name, sizeof mt.base_name, "fixture");
+    CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+    struct eagle_head h2;
+    struct eagle_meta mt2;
+    CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == 0);
+    CHECK(h2.n_param == h.n_param && mt2.steps == 3);
+    CHECK(h2.param && memcmp(h2.param, h.param, (size_t)np * sizeof(float)) == 0);
+    CHECK(eagle_head_check_base(&h2, &mt2, m, &d) == 0);
+    eagle_head_release(&h2);
+
+    /* the drafter: its root children are the top tokens of the training
+     * forward's last output */
+    struct eagle_draft *ed = NULL;
+    enum { K = 3 };
+    CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_F32, &d) == 0);
+    if (ed) {
+        CHECK(7 * 40 < t.c.n_vocab);
+        for (int i = 0; i < N; i++)
+            eagle_draft_feed(ed, i, feat + i * dd);
+        /* hist = tok[0 .. N]: root tok[N], positions 0 .. N-1 are the head's */
+        eagle_forward(&backward_ops_blas, &h, &t.fz, ws, tok + 1, feat, N, NULL);
+        int64_t V = t.c.n_vocab;
+        float *z = malloc((size_t)V * sizeof(float));
+        backward_ops_blas.matmul_fwd(z, eagle_ws_out(ws) + (N - 1) * dd, t.fz.lm, NULL, 1, V, dd);
+        int32_t best[K];
+        for (int j = 0; j < K; j++) {
+            best[j] = -1;
+            for (int64_t v = 0; v < V; v++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++)
+                    taken |= best[q] == v;
+                if (!taken && (best[j] < 0 || z[v] > z[best[j]]))
+                    best[j] = (int32_t)v;
+            }
+        }
+        struct spec_tree tr;
+        CHECK(spec_tree_init(&tr, 64, &d) == 0);
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+        CHECK_EQ(tr.n, 1 + K);
+        const float *ro = eagle_draft_root_out(ed), *fo = eagle_ws_out(ws) + (N - 1) * dd;
+        double dm2 = 0, fm = 0;
+        for (int64_t j = 0; j < dd; j++) {
+            dm2 = fmax(dm2, fabs((double)ro[j] - fo[j]));
+            fm = fmax(fm, fabs((double)fo[j]));
+        }
+        printf("drafter vs training forward: max |d out| %.3g of %.3g\n", dm2, fm);
+        CHECK(dm2 <= 1e-5 * fm);
+        for (int j = 0; j < K && j + 1 < tr.n; j++) {
+            CHECK_EQ(tr.tok[j + 1], best[j]);
+            CHECK_EQ(tr.parent[j + 1], 0);
+        }
+        /* deeper: budget and depth respected, parents before children */
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, &tr, &d) == 0);
+        CHECK(tr.n > 1 + K && tr.n <= 21);
+        int maxd = 0;
+        for (int64_t j = 1; j < tr.n; j++) {
+            CHECK(tr.parent[j] < j);
+            CHECK_EQ(tr.depth[j], tr.depth[tr.parent[j]] + 1);
+            maxd = tr.depth[j] > maxd ? tr.depth[j] : maxd;
+        }
+        CHECK(maxd >= 2 && maxd <= 4);
+        /* a missing feature: no draft */
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, &tr, &d) == 0);
+        CHECK_EQ(tr.n, 1);
+        /* the head in Q8_0 (what generate runs): close to the f32 one */
+        eagle_draft_free(ed);
+        ed = NULL;
+        CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_Q8_0, &d) == 0);
+        if (ed) {
+            for (int i = 0; i < N; i++)
+                eagle_draft_feed(ed, i, feat + i * dd);
+            spec_tree_reset(&tr, tok[N]);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+            const float *qo = eagle_draft_root_out(ed);
+            double dq = 0;
+            for (int64_t j = 0; j < dd; j++)
+                dq = fmax(dq, fabs((double)qo[j] - fo[j]));
+            printf("drafter in Q8_0 vs training forward: max |d out| %.3g of %.3g\n", dq, fm);
+            CHECK(dq > 0 && dq <= 2e-2 * fm);
+        }
+        /* a head with a draft vocabulary drafts its tokens only: the root's
+         * children are the best of them */
+        eagle_draft_free(ed);
+        ed = NULL;
+        int32_t sub[40];
+        for (int j = 0; j < 40; j++)
+            sub[j] = (int32_t)(j * 7 % V);
+        for (int j = 1; j < 40; j++)            /* ascending (7 * j < V) */
+            CHECK(sub[j] > sub[j - 1]);
+        mt.draft_ids = sub;
+        mt.n_draft = 40;
+        CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+        mt.draft_ids = NULL;
+        CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_F32, &d) == 0);
+        if (ed) {
+            for (int i = 0; i < N; i++)
+                eagle_draft_feed(ed, i, feat + i * dd);
+            spec_tree_reset(&tr, tok[N]);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 3, 20, &tr, &d) == 0);
+            CHECK(tr.n > 1 + K);
+            for (int64_t j = 1; j < tr.n; j++)
+                CHECK(tr.tok[j] % 7 == 0 && tr.tok[j] / 7 < 40);
+            int32_t b0 = -1;
+            for (int j = 0; j < 40; j++)
+                if (b0 < 0 || z[sub[j]] > z[b0])
+                    b0 = sub[j];
+            CHECK_EQ(tr.tok[1], b0);
+            eagle_draft_free(ed);
+        }
+        spec_tree_release(&tr);
+        free(z);
+    }
+    unlink(path);
+
+    /* head files (the fuzz corpus): the valid ones read, the others are
+     * bad data with a message */
+    static const struct { const char *f; int rc; } files[] = {
+        { "valid.gguf", 0 }, { "valid-draft-vocab.gguf", 0 },
+        { "draft-vocab-unsorted.gguf", -ST_FORMAT }, { "draft-vocab-out-of-range.gguf", -ST_FORMAT },
+        { "missing-tensor.gguf", -ST_FORMAT }, { "wrong-shape.gguf", -ST_FORMAT },
+        { "bad-heads.gguf", -ST_FORMAT },
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[256];
+        struct eagle_head hf;
+        struct eagle_meta mf;
+        struct diag df = { "" };
+        snprintf(p, sizeof p, "tests/fuzz/corpus/eagle/%s", files[i].f);
+        int rc = eagle_head_read(&hf, &mf, NULL, NULL, p, &df);
+        if (rc != files[i].rc)
+            fprintf(stderr, "%s: %d (%s)\n", files[i].f, rc, df.msg);
+        CHECK_EQ(rc, files[i].rc);
+        CHECK(rc == 0 || df.msg[0]);
+        if (rc == 0) {
+            CHECK_EQ(mf.n_draft, i == 1 ? 3 : 0);
+            eagle_head_release(&hf);
+            free(mf.draft_ids);
+        }
+    }
+
+    /* bad shapes */
+    struct eagle_config bad = t.c;
+    bad.n_head_kv = 3;
+    struct eagle_head hb;
+    CHECK(eagle_head_init(&hb, &bad, 1) == -ST_RANGE);
+
+    free(feat), free(g), free(g2), free(u);
+    eagle_ws_free(ws);
+    eagle_head_release(&h);
+    eagle_target_release(&t);
+    model_free(m);
+    T_DONE();
+}

@@ -1,0 +1,189 @@
+/*
+ * draft-train - trains an EAGLE-1 draft head for a base GGUF model on CPU:
+ * features from the model's forward pass, the head's forward and backward
+ * over the trainer's kernels, AdamW.  The work is run_draft_train()
+ * (common/train/draft_train.c).
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compute.h"
+#include "draft_train.h"
+#include "escape.h"
+#include "tool.h"
+#include "tool_cb.h"
+
+static const char usage_line[] =
+    "usage: draft-train [-fhqVv] -m model --data file -o head [--arch eagle1] [--epochs n]\n"
+    "                   [--max-time seconds] [--lr x] [--batch n] [--seq-len n] [--seed n]\n"
+    "                   [--cache dir] [--checkpoint-every n] [--resume] [--draft-vocab n]\n"
+    "                   [--noise x] [--clip x]\n"
+    "                   [-t n] [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
+
+static const char help_text[] =
+    "draft-train - train an EAGLE-1 draft head for speculative decoding\n"
+    "\n"
+    "  -m, --model FILE        the base model (GGUF, llama architecture)\n"
+    "      --data FILE         training text, or JSON Lines with a \"text\" member (- = stdin);\n"
+    "                          never the text you evaluate on\n"
+    "  -o, --output FILE       the head (GGUF, architecture eagle), written atomically\n"
+    "      --arch NAME         eagle1 (the only one so far)\n"
+    "\n"
+    "Training:\n"
+    "      --epochs N          passes over the training sequences\n"
+    "      --max-time SECONDS  wall-clock budget: train until it is spent (the learning rate\n"
+    "                          schedule follows it), then save; with --epochs, whichever ends first\n"
+    "      --lr X              peak learning rate (default 1e-3; 5% warmup, linear decay to 10%)\n"
+    "      --batch N           sequences per optimizer step (default 4)\n"
+    "      --seq-len N         positions per sequence (default 256)\n"
+    "      --seed N            initialisation, order and noise (default 1)\n"
+    "      --draft-vocab N     the cross-entropy over the N most frequent tokens of the text\n"
+    "                          (default 8192; 0 = the whole vocabulary)\n"
+    "      --noise X           uniform noise U(-X, X) on the input features (default 0.1)\n"
+    "      --clip X            clip the gradient's norm to X (default 0.5)\n"
+    "      --cache DIR         keep the features in DIR (zstd), reused by runs on the same model,\n"
+    "                          text and --seq-len\n"
+    "      --checkpoint-every N  write OUTPUT.ckpt every N steps (also on SIGINT/SIGTERM)\n"
+    "      --resume            continue from OUTPUT.ckpt\n"
+    "\n"
+    "Compute:\n"
+    "  -t, --threads N         worker threads of the base model's forward pass\n"
+    "      --oversubscribe     allow more threads than CPUs\n"
+    "      --kernel NAME       auto, avx512, avx2, ref (ref: the scalar trainer kernels too)\n"
+    "\n"
+    "Output:\n"
+    "  -f, --force             replace an existing output\n"
+    "      --json              one JSON line per step and evaluation on stdout (draft-train/1)\n"
+    "      --progress          progress bar even when stderr is not a terminal\n"
+    "      --no-progress       never a progress bar\n"
+    "  -q, --quiet             no summary or warnings\n"
+    "  -v, --verbose           more messages\n"
+    "  -h, --help              this help\n"
+    "  -V, --version           print the version\n";
+
+enum {
+    OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS, OPT_JSON,
+    OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS,
+    OPT_RESUME, OPT_SEED, OPT_SEQ_LEN,
+};
+
+static const struct option longopts[] = {
+    { "arch", required_argument, NULL, OPT_ARCH },
+    { "batch", required_argument, NULL, OPT_BATCH },
+    { "cache", required_argument, NULL, OPT_CACHE },
+    { "checkpoint-every", required_argument, NULL, OPT_CKPT },
+    { "clip", required_argument, NULL, OPT_CLIP },
+    { "data", required_argument, NULL, OPT_DATA },
+    { "draft-vocab", required_argument, NULL, OPT_DRAFT_VOCAB },
+    { "epochs", required_argument, NULL, OPT_EPOCHS },
+    { "force", no_argument, NULL, 'f' },
+    { "help", no_argument, NULL, 'h' },
+    { "json", no_argument, NULL, OPT_JSON },
+    { "kernel", required_argument, NULL, OPT_KERNEL },
+    { "lr", required_argument, NULL, OPT_LR },
+    { "max-time", required_argument, NULL, OPT_MAX_TIME },
+    { "model", required_argument, NULL, 'm' },
+    { "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
+    { "noise", required_argument, NULL, OPT_NOISE },
+    { "output", required_argument, NULL, 'o' },
+    { "oversubscribe", no_argument, NULL, OPT_OVERSUB },
+    { "progress", no_argument, NULL, OPT_PROGRESS },
+    { "quiet", no_argument, NULL, 'q' },
+    { "resume", no_argument, NULL, OPT_RESUME },
+    { "seed", required_argument, NULL, OPT_SEED },
+    { "seq-len", required_argument, NULL, OPT_SEQ_LEN },
+    { "threads", required_argument, NULL, 't' },
+    { "verbose", no_argument, NULL, 'v' },
+    { "version", no_argument, NULL, 'V' },
+    { NULL, 0, NULL, 0 },
+};
+
+int
+main(int argc, char **argv)
+{
+    struct draft_train_opts o = DRAFT_TRAIN_OPTS_INIT;
+    struct draft_train_report r;
+    struct diag d = {{0}};
+    bool json = false, oversubscribe = false;
+    int c, rc;
+
+    cli_init(argv[0]);
+    while ((c = getopt_long(argc, argv, "fhm:o:qt:Vv", longopts, NULL)) != -1) {
+        switch (c) {
+        case OPT_ARCH:
+            if (strcmp(optarg, "eagle1") != 0)
+                usage_error(usage_line, "--arch: '%s' is not supported (eagle1)", ESC(optarg));
+            break;
+        case OPT_BATCH: o.batch = cli_parse_i64(optarg, 1, 4096, "--batch", false); break;
+        case OPT_CACHE: o.cache_dir = optarg; break;
+        case OPT_CKPT: o.ckpt_every = cli_parse_i64(optarg, 1, INT32_MAX, "--checkpoint-every", false); break;
+        case OPT_CLIP: o.clip = (float)cli_parse_double(optarg, 1e-6, 1e6, "--clip"); break;
+        case OPT_DATA: o.data = optarg; break;
+        case OPT_DRAFT_VOCAB:
+            o.draft_vocab = cli_parse_i64(optarg, 0, INT32_MAX, "--draft-vocab", false);
+            break;
+        case OPT_EPOCHS: o.epochs = cli_parse_i64(optarg, 1, 1000000, "--epochs", false); break;
+        case 'f': o.force = true; break;
+        case 'h': cli_exit_help(help_text, usage_line);
+        case OPT_JSON: json = true; break;
+        case OPT_KERNEL:
+            if (!compute_kernel_available(optarg))
+                usage_error(usage_line, "--kernel: unknown or unavailable kernel '%s'", ESC(optarg));
+            o.kernel = optarg;
+            break;
+        case OPT_LR: o.lr = cli_parse_double(optarg, 1e-9, 1, "--lr"); break;
+        case 'm': o.model = optarg; break;
+        case OPT_MAX_TIME: o.max_time = cli_parse_double(optarg, 0.001, 1e9, "--max-time"); break;
+        case OPT_NO_PROGRESS: tool_progress_mode = 0; break;
+        case OPT_NOISE: o.noise = (float)cli_parse_double(optarg, 0, 100, "--noise"); break;
+        case 'o': o.output = optarg; break;
+        case OPT_OVERSUB: oversubscribe = true; break;
+        case OPT_PROGRESS: tool_progress_mode = 1; break;
+        case 'q': cli_verbosity = 0; break;
+        case OPT_RESUME: o.resume = true; break;
+        case OPT_SEED: o.seed = (uint64_t)cli_parse_i64(optarg, 0, INT64_MAX, "--seed", false); break;
+        case OPT_SEQ_LEN: o.seq_len = cli_parse_i64(optarg, 2, 8192, "--seq-len", false); break;
+        case 't': o.n_threads = (int)cli_parse_i64(optarg, 1, 1024, "--threads", false); break;
+        case 'v': cli_verbosity = 2; break;
+        case 'V': cli_exit_version("draft-train");
+        default: cli_exit_usage(usage_line);
+        }
+    }
+    const struct usage_rule rules[] = {
+        { optind < argc, "unexpected operand" },
+        { !o.model, "no model (-m)" },
+        { !o.data, "no training data (--data)" },
+        { !o.output, "no output (-o)" },
+        { o.output && !strcmp(o.output, "-"), "-o: the head is written to a file, not stdout" },
+        { o.epochs == 0 && o.max_time == 0, "give --epochs or --max-time" },
+        { o.model && o.data && !strcmp(o.model, "-") , "-m: the model must be a file" },
+    };
+    cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
+    o.n_threads = cli_cap_threads(o.n_threads, oversubscribe);
+    if (json) {
+        o.json = stdout;
+        if (tool_progress_mode < 0)
+            tool_progress_mode = 0;     /* --json: bars only when asked for */
+    }
+    o.cb = tool_callbacks(true);
+    tool_catch_stop();
+    o.stop = &tool_stop_count;
+    rc = run_draft_train(&o, &r, &d);
+    if (rc && tool_stop_count) {
+        if (cli_verbosity >= 1)
+            fprintf(stderr, "%s: %s\n", cli_progname, ESC(d.msg));
+        return 128 + tool_stop_sig;
+    }
+    if (rc)
+        die(rc_from_st(rc), "%s", ESC(d.msg));
+    if (cli_verbosity >= 1)
+        fprintf(stderr, "%s: wrote '%s': %lld steps, %lld positions in %.1f s (features %s); "
+                "held-out loss %.4f, top-1 agreement %.3f; peak memory %.1f MiB\n", cli_progname,
+                ESC(o.output), (long long)r.steps, (long long)r.tokens, r.seconds,
+                r.cache_hit ? "from the cache" : "computed", r.hold_loss, r.hold_acc,
+                (double)r.peak_rss / 1048576.0);
+    cli_finish_stdout();
+    return RC_OK;
+}
