@@ -175,6 +175,9 @@ PY
     full=$((18 * 32768 * 1024))
     echo "# gemma3 --ctx 32768: KV budget $got bytes ($((got / 1048576)) MiB), every layer whole $((full / 1048576)) MiB" >&3
     [ "$got" -ge $((3 * 32768 * 1024)) ] && [ "$got" -lt $((full / 4)) ] || return 1
+    # kvstat's figure for the same model and context is generate's budget
+    run -0 --separate-stderr kvstat --json --ctx 32768 "$m"
+    [ "$(jq 'select(.type == "model") | .bytes_per_seq_paged' <<<"$output")" = "$got" ]
     # ~2200 prompt tokens need 38 MiB with every layer whole; 28 MiB holds them
     # only when the windows' old rows are given back as the prompt goes
     python3 -c "print(' '.join(['The river ran past the old mill and under the stone bridge.'] * 170))" \

@@ -514,20 +514,20 @@ for s in range(5000):
     # short of the window every layer keeps everything: 18 * 300 * 1024
     run -0 kvstat --json --ctx 300 "$gemma"
     [ "$(jfield model bytes_per_seq <<<"$output")" = 5529600 ]
-    # a budget in blocks of 16: a window of 512 at a length of 32768 (a
-    # multiple of 16) is 32 blocks; per sequence (3 * 2048 + 15 * 32) * 16
-    # * 1024 = 108527616, so 1 GiB holds 9; the longest context for one
-    # sequence, b blocks: (3 * 16 * b + 15 * 32 * 16) * 1024 <= 2^30 ->
-    # b = 21685
+    # a budget in blocks of 16, as generate's pool holds them: a window
+    # layer keeps its 512 tokens, 128 of slack and a 512-token chunk, 72
+    # blocks, and a partial block at each end: 74 (kv_swa_slots); per
+    # sequence (3 * 2048 + 15 * 74) * 16 * 1024 = 118849536 (generate's
+    # kv_bytes), so 1 GiB holds 9; the longest context for one sequence, b
+    # blocks: (3 * 16 * b + 15 * 74 * 16) * 1024 <= 2^30 -> b = 21475
     run -0 kvstat --json --ctx 32768 --mem 1GiB --weights 0 "$gemma"
+    [ "$(jfield model bytes_per_seq_paged <<<"$output")" = 118849536 ]
     [ "$(jfield model max_seqs <<<"$output")" = 9 ]
-    [ "$(jfield model max_ctx <<<"$output")" = $((21685 * 16)) ]
-    # a window not on a block boundary spans one block more: at 32760
-    # tokens, 2048 blocks in the full layers and 33 in the window's
-    # ((3 * 2048 + 15 * 33) * 16 * 1024 = 108773376 bytes for one)
-    run -0 kvstat --json --ctx 32760 --mem 108773375 --weights 0 "$gemma"
+    [ "$(jfield model max_ctx <<<"$output")" = $((21475 * 16)) ]
+    # at 32760 tokens the full layers take 2048 blocks all the same
+    run -0 kvstat --json --ctx 32760 --mem 118849535 --weights 0 "$gemma"
     [ "$(jfield model max_seqs <<<"$output")" = 0 ]
-    run -0 kvstat --json --ctx 32760 --mem 108773376 --weights 0 "$gemma"
+    run -0 kvstat --json --ctx 32760 --mem 118849536 --weights 0 "$gemma"
     [ "$(jfield model max_seqs <<<"$output")" = 1 ]
 }
 

@@ -396,11 +396,14 @@ test_sliding_window(void)
     CHECK_EQ(kv_seq_bytes(&m, KV_DTYPE_F16, 300, 0), 18 * 300 * 1024);   /* inside the window */
     CHECK_EQ(kv_seq_tokens(&m, 0, 513, 0), 512);
     CHECK_EQ(kv_seq_tokens(&m, 5, 513, 0), 513);
-    /* blocks of 16: a window on a block boundary spans 32 blocks, off it 33;
-     * a full layer rounds up */
-    CHECK_EQ(kv_seq_tokens(&m, 0, 1024, 16), 512);
-    CHECK_EQ(kv_seq_tokens(&m, 0, 1025, 16), 528);
-    CHECK_EQ(kv_seq_tokens(&m, 0, 1032, 16), 528);
+    /* blocks of 16, as generate's pool holds them (kv_swa_slots): the window,
+     * 128 slots of slack and a 512-token chunk in whole blocks and a partial
+     * block at each end, 74 blocks, once the sequence is that long; a full
+     * layer rounds up */
+    CHECK_EQ(kv_seq_tokens(&m, 0, 1024, 16), 1024);
+    CHECK_EQ(kv_seq_tokens(&m, 0, 1184, 16), 1184);
+    CHECK_EQ(kv_seq_tokens(&m, 0, 1185, 16), 1184);
+    CHECK_EQ(kv_seq_tokens(&m, 0, 32768, 16), 1184);
     CHECK_EQ(kv_seq_tokens(&m, 5, 1025, 16), 1040);
     CHECK_EQ(kv_seq_tokens(&m, 0, 100, 16), 112);
     /* a budget of 2 sequences of 1024 tokens, exactly */
