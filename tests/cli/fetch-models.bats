@@ -270,6 +270,6 @@ check_setup() {
         "$BATS_ROOT/bin/bats" "$BATS_TEST_TMPDIR/t.bats" >"$BATS_TEST_TMPDIR/out" 2>&1 || true
     run cat "$BATS_TEST_TMPDIR/out"
     assert_line "not ok 1 needs a model"
-    assert_output --partial "missing real model $BATS_TEST_TMPDIR/empty/no-such-model.gguf"
+    assert_output --partial "missing: real model no-such-model.gguf not in $BATS_TEST_TMPDIR/empty"
     refute_output --partial "went on with"
 }
