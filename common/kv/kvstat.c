@@ -1216,9 +1216,11 @@ model_record(const struct kvstat_opts *o, const struct model_in *mi, struct rec 
     rec_bytes(r, "bytes_per_seq", seq);
     if (m->layer_window)
         rec_bytes(r, "bytes_per_seq_no_window", kv_mul(mi->bpt, mi->ctx));
-    /* what generate budgets for one sequence of ctx tokens in its paged pool
-     * (whole blocks; a window layer's window with its slack and a chunk) */
-    rec_bytes(r, "bytes_per_seq_paged", kv_seq_bytes(m, o->kv_type, mi->ctx, o->block_size));
+    /* with sliding windows, what generate budgets for one sequence of ctx
+     * tokens in its paged pool (whole blocks; a window layer's window with
+     * its slack and a chunk) */
+    if (m->layer_window)
+        rec_bytes(r, "bytes_per_seq_paged", kv_seq_bytes(m, o->kv_type, mi->ctx, o->block_size));
     rec_int(r, "batch", o->batch);
     rec_bytes(r, "bytes_per_batch", batch);
     rec_int(r, "block_size", o->block_size);
