@@ -75,15 +75,6 @@ arch_deepseek2_layer(struct exec *e, const struct model_layer *L)
     exec_attn_done(e);
     exec_add(e, e->x, e->tmp, hp->n_embd);
 
-    /* feed-forward */
-    exec_rmsnorm(e, e->xn, e->x, &L->ffn_norm);
-    const struct model_weight *wgu[2] = { &L->ffn_gate, &L->ffn_up };
-    float *gu[2] = { e->gate, e->up };
-    if ((rc = exec_matmuls(e, 2, wgu, NULL, e->xn, gu)) < 0)
-        return rc;
-    exec_silu_mul(e, e->gate, e->up, hp->n_ff);
-    if ((rc = exec_matmul(e, &L->ffn_down, NULL, e->gate, e->tmp)) < 0)
-        return rc;
-    exec_add(e, e->x, e->tmp, hp->n_embd);
-    return 0;
+    /* feed-forward: llama's */
+    return arch_llama_ffn(e, L);
 }

@@ -48,7 +48,15 @@ arch_llama_layer(struct exec *e, const struct model_layer *L)
     exec_attn_done(e);
     exec_add(e, e->x, e->tmp, hp->n_embd);
 
-    /* feed-forward */
+    return arch_llama_ffn(e, L);
+}
+
+int
+arch_llama_ffn(struct exec *e, const struct model_layer *L)
+{
+    const struct model_hparams *hp = &e->m->hp;
+    int rc;
+
     exec_rmsnorm(e, e->xn, e->x, &L->ffn_norm);
     const struct model_weight *wgu[2] = { &L->ffn_gate, &L->ffn_up };
     float *gu[2] = { e->gate, e->up };

@@ -67,6 +67,9 @@ typedef int (*exec_layer_fn)(struct exec *e, const struct model_layer *L);
 
 /* The recipes, one file each. */
 int arch_llama_layer(struct exec *e, const struct model_layer *L);   /* arch_llama.c */
+/* the SwiGLU feed-forward block of a llama layer, x += ffn(rmsnorm(x))
+ * (arch_llama.c; deepseek2's dense layers share it) */
+int arch_llama_ffn(struct exec *e, const struct model_layer *L);
 int arch_gemma3_layer(struct exec *e, const struct model_layer *L);  /* arch_gemma3.c */
 int arch_deepseek2_layer(struct exec *e, const struct model_layer *L);   /* arch_deepseek2.c */
 
