@@ -276,7 +276,8 @@ case_token(struct backend *dev, struct backend *ref, enum tok op)
     const size_t b = (size_t)(n_tok * dim) * sizeof(float);
     float *x = malloc(b), *u = malloc(b), *w = keep(malloc((size_t)dim * sizeof(float)));
     float *yd = malloc(b), *yr = malloc(b);
-    struct rope_params rp = { op == T_ROPE_NEOX ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL };
+    struct rope_params rp = { op == T_ROPE_NEOX ? ROPE_NEOX : ROPE_NORM, 48, 10000.0f, 1.0f, NULL,
+                              0.0f, 1.0f, { 0.0f, 0.0f } };
     float *cs = malloc((size_t)(n_tok * rp.n_rot) * sizeof(float));
     fill(x, n_tok * dim, op == T_GELU ? 12.0f : 3.0f);
     fill(u, n_tok * dim, 2.0f);
@@ -469,7 +470,7 @@ case_attention(struct backend *dev, struct backend *ref, uint32_t kt)
         struct backend_attn a = {
             qd, odd, nr, NH, NKVH, HD, HD, 0.125f, (const uint8_t *const *)kb_d,
             (const uint8_t *const *)vb_d, stride, kt, BS, rt, nkv, seq, tiled,
-            si == 3 ? vis0 : NULL, vis, 4, si == 2 ? lo : NULL,
+            si == 3 ? vis0 : NULL, vis, 4, si == 2 ? lo : NULL, 0,
         };
         struct backend_attn_limits l = { nr, NH, NKVH, HD, HD, kt, BS, len[1], si == 3, 0 };
         CHECK_EQ(dev->ops->attn_reserve(dev, &l), 0);
@@ -605,7 +606,7 @@ bench(struct backend *be, const char *path)
     float *od = put(be, NULL, (size_t)(S * H * D) * sizeof(float));
     struct backend_attn a = { qd, od, S, H, KH, D, D, 0.088f, (const uint8_t *const *)kb,
                               (const uint8_t *const *)vb, stride, GGML_TYPE_F16, B, rt, nkv, seq,
-                              tiled, NULL, NULL, 0, NULL };
+                              tiled, NULL, NULL, 0, NULL, 0 };
     struct backend_attn_limits l = { S, H, KH, D, D, GGML_TYPE_F16, B, L, 0, 0 };
     CHECK_EQ(be->ops->attn_reserve(be, &l), 0);
     double kvbytes = (double)S * L * KH * 2.0 * (double)row;
