@@ -144,3 +144,13 @@ unmount_full() {
         umount "$FULL"
     fi
 }
+
+# grid_quant METHOD OUT ARGS... : quantize --method METHOD of the tiny
+# fixture into OUT, calibrated on 4 chunks of 32 tokens of the calibration
+# text (quantize-gptq.bats, quantize-awq.bats)
+grid_quant() {
+    local method=$1 out=$2
+    shift 2
+    quantize -q --method "$method" --calib "$SHARED/data/calibration-groups-merged.txt" \
+        --calib-ctx 32 --calib-chunks 4 -t 2 "$@" "$TOP/tests/fixtures/tiny-llama-f32.gguf" "$out"
+}

@@ -10,11 +10,9 @@ FIX="$TOP/tests/fixtures"
 TINY="$FIX/tiny-llama-f32.gguf"
 CALIB="$SHARED/data/calibration-groups-merged.txt"
 
-# aq OUT ARGS... : AWQ of the tiny model, 4 chunks of 32 calibration tokens
+# aq OUT ARGS... : AWQ of the tiny model (grid_quant)
 aq() {
-    local out=$1
-    shift
-    quantize -q --method awq --calib "$CALIB" --calib-ctx 32 --calib-chunks 4 -t 2 "$@" "$TINY" "$out"
+    grid_quant awq "$@"
 }
 
 @test "--help names awq" {

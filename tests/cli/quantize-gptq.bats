@@ -11,11 +11,9 @@ TINY="$FIX/tiny-llama-f32.gguf"
 CALIB="$SHARED/data/calibration-groups-merged.txt"
 EVAL="$SHARED/data/wikitext-2-test.raw"
 
-# gq OUT ARGS... : GPTQ of the tiny model, 4 chunks of 32 calibration tokens
+# gq OUT ARGS... : GPTQ of the tiny model (grid_quant)
 gq() {
-    local out=$1
-    shift
-    quantize -q --method gptq --calib "$CALIB" --calib-ctx 32 --calib-chunks 4 -t 2 "$@" "$TINY" "$out"
+    grid_quant gptq "$@"
 }
 
 @test "--help documents the grid methods" {
