@@ -319,7 +319,7 @@ out:
 
 /* config.json of head c (eagle_hf.h) */
 static int
-config_json(const struct eagle_config *c, json_t **out, struct diag *d)
+config_json(const struct eagle_config *c, bool bias, json_t **out, struct diag *d)
 {
     struct hf_config hc;
     int rc;
@@ -350,7 +350,7 @@ config_json(const struct eagle_config *c, json_t **out, struct diag *d)
         return rc;
     json_t *rs = json_object_get(*out, "rope_scaling");
     /* cnets.py reads rope_scaling["type"] (the older spelling) */
-    if (json_object_set_new(*out, "bias", json_true()) ||
+    if (json_object_set_new(*out, "bias", json_boolean(bias)) ||
         (json_is_object(rs) && json_object_set_new(rs, "type", json_string("linear")))) {
         json_decref(*out);
         *out = NULL;
@@ -366,6 +366,7 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
     struct eagle_meta meta;
     struct gguf g;
     struct sft_wtensor ts[EAGLE_N_TENSORS];
+    int which[EAGLE_N_TENSORS];     /* ts[j] is tensor which[j] */
     struct sft_plan plan;
     struct sft_writer w;
     struct xout xo;
@@ -375,7 +376,8 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
     json_t *cfg = NULL;
     bool dir_open = false, writer_open = false;
     uint64_t ver = 1;
-    size_t nkv = 0;
+    size_t nkv = 0, nt = 0;
+    bool bias = false;
     int rc;
 
     memset(&plan, 0, sizeof plan);
@@ -409,11 +411,18 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
             at += (size_t)snprintf(ids + at, cap - at, j ? ",%d" : "%d", meta.draft_ids[j]);
         kv[nkv++] = (struct sft_kv){ META "draft_vocab", ids };
     }
+    /* a zero FC bias is written as "bias": false, as bias-free heads are
+     * published (vLLM's EAGLE-1 model has no FC bias) */
+    for (int64_t j = 0; j < h.c.d; j++)
+        bias |= h.t[EAGLE_FC_B][j] != 0;
     for (int i = 0; i < EAGLE_N_TENSORS; i++) {
         int64_t np = perm_heads(&h.c, i);
-        ts[i] = (struct sft_wtensor){ hf_names[i], SFT_F32, h.rows[i] == 1 ? 1 : 2, {0} };
-        ts[i].shape[0] = h.rows[i] == 1 ? h.cols[i] : h.rows[i];
-        ts[i].shape[1] = h.rows[i] == 1 ? 0 : h.cols[i];
+        if (i == EAGLE_FC_B && !bias)
+            continue;
+        which[nt] = i;
+        ts[nt] = (struct sft_wtensor){ hf_names[i], SFT_F32, h.rows[i] == 1 ? 1 : 2, {0} };
+        ts[nt].shape[0] = h.rows[i] == 1 ? h.cols[i] : h.rows[i];
+        ts[nt++].shape[1] = h.rows[i] == 1 ? 0 : h.cols[i];
         if (!np)
             continue;
         if (!(perm[i] = malloc((size_t)(h.rows[i] * h.cols[i]) * sizeof(float)))) {
@@ -432,8 +441,8 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
                       "no HF EAGLE layout", in, h.c.rope.n_rot, h.c.head_dim);
         goto out;
     }
-    if ((rc = config_json(&h.c, &cfg, d)) < 0 ||
-        (rc = sft_plan_init(&plan, ts, EAGLE_N_TENSORS, 0, kv, nkv, d)) < 0)
+    if ((rc = config_json(&h.c, bias, &cfg, d)) < 0 ||
+        (rc = sft_plan_init(&plan, ts, nt, 0, kv, nkv, d)) < 0)
         goto out;
     if ((rc = xout_open_dir(&xo, out, force, d)) < 0) {
         diag_prefix(d, "'%s'", out);
@@ -445,8 +454,9 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
         goto out_dir;
     writer_open = true;
     for (size_t k = 0; k < plan.n; k++) {
-        size_t i = plan.order[k];
-        if ((rc = sft_writer_put(&w, i, perm[i] ? perm[i] : h.t[i], plan.nbytes[i], d)) < 0)
+        size_t j = plan.order[k];
+        int i = which[j];
+        if ((rc = sft_writer_put(&w, j, perm[i] ? perm[i] : h.t[i], plan.nbytes[j], d)) < 0)
             goto out_dir;
     }
     writer_open = false;

@@ -6,7 +6,8 @@
  * config.json: LlamaForCausalLM with num_hidden_layers 1, the target's
  * hidden_size, heads, kv heads, intermediate_size, vocab_size, rms_norm_eps,
  * rope_theta (rope_scaling linear when the head's RoPE is scaled), head_dim
- * when it is not hidden_size / heads, "bias": true (the FC bias),
+ * when it is not hidden_size / heads, "bias" (true; false, with no fc.bias
+ * tensor, when the head's FC bias is zero, as bias-free heads are published),
  * torch_dtype float32, max_position_embeddings 2048 (LlamaConfig's default:
  * a head stores no context length).
  *
@@ -18,7 +19,9 @@
  * in HF's rotate-half order: a head whose RoPE is the interleaved (llama
  * GGUF) kind has them permuted as convert does for llama models.  A
  * checkpoint's embed_tokens.weight (the target's, frozen) is checked for
- * its shape and skipped; "bias": false means a zero FC bias.
+ * its shape and skipped; "bias": false means a zero FC bias.  (vLLM's
+ * EAGLE-1 model, llama_eagle.py, has no FC bias: it loads only bias-free
+ * heads.)
  *
  * __metadata__ carries what the GGUF head knows beyond the weights, so that
  * GGUF -> HF -> GGUF is bit-identical: "format": "pt", then

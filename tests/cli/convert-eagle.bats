@@ -99,6 +99,12 @@ headcopy() {
     run -0 --separate-stderr convert --base "$FIX" pub h.gguf
     grep -q tiny-llama h.gguf
     run -0 --separate-stderr generate -m "$FIX" --draft-head h.gguf -p "a" -n 4 --temp 0
+    # exported again without the (zero) FC bias, as vLLM's EAGLE-1 model wants
+    run -0 --separate-stderr convert h.gguf out
+    [ "$(jq -r .bias out/config.json)" = false ]
+    [[ "$(st_names out/model.safetensors)" != *fc.bias* ]]
+    run -0 --separate-stderr convert --base "$FIX" out h3.gguf
+    cmp h.gguf h3.gguf
     # "bias": false with an fc.bias is contradictory
     st_edit "$HEAD/model.safetensors" pub/model.safetensors nometa
     run -3 --separate-stderr convert --base "$FIX" pub h2.gguf
