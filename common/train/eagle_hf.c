@@ -306,9 +306,7 @@ eagle_hf_head_read(struct eagle_head *h, struct eagle_meta *meta, const char *cf
 out:
     if (rc < 0) {
         eagle_head_release(h);
-        free(meta->draft_ids);
-        meta->draft_ids = NULL;
-        meta->n_draft = 0;
+        eagle_meta_release(meta);
     }
     free(tmp);
     json_decref(root);
@@ -478,7 +476,7 @@ out:
     for (int i = 0; i < EAGLE_N_TENSORS; i++)
         free(perm[i]);
     free(ids);
-    free(meta.draft_ids);
+    eagle_meta_release(&meta);
     eagle_head_release(&h);
     return rc;
 }
@@ -550,7 +548,7 @@ eagle_hf_import(const char *dir, const char *base, const char *out, bool force, 
 out:
     if (f_open)
         sft_close(&f);
-    free(meta.draft_ids);
+    eagle_meta_release(&meta);
     eagle_head_release(&h);
     model_unload(m);
     free(cfg);
