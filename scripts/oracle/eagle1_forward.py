@@ -19,13 +19,22 @@ import sys
 import torch
 from safetensors.torch import load_file
 
-from eagle.model.cnets import Model
+from eagle.model.cnets import LlamaRotaryEmbedding, Model
 from eagle.model.configs import EConfig
 
 
-def run(head, cfg, bias, tokens, feats, embd, dtype):
+def run(head, cfg, bias, theta, tokens, feats, embd, dtype):
     torch.set_default_dtype(dtype)
     m = Model(cfg, bias=bias)
+    # eagle-llm 1.2.1's cnets.py builds its rotary embedding with the default
+    # base 10000 whatever rope_theta says; the EAGLE repository's later
+    # cnets1.py (the EAGLE-1 model EaModel loads) passes config.rope_theta.
+    # Do as the later code does, with the package's own class (theta from
+    # config.json: newer transformers move it out of the config's attributes).
+    if cfg.rope_scaling is None and theta != 10000.0:
+        for layer in m.layers:
+            at = layer.self_attn
+            at.rotary_emb = LlamaRotaryEmbedding(at.head_dim, at.max_position_embeddings, base=theta)
     sd = load_file(os.path.join(head, "model.safetensors"))
     missing, unexpected = m.load_state_dict(sd, strict=False)
     # the only parameter the checkpoint does not hold is the frozen embedding
@@ -53,7 +62,7 @@ def main():
     if isinstance(rs, dict) and "type" not in rs and rs.get("rope_type") == "default":
         cfg.rope_scaling = None
     bias = cj.get("bias", True)
-    args = (head, cfg, bias, spec["tokens"], spec["features"], spec["embedding"])
+    args = (head, cfg, bias, float(cj.get("rope_theta", 10000.0)), spec["tokens"], spec["features"], spec["embedding"])
     ref = run(*args, torch.float64)
     f32 = run(*args, torch.float32).double()
     rel = float((f32 - ref).abs().max() / ref.abs().max())

@@ -8,6 +8,8 @@
  * relative error of 1e-4; read with the wrong q/k row order (as if the base
  * used NEOX RoPE) it must not.  Importing the directory and exporting the
  * result again gives the same config.json and model.safetensors bytes.
+ * LLMKIT_EAGLE1_GOLDEN=DIR and LLMKIT_EAGLE1_BASE=GGUF check another golden
+ * (scripts/mkgolden-eagle1 --head --base: a real model's head).
  */
 #include <math.h>
 #include <stdint.h>
@@ -27,7 +29,7 @@
 #include "xio.h"
 
 #define FIXTURE "tests/fixtures/tiny-llama-f32.gguf"
-#define GOLDEN "tests/golden/eagle1/"
+#define GOLDEN "tests/golden/eagle1"
 
 /* max over positions of max|ours - ref| / max|ref| of the head read with
  * base configuration c and run with RoPE style style */
@@ -85,20 +87,27 @@ main(void)
     struct sft_file f;
     struct diag d = { "" };
     json_t *g = NULL;
-    char *cfg = NULL;
+    char *cfg = NULL, path[4][512];
     size_t len = 0;
+    const char *golden = getenv("LLMKIT_EAGLE1_GOLDEN"), *base = getenv("LLMKIT_EAGLE1_BASE");
 
-    if (access(FIXTURE, R_OK) != 0) {
-        fprintf(stderr, "test_eagle_hf: %s missing: run `make fixtures`\n", FIXTURE);
+    golden = golden ? golden : GOLDEN;
+    base = base ? base : FIXTURE;
+    if (access(base, R_OK) != 0) {
+        fprintf(stderr, "test_eagle_hf: %s missing: run `make fixtures`\n", base);
         return 77;
     }
-    CHECK(model_open(&m, FIXTURE, NULL, &d) == 0);
+    snprintf(path[0], sizeof path[0], "%s/forward.json", golden);
+    snprintf(path[1], sizeof path[1], "%s/head/config.json", golden);
+    snprintf(path[2], sizeof path[2], "%s/head/model.safetensors", golden);
+    snprintf(path[3], sizeof path[3], "%s/head", golden);
+    CHECK(model_open(&m, base, NULL, &d) == 0);
     if (!m)
         T_DONE();
     CHECK(eagle_target_init(&t, m, 16, &d) == 0);
-    CHECK(json_load_path(GOLDEN "forward.json", (size_t)1 << 24, &g, &d) == 0);
-    CHECK(read_file_all(GOLDEN "head/config.json", 1 << 20, &cfg, &len, &d) == 0);
-    CHECK(sft_open(&f, GOLDEN "head/model.safetensors", &d) == 0);
+    CHECK(json_load_path(path[0], (size_t)1 << 26, &g, &d) == 0);
+    CHECK(read_file_all(path[1], 1 << 20, &cfg, &len, &d) == 0);
+    CHECK(sft_open(&f, path[2], &d) == 0);
     if (!g || !cfg)
         T_DONE();
     const json_t *jt = json_object_get(g, "tokens"), *jf = json_object_get(g, "features"),
@@ -132,14 +141,14 @@ main(void)
     /* HF -> GGUF -> HF gives the golden's bytes back */
     char tmp[] = "/tmp/test_eagle_hf.XXXXXX";
     CHECK(mkdtemp(tmp) != NULL);
-    char gguf_path[64], dir[64], a[96], b[96];
+    char gguf_path[64], dir[64], a[600], b[96];
     snprintf(gguf_path, sizeof gguf_path, "%s/head.gguf", tmp);
     snprintf(dir, sizeof dir, "%s/head", tmp);
-    CHECK(eagle_hf_import(GOLDEN "head", FIXTURE, gguf_path, false, &d) == 0);
+    CHECK(eagle_hf_import(path[3], base, gguf_path, false, &d) == 0);
     CHECK(eagle_hf_export(gguf_path, dir, false, &d) == 0);
     const char *files[] = { "config.json", "model.safetensors" };
     for (int i = 0; i < 2; i++) {
-        snprintf(a, sizeof a, GOLDEN "head/%s", files[i]);
+        snprintf(a, sizeof a, "%s/%s", path[3], files[i]);
         snprintf(b, sizeof b, "%s/%s", dir, files[i]);
         CHECK(same_file(a, b));
         unlink(b);
