@@ -164,3 +164,14 @@ EOF
     [[ $stderr == *"EAGLE-3"* ]]
     [ ! -e out ]
 }
+
+@test "a head with a draft vocabulary keeps it through HF (metadata), byte for byte" {
+    head -c 12000 "$SHARED/data/calibration-groups-merged.txt" > text.txt
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o dv.gguf --epochs 1 \
+        --seq-len 32 --draft-vocab 40 -q
+    run -0 --separate-stderr convert dv.gguf dv
+    python3 -c 'import json,struct,sys; b=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",b[:8])[0]; m=json.loads(b[8:8+n])["__metadata__"]; ids=[int(x) for x in m["llmkit.eagle.draft_vocab"].split(",")]; assert len(ids) == 40 and ids == sorted(set(ids)), ids' \
+        dv/model.safetensors
+    run -0 --separate-stderr convert --base "$FIX" dv dv2.gguf
+    cmp dv.gguf dv2.gguf
+}
