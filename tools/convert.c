@@ -73,7 +73,7 @@ main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct convert_opts o = {.out_type = -1, .shard_size = 5000000000ull, .cb = tool_callbacks(true)};
+    struct convert_opts o = {.out_type = -1, .cb = tool_callbacks(true)};
     bool info = false;
     struct diag d = {{0}};
     int c, rc;

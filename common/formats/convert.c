@@ -223,8 +223,12 @@ convert_eagle(const struct convert_opts *o, enum model_fmt from, enum model_fmt 
     if (!head)
         return 0;
     *done = true;
+    if (o->shard_size)
+        return diag_set(d, ST_RANGE, "--shard-size: an EAGLE head is written as one file");
+    if (from == FMT_HF && o->out_type >= 0)
+        return diag_set(d, ST_RANGE, "--type: EAGLE head GGUFs are f32");
     if (from == FMT_GGUF)
-        return eagle_hf_export(o->input, o->output, o->force, d);
+        return eagle_hf_export(o->input, o->output, o->out_type, o->force, d);
     if (!o->base)
         return diag_set(d, ST_RANGE, "'%s' is an EAGLE head: give the model it drafts for "
                         "with --base BASE.gguf", o->input);

@@ -317,7 +317,8 @@ out:
 
 /* config.json of head c (eagle_hf.h) */
 static int
-config_json(const struct eagle_config *c, bool bias, json_t **out, struct diag *d)
+config_json(const struct eagle_config *c, bool bias, const char *dtype, json_t **out,
+            struct diag *d)
 {
     struct hf_config hc;
     int rc;
@@ -344,7 +345,7 @@ config_json(const struct eagle_config *c, bool bias, json_t **out, struct diag *
     }
     for (int i = 0; i < HF_SPECIAL_COUNT; i++)
         hc.special[i] = -1;
-    if ((rc = hf_config_to_json(&hc, "float32", out, d)) < 0)
+    if ((rc = hf_config_to_json(&hc, dtype, out, d)) < 0)
         return rc;
     json_t *rs = json_object_get(*out, "rope_scaling");
     /* cnets.py reads rope_scaling["type"] (the older spelling) */
@@ -358,7 +359,7 @@ config_json(const struct eagle_config *c, bool bias, json_t **out, struct diag *
 }
 
 int
-eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
+eagle_hf_export(const char *in, const char *out, int type, bool force, struct diag *d)
 {
     struct eagle_head h;
     struct eagle_meta meta;
@@ -371,6 +372,8 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
     struct sft_kv kv[7];
     char steps[24], tokens[24], *ids = NULL;
     float *perm[EAGLE_N_TENSORS] = {0};
+    void *half = NULL;
+    enum sft_dtype st = type == GGML_TYPE_F16 ? SFT_F16 : type == GGML_TYPE_BF16 ? SFT_BF16 : SFT_F32;
     json_t *cfg = NULL;
     bool dir_open = false, writer_open = false;
     uint64_t ver = 1;
@@ -418,7 +421,7 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
         if (i == EAGLE_FC_B && !bias)
             continue;
         which[nt] = i;
-        ts[nt] = (struct sft_wtensor){ hf_names[i], SFT_F32, h.rows[i] == 1 ? 1 : 2, {0} };
+        ts[nt] = (struct sft_wtensor){ hf_names[i], st, h.rows[i] == 1 ? 1 : 2, {0} };
         ts[nt].shape[0] = h.rows[i] == 1 ? h.cols[i] : h.rows[i];
         ts[nt++].shape[1] = h.rows[i] == 1 ? 0 : h.cols[i];
         if (!np)
@@ -439,7 +442,15 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
                       "no HF EAGLE layout", in, h.c.rope.n_rot, h.c.head_dim);
         goto out;
     }
-    if ((rc = config_json(&h.c, bias, &cfg, d)) < 0 ||
+    int64_t most = 0;
+    for (int i = 0; i < EAGLE_N_TENSORS; i++)
+        most = h.rows[i] * h.cols[i] > most ? h.rows[i] * h.cols[i] : most;
+    if (st != SFT_F32 && !(half = malloc((size_t)most * 2))) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = config_json(&h.c, bias, hf_torch_dtype((uint32_t)(st == SFT_F32 ? GGML_TYPE_F32 :
+                                                     (enum ggml_type)type)), &cfg, d)) < 0 ||
         (rc = sft_plan_init(&plan, ts, nt, 0, kv, nkv, d)) < 0)
         goto out;
     if ((rc = xout_open_dir(&xo, out, force, d)) < 0) {
@@ -454,7 +465,10 @@ eagle_hf_export(const char *in, const char *out, bool force, struct diag *d)
     for (size_t k = 0; k < plan.n; k++) {
         size_t j = plan.order[k];
         int i = which[j];
-        if ((rc = sft_writer_put(&w, j, perm[i] ? perm[i] : h.t[i], plan.nbytes[j], d)) < 0)
+        const float *x = perm[i] ? perm[i] : h.t[i];
+        if (half)
+            qtype_get((enum ggml_type)type)->from_float(x, half, h.rows[i] * h.cols[i]);
+        if ((rc = sft_writer_put(&w, j, half ? half : (const void *)x, plan.nbytes[j], d)) < 0)
             goto out_dir;
     }
     writer_open = false;
@@ -476,6 +490,7 @@ out:
     for (int i = 0; i < EAGLE_N_TENSORS; i++)
         free(perm[i]);
     free(ids);
+    free(half);
     eagle_meta_release(&meta);
     eagle_head_release(&h);
     return rc;

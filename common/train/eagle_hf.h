@@ -67,9 +67,10 @@ int eagle_hf_head_read(struct eagle_head *h, struct eagle_meta *meta, const char
                        struct diag *d);
 
 /* eagle_hf_export() : the head GGUF at in (not "-") as an HF directory out,
- * written atomically (replacing out only with force).  0, -ST_IO, -ST_FORMAT
- * (not an EAGLE-1 head), -ST_RANGE (out exists), -ST_NOMEM. */
-int eagle_hf_export(const char *in, const char *out, bool force, struct diag *d);
+ * written atomically (replacing out only with force); its tensors in type
+ * (GGML_TYPE_F16 or BF16; anything else, e.g. -1: F32).  0, -ST_IO,
+ * -ST_FORMAT (not an EAGLE-1 head), -ST_RANGE (out exists), -ST_NOMEM. */
+int eagle_hf_export(const char *in, const char *out, int type, bool force, struct diag *d);
 
 /* eagle_hf_import() : the HF head directory dir as a head GGUF at out ("-" =
  * stdout), bound to the base model GGUF base: the head's configuration must

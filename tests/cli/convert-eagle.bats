@@ -86,6 +86,19 @@ headcopy() {
     cmp h.gguf h2.gguf
     # the head generate loads: the base it was trained for is accepted
     run -0 --separate-stderr generate -m "$FIX" --draft-head h2.gguf -p "a" -n 4 --temp 0
+    # in f16 (as heads are published), and back
+    run -0 --separate-stderr convert --type f16 h.gguf out16
+    [ "$(jq -r .torch_dtype out16/config.json)" = float16 ]
+    python3 -c 'import json,struct,sys; b=open(sys.argv[1],"rb").read(); n=struct.unpack("<Q",b[:8])[0]; h=json.loads(b[8:8+n]); assert {v["dtype"] for k, v in h.items() if k != "__metadata__"} == {"F16"}' \
+        out16/model.safetensors
+    run -0 --separate-stderr convert --base "$FIX" out16 h16.gguf
+    run -0 --separate-stderr generate -m "$FIX" --draft-head h16.gguf -p "a" -n 4 --temp 0
+    # options that do not apply to heads are refused
+    run -2 --separate-stderr convert --base "$FIX" --type f16 out h3.gguf
+    [[ $stderr == *"--type: EAGLE head GGUFs are f32"* ]]
+    run -2 --separate-stderr convert --shard-size 1K h.gguf out1
+    [[ $stderr == *"--shard-size: an EAGLE head is written as one file"* ]]
+    [ ! -e h3.gguf ] && [ ! -e out1 ]
     # an existing output needs -f
     run -2 --separate-stderr convert h.gguf out
     [[ $stderr == *"'out': already exists"* ]]
