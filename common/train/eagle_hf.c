@@ -145,7 +145,7 @@ meta_ids(const struct sft_file *f, int64_t n_vocab, struct eagle_meta *meta, str
         char *end;
         errno = 0;
         long long x = strtoll(p, &end, 10);
-        if (errno || end == p || *p == '+' || *p == ' ' || x < 0 || x >= n_vocab ||
+        if (errno || end == p || *p < '0' || *p > '9' || x >= n_vocab ||
             (meta->n_draft > 0 && x <= meta->draft_ids[meta->n_draft - 1]) ||
             (*end != ',' && *end != 0) || (*end == 0) != (meta->n_draft == n - 1))
             return diag_set(d, ST_FORMAT, "__metadata__ '" META "draft_vocab': not ascending "
