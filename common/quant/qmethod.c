@@ -484,6 +484,7 @@ run_awq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report *
                (long long)c->n_text_tokens, (long long)c->n_chunks, (long long)c->ctx);
     ao.bits = o->g.bits;
     ao.group_size = o->g.group_size;
+    ao.n_threads = o->n_threads;
     if ((rc = awq_quantize(c, &ao, qm, &o->cb, NULL, d)) == 0) {
         rep->calib_tokens = qm->prov.calib_tokens;
         /* the report lists the grids (the rescaled norms are f32) */
