@@ -10,10 +10,12 @@
  */
 #include <assert.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "eagle.h"
+#include "eagle3.h"
 #include "rng.h"
 #include "status.h"
 
@@ -41,6 +43,12 @@ eagle_tensor_name(int i)
     return i >= 0 && i < EAGLE_N_TENSORS ? names[i] : NULL;
 }
 
+const char *
+eagle_head_tensor_name(const struct eagle_head *h, int i)
+{
+    return h->c.arch == EAGLE_ARCH_3 ? eagle3_tensor_name(i) : eagle_tensor_name(i);
+}
+
 static void
 shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
 {
@@ -54,6 +62,10 @@ shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
 static int
 config_ok(const struct eagle_config *c)
 {
+    if (c->arch != EAGLE_ARCH_1 && c->arch != EAGLE_ARCH_3)
+        return 0;
+    if (c->arch == EAGLE_ARCH_3 && (c->n_draft < 1 || c->n_draft > c->n_vocab))
+        return 0;
     return c->d > 0 && c->n_head > 0 && c->n_head_kv > 0 && c->n_head % c->n_head_kv == 0 &&
            c->head_dim > 0 && c->n_ff > 0 && c->n_vocab > 0 && c->rope.n_rot > 0 &&
            c->rope.n_rot % 2 == 0 && c->rope.n_rot <= c->head_dim && c->d <= (1 << 16) &&
@@ -70,20 +82,27 @@ eagle_head_init(struct eagle_head *h, const struct eagle_config *c, uint64_t see
         return -ST_RANGE;
     h->c = *c;
     h->c.rope.freq_factors = NULL;
-    shapes(c, h->rows, h->cols);
-    for (int i = 0; i < EAGLE_N_TENSORS; i++)
+    h->n_tensors = c->arch == EAGLE_ARCH_3 ? EAGLE3_N_TENSORS : EAGLE_N_TENSORS;
+    if (c->arch == EAGLE_ARCH_3)
+        eagle3_shapes(c, h->rows, h->cols);
+    else
+        shapes(c, h->rows, h->cols);
+    for (int i = 0; i < h->n_tensors; i++)
         h->n_param += h->rows[i] * h->cols[i];
     if (!(h->param = malloc((size_t)h->n_param * sizeof(float))))
         return -ST_NOMEM;
     rng_seed(&r, seed);
     float *p = h->param;
-    for (int i = 0; i < EAGLE_N_TENSORS; i++) {
+    for (int i = 0; i < h->n_tensors; i++) {
         int64_t len = h->rows[i] * h->cols[i];
-        /* fan_in: the weight's cols; a bias takes its weight's */
-        double bound = 1.0 / sqrt((double)(i == EAGLE_FC_B ? 2 * c->d : h->cols[i]));
+        /* fan_in: the weight's cols; a bias takes its weight's; row vectors
+         * other than EAGLE-1's bias are norm weights */
+        bool bias = c->arch == EAGLE_ARCH_1 && i == EAGLE_FC_B;
+        bool norm = h->rows[i] == 1 && !bias;
+        double bound = 1.0 / sqrt((double)(bias ? 2 * c->d : h->cols[i]));
         h->t[i] = p;
         for (int64_t j = 0; j < len; j++)
-            p[j] = i == EAGLE_NORM ? 1.0f : (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
+            p[j] = norm ? 1.0f : (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
         p += len;
     }
     return 0;

@@ -41,6 +41,7 @@ eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct
                         "models only", hp->arch_name);
     if (hp->head_dim != hp->head_dim_v)
         return diag_set(d, ST_RANGE, "key and value head sizes differ");
+    t->c.arch = EAGLE_ARCH_1;
     t->c.d = hp->n_embd;
     t->c.n_head = hp->n_head;
     t->c.n_head_kv = hp->n_head_kv;
@@ -50,6 +51,11 @@ eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct
     t->c.eps = hp->rms_eps;
     t->c.rope = hp->rope;
     t->c.rope.freq_factors = NULL;
+    /* EAGLE-3's features enter layers 2, L/2 and L - 3 (clamped for
+     * models of fewer than 4 layers; 0 = the embeddings) */
+    int64_t L = hp->n_layer, fl[3] = { 2, L / 2, L - 3 };
+    for (int k = 0; k < 3; k++)
+        t->c.feat_layer[k] = fl[k] < 0 ? 0 : fl[k] > L - 1 ? L - 1 : fl[k];
     if (!(t->embd = rows_f32(m, &m->tok_embd)))
         goto nomem;
     t->lm = hp->tied_output ? t->embd : rows_f32(m, &m->output);
@@ -83,10 +89,36 @@ eagle_target_release(struct eagle_target *t)
     memset(t, 0, sizeof *t);
 }
 
-int
-eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
-                      struct diag *d)
+/* EAGLE-3 feature capture: the input of layer l is the embedding (l = 0)
+ * or layer l - 1's output */
+struct capture {
+    const struct eagle_config *c;
+    float *feat3;               /* [n][3d] */
+};
+
+static int
+capture(void *ctx, const struct model_hook_event *ev)
 {
+    struct capture *cp = ctx;
+    int64_t d = cp->c->d;
+    int64_t layer_in = ev->site == MODEL_HOOK_EMBD ? 0 : ev->layer + 1;
+
+    for (int k = 0; k < 3; k++) {
+        if (cp->c->feat_layer[k] != layer_in)
+            continue;
+        for (int64_t r = 0; r < ev->n_tok; r++)
+            memcpy(cp->feat3 + (ev->tok0 + r) * 3 * d + k * d, ev->x + r * ev->ld,
+                   (size_t)d * sizeof(float));
+    }
+    return 0;
+}
+
+static int
+run(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat3, float *feat,
+    struct diag *d)
+{
+    struct capture cp = { &t->c, feat3 };
+    struct model_hooks hk = { capture, &cp, MODEL_HOOK_EMBD | MODEL_HOOK_LAYER_OUT };
     struct batch_tok *bt;
     int32_t seq;
     int rc;
@@ -107,8 +139,22 @@ eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, 
     }
     struct batch b = { .n = n, .tok = bt };
     struct model_out out = { .logits = NULL, .hidden = feat };
-    rc = model_forward(t->m, t->kv, &b, NULL, &out, d);
+    rc = model_forward(t->m, t->kv, &b, feat3 ? &hk : NULL, &out, d);
     kv_seq_free(t->kv, seq);
     free(bt);
     return rc;
+}
+
+int
+eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
+                      struct diag *d)
+{
+    return run(t, tokens, n, NULL, feat, d);
+}
+
+int
+eagle_target_features3(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat3,
+                       float *feat, struct diag *d)
+{
+    return run(t, tokens, n, feat3, feat, d);
 }

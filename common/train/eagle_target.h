@@ -38,4 +38,10 @@ void eagle_target_release(struct eagle_target *t);
 int eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
                           struct diag *d);
 
+/* eagle_target_features3() : eagle_target_features() into feat, and
+ * feat3 [n][3d]: the hidden states entering layers c.feat_layer[0..2],
+ * concatenated in that order (EAGLE-3's features). */
+int eagle_target_features3(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat3,
+                           float *feat, struct diag *d);
+
 #endif

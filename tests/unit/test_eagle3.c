@@ -1,0 +1,195 @@
+/*
+ * test_eagle3.c - the EAGLE-3 head (common/train/eagle3.h) on the tiny llama
+ * fixture: the features the target hooks capture, the whole unrolled head's
+ * gradient (training-time test over 3 steps, a reduced draft vocabulary)
+ * against central finite differences of its loss, tensor by tensor, the
+ * OpenBLAS table's gradient against the reference's, and the head file
+ * round trip (eagle_io.h, architecture "eagle3").
+ *
+ * As in test_eagle.c the head computes in f32, so each tensor's check is
+ * along one direction (its gradient's plus a random one); attn_ttt's own
+ * f64 check is tests/kernels/test_backward.c.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backward.h"
+#include "eagle.h"
+#include "eagle3.h"
+#include "eagle_io.h"
+#include "eagle_target.h"
+#include "model.h"
+#include "rng.h"
+#include "t.h"
+
+#define FIXTURE "tests/fixtures/tiny-llama-f32.gguf"
+#define N 10                    /* head rows: a sequence of N + 1 tokens */
+#define STEPS 3
+#define NDRAFT 40               /* draft vocabulary: every 5th token id */
+#define FD_EPS 1e-2
+#define FD_TOL 1e-2
+
+static double
+loss_at(const struct backend_backward_ops *bw, struct eagle_head *h, struct eagle_frozen *fz,
+        struct eagle3_ws *ws, const int32_t *tok, const float *f3, const float *feat, int64_t d)
+{
+    struct eagle_loss l;
+    eagle3_forward(bw, h, fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(bw, h, fz, ws, feat + d, 1.0f, NULL, &l);
+    return l.total;
+}
+
+int
+main(void)
+{
+    struct model *m = NULL;
+    struct diag d = { "" };
+    struct eagle_target t;
+    struct eagle_head h;
+    struct eagle3_ws *ws = NULL, *ws1 = NULL;
+    struct rng r;
+    int32_t tok[N + 1], ids[NDRAFT];
+
+    if (access(FIXTURE, R_OK) != 0) {
+        fprintf(stderr, "test_eagle3: %s missing: run `make fixtures`\n", FIXTURE);
+        return 77;
+    }
+    CHECK(model_open(&m, FIXTURE, NULL, &d) == 0);
+    if (!m)
+        T_DONE();
+    CHECK(eagle_target_init(&t, m, 64, &d) == 0);
+    int64_t dd = t.c.d, L = m->hp.n_layer;
+    /* 2 layers: the inputs of layers 1, 1 and 0 (clamped 2, L/2, L - 3) */
+    CHECK(L == 2);
+    CHECK(t.c.feat_layer[0] == 1 && t.c.feat_layer[1] == 1 && t.c.feat_layer[2] == 0);
+    struct eagle_config c = t.c;
+    c.arch = EAGLE_ARCH_3;
+    c.n_draft = NDRAFT;
+    CHECK(eagle_head_init(&h, &c, 11) == 0);
+    CHECK(h.n_tensors == EAGLE3_N_TENSORS);
+    CHECK(h.rows[EAGLE3_LM] == NDRAFT && h.cols[EAGLE3_FC] == 3 * dd);
+    CHECK(eagle3_ws_new(&ws, &h.c, N, STEPS) == 0);
+    CHECK(eagle3_ws_new(&ws1, &h.c, N, 1) == 0);
+    struct eagle3_ws *bad = NULL;
+    CHECK(eagle3_ws_new(&bad, &t.c, N, 1) == -ST_RANGE && !bad);   /* an EAGLE-1 config */
+    CHECK(eagle3_ws_new(&bad, &h.c, N, EAGLE3_MAX_STEPS + 1) == -ST_RANGE && !bad);
+
+    /* the frozen parts: the embedding, the draft vocabulary's LM rows */
+    float *lm = malloc((size_t)(NDRAFT * dd) * sizeof(float));
+    for (int i = 0; i < NDRAFT; i++) {
+        ids[i] = 5 * i;
+        memcpy(lm + i * dd, t.fz.lm + (int64_t)ids[i] * dd, (size_t)dd * sizeof(float));
+    }
+    struct eagle_frozen fz = { t.fz.embd, lm, NDRAFT };
+
+    float *f3 = malloc((size_t)((N + 1) * 3 * dd) * sizeof(float));
+    float *feat = malloc((size_t)((N + 1) * dd) * sizeof(float));
+    float *feat1 = malloc((size_t)((N + 1) * dd) * sizeof(float));
+    rng_seed(&r, 5);
+    for (int i = 0; i <= N; i++)
+        tok[i] = (int32_t)(rng_next(&r) % (uint64_t)t.c.n_vocab);
+    CHECK(eagle_target_features3(&t, tok, N + 1, f3, feat, &d) == 0);
+    CHECK(eagle_target_features(&t, tok, N + 1, feat1, &d) == 0);
+    CHECK(memcmp(feat, feat1, (size_t)((N + 1) * dd) * sizeof(float)) == 0);
+    /* block 2 is the embedding (layer 0's input), blocks 0 and 1 the same
+     * layer's input, which differs from it */
+    double e2 = 0, e01 = 0, e02 = 0;
+    for (int i = 0; i <= N; i++)
+        for (int64_t j = 0; j < dd; j++) {
+            const float *row = f3 + i * 3 * dd;
+            e2 = fmax(e2, fabs(row[2 * dd + j] - t.fz.embd[(int64_t)tok[i] * dd + j]));
+            e01 = fmax(e01, fabs(row[j] - row[dd + j]));
+            e02 = fmax(e02, fabs(row[j] - row[2 * dd + j]));
+        }
+    CHECK(e2 == 0 && e01 == 0 && e02 > 1e-3);
+
+    const struct backend_backward_ops *ref = &backward_ops_ref;
+    int64_t np = h.n_param;
+    float *g = calloc((size_t)np, sizeof(float)), *g2 = calloc((size_t)np, sizeof(float));
+    float *u = malloc((size_t)np * sizeof(float));
+    struct eagle_loss l, l1;
+    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, 1.0f, g, &l);
+    CHECK(l.n == N && l.total > 0 && isfinite(l.total) && l.reg == 0);
+    /* one step is the first term of the unrolled loss; the later steps
+     * add to it and leave step 0's output alone */
+    eagle3_forward(ref, &h, &fz, ws1, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, 1.0f, NULL, &l1);
+    CHECK(l1.total > 0 && l.total > l1.total * 1.2);
+    CHECK(memcmp(eagle3_ws_out(ws), eagle3_ws_out(ws1), (size_t)(N * dd) * sizeof(float)) == 0);
+    CHECK(l.correct == l1.correct);
+
+    for (int i = 0; i < EAGLE3_N_TENSORS; i++) {
+        int64_t off = h.t[i] - h.param, len = h.rows[i] * h.cols[i];
+        double gn = 0, rn = 0, un = 0, an = 0;
+        for (int64_t j = 0; j < len; j++)
+            gn += (double)g[off + j] * g[off + j];
+        gn = sqrt(gn);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(2 * rng_uniform(&r) - 1);
+            rn += (double)u[j] * u[j];
+        }
+        rn = sqrt(rn);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(u[j] / rn + (gn > 0 ? g[off + j] / gn : 0));
+            un += (double)u[j] * u[j];
+        }
+        un = sqrt(un);
+        for (int64_t j = 0; j < len; j++) {
+            u[j] = (float)(u[j] / un);
+            an += (double)g[off + j] * u[j];
+        }
+        float *p = h.t[i];
+        float *save = malloc((size_t)len * sizeof(float));
+        memcpy(save, p, (size_t)len * sizeof(float));
+        for (int64_t j = 0; j < len; j++)
+            p[j] = save[j] + (float)FD_EPS * u[j];
+        double lp = loss_at(ref, &h, &fz, ws, tok, f3, feat, dd);
+        for (int64_t j = 0; j < len; j++)
+            p[j] = save[j] - (float)FD_EPS * u[j];
+        double lm_ = loss_at(ref, &h, &fz, ws, tok, f3, feat, dd);
+        memcpy(p, save, (size_t)len * sizeof(float));
+        free(save);
+        double fd = (lp - lm_) / (2 * FD_EPS);
+        double rel = fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), 1e-12);
+        printf("%-26s |g| %.4g  g.u %.6g  fd %.6g  rel %.2g\n", eagle3_tensor_name(i), gn, an,
+               fd, rel);
+        CHECK(gn > 0);
+        CHECK(rel <= FD_TOL);
+    }
+
+    /* the optimized table gives the reference's gradient */
+    eagle3_forward(&backward_ops_blas, &h, &fz, ws, tok + 1, f3, N);
+    struct eagle_loss l2;
+    eagle3_loss_backward(&backward_ops_blas, &h, &fz, ws, feat + dd, 1.0f, g2, &l2);
+    CHECK_NEAR(l2.total, l.total, 1e-5 * l.total);
+    double gm = 0, dm = 0;
+    for (int64_t j = 0; j < np; j++) {
+        gm = fmax(gm, fabs(g[j]));
+        dm = fmax(dm, fabs(g[j] - g2[j]));
+    }
+    printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
+    CHECK(dm <= 1e-4 * gm);
+
+    /* scale multiplies the gradient, not the loss */
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, 0.5f, g2, &l2);
+    CHECK_NEAR(l2.total, l.total, 1e-6 * l.total);
+    dm = 0;
+    for (int64_t j = 0; j < np; j++)
+        dm = fmax(dm, fabs(0.5f * g[j] - g2[j]));
+    CHECK(dm <= 1e-6 * gm);
+
+    free(g), free(g2), free(u), free(f3), free(feat), free(feat1), free(lm);
+    eagle3_ws_free(ws);
+    eagle3_ws_free(ws1);
+    eagle_head_release(&h);
+    eagle_target_release(&t);
+    model_free(m);
+    T_DONE();
+}
