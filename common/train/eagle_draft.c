@@ -296,6 +296,12 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
         eagle_draft_free(e);
         return rc;
     }
+    if (e->h.c.arch != EAGLE_ARCH_1) {
+        free(meta.draft_ids);
+        eagle_draft_free(e);
+        return diag_set(d, ST_FORMAT, "'%s': an EAGLE-3 head: drafting runs EAGLE-1 heads only",
+                        path);
+    }
     e->lm_ids = meta.draft_ids;     /* NULL: the whole vocabulary */
     e->n_lm = meta.draft_ids ? meta.n_draft : m->hp.n_vocab;
     if (e->h.c.head_dim != m->hp.head_dim || e->h.c.rope.n_rot > e->h.c.head_dim) {

@@ -185,6 +185,34 @@ main(void)
         dm = fmax(dm, fabs(0.5f * g[j] - g2[j]));
     CHECK(dm <= 1e-6 * gm);
 
+    /* the head file round trip: architecture "eagle3", its keys, the draft
+     * vocabulary; an EAGLE-3 head whose draft vocabulary size disagrees is
+     * refused */
+    char path[] = "/tmp/test_eagle3.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    struct eagle_meta mt = { .steps = 3, .draft_ids = ids, .n_draft = NDRAFT };
+    CHECK(eagle_base_sha256(m, mt.base_sha256) == 0);
+    snprintf(mt.base_name, sizeof mt.base_name, "tiny");
+    snprintf(mt.data_sha256, sizeof mt.data_sha256, "%064d", 0);
+    CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+    struct eagle_head h2;
+    struct eagle_meta mt2;
+    CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == 0);
+    CHECK(h2.c.arch == EAGLE_ARCH_3 && h2.c.n_draft == NDRAFT && h2.n_param == h.n_param);
+    CHECK(h2.c.feat_layer[0] == 1 && h2.c.feat_layer[2] == 0);
+    CHECK(mt2.n_draft == NDRAFT && mt2.draft_ids && mt2.draft_ids[1] == 5);
+    CHECK(h2.param && memcmp(h2.param, h.param, (size_t)np * sizeof(float)) == 0);
+    CHECK(eagle_head_check_base(&h2, &mt2, m, &d) == 0);
+    free(mt2.draft_ids);
+    eagle_head_release(&h2);
+    mt.n_draft = NDRAFT - 1;
+    CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+    CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == -ST_FORMAT);
+    CHECK(strstr(d.msg, "draft_vocab_size") != NULL);
+    unlink(path);
+
     free(g), free(g2), free(u), free(f3), free(feat), free(feat1), free(lm);
     eagle3_ws_free(ws);
     eagle3_ws_free(ws1);
