@@ -48,8 +48,12 @@ EOF
     [[ $stderr == *"no model (-m)"* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y
     [[ $stderr == *"give --epochs or --max-time"* ]]
-    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle3
-    [[ $stderr == *"--arch: 'eagle3' is not supported"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle2
+    [[ $stderr == *"--arch: 'eagle2' is not supported"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --ttt-steps 3
+    [[ $stderr == *"--ttt-steps: only with --arch eagle3"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle3 \
+        --ttt-steps 17
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 0
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o - --epochs 1
 }
@@ -97,6 +101,43 @@ EOF
     # an existing output needs -f
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 1 --seq-len 32
     cmp h1.gguf h2.gguf
+}
+
+@test "draft-train --arch eagle3: an EAGLE-3 head; same seed, same bytes; its own cache entry" {
+    cd "$BATS_TEST_TMPDIR"
+    run -0 draft-train -m "$FIX" --data text.txt -o e1.gguf --epochs 1 --seq-len 32 --cache c -q
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 2 \
+        --seq-len 32 --cache c --json --arch eagle3 --ttt-steps 3 --draft-vocab 100 -v
+    [[ $stderr == *"EAGLE-3 head"*"CE over 100 tokens"* ]]
+    [[ $stderr == *"(features computed)"* ]]
+    [ "$(ls c/*.eaglefeat.zst | wc -l)" -eq 2 ]
+    # the training-time test's loss: 3 weighted steps; it falls
+    first=$(jq -r 'select(.type=="step") | .loss' <<<"$output" | head -1)
+    last=$(jq -r 'select(.type=="eval") | .loss' <<<"$output")
+    python3 -c "import sys; sys.exit(not float(sys.argv[2]) < float(sys.argv[1]))" "$first" "$last"
+    [ "$(jq -r 'select(.type=="step") | .reg' <<<"$output" | sort -u)" = 0 ]
+    [ "$(gguf_key h1.gguf general.architecture)" = eagle3 ]
+    [ "$(gguf_key h1.gguf eagle3.version)" = 1 ]
+    [ "$(gguf_key h1.gguf eagle3.draft_vocab_size)" = 100 ]
+    [ "$(gguf_key h1.gguf eagle3.embedding_length)" = 64 ]
+    "$PY" - h1.gguf <<'EOF'
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+t = {x.name: x for x in r.tensors}
+assert list(t['fc.weight'].shape) == [192, 64], t['fc.weight'].shape
+assert list(t['blk.0.attn_q.weight'].shape) == [128, 64]
+assert list(t['output.weight'].shape) == [64, 100]
+f = r.fields['eagle3.feature_layers']
+assert [int(f.parts[i][0]) for i in f.data] == [1, 1, 0]
+EOF
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"(features from the cache)"* ]]
+    cmp h1.gguf h2.gguf
+    # fewer unrolled steps train another head
+    run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 -q \
+        --cache c --arch eagle3 --ttt-steps 2 --draft-vocab 100
+    run -1 cmp -s h1.gguf h3.gguf
 }
 
 @test "draft-train: a corrupt cache entry is recomputed with a warning" {
