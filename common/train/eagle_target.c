@@ -89,22 +89,17 @@ eagle_target_release(struct eagle_target *t)
     memset(t, 0, sizeof *t);
 }
 
-/* EAGLE-3 feature capture: the input of layer l is the embedding (l = 0)
- * or layer l - 1's output */
-struct capture {
-    const struct eagle_config *c;
-    float *feat3;               /* [n][3d] */
-};
-
-static int
-capture(void *ctx, const struct model_hook_event *ev)
+int
+eagle_capture_hook(void *ctx, const struct model_hook_event *ev)
 {
-    struct capture *cp = ctx;
-    int64_t d = cp->c->d;
+    struct eagle_capture *cp = ctx;
+    int64_t d = cp->d;
     int64_t layer_in = ev->site == MODEL_HOOK_EMBD ? 0 : ev->layer + 1;
 
+    if (ev->tok0 < 0 || ev->tok0 + ev->n_tok > cp->rows)
+        return 0;
     for (int k = 0; k < 3; k++) {
-        if (cp->c->feat_layer[k] != layer_in)
+        if (cp->feat_layer[k] != layer_in)
             continue;
         for (int64_t r = 0; r < ev->n_tok; r++)
             memcpy(cp->feat3 + (ev->tok0 + r) * 3 * d + k * d, ev->x + r * ev->ld,
@@ -117,8 +112,8 @@ static int
 run(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat3, float *feat,
     struct diag *d)
 {
-    struct capture cp = { &t->c, feat3 };
-    struct model_hooks hk = { capture, &cp, MODEL_HOOK_EMBD | MODEL_HOOK_LAYER_OUT };
+    struct eagle_capture cp = { t->c.feat_layer, t->c.d, feat3, n };
+    struct model_hooks hk = { eagle_capture_hook, &cp, EAGLE_CAPTURE_SITES };
     struct batch_tok *bt;
     int32_t seq;
     int rc;

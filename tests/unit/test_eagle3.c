@@ -20,9 +20,11 @@
 #include "backward.h"
 #include "eagle.h"
 #include "eagle3.h"
+#include "eagle_draft.h"
 #include "eagle_io.h"
 #include "eagle_target.h"
 #include "model.h"
+#include "qtypes.h"
 #include "rng.h"
 #include "t.h"
 
@@ -207,6 +209,65 @@ main(void)
     CHECK(eagle_head_check_base(&h2, &mt2, m, &d) == 0);
     free(mt2.draft_ids);
     eagle_head_release(&h2);
+
+    /* the drafter: the root's output is the training forward's (step 0,
+     * last row), its children the top tokens of the head's own LM head
+     * over the draft vocabulary, and deeper levels make a tree */
+    struct eagle_draft *ed = NULL;
+    enum { K = 3 };
+    CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_F32, &d) == 0);
+    if (ed) {
+        CHECK_STR(eagle_draft_arch(ed), "eagle3");
+        for (int i = 0; i < N; i++)
+            eagle_draft_feed(ed, i, f3 + i * 3 * dd);
+        eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+        const float *fo = eagle3_ws_out(ws) + (N - 1) * dd;
+        float on[64], z[NDRAFT];
+        CHECK(dd <= 64);
+        ref->rmsnorm_fwd(on, fo, h.t[EAGLE3_OUT_NORM], 1, dd, h.c.eps);
+        ref->matmul_fwd(z, on, h.t[EAGLE3_LM], NULL, 1, NDRAFT, dd);
+        int32_t best[K];
+        for (int j = 0; j < K; j++) {
+            best[j] = -1;
+            for (int v = 0; v < NDRAFT; v++) {
+                int taken = 0;
+                for (int q = 0; q < j; q++)
+                    taken |= best[q] == v;
+                if (!taken && (best[j] < 0 || z[v] > z[best[j]]))
+                    best[j] = v;
+            }
+        }
+        struct spec_tree tr;
+        CHECK(spec_tree_init(&tr, 64, &d) == 0);
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+        CHECK_EQ(tr.n, 1 + K);
+        const float *ro = eagle_draft_root_out(ed);
+        double dm2 = 0, fm = 0;
+        for (int64_t j = 0; j < dd; j++) {
+            dm2 = fmax(dm2, fabs((double)ro[j] - fo[j]));
+            fm = fmax(fm, fabs((double)fo[j]));
+        }
+        printf("drafter vs training forward: max |d out| %.3g of %.3g\n", dm2, fm);
+        CHECK(dm2 <= 1e-5 * fm);
+        for (int j = 0; j < K && j + 1 < tr.n; j++) {
+            CHECK_EQ(tr.tok[j + 1], ids[best[j]]);
+            CHECK_EQ(tr.parent[j + 1], 0);
+        }
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, &tr, &d) == 0);
+        CHECK(tr.n > 1 + K && tr.n <= 21);
+        int maxd = 0;
+        for (int64_t j = 1; j < tr.n; j++) {
+            CHECK(tr.parent[j] < j);
+            CHECK_EQ(tr.depth[j], tr.depth[tr.parent[j]] + 1);
+            CHECK(tr.tok[j] % 5 == 0);  /* draft vocabulary tokens only */
+            maxd = tr.depth[j] > maxd ? tr.depth[j] : maxd;
+        }
+        CHECK(maxd >= 2 && maxd <= 4);
+        spec_tree_release(&tr);
+        eagle_draft_free(ed);
+    }
     mt.n_draft = NDRAFT - 1;
     CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
     CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == -ST_FORMAT);
