@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "eagle.h"
-#include "eagle3.h"
 #include "rng.h"
 #include "status.h"
 
@@ -41,6 +40,31 @@ const char *
 eagle_tensor_name(int i)
 {
     return i >= 0 && i < EAGLE_N_TENSORS ? names[i] : NULL;
+}
+
+static const char *const names3[EAGLE3_N_TENSORS] = {
+    "fc.weight", "blk.0.attn_norm.weight", "blk.0.hidden_norm.weight", "blk.0.attn_q.weight",
+    "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+    "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
+    "blk.0.ffn_down.weight", "output_norm.weight", "output.weight",
+};
+
+const char *
+eagle3_tensor_name(int i)
+{
+    return i >= 0 && i < EAGLE3_N_TENSORS ? names3[i] : NULL;
+}
+
+void
+eagle3_shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
+{
+    int64_t d = c->d, qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim;
+    int64_t r[EAGLE3_N_TENSORS] = { d, 1, 1, qd, kd, kd, d, 1, c->n_ff, c->n_ff, d, 1,
+                                    c->n_draft };
+    int64_t k[EAGLE3_N_TENSORS] = { 3 * d, d, d, 2 * d, 2 * d, 2 * d, qd, d, d, d, c->n_ff, d,
+                                    d };
+    memcpy(rows, r, sizeof r);
+    memcpy(cols, k, sizeof k);
 }
 
 const char *

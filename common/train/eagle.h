@@ -50,7 +50,14 @@ enum eagle_tensor {
     EAGLE_FC_W, EAGLE_FC_B, EAGLE_WQ, EAGLE_WK, EAGLE_WV, EAGLE_WO, EAGLE_NORM,
     EAGLE_GATE, EAGLE_UP, EAGLE_DOWN, EAGLE_N_TENSORS
 };
-#define EAGLE_MAX_TENSORS 13    /* EAGLE-3's count (eagle3.h) */
+/* EAGLE-3's (eagle3.h) */
+enum eagle3_tensor {
+    EAGLE3_FC, EAGLE3_IN_NORM, EAGLE3_HID_NORM, EAGLE3_WQ, EAGLE3_WK, EAGLE3_WV, EAGLE3_WO,
+    EAGLE3_FFN_NORM, EAGLE3_GATE, EAGLE3_UP, EAGLE3_DOWN, EAGLE3_OUT_NORM, EAGLE3_LM,
+    EAGLE3_N_TENSORS
+};
+
+#define EAGLE_MAX_TENSORS EAGLE3_N_TENSORS
 
 struct eagle_head {
     struct eagle_config c;
@@ -63,6 +70,11 @@ struct eagle_head {
 
 /* the GGUF tensor name of tensor i ("fc.weight", "blk.0.attn_q.weight", ...) */
 const char *eagle_tensor_name(int i);
+/* the GGUF name of tensor i ("fc.weight", "blk.0.hidden_norm.weight", ...) */
+const char *eagle3_tensor_name(int i);
+/* rows and cols of each tensor for c (row vectors: rows 1) */
+void eagle3_shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[]);
+
 /* the name of h's tensor i, for either architecture */
 const char *eagle_head_tensor_name(const struct eagle_head *h, int i);
 

@@ -35,31 +35,6 @@ struct eagle3_ws {
     float *block;
 };
 
-static const char *const names[EAGLE3_N_TENSORS] = {
-    "fc.weight", "blk.0.attn_norm.weight", "blk.0.hidden_norm.weight", "blk.0.attn_q.weight",
-    "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
-    "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
-    "blk.0.ffn_down.weight", "output_norm.weight", "output.weight",
-};
-
-const char *
-eagle3_tensor_name(int i)
-{
-    return i >= 0 && i < EAGLE3_N_TENSORS ? names[i] : NULL;
-}
-
-void
-eagle3_shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
-{
-    int64_t d = c->d, qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim;
-    int64_t r[EAGLE3_N_TENSORS] = { d, 1, 1, qd, kd, kd, d, 1, c->n_ff, c->n_ff, d, 1,
-                                    c->n_draft };
-    int64_t k[EAGLE3_N_TENSORS] = { 3 * d, d, d, 2 * d, 2 * d, 2 * d, qd, d, d, d, c->n_ff, d,
-                                    d };
-    memcpy(rows, r, sizeof r);
-    memcpy(cols, k, sizeof k);
-}
-
 /* the next len floats of base (64-byte rows), NULL while counting */
 static float *
 take(float *base, int64_t *off, int64_t len)

@@ -1,7 +1,7 @@
 /*
  * eagle3.h - the EAGLE-3 draft head: forward, training-time-test loss and
  * backward (algorithms.md §6.8, §6.9).  The head is a struct eagle_head
- * (eagle.h) with c.arch EAGLE_ARCH_3 and the tensors below.
+ * (eagle.h) with c.arch EAGLE_ARCH_3 and the tensors of enum eagle3_tensor.
  *
  * Features F [n][3d]: the target's hidden states entering layers
  * c.feat_layer[0..2] (2, L/2 and L-3, eagle_target.h), concatenated.  One
@@ -31,19 +31,8 @@
 
 #include "eagle.h"
 
-enum eagle3_tensor {
-    EAGLE3_FC, EAGLE3_IN_NORM, EAGLE3_HID_NORM, EAGLE3_WQ, EAGLE3_WK, EAGLE3_WV, EAGLE3_WO,
-    EAGLE3_FFN_NORM, EAGLE3_GATE, EAGLE3_UP, EAGLE3_DOWN, EAGLE3_OUT_NORM, EAGLE3_LM,
-    EAGLE3_N_TENSORS
-};
-
 #define EAGLE3_MAX_STEPS 16
 #define EAGLE3_STEP_W 0.8       /* the loss weight of step s is 0.8^s */
-
-/* the GGUF name of tensor i ("fc.weight", "blk.0.hidden_norm.weight", ...) */
-const char *eagle3_tensor_name(int i);
-/* rows and cols of each tensor for c (row vectors: rows 1) */
-void eagle3_shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[]);
 
 struct eagle3_ws;
 

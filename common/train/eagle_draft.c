@@ -181,6 +181,37 @@ weight(struct eagle_draft *e, int i, const float *src, int64_t rows, int64_t col
     return be->ops->mm_reserve(be, wtype, e->B, cols) < 0 ? -ST_NOMEM : 0;
 }
 
+/* the decoder layer from its attention input x, the residual stream e->h0
+ * beside it: q/k/v (matrices wt[0..2]), RoPE, the rows' K/V stored,
+ * attention, wt[3], the norm ffn_norm and the MLP (wt[4..6]); the output
+ * in e->out */
+static void
+layer(struct eagle_draft *e, const struct rows *rw, const float *x, const int wt[7],
+      const float *ffn_norm)
+{
+    const struct backend_backward_ops *bw = e->bw;
+    const struct eagle_config *c = &e->h.c;
+    int64_t n = rw->n, d = e->d;
+
+    mm(e, e->q, x, n, wt[0], NULL, wt[1], e->k, wt[2], e->v);
+    bw->rope_fwd(e->q, n, c->n_head, c->head_dim, e->cs, c->rope.n_rot, c->rope.style);
+    bw->rope_fwd(e->k, n, c->n_head_kv, c->head_dim, e->cs, c->rope.n_rot, c->rope.style);
+    for (int64_t r = 0; r < n; r++) {
+        memcpy(rw->kdst[r], e->k + r * e->kd, (size_t)e->kd * sizeof(float));
+        memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
+    }
+    attend(e, rw);
+    mm(e, e->h1, e->a, n, wt[3], NULL, -1, NULL, -1, NULL);
+    for (int64_t i = 0; i < n * d; i++)
+        e->h1[i] += e->h0[i];
+    bw->rmsnorm_fwd(e->xn, e->h1, ffn_norm, n, d, c->eps);
+    mm(e, e->g, e->xn, n, wt[4], NULL, wt[5], e->u, -1, NULL);
+    bw->silu_mul_fwd(e->g, e->g, e->u, n * e->ff);
+    mm(e, e->out, e->g, n, wt[6], NULL, -1, NULL, -1, NULL);
+    for (int64_t i = 0; i < n * d; i++)
+        e->out[i] += e->h1[i];
+}
+
 /* EAGLE-3's layer (eagle3.h, one step of the forward) on the rows */
 static void
 run_rows3(struct eagle_draft *e, const struct rows *rw)
@@ -207,23 +238,9 @@ run_rows3(struct eagle_draft *e, const struct rows *rw)
     bw->rmsnorm_fwd(e->xn, e->h0, h->t[EAGLE3_HID_NORM], n, d, h->c.eps);
     for (int64_t r = 0; r < n; r++)
         memcpy(e->x2 + r * 2 * d + d, e->xn + r * d, (size_t)d * sizeof(float));
-    mm(e, e->q, e->x2, n, EAGLE3_WQ, NULL, EAGLE3_WK, e->k, EAGLE3_WV, e->v);
-    bw->rope_fwd(e->q, n, h->c.n_head, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
-    bw->rope_fwd(e->k, n, h->c.n_head_kv, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
-    for (int64_t r = 0; r < n; r++) {
-        memcpy(rw->kdst[r], e->k + r * e->kd, (size_t)e->kd * sizeof(float));
-        memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
-    }
-    attend(e, rw);
-    mm(e, e->h1, e->a, n, EAGLE3_WO, NULL, -1, NULL, -1, NULL);
-    for (int64_t i = 0; i < n * d; i++)
-        e->h1[i] += e->h0[i];
-    bw->rmsnorm_fwd(e->xn, e->h1, h->t[EAGLE3_FFN_NORM], n, d, h->c.eps);
-    mm(e, e->g, e->xn, n, EAGLE3_GATE, NULL, EAGLE3_UP, e->u, -1, NULL);
-    bw->silu_mul_fwd(e->g, e->g, e->u, n * e->ff);
-    mm(e, e->out, e->g, n, EAGLE3_DOWN, NULL, -1, NULL, -1, NULL);
-    for (int64_t i = 0; i < n * d; i++)
-        e->out[i] += e->h1[i];
+    static const int wt[7] = { EAGLE3_WQ, EAGLE3_WK, EAGLE3_WV, EAGLE3_WO, EAGLE3_GATE,
+                               EAGLE3_UP, EAGLE3_DOWN };
+    layer(e, rw, e->x2, wt, h->t[EAGLE3_FFN_NORM]);
     if (rw->lg0 < n) {
         bw->rmsnorm_fwd(e->xn, e->out + rw->lg0 * d, h->t[EAGLE3_OUT_NORM], n - rw->lg0, d,
                         h->c.eps);
@@ -234,7 +251,6 @@ run_rows3(struct eagle_draft *e, const struct rows *rw)
 static void
 run_rows(struct eagle_draft *e, const struct rows *rw)
 {
-    const struct backend_backward_ops *bw = e->bw;
     const struct eagle_head *h = &e->h;
     struct backend *be = e->m->be;
     int64_t n = rw->n, d = e->d;
@@ -252,23 +268,9 @@ run_rows(struct eagle_draft *e, const struct rows *rw)
         ops_rope_angles(e->cs + r * h->c.rope.n_rot, (int32_t)rw->pos[r], &h->c.rope);
     }
     mm(e, e->h0, e->x2, n, EAGLE_FC_W, h->t[EAGLE_FC_B], -1, NULL, -1, NULL);
-    mm(e, e->q, e->h0, n, EAGLE_WQ, NULL, EAGLE_WK, e->k, EAGLE_WV, e->v);
-    bw->rope_fwd(e->q, n, h->c.n_head, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
-    bw->rope_fwd(e->k, n, h->c.n_head_kv, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
-    for (int64_t r = 0; r < n; r++) {
-        memcpy(rw->kdst[r], e->k + r * e->kd, (size_t)e->kd * sizeof(float));
-        memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
-    }
-    attend(e, rw);
-    mm(e, e->h1, e->a, n, EAGLE_WO, NULL, -1, NULL, -1, NULL);
-    for (int64_t i = 0; i < n * d; i++)
-        e->h1[i] += e->h0[i];
-    bw->rmsnorm_fwd(e->xn, e->h1, h->t[EAGLE_NORM], n, d, h->c.eps);
-    mm(e, e->g, e->xn, n, EAGLE_GATE, NULL, EAGLE_UP, e->u, -1, NULL);
-    bw->silu_mul_fwd(e->g, e->g, e->u, n * e->ff);
-    mm(e, e->out, e->g, n, EAGLE_DOWN, NULL, -1, NULL, -1, NULL);
-    for (int64_t i = 0; i < n * d; i++)
-        e->out[i] += e->h1[i];
+    static const int wt[7] = { EAGLE_WQ, EAGLE_WK, EAGLE_WV, EAGLE_WO, EAGLE_GATE, EAGLE_UP,
+                               EAGLE_DOWN };
+    layer(e, rw, e->h0, wt, h->t[EAGLE_NORM]);
     if (rw->lg0 < n && e->lm_red) {
         mm(e, e->logits, e->out + rw->lg0 * d, n - rw->lg0, EAGLE_N_TENSORS, NULL, -1, NULL, -1,
            NULL);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "eagle3.h"
 #include "eagle_io.h"
 #include "gguf.h"
 #include "gguf_write.h"

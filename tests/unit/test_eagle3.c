@@ -7,8 +7,8 @@
  * round trip (eagle_io.h, architecture "eagle3").
  *
  * As in test_eagle.c the head computes in f32, so each tensor's check is
- * along one direction (its gradient's plus a random one); attn_ttt's own
- * f64 check is tests/kernels/test_backward.c.
+ * along one direction (eagle_fd.h); attn_ttt's own f64 check is
+ * tests/kernels/test_backward.c.
  */
 #include <math.h>
 #include <stdint.h>
@@ -21,6 +21,7 @@
 #include "eagle.h"
 #include "eagle3.h"
 #include "eagle_draft.h"
+#include "eagle_fd.h"
 #include "eagle_io.h"
 #include "eagle_target.h"
 #include "model.h"
@@ -35,13 +36,23 @@
 #define FD_EPS 1e-2
 #define FD_TOL 1e-2
 
+struct fd_ctx {
+    const struct backend_backward_ops *bw;
+    struct eagle_head *h;
+    struct eagle_frozen *fz;
+    struct eagle3_ws *ws;
+    const int32_t *tok;
+    const float *f3, *feat;
+    int64_t d;
+};
+
 static double
-loss_at(const struct backend_backward_ops *bw, struct eagle_head *h, struct eagle_frozen *fz,
-        struct eagle3_ws *ws, const int32_t *tok, const float *f3, const float *feat, int64_t d)
+fd_loss(void *ctx)
 {
+    struct fd_ctx *c = ctx;
     struct eagle_loss l;
-    eagle3_forward(bw, h, fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(bw, h, fz, ws, feat + d, 1.0f, NULL, &l);
+    eagle3_forward(c->bw, c->h, c->fz, c->ws, c->tok + 1, c->f3, N);
+    eagle3_loss_backward(c->bw, c->h, c->fz, c->ws, c->feat + c->d, 1.0f, NULL, &l);
     return l.total;
 }
 
@@ -125,41 +136,9 @@ main(void)
     CHECK(memcmp(eagle3_ws_out(ws), eagle3_ws_out(ws1), (size_t)(N * dd) * sizeof(float)) == 0);
     CHECK(l.correct == l1.correct);
 
+    struct fd_ctx fc = { ref, &h, &fz, ws, tok, f3, feat, dd };
     for (int i = 0; i < EAGLE3_N_TENSORS; i++) {
-        int64_t off = h.t[i] - h.param, len = h.rows[i] * h.cols[i];
-        double gn = 0, rn = 0, un = 0, an = 0;
-        for (int64_t j = 0; j < len; j++)
-            gn += (double)g[off + j] * g[off + j];
-        gn = sqrt(gn);
-        for (int64_t j = 0; j < len; j++) {
-            u[j] = (float)(2 * rng_uniform(&r) - 1);
-            rn += (double)u[j] * u[j];
-        }
-        rn = sqrt(rn);
-        for (int64_t j = 0; j < len; j++) {
-            u[j] = (float)(u[j] / rn + (gn > 0 ? g[off + j] / gn : 0));
-            un += (double)u[j] * u[j];
-        }
-        un = sqrt(un);
-        for (int64_t j = 0; j < len; j++) {
-            u[j] = (float)(u[j] / un);
-            an += (double)g[off + j] * u[j];
-        }
-        float *p = h.t[i];
-        float *save = malloc((size_t)len * sizeof(float));
-        memcpy(save, p, (size_t)len * sizeof(float));
-        for (int64_t j = 0; j < len; j++)
-            p[j] = save[j] + (float)FD_EPS * u[j];
-        double lp = loss_at(ref, &h, &fz, ws, tok, f3, feat, dd);
-        for (int64_t j = 0; j < len; j++)
-            p[j] = save[j] - (float)FD_EPS * u[j];
-        double lm_ = loss_at(ref, &h, &fz, ws, tok, f3, feat, dd);
-        memcpy(p, save, (size_t)len * sizeof(float));
-        free(save);
-        double fd = (lp - lm_) / (2 * FD_EPS);
-        double rel = fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), 1e-12);
-        printf("%-26s |g| %.4g  g.u %.6g  fd %.6g  rel %.2g\n", eagle3_tensor_name(i), gn, an,
-               fd, rel);
+        double gn, rel = eagle_fd_tensor(&h, i, g, u, &r, FD_EPS, fd_loss, &fc, &gn);
         CHECK(gn > 0);
         CHECK(rel <= FD_TOL);
     }
