@@ -253,6 +253,33 @@ main(void)
     CHECK(strstr(d.msg, "draft_vocab_size") != NULL);
     unlink(path);
 
+    /* EAGLE-3 head files written by gguf-py (scripts/mkcorpus-eagle) */
+    static const struct { const char *f; int rc; int64_t n_draft; } files[] = {
+        { "eagle3-valid.gguf", 0, 3 }, { "eagle3-whole-vocab.gguf", 0, 12 },
+        { "eagle3-no-feature-layers.gguf", -ST_FORMAT, 0 },
+        { "eagle3-draft-vocab-size.gguf", -ST_FORMAT, 0 },
+        { "eagle3-missing-lm.gguf", -ST_FORMAT, 0 },
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char p[256];
+        struct eagle_head hf;
+        struct eagle_meta mf;
+        struct diag df = { "" };
+        snprintf(p, sizeof p, "tests/fuzz/corpus/eagle/%s", files[i].f);
+        int rc = eagle_head_read(&hf, &mf, NULL, NULL, p, &df);
+        if (rc != files[i].rc)
+            fprintf(stderr, "%s: %d (%s)\n", files[i].f, rc, df.msg);
+        CHECK_EQ(rc, files[i].rc);
+        CHECK(rc == 0 || df.msg[0]);
+        if (rc == 0) {
+            CHECK(hf.c.arch == EAGLE_ARCH_3 && hf.c.n_draft == files[i].n_draft);
+            CHECK(hf.c.feat_layer[0] == 2 && hf.c.feat_layer[1] == 1 && hf.c.feat_layer[2] == 0);
+            CHECK(hf.rows[EAGLE3_LM] == files[i].n_draft && hf.cols[EAGLE3_WQ] == 32);
+            eagle_head_release(&hf);
+            free(mf.draft_ids);
+        }
+    }
+
     free(g), free(g2), free(u), free(f3), free(feat), free(feat1), free(lm);
     eagle3_ws_free(ws);
     eagle3_ws_free(ws1);
