@@ -140,6 +140,29 @@ EOF
     run -1 cmp -s h1.gguf h3.gguf
 }
 
+@test "draft-train --arch eagle3: --resume ends with the uninterrupted head; an EAGLE-1 run refuses its checkpoint" {
+    cd "$BATS_TEST_TMPDIR"
+    a=(--data text.txt --epochs 8 --seq-len 32 --arch eagle3 --ttt-steps 2 --draft-vocab 80 -q)
+    draft-train -m "$FIX" -o full.gguf "${a[@]}"
+    draft-train -m "$FIX" -o part.gguf "${a[@]}" --checkpoint-every 5 3>&- &
+    pid=$!
+    for ((i = 0; i < 1200; i++)); do
+        [ -e part.gguf.ckpt ] && break
+        sleep 0.05
+    done
+    kill -TERM $pid
+    st=0
+    wait $pid || st=$?
+    [ "$st" -eq 143 ]
+    [ "$(gguf_key part.gguf.ckpt general.architecture)" = eagle3 ]
+    cp part.gguf.ckpt e1.gguf.ckpt
+    run -3 --separate-stderr draft-train -m "$FIX" -o e1.gguf --data text.txt --epochs 8 \
+        --seq-len 32 --draft-vocab 80 --checkpoint-every 5 --resume -q
+    [[ $stderr == *"checkpoint of another run"* ]]
+    run -0 draft-train -m "$FIX" -o part.gguf "${a[@]}" --checkpoint-every 5 --resume
+    cmp full.gguf part.gguf
+}
+
 @test "draft-train: a corrupt cache entry is recomputed with a warning" {
     cd "$BATS_TEST_TMPDIR"
     run -0 draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 1 --seq-len 32 --cache c -q
