@@ -6,10 +6,13 @@
  *   2. cut it into sequences of seq_len + 1 tokens; the last 1/20 (at least
  *      one sequence) is held out for evaluation
  *   3. features: each sequence's final hidden states through the shared
- *      forward pass (eagle_target_features), kept in f16; with cache_dir
- *      read from / written to DIR/<key>.eaglefeat.zst (zstd), key = SHA-256
- *      of the base's tensor data, the text and seq_len
- *   4. the CE term over the draft_vocab most frequent tokens of the text
+ *      forward pass (eagle_target_features; EAGLE-3: also the hidden states
+ *      entering its three feature layers, eagle_target_features3), kept in
+ *      f16; with cache_dir read from / written to DIR/<key>.eaglefeat.zst
+ *      (zstd), key = SHA-256 of the head's architecture, the base's tensor
+ *      data, the text and seq_len
+ *   4. the CE term (EAGLE-3: the head's own LM head) over the draft_vocab
+ *      most frequent tokens of the text
  *      (the LM head's rows of them; the target's distribution renormalised
  *      over them), as EAGLE-3 trains over a reduced vocabulary: the LM
  *      head's products are most of the cost of a step
