@@ -21,7 +21,7 @@
 #include "eagle.h"
 #include "eagle3.h"
 #include "eagle_draft.h"
-#include "eagle_fd.h"
+#include "eagle_test.h"
 #include "eagle_io.h"
 #include "eagle_target.h"
 #include "model.h"
@@ -206,16 +206,7 @@ main(void)
         ref->rmsnorm_fwd(on, fo, h.t[EAGLE3_OUT_NORM], 1, dd, h.c.eps);
         ref->matmul_fwd(z, on, h.t[EAGLE3_LM], NULL, 1, NDRAFT, dd);
         int32_t best[K];
-        for (int j = 0; j < K; j++) {
-            best[j] = -1;
-            for (int v = 0; v < NDRAFT; v++) {
-                int taken = 0;
-                for (int q = 0; q < j; q++)
-                    taken |= best[q] == v;
-                if (!taken && (best[j] < 0 || z[v] > z[best[j]]))
-                    best[j] = v;
-            }
-        }
+        eagle_top_ids(z, NDRAFT, K, best);
         struct spec_tree tr;
         CHECK(spec_tree_init(&tr, 64, &d) == 0);
         spec_tree_reset(&tr, tok[N]);
@@ -261,16 +252,10 @@ main(void)
         { "eagle3-missing-lm.gguf", -ST_FORMAT, 0 },
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char p[256];
         struct eagle_head hf;
         struct eagle_meta mf;
-        struct diag df = { "" };
-        snprintf(p, sizeof p, "tests/fuzz/corpus/eagle/%s", files[i].f);
-        int rc = eagle_head_read(&hf, &mf, NULL, NULL, p, &df);
-        if (rc != files[i].rc)
-            fprintf(stderr, "%s: %d (%s)\n", files[i].f, rc, df.msg);
+        int rc = eagle_read_corpus(files[i].f, files[i].rc, &hf, &mf);
         CHECK_EQ(rc, files[i].rc);
-        CHECK(rc == 0 || df.msg[0]);
         if (rc == 0) {
             CHECK(hf.c.arch == EAGLE_ARCH_3 && hf.c.n_draft == files[i].n_draft);
             CHECK(hf.c.feat_layer[0] == 2 && hf.c.feat_layer[1] == 1 && hf.c.feat_layer[2] == 0);
