@@ -34,6 +34,22 @@ print(hashlib.sha256(open(sys.argv[1], 'rb').read()[r.data_offset:]).hexdigest()
 EOF
 }
 
+# term_at_checkpoint OUT ARGS... : draft-train -m $FIX -o OUT ARGS in the background,
+# SIGTERM once OUT.ckpt exists; st = its exit status
+term_at_checkpoint() {
+    local out=$1 pid i
+    shift
+    draft-train -m "$FIX" -o "$out" "$@" 3>&- &
+    pid=$!
+    for ((i = 0; i < 1200; i++)); do
+        [ -e "$out.ckpt" ] && break
+        sleep 0.05
+    done
+    kill -TERM $pid
+    st=0
+    wait $pid || st=$?
+}
+
 @test "draft-train --help: stdout, exit 0" {
     run -0 --separate-stderr draft-train --help
     assert_output --partial "usage: draft-train"
@@ -144,15 +160,7 @@ EOF
     cd "$BATS_TEST_TMPDIR"
     a=(--data text.txt --epochs 8 --seq-len 32 --arch eagle3 --ttt-steps 2 --draft-vocab 80 -q)
     draft-train -m "$FIX" -o full.gguf "${a[@]}"
-    draft-train -m "$FIX" -o part.gguf "${a[@]}" --checkpoint-every 5 3>&- &
-    pid=$!
-    for ((i = 0; i < 1200; i++)); do
-        [ -e part.gguf.ckpt ] && break
-        sleep 0.05
-    done
-    kill -TERM $pid
-    st=0
-    wait $pid || st=$?
+    term_at_checkpoint part.gguf "${a[@]}" --checkpoint-every 5
     [ "$st" -eq 143 ]
     [ "$(gguf_key part.gguf.ckpt general.architecture)" = eagle3 ]
     cp part.gguf.ckpt e1.gguf.ckpt
@@ -193,16 +201,7 @@ with open('d.jsonl', 'w') as f:
 @test "draft-train: SIGTERM writes a checkpoint and no head; --resume ends with the uninterrupted head" {
     cd "$BATS_TEST_TMPDIR"
     draft-train -m "$FIX" --data text.txt -o full.gguf --epochs 12 --seq-len 32 -q
-    draft-train -m "$FIX" --data text.txt -o part.gguf --epochs 12 --seq-len 32 \
-        --checkpoint-every 5 -q 3>&- &
-    pid=$!
-    for ((i = 0; i < 1200; i++)); do
-        [ -e part.gguf.ckpt ] && break
-        sleep 0.05
-    done
-    kill -TERM $pid
-    st=0
-    wait $pid || st=$?
+    term_at_checkpoint part.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
     [ "$st" -eq 143 ]
     [ -e part.gguf.ckpt ]
     [ ! -e part.gguf ]
@@ -212,15 +211,7 @@ with open('d.jsonl', 'w') as f:
     [ ! -e part.gguf.ckpt ]
     cmp full.gguf part.gguf
     # a checkpoint of the same run with other options is refused
-    draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 --seq-len 32 \
-        --checkpoint-every 5 -q 3>&- &
-    pid=$!
-    for ((i = 0; i < 1200; i++)); do
-        [ -e opt.gguf.ckpt ] && break
-        sleep 0.05
-    done
-    kill -TERM $pid
-    wait $pid || true
+    term_at_checkpoint opt.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
         --seq-len 32 --lr 0.01 --resume
     [[ $stderr == *"written with other options"* ]]
