@@ -472,7 +472,8 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
                                     : "dequantizing quantized tensors to f32 (exact); --type f16 or bf16 gives a smaller checkpoint");
     torch_dtype = n_bf16 >= n_f16 && n_bf16 >= n_f32 && n_bf16 ? "bfloat16"
                   : n_f16 >= n_f32 && n_f16 ? "float16" : "float32";
-    rc = sft_plan_init(&plan, specs, n, o->shard_size, NULL, 0, d);
+    rc = sft_plan_init(&plan, specs, n, o->shard_size ? o->shard_size : SFT_DEFAULT_SHARD, NULL,
+                       0, d);
     if (rc)
         goto out;
     rc = xout_open_dir(&xo, o->output, o->force, d);

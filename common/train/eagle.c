@@ -86,7 +86,7 @@ shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
 static int
 config_ok(const struct eagle_config *c)
 {
-    if (c->arch != EAGLE_ARCH_1 && c->arch != EAGLE_ARCH_3)
+    if (c->arch != 0 && c->arch != EAGLE_ARCH_1 && c->arch != EAGLE_ARCH_3)
         return 0;
     if (c->arch == EAGLE_ARCH_3 && (c->n_draft < 1 || c->n_draft > c->n_vocab))
         return 0;
@@ -106,6 +106,8 @@ eagle_head_init(struct eagle_head *h, const struct eagle_config *c, uint64_t see
         return -ST_RANGE;
     h->c = *c;
     h->c.rope.freq_factors = NULL;
+    if (h->c.arch == 0)
+        h->c.arch = EAGLE_ARCH_1;
     h->n_tensors = c->arch == EAGLE_ARCH_3 ? EAGLE3_N_TENSORS : EAGLE_N_TENSORS;
     if (c->arch == EAGLE_ARCH_3)
         eagle3_shapes(c, h->rows, h->cols);
@@ -121,7 +123,7 @@ eagle_head_init(struct eagle_head *h, const struct eagle_config *c, uint64_t see
         int64_t len = h->rows[i] * h->cols[i];
         /* fan_in: the weight's cols; a bias takes its weight's; row vectors
          * other than EAGLE-1's bias are norm weights */
-        bool bias = c->arch == EAGLE_ARCH_1 && i == EAGLE_FC_B;
+        bool bias = c->arch != EAGLE_ARCH_3 && i == EAGLE_FC_B;
         bool norm = h->rows[i] == 1 && !bias;
         double bound = 1.0 / sqrt((double)(bias ? 2 * c->d : h->cols[i]));
         h->t[i] = p;

@@ -33,13 +33,14 @@
 enum { EAGLE_ARCH_1 = 1, EAGLE_ARCH_3 = 3 };
 
 struct eagle_config {
-    int arch;                   /* EAGLE_ARCH_1 (this file) or EAGLE_ARCH_3 (eagle3.h) */
     int64_t d;                  /* the target's hidden size */
     int64_t n_head, n_head_kv, head_dim;
     int64_t n_ff;
     int64_t n_vocab;
     float eps;                  /* RMSNorm epsilon */
     struct rope_params rope;    /* the target's (freq_factors not used: NULL) */
+    int arch;                   /* EAGLE_ARCH_1 (this file; 0 means it too) or EAGLE_ARCH_3
+                                 * (eagle3.h); eagle_head_init sets 0 to EAGLE_ARCH_1 */
     /* EAGLE-3 only */
     int64_t n_draft;            /* rows of the head's own LM head (the draft vocabulary) */
     int64_t feat_layer[3];      /* the target layers whose inputs are the features */

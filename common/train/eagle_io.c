@@ -12,6 +12,14 @@
 #include "qtypes.h"
 #include "quantize.h"
 
+void
+eagle_meta_release(struct eagle_meta *meta)
+{
+    free(meta->draft_ids);
+    meta->draft_ids = NULL;
+    meta->n_draft = 0;
+}
+
 int
 eagle_base_sha256(const struct model *m, char out[65])
 {
@@ -328,9 +336,7 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
 out:
     if (rc < 0) {
         eagle_head_release(h);
-        free(meta->draft_ids);
-        meta->draft_ids = NULL;
-        meta->n_draft = 0;
+        eagle_meta_release(meta);
     }
     return rc;
 }

@@ -60,6 +60,9 @@ struct eagle_meta {
     char ckpt_options[256];
 };
 
+/* eagle_meta_release() : frees meta's draft vocabulary and clears it. */
+void eagle_meta_release(struct eagle_meta *meta);
+
 /* eagle_base_sha256() : SHA-256 (hex) of m's tensor data section: the
  * identity a head is bound to.  0, -ST_NOMEM. */
 int eagle_base_sha256(const struct model *m, char out[65]);
