@@ -180,7 +180,8 @@ out:
     return rc;
 }
 
-/* 1 when the GGUF at path is an EAGLE head (general.architecture "eagle") */
+/* 1 when the GGUF at path is an EAGLE head (general.architecture "eagle"
+ * or "eagle3") */
 static int
 gguf_is_eagle(const char *path, struct diag *d)
 {
@@ -195,7 +196,7 @@ gguf_is_eagle(const char *path, struct diag *d)
         return rc;
     }
     rc = gguf_get_str(&g, "general.architecture", &arch, NULL) == 0 && arch &&
-         !strcmp(arch, "eagle");
+         (!strcmp(arch, "eagle") || !strcmp(arch, "eagle3"));
     gguf_release(&g);
     return rc;
 }

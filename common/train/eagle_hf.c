@@ -394,6 +394,11 @@ eagle_hf_export(const char *in, const char *out, int type, bool force, struct di
         diag_prefix(d, "'%s'", in);
         return rc;
     }
+    if (h.c.arch != EAGLE_ARCH_1) {
+        eagle_head_release(&h);
+        eagle_meta_release(&meta);
+        return diag_set(d, ST_FORMAT, "'%s': " EAGLE3_MSG, in);
+    }
     snprintf(steps, sizeof steps, "%" PRIu64, meta.steps);
     snprintf(tokens, sizeof tokens, "%" PRIu64, meta.tokens);
     kv[nkv++] = (struct sft_kv){ "format", "pt" };

@@ -176,6 +176,13 @@ EOF
     run -3 --separate-stderr convert h3.gguf out
     [[ $stderr == *"EAGLE-3"* ]]
     [ ! -e out ]
+    # a head of draft-train --arch eagle3
+    head -c 12000 "$SHARED/data/calibration-groups-merged.txt" > text.txt
+    run -0 draft-train -m "$FIX" --data text.txt -o e3.gguf --epochs 1 --seq-len 32 -q \
+        --arch eagle3 --ttt-steps 2 --draft-vocab 50
+    run -3 --separate-stderr convert e3.gguf out
+    [[ $stderr == *"EAGLE-3 heads are not supported in the HF layout"* ]]
+    [ ! -e out ]
 }
 
 @test "a head with a draft vocabulary keeps it through HF (metadata), byte for byte" {

@@ -21,7 +21,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct eagle_config c = { 16, 2, 1, 8, 24, 12, 1e-5f,
                               { .n_rot = 8, .freq_base = 10000.0f, .freq_scale = 1.0f,
-                                .style = ROPE_NORM } };
+                                .style = ROPE_NORM }, EAGLE_ARCH_1, 0, { 0, 0, 0 } };
     struct eagle_head h;
     struct eagle_meta mt;
     struct sft_file f;
