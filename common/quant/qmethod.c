@@ -574,6 +574,11 @@ qmethod_run(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_repo
         for (int i = 0; i < n; i++) {
             const struct model_weight *w = calib_model_weight(m, l, names[i]);
             rep->n_params += w->rows * w->cols;
+            if ((rc = qmodel_hf_fits(o->format, o->g.bits, o->g.group_size, names[i], w->rows,
+                                     w->cols, d)) < 0) {
+                diag_prefix(d, "'%s'", o->input);
+                goto out;
+            }
         }
     }
     if (n_lin == 0) {
