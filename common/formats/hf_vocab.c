@@ -1168,7 +1168,13 @@ load_spm(struct ctx *c)
             return diag_set(d, ST_NOMEM, "out of memory");
         }
         v->scores[i] = pcs[i].score;
-        v->types[i] = pcs[i].type;
+        /* _create_vocab_sentencepiece asks IsUnknown, IsControl, IsUnused,
+         * IsByte; any other piece (USER_DEFINED included) is NORMAL: user
+         * tokens come from added_tokens.json / added_tokens_decoder.  Our
+         * own export (the marker) keeps the GGUF's types verbatim. */
+        v->types[i] = verbatim || pcs[i].type == HF_TOK_UNKNOWN || pcs[i].type == HF_TOK_CONTROL ||
+                              pcs[i].type == HF_TOK_UNUSED || pcs[i].type == HF_TOK_BYTE
+                          ? pcs[i].type : HF_TOK_NORMAL;
     }
     free(pcs);
     if (vocab_pad(v, -10000.0f))
@@ -1590,6 +1596,9 @@ from_mem(struct ctx *c)
     if (s->spm_model) {
         if ((rc = load_spm(c)) < 0)
             return rc;
+    } else if (s->arch == HF_ARCH_GEMMA3) {
+        /* Gemma3Model.set_vocab would take tokenizer.json as a GPT-2 BPE */
+        return diag_set(d, ST_FORMAT, "gemma3 needs its SentencePiece tokenizer.model");
     } else if (c->tj) {
         model = member(c->tj, "model");
         if (!json_is_object(model))
@@ -1639,6 +1648,9 @@ from_mem(struct ctx *c)
                 v->types[v->special[i]] = HF_TOK_CONTROL;
     if (c->marker && (rc = apply_marker(c)) < 0)
         return rc;
+    /* Gemma3Model.set_vocab: add_add_space_prefix(False) */
+    if (s->arch == HF_ARCH_GEMMA3)
+        v->add_space_prefix = 0;
     return 0;
 }
 
