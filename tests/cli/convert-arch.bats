@@ -4,7 +4,8 @@
 # (scripts/mkgolden-convert-arch) gives the same tensors, bit for bit, and the
 # same metadata as convert_hf_to_gguf.py (tests/golden/convert/arch.json, in
 # scripts/gguf-digest form); GGUF -> HF -> GGUF round trips; the real
-# gemma-3-270m through transformers gives our logits; refusals.
+# gemma-3-270m through transformers gives our logits; quantize's GPTQ HF
+# directories shift the norms back too; refusals.
 
 load common
 
@@ -145,4 +146,22 @@ PY
     run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/softcap" "$BATS_TEST_TMPDIR/softcap.gguf"
     [[ "$stderr" == *"attn_logit_softcapping"* ]]
     [ "$(ls "$BATS_TEST_TMPDIR" | grep -c gguf)" -eq 0 ]
+}
+
+@test "gemma3 GGUF -> GPTQ HF dir (quantize --method rtn) -> GGUF: norms shifted back and forth exactly" {
+    local hf a b
+    need_hf hf gemma3
+    run -0 --separate-stderr convert --type f32 "$hf" "$BATS_TEST_TMPDIR/a.gguf"
+    run -0 --separate-stderr quantize --method rtn --bits 4 --group-size 32 --format gptq \
+        "$BATS_TEST_TMPDIR/a.gguf" "$BATS_TEST_TMPDIR/q"
+    [ "$(jq -r '.architectures[0]' "$BATS_TEST_TMPDIR/q/config.json")" = Gemma3ForCausalLM ]
+    run -0 --separate-stderr convert --type f32 "$BATS_TEST_TMPDIR/q" "$BATS_TEST_TMPDIR/b.gguf"
+    digest a "$BATS_TEST_TMPDIR/a.gguf"
+    digest b "$BATS_TEST_TMPDIR/b.gguf"
+    diff <(jq -S '.tensors | with_entries(select(.key | endswith("norm.weight")))' <<<"$a") \
+         <(jq -S '.tensors | with_entries(select(.key | endswith("norm.weight")))' <<<"$b")
+    [ "$(jq '.tensors | with_entries(select(.key | endswith("norm.weight"))) | length' <<<"$a")" -eq 19 ]
+    # the grids are lossy: the matrices differ
+    [ "$(jq -r '.tensors["blk.0.attn_q.weight"].sha256' <<<"$a")" != \
+      "$(jq -r '.tensors["blk.0.attn_q.weight"].sha256' <<<"$b")" ]
 }
