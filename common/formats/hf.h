@@ -24,7 +24,10 @@
  * SentencePiece types follow _create_vocab_sentencepiece: a USER_DEFINED
  * piece of tokenizer.model reads as NORMAL (user tokens come from
  * added_tokens.json / added_tokens_decoder) unless the llmkit marker says
- * the file is our own export, whose types are the GGUF's.
+ * the file is our own export, whose types are the GGUF's.  The exported
+ * tokenizer.model always has one UNKNOWN piece (SentencePiece will not load
+ * one without): the unk id's, even where the GGUF types it CONTROL as
+ * llama.cpp's converter does for Gemma (the marker keeps CONTROL).
  *
  * HF -> GGUF, in the converter's key order (TextModel.set_gguf_parameters):
  *     hf_config_load(&cfg, "dir/config.json", &d);

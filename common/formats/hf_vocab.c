@@ -715,14 +715,16 @@ ob_int32(struct obuf *o, uint32_t field, int64_t v)
 }
 
 /* The SentencePiece type a token is written with: its GGUF type when SP has
- * it, NORMAL otherwise, and UNUSED for every UNKNOWN token but one
- * (SentencePiece refuses a model with two).  Tokens whose type changes are
- * recorded in the llmkit marker. */
+ * it, NORMAL otherwise, UNKNOWN for the unk piece (spm_unk) and UNUSED for
+ * every other UNKNOWN token (SentencePiece refuses a model with none or two).
+ * Tokens whose type changes are recorded in the llmkit marker. */
 static int32_t
 spm_type(const struct hf_vocab *v, int64_t i, int64_t unk)
 {
     int32_t t = v->types ? v->types[i] : HF_TOK_NORMAL;
 
+    if (i == unk)
+        return HF_TOK_UNKNOWN;
     if (t < 1 || t > 6)
         return HF_TOK_NORMAL;
     if (t == HF_TOK_UNKNOWN && i != unk)
@@ -731,7 +733,9 @@ spm_type(const struct hf_vocab *v, int64_t i, int64_t unk)
 }
 
 /* The one UNKNOWN token SentencePiece gets: the unk id when it is UNKNOWN,
- * else the first UNKNOWN token (-1: none). */
+ * else the first UNKNOWN token, else the unk id whatever its type (llama.cpp's
+ * converter types Gemma's <unk> CONTROL; SentencePiece will not load a model
+ * without an unk piece), else -1. */
 static int64_t
 spm_unk(const struct hf_vocab *v)
 {
@@ -744,7 +748,7 @@ spm_unk(const struct hf_vocab *v)
     for (i = 0; i < v->n_tokens; i++)
         if (v->types[i] == HF_TOK_UNKNOWN)
             return i;
-    return -1;
+    return u >= 0 && u < v->n_tokens ? u : -1;
 }
 
 int

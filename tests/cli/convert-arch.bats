@@ -165,3 +165,20 @@ PY
     [ "$(jq -r '.tensors["blk.0.attn_q.weight"].sha256' <<<"$a")" != \
       "$(jq -r '.tensors["blk.0.attn_q.weight"].sha256' <<<"$b")" ]
 }
+
+@test "gemma-3-270m exported to HF: llama.cpp's converter makes the original GGUF of it again" {
+    not_under_sanitizer
+    local g="$LLMKIT_CACHE/bench/gemma-3-270m.F32.gguf" py="$LLMKIT_CACHE/venv-oracle/bin/python" conv a b
+    [ -f "$g" ] || missing_input "no $g (make bench-models)" || return 1
+    [ -x "$py" ] || missing_input "no oracle venv (scripts/pyenv-oracle)" || return 1
+    conv=$(ls "$LLMKIT_CACHE"/llama.cpp-*/src/*/vendor/llama.cpp/convert_hf_to_gguf.py 2>/dev/null | tail -1)
+    [ -n "$conv" ] || missing_input "no llama.cpp source (scripts/build-llamacpp)" || return 1
+    run -0 --separate-stderr convert "$g" "$BATS_TEST_TMPDIR/hf"
+    # its tokenizer.model loads in SentencePiece (an unk piece: Gemma's <unk>,
+    # which the GGUF types CONTROL) and every token type comes back
+    run -0 env PYTHONPATH="$(dirname "$conv")/gguf-py" "$py" "$conv" "$BATS_TEST_TMPDIR/hf" \
+        --outtype f32 --outfile "$BATS_TEST_TMPDIR/lc.gguf"
+    digest a "$g"
+    digest b "$BATS_TEST_TMPDIR/lc.gguf"
+    diff <(echo "$a") <(jq -S 'del(.kv["gemma3.rope.freq_base_swa"])' <<<"$b")
+}

@@ -788,6 +788,16 @@ test_spm(void)
         CHECK_EQ(w.types[0], HF_TOK_NORMAL);
     }
     free(b);
+    /* an unk typed CONTROL (llama.cpp's Gemma GGUFs) is still SentencePiece's
+     * unk piece: written UNKNOWN, the only one */
+    v.types[0] = HF_TOK_CONTROL;
+    CHECK_EQ(hf_spm_write(&v, &b, &n, &d), 0);
+    CHECK_EQ(spm_from(&w, b, n, NULL, 0, &d), 0);
+    CHECK_EQ(w.types[0], HF_TOK_UNKNOWN);
+    for (i = 1; i < 8; i++)
+        CHECK(w.types[i] != HF_TOK_UNKNOWN);
+    v.types[0] = HF_TOK_UNKNOWN;
+    free(b);
     /* tokenizer.json of an SPM vocabulary: merges from the pieces */
     {
         json_t *tj, *tc, *m;
