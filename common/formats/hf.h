@@ -191,8 +191,8 @@ struct hf_config {
     double rope_theta_swa;      /* rope_local_base_freq -> rope.freq_base_swa */
     bool has_rope_theta_swa;
     double final_logit_softcap; /* final_logit_softcapping; 0 = none */
-    uint64_t swa_mask[HF_MAX_LAYERS / 64];  /* from_gguf: layers that use the window
-                                             * (config.json layer_types) */
+    uint64_t swa_mask[HF_MAX_LAYERS / 64];  /* layers that use the window (config.json
+                                             * layer_types; GGUF: every 6th global) */
     bool rope_freqs_pending;    /* from_gguf: rope_freqs.weight exists but its data was
                                    not mapped: call hf_config_match_rope_freqs() */
 };

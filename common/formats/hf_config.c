@@ -249,6 +249,18 @@ parse_rope(struct hf_config *c, const json_t *root, struct diag *d)
     return 0;
 }
 
+/* c->swa_mask: the layers that use the sliding window (arch_swa_layer: the
+ * file's mask or layer_types, else every 6th layer global); none without a
+ * window. */
+static void
+swa_mask_fill(struct hf_config *c, const struct arch_hparams *hp)
+{
+    memset(c->swa_mask, 0, sizeof(c->swa_mask));
+    for (int64_t l = 0; c->sliding_window > 0 && l < c->n_layer; l++)
+        if (arch_swa_layer(hp, l))
+            c->swa_mask[l / 64] |= (uint64_t)1 << (l % 64);
+}
+
 /* Gemma3Model.set_gguf_parameters over transformers' Gemma3TextConfig
  * defaults: head_dim 256, rope_theta 1e6, rope_local_base_freq 10000,
  * sliding_window 4096 (not written when sliding_window_pattern is 1), the
@@ -338,6 +350,7 @@ hf_config_from_json(struct hf_config *c, const json_t *root, struct diag *d)
         return rc;
     if (c->arch == HF_ARCH_GEMMA3 && (rc = gemma3_from_json(c, root, d)) < 0)
         return rc;
+    swa_mask_fill(c, &hp);
 
     for (i = 0; i < HF_SPECIAL_COUNT; i++) {
         char key[32];
@@ -497,10 +510,7 @@ gemma3_from_gguf(struct hf_config *c, const struct gguf *g, const struct arch_hp
         return diag_set(d, ST_FORMAT, "key 'gemma3.final_logit_softcapping' is not a "
                         "non-negative number");
     c->final_logit_softcap = rc == 0 ? cap : 0;
-    memset(c->swa_mask, 0, sizeof(c->swa_mask));
-    for (int64_t l = 0; c->sliding_window > 0 && l < c->n_layer; l++)
-        if (arch_swa_layer(hp, l))
-            c->swa_mask[l / 64] |= (uint64_t)1 << (l % 64);
+    swa_mask_fill(c, hp);
     return 0;
 }
 

@@ -1181,6 +1181,16 @@ test_gemma3(void)
     CHECK_EQ(c.sliding_window, 512);
     CHECK(!c.permute_qk);
     CHECK_EQ(hf_layer_tensors_required(&c), 13);
+    {
+        /* no layer_types: llama.cpp's pattern, every 6th layer global */
+        json_t *o = NULL;
+        CHECK_EQ(hf_config_to_json(&c, NULL, &o, &d), 0);
+        char *lt = json_dumps(json_object_get(o, "layer_types"), JSON_COMPACT);
+        CHECK_STR(lt ? lt : "", "[\"sliding_attention\",\"sliding_attention\",\"sliding_attention\"]");
+        CHECK(json_integer_value(json_object_get(o, "query_pre_attn_scalar")) == 256);
+        free(lt);
+        json_decref(o);
+    }
     gguf_init(&g);
     CHECK_EQ(hf_config_to_gguf(&g, &c, 0, &d), 0);
     check_keys(&g, order);
