@@ -444,6 +444,7 @@ qmodel_write_hf(const struct qmodel *qm, const char *dir, enum qformat f, bool f
         it->src.type = t->type;
         memcpy(it->src.ne, t->ne, sizeof it->src.ne);
         it->src.perm_heads = m.perm != HF_PERM_NONE ? -(int)m.perm_heads : 0;
+        it->src.add = m.shift;      /* gemma3 norms: GGUF 1 + w -> HF w */
         it->type = t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_BF16 ? t->type
                                                                          : GGML_TYPE_F32;
         if (qt && qt->f32) {
