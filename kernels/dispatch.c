@@ -40,6 +40,7 @@ const struct kernel_ops kernel_ops_ref = {
     .attn_scratch_floats = ops_attn_scratch_floats_ref,
     .attn_tiled = ops_attn_tiled_ref,
     .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_ref,
+    .mm_rows_mirror = ops_mm_rows_mirror_ref,
 };
 
 /* AVX2 + FMA + F16C (kernels/cpu/ *_avx2.c, compiled with those flags and

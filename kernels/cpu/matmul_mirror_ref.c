@@ -128,6 +128,20 @@ q6k_tiled_dot(const void *row, const int8_t *yq, const float *yd, int64_t nb)
     return acc;
 }
 
+/* llamafile tinyBLAS (tinyBLAS<8, __m256>, ggml's AVX2 build), one output:
+ * one 8-lane accumulator, element i fused into lane i % 8 in order, then
+ * mm_hsum8_ref; n % 8 == 0 */
+static float
+dot_tinyblas(const float *restrict w, const float *restrict x, int64_t n)
+{
+    float a[8] = { 0 };
+
+    for (int64_t i = 0; i < n; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] = fmaf(w[i + k], x[i + k], a[k]);
+    return mm_hsum8_ref(a);
+}
+
 void
 ops_mm_rows_mirror_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                        const void *work, const float *x, int64_t ldx, int64_t n_tok,
@@ -135,7 +149,25 @@ ops_mm_rows_mirror_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, u
 {
     size_t arb = act_row_bytes(ACT_Q8_K, cols);
 
-    (void)x, (void)ldx, (void)tmp;
+    if (wtype == T_F32 || wtype == T_F16 || wtype == T_BF16) {
+        if (cols % 8 != 0)
+            return;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;
+            const float *wr = tmp;
+            if (wtype == T_F32)
+                wr = (const float *)(const void *)row;
+            else if (wtype == T_F16)
+                dequantize_row_f16_ref(row, tmp, cols);
+            else
+                dequantize_row_bf16_ref(row, tmp, cols);
+            for (int64_t t = 0; t < n_tok; t++)
+                y[t * ldy + r] = dot_tinyblas(wr, wtype == T_F32 ? x + t * ldx
+                                                                 : (const float *)work + t * cols,
+                                              cols);
+        }
+        return;
+    }
     if ((wtype != T_Q4_K && wtype != T_Q6_K) || cols % QK_K != 0)
         return;
     for (int64_t r = r0; r < r1; r++) {
