@@ -58,18 +58,16 @@ tile43(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
     for (int64_t l = 0; l < cols; l += 8) {
         __m256 b0 = _mm256_loadu_ps(x0 + l), b1 = _mm256_loadu_ps(x1 + l);
         __m256 b2 = _mm256_loadu_ps(x2 + l), a;
-        a = load_w8(w0, type, l);
-        c00 = _mm256_fmadd_ps(a, b0, c00), c10 = _mm256_fmadd_ps(a, b1, c10);
-        c20 = _mm256_fmadd_ps(a, b2, c20);
-        a = load_w8(w1, type, l);
-        c01 = _mm256_fmadd_ps(a, b0, c01), c11 = _mm256_fmadd_ps(a, b1, c11);
-        c21 = _mm256_fmadd_ps(a, b2, c21);
-        a = load_w8(w2, type, l);
-        c02 = _mm256_fmadd_ps(a, b0, c02), c12 = _mm256_fmadd_ps(a, b1, c12);
-        c22 = _mm256_fmadd_ps(a, b2, c22);
-        a = load_w8(w3, type, l);
-        c03 = _mm256_fmadd_ps(a, b0, c03), c13 = _mm256_fmadd_ps(a, b1, c13);
-        c23 = _mm256_fmadd_ps(a, b2, c23);
+        /* row wr's 8 weights into its accumulators k0..k2 of the 3 tokens */
+#define ROW3(wr, k0, k1, k2)                                                          \
+        a = load_w8(wr, type, l);                                                     \
+        k0 = _mm256_fmadd_ps(a, b0, k0), k1 = _mm256_fmadd_ps(a, b1, k1),             \
+        k2 = _mm256_fmadd_ps(a, b2, k2)
+        ROW3(w0, c00, c10, c20);
+        ROW3(w1, c01, c11, c21);
+        ROW3(w2, c02, c12, c22);
+        ROW3(w3, c03, c13, c23);
+#undef ROW3
     }
     float *o = y + r;
     o[0] = hsum8(c00), o[1] = hsum8(c01), o[2] = hsum8(c02), o[3] = hsum8(c03);
