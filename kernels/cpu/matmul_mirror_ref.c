@@ -1,7 +1,15 @@
 /*
- * matmul_mirror_ref.c - the spec of llama.cpp's batched Q4_K arithmetic
- * (ggml-cpu's repack gemm, ggml_gemm_q4_K_8x8_q8_K, AVX2 build), for tools
- * mirroring a llama.cpp run bit for bit.
+ * matmul_mirror_ref.c - the spec of llama.cpp's batched arithmetic (AVX2
+ * build) for prompts and tools mirroring a llama.cpp run bit for bit: the
+ * ref table's mm_rows_mirror.
+ *
+ * F32, F16 and BF16 weights (cols % 8 == 0): llamafile's tinyBLAS<8,
+ * __m256>, which ggml's mul_mat runs for 2+ tokens when the weight's rows %
+ * 4 == 0 (F16/BF16 against activations rounded to the weight type, as
+ * mm_prepare leaves them): per output one 8-lane accumulator, element i
+ * fused into lane i % 8 in order, then ggml's hsum (mm_hsum8_ref).
+ *
+ * Q4_K: ggml-cpu's repack gemm (ggml_gemm_q4_K_8x8_q8_K).
  *
  * ggml repacks a Q4_K weight with rows % 8 == 0 at load (8 rows
  * interleaved; CPU_REPACK, on AVX2 CPUs).  A mul_mat of n tokens then
