@@ -126,12 +126,12 @@ arch_case() {
     done
 }
 
-@test "qwen2 and qwen3 --batch: each request's greedy tokens as alone, and llama.cpp's" {
+@test "qwen2 and qwen3 (and F16) --batch: each request's greedy tokens as alone, and llama.cpp's" {
     not_under_sanitizer
     local a m g
-    for a in qwen2 qwen3; do
+    for a in qwen2 qwen3 qwen2-f16 qwen3-f16; do
         need_fixture m "$a"
-        g="$GOLD/$a-tiny.json"
+        g="$GOLD/$(tiny "$a").json"
         # the golden prompt and two more, with the first 40 golden tokens
         # as requests of their own
         {
