@@ -111,6 +111,10 @@ struct backend_matmul {
 /* The token was in a mul_mat of 8 or more tokens: ggml's tiled kernels for
  * the k-quants it does not repack (mirrored: Q6_K). */
 #define BACKEND_GEMM_TILED 2
+/* The token was in a mul_mat of 2 or more tokens: llamafile tinyBLAS for
+ * F32, F16 and BF16 weights with rows % 4 == 0 and cols % 8 == 0 (ops.h
+ * mm_rows_mirror). */
+#define BACKEND_GEMM_FLOAT 4
 
 /* One attention step over the paged KV cache of one layer: for each row r
  * (a token) and query head h, out = softmax(scale * q . k_s) v over the

@@ -40,6 +40,7 @@ const struct kernel_ops kernel_ops_ref = {
     .attn_scratch_floats = ops_attn_scratch_floats_ref,
     .attn_tiled = ops_attn_tiled_ref,
     .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_ref,
+    .mm_rows_mirror = ops_mm_rows_mirror_ref,
 };
 
 /* AVX2 + FMA + F16C (kernels/cpu/ *_avx2.c, compiled with those flags and
@@ -78,13 +79,13 @@ avx2_available(void)
     .attn = ops_attn_avx2,                                        \
     .attn_scratch_floats = ops_attn_scratch_floats_avx2,          \
     .attn_tiled = ops_attn_tiled_avx2,                            \
-    .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_avx2, \
-    .mm_rows_mirror = ops_mm_rows_mirror_avx2
+    .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_avx2
 
 const struct kernel_ops kernel_ops_avx2 = {
     .name = "avx2",
     .available = avx2_available,
     .mm_rows = ops_mm_rows_avx2,
+    .mm_rows_mirror = ops_mm_rows_mirror_avx2,
     AVX2_SET,
 };
 
@@ -139,6 +140,7 @@ const struct kernel_ops kernel_ops_avx512 = {
     .name = "avx512",
     .available = avx512_available,
     .mm_rows = ops_mm_rows_avx512,
+    .mm_rows_mirror = ops_mm_rows_mirror_avx512,
     .mm_pack_size = ops_mm_pack_size_avx512,
     .mm_pack = ops_mm_pack_avx512,
     AVX2_SET,

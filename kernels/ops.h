@@ -403,8 +403,9 @@ struct kernel_ops {
     ops_attn_scratch_floats_fn attn_scratch_floats;
     ops_attn_tiled_fn attn_tiled;                       /* may be NULL */
     ops_attn_tiled_scratch_floats_fn attn_tiled_scratch_floats;
-    /* may be NULL: llama.cpp's batched float matmul (llamafile tinyBLAS) for
-     * tools mirroring a llama.cpp run bit for bit (model->llamacpp_ubatch):
+    /* may be NULL (every table here has one): llama.cpp's batched float
+     * matmul (llamafile tinyBLAS) for prompts (backend.h gemm) and tools
+     * mirroring a llama.cpp run bit for bit (model->llamacpp_ubatch):
      * the mm_rows contract for F32/F16/BF16 weights with cols % 8 == 0 (work
      * from this table's mm_prepare), which ggml runs when a mul_mat has >= 2
      * tokens and rows % 4 == 0; unlike mm_rows its rounding is not that of
@@ -451,9 +452,11 @@ void ops_mm_rows_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uin
                      const void *work, const float *x, int64_t ldx, int64_t n_tok, int64_t cols,
                      int64_t r0, int64_t r1, float *tmp);
 int64_t ops_mm_tmp_floats_ref(int64_t cols);
-/* mm_rows_mirror's Q4_K arithmetic (ggml's repack gemm; other types: nothing
- * is written), the spec the avx2 table's mm_rows_mirror follows bit for bit:
- * cpu/matmul_mirror_ref.c */
+/* mm_rows_mirror's arithmetic, the ref table's entry and the spec the avx2
+ * table's follows bit for bit (cpu/matmul_mirror_ref.c): F32/F16/BF16 with
+ * cols % 8 == 0, llamafile tinyBLAS's order (tmp: mm_tmp_floats(cols)
+ * floats); Q4_K, ggml's repack gemm; Q6_K, its tiled kernels (cols % 256 ==
+ * 0); other types: nothing is written */
 void ops_mm_rows_mirror_ref(float *y, int64_t ldy, const void *w, size_t row_bytes,
                             uint32_t wtype, const void *work, const float *x, int64_t ldx,
                             int64_t n_tok, int64_t cols, int64_t r0, int64_t r1, float *tmp);

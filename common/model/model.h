@@ -252,12 +252,14 @@ model_prompt_tiled(int64_t n_prompt, int64_t i)
 }
 
 /*
- * llama.cpp multiplies a ubatch of n tokens by k-quant weights in batched
- * arithmetic that rounds unlike one token's: a Q4_K weight with rows % 8 ==
- * 0 (repacked at load on AVX2 CPUs) with its repack gemm for the first
- * n - n % 4 tokens (the gemv for the other n % 4: BACKEND_GEMM_REPACK), the
- * k-quants it does not repack (Q6_K) with its tiled kernels when n >= 8
- * (BACKEND_GEMM_TILED).  model_prompt_gemm(n, i) gives the bits for token
+ * llama.cpp multiplies a ubatch of n tokens by k-quant and float weights in
+ * batched arithmetic that rounds unlike one token's: a Q4_K weight with
+ * rows % 8 == 0 (repacked at load on AVX2 CPUs) with its repack gemm for the
+ * first n - n % 4 tokens (the gemv for the other n % 4: BACKEND_GEMM_REPACK),
+ * the k-quants it does not repack (Q6_K) with its tiled kernels when n >= 8
+ * (BACKEND_GEMM_TILED), F32/F16/BF16 weights with llamafile's tinyBLAS when
+ * n >= 2 (BACKEND_GEMM_FLOAT; the last layer's FFN after the output rows are
+ * picked has n = 1 in generation, so exec.c clears the bits there).  model_prompt_gemm(n, i) gives the bits for token
  * i < n of a prompt decoded as model_prompt_tiled assumes: callers set
  * batch_tok.gemm with it for prompt tokens (0 for generated ones); like
  * tiled, a function of the request alone.
@@ -271,7 +273,7 @@ model_prompt_gemm(int64_t n_prompt, int64_t i)
     if (i < 0 || i >= n_prompt)
         return 0;
     return (i - u0 < rows - rows % 4 ? BACKEND_GEMM_REPACK : 0) |
-           (rows >= 8 ? BACKEND_GEMM_TILED : 0);
+           (rows >= 8 ? BACKEND_GEMM_TILED : 0) | (rows >= 2 ? BACKEND_GEMM_FLOAT : 0);
 }
 
 /*

@@ -524,28 +524,34 @@ schedule_chunk(struct sched *s, struct seq *q, int64_t take, int64_t *preempted,
 /* The prefix-cache key of logical block lblock of q: its tokens chained to
  * the parent key, and, when some of them take the tiled attention
  * (model_prompt_tiled: a function of the prompt length), how many (they are
- * always the first ones of the block), and likewise the sum of their
- * batched-matmul bits (model_prompt_gemm), so that a block is shared only
+ * always the first ones of the block), and likewise how many carry each
+ * batched-matmul bit (model_prompt_gemm), so that a block is shared only
  * between requests that compute its keys and values the same way. */
+#define N_GEMM_BITS 3           /* BACKEND_GEMM_REPACK, _TILED, _FLOAT */
+_Static_assert((BACKEND_GEMM_REPACK | BACKEND_GEMM_TILED | BACKEND_GEMM_FLOAT) ==
+                   (1 << N_GEMM_BITS) - 1, "the gemm bits are the low N_GEMM_BITS");
 static void
 block_key(const struct seq *q, int64_t lblock, int64_t bs, const struct kv_prefix_key *parent,
           struct kv_prefix_key *out)
 {
     struct kv_prefix_key k;
-    int32_t n_tiled = 0, n_gemm = 0;
+    int32_t n[1 + N_GEMM_BITS] = { 0 }, any = 0;
 
     kv_prefix_key_next(parent, q->toks + lblock * bs, bs, &k);
     for (int64_t p = lblock * bs; p < (lblock + 1) * bs; p++) {
-        n_tiled += model_prompt_tiled(q->n_prompt, p);
-        n_gemm += model_prompt_gemm(q->n_prompt, p);
+        int32_t g = model_prompt_gemm(q->n_prompt, p);
+        n[0] += model_prompt_tiled(q->n_prompt, p);
+        for (int b = 0; b < N_GEMM_BITS; b++)
+            n[1 + b] += g >> b & 1;
     }
-    if (n_tiled || n_gemm) {
-        /* no token id is negative */
-        int32_t salt = -1 - n_tiled - (int32_t)(bs + 1) * n_gemm;
-        kv_prefix_key_next(&k, &salt, 1, out);
-    } else {
+    for (int b = 0; b <= N_GEMM_BITS; b++) {
+        any |= n[b];
+        n[b] = -1 - n[b];       /* no token id is negative */
+    }
+    if (any)
+        kv_prefix_key_next(&k, n, 1 + N_GEMM_BITS, out);
+    else
         *out = k;
-    }
 }
 
 /* Puts waiting request q (the queue's head) into the pool with a first

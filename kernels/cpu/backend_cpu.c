@@ -137,7 +137,7 @@ struct mm_job {
         int64_t end;
     } reg[MM_REGIONS];
     int mirror;                 /* llama.cpp's batched float matmul (backend.h) */
-    const uint8_t *gemm;        /* llama.cpp's Q4_K repack gemm tokens (backend.h) */
+    const uint8_t *gemm;        /* llama.cpp's batched-arithmetic tokens (backend.h) */
 };
 
 /* the BACKEND_GEMM_* bit that selects ggml's batched arithmetic for weight
@@ -145,6 +145,8 @@ struct mm_job {
 static int
 gemm_bit(const struct backend_weight *w)
 {
+    if (w->type == GGML_TYPE_F32 || w->type == GGML_TYPE_F16 || w->type == GGML_TYPE_BF16)
+        return w->rows % 4 == 0 && w->cols % 8 == 0 ? BACKEND_GEMM_FLOAT : 0;
     if (w->cols % 256 != 0)
         return 0;
     if (w->type == GGML_TYPE_Q4_K && w->rows % 8 == 0)
@@ -195,7 +197,7 @@ mm_range(void *arg, int64_t r0, int64_t r1, int ith)
             continue;
         const struct backend_weight *w = j->w[i];
         int bit = j->gemm ? gemm_bit(w) : 0;
-        if (bit) {
+        if (bit && !(j->mirror && bit == BACKEND_GEMM_FLOAT)) {
             mm_range_gemm(j, i, a - j->row0[i], b - j->row0[i], ith, bit);
             continue;
         }
@@ -313,7 +315,7 @@ cpu_matmul(struct backend *be, const struct backend_matmul *mm)
      * 0), which rounds unlike one token */
     j.mirror = mm->mirror && n_tok >= 2 && ops->mm_rows_mirror != NULL;
     /* and k-quant weights by the tokens marked gemm with its repack gemm or
-     * tiled kernels (backend.h) */
+     * tiled kernels, float weights with tinyBLAS (backend.h) */
     j.gemm = NULL;
     if (mm->gemm && ops->mm_rows_mirror)
         for (int64_t t = 0; t < n_tok && !j.gemm; t++)

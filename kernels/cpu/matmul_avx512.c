@@ -51,6 +51,7 @@
 #include "qblock.h"
 #include "cpu/matmul_avx2.h"
 #include "cpu/matmul_avx512.h"
+#include "cpu/matmul_mirror_avx2.h"
 #include "cpu/mm_layout.h"
 #include "cpu/simd_avx2.h"
 
@@ -993,4 +994,109 @@ ops_avx512_probe(void)
     a = _mm512_add_epi32(a, _mm512_castsi256_si512(b));
     /* lane 0: 1 + 4 * (1 * 2) */
     return _mm_cvtsi128_si32(_mm512_castsi512_si128(a)) == 9;
+}
+
+/* ---- llamafile tinyBLAS's float order (mm_rows_mirror) ----
+ *
+ * ops_mm_rows_mirror_avx2's arithmetic with two weight rows per zmm: lanes
+ * 0-7 are an 8-lane accumulator of row i, lanes 8-15 one of row i + 1, each
+ * lane the same chain of fused multiply-adds as tinyBLAS<8, __m256>'s, then
+ * each half through hsum8.  Tiles of 8 rows x 4 tokens (16 accumulators)
+ * over row blocks that stay in L2; the other rows and tokens through the
+ * avx2 kernel. */
+#define MR_ROWS 8
+#define MR_TOK 4
+#define MR_BLOCK_BYTES (96 * 1024)
+
+static inline __attribute__((always_inline)) __m512
+load_w2x8(const uint8_t *w0, const uint8_t *w1, uint32_t type, int64_t l)
+{
+    if (type == T_F32)
+        return _mm512_insertf32x8(
+            _mm512_castps256_ps512(_mm256_loadu_ps((const float *)(const void *)w0 + l)),
+            _mm256_loadu_ps((const float *)(const void *)w1 + l), 1);
+    __m256i h = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(w0 + 2 * l))),
+        _mm_loadu_si128((const __m128i *)(const void *)(w1 + 2 * l)), 1);
+    if (type == T_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __attribute__((always_inline)) void
+mirror_tile84(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+              const float *const *xt, int64_t r, int64_t cols)
+{
+    const uint8_t *w0 = w + (size_t)r * row_bytes;
+    __m512 c[4][MR_TOK];
+
+    for (int p = 0; p < 4; p++)
+        for (int j = 0; j < MR_TOK; j++)
+            c[p][j] = _mm512_setzero_ps();
+    for (int64_t l = 0; l < cols; l += 8) {
+        __m512 b[MR_TOK];
+#pragma GCC unroll 4
+        for (int j = 0; j < MR_TOK; j++)
+            b[j] = _mm512_broadcast_f32x8(_mm256_loadu_ps(xt[j] + l));
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            __m512 a = load_w2x8(w0 + 2 * p * row_bytes, w0 + (2 * p + 1) * row_bytes, type, l);
+#pragma GCC unroll 4
+            for (int j = 0; j < MR_TOK; j++)
+                c[p][j] = _mm512_fmadd_ps(a, b[j], c[p][j]);
+        }
+    }
+    for (int j = 0; j < MR_TOK; j++)
+        for (int p = 0; p < 4; p++) {
+            y[j * ldy + r + 2 * p] = hsum8(_mm512_castps512_ps256(c[p][j]));
+            y[j * ldy + r + 2 * p + 1] = hsum8(_mm512_extractf32x8_ps(c[p][j], 1));
+        }
+}
+
+static void
+mirror_float(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+             const float *x0, int64_t ldxt, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    int64_t rb = MR_BLOCK_BYTES / (int64_t)row_bytes / MR_ROWS * MR_ROWS;
+
+    if (rb < MR_ROWS)
+        rb = MR_ROWS;
+    for (int64_t b0 = r0; b0 < r1; b0 += rb) {
+        int64_t b1 = b0 + rb < r1 ? b0 + rb : r1;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += MR_TOK) {
+            const float *xt[MR_TOK];
+            for (int j = 0; j < MR_TOK; j++)
+                xt[j] = x0 + (t0 + j) * ldxt;
+            for (int64_t r = b0; r < b1; r += MR_ROWS)
+                mirror_tile84(y + t0 * ldy, ldy, w, row_bytes, type, xt, r, cols);
+        }
+    }
+}
+
+void
+ops_mm_rows_mirror_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
+                          const void *work, const float *x, int64_t ldx, int64_t n_tok,
+                          int64_t cols, int64_t r0, int64_t r1, float *tmp)
+{
+    int fl = wtype == T_F32 || wtype == T_F16 || wtype == T_BF16;
+    int64_t nt = n_tok / MR_TOK * MR_TOK, re = r0 + (r1 - r0) / MR_ROWS * MR_ROWS;
+
+    if (!fl || cols % 8 != 0 || nt == 0 || re == r0) {
+        ops_mm_rows_mirror_avx2(y, ldy, w, row_bytes, wtype, work, x, ldx, n_tok, cols, r0, r1, tmp);
+        return;
+    }
+    const float *x0 = wtype == T_F32 ? x : (const float *)work;
+    int64_t ldxt = wtype == T_F32 ? ldx : cols;
+    if (wtype == T_F32)
+        mirror_float(y, ldy, w, row_bytes, T_F32, x0, ldxt, nt, cols, r0, re);
+    else if (wtype == T_F16)
+        mirror_float(y, ldy, w, row_bytes, T_F16, x0, ldxt, nt, cols, r0, re);
+    else
+        mirror_float(y, ldy, w, row_bytes, T_BF16, x0, ldxt, nt, cols, r0, re);
+    if (re < r1)
+        ops_mm_rows_mirror_avx2(y, ldy, w, row_bytes, wtype, work, x, ldx, nt, cols, re, r1, tmp);
+    if (nt < n_tok)
+        ops_mm_rows_mirror_avx2(y + nt * ldy, ldy, w, row_bytes, wtype,
+                                wtype == T_F32 ? NULL : (const float *)work + nt * cols,
+                                x + nt * ldx, ldx, n_tok - nt, cols, r0, r1, tmp);
 }

@@ -25,6 +25,13 @@ size_t ops_mm_pack_size_avx512(uint32_t wtype, int64_t rows, int64_t cols);
 void ops_mm_pack_avx512(void *dst, const void *w, size_t row_bytes, uint32_t wtype, int64_t rows,
                         int64_t cols);
 
+/* The mm_rows_mirror contract (ops.h) with the bits of
+ * ops_mm_rows_mirror_avx2 for every input: F32/F16/BF16 in tinyBLAS's order,
+ * two rows per 512-bit register; other types through the avx2 kernel. */
+void ops_mm_rows_mirror_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes,
+                               uint32_t wtype, const void *work, const float *x, int64_t ldx,
+                               int64_t n_tok, int64_t cols, int64_t r0, int64_t r1, float *tmp);
+
 /* Executes one 512-bit operation and one VPDPBUSD; returns 1.  The CPU
  * check calls it under a SIGILL guard, so that a CPU or hypervisor that
  * lists the features but faults on them falls back instead of crashing. */

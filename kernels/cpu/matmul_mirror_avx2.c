@@ -1,8 +1,9 @@
 /*
  * matmul_mirror_avx2.c - llamafile tinyBLAS's float matmul order (see
  * matmul_mirror_avx2.h).  Register tiles of 4 weight rows x 3 tokens as
- * tinyBLAS's AVX2 gemm (RM 4, RN 3); the tiling changes only which outputs
- * are computed together, never an output's operations.  Q4_K: ggml's repack
+ * tinyBLAS's AVX2 gemm (RM 4, RN 3) over blocks of rows that stay in cache;
+ * the tiling changes only which outputs are computed together, never an
+ * output's operations.  Q4_K: ggml's repack
  * gemm (cpu/matmul_mirror_ref.c), Q6_K: the reference.
  */
 #include <immintrin.h>
@@ -16,6 +17,7 @@
 
 #define RM 4                    /* weight rows per register tile */
 #define RN 3                    /* tokens per register tile */
+#define MIRROR_BLOCK_BYTES (96 * 1024)  /* weight rows per pass over the tokens */
 
 /* 8 weights of a row as f32 lanes, as tinyBLAS's load<__m256> */
 static inline __attribute__((always_inline)) __m256
@@ -39,33 +41,64 @@ hsum8(__m256 v)
     return _mm_cvtss_f32(r);
 }
 
-/* outputs of rows rows [r, r + nr) x tokens xt[0 .. nt), nr <= RM, nt <= RN;
- * constant nr, nt and type at every call site, so each instance unrolls */
+/* outputs of the 4 rows [r, r + 4) x the 3 tokens xt[0..2]: the 12
+ * accumulators, 3 token vectors and one weight vector fill the 16 ymm
+ * registers (named, so that none lives in memory) */
 static inline __attribute__((always_inline)) void
-tile(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
-     const float *const *xt, int nt, int64_t r, int nr, int64_t cols)
+tile43(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+       const float *const *xt, int64_t r, int64_t cols)
 {
-    __m256 acc[RN][RM];
-    const uint8_t *row[RM];
+    const uint8_t *w0 = w + (size_t)r * row_bytes, *w1 = w0 + row_bytes, *w2 = w1 + row_bytes,
+                  *w3 = w2 + row_bytes;
+    const float *x0 = xt[0], *x1 = xt[1], *x2 = xt[2];
+    __m256 c00 = _mm256_setzero_ps(), c01 = c00, c02 = c00, c03 = c00;
+    __m256 c10 = c00, c11 = c00, c12 = c00, c13 = c00;
+    __m256 c20 = c00, c21 = c00, c22 = c00, c23 = c00;
 
-    for (int i = 0; i < nr; i++)
-        row[i] = w + (size_t)(r + i) * row_bytes;
-    for (int j = 0; j < nt; j++)
-        for (int i = 0; i < nr; i++)
-            acc[j][i] = _mm256_setzero_ps();
     for (int64_t l = 0; l < cols; l += 8) {
-        __m256 a[RM];
-        for (int i = 0; i < nr; i++)
-            a[i] = load_w8(row[i], type, l);
-        for (int j = 0; j < nt; j++) {
-            __m256 b = _mm256_loadu_ps(xt[j] + l);
-            for (int i = 0; i < nr; i++)
-                acc[j][i] = _mm256_fmadd_ps(a[i], b, acc[j][i]);
-        }
+        __m256 b0 = _mm256_loadu_ps(x0 + l), b1 = _mm256_loadu_ps(x1 + l);
+        __m256 b2 = _mm256_loadu_ps(x2 + l), a;
+        /* row wr's 8 weights into its accumulators k0..k2 of the 3 tokens */
+#define ROW3(wr, k0, k1, k2)                                                          \
+        a = load_w8(wr, type, l);                                                     \
+        k0 = _mm256_fmadd_ps(a, b0, k0), k1 = _mm256_fmadd_ps(a, b1, k1),             \
+        k2 = _mm256_fmadd_ps(a, b2, k2)
+        ROW3(w0, c00, c10, c20);
+        ROW3(w1, c01, c11, c21);
+        ROW3(w2, c02, c12, c22);
+        ROW3(w3, c03, c13, c23);
+#undef ROW3
     }
-    for (int j = 0; j < nt; j++)
-        for (int i = 0; i < nr; i++)
-            y[j * ldy + r + i] = hsum8(acc[j][i]);
+    float *o = y + r;
+    o[0] = hsum8(c00), o[1] = hsum8(c01), o[2] = hsum8(c02), o[3] = hsum8(c03);
+    o += ldy;
+    o[0] = hsum8(c10), o[1] = hsum8(c11), o[2] = hsum8(c12), o[3] = hsum8(c13);
+    o += ldy;
+    o[0] = hsum8(c20), o[1] = hsum8(c21), o[2] = hsum8(c22), o[3] = hsum8(c23);
+}
+
+/* the outputs of row r x tokens xt[0 .. nt), nt <= RN (the tiles' edges) */
+static inline __attribute__((always_inline)) void
+tile1(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+      const float *const *xt, int nt, int64_t r, int64_t cols)
+{
+    const uint8_t *w0 = w + (size_t)r * row_bytes;
+    const float *x0 = xt[0], *x1 = xt[nt > 1 ? 1 : 0], *x2 = xt[nt > 2 ? 2 : 0];
+    __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0;
+
+    for (int64_t l = 0; l < cols; l += 8) {
+        __m256 a = load_w8(w0, type, l);
+        c0 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x0 + l), c0);
+        if (nt > 1)
+            c1 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x1 + l), c1);
+        if (nt > 2)
+            c2 = _mm256_fmadd_ps(a, _mm256_loadu_ps(x2 + l), c2);
+    }
+    y[r] = hsum8(c0);
+    if (nt > 1)
+        y[ldy + r] = hsum8(c1);
+    if (nt > 2)
+        y[2 * ldy + r] = hsum8(c2);
 }
 
 static inline __attribute__((always_inline)) void
@@ -74,22 +107,16 @@ rows_type(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t ty
 {
     int64_t r = r0;
 
-#define TILE(n, m) tile(y, ldy, w, row_bytes, type, xt, n, r, m, cols)
-    for (; r + RM <= r1; r += RM) {
-        switch (nt) {
-        case 1: TILE(1, RM); break;
-        case 2: TILE(2, RM); break;
-        default: TILE(3, RM); break;
-        }
-    }
+    if (nt == RN)
+        for (; r + RM <= r1; r += RM)
+            tile43(y, ldy, w, row_bytes, type, xt, r, cols);
     for (; r < r1; r++) {
         switch (nt) {
-        case 1: TILE(1, 1); break;
-        case 2: TILE(2, 1); break;
-        default: TILE(3, 1); break;
+        case 1: tile1(y, ldy, w, row_bytes, type, xt, 1, r, cols); break;
+        case 2: tile1(y, ldy, w, row_bytes, type, xt, 2, r, cols); break;
+        default: tile1(y, ldy, w, row_bytes, type, xt, 3, r, cols); break;
         }
     }
-#undef TILE
 }
 
 /* 6-bit scale and min codes of the 8 sub-blocks of a Q4_K block */
@@ -180,18 +207,26 @@ ops_mm_rows_mirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, 
     if (cols % 8 != 0 || r0 >= r1 ||
         (wtype != T_F32 && wtype != T_F16 && wtype != T_BF16))
         return;
-    for (int64_t t0 = 0; t0 < n_tok; t0 += RN) {
-        int nt = n_tok - t0 < RN ? (int)(n_tok - t0) : RN;
-        const float *xt[RN];
-        for (int j = 0; j < nt; j++)
-            xt[j] = wtype == T_F32 ? x + (t0 + j) * ldx
-                                           : (const float *)work + (t0 + j) * cols;
-        float *yt = y + t0 * ldy;
-        if (wtype == T_F32)
-            rows_type(yt, ldy, w, row_bytes, T_F32, xt, nt, r0, r1, cols);
-        else if (wtype == T_F16)
-            rows_type(yt, ldy, w, row_bytes, T_F16, xt, nt, r0, r1, cols);
-        else
-            rows_type(yt, ldy, w, row_bytes, T_BF16, xt, nt, r0, r1, cols);
+    /* blocks of rows that stay in L2 while every token tile reads them: a
+     * prompt reads the weights from memory once, not once per RN tokens */
+    int64_t rb = MIRROR_BLOCK_BYTES / (int64_t)row_bytes / RM * RM;
+    if (rb < RM)
+        rb = RM;
+    for (int64_t b0 = r0; b0 < r1; b0 += rb) {
+        int64_t b1 = b0 + rb < r1 ? b0 + rb : r1;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += RN) {
+            int nt = n_tok - t0 < RN ? (int)(n_tok - t0) : RN;
+            const float *xt[RN];
+            for (int j = 0; j < nt; j++)
+                xt[j] = wtype == T_F32 ? x + (t0 + j) * ldx
+                                       : (const float *)work + (t0 + j) * cols;
+            float *yt = y + t0 * ldy;
+            if (wtype == T_F32)
+                rows_type(yt, ldy, w, row_bytes, T_F32, xt, nt, b0, b1, cols);
+            else if (wtype == T_F16)
+                rows_type(yt, ldy, w, row_bytes, T_F16, xt, nt, b0, b1, cols);
+            else
+                rows_type(yt, ldy, w, row_bytes, T_BF16, xt, nt, b0, b1, cols);
+        }
     }
 }

@@ -1,7 +1,15 @@
 /*
- * matmul_mirror_ref.c - the spec of llama.cpp's batched Q4_K arithmetic
- * (ggml-cpu's repack gemm, ggml_gemm_q4_K_8x8_q8_K, AVX2 build), for tools
- * mirroring a llama.cpp run bit for bit.
+ * matmul_mirror_ref.c - the spec of llama.cpp's batched arithmetic (AVX2
+ * build) for prompts and tools mirroring a llama.cpp run bit for bit: the
+ * ref table's mm_rows_mirror.
+ *
+ * F32, F16 and BF16 weights (cols % 8 == 0): llamafile's tinyBLAS<8,
+ * __m256>, which ggml's mul_mat runs for 2+ tokens when the weight's rows %
+ * 4 == 0 (F16/BF16 against activations rounded to the weight type, as
+ * mm_prepare leaves them): per output one 8-lane accumulator, element i
+ * fused into lane i % 8 in order, then ggml's hsum (mm_hsum8_ref).
+ *
+ * Q4_K: ggml-cpu's repack gemm (ggml_gemm_q4_K_8x8_q8_K).
  *
  * ggml repacks a Q4_K weight with rows % 8 == 0 at load (8 rows
  * interleaved; CPU_REPACK, on AVX2 CPUs).  A mul_mat of n tokens then
@@ -128,6 +136,20 @@ q6k_tiled_dot(const void *row, const int8_t *yq, const float *yd, int64_t nb)
     return acc;
 }
 
+/* llamafile tinyBLAS (tinyBLAS<8, __m256>, ggml's AVX2 build), one output:
+ * one 8-lane accumulator, element i fused into lane i % 8 in order, then
+ * mm_hsum8_ref; n % 8 == 0 */
+static float
+dot_tinyblas(const float *restrict w, const float *restrict x, int64_t n)
+{
+    float a[8] = { 0 };
+
+    for (int64_t i = 0; i < n; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] = fmaf(w[i + k], x[i + k], a[k]);
+    return mm_hsum8_ref(a);
+}
+
 void
 ops_mm_rows_mirror_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                        const void *work, const float *x, int64_t ldx, int64_t n_tok,
@@ -135,7 +157,25 @@ ops_mm_rows_mirror_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, u
 {
     size_t arb = act_row_bytes(ACT_Q8_K, cols);
 
-    (void)x, (void)ldx, (void)tmp;
+    if (wtype == T_F32 || wtype == T_F16 || wtype == T_BF16) {
+        if (cols % 8 != 0)
+            return;
+        for (int64_t r = r0; r < r1; r++) {
+            const uint8_t *row = (const uint8_t *)w + (size_t)r * row_bytes;
+            const float *wr = tmp;
+            if (wtype == T_F32)
+                wr = (const float *)(const void *)row;
+            else if (wtype == T_F16)
+                dequantize_row_f16_ref(row, tmp, cols);
+            else
+                dequantize_row_bf16_ref(row, tmp, cols);
+            for (int64_t t = 0; t < n_tok; t++)
+                y[t * ldy + r] = dot_tinyblas(wr, wtype == T_F32 ? x + t * ldx
+                                                                 : (const float *)work + t * cols,
+                                              cols);
+        }
+        return;
+    }
     if ((wtype != T_Q4_K && wtype != T_Q6_K) || cols % QK_K != 0)
         return;
     for (int64_t r = r0; r < r1; r++) {

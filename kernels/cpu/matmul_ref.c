@@ -411,24 +411,58 @@ decode_kquant(const void *row, uint32_t type, int64_t cols, struct decoded *r)
 
 /* ---- dot products ---- */
 
-/* f32 dot product summed in 8 interleaved lanes (element i goes to lane
- * i % 8), the lanes then added pairwise; a fixed order any SIMD variant
- * can reproduce, and one the compiler can vectorize without reassociating. */
+/* ggml_vec_dot_f32 / _f16 as ggml's AVX2 build computes them (vec.h,
+ * simd-mappings.h: GGML_F32_STEP = GGML_F16_STEP = 32, EPR 8): element i < np
+ * = n - n % 32 goes to lane i % 8 of accumulator (i / 8) % 4 by a fused
+ * multiply-add; the accumulators are added lane-wise as (a0 + a2) + (a1 +
+ * a3), then lanes k and k + 4 (s_k), then (s0 + s1) + (s2 + s3) (two hadds).
+ * The leftovers: F32 fused into the sum one by one; F16 (dbl) products
+ * rounded to f32 and summed in double. */
 static float
-dot_f32(const float *restrict a, const float *restrict b, int64_t n)
+dot_vec_f(const float *restrict w, const float *restrict x, int64_t n, int dbl)
 {
-    float acc[8] = { 0 };
-    int64_t i = 0;
+    float a[4][8] = { { 0 } }, v[8], s[4];
+    int64_t np = n & ~(int64_t)31, i;
 
-    for (; i + 8 <= n; i += 8)
-        for (int k = 0; k < 8; k++)
-            acc[k] += a[i + k] * b[i + k];
-    for (int k = 0; i < n; i++, k++)
-        acc[k] += a[i] * b[i];
-    for (int w = 4; w > 0; w /= 2)
-        for (int k = 0; k < w; k++)
-            acc[k] += acc[k + w];
-    return acc[0];
+    for (i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 8; k++)
+                a[j][k] = fmaf(w[i + 8 * j + k], x[i + 8 * j + k], a[j][k]);
+    for (int k = 0; k < 8; k++)
+        v[k] = (a[0][k] + a[2][k]) + (a[1][k] + a[3][k]);
+    for (int k = 0; k < 4; k++)
+        s[k] = v[k] + v[k + 4];
+    float sum = (s[0] + s[1]) + (s[2] + s[3]);
+    if (!dbl) {
+        for (i = np; i < n; i++)
+            sum = fmaf(w[i], x[i], sum);
+        return sum;
+    }
+    double sd = sum;
+    for (i = np; i < n; i++)
+        sd += (double)(w[i] * x[i]);
+    return (float)sd;
+}
+
+/* ggml_vec_dot_bf16 (AVX2 build): as dot_vec_f's accumulation but with the
+ * products rounded to f32 before the add, (c0 + c2) + (c1 + c3), mm_hsum8_ref,
+ * leftovers in double. */
+static float
+dot_vec_bf16(const float *restrict w, const float *restrict x, int64_t n)
+{
+    float c[4][8] = { { 0 } }, v[8];
+    int64_t np = n & ~(int64_t)31, i;
+
+    for (i = 0; i < np; i += 32)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 8; k++)
+                c[j][k] = w[i + 8 * j + k] * x[i + 8 * j + k] + c[j][k];
+    for (int k = 0; k < 8; k++)
+        v[k] = (c[0][k] + c[2][k]) + (c[1][k] + c[3][k]);
+    double sd = mm_hsum8_ref(v);
+    for (i = np; i < n; i++)
+        sd += (double)(w[i] * x[i]);
+    return (float)sd;
 }
 
 static inline int32_t
@@ -497,7 +531,7 @@ ops_mm_rows_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t
         switch (a) {
         case ACT_F32:
             for (int64_t t = 0; t < n_tok; t++)
-                y[t * ldy + r] = dot_f32(row, x + t * ldx, cols);
+                y[t * ldy + r] = dot_vec_f(row, x + t * ldx, cols, 0);
             break;
         case ACT_F16:
         case ACT_BF16:
@@ -505,9 +539,11 @@ ops_mm_rows_ref(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t
                 dequantize_row_f16_ref(row, tmp, cols);
             else
                 dequantize_row_bf16_ref(row, tmp, cols);
-            for (int64_t t = 0; t < n_tok; t++)
-                y[t * ldy + r] = dot_f32(tmp, (const float *)(const void *)(act + (size_t)t * arb),
-                                         cols);
+            for (int64_t t = 0; t < n_tok; t++) {
+                const float *xt = (const float *)(const void *)(act + (size_t)t * arb);
+                y[t * ldy + r] = a == ACT_F16 ? dot_vec_f(tmp, xt, cols, 1)
+                                              : dot_vec_bf16(tmp, xt, cols);
+            }
             break;
         case ACT_Q8_0:
         case ACT_Q8_1:

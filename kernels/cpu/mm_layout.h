@@ -100,4 +100,15 @@ act_row_at(struct act_row *r, enum act a, const void *base, int64_t cols)
     }
 }
 
+/* ggml's horizontal sum of 8 f32 lanes (hsum_float_8, tinyBLAS's hsum):
+ * s_k = v[k + 4] + v[k], then (s0 + s2) + (s1 + s3) */
+static inline float
+mm_hsum8_ref(const float *v)
+{
+    float s[4];
+    for (int k = 0; k < 4; k++)
+        s[k] = v[k + 4] + v[k];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
 #endif

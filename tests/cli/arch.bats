@@ -4,7 +4,9 @@
 # real Qwen2 vocabulary) against llama.cpp's goldens on the same files
 # (scripts/mkfixture-arch --golden tests/golden/arch): prompt tokens, 300
 # greedy tokens and the 8 largest logits of each step (max relative error,
-# top-1 agreement), batch mode, perplexity; convert GGUF -> HF -> GGUF.
+# top-1 agreement), batch mode, perplexity; the F16 twins (--f16: llama.cpp's
+# tinyBLAS for the prompt, ggml_vec_dot_f16 for each generated token) bit for
+# bit; convert GGUF -> HF -> GGUF.
 
 load common
 
@@ -25,30 +27,41 @@ setup_file() {
         [ -x "$py" ] || continue
         "$py" "$TOP/scripts/mkfixture-arch" --arch "$a" --out "$FIX" >/dev/null 2>&1 || true
     done
-    # F16 twins for the conversion round trips (no golden: any build will do)
+    # the F16 twins (their goldens: -tiny-f16.json)
     for a in qwen2 qwen3; do
-        [ -f "$FIX/$a-tiny-f16.gguf" ] || [ ! -x "$py" ] ||
+        want=$(jq -r .model.sha256 "$GOLD/$a-tiny-f16.json")
+        have=$(sha256sum "$FIX/$a-tiny-f16.gguf" 2>/dev/null | cut -d' ' -f1)
+        [ "$want" = "$have" ] || [ ! -x "$py" ] ||
             "$py" "$TOP/scripts/mkfixture-arch" --f16 --arch "$a" --out "$FIX" >/dev/null 2>&1 || true
     done
 }
 
-# need_fixture VAR ARCH : the fixture's path, or skip (CI: fail) when it
-# could not be built as the golden's
+# tiny NAME : qwen2 -> qwen2-tiny, qwen2-f16 -> qwen2-tiny-f16
+tiny() {
+    local a=${1%-f16}
+    printf '%s-tiny%s' "$a" "${1#"$a"}"
+}
+
+# need_fixture VAR NAME : the fixture's path (NAME qwen2, qwen3, qwen2-f16,
+# qwen3-f16), or skip (CI: fail) when it could not be built as the golden's
 need_fixture() {
-    local f="$FIX/$2-tiny.gguf"
-    [ "$(sha256sum "$f" 2>/dev/null | cut -d' ' -f1)" = "$(jq -r .model.sha256 "$GOLD/$2-tiny.json")" ] ||
+    local f="$FIX/$(tiny "$2").gguf" g="$GOLD/$(tiny "$2").json"
+    [ "$(sha256sum "$f" 2>/dev/null | cut -d' ' -f1)" = "$(jq -r .model.sha256 "$g")" ] ||
         missing_input "no $2 fixture as the golden's (scripts/mkfixture-arch needs scripts/pyenv's venv and the llama.cpp source of scripts/build-llamacpp)" ||
         return 1
     printf -v "$1" '%s' "$f"
 }
 
-# compare GOLDEN OURS : tokens identical, every step's golden top-8 ids among
-# our top 16 with relative error (|ours - llama.cpp| / the step's largest
-# |logit|) under 1e-4, top-1 the same at every step
+# compare GOLDEN OURS [exact] : tokens identical, every step's golden top-8
+# ids among our top 16 with relative error (|ours - llama.cpp| / the step's
+# largest |logit|) under 1e-4 (exact: every one the same f32), top-1 the same
+# at every step
 compare() {
-    python3 - "$1" "$2" <<'PY'
-import json, sys
+    python3 - "$1" "$2" "${3:-}" <<'PY'
+import json, struct, sys
 g, o = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+exact, nexact = sys.argv[3] == "exact", 0
+f32 = lambda v: struct.pack("<f", v)
 assert o["prompt_token_ids"] == g["prompt_tokens"], "prompt tokens differ"
 n, worst, top1 = len(g["top"]), 0.0, 0
 assert len(o["top_logits"]) == n == len(o["tokens"])
@@ -58,21 +71,25 @@ for i in range(n):
     for t, v in g["top"][i]:
         assert t in ours, "step %d: llama.cpp's token %d not in our top 16" % (i, t)
         worst = max(worst, abs(ours[t] - v) / scale)
+        nexact += f32(ours[t]) == f32(v)
     top1 += o["top_logits"][i][0][0] == g["top"][i][0][0]
 first = next((i for i, (a, b) in enumerate(zip(g["tokens"], o["tokens"])) if a != b), None)
-print("# %d positions: max relative error %.3g, top-1 agreement %d/%d, tokens %s" %
-      (n, worst, top1, n, "identical" if first is None else "differ from %d" % first))
-sys.exit(0 if worst < 1e-4 and top1 == n and first is None else 1)
+total = sum(len(s) for s in g["top"])
+print("# %d positions: max relative error %.3g, %d/%d logits bit-identical, top-1 agreement %d/%d, tokens %s" %
+      (n, worst, nexact, total, top1, n, "identical" if first is None else "differ from %d" % first))
+ok = worst < 1e-4 and top1 == n and first is None and (not exact or nexact == total)
+sys.exit(0 if ok else 1)
 PY
 }
 
+# arch_case NAME [exact] [generate options...]
 arch_case() {
-    local a=$1 m g="$GOLD/$1-tiny.json"
+    local a=$1 how=${2:-} m g="$GOLD/$(tiny "$1").json"
     need_fixture m "$a"
     run -0 --separate-stderr generate -m "$m" -p "$(jq -r .prompt "$g")" --temp 0 --ignore-eos \
-        -n "$(jq '.tokens | length' "$g")" --ctx 512 -t 2 --json --top-logits 16
+        -n "$(jq '.tokens | length' "$g")" --ctx 512 -t 2 --json --top-logits 16 "${@:3}"
     printf '%s\n' "$output" > "$BATS_TEST_TMPDIR/ours.json"
-    compare "$g" "$BATS_TEST_TMPDIR/ours.json" >&3
+    compare "$g" "$BATS_TEST_TMPDIR/ours.json" "$how" >&3
 }
 
 @test "qwen2 (biases, GQA 2, untied head): llama.cpp's 300 greedy tokens and logits" {
@@ -85,12 +102,36 @@ arch_case() {
     arch_case qwen3
 }
 
-@test "qwen2 and qwen3 --batch: each request's greedy tokens as alone, and llama.cpp's" {
+@test "qwen2 and qwen3 F16: llama.cpp's 300 greedy tokens and logits bit for bit (tinyBLAS prompt, vec_dot decode)" {
+    not_under_sanitizer
+    arch_case qwen2-f16 exact
+    arch_case qwen3-f16 exact
+}
+
+# (--kernel ref: the float matmuls are the same bits, test_matmul_mirror,
+# but not every other reference op)
+@test "qwen2 F16: llama.cpp's bits with --kernel avx2 and (where available) avx512" {
+    not_under_sanitizer
+    local k m
+    need_fixture m qwen2-f16
+    for k in avx2 avx512; do
+        # exit 2: no such kernels on this CPU
+        run --separate-stderr generate --kernel "$k" -m "$m" -p hi -n 1 -q
+        if [ "$status" -eq 2 ]; then
+            echo "# no $k kernels here" >&3
+            continue
+        fi
+        echo "# --kernel $k" >&3
+        arch_case qwen2-f16 exact --kernel "$k"
+    done
+}
+
+@test "qwen2 and qwen3 (and F16) --batch: each request's greedy tokens as alone, and llama.cpp's" {
     not_under_sanitizer
     local a m g
-    for a in qwen2 qwen3; do
+    for a in qwen2 qwen3 qwen2-f16 qwen3-f16; do
         need_fixture m "$a"
-        g="$GOLD/$a-tiny.json"
+        g="$GOLD/$(tiny "$a").json"
         # the golden prompt and two more, with the first 40 golden tokens
         # as requests of their own
         {
@@ -113,14 +154,14 @@ arch_case() {
     done
 }
 
-@test "qwen2 and qwen3 --perplexity: llama-perplexity's on wikitext-2 (4 chunks of 512)" {
+@test "qwen2 and qwen3 (and F16) --perplexity: llama-perplexity's on wikitext-2 (4 chunks of 512)" {
     not_under_sanitizer
     local a m g data want got
     data=${LLMKIT_WIKITEXT:-$SHARED/data/wikitext-2-test.raw}
     [ -f "$data" ] || skip "no $data"
-    for a in qwen2 qwen3; do
+    for a in qwen2 qwen3 qwen2-f16 qwen3-f16; do
         need_fixture m "$a"
-        g="$GOLD/$a-tiny.json"
+        g="$GOLD/$(tiny "$a").json"
         [ "$(sha256sum < "$data" | cut -d' ' -f1)" = "$(jq -r .perplexity.data.sha256 "$g")" ]
         run -0 --separate-stderr generate -m "$m" --perplexity "$data" --ctx 512 \
             --chunks "$(jq .perplexity.chunks "$g")" -t 2 --json
