@@ -197,7 +197,7 @@ main(void)
         struct spec_tree tr;
         CHECK(spec_tree_init(&tr, 64, &d) == 0);
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, 0.0f, &tr, &d) == 0);
         CHECK_EQ(tr.n, 1 + K);
         const float *ro = eagle_draft_root_out(ed), *fo = eagle_ws_out(ws) + (N - 1) * dd;
         double dm2 = 0, fm = 0;
@@ -213,7 +213,7 @@ main(void)
         }
         /* deeper: budget and depth respected, parents before children */
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, 0.0f, &tr, &d) == 0);
         CHECK(tr.n > 1 + K && tr.n <= 21);
         int maxd = 0;
         for (int64_t j = 1; j < tr.n; j++) {
@@ -224,7 +224,7 @@ main(void)
         CHECK(maxd >= 2 && maxd <= 4);
         /* a missing feature: no draft */
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, 0.0f, &tr, &d) == 0);
         CHECK_EQ(tr.n, 1);
         /* the head in Q8_0 (what generate runs): close to the f32 one */
         eagle_draft_free(ed);
@@ -234,7 +234,7 @@ main(void)
             for (int i = 0; i < N; i++)
                 eagle_draft_feed(ed, i, feat + i * dd);
             spec_tree_reset(&tr, tok[N]);
-            CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, 0.0f, &tr, &d) == 0);
             const float *qo = eagle_draft_root_out(ed);
             double dq = 0;
             for (int64_t j = 0; j < dd; j++)
@@ -260,7 +260,7 @@ main(void)
             for (int i = 0; i < N; i++)
                 eagle_draft_feed(ed, i, feat + i * dd);
             spec_tree_reset(&tr, tok[N]);
-            CHECK(eagle_draft_tree(ed, tok, N + 1, 3, 20, &tr, &d) == 0);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 3, 20, 0.0f, &tr, &d) == 0);
             CHECK(tr.n > 1 + K);
             for (int64_t j = 1; j < tr.n; j++)
                 CHECK(tr.tok[j] % 7 == 0 && tr.tok[j] / 7 < 40);
