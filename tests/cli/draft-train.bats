@@ -93,7 +93,7 @@ EOF
     cmp h1.gguf h2.gguf
     # another seed, another head
     run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 --seed 2 -q
-    ! cmp -s h1.gguf h3.gguf
+    run -1 cmp -s h1.gguf h3.gguf     # differ (1), not missing (2)
     # an existing output needs -f
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 1 --seq-len 32
     cmp h1.gguf h2.gguf
@@ -175,5 +175,5 @@ with open('d.jsonl', 'w') as f:
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o b.gguf --epochs 1 \
         --seq-len 32 --draft-vocab 0 -v
     [[ $stderr != *"CE over 40 tokens"* ]]
-    ! cmp -s a.gguf b.gguf
+    run -1 cmp -s a.gguf b.gguf     # differ (1), not missing (2)
 }
