@@ -780,8 +780,9 @@ head_feed(struct sched *s, struct seq *q, int64_t n, struct diag *d)
 
     if (!q->est && (rc = eagle_stream_new(s->o.head, &q->est, d)) < 0)
         return rc;
-    eagle_stream_feed_rows(s->o.head, q->est, q->n_done, s->hidden + q->row0 * s->m->hp.n_embd,
-                           NULL, n);
+    const float *h = s->hidden + q->row0 * s->m->hp.n_embd;
+    if (eagle_stream_feed_rows(s->o.head, q->est, q->n_done, h, NULL, n) < 0)
+        return diag_set(d, ST_NOMEM, "out of memory for the EAGLE head's features");
     return 0;
 }
 

@@ -32,11 +32,12 @@ struct cand {
 /* One sequence's head state (eagle_draft.h): the target's features by
  * position and the head's keys and values of its stable positions. */
 struct eagle_stream {
-    float *feat;                /* [ctx][d] the target's features by position */
+    float *feat;                /* [cap][d] the target's features by position */
     int64_t n_feat;
-    float *K, *Vs;              /* [ctx][kd] the head's keys and values of stable positions */
-    int32_t *stab_tok;          /* [ctx] the token each stable position was run with */
+    float *K, *Vs;              /* [cap][kd] the head's keys and values of stable positions */
+    int32_t *stab_tok;          /* [cap] the token each stable position was run with */
     int64_t P;                  /* stable positions */
+    int64_t cap;                /* positions the arrays hold (grown as fed, up to ctx) */
 };
 
 struct eagle_draft {
@@ -71,6 +72,8 @@ struct eagle_draft {
     int64_t *sel;
     double level_ms;
 };
+
+static int stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n);
 
 /* rows r < n of the batch: token tok[r], input feature fin[r], position
  * pos[r]; row r's K/V go to kdst[r]/vdst[r] and it attends to the stable
@@ -324,7 +327,7 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->cap_fed = (int64_t)LEVELS_MAX * k;
     e->cap_c = e->cap_fed * k + k;
     int64_t B = e->B, d2 = e->d;
-    bad |= eagle_stream_new(e, &e->st0, NULL) < 0;
+    bad |= eagle_stream_new(e, &e->st0, NULL) < 0 || stream_reserve(e, e->st0, ctx) < 0;
     e->cur = e->st0;
     e->x2 = xcalloc((size_t)(B * 2 * d2), sizeof(float), &bad);
     e->h0 = xcalloc((size_t)(B * d2), sizeof(float), &bad);
@@ -396,20 +399,44 @@ eagle_draft_level_ms(const struct eagle_draft *e)
     return e->level_ms;
 }
 
+/* room in st for n positions (at most ctx; a batch run's streams start
+ * small and grow with their sequences).  0 or -ST_NOMEM (st unchanged). */
+static int
+stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n)
+{
+    if (n <= st->cap)
+        return 0;
+    int64_t c = n > 2 * st->cap ? n : 2 * st->cap;
+    if (c > e->ctx)
+        c = e->ctx;
+    void *p;
+    if (!(p = realloc(st->feat, (size_t)(c * e->d) * sizeof(float))))
+        return -ST_NOMEM;
+    st->feat = p;
+    if (!(p = realloc(st->K, (size_t)(c * e->kd) * sizeof(float))))
+        return -ST_NOMEM;
+    st->K = p;
+    if (!(p = realloc(st->Vs, (size_t)(c * e->kd) * sizeof(float))))
+        return -ST_NOMEM;
+    st->Vs = p;
+    if (!(p = realloc(st->stab_tok, (size_t)c * sizeof(int32_t))))
+        return -ST_NOMEM;
+    st->stab_tok = p;
+    /* zeros past what was there: the cost probe at open reads them */
+    memset(st->feat + st->cap * e->d, 0, (size_t)((c - st->cap) * e->d) * sizeof(float));
+    memset(st->K + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
+    memset(st->Vs + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
+    st->cap = c;
+    return 0;
+}
+
 int
 eagle_stream_new(struct eagle_draft *e, struct eagle_stream **out, struct diag *d)
 {
     struct eagle_stream *st = calloc(1, sizeof(*st));
-    int bad = !st;
 
     *out = NULL;
-    if (st) {
-        st->feat = xcalloc((size_t)(e->ctx * e->d), sizeof(float), &bad);
-        st->K = xcalloc((size_t)(e->ctx * e->kd), sizeof(float), &bad);
-        st->Vs = xcalloc((size_t)(e->ctx * e->kd), sizeof(float), &bad);
-        st->stab_tok = xcalloc((size_t)e->ctx, sizeof(int32_t), &bad);
-    }
-    if (bad) {
+    if (!st || stream_reserve(e, st, e->ctx < STABLE_ROWS ? e->ctx : STABLE_ROWS) < 0) {
         eagle_stream_free(st);
         return diag_set(d, ST_NOMEM, "out of memory for an EAGLE stream");
     }
@@ -426,29 +453,34 @@ eagle_stream_free(struct eagle_stream *st)
     free(st);
 }
 
-void
+int
 eagle_stream_feed(struct eagle_draft *e, struct eagle_stream *st, int64_t pos, const float *feat)
 {
     if (pos < 0 || pos >= e->ctx || pos > st->n_feat)
-        return;
+        return 0;
+    if (stream_reserve(e, st, pos + 1) < 0)
+        return -ST_NOMEM;
     memcpy(st->feat + pos * e->d, feat, (size_t)e->d * sizeof(float));
     st->n_feat = pos + 1;
     if (st->P > pos)            /* a stable position built on a replaced feature */
         st->P = pos;
+    return 0;
 }
 
-void
+int
 eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
                        const float *hidden, const int64_t *rows, int64_t n)
 {
     for (int64_t i = 0; i < n; i++)
-        eagle_stream_feed(e, st, pos0 + i, hidden + (rows ? rows[i] : i) * e->d);
+        if (eagle_stream_feed(e, st, pos0 + i, hidden + (rows ? rows[i] : i) * e->d) < 0)
+            return -ST_NOMEM;
+    return 0;
 }
 
 void
 eagle_draft_feed(struct eagle_draft *e, int64_t pos, const float *feat)
 {
-    eagle_stream_feed(e, e->st0, pos, feat);
+    eagle_stream_feed(e, e->st0, pos, feat);     /* st0 holds ctx positions: no growth */
 }
 
 int

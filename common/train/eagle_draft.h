@@ -85,16 +85,18 @@ int eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist,
 
 /* eagle_stream_new() : *out = an empty stream (no feature fed) for
  * positions up to e's ctx, owned by the caller (eagle_stream_free; NULL is
- * a no-op).  0 or -ST_NOMEM. */
+ * a no-op); its memory grows with the positions fed (the head's own
+ * stream holds ctx from the start).  0 or -ST_NOMEM. */
 int eagle_stream_new(struct eagle_draft *e, struct eagle_stream **out, struct diag *d);
 void eagle_stream_free(struct eagle_stream *st);
 
 /* eagle_stream_feed(), eagle_stream_feed_rows() : eagle_draft_feed() and
- * eagle_draft_feed_rows() on stream st */
-void eagle_stream_feed(struct eagle_draft *e, struct eagle_stream *st, int64_t pos,
-                       const float *feat);
-void eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
-                            const float *hidden, const int64_t *rows, int64_t n);
+ * eagle_draft_feed_rows() on stream st.  0, or -ST_NOMEM when st could not
+ * grow (what was fed before stays). */
+int eagle_stream_feed(struct eagle_draft *e, struct eagle_stream *st, int64_t pos,
+                      const float *feat);
+int eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
+                           const float *hidden, const int64_t *rows, int64_t n);
 
 /* eagle_stream_tree() : eagle_draft_tree() on stream st with width
  * branches per node (1 .. the top_k given at open; 1 = a chain of the
