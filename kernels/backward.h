@@ -72,6 +72,22 @@ struct backend_backward_ops {
                      const float *q, const float *k, const float *v, int64_t n, int64_t n_head,
                      int64_t n_head_kv, int64_t hd, float scale, float *scratch);
 
+    /* EAGLE-3's training-time-test attention at unrolled step s >= 0
+     * (algorithms.md §6.9): q [n][n_head * hd] are step s's queries, k and
+     * v [s + 1][n][n_head_kv * hd] the keys and values of steps 0..s.  Query
+     * i reads step 0's rows 0..i (causal) and row i of each step 1..s (the
+     * diagonal the unrolled steps add).  p [n_head][n][n + s]: columns
+     * 0..n-1 the causal part (0 past i), column n + t - 1 step t's key; s = 0
+     * is attn_fwd.  bwd accumulates into dk, dv [s + 1][n][...]; scratch:
+     * n + s floats. */
+    void (*attn_ttt_fwd)(float *out, float *p, const float *q, const float *k, const float *v,
+                         int64_t n, int64_t s, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                         float scale);
+    void (*attn_ttt_bwd)(float *dq, float *dk, float *dv, const float *dout, const float *p,
+                         const float *q, const float *k, const float *v, int64_t n, int64_t s,
+                         int64_t n_head, int64_t n_head_kv, int64_t hd, float scale,
+                         float *scratch);
+
     /* Soft cross-entropy: loss[r] = -sum_j t[r][j] log softmax(z[r])_j over
      * n rows of v classes (t: target probabilities); bwd: dz[r] += wr[r] *
      * (softmax(z[r]) * sum_j t[r][j] - t[r]) (wr NULL: 1). */
@@ -116,6 +132,13 @@ void bw_attn_bwd_ref64(double *dq, double *dk, double *dv, const double *dout, c
                        const double *q, const double *k, const double *v, int64_t n,
                        int64_t n_head, int64_t n_head_kv, int64_t hd, double scale,
                        double *scratch);
+void bw_attn_ttt_fwd_ref64(double *out, double *p, const double *q, const double *k,
+                           const double *v, int64_t n, int64_t s, int64_t n_head,
+                           int64_t n_head_kv, int64_t hd, double scale);
+void bw_attn_ttt_bwd_ref64(double *dq, double *dk, double *dv, const double *dout,
+                           const double *p, const double *q, const double *k, const double *v,
+                           int64_t n, int64_t s, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                           double scale, double *scratch);
 void bw_xent_fwd_ref64(double *loss, const double *z, const double *t, int64_t n, int64_t v);
 void bw_xent_bwd_ref64(double *dz, const double *z, const double *t, const double *wr, int64_t n,
                        int64_t v);

@@ -16,7 +16,7 @@
 
 static const char usage_line[] =
     "usage: convert [-fhqvV] [--from fmt] [--to fmt] [--type type] [--tokenizer file]\n"
-    "               [--shard-size size] [--[no-]progress] input output\n"
+    "               [--shard-size size] [--base file] [--[no-]progress] input output\n"
     "       convert --info [--json] [--from fmt] input";
 
 static void
@@ -28,6 +28,9 @@ help(void)
           "safetensors and tokenizer files), llama2c (llama2.c .bin + tokenizer.bin, input only).\n"
           "The input format is detected from its contents; the output is GGUF when its name\n"
           "ends in .gguf or is '-', else a Hugging Face directory.\n\n"
+          "EAGLE draft heads (GGUF from draft-train) convert to and from the published HF\n"
+          "layout (config.json + model.safetensors); importing one needs --base.\n\n"
+          "      --base FILE        HF EAGLE head input: the base model GGUF it drafts for\n"
           "  -f, --force            replace an existing output; allow binary output to a terminal\n"
           "      --from FMT         input format: gguf, hf, llama2c (default: detect)\n"
           "  -h, --help             show this help and exit\n"
@@ -50,8 +53,10 @@ help(void)
 int
 main(int argc, char **argv)
 {
-    enum { O_FROM = 256, O_TO, O_TYPE, O_TOKENIZER, O_SHARD, O_INFO, O_JSON, O_PROGRESS, O_NO_PROGRESS };
+    enum { O_FROM = 256, O_TO, O_TYPE, O_TOKENIZER, O_SHARD, O_INFO, O_JSON, O_PROGRESS, O_NO_PROGRESS,
+           O_BASE };
     static const struct option longopts[] = {
+        {"base", required_argument, NULL, O_BASE},
         {"force", no_argument, NULL, 'f'},
         {"from", required_argument, NULL, O_FROM},
         {"help", no_argument, NULL, 'h'},
@@ -68,7 +73,7 @@ main(int argc, char **argv)
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
-    struct convert_opts o = {.out_type = -1, .shard_size = 5000000000ull, .cb = tool_callbacks(true)};
+    struct convert_opts o = {.out_type = -1, .cb = tool_callbacks(true)};
     bool info = false;
     struct diag d = {{0}};
     int c, rc;
@@ -81,6 +86,7 @@ main(int argc, char **argv)
         case 'q': cli_verbosity = 0; break;
         case 'v': cli_verbosity = 2; break;
         case 'V': cli_exit_version("convert");
+        case O_BASE: o.base = optarg; break;
         case O_FROM:
             if ((o.from = model_fmt_parse(optarg)) == FMT_AUTO)
                 usage_error(usage_line, "--from: unknown format '%s' (gguf, hf, llama2c)", ESC(optarg));
@@ -109,6 +115,8 @@ main(int argc, char **argv)
     if (info) {
         if (argc != 1)
             usage_error(usage_line, argc ? "--info takes one input" : "missing input");
+        if (o.base)
+            usage_error(usage_line, "--base goes with a conversion, not --info");
         o.info = stdout;
     } else {
         if (o.json)

@@ -1,5 +1,5 @@
 /*
- * draft-train - trains an EAGLE-1 draft head for a base GGUF model on CPU:
+ * draft-train - trains an EAGLE-1 or EAGLE-3 draft head for a base GGUF model on CPU:
  * features from the model's forward pass, the head's forward and backward
  * over the trainer's kernels, AdamW.  The work is run_draft_train()
  * (common/train/draft_train.c).
@@ -16,21 +16,23 @@
 #include "tool_cb.h"
 
 static const char usage_line[] =
-    "usage: draft-train [-fhqVv] -m model --data file -o head [--arch eagle1] [--epochs n]\n"
-    "                   [--max-time seconds] [--lr x] [--batch n] [--seq-len n] [--seed n]\n"
-    "                   [--cache dir] [--checkpoint-every n] [--resume] [--draft-vocab n]\n"
-    "                   [--noise x] [--clip x] [--gen-tokens n] [--gen-temp t]\n"
+    "usage: draft-train [-fhqVv] -m model --data file -o head [--arch eagle1|eagle3]\n"
+    "                   [--ttt-steps n] [--epochs n] [--max-time seconds] [--lr x] [--batch n]\n"
+    "                   [--seq-len n] [--seed n] [--cache dir] [--checkpoint-every n] [--resume]\n"
+    "                   [--draft-vocab n] [--noise x] [--clip x] [--gen-tokens n] [--gen-temp t]\n"
     "                   [-t n] [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
 
 static const char help_text[] =
-    "draft-train - train an EAGLE-1 draft head for speculative decoding\n"
+    "draft-train - train an EAGLE-1 or EAGLE-3 draft head for speculative decoding\n"
     "\n"
     "  -m, --model FILE        the base model (GGUF, llama architecture)\n"
     "      --data FILE         training text, or JSON Lines with a \"text\" member (- = stdin);\n"
     "                          never the text you evaluate on; lines with a \"prompt\" or chat\n"
     "                          \"messages\" get the base model's own responses (self-distillation)\n"
-    "  -o, --output FILE       the head (GGUF, architecture eagle), written atomically\n"
-    "      --arch NAME         eagle1 (the only one so far)\n"
+    "  -o, --output FILE       the head (GGUF, architecture eagle or eagle3), written atomically\n"
+    "      --arch NAME         eagle1 (default) or eagle3 (features of three layers, own LM head\n"
+    "                          over the --draft-vocab tokens, training-time test)\n"
+    "      --ttt-steps N       eagle3: steps of the training-time test unrolled (default 7)\n"
     "\n"
     "Training:\n"
     "      --epochs N          passes over the training sequences\n"
@@ -68,8 +70,8 @@ static const char help_text[] =
 
 enum {
     OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS,
-    OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS,
-    OPT_RESUME, OPT_SEED, OPT_SEQ_LEN,
+    OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
+    OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
 };
 
 static const struct option longopts[] = {
@@ -100,6 +102,7 @@ static const struct option longopts[] = {
     { "seed", required_argument, NULL, OPT_SEED },
     { "seq-len", required_argument, NULL, OPT_SEQ_LEN },
     { "threads", required_argument, NULL, 't' },
+    { "ttt-steps", required_argument, NULL, OPT_TTT },
     { "verbose", no_argument, NULL, 'v' },
     { "version", no_argument, NULL, 'V' },
     { NULL, 0, NULL, 0 },
@@ -111,15 +114,17 @@ main(int argc, char **argv)
     struct draft_train_opts o = DRAFT_TRAIN_OPTS_INIT;
     struct draft_train_report r;
     struct diag d = {{0}};
-    bool json = false, oversubscribe = false;
+    bool json = false, oversubscribe = false, ttt = false;
     int c, rc;
 
     cli_init(argv[0]);
     while ((c = getopt_long(argc, argv, "fhm:o:qt:Vv", longopts, NULL)) != -1) {
         switch (c) {
         case OPT_ARCH:
-            if (strcmp(optarg, "eagle1") != 0)
-                usage_error(usage_line, "--arch: '%s' is not supported (eagle1)", ESC(optarg));
+            if (strcmp(optarg, "eagle1") != 0 && strcmp(optarg, "eagle3") != 0)
+                usage_error(usage_line, "--arch: '%s' is not supported (eagle1, eagle3)",
+                            ESC(optarg));
+            o.arch = optarg[5] == '3' ? 3 : 1;
             break;
         case OPT_BATCH: o.batch = cli_parse_i64(optarg, 1, 4096, "--batch", false); break;
         case OPT_CACHE: o.cache_dir = optarg; break;
@@ -158,6 +163,10 @@ main(int argc, char **argv)
         case OPT_RESUME: o.resume = true; break;
         case OPT_SEED: o.seed = (uint64_t)cli_parse_i64(optarg, 0, INT64_MAX, "--seed", false); break;
         case OPT_SEQ_LEN: o.seq_len = cli_parse_i64(optarg, 2, 8192, "--seq-len", false); break;
+        case OPT_TTT:
+            o.ttt_steps = (int)cli_parse_i64(optarg, 1, 16, "--ttt-steps", false);
+            ttt = true;
+            break;
         case 't': o.n_threads = (int)cli_parse_i64(optarg, 1, 1024, "--threads", false); break;
         case 'v': cli_verbosity = 2; break;
         case 'V': cli_exit_version("draft-train");
@@ -171,6 +180,7 @@ main(int argc, char **argv)
         { !o.output, "no output (-o)" },
         { o.output && !strcmp(o.output, "-"), "-o: the head is written to a file, not stdout" },
         { o.epochs == 0 && o.max_time == 0, "give --epochs or --max-time" },
+        { ttt && o.arch != 3, "--ttt-steps: only with --arch eagle3" },
         { o.model && o.data && !strcmp(o.model, "-") , "-m: the model must be a file" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));

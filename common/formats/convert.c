@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "convert_priv.h"
+#include "eagle_hf.h"
 #include "gguf.h"
 #include "gguf_write.h"
 #include "qtypes.h"
@@ -179,9 +180,66 @@ out:
     return rc;
 }
 
+/* 1 when the GGUF at path is an EAGLE head (general.architecture "eagle"
+ * or "eagle3") */
+static int
+gguf_is_eagle(const char *path, struct diag *d)
+{
+    struct gguf g;
+    const char *arch = NULL;
+    int rc;
+
+    if (!strcmp(path, "-"))
+        return 0;
+    if ((rc = gguf_open(&g, path, d)) < 0) {
+        diag_prefix(d, "'%s'", path);
+        return rc;
+    }
+    rc = gguf_get_str(&g, "general.architecture", &arch, NULL) == 0 && arch &&
+         (!strcmp(arch, "eagle") || !strcmp(arch, "eagle3"));
+    gguf_release(&g);
+    return rc;
+}
+
+/* the EAGLE head directions, or 0 when the conversion is not of a head */
+static int
+convert_eagle(const struct convert_opts *o, enum model_fmt from, enum model_fmt to, bool *done,
+              struct diag *d)
+{
+    int head = 0;
+
+    *done = false;
+    if (from == FMT_GGUF && to == FMT_HF)
+        head = gguf_is_eagle(o->input, d);
+    else if (from == FMT_HF && to == FMT_GGUF)
+        head = eagle_hf_detect(o->input, d);
+    if (head < 0) {
+        if (from == FMT_HF)
+            diag_prefix(d, "'%s'", o->input);
+        return head;
+    }
+    if (!head && o->base)
+        return diag_set(d, ST_RANGE, "--base goes with an EAGLE head's HF directory "
+                        "converted to GGUF");
+    if (!head)
+        return 0;
+    *done = true;
+    if (o->shard_size)
+        return diag_set(d, ST_RANGE, "--shard-size: an EAGLE head is written as one file");
+    if (from == FMT_HF && o->out_type >= 0)
+        return diag_set(d, ST_RANGE, "--type: EAGLE head GGUFs are f32");
+    if (from == FMT_GGUF)
+        return eagle_hf_export(o->input, o->output, o->out_type, o->force, d);
+    if (!o->base)
+        return diag_set(d, ST_RANGE, "'%s' is an EAGLE head: give the model it drafts for "
+                        "with --base BASE.gguf", o->input);
+    return eagle_hf_import(o->input, o->base, o->output, o->force, d);
+}
+
 int
 run_convert(const struct convert_opts *o, struct diag *d)
 {
+    bool done;
     enum model_fmt from = o->from, to = o->to;
     int rc;
 
@@ -205,6 +263,9 @@ run_convert(const struct convert_opts *o, struct diag *d)
         return diag_set(d, ST_RANGE, "a Hugging Face directory cannot be written to stdout");
     if (from != FMT_GGUF && !strcmp(o->input, "-"))
         return diag_set(d, ST_RANGE, "only GGUF can be read from stdin");
+    rc = convert_eagle(o, from, to, &done, d);
+    if (rc || done)
+        return rc;
     switch (from) {
     case FMT_GGUF:
         return to == FMT_GGUF ? gguf_to_gguf(o, d) : convert_gguf_to_hf(o, d);

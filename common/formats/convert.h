@@ -39,7 +39,10 @@ struct convert_opts {
     enum model_fmt from, to;    /* FMT_AUTO = detect / infer from the output name */
     int out_type;               /* -1 = keep (GGUF) or auto (HF); else GGML_TYPE_F32/F16/BF16 */
     const char *tokenizer;      /* llama2c tokenizer.bin (default: beside the model) */
-    uint64_t shard_size;        /* HF output: max bytes per safetensors shard */
+    uint64_t shard_size;        /* HF output: max bytes per safetensors shard;
+                                 * 0 = SFT_DEFAULT_SHARD (5 GB) */
+    const char *base;           /* EAGLE head HF -> GGUF: the base model GGUF the
+                                 * head drafts for (eagle_hf.h); NULL otherwise */
     bool force;                 /* replace an existing output */
     FILE *info;                 /* non-NULL: describe the input on this stream
                                  * (convert_info) instead of converting */

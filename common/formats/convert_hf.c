@@ -278,6 +278,11 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         ot->src.type = (uint32_t)gt;
         memcpy(ot->src.ne, ot->ne, sizeof(ot->ne));
         ot->src.perm_heads = m.perm != HF_PERM_NONE ? (int)m.perm_heads : 0;
+        ot->src.add = m.shift;
+        /* Gemma3Model.modify_tensors: embedding rows past the vocabulary go */
+        if (cfg.arch == HF_ARCH_GEMMA3 && !strcmp(m.name, "token_embd.weight") &&
+            ot->n_dims == 2 && ot->ne[1] > voc.n_tokens)
+            ot->ne[1] = ot->src.ne[1] = voc.n_tokens;
         ts[n].key = tensor_order_key(ot, m.layer);
         ts[n].grid = -1;
         if (!strcmp(m.name, "token_embd.weight"))
@@ -312,9 +317,10 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         goto out;
     }
     for (int64_t l = 0; l < cfg.n_layer; l++) {
-        if (layer_count[l] < 9) {
-            rc = diag_set(d, ST_FORMAT, "'%s': layer %lld has %d of the 9 llama tensors", o->input,
-                          (long long)l, layer_count[l]);
+        if (layer_count[l] < hf_layer_tensors_required(&cfg)) {
+            rc = diag_set(d, ST_FORMAT, "'%s': layer %lld has %d of the %d %s tensors", o->input,
+                          (long long)l, layer_count[l], hf_layer_tensors_required(&cfg),
+                          cfg.arch_name);
             goto out;
         }
     }
@@ -462,6 +468,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         srcs[n].type = t->type;
         memcpy(srcs[n].ne, t->ne, sizeof(srcs[n].ne));
         srcs[n].perm_heads = maps[n].perm != HF_PERM_NONE ? -(int)maps[n].perm_heads : 0;
+        srcs[n].add = maps[n].shift;
         if (t->n_dims >= 2)
             *(ty == GGML_TYPE_F16 ? &n_f16 : ty == GGML_TYPE_BF16 ? &n_bf16 : &n_f32) += 1;
         n++;
@@ -472,7 +479,8 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
                                     : "dequantizing quantized tensors to f32 (exact); --type f16 or bf16 gives a smaller checkpoint");
     torch_dtype = n_bf16 >= n_f16 && n_bf16 >= n_f32 && n_bf16 ? "bfloat16"
                   : n_f16 >= n_f32 && n_f16 ? "float16" : "float32";
-    rc = sft_plan_init(&plan, specs, n, o->shard_size, NULL, 0, d);
+    rc = sft_plan_init(&plan, specs, n, o->shard_size ? o->shard_size : SFT_DEFAULT_SHARD, NULL,
+                       0, d);
     if (rc)
         goto out;
     rc = xout_open_dir(&xo, o->output, o->force, d);

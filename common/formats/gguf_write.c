@@ -54,7 +54,7 @@ tensor_emit(const struct tsrc *s, uint32_t out_type, tensor_sink_fn sink, void *
     if (!srow || !drow)
         return diag_set(d, ST_RANGE, "row of %lld elements does not fit type %s", (long long)ne0,
                         drow ? st->name : dt->name);
-    if (s->type == out_type && !s->perm_heads)
+    if (s->type == out_type && !s->perm_heads && s->add == 0.0f)
         return sink(ctx, s->data, srow * (size_t)nrows, d);
     if (!st->to_float)
         return diag_set(d, ST_RANGE, "cannot convert from type %s", st->name);
@@ -79,6 +79,9 @@ tensor_emit(const struct tsrc *s, uint32_t out_type, tensor_sink_fn sink, void *
                 sr = permute_src_row(r, nrows, s->perm_heads > 0 ? s->perm_heads : -s->perm_heads,
                                      s->perm_heads < 0);
             st->to_float((const uint8_t *)s->data + (size_t)sr * srow, tmp, ne0);
+            if (s->add != 0.0f)
+                for (int64_t j = 0; j < ne0; j++)
+                    tmp[j] += s->add;
             dt->from_float(tmp, out + (size_t)k * drow, ne0);
         }
         rc = sink(ctx, out, drow * (size_t)nr, d);

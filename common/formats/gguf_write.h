@@ -22,21 +22,23 @@ struct xout;
 
 /* Where an output tensor's bytes come from: source bytes of a ggml type
  * (safetensors F32/F16/BF16 have ggml's layouts), the source shape in GGUF
- * order, and an optional Q/K row permutation: perm_heads > 0 turns HF rows
- * into GGUF rows with that many heads, < 0 the inverse. */
+ * order, an optional Q/K row permutation: perm_heads > 0 turns HF rows
+ * into GGUF rows with that many heads, < 0 the inverse, and a constant added
+ * to every value in float32 (Gemma's RMSNorm weights: HF w, GGUF 1 + w). */
 struct tsrc {
     const void *data;
     uint32_t type;
     int64_t ne[4];
     int perm_heads;
+    float add;
 };
 
 /* A consumer of output bytes, called in order with pieces of the tensor. */
 typedef int (*tensor_sink_fn)(void *ctx, const void *p, size_t n, struct diag *d);
 
 /* tensor_emit() : converts s to out_type row by row (in chunks of ~4 MiB)
- * and hands the bytes to sink.  Same type and no permutation: one call with
- * the source bytes. */
+ * and hands the bytes to sink.  Same type, no permutation and nothing to
+ * add: one call with the source bytes. */
 int tensor_emit(const struct tsrc *s, uint32_t out_type, tensor_sink_fn sink, void *ctx,
                 struct diag *d);
 

@@ -10,9 +10,24 @@
  * Supported architectures: those of the architecture table (arch.h) marked
  * ARCH_F_CONVERT, whose hyperparameter keys, config.json spellings, tensor
  * names and Q/K permutation come from the table: LlamaForCausalLM,
- * MistralForCausalLM (GGUF arch "llama", Q/K permuted) and Qwen2ForCausalLM
- * (arch "qwen2": q/k/v biases, NeoX rope, no permutation).  Everything else
- * is refused with -ST_FORMAT "config.json: unsupported architecture '...'".
+ * MistralForCausalLM (GGUF arch "llama", Q/K permuted), Qwen2ForCausalLM
+ * (arch "qwen2": q/k/v biases, NeoX rope, no permutation), Qwen3ForCausalLM
+ * and Gemma3ForCausalLM (arch "gemma3", Gemma3Model in llama.cpp's
+ * conversion/gemma.py: every "*norm.weight" stored as 1 + w, through
+ * hf_tensor_map.shift; embedding rows past the vocabulary dropped;
+ * sliding_window, rope_local_base_freq -> rope.freq_base_swa, final logit
+ * softcap; transformers' Gemma3TextConfig defaults; only a SentencePiece
+ * tokenizer.model, add_space_prefix false).  Multimodal
+ * Gemma3ForConditionalGeneration configs are refused, and everything else
+ * with -ST_FORMAT "config.json: unsupported architecture '...'".
+ *
+ * SentencePiece types follow _create_vocab_sentencepiece: a USER_DEFINED
+ * piece of tokenizer.model reads as NORMAL (user tokens come from
+ * added_tokens.json / added_tokens_decoder) unless the llmkit marker says
+ * the file is our own export, whose types are the GGUF's.  The exported
+ * tokenizer.model always has one UNKNOWN piece (SentencePiece will not load
+ * one without): the unk id's, even where the GGUF types it CONTROL as
+ * llama.cpp's converter does for Gemma (the marker keeps CONTROL).
  *
  * HF -> GGUF, in the converter's key order (TextModel.set_gguf_parameters):
  *     hf_config_load(&cfg, "dir/config.json", &d);
@@ -126,6 +141,7 @@ enum hf_arch {
     HF_ARCH_LLAMA = 0,   /* LlamaForCausalLM, MistralForCausalLM */
     HF_ARCH_QWEN2 = 1,   /* Qwen2ForCausalLM */
     HF_ARCH_QWEN3 = 2,   /* Qwen3ForCausalLM */
+    HF_ARCH_GEMMA3 = 3,  /* Gemma3ForCausalLM (text only) */
 };
 
 enum hf_rope_type {
@@ -170,6 +186,13 @@ struct hf_config {
     struct hf_rope rope;
     int64_t special[HF_SPECIAL_COUNT];  /* <typ>_token_id; -1 when absent/not an int */
     char torch_dtype[16];       /* as read; "" when absent */
+    /* gemma3 (Gemma3Model.set_gguf_parameters) */
+    int64_t sliding_window;     /* attention.sliding_window; 0 = not written (pattern 1) */
+    double rope_theta_swa;      /* rope_local_base_freq -> rope.freq_base_swa */
+    bool has_rope_theta_swa;
+    double final_logit_softcap; /* final_logit_softcapping; 0 = none */
+    uint64_t swa_mask[HF_MAX_LAYERS / 64];  /* layers that use the window (config.json
+                                             * layer_types; GGUF: every 6th global) */
     bool rope_freqs_pending;    /* from_gguf: rope_freqs.weight exists but its data was
                                    not mapped: call hf_config_match_rope_freqs() */
 };
@@ -252,6 +275,8 @@ struct hf_tensor_map {
     int32_t layer;          /* block index, or -1 */
     enum hf_perm perm;      /* rows to (un)permute; NONE for arch qwen2 */
     int64_t perm_heads;     /* n_head or n_head_kv when perm != NONE, else 0 */
+    float shift;            /* added to every value on the way (gemma3 RMSNorm weights:
+                             * +1 HF -> GGUF, -1 GGUF -> HF), else 0 */
 };
 
 /* hf_name_to_gguf() : maps an HF tensor name to its GGUF name (gguf-py
@@ -267,6 +292,10 @@ int hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_te
  * rope_freqs.weight, carried by rope_scaling), or -ST_FORMAT. */
 int hf_name_from_gguf(const struct hf_config *c, const char *gguf_name,
                       struct hf_tensor_map *m, struct diag *d);
+
+/* hf_layer_tensors_required() : how many tensors every layer of an HF
+ * checkpoint of c's architecture has (the table's required ones). */
+int hf_layer_tensors_required(const struct hf_config *c);
 
 /* hf_tensor_force_f32() : the converter keeps this GGUF tensor in F32
  * (ModelBase.prepare_tensors):

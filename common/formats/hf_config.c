@@ -111,7 +111,7 @@ static enum hf_arch
 hf_arch_of(enum arch_id id)
 {
     return id == ARCH_ID_QWEN2 ? HF_ARCH_QWEN2 : id == ARCH_ID_QWEN3 ? HF_ARCH_QWEN3
-                                                                     : HF_ARCH_LLAMA;
+                                  : id == ARCH_ID_GEMMA3 ? HF_ARCH_GEMMA3 : HF_ARCH_LLAMA;
 }
 
 /* The table's architecture of a config.json (architectures[0], else
@@ -120,6 +120,10 @@ hf_arch_of(enum arch_id id)
 static int
 config_arch(struct hf_config *c, const struct arch_hparams *hp, struct diag *d)
 {
+    if (hp->hf_class && hp->arch && hp->hf && hp->hf->model_type &&
+        !strcmp(hp->hf->model_type, "gemma3"))
+        return diag_set(d, ST_FORMAT, "multimodal checkpoint '%.64s' is not supported "
+                        "(its text model, Gemma3ForCausalLM, is)", hp->hf_class);
     if (hp->hf_class) {
         if (!hp->arch || !(hp->arch->flags & ARCH_F_CONVERT))
             return diag_set(d, ST_FORMAT, "unsupported architecture '%.64s'", hp->hf_class);
@@ -161,6 +165,24 @@ parse_rope(struct hf_config *c, const json_t *root, struct diag *d)
         return 0;
     if (!json_is_object(rs))
         return diag_set(d, ST_FORMAT, CFG ": '%s' is not an object", which);
+    /* transformers >= 5 gemma3: {"full_attention": {...}, "sliding_attention": {...}};
+     * the converter scales the global layers' rope and takes the local theta */
+    if (member(rs, "full_attention") || member(rs, "sliding_attention")) {
+        const json_t *sw = member(rs, "sliding_attention");
+        if (sw && !c->has_rope_theta_swa) {
+            rc = cfg_num(sw, "rope_theta", "rope_parameters.sliding_attention.rope_theta", 1e-3,
+                         1e12, &c->rope_theta_swa, d);
+            if (rc < 0)
+                return rc;
+            c->has_rope_theta_swa = rc == 0;
+        }
+        rs = member(rs, "full_attention");
+        which = "rope_parameters.full_attention";
+        if (!rs)
+            return 0;
+        if (!json_is_object(rs))
+            return diag_set(d, ST_FORMAT, CFG ": '%s' is not an object", which);
+    }
     /* transformers >= 5 keeps rope_theta here */
     if (!c->has_rope_theta) {
         rc = cfg_num(rs, "rope_theta", "rope_parameters.rope_theta", 1e-3, 1e12, &c->rope_theta, d);
@@ -227,6 +249,57 @@ parse_rope(struct hf_config *c, const json_t *root, struct diag *d)
     return 0;
 }
 
+/* c->swa_mask: the layers that use the sliding window (arch_swa_layer: the
+ * file's mask or layer_types, else every 6th layer global); none without a
+ * window. */
+static void
+swa_mask_fill(struct hf_config *c, const struct arch_hparams *hp)
+{
+    memset(c->swa_mask, 0, sizeof(c->swa_mask));
+    for (int64_t l = 0; c->sliding_window > 0 && l < c->n_layer; l++)
+        if (arch_swa_layer(hp, l))
+            c->swa_mask[l / 64] |= (uint64_t)1 << (l % 64);
+}
+
+/* Gemma3Model.set_gguf_parameters over transformers' Gemma3TextConfig
+ * defaults: head_dim 256, rope_theta 1e6, rope_local_base_freq 10000,
+ * sliding_window 4096 (not written when sliding_window_pattern is 1), the
+ * final logit softcap when set; attn_logit_softcapping (Gemma 2) refused.
+ * query_pre_attn_scalar is not carried: llama.cpp scales by 1/sqrt(head_dim). */
+static int
+gemma3_from_json(struct hf_config *c, const json_t *root, struct diag *d)
+{
+    int64_t pattern = 0, sw = 4096;
+    double cap = 0;
+    int rc;
+
+    if (member(root, "attn_logit_softcapping"))
+        return diag_set(d, ST_FORMAT, CFG ": 'attn_logit_softcapping' is not supported by gemma3");
+    if (!c->has_head_dim) {
+        c->head_dim = 256;
+        c->has_head_dim = true;
+    }
+    if (!c->has_rope_theta) {
+        c->rope_theta = 1e6;
+        c->has_rope_theta = true;
+    }
+    if (!c->has_rope_theta_swa) {
+        c->rope_theta_swa = 10000.0;
+        c->has_rope_theta_swa = true;
+    }
+    if ((rc = cfg_int(root, (const char *const[]){"sliding_window_pattern", NULL}, 0, HF_MAX_LAYERS,
+                      &pattern, d)) < 0 ||
+        (rc = cfg_int(root, (const char *const[]){"sliding_window", NULL}, 1, UINT32_MAX, &sw,
+                      d)) < 0)
+        return rc;
+    c->sliding_window = pattern == 1 ? 0 : sw;
+    if ((rc = cfg_num(root, "final_logit_softcapping", "final_logit_softcapping", 0, 1e9, &cap,
+                      d)) < 0)
+        return rc;
+    c->final_logit_softcap = rc == 0 ? cap : 0;
+    return 0;
+}
+
 int
 hf_config_from_json(struct hf_config *c, const json_t *root, struct diag *d)
 {
@@ -271,8 +344,13 @@ hf_config_from_json(struct hf_config *c, const json_t *root, struct diag *d)
     if (c->arch != HF_ARCH_QWEN2 &&
         (rc = cfg_bool(root, "attention_bias", &c->attn_bias, d)) < 0)
         return rc;
+    c->rope_theta_swa = hp.rope_freq_base_swa;
+    c->has_rope_theta_swa = arch_has(&hp, ARCH_HP_ROPE_FREQ_BASE_SWA);
     if ((rc = parse_rope(c, root, d)) < 0)
         return rc;
+    if (c->arch == HF_ARCH_GEMMA3 && (rc = gemma3_from_json(c, root, d)) < 0)
+        return rc;
+    swa_mask_fill(c, &hp);
 
     for (i = 0; i < HF_SPECIAL_COUNT; i++) {
         char key[32];
@@ -384,11 +462,19 @@ hf_config_to_gguf(struct gguf *g, const struct hf_config *c, uint32_t file_type,
     }
     if (c->has_rope_theta)
         rc |= set_f32(g, a, ARCH_HP_ROPE_FREQ_BASE, c->rope_theta);
+    if (c->has_rope_theta_swa && c->arch == HF_ARCH_GEMMA3)
+        rc |= set_f32(g, a, ARCH_HP_ROPE_FREQ_BASE_SWA, c->rope_theta_swa);
     rc |= set_f32(g, a, ARCH_HP_RMS_EPS, c->rms_eps);
     if (c->has_head_dim) {
         rc |= set_u32(g, a, ARCH_HP_KEY_LENGTH, c->head_dim);
         rc |= set_u32(g, a, ARCH_HP_VALUE_LENGTH, c->head_dim);
     }
+    if (c->arch == HF_ARCH_GEMMA3 && c->final_logit_softcap > 0) {
+        snprintf(k, sizeof(k), "%s.final_logit_softcapping", a);
+        rc |= gguf_set_f32(g, k, (float)c->final_logit_softcap);
+    }
+    if (c->arch == HF_ARCH_GEMMA3 && c->sliding_window > 0)
+        rc |= set_u32(g, a, ARCH_HP_SLIDING_WINDOW, c->sliding_window);
     rc |= gguf_set_u32(g, "general.file_type", file_type);
     if (c->arch == HF_ARCH_LLAMA) {
         if (c->n_vocab > 0)
@@ -402,6 +488,31 @@ hf_config_to_gguf(struct gguf *g, const struct hf_config *c, uint32_t file_type,
 }
 
 /* ---- GGUF -> struct hf_config ---- */
+
+/* gemma3: llama.cpp's defaults (local rope base 10000, no window when the
+ * key is absent), the final logit softcap, and which layers use the window
+ * (arch_swa_layer: the file's mask, else every 6th layer global). */
+static int
+gemma3_from_gguf(struct hf_config *c, const struct gguf *g, const struct arch_hparams *hp,
+                 struct diag *d)
+{
+    double cap = 0;
+    int rc = gguf_get_float(g, "gemma3.final_logit_softcapping", &cap, d);
+
+    if (rc < 0)
+        return rc;
+    c->has_head_dim = true;
+    c->has_rope_theta = true;
+    c->rope_theta_swa = arch_has(hp, ARCH_HP_ROPE_FREQ_BASE_SWA) ? hp->rope_freq_base_swa : 10000.0;
+    c->has_rope_theta_swa = true;
+    c->sliding_window = arch_has(hp, ARCH_HP_SLIDING_WINDOW) ? hp->sliding_window : 0;
+    if (rc == 0 && (!isfinite(cap) || cap < 0))
+        return diag_set(d, ST_FORMAT, "key 'gemma3.final_logit_softcapping' is not a "
+                        "non-negative number");
+    c->final_logit_softcap = rc == 0 ? cap : 0;
+    swa_mask_fill(c, hp);
+    return 0;
+}
 
 int
 hf_config_from_gguf(struct hf_config *c, struct gguf *g, struct diag *d)
@@ -461,6 +572,8 @@ hf_config_from_gguf(struct hf_config *c, struct gguf *g, struct diag *d)
     c->rms_eps = hp.rms_eps;
     c->rope_theta = hp.rope_freq_base;
     c->has_rope_theta = arch_has(&hp, ARCH_HP_ROPE_FREQ_BASE);
+    if (c->arch == HF_ARCH_GEMMA3 && (rc = gemma3_from_gguf(c, g, &hp, d)) < 0)
+        return rc;
 
     if (hp.rope_scaling && strcmp(hp.rope_scaling, "none")) {
         const char *rt = hp.rope_scaling;
@@ -639,13 +752,39 @@ jset(json_t *o, const char *key, json_t *v)
     return v ? json_object_set_new(o, key, v) : -1;
 }
 
+/* The Gemma3TextConfig members llama.cpp's model needs: layer_types from
+ * the window mask, query_pre_attn_scalar = head_dim (llama.cpp scales by
+ * 1/sqrt(head_dim)), GELU (tanh) MLP, the local rope base. */
+static int
+gemma3_to_json(json_t *o, const struct hf_config *c)
+{
+    json_t *lt = json_array();
+    int rc = 0;
+
+    for (int64_t l = 0; lt && l < c->n_layer; l++)
+        rc |= json_array_append_new(lt, json_string(c->swa_mask[l / 64] >> (l % 64) & 1
+                                                    ? "sliding_attention" : "full_attention"));
+    rc |= jset(o, "layer_types", lt);
+    rc |= jset(o, "attn_logit_softcapping", json_null());
+    rc |= jset(o, "final_logit_softcapping", c->final_logit_softcap > 0
+                                                ? json_f32(c->final_logit_softcap) : json_null());
+    rc |= jset(o, "query_pre_attn_scalar", json_integer(c->head_dim));
+    rc |= jset(o, HFK(ARCH_HP_ROPE_FREQ_BASE_SWA), json_f32(c->rope_theta_swa));
+    rc |= jset(o, HFK(ARCH_HP_SLIDING_WINDOW), json_integer(c->sliding_window > 0 ? c->sliding_window
+                                                                             : 1 << 30));
+    if (c->sliding_window <= 0)
+        rc |= jset(o, "sliding_window_pattern", json_integer(1));
+    return rc;
+}
+
 int
 hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **out,
                   struct diag *d)
 {
     json_t *o = json_object(), *rs = NULL;
-    bool llama = c->arch == HF_ARCH_LLAMA;
+    bool llama = c->arch == HF_ARCH_LLAMA, gemma3 = c->arch == HF_ARCH_GEMMA3;
     const struct arch_hf *cls = arch_hf_of(c->arch == HF_ARCH_QWEN3 ? ARCH_ID_QWEN3
+                                           : gemma3 ? ARCH_ID_GEMMA3
                                            : llama ? ARCH_ID_LLAMA : ARCH_ID_QWEN2);
     int rc = 0, i;
 
@@ -667,7 +806,10 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
     /* Qwen3Config's head_dim defaults to 128, not hidden_size / heads */
     if (c->has_head_dim || c->arch == HF_ARCH_QWEN3)
         rc |= jset(o, HFK(ARCH_HP_KEY_LENGTH), json_integer(c->head_dim));
-    rc |= jset(o, "hidden_act", json_string("silu"));
+    if (gemma3)
+        rc |= jset(o, "hidden_activation", json_string("gelu_pytorch_tanh"));
+    else
+        rc |= jset(o, "hidden_act", json_string("silu"));
     rc |= jset(o, HFK(ARCH_HP_EMBEDDING_LENGTH), json_integer(c->n_embd));
     rc |= jset(o, "initializer_range", json_real(0.02));
     rc |= jset(o, HFK(ARCH_HP_FEED_FORWARD_LENGTH), json_integer(c->n_ff));
@@ -716,7 +858,9 @@ hf_config_to_json(const struct hf_config *c, const char *torch_dtype, json_t **o
     rc |= jset(o, "tie_word_embeddings", json_boolean(c->tie_word_embeddings));
     rc |= jset(o, "torch_dtype", json_string(torch_dtype));
     rc |= jset(o, "use_cache", json_true());
-    if (!llama)
+    if (gemma3)
+        rc |= gemma3_to_json(o, c);
+    else if (!llama)
         rc |= jset(o, "use_sliding_window", json_false());
     if (c->n_vocab > 0)
         rc |= jset(o, HFK(ARCH_HP_VOCAB_SIZE), json_integer(c->n_vocab));
@@ -770,6 +914,14 @@ parse_layer(const char **p)
     return v;
 }
 
+/* Gemma3Model.norm_shift: GGUF holds 1 + w of every HF RMSNorm weight
+ * (names ending in "norm.weight" on both sides). */
+static float
+norm_shift(const struct hf_config *c, const char *name)
+{
+    return c->arch == HF_ARCH_GEMMA3 && ends_with(name, "norm.weight") ? 1.0f : 0.0f;
+}
+
 static void
 fill_perm(const struct hf_config *c, unsigned flags, struct hf_tensor_map *m)
 {
@@ -796,6 +948,7 @@ hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor
     for (t = tensors_of(c); t->gguf; t++)
         if (!(t->flags & ARCH_T_LAYER) && t->hf && !strcmp(hf_name, t->hf)) {
             snprintf(m->name, sizeof(m->name), "%s", t->gguf);
+            m->shift = norm_shift(c, hf_name);
             return 1;
         }
     if (strncmp(hf_name, prefix, sizeof(prefix) - 1))
@@ -809,6 +962,7 @@ hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor
             snprintf(m->name, sizeof(m->name), "blk.%d.%s", (int)layer, t->gguf);
             m->layer = layer;
             fill_perm(c, t->flags, m);
+            m->shift = norm_shift(c, hf_name);
             return 1;
         }
     return diag_set(d, ST_FORMAT, "unknown tensor '%.128s'", hf_name);
@@ -830,6 +984,7 @@ hf_name_from_gguf(const struct hf_config *c, const char *gguf_name, struct hf_te
             if (!t->hf)
                 return 0;       /* rope_freqs.weight: carried by rope_scaling */
             snprintf(m->name, sizeof(m->name), "%s", t->hf);
+            m->shift = -norm_shift(c, gguf_name);
             return 1;
         }
     if (strncmp(gguf_name, prefix, sizeof(prefix) - 1))
@@ -843,9 +998,21 @@ hf_name_from_gguf(const struct hf_config *c, const char *gguf_name, struct hf_te
             snprintf(m->name, sizeof(m->name), "model.layers.%d.%s", (int)layer, t->hf);
             m->layer = layer;
             fill_perm(c, t->flags, m);
+            m->shift = -norm_shift(c, gguf_name);
             return 1;
         }
     return diag_set(d, ST_FORMAT, "tensor '%.128s' has no HF llama name", gguf_name);
+}
+
+int
+hf_layer_tensors_required(const struct hf_config *c)
+{
+    const struct arch_tensor *t;
+    int n = 0;
+
+    for (t = tensors_of(c); t->gguf; t++)
+        n += (t->flags & ARCH_T_LAYER) && (t->flags & ARCH_T_REQUIRED) && t->hf;
+    return n;
 }
 
 bool

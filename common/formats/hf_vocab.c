@@ -715,14 +715,16 @@ ob_int32(struct obuf *o, uint32_t field, int64_t v)
 }
 
 /* The SentencePiece type a token is written with: its GGUF type when SP has
- * it, NORMAL otherwise, and UNUSED for every UNKNOWN token but one
- * (SentencePiece refuses a model with two).  Tokens whose type changes are
- * recorded in the llmkit marker. */
+ * it, NORMAL otherwise, UNKNOWN for the unk piece (spm_unk) and UNUSED for
+ * every other UNKNOWN token (SentencePiece refuses a model with none or two).
+ * Tokens whose type changes are recorded in the llmkit marker. */
 static int32_t
 spm_type(const struct hf_vocab *v, int64_t i, int64_t unk)
 {
     int32_t t = v->types ? v->types[i] : HF_TOK_NORMAL;
 
+    if (i == unk)
+        return HF_TOK_UNKNOWN;
     if (t < 1 || t > 6)
         return HF_TOK_NORMAL;
     if (t == HF_TOK_UNKNOWN && i != unk)
@@ -731,7 +733,9 @@ spm_type(const struct hf_vocab *v, int64_t i, int64_t unk)
 }
 
 /* The one UNKNOWN token SentencePiece gets: the unk id when it is UNKNOWN,
- * else the first UNKNOWN token (-1: none). */
+ * else the first UNKNOWN token, else the unk id whatever its type (llama.cpp's
+ * converter types Gemma's <unk> CONTROL; SentencePiece will not load a model
+ * without an unk piece), else -1. */
 static int64_t
 spm_unk(const struct hf_vocab *v)
 {
@@ -744,7 +748,7 @@ spm_unk(const struct hf_vocab *v)
     for (i = 0; i < v->n_tokens; i++)
         if (v->types[i] == HF_TOK_UNKNOWN)
             return i;
-    return -1;
+    return u >= 0 && u < v->n_tokens ? u : -1;
 }
 
 int
@@ -1168,7 +1172,13 @@ load_spm(struct ctx *c)
             return diag_set(d, ST_NOMEM, "out of memory");
         }
         v->scores[i] = pcs[i].score;
-        v->types[i] = pcs[i].type;
+        /* _create_vocab_sentencepiece asks IsUnknown, IsControl, IsUnused,
+         * IsByte; any other piece (USER_DEFINED included) is NORMAL: user
+         * tokens come from added_tokens.json / added_tokens_decoder.  Our
+         * own export (the marker) keeps the GGUF's types verbatim. */
+        v->types[i] = verbatim || pcs[i].type == HF_TOK_UNKNOWN || pcs[i].type == HF_TOK_CONTROL ||
+                              pcs[i].type == HF_TOK_UNUSED || pcs[i].type == HF_TOK_BYTE
+                          ? pcs[i].type : HF_TOK_NORMAL;
     }
     free(pcs);
     if (vocab_pad(v, -10000.0f))
@@ -1590,6 +1600,9 @@ from_mem(struct ctx *c)
     if (s->spm_model) {
         if ((rc = load_spm(c)) < 0)
             return rc;
+    } else if (s->arch == HF_ARCH_GEMMA3) {
+        /* Gemma3Model.set_vocab would take tokenizer.json as a GPT-2 BPE */
+        return diag_set(d, ST_FORMAT, "gemma3 needs its SentencePiece tokenizer.model");
     } else if (c->tj) {
         model = member(c->tj, "model");
         if (!json_is_object(model))
@@ -1639,6 +1652,9 @@ from_mem(struct ctx *c)
                 v->types[v->special[i]] = HF_TOK_CONTROL;
     if (c->marker && (rc = apply_marker(c)) < 0)
         return rc;
+    /* Gemma3Model.set_vocab: add_add_space_prefix(False) */
+    if (s->arch == HF_ARCH_GEMMA3)
+        v->add_space_prefix = 0;
     return 0;
 }
 

@@ -215,10 +215,10 @@ static const struct arch_tensor qwen3_tensors[] = {
 };
 
 /* llama.cpp's LLM_ARCH_GEMMA3 tensors (llama-arch.cpp; src/models/gemma3.cpp
- * loads them) and the HF Gemma3ForCausalLM names.  llama.cpp's converter
- * stores the RMSNorm weights as 1 + w (Gemma multiplies by 1 + w), so they
- * are plain multipliers here; the HF names are for reference (the table does
- * not convert gemma3). */
+ * loads them) and the HF Gemma3ForCausalLM names they are converted from.
+ * llama.cpp's converter stores the RMSNorm weights as 1 + w (Gemma
+ * multiplies by 1 + w), so they are plain multipliers here; hf_config.c
+ * shifts them on the way. */
 static const struct arch_tensor gemma3_tensors[] = {
     { ARCH_W_TOKEN_EMBD, "token_embd.weight", "model.embed_tokens.weight",
       ARCH_DIM_VOCAB, ARCH_DIM_EMBD, T_M | T_R },
@@ -345,10 +345,10 @@ static const struct arch arch_table[] = {
       false, false, qwen3_tensors, true },
     /* sliding windows: llama.cpp's set_swa_pattern(2) and (6), every n-th
      * layer global; gemma2 is known for kvstat only (not run or converted),
-     * gemma3 runs (not converted yet) */
+     * gemma3 runs and converts (text model) */
     { ARCH_ID_GEMMA2, "gemma2", ARCH_RECIPE_NONE, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 2,
       false, false, NULL, false },
-    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_GEMMA3, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
+    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_GEMMA3, ARCH_F_CONVERT, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
       false, false, gemma3_tensors, true },
     /* MLA, run in the absorbed form; not converted */
     { ARCH_ID_DEEPSEEK2, "deepseek2", ARCH_RECIPE_DEEPSEEK2, 0, KEYS_DEEPSEEK2, REQ_DEEPSEEK2,

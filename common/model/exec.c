@@ -253,7 +253,7 @@ exec_hook(struct exec *e, int site, int layer, const char *name, const struct mo
         be->ops->download(be, st->hook_buf, x, (size_t)n * sizeof(float));
         x = st->hook_buf;
     }
-    struct model_hook_event ev = { site, layer, name, w, x, n_tok, dim, ld, tok0, e->b };
+    struct model_hook_event ev = { site, layer, name, w, x, n_tok, dim, ld, tok0, e->b, NULL };
     int rc = h->fn(h->ctx, &ev);
     return rc < 0 ? rc : 0;
 }
@@ -506,19 +506,50 @@ exec_scale(struct exec *e, float *x, int64_t dim, float s)
     e->m->be->ops->scale(e->m->be, x, s, e->n, dim);
 }
 
+/* LINEAR_OUT before w's product into y: 1 when a hook wrote y */
+static int
+hook_linear_fill(struct exec *e, const struct model_weight *w, float *y)
+{
+    const struct model_hooks *h = e->hooks;
+
+    if (!h || !h->fn || !(h->sites & MODEL_HOOK_LINEAR_OUT) || !e->m->be->host)
+        return 0;
+    struct model_hook_event ev = { MODEL_HOOK_LINEAR_OUT, (int)e->layer, w->name, w, NULL, e->n,
+                                   w->rows, w->rows, e->c0, e->b, y };
+    int rc = h->fn(h->ctx, &ev);
+    return rc < 0 ? rc : rc > 0;
+}
+
 int
 exec_matmuls(struct exec *e, int nw, const struct model_weight *const *w,
              const struct model_weight *const *bias, const float *x, float *const *y)
 {
+    const struct model_weight *cw[BACKEND_MM_MAX], *cb[BACKEND_MM_MAX];
+    float *cy[BACKEND_MM_MAX];
     int64_t ldy[BACKEND_MM_MAX];
-    int rc;
+    int rc, n = 0;
 
-    for (int i = 0; i < nw; i++) {
+    for (int i = 0; i < nw; i++)
         if ((rc = hook_linear(e, w[i], x, e->n, e->c0)) < 0)
             return rc;
-        ldy[i] = w[i]->rows;
+    /* the products no hook supplied */
+    for (int i = 0; i < nw; i++) {
+        if ((rc = hook_linear_fill(e, w[i], y[i])) < 0)
+            return rc;
+        if (rc)
+            continue;
+        cw[n] = w[i];
+        cb[n] = bias ? bias[i] : NULL;
+        cy[n] = y[i];
+        ldy[n++] = w[i]->rows;
     }
-    matmul_n(e, nw, w, bias, x, w[0]->cols, e->n, y, ldy, e->m->st->row_gemm);
+    if (n == 0)
+        return 0;
+    matmul_n(e, n, cw, cb, x, w[0]->cols, e->n, cy, ldy, e->m->st->row_gemm);
+    for (int i = 0; i < n; i++)
+        if ((rc = exec_hook(e, MODEL_HOOK_LINEAR_OUT, (int)e->layer, cw[i]->name, cw[i], cy[i],
+                            e->n, cw[i]->rows, cw[i]->rows, e->c0)) < 0)
+            return rc;
     return 0;
 }
 

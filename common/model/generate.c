@@ -527,6 +527,8 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     if (g->eh && !g->plain && (rc = eagle_draft_hidden(g->eh, n_prompt > max_draft + 1 ? n_prompt
                                                        : max_draft + 1, &mo.hidden, d)) < 0)
         goto out;
+    /* an EAGLE-3 head's features: hidden states inside the target */
+    const struct model_hooks *eh_hooks = g->eh && !g->plain ? eagle_draft_hooks(g->eh) : NULL;
     if ((rc = spec_tree_init(&tree, max_draft + 1, d)) < 0)
         goto out;
     if (top_k > 0) {
@@ -566,7 +568,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     for (i = 0; i < n_prompt; i += step) {
         b.n = n_prompt - i < step ? n_prompt - i : step;
         b.tok = bt + i;
-        if ((rc = model_forward(g->m, g->kv, &b, NULL, &mo, d)) < 0)
+        if ((rc = model_forward(g->m, g->kv, &b, eh_hooks, &mo, d)) < 0)
             goto out;
     }
     b.tok = bt;
@@ -639,7 +641,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 b.mask = mask;
             }
             double t_v = now_seconds();
-            rc = model_forward(g->m, g->kv, &b, NULL, &mo, d);
+            rc = model_forward(g->m, g->kv, &b, eh_hooks, &mo, d);
             r->spec_verify_ms += ms_since(t_v);
             b.mask = NULL;
             if (rc < 0)
@@ -933,6 +935,8 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
         (rc = eagle_draft_open(&g.eh, o->draft_head, m, r->ctx, o->spec_width, GGML_TYPE_Q8_0,
                                d)) < 0)
         goto out;
+    if (g.eh)
+        r->drafter = eagle_draft_arch(g.eh);    /* "eagle" or "eagle3" */
     if (!o->perplexity && o->spec_compare && r->drafter) {
         struct generate_report pr = *r;
         g.plain = true;

@@ -311,6 +311,9 @@ enum model_hook_site {
                                  * "token_embd.weight" when tied); dim = the weight's cols */
     MODEL_HOOK_LAYER_OUT = 4,   /* hidden state after layer i (residual stream),
                                  * name "blk.<i>.out", dim n_embd */
+    MODEL_HOOK_LINEAR_OUT = 8,  /* the output of a layer's linear run through
+                                 * exec_matmul(s) (bias added), name = its weight's;
+                                 * dim = the weight's rows; see below */
 };
 
 struct model_hook_event {
@@ -324,10 +327,17 @@ struct model_hook_event {
     int64_t ld;                 /* row stride in floats */
     int64_t tok0;               /* batch index of row 0 */
     const struct batch *batch;  /* the whole batch */
+    float *y;                   /* LINEAR_OUT offered before the product: its
+                                 * output [n_tok][ld], writable; else NULL */
 };
 
 /* A hook returns 0 to continue or a negative -ST_* code to abort the forward
  * pass, which then returns that code (after rolling back the KV cache).
+ * LINEAR_OUT comes twice per linear on a host backend: after LINEAR_IN
+ * with ev->y set and ev->x NULL, where the hook may write the output itself
+ * (a memo of an earlier identical run) and return 1 to have the product
+ * skipped; then, when it was computed, with ev->x = the output and ev->y
+ * NULL.  (A device backend gives only the second.)
  * Hooks run on the calling thread between kernels, in execution order; for
  * the linears sharing an input (q/k/v, gate/up) the hook is called once per
  * weight with the same x.  Only rows of tokens whose logits are wanted reach

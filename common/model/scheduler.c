@@ -94,7 +94,10 @@ struct sched {
     struct sched_totals tot;
     struct spec_dm_req *dreq;   /* [max_seqs] with a draft model: this step's chains */
     struct seq **dseq;          /* [max_seqs] their sequences */
-    float *hidden;              /* [max_batch_tokens][n_embd] with a head: the step's features */
+    float *hidden;              /* with a head: the step's final hidden states (the head's
+                                 * buffer, eagle_draft_hidden; EAGLE-3 captures its
+                                 * features through hooks beside it) */
+    int64_t *rowidx;            /* [max_batch_tokens] with a head: 0, 1, 2 ... */
     struct spec_tree tree;      /* with a head: a chain of spec_tokens */
 };
 
@@ -258,12 +261,15 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         s->dreq = malloc((size_t)o->max_seqs * sizeof(*s->dreq));
         s->dseq = malloc((size_t)o->max_seqs * sizeof(*s->dseq));
     }
-    if (o->head && (size_t)o->max_batch_tokens * (size_t)m->hp.n_embd < SIZE_MAX / sizeof(float))
-        s->hidden = malloc((size_t)o->max_batch_tokens * (size_t)m->hp.n_embd * sizeof(float));
+    if (o->head && eagle_draft_hidden(o->head, o->max_batch_tokens, &s->hidden, NULL) < 0)
+        s->hidden = NULL;
+    if (o->head && (s->rowidx = malloc((size_t)o->max_batch_tokens * sizeof(int64_t))))
+        for (int64_t i = 0; i < o->max_batch_tokens; i++)
+            s->rowidx[i] = i;
     if (o->head && spec_tree_init(&s->tree, o->spec_tokens + 1, NULL) < 0)
         s->tree.cap = 0;
     if (!s->run || !s->bt || !s->logits || (o->draft && (!s->dreq || !s->dseq)) ||
-        (o->head && (!s->hidden || !s->tree.cap))) {
+        (o->head && (!s->hidden || !s->rowidx || !s->tree.cap))) {
         sched_free(s);
         return diag_set(d, ST_NOMEM, "out of memory for %lld sequences",
                         (long long)o->max_seqs);
@@ -288,7 +294,7 @@ sched_free(struct sched *s)
     free(s->logits);
     free(s->dreq);
     free(s->dseq);
-    free(s->hidden);
+    free(s->rowidx);
     spec_tree_release(&s->tree);
     free(s);
 }
@@ -780,8 +786,7 @@ head_feed(struct sched *s, struct seq *q, int64_t n, struct diag *d)
 
     if (!q->est && (rc = eagle_stream_new(s->o.head, &q->est, d)) < 0)
         return rc;
-    const float *h = s->hidden + q->row0 * s->m->hp.n_embd;
-    if (eagle_stream_feed_rows(s->o.head, q->est, q->n_done, h, NULL, n) < 0)
+    if (eagle_stream_feed_rows(s->o.head, q->est, q->n_done, s->hidden, s->rowidx + q->row0, n) < 0)
         return diag_set(d, ST_NOMEM, "out of memory for the EAGLE head's features");
     return 0;
 }
@@ -914,7 +919,8 @@ sched_step(struct sched *s, struct diag *d)
     if (n_tok > 0) {
         struct batch b = { n_tok, s->bt, NULL, 0 };
         struct model_out mo = { s->logits, s->hidden };
-        if ((rc = model_forward(s->m, s->kv, &b, NULL, &mo, d)) < 0)
+        const struct model_hooks *hk = s->o.head ? eagle_draft_hooks(s->o.head) : NULL;
+        if ((rc = model_forward(s->m, s->kv, &b, hk, &mo, d)) < 0)
             return rc;
     }
 

@@ -32,6 +32,8 @@
 #include "model.h"
 #include "qconv.h"
 #include "qtypes.h"
+#include "quantize.h"
+#include "threadpool.h"
 
 #ifdef LLMKIT_HAVE_OPENBLAS
 #include <cblas.h>
@@ -153,6 +155,7 @@ struct awq_state {
     float *clip_w, *clip_q;     /* [max rows][max cols] */
     float *clip_org, *clip_cur; /* [n_s][max rows] */
     struct cap cap;
+    struct threadpool *tp;      /* the row loops' workers */
     struct diag *d;
 };
 
@@ -383,6 +386,32 @@ weight_mean(struct awq_state *st, struct model_layer *L, const struct scale_grou
 }
 
 /* step 2: the best scale of group g (st->best_s), its grid point and loss */
+/* candidate rows [r0, r1): T = Q(W diag(s)) / s */
+struct cand_job {
+    const struct awq_state *st;
+    const float *W;
+    float *T;
+    int64_t cols;
+};
+
+static void
+cand_rows(void *arg, int64_t r0, int64_t r1, int ith)
+{
+    const struct cand_job *j = arg;
+    const struct awq_state *st = j->st;
+    const int64_t cols = j->cols;
+
+    (void)ith;
+    for (int64_t r = r0; r < r1; r++) {
+        float *row = j->T + r * cols;
+        for (int64_t c = 0; c < cols; c++)
+            row[c] = j->W[r * cols + c] * st->s[c];
+        awq_fake_quant(row, cols, st->o->bits, st->o->group_size, NULL, NULL, NULL);
+        for (int64_t c = 0; c < cols; c++)
+            row[c] = row[c] / st->s[c];
+    }
+}
+
 static int
 search_scale(struct awq_state *st, int64_t l, int g, struct awq_layer_report *rep)
 {
@@ -421,19 +450,11 @@ search_scale(struct awq_state *st, int64_t l, int g, struct awq_layer_report *re
             float s = st->s[c] / norm;
             st->s[c] = isfinite(s) ? s : 1.0f;
         }
-        /* Q(W diag(s)) / s for every linear of the group */
+        /* Q(W diag(s)) / s for every linear of the group, rows over the pool */
         for (int j = 0; j < G->n_lin; j++) {
             const struct model_weight *w = model_layer_weight(L, lin_id[G->lin[j]]);
-            const float *W = st->W[G->lin[j]];
-            float *T = st->Wt[j];
-            for (int64_t r = 0; r < w->rows; r++) {
-                float *row = T + r * cols;
-                for (int64_t c = 0; c < cols; c++)
-                    row[c] = W[r * cols + c] * st->s[c];
-                awq_fake_quant(row, cols, st->o->bits, st->o->group_size, NULL, NULL, NULL);
-                for (int64_t c = 0; c < cols; c++)
-                    row[c] = row[c] / st->s[c];
-            }
+            struct cand_job cj = { st, st->W[G->lin[j]], st->Wt[j], cols };
+            threadpool_for(st->tp, w->rows, 1, cand_rows, &cj);
         }
         double loss;
         if ((rc = group_loss(st, l, g, &loss)) < 0)
@@ -488,6 +509,34 @@ apply_scale(struct awq_state *st, struct model_layer *L, int g, const float *s)
             x[t * cols + c] /= s[c];
 }
 
+/* clip candidate rows [r0, r1) of a group gw wide: clip_w clamped to
+ * +-org_max * f, fake-quantized, into clip_q */
+struct clip_job {
+    const struct awq_state *st;
+    const float *org_max;
+    float f;
+    int64_t gw;
+};
+
+static void
+clip_rows(void *arg, int64_t r0, int64_t r1, int ith)
+{
+    const struct clip_job *j = arg;
+    const struct awq_state *st = j->st;
+    const int64_t gw = j->gw;
+
+    (void)ith;
+    for (int64_t r = r0; r < r1; r++) {
+        float mv = j->org_max[r] * j->f;
+        float *row = st->clip_q + r * gw;
+        for (int64_t c = 0; c < gw; c++) {
+            float v = st->clip_w[r * gw + c];
+            row[c] = v < -mv ? -mv : v > mv ? mv : v;
+        }
+        awq_fake_quant(row, gw, st->o->bits, -1, NULL, NULL, NULL);
+    }
+}
+
 /* step 4: the clipping search for linear i; the weight is clamped, the kept
  * max |w| per (row, group) go to clip[rows][n_groups] when not NULL */
 static void
@@ -522,16 +571,8 @@ search_clip(struct awq_state *st, struct model_layer *L, int i, float *clip)
         /* the group-local partial dot products, [ns][rows] */
         mm_f32(st, st->clip_w, rows, gw, st->clip_x + c0, cols, ns, st->clip_org, rows);
         for (int k = 0; k < AWQ_CLIP_STEPS; k++) {
-            float f = (float)(1.0 - (double)k / AWQ_CLIP_GRID);
-            for (int64_t r = 0; r < rows; r++) {
-                float mv = org_max[r] * f;
-                float *row = st->clip_q + r * gw;
-                for (int64_t c = 0; c < gw; c++) {
-                    float v = st->clip_w[r * gw + c];
-                    row[c] = v < -mv ? -mv : v > mv ? mv : v;
-                }
-                awq_fake_quant(row, gw, st->o->bits, -1, NULL, NULL, NULL);
-            }
+            struct clip_job cj = { st, org_max, (float)(1.0 - (double)k / AWQ_CLIP_GRID), gw };
+            threadpool_for(st->tp, rows, 1, clip_rows, &cj);
             mm_f32(st, st->clip_q, rows, gw, st->clip_x + c0, cols, ns, st->clip_cur, rows);
             for (int64_t r = 0; r < rows; r++) {
                 double e = 0.0;
@@ -542,7 +583,7 @@ search_clip(struct awq_state *st, struct model_layer *L, int i, float *clip)
                 float err = (float)(e / (double)ns);
                 if (err < min_err[r]) {
                     min_err[r] = err;
-                    best_max[r] = org_max[r] * f;
+                    best_max[r] = org_max[r] * cj.f;
                 }
             }
         }
@@ -871,6 +912,9 @@ awq_quantize(struct calib *c, const struct awq_opts *o, struct qmodel *out,
         goto out;
     }
 
+    if ((rc = quantize_threadpool(&st.tp, o->n_threads, d)) < 0)
+        goto out;
+
     runcb_progress(cb, "quantizing", 0, hp->n_layer);
     for (int64_t l = 0; l < hp->n_layer; l++) {
         if ((rc = do_layer(&st, l, out, &cap, &rep->layers[l], skipped, why)) < 0) {
@@ -913,6 +957,7 @@ out:
     free(st.clip_q);
     free(st.clip_org);
     free(st.clip_cur);
+    threadpool_free(st.tp);
     awq_report_release(&rep0);
     if (rc < 0 && report)
         awq_report_release(report);

@@ -79,9 +79,11 @@ struct awq_opts {
     bool clip;                  /* clipping search (AutoAWQ apply_clip) */
     bool scale_only;            /* no grids: every rescaled (and clipped) tensor as f32
                                  * (AutoAWQ's export_compatible) */
+    int n_threads;              /* workers of the searches' row loops; <= 0: every CPU
+                                 * (the result is the same for any count) */
 };
 
-#define AWQ_OPTS_INIT { 4, 128, true, true, false }
+#define AWQ_OPTS_INIT { 4, 128, true, true, false, 0 }
 
 /* What was chosen in one layer (for reports and tests). */
 struct awq_layer_report {

@@ -27,6 +27,106 @@ struct calib_repl {
     float *data;
 };
 
+/* one linear of the current layer: its output [ctx][rows] per chunk */
+struct calib_memo {
+    const char *name;
+    int group;                  /* calib_linears' sub-group */
+    int64_t rows;
+    float **out;                /* [n_chunks], NULL until recorded */
+    bool *valid;                /* [n_chunks] */
+};
+
+static void
+memo_release(struct calib *c)
+{
+    for (int i = 0; i < c->n_memo; i++) {
+        for (int64_t k = 0; k < c->n_chunks; k++)
+            free(c->memo[i].out[k]);
+        free(c->memo[i].out);
+        free(c->memo[i].valid);
+    }
+    free(c->memo);
+    c->memo = NULL;
+    c->n_memo = 0;
+    c->memo_bytes = 0;
+}
+
+/* the memo of the current layer's linears, empty; -ST_NOMEM */
+static int
+memo_setup(struct calib *c, struct diag *d)
+{
+    const char *names[8];
+    int grp[8], n;
+
+    if (c->n_memo)
+        return 0;
+    calib_linears(c, c->layer, names, grp, &n);
+    if (n == 0)
+        return 0;
+    if (!(c->memo = calloc((size_t)n, sizeof *c->memo)))
+        return diag_set(d, ST_NOMEM, "out of memory");
+    c->n_memo = n;
+    for (int i = 0; i < n; i++) {
+        struct calib_memo *e = &c->memo[i];
+        e->name = names[i];
+        e->group = grp[i];
+        e->rows = calib_weight(c, names[i])->rows;
+        e->out = calloc((size_t)c->n_chunks, sizeof *e->out);
+        e->valid = calloc((size_t)c->n_chunks, sizeof *e->valid);
+        if (!e->out || !e->valid) {
+            memo_release(c);
+            return diag_set(d, ST_NOMEM, "out of memory");
+        }
+    }
+    return 0;
+}
+
+static struct calib_memo *
+memo_find(struct calib *c, const char *name)
+{
+    for (int i = 0; i < c->n_memo; i++)
+        if (!strcmp(c->memo[i].name, name))
+            return &c->memo[i];
+    return NULL;
+}
+
+/* weight name of the current layer changes: what no longer holds */
+static void
+memo_drop(struct calib *c, const char *name)
+{
+    const struct calib_memo *m = memo_find(c, name);
+
+    for (int i = 0; i < c->n_memo; i++)
+        if (!m || &c->memo[i] == m || c->memo[i].group > m->group)
+            memset(c->memo[i].valid, 0, (size_t)c->n_chunks * sizeof *c->memo[i].valid);
+}
+
+/* LINEAR_OUT of chunk k: the output from the memo (1), or recorded (0) */
+static int
+memo_event(struct calib *c, int64_t k, const struct model_hook_event *ev)
+{
+    struct calib_memo *m = memo_find(c, ev->name);
+    size_t sz;
+
+    if (!m || ev->n_tok != c->ctx || ev->tok0 != 0 || ev->dim != m->rows || ev->ld != m->rows)
+        return 0;
+    sz = (size_t)(c->ctx * m->rows) * sizeof(float);
+    if (ev->y) {
+        if (!m->valid[k])
+            return 0;
+        memcpy(ev->y, m->out[k], sz);
+        return 1;
+    }
+    if (!m->out[k]) {
+        if (c->memo_bytes + sz > CALIB_MEMO_MAX || !(m->out[k] = malloc(sz)))
+            return 0;
+        c->memo_bytes += sz;
+    }
+    memcpy(m->out[k], ev->x, sz);
+    m->valid[k] = true;
+    return 0;
+}
+
 /* the weights of a layer a method may read or replace */
 static int
 layer_weights(struct model_layer *L, struct model_weight **w)
@@ -60,6 +160,7 @@ find_weight(struct model *m, int64_t layer, const char *name)
 static void
 restore_weights(struct calib *c)
 {
+    memo_release(c);
     for (int i = c->n_repl - 1; i >= 0; i--) {
         *c->repl[i].w = c->repl[i].orig;
         free(c->repl[i].data);
@@ -288,6 +389,7 @@ calib_set_weight(struct calib *c, const char *name, const float *w, struct diag 
         r->orig = *mw;
         r->data = data;
     }
+    memo_drop(c, name);
     memcpy(r->data, w, n * sizeof *w);
     mw->data = r->data;
     mw->packed = NULL;
@@ -300,6 +402,8 @@ struct stop_ctx {
     const struct model_hooks *inner;
     const char *stop_after;
     bool stopped;
+    struct calib *c;
+    int64_t chunk;
 };
 
 static int
@@ -308,6 +412,10 @@ stop_hook(void *ctx, const struct model_hook_event *ev)
     struct stop_ctx *s = ctx;
     int rc = 0;
 
+    if (ev->site == MODEL_HOOK_LINEAR_OUT) {
+        if ((rc = memo_event(s->c, s->chunk, ev)) != 0 || ev->y)
+            return rc;
+    }
     if (s->inner && s->inner->fn && (s->inner->sites & (unsigned)ev->site))
         rc = s->inner->fn(s->inner->ctx, ev);
     if (rc < 0)
@@ -332,12 +440,14 @@ calib_run_layer(struct calib *c, const struct model_hooks *hooks, const char *st
         return diag_set(d, ST_RANGE, "calibration: no layer %lld to run", (long long)c->layer);
     if (stop_after && out)
         return diag_set(d, ST_RANGE, "calibration: a stopped run has no output");
+    if ((rc = memo_setup(c, d)) < 0)
+        return rc;
     if (!(bt = calloc((size_t)T, sizeof *bt)))
         return diag_set(d, ST_NOMEM, "out of memory");
     for (int64_t k = 0; k < c->n_chunks; k++) {
-        struct stop_ctx s = { hooks, stop_after, false };
+        struct stop_ctx s = { hooks, stop_after, false, c, k };
         struct model_hooks h = { stop_hook, &s,
-                                 (hooks ? hooks->sites : 0) |
+                                 (hooks ? hooks->sites : 0) | MODEL_HOOK_LINEAR_OUT |
                                      (stop_after ? MODEL_HOOK_LINEAR_IN : 0) };
         struct batch b = { T, bt, NULL, 0 };
         float *x = out ? out + k * T * E : c->scratch;

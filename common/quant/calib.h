@@ -27,21 +27,37 @@
  *                         makes the result the inputs of layer L + 1
  *
  * so each layer's inputs come from the already-quantized previous layers.
+ *
+ * Memo: the runs of a layer record the outputs of its linears chunk by
+ * chunk (MODEL_HOOK_LINEAR_OUT) and later runs take them instead of
+ * multiplying again while they still hold: calib_set_weight of a linear
+ * drops that linear's and those of every later sub-group (their inputs
+ * follow from it), of anything else (a norm) all of them; a new layer
+ * starts empty.  The outputs are the bits the product would give (the same
+ * weights times the same inputs), so the memo changes no result, only the
+ * time: the true-sequential runs of a block compute each linear once per
+ * weight it has instead of once per later sub-group.
+ *
  * Memory: the model (mapped), x and one scratch copy, one chunk's KV for one
- * layer, and the replaced weights of the current layer (those of earlier
- * layers are released by calib_advance: they are never run again).
+ * layer, the replaced weights of the current layer (those of earlier
+ * layers are released by calib_advance: they are never run again) and the
+ * memo (at most CALIB_MEMO_MAX bytes; outputs past it are not kept).
  */
 #ifndef LLMKIT_CALIB_H
 #define LLMKIT_CALIB_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "runcb.h"
 #include "status.h"
 
+#define CALIB_MEMO_MAX ((size_t)512 << 20)
+
 struct model;
 struct model_hooks;
+struct calib_memo;
 struct model_weight;
 struct kvcache;
 
@@ -64,6 +80,9 @@ struct calib {
     float *scratch;             /* [ctx][n_embd]: one chunk run */
     struct calib_repl *repl;    /* replaced weights of the current layer */
     int n_repl;
+    struct calib_memo *memo;    /* the current layer's linears' outputs */
+    int n_memo;                 /* linears in memo (0: none set up yet) */
+    size_t memo_bytes;          /* allocated for outputs */
 };
 
 /* calib_open() : opens the GGUF model at model_path (model_open with

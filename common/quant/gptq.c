@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "qconv.h"
+#include "threadpool.h"
 
 #ifdef LLMKIT_HAVE_OPENBLAS
 #include <cblas.h>
@@ -217,6 +218,84 @@ inverse_factor(const double *H, int64_t n, double lambda, double *a, double *U)
 }
 #endif
 
+#ifdef LLMKIT_HAVE_OPENBLAS
+/* one block of columns [i1, i2) for rows [r0, r1): each row's columns in
+ * order, quantized, their error fed to the row's later columns of the
+ * block (§1.4); the rows are independent, so workers take row ranges.
+ * Each (row, column)'s loss term goes to lossb so that the caller sums them
+ * in the serial order (columns, then rows), and the later blocks' columns
+ * get the row range's share of the block's GEMM. */
+struct block_job {
+    const struct gptq_opts *o;
+    struct qgrid *g;
+    double *Wd, *Wblk, *Err, *lossb, *tmp;  /* tmp: [nth][gs] */
+    const double *U;
+    const int64_t *perm;
+    uint8_t *Qp;
+    float *cur_s, *st_s;
+    int32_t *cur_z, *st_z;
+    int64_t rows, cols, gs, i1, i2;
+};
+
+static void
+block_rows(void *arg, int64_t r0, int64_t r1, int ith)
+{
+    const struct block_job *b = arg;
+    const struct gptq_opts *o = b->o;
+    const int maxq = (1 << o->bits) - 1;
+    const int64_t G = o->group_size, rows = b->rows, cols = b->cols, gs = b->gs;
+    const int64_t i1 = b->i1, i2 = b->i2, cnt = i2 - i1;
+    double *tmp = b->tmp + ith * gs;
+
+    for (int64_t r = r0; r < r1; r++) {
+        double *wr = b->Wd + r * cols;
+        for (int64_t j = 0; j < cnt; j++) {
+            const int64_t c = i1 + j;
+            const double *u = b->U + c * cols;
+            const double dc = u[c];
+            float sc;
+            int32_t zc;
+
+            if (G < 0) {
+                sc = b->g->scale[r];
+                zc = b->g->zero[r];
+            } else if (b->st_s) {
+                int64_t k = b->perm[c] / gs;
+                sc = b->st_s[k * rows + r];
+                zc = b->st_z[k * rows + r];
+            } else {
+                if (c % gs == 0) {
+                    /* the group's weights as they were at the start of this
+                     * block (later blocks' columns: as they are) */
+                    int64_t n = cols - c < gs ? cols - c : gs, k = c / gs;
+                    for (int64_t t = 0; t < n; t++)
+                        tmp[t] = c + t < i2 ? b->Wblk[r * cnt + j + t] : wr[c + t];
+                    find_params(tmp, n, o->bits, o->sym, o->mse, &b->cur_s[r], &b->cur_z[r]);
+                    b->g->scale[k * rows + r] = b->cur_s[r];
+                    b->g->zero[k * rows + r] = b->cur_z[r];
+                }
+                sc = b->cur_s[r];
+                zc = b->cur_z[r];
+            }
+            double w = wr[c], q, e;
+            int qi = quant1(w, sc, zc, maxq);
+            b->Qp[r * cols + c] = (uint8_t)qi;
+            q = dequant1(qi, sc, zc);
+            b->lossb[j * rows + r] = (w - q) * (w - q) / (dc * dc) / 2;
+            e = (w - q) / dc;
+            for (int64_t t = c + 1; t < i2; t++)
+                wr[t] -= e * u[t];
+            b->Err[r * cnt + j] = e;
+        }
+    }
+    if (i2 < cols && r1 > r0)
+        cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(r1 - r0),
+                    (blasint)(cols - i2), (blasint)cnt, -1.0, b->Err + r0 * cnt, (blasint)cnt,
+                    b->U + i1 * cols + i2, (blasint)cols, 1.0, b->Wd + r0 * cols + i2,
+                    (blasint)cols);
+}
+#endif
+
 struct col_order {
     double key;
     int64_t i;
@@ -233,16 +312,17 @@ cmp_desc(const void *pa, const void *pb)
 
 int
 gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
-              const struct gptq_opts *o, struct qgrid *g, struct gptq_stats *st, struct diag *d)
+              const struct gptq_opts *o, struct threadpool *tp, struct qgrid *g,
+              struct gptq_stats *st, struct diag *d)
 {
 #ifndef LLMKIT_HAVE_OPENBLAS
-    (void)W; (void)rows; (void)cols; (void)h; (void)o; (void)g; (void)st;
+    (void)W; (void)rows; (void)cols; (void)h; (void)o; (void)tp; (void)g; (void)st;
     return diag_set(d, ST_RANGE, "GPTQ needs LAPACK: llmkit was built without OpenBLAS");
 #else
-    const int maxq = (1 << o->bits) - 1;
-    const int64_t G = o->group_size, B = GPTQ_BLOCK;
+    const int64_t G = o->group_size, B = GPTQ_BLOCK, nth = threadpool_size(tp);
     const size_t nn = (size_t)(cols * cols), rc = (size_t)(rows * cols);
     double *Wd = NULL, *Hd = NULL, *U = NULL, *a = NULL, *Wblk = NULL, *Err = NULL, *tmp = NULL;
+    double *lossb = NULL;
     int64_t *perm = NULL;
     uint8_t *Qp = NULL;
     float *cur_s = NULL, *st_s = NULL;
@@ -264,7 +344,8 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
     a = malloc(nn * sizeof *a);
     Wblk = malloc((size_t)(rows * B) * sizeof *Wblk);
     Err = malloc((size_t)(rows * B) * sizeof *Err);
-    tmp = malloc((size_t)(cols > B ? cols : B) * sizeof *tmp);
+    lossb = malloc((size_t)(rows * B) * sizeof *lossb);
+    tmp = malloc((size_t)(cols > nth * gs ? cols : nth * gs) * sizeof *tmp);
     perm = malloc((size_t)cols * sizeof *perm);
     Qp = malloc(rc);
     cur_s = malloc((size_t)rows * sizeof *cur_s);
@@ -274,7 +355,7 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
         st_z = malloc((size_t)(ng * rows) * sizeof *st_z);
     }
     ord = malloc((size_t)cols * sizeof *ord);
-    if (!Wd || !Hd || !U || !a || !Wblk || !Err || !tmp || !perm || !Qp || !cur_s || !cur_z ||
+    if (!Wd || !Hd || !U || !a || !Wblk || !Err || !lossb || !tmp || !perm || !Qp || !cur_s || !cur_z ||
         !ord || (o->static_groups && G > 0 && (!st_s || !st_z))) {
         rc_ = diag_set(d, ST_NOMEM, "out of memory for GPTQ of a %lld x %lld weight",
                        (long long)rows, (long long)cols);
@@ -341,54 +422,18 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
     }
     s.damp = damp;
 
-    /* (§1.4) the column loop */
+    /* (§1.4) the column loop, rows over the pool */
+    struct block_job bj = { o, g, Wd, Wblk, Err, lossb, tmp, U, perm, Qp, cur_s, st_s, cur_z, st_z,
+                            rows, cols, gs, 0, 0 };
     for (int64_t i1 = 0; i1 < cols; i1 += B) {
         const int64_t i2 = cols - i1 < B ? cols : i1 + B, cnt = i2 - i1;
         for (int64_t r = 0; r < rows; r++)
             memcpy(Wblk + r * cnt, Wd + r * cols + i1, (size_t)cnt * sizeof *Wblk);
-        for (int64_t j = 0; j < cnt; j++) {
-            const int64_t c = i1 + j;
-            const double *u = U + c * cols;
-            const double dc = u[c];
-            const float *sc = cur_s;
-            const int32_t *zc = cur_z;
-
-            if (G < 0) {
-                sc = g->scale;
-                zc = g->zero;
-            } else if (st_s) {
-                int64_t k = perm[c] / gs;
-                sc = st_s + k * rows;
-                zc = st_z + k * rows;
-            } else if (c % gs == 0) {
-                /* the group's weights as they were at the start of this
-                 * block (later blocks' columns: as they are) */
-                int64_t n = cols - c < gs ? cols - c : gs, k = c / gs;
-                for (int64_t r = 0; r < rows; r++) {
-                    for (int64_t t = 0; t < n; t++)
-                        tmp[t] = c + t < i2 ? Wblk[r * cnt + j + t] : Wd[r * cols + c + t];
-                    find_params(tmp, n, o->bits, o->sym, o->mse, &cur_s[r], &cur_z[r]);
-                    g->scale[k * rows + r] = cur_s[r];
-                    g->zero[k * rows + r] = cur_z[r];
-                }
-            }
-            for (int64_t r = 0; r < rows; r++) {
-                double *wr = Wd + r * cols;
-                double w = wr[c], q, e;
-                int qi = quant1(w, sc[r], zc[r], maxq);
-                Qp[r * cols + c] = (uint8_t)qi;
-                q = dequant1(qi, sc[r], zc[r]);
-                s.loss += (w - q) * (w - q) / (dc * dc) / 2;
-                e = (w - q) / dc;
-                for (int64_t t = c + 1; t < i2; t++)
-                    wr[t] -= e * u[t];
-                Err[r * cnt + j] = e;
-            }
-        }
-        if (i2 < cols)
-            cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)rows,
-                        (blasint)(cols - i2), (blasint)cnt, -1.0, Err, (blasint)cnt,
-                        U + i1 * cols + i2, (blasint)cols, 1.0, Wd + i2, (blasint)cols);
+        bj.i1 = i1;
+        bj.i2 = i2;
+        threadpool_for(tp, rows, 1, block_rows, &bj);
+        for (int64_t k = 0; k < cnt * rows; k++)
+            s.loss += lossb[k];
     }
     /* back to the original column order; groups of the permuted order */
     for (int64_t r = 0; r < rows; r++)
@@ -410,6 +455,7 @@ out:
     free(a);
     free(Wblk);
     free(Err);
+    free(lossb);
     free(tmp);
     free(perm);
     free(Qp);

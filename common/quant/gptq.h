@@ -44,6 +44,8 @@
 #include "qgrid.h"
 #include "status.h"
 
+struct threadpool;
+
 #define GPTQ_BLOCK 128          /* columns per lazy batch */
 #define GPTQ_DAMP_STEP 0.01     /* GPTQModel's damp_auto_increment */
 
@@ -86,12 +88,14 @@ int gptq_check_opts(const struct gptq_opts *o, struct diag *d);
 
 /* gptq_quantize() : GPTQ of W [rows][cols] (f32) with the Hessian h
  * (cols x cols, f32, symmetric; not changed) into g (allocated here; the
- * caller frees it with qgrid_free).  st may be NULL.  Returns 0; -ST_RANGE
+ * caller frees it with qgrid_free).  The rows of each column block are
+ * split over tp's workers (NULL: this thread; the grid is the same for any
+ * pool).  st may be NULL.  Returns 0; -ST_RANGE
  * (bad options, or no damping below 1 makes H positive definite; message
  * says so), -ST_NOMEM; -ST_RANGE when built without LAPACK. */
 int gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
-                  const struct gptq_opts *o, struct qgrid *g, struct gptq_stats *st,
-                  struct diag *d);
+                  const struct gptq_opts *o, struct threadpool *tp, struct qgrid *g,
+                  struct gptq_stats *st, struct diag *d);
 
 /* rtn_quantize() : round-to-nearest of W on the grid of o (act_order,
  * static_groups and damp ignored: they do not apply) into g. */

@@ -114,6 +114,14 @@ int qmodel_read_hf(const char *dir, struct qmodel *qm, struct diag *d);
 
 void qmodel_release(struct qmodel *qm);
 
+/* qmodel_hf_fits() : whether an N x K linear quantized at bits / group_size
+ * can be written in format f (AWQ GEMM: 4 bits, N % 8 == 0, groups dividing
+ * K; GPTQ: rows and columns packing into int32 words; GGUF: always), so a
+ * method refuses a model before calibrating rather than at write time.
+ * Returns 0 or -ST_RANGE naming the tensor. */
+int qmodel_hf_fits(enum qformat f, int bits, int64_t group_size, const char *name, int64_t N,
+                   int64_t K, struct diag *d);
+
 /* The writers behind qmodel_write(), one per kind of output, each with its
  * contract for its format.  qmodel_gguf.c: every grid in the GGUF type that
  * holds it exactly where one exists, else the nearest type, the extra error

@@ -30,6 +30,7 @@
 #include "calib.h"
 #include "model.h"
 #include "quantize.h"
+#include "threadpool.h"
 #include "xio.h"
 
 #ifdef LLMKIT_HAVE_OPENBLAS
@@ -285,8 +286,9 @@ add_grid(struct qmodel *qm, const char *name, struct qgrid *g, struct diag *d)
 
 /* one block of GPTQ, true-sequential; grids appended to qm, stats to lin */
 static int
-gptq_block(struct calib *c, const struct qmethod_opts *o, const char *const *names,
-           const int *grp, int n, struct qmodel *qm, struct qmethod_linear *lin, struct diag *d)
+gptq_block(struct calib *c, const struct qmethod_opts *o, struct threadpool *tp,
+           const char *const *names, const int *grp, int n, struct qmodel *qm,
+           struct qmethod_linear *lin, struct diag *d)
 {
     float *W = NULL, *dq = NULL;
     int rc = 0;
@@ -328,7 +330,7 @@ gptq_block(struct calib *c, const struct qmethod_opts *o, const char *const *nam
                 break;
             }
             if ((rc = calib_weight_f32(c, names[i], W, d)) < 0 ||
-                (rc = gptq_quantize(W, w->rows, w->cols, h.h, &o->g, g, &l->st, d)) < 0) {
+                (rc = gptq_quantize(W, w->rows, w->cols, h.h, &o->g, tp, g, &l->st, d)) < 0) {
                 free(g);
                 diag_prefix(d, "'%s'", names[i]);
                 break;
@@ -377,6 +379,7 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
 {
     struct calib_opts co = { o->calib_ctx, o->calib_chunks, o->n_threads, o->kernel };
     struct calib *c = NULL;
+    struct threadpool *tp = NULL;
     char key[65];
     int rc;
 
@@ -384,6 +387,14 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
         return diag_set(d, ST_RANGE, "GPTQ needs calibration text (--calib)");
     if ((rc = calib_open(&c, o->input, o->calib, &co, d)) < 0)
         return rc;
+    /* the solve's rows over a pool of our own and its BLAS calls on one
+     * thread each: OpenBLAS's idle workers would spin (sched_yield) on
+     * the cores the forward pass runs on */
+    if ((rc = quantize_threadpool(&tp, o->n_threads, d)) < 0)
+        goto out;
+#ifdef LLMKIT_HAVE_OPENBLAS
+    openblas_set_num_threads(1);
+#endif
     const struct model *m = c->m;
     const int64_t L = m->hp.n_layer;
     snprintf(qm->prov.calib_sha256, sizeof qm->prov.calib_sha256, "%s", c->sha256);
@@ -433,7 +444,7 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
             }
         }
         if (rc == 1) {
-            if ((rc = gptq_block(c, o, names, grp, n, qm, rep->lin, d)) < 0)
+            if ((rc = gptq_block(c, o, tp, names, grp, n, qm, rep->lin, d)) < 0)
                 goto out;
             if (o->checkpoint_dir &&
                 (rc = ckpt_write(o->checkpoint_dir, key, l, qm->t + base, rep->lin + base, n, d)) < 0)
@@ -449,6 +460,7 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
         runcb_info(&o->cb, "resumed %lld of %lld blocks from '%s'", (long long)rep->resumed_blocks,
                    (long long)L, o->checkpoint_dir);
 out:
+    threadpool_free(tp);
     calib_free(c);
     return rc;
 }
@@ -472,6 +484,7 @@ run_awq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report *
                (long long)c->n_text_tokens, (long long)c->n_chunks, (long long)c->ctx);
     ao.bits = o->g.bits;
     ao.group_size = o->g.group_size;
+    ao.n_threads = o->n_threads;
     if ((rc = awq_quantize(c, &ao, qm, &o->cb, NULL, d)) == 0) {
         rep->calib_tokens = qm->prov.calib_tokens;
         /* the report lists the grids (the rescaled norms are f32) */
@@ -561,6 +574,11 @@ qmethod_run(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_repo
         for (int i = 0; i < n; i++) {
             const struct model_weight *w = calib_model_weight(m, l, names[i]);
             rep->n_params += w->rows * w->cols;
+            if ((rc = qmodel_hf_fits(o->format, o->g.bits, o->g.group_size, names[i], w->rows,
+                                     w->cols, d)) < 0) {
+                diag_prefix(d, "'%s'", o->input);
+                goto out;
+            }
         }
     }
     if (n_lin == 0) {

@@ -54,6 +54,7 @@ struct qmethod_opts {
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int n_threads;
     const char *kernel;
+    enum qformat format;        /* of the output: every linear's shape checked before any work */
     struct run_callbacks cb;    /* progress "quantizing" (blocks), notes */
 };
 

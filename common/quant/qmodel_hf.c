@@ -200,20 +200,27 @@ check_grid(const struct qmodel_tensor *qt, const struct qgrid *ref, enum qformat
         if (g->g_idx[c] < 0 || g->g_idx[c] >= g->n_groups)
             return diag_set(d, ST_RANGE, "tensor '%s': g_idx[%lld] = %d out of range", qt->name,
                             (long long)c, (int)g->g_idx[c]);
+    if (f == QF_AWQ && !gidx_identity(g))
+        return diag_set(d, ST_RANGE, "tensor '%s': AWQ has no g_idx: groups must be in "
+                        "column order (no act-order)", qt->name);
+    return qmodel_hf_fits(f, g->bits, g->group_size, qt->name, N, K, d);
+}
+
+int
+qmodel_hf_fits(enum qformat f, int bits, int64_t group_size, const char *name, int64_t N,
+               int64_t K, struct diag *d)
+{
     if (f == QF_AWQ) {
-        int64_t gs = g->group_size < 0 ? K : g->group_size;
-        if (g->bits != 4)
-            return diag_set(d, ST_RANGE, "AWQ GEMM holds 4-bit grids, not %d-bit", g->bits);
+        int64_t gs = group_size < 0 ? K : group_size;
+        if (bits != 4)
+            return diag_set(d, ST_RANGE, "AWQ GEMM holds 4-bit grids, not %d-bit", bits);
         if (N % 8 || K % gs)
             return diag_set(d, ST_RANGE, "tensor '%s': AWQ GEMM needs out_features %% 8 == 0 "
                             "and in_features %% group size == 0 (%lld x %lld, group %lld)",
-                            qt->name, (long long)N, (long long)K, (long long)gs);
-        if (!gidx_identity(g))
-            return diag_set(d, ST_RANGE, "tensor '%s': AWQ has no g_idx: groups must be in "
-                            "column order (no act-order)", qt->name);
-    } else if ((K * g->bits) % 32 || (N * g->bits) % 32) {
+                            name, (long long)N, (long long)K, (long long)gs);
+    } else if (f != QF_GGUF && ((K * bits) % 32 || (N * bits) % 32)) {
         return diag_set(d, ST_RANGE, "tensor '%s': %lld x %lld does not pack into int32 at %d "
-                        "bits", qt->name, (long long)N, (long long)K, g->bits);
+                        "bits", name, (long long)N, (long long)K, bits);
     }
     return 0;
 }
@@ -437,6 +444,7 @@ qmodel_write_hf(const struct qmodel *qm, const char *dir, enum qformat f, bool f
         it->src.type = t->type;
         memcpy(it->src.ne, t->ne, sizeof it->src.ne);
         it->src.perm_heads = m.perm != HF_PERM_NONE ? -(int)m.perm_heads : 0;
+        it->src.add = m.shift;      /* gemma3 norms: GGUF 1 + w -> HF w */
         it->type = t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_BF16 ? t->type
                                                                          : GGML_TYPE_F32;
         if (qt && qt->f32) {

@@ -30,6 +30,18 @@
 #define QUANTIZE_STDIN_MAX ((size_t)1 << 40)
 
 int
+quantize_threadpool(struct threadpool **tp, int n_threads, struct diag *d)
+{
+    int rc = threadpool_new(tp, n_threads);
+
+    if (rc == -ERANGE)
+        return diag_set(d, ST_RANGE, "%d threads: at most %d", n_threads, THREADPOOL_MAX);
+    if (rc < 0)
+        return diag_errno(d, rc, "thread pool: cannot start the threads");
+    return 0;
+}
+
+int
 quantize_sha256_hex(const void *p, size_t n, char out[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -407,12 +419,8 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     r->n = in.n_tensors;
     r->n_fallback = mix.n_fallback;
 
-    if ((rc = threadpool_new(&q.tp, o->n_threads)) < 0) {
-        rc = rc == -ERANGE ? diag_set(d, ST_RANGE, "%d threads: at most %d", o->n_threads,
-                                      THREADPOOL_MAX)
-                           : diag_errno(d, rc, "thread pool: cannot start the threads");
+    if ((rc = quantize_threadpool(&q.tp, o->n_threads, d)) < 0)
         goto out;
-    }
     q.o = o;
     q.r = r;
     wo.output = o->output;

@@ -157,6 +157,12 @@ int quantize_model(const struct quantize_opts *o, struct quantize_report *r, str
 
 void quantize_report_release(struct quantize_report *r);
 
+/* quantize_threadpool() : a pool of n_threads workers (<= 0: every CPU)
+ * for the quantizers' row loops; -ST_RANGE (too many), or the errno of a
+ * thread that could not start.  Freed with threadpool_free(). */
+struct threadpool;
+int quantize_threadpool(struct threadpool **tp, int n_threads, struct diag *d);
+
 /* quantize_sha256_hex() : SHA-256 of n bytes as 64 hex digits + NUL into out[65].
  * 0 or -ST_NOMEM. */
 int quantize_sha256_hex(const void *p, size_t n, char out[65]);

@@ -321,6 +321,7 @@ run_method(const struct quantize_run_opts *o, struct diag *d)
     m.calib_chunks = o->calib_chunks;
     m.n_threads = o->q.n_threads;
     m.kernel = o->kernel;
+    m.format = o->format;
     m.cb = o->q.cb;
     if (o->resume) {
         size_t n = strlen(o->q.output) + 6;

@@ -18,6 +18,7 @@
 #include "distill.h"
 #include "draft_train.h"
 #include "eagle.h"
+#include "eagle3.h"
 #include "eagle_io.h"
 #include "eagle_target.h"
 #include "gguf_write.h"
@@ -46,11 +47,14 @@ struct run {
     struct eagle_target tgt;
     struct eagle_head h;
     struct eagle_ws *ws;
+    struct eagle3_ws *ws3;      /* EAGLE-3 instead of ws */
     int64_t S, n_seq, n_hold, n_tok, d;
+    int64_t fd;                 /* floats kept per position: d (EAGLE-1); 3d inputs + d (EAGLE-3) */
     int32_t *seq_tok;           /* [n_seq][S + 1] */
-    uint16_t *feat;             /* [n_seq][S + 1][d] f16 */
-    float *f32;                 /* [S + 1][d] one sequence's features */
-    float *noisy;               /* [S][d] */
+    uint16_t *feat;             /* [n_seq][S + 1][fd] f16 */
+    float *f32;                 /* [S + 1][fd] one sequence's features */
+    float *fin;                 /* EAGLE-3: [S + 1][d] the final features of f32 */
+    float *noisy;               /* [S][fd] */
     float *grad, *am, *av;      /* [n_param] */
     struct eagle_frozen fz;     /* the embedding, the CE's LM head rows */
     float *lm_red;              /* owned [fz.n_lm][d] when a subset */
@@ -249,15 +253,15 @@ load_data(struct run *r, struct diag *d)
 static size_t
 feat_raw_bytes(const struct run *r)
 {
-    return (size_t)(r->n_seq * (r->S + 1)) * (sizeof(int32_t) + (size_t)r->d * sizeof(uint16_t));
+    return (size_t)(r->n_seq * (r->S + 1)) * (sizeof(int32_t) + (size_t)r->fd * sizeof(uint16_t));
 }
 
 static char *
 cache_path(const struct run *r)
 {
     char key[256], sha[65], *p;
-    snprintf(key, sizeof key, "eagle1-features v%u %s %s %lld", CACHE_VERSION, r->base_sha,
-             r->data_sha, (long long)r->S);
+    snprintf(key, sizeof key, "eagle%d-features v%u %s %s %lld", r->o->arch, CACHE_VERSION,
+             r->base_sha, r->data_sha, (long long)r->S);
     if (quantize_sha256_hex(key, strlen(key), sha) < 0)
         return NULL;
     size_t n = strlen(r->o->cache_dir) + 64;
@@ -292,7 +296,7 @@ cache_read(struct run *r, const char *path, struct diag *d)
         goto bad;
     memcpy(&ver, buf + 8, 4), memcpy(&dim, buf + 12, 4);
     memcpy(&n_seq, buf + 16, 8), memcpy(&S, buf + 24, 8);
-    if (ver != CACHE_VERSION || dim != (uint32_t)r->d || n_seq != (uint64_t)r->n_seq ||
+    if (ver != CACHE_VERSION || dim != (uint32_t)r->fd || n_seq != (uint64_t)r->n_seq ||
         S != (uint64_t)r->S)
         goto bad;
     unsigned long long fs = ZSTD_getFrameContentSize(buf + CACHE_HDR, len - CACHE_HDR);
@@ -344,7 +348,7 @@ cache_write(struct run *r, const char *path, struct diag *d)
     }
     memcpy(src, r->seq_tok, nt);
     memcpy(src + nt, r->feat, raw - nt);
-    uint32_t ver = CACHE_VERSION, dim = (uint32_t)r->d;
+    uint32_t ver = CACHE_VERSION, dim = (uint32_t)r->fd;
     uint64_t n_seq = (uint64_t)r->n_seq, S = (uint64_t)r->S;
     memcpy(dst, CACHE_MAGIC, 8), memcpy(dst + 8, &ver, 4), memcpy(dst + 12, &dim, 4);
     memcpy(dst + 16, &n_seq, 8), memcpy(dst + 24, &S, 8);
@@ -370,9 +374,9 @@ features(struct run *r, bool *hit, struct diag *d)
     int rc;
 
     *hit = false;
-    if (!(r->feat = malloc((size_t)(r->n_seq * (r->S + 1) * r->d) * sizeof(uint16_t))))
+    if (!(r->feat = malloc((size_t)(r->n_seq * (r->S + 1) * r->fd) * sizeof(uint16_t))))
         return diag_set(d, ST_NOMEM, "out of memory for the features (%lld MiB)",
-                        (long long)((r->n_seq * (r->S + 1) * r->d * 2) >> 20));
+                        (long long)((r->n_seq * (r->S + 1) * r->fd * 2) >> 20));
     if (o->cache_dir) {
 #ifdef LLMKIT_HAVE_ZSTD
         if (!(path = cache_path(r)))
@@ -388,14 +392,22 @@ features(struct run *r, bool *hit, struct diag *d)
     }
     for (int64_t s = 0; s < r->n_seq; s++) {
         runcb_progress(&o->cb, "features", s, r->n_seq);
-        if ((rc = eagle_target_features(&r->tgt, r->seq_tok + s * (r->S + 1), r->S + 1, r->f32,
-                                        d)) < 0) {
+        const int32_t *st = r->seq_tok + s * (r->S + 1);
+        rc = r->fin ? eagle_target_features3(&r->tgt, st, r->S + 1, r->f32, r->fin, d)
+                    : eagle_target_features(&r->tgt, st, r->S + 1, r->f32, d);
+        if (rc < 0) {
             free(path);
             return rc;
         }
-        uint16_t *f = r->feat + s * (r->S + 1) * r->d;
-        for (int64_t i = 0; i < (r->S + 1) * r->d; i++)
-            f[i] = qconv_fp32_to_fp16(r->f32[i]);
+        /* a position's row: its features, then (EAGLE-3) its final feature */
+        uint16_t *f = r->feat + s * (r->S + 1) * r->fd;
+        int64_t w = r->fin ? 3 * r->d : r->d;
+        for (int64_t i = 0; i <= r->S; i++) {
+            for (int64_t j = 0; j < w; j++)
+                f[i * r->fd + j] = qconv_fp32_to_fp16(r->f32[i * w + j]);
+            for (int64_t j = w; j < r->fd; j++)
+                f[i * r->fd + j] = qconv_fp32_to_fp16(r->fin[i * r->d + j - w]);
+        }
         if (o->stop && *o->stop) {
             free(path);
             return diag_set(d, ST_FAIL, "interrupted");
@@ -465,13 +477,19 @@ draft_vocab(struct run *r, struct diag *d)
 
 /* ---- training ---- */
 
-/* sequence s's features into r->f32 [S + 1][d] */
+/* sequence s's features into r->f32 [S + 1][d] (EAGLE-3: [S + 1][3d],
+ * and the final features into r->fin [S + 1][d]) */
 static void
 seq_features(struct run *r, int64_t s)
 {
-    const uint16_t *f = r->feat + s * (r->S + 1) * r->d;
-    for (int64_t i = 0; i < (r->S + 1) * r->d; i++)
-        r->f32[i] = qconv_fp16_to_fp32(f[i]);
+    const uint16_t *f = r->feat + s * (r->S + 1) * r->fd;
+    int64_t w = r->fin ? 3 * r->d : r->d;
+    for (int64_t i = 0; i <= r->S; i++) {
+        for (int64_t j = 0; j < w; j++)
+            r->f32[i * w + j] = qconv_fp16_to_fp32(f[i * r->fd + j]);
+        for (int64_t j = w; j < r->fd; j++)
+            r->fin[i * r->d + j - w] = qconv_fp16_to_fp32(f[i * r->fd + j]);
+    }
 }
 
 /* the loss of sequence s; with grad, its gradient (scaled) added, and the
@@ -480,7 +498,7 @@ static void
 seq_step(struct run *r, const struct backend_backward_ops *bw, int64_t s, struct rng *rng,
          float scale, float *grad, struct eagle_loss *l)
 {
-    int64_t n = r->S * r->d;
+    int64_t n = r->S * (r->fin ? 3 * r->d : r->d);
     seq_features(r, s);
     const float *in = r->f32;
     if (grad && r->o->noise > 0) {
@@ -488,7 +506,13 @@ seq_step(struct run *r, const struct backend_backward_ops *bw, int64_t s, struct
             r->noisy[i] = r->f32[i] + (float)((2 * rng_uniform(rng) - 1) * r->o->noise);
         in = r->noisy;
     }
-    eagle_forward(bw, &r->h, &r->fz, r->ws, r->seq_tok + s * (r->S + 1) + 1, in, r->S, NULL);
+    const int32_t *next = r->seq_tok + s * (r->S + 1) + 1;
+    if (r->ws3) {
+        eagle3_forward(bw, &r->h, &r->fz, r->ws3, next, in, r->S);
+        eagle3_loss_backward(bw, &r->h, &r->fz, r->ws3, r->fin + r->d, scale, grad, l);
+        return;
+    }
+    eagle_forward(bw, &r->h, &r->fz, r->ws, next, in, r->S, NULL);
     eagle_loss_backward(bw, &r->h, &r->fz, r->ws, r->f32 + r->d, W_CLS, scale, grad, l);
 }
 
@@ -555,6 +579,10 @@ run_options(const struct run *r, char *buf, size_t cap)
              "draft_vocab=%lld noise=%.9g clip=%.9g", (long long)o->epochs, o->max_time, o->lr,
              (long long)o->batch, (long long)o->seq_len, (long long)o->draft_vocab,
              (double)o->noise, (double)o->clip);
+    if (o->arch == EAGLE_ARCH_3) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, " arch=eagle3 ttt_steps=%d", o->ttt_steps);
+    }
 }
 
 static void
@@ -612,7 +640,7 @@ resume(struct run *r, int64_t *step, double *elapsed, struct diag *d)
     char opts[256];
     run_options(r, opts, sizeof opts);
     if (strcmp(mt.base_sha256, r->base_sha) != 0 || strcmp(mt.data_sha256, r->data_sha) != 0 ||
-        h.n_param != r->h.n_param || mt.ckpt_seed != r->o->seed) {
+        h.n_param != r->h.n_param || h.c.arch != r->h.c.arch || mt.ckpt_seed != r->o->seed) {
         eagle_head_release(&h);
         free(mt.draft_ids);
         free(m_), free(v_);
@@ -789,14 +817,25 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     }
     if ((rc = load_data(&r, d)) < 0)
         goto out;
-    if ((rc = eagle_head_init(&r.h, &r.tgt.c, o->seed)) < 0 ||
-        (rc = eagle_ws_new(&r.ws, &r.tgt.c, r.S)) < 0) {
+    if ((rc = draft_vocab(&r, d)) < 0)
+        goto out;
+    struct eagle_config hc = r.tgt.c;
+    hc.arch = o->arch;
+    hc.n_draft = r.fz.n_lm;
+    if ((rc = eagle_head_init(&r.h, &hc, o->seed)) < 0 ||
+        (rc = o->arch == EAGLE_ARCH_3 ? eagle3_ws_new(&r.ws3, &hc, r.S, o->ttt_steps)
+                                      : eagle_ws_new(&r.ws, &hc, r.S)) < 0) {
         rc = diag_set(d, rc == -ST_NOMEM ? ST_NOMEM : ST_RANGE, "cannot set up the head for '%s'",
                       o->model);
         goto out;
     }
-    r.f32 = malloc((size_t)((r.S + 1) * r.d) * sizeof(float));
-    r.noisy = malloc((size_t)(r.S * r.d) * sizeof(float));
+    r.fd = o->arch == EAGLE_ARCH_3 ? 4 * r.d : r.d;
+    if (o->arch == EAGLE_ARCH_3 && !(r.fin = malloc((size_t)((r.S + 1) * r.d) * sizeof(float)))) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    r.f32 = malloc((size_t)((r.S + 1) * r.fd) * sizeof(float));
+    r.noisy = malloc((size_t)(r.S * r.fd) * sizeof(float));
     r.grad = malloc((size_t)r.h.n_param * sizeof(float));
     r.am = calloc((size_t)r.h.n_param, sizeof(float));
     r.av = calloc((size_t)r.h.n_param, sizeof(float));
@@ -804,7 +843,7 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = features(&r, &hit, d)) < 0 || (rc = draft_vocab(&r, d)) < 0)
+    if ((rc = features(&r, &hit, d)) < 0)
         goto out;
     rep->n_lm = r.fz.n_lm;
     rep->cache_hit = hit;
@@ -813,9 +852,10 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     rep->n_tok = r.n_tok;
     rep->n_prompts = r.n_prompts;
     rep->n_generated = r.n_generated;
-    runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out), head %lld "
+    runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out), %s head %lld "
                "parameters, CE over %lld tokens, kernels '%s'", (long long)r.n_tok,
-               (long long)r.n_seq, (long long)r.S, (long long)r.n_hold, (long long)r.h.n_param,
+               (long long)r.n_seq, (long long)r.S, (long long)r.n_hold,
+               o->arch == EAGLE_ARCH_3 ? "EAGLE-3" : "EAGLE-1", (long long)r.h.n_param,
                (long long)r.fz.n_lm, r.m->be->ops->backward->name);
     if ((rc = train(&r, rep, d)) < 0)
         goto out;
@@ -830,9 +870,10 @@ out:;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         rep->peak_rss = (int64_t)ru.ru_maxrss * 1024;
-    free(r.seq_tok), free(r.feat), free(r.f32), free(r.noisy), free(r.grad), free(r.am),
+    free(r.seq_tok), free(r.feat), free(r.f32), free(r.fin), free(r.noisy), free(r.grad), free(r.am),
         free(r.av), free(r.ckpt), free(r.lm_red), free(r.lm_ids);
     eagle_ws_free(r.ws);
+    eagle3_ws_free(r.ws3);
     eagle_head_release(&r.h);
     eagle_target_release(&r.tgt);
     if (r.ct_loaded)

@@ -9,17 +9,22 @@
  *   2. cut it into sequences of seq_len + 1 tokens; the last 1/20 (at least
  *      one sequence) is held out for evaluation
  *   3. features: each sequence's final hidden states through the shared
- *      forward pass (eagle_target_features), kept in f16; with cache_dir
- *      read from / written to DIR/<key>.eaglefeat.zst (zstd), key = SHA-256
- *      of the base's tensor data, the text (with prompts: and gen_tokens,
- *      gen_temp and seed; the responses are generated again all the same)
- *      and seq_len
- *   4. the CE term over the draft_vocab most frequent tokens of the text
+ *      forward pass (eagle_target_features; EAGLE-3: also the hidden states
+ *      entering its three feature layers, eagle_target_features3), kept in
+ *      f16; with cache_dir read from / written to DIR/<key>.eaglefeat.zst
+ *      (zstd), key = SHA-256 of the head's architecture, the base's tensor
+ *      data, the text (with prompts: and gen_tokens, gen_temp and seed; the
+ *      responses are generated again all the same) and seq_len
+ *   4. the CE term (EAGLE-3: the head's own LM head) over the draft_vocab
+ *      most frequent tokens of the text
  *      (the LM head's rows of them; the target's distribution renormalised
  *      over them), as EAGLE-3 trains over a reduced vocabulary: the LM
  *      head's products are most of the cost of a step
  *   5. AdamW (beta 0.9/0.95, eps 1e-8, weight decay 0.01) on the EAGLE-1
- *      loss with U(-noise, noise) noise on the input features; linear
+ *      loss (or EAGLE-3's, eagle3.h: features entering three layers, the
+ *      training-time test unrolled ttt_steps steps, the head's own LM head
+ *      over that vocabulary) with U(-noise, noise) noise on the input
+ *      features; linear
  *      warmup over the first 5% of the run, then linear decay to 10% of lr;
  *      the gradient's global norm clipped to clip; the run's length is
  *      epochs over the training sequences, or max_time seconds (then the
@@ -46,6 +51,8 @@ struct draft_train_opts {
     const char *data;          /* text or JSONL file, "-" = stdin */
     const char *output;        /* head GGUF */
     const char *cache_dir;     /* NULL: no feature cache */
+    int arch;                  /* EAGLE_ARCH_1 or EAGLE_ARCH_3 (eagle.h) */
+    int ttt_steps;             /* EAGLE-3: training-time-test steps unrolled */
     bool force;
     bool resume;               /* continue from OUTPUT.ckpt */
     int64_t epochs;            /* 0 = until max_time (one of them must be set) */
@@ -71,7 +78,7 @@ struct draft_train_opts {
     bool gen_set;
 };
 
-#define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
+#define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, 1, 7, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
                                 8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 }, 256, 0.0f, false }
 
 struct draft_train_report {

@@ -10,6 +10,7 @@
  */
 #include <assert.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,6 +42,37 @@ eagle_tensor_name(int i)
     return i >= 0 && i < EAGLE_N_TENSORS ? names[i] : NULL;
 }
 
+static const char *const names3[EAGLE3_N_TENSORS] = {
+    "fc.weight", "blk.0.attn_norm.weight", "blk.0.hidden_norm.weight", "blk.0.attn_q.weight",
+    "blk.0.attn_k.weight", "blk.0.attn_v.weight", "blk.0.attn_output.weight",
+    "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
+    "blk.0.ffn_down.weight", "output_norm.weight", "output.weight",
+};
+
+const char *
+eagle3_tensor_name(int i)
+{
+    return i >= 0 && i < EAGLE3_N_TENSORS ? names3[i] : NULL;
+}
+
+void
+eagle3_shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
+{
+    int64_t d = c->d, qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim;
+    int64_t r[EAGLE3_N_TENSORS] = { d, 1, 1, qd, kd, kd, d, 1, c->n_ff, c->n_ff, d, 1,
+                                    c->n_draft };
+    int64_t k[EAGLE3_N_TENSORS] = { 3 * d, d, d, 2 * d, 2 * d, 2 * d, qd, d, d, d, c->n_ff, d,
+                                    d };
+    memcpy(rows, r, sizeof r);
+    memcpy(cols, k, sizeof k);
+}
+
+const char *
+eagle_head_tensor_name(const struct eagle_head *h, int i)
+{
+    return h->c.arch == EAGLE_ARCH_3 ? eagle3_tensor_name(i) : eagle_tensor_name(i);
+}
+
 static void
 shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
 {
@@ -54,6 +86,10 @@ shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[])
 static int
 config_ok(const struct eagle_config *c)
 {
+    if (c->arch != 0 && c->arch != EAGLE_ARCH_1 && c->arch != EAGLE_ARCH_3)
+        return 0;
+    if (c->arch == EAGLE_ARCH_3 && (c->n_draft < 1 || c->n_draft > c->n_vocab))
+        return 0;
     return c->d > 0 && c->n_head > 0 && c->n_head_kv > 0 && c->n_head % c->n_head_kv == 0 &&
            c->head_dim > 0 && c->n_ff > 0 && c->n_vocab > 0 && c->rope.n_rot > 0 &&
            c->rope.n_rot % 2 == 0 && c->rope.n_rot <= c->head_dim && c->d <= (1 << 16) &&
@@ -70,20 +106,29 @@ eagle_head_init(struct eagle_head *h, const struct eagle_config *c, uint64_t see
         return -ST_RANGE;
     h->c = *c;
     h->c.rope.freq_factors = NULL;
-    shapes(c, h->rows, h->cols);
-    for (int i = 0; i < EAGLE_N_TENSORS; i++)
+    if (h->c.arch == 0)
+        h->c.arch = EAGLE_ARCH_1;
+    h->n_tensors = c->arch == EAGLE_ARCH_3 ? EAGLE3_N_TENSORS : EAGLE_N_TENSORS;
+    if (c->arch == EAGLE_ARCH_3)
+        eagle3_shapes(c, h->rows, h->cols);
+    else
+        shapes(c, h->rows, h->cols);
+    for (int i = 0; i < h->n_tensors; i++)
         h->n_param += h->rows[i] * h->cols[i];
     if (!(h->param = malloc((size_t)h->n_param * sizeof(float))))
         return -ST_NOMEM;
     rng_seed(&r, seed);
     float *p = h->param;
-    for (int i = 0; i < EAGLE_N_TENSORS; i++) {
+    for (int i = 0; i < h->n_tensors; i++) {
         int64_t len = h->rows[i] * h->cols[i];
-        /* fan_in: the weight's cols; a bias takes its weight's */
-        double bound = 1.0 / sqrt((double)(i == EAGLE_FC_B ? 2 * c->d : h->cols[i]));
+        /* fan_in: the weight's cols; a bias takes its weight's; row vectors
+         * other than EAGLE-1's bias are norm weights */
+        bool bias = c->arch != EAGLE_ARCH_3 && i == EAGLE_FC_B;
+        bool norm = h->rows[i] == 1 && !bias;
+        double bound = 1.0 / sqrt((double)(bias ? 2 * c->d : h->cols[i]));
         h->t[i] = p;
         for (int64_t j = 0; j < len; j++)
-            p[j] = i == EAGLE_NORM ? 1.0f : (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
+            p[j] = norm ? 1.0f : (float)((2.0 * rng_uniform(&r) - 1.0) * bound);
         p += len;
     }
     return 0;

@@ -30,6 +30,8 @@
 #include "backward.h"
 #include "ops.h"
 
+enum { EAGLE_ARCH_1 = 1, EAGLE_ARCH_3 = 3 };
+
 struct eagle_config {
     int64_t d;                  /* the target's hidden size */
     int64_t n_head, n_head_kv, head_dim;
@@ -37,6 +39,11 @@ struct eagle_config {
     int64_t n_vocab;
     float eps;                  /* RMSNorm epsilon */
     struct rope_params rope;    /* the target's (freq_factors not used: NULL) */
+    int arch;                   /* EAGLE_ARCH_1 (this file; 0 means it too) or EAGLE_ARCH_3
+                                 * (eagle3.h); eagle_head_init sets 0 to EAGLE_ARCH_1 */
+    /* EAGLE-3 only */
+    int64_t n_draft;            /* rows of the head's own LM head (the draft vocabulary) */
+    int64_t feat_layer[3];      /* the target layers whose inputs are the features */
 };
 
 /* the head's tensors, in the order of the parameter array */
@@ -44,17 +51,33 @@ enum eagle_tensor {
     EAGLE_FC_W, EAGLE_FC_B, EAGLE_WQ, EAGLE_WK, EAGLE_WV, EAGLE_WO, EAGLE_NORM,
     EAGLE_GATE, EAGLE_UP, EAGLE_DOWN, EAGLE_N_TENSORS
 };
+/* EAGLE-3's (eagle3.h) */
+enum eagle3_tensor {
+    EAGLE3_FC, EAGLE3_IN_NORM, EAGLE3_HID_NORM, EAGLE3_WQ, EAGLE3_WK, EAGLE3_WV, EAGLE3_WO,
+    EAGLE3_FFN_NORM, EAGLE3_GATE, EAGLE3_UP, EAGLE3_DOWN, EAGLE3_OUT_NORM, EAGLE3_LM,
+    EAGLE3_N_TENSORS
+};
+
+#define EAGLE_MAX_TENSORS EAGLE3_N_TENSORS
 
 struct eagle_head {
     struct eagle_config c;
     float *param;               /* owned: every tensor back to back */
     int64_t n_param;
-    float *t[EAGLE_N_TENSORS];  /* into param */
-    int64_t rows[EAGLE_N_TENSORS], cols[EAGLE_N_TENSORS];   /* cols = 1 row vectors: rows 1 */
+    int n_tensors;              /* EAGLE_N_TENSORS, or EAGLE3_N_TENSORS */
+    float *t[EAGLE_MAX_TENSORS];    /* into param */
+    int64_t rows[EAGLE_MAX_TENSORS], cols[EAGLE_MAX_TENSORS];   /* row vectors: rows 1 */
 };
 
 /* the GGUF tensor name of tensor i ("fc.weight", "blk.0.attn_q.weight", ...) */
 const char *eagle_tensor_name(int i);
+/* the GGUF name of tensor i ("fc.weight", "blk.0.hidden_norm.weight", ...) */
+const char *eagle3_tensor_name(int i);
+/* rows and cols of each tensor for c (row vectors: rows 1) */
+void eagle3_shapes(const struct eagle_config *c, int64_t rows[], int64_t cols[]);
+
+/* the name of h's tensor i, for either architecture */
+const char *eagle_head_tensor_name(const struct eagle_head *h, int i);
 
 /* The target's frozen parts as f32 rows (borrowed): the embedding
  * [n_vocab][d] and n_lm rows of the LM head [n_lm][d].  Training may give
@@ -67,7 +90,7 @@ struct eagle_frozen {
     int64_t n_lm;               /* 1 .. n_vocab */
 };
 
-/* eagle_head_init() : allocates h for c with PyTorch Linear's default
+/* eagle_head_init() : allocates h for c (either architecture) with PyTorch Linear's default
  * initialisation, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) from seed, norm weight
  * 1.  Returns 0, -ST_RANGE (bad shape), -ST_NOMEM. */
 int eagle_head_init(struct eagle_head *h, const struct eagle_config *c, uint64_t seed);

@@ -1,6 +1,6 @@
 /*
- * eagle_draft.c - EAGLE-2 dynamic draft trees from an EAGLE-1 head
- * (eagle_draft.h).
+ * eagle_draft.c - EAGLE-2 dynamic draft trees from an EAGLE-1 or EAGLE-3
+ * head (eagle_draft.h).
  *
  * The head's matrices (and the draft vocabulary's rows of the LM head) are
  * multiplied through the target's backend, in f32 or converted at open to
@@ -16,8 +16,10 @@
 #include "backward.h"
 #include "cli.h"
 #include "eagle.h"
+#include "eagle3.h"
 #include "eagle_draft.h"
 #include "eagle_io.h"
+#include "eagle_target.h"
 #include "qtypes.h"
 #include "quant.h"
 
@@ -32,7 +34,7 @@ struct cand {
 /* One sequence's head state (eagle_draft.h): the target's features by
  * position and the head's keys and values of its stable positions. */
 struct eagle_stream {
-    float *feat;                /* [cap][d] the target's features by position */
+    float *feat;                /* [cap][fd] the target's features by position */
     int64_t n_feat;
     float *K, *Vs;              /* [cap][kd] the head's keys and values of stable positions */
     int32_t *stab_tok;          /* [cap] the token each stable position was run with */
@@ -46,6 +48,7 @@ struct eagle_draft {
     const struct backend_backward_ops *bw;
     struct backend_weight emb, lm;
     int64_t ctx, d, qd, kd, ff, V, top_k, B;
+    int64_t fd;                 /* floats of a target feature: d (EAGLE-1), 3d (EAGLE-3) */
     struct eagle_stream *st0;   /* the stream of eagle_draft_feed and _tree */
     struct eagle_stream *cur;   /* the stream being drafted (attend) */
     /* one batch of up to B rows */
@@ -57,16 +60,20 @@ struct eagle_draft {
     float *ch, *ck, *cv;        /* [cap_fed][d], [cap_fed][kd] x2 */
     float *hroot;               /* [d] the head's output at the root's position */
     float *hid;                 /* eagle_draft_hidden's buffer */
+    float *x3;                  /* EAGLE-3: [B][3d] the FC's input rows */
+    struct eagle_capture cap;   /* EAGLE-3: the hooks' buffer, [hid_rows][3d] */
+    struct model_hooks hooks;
     /* the tokens the head scores: all (lm_ids NULL: the target's LM head in
      * its own type), or the head's draft vocabulary (f32 rows of the LM
      * head, lm_red) */
     int64_t n_lm;
     int32_t *lm_ids;
     float *lm_red;
-    /* the matrices as the backend multiplies them: EAGLE_N_TENSORS (the
-     * head's; bias and norm unused) and the draft vocabulary's rows */
-    struct backend_weight wt[EAGLE_N_TENSORS + 1];
-    void *wbuf[EAGLE_N_TENSORS + 1];    /* converted copies, owned */
+    /* the matrices as the backend multiplies them: the head's by tensor
+     * index (bias and norms unused) and, for EAGLE-1, the draft
+     * vocabulary's rows at EAGLE_N_TENSORS */
+    struct backend_weight wt[EAGLE_MAX_TENSORS + 1];
+    void *wbuf[EAGLE_MAX_TENSORS + 1];  /* converted copies, owned */
     int64_t hid_rows;
     int64_t n_fed, cap_fed;
     int64_t *sel;
@@ -75,8 +82,9 @@ struct eagle_draft {
 
 static int stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n);
 
-/* rows r < n of the batch: token tok[r], input feature fin[r], position
- * pos[r]; row r's K/V go to kdst[r]/vdst[r] and it attends to the stable
+/* rows r < n of the batch: token tok[r], input feature fin[r] (EAGLE-3:
+ * the target's 3d features when fc, else the parent's d-wide output),
+ * position pos[r]; row r's K/V go to kdst[r]/vdst[r] and it attends to the stable
  * positions below lim[r], then to the fed slots anc[r][0 .. n_anc[r]) (its
  * ancestors, then itself).  Leaves the outputs in e->out and, for rows >=
  * lg0, their logits in e->logits (row r - lg0). */
@@ -88,6 +96,7 @@ struct rows {
     float *const *kdst, *const *vdst;
     const int32_t *const *anc;
     const int64_t *n_anc;
+    int fc;
 };
 
 static void
@@ -182,14 +191,84 @@ weight(struct eagle_draft *e, int i, const float *src, int64_t rows, int64_t col
     return be->ops->mm_reserve(be, wtype, e->B, cols) < 0 ? -ST_NOMEM : 0;
 }
 
+/* the decoder layer from its attention input x, the residual stream e->h0
+ * beside it: q/k/v (matrices wt[0..2]), RoPE, the rows' K/V stored,
+ * attention, wt[3], the norm ffn_norm and the MLP (wt[4..6]); the output
+ * in e->out */
 static void
-run_rows(struct eagle_draft *e, const struct rows *rw)
+layer(struct eagle_draft *e, const struct rows *rw, const float *x, const int wt[7],
+      const float *ffn_norm)
+{
+    const struct backend_backward_ops *bw = e->bw;
+    const struct eagle_config *c = &e->h.c;
+    int64_t n = rw->n, d = e->d;
+
+    mm(e, e->q, x, n, wt[0], NULL, wt[1], e->k, wt[2], e->v);
+    bw->rope_fwd(e->q, n, c->n_head, c->head_dim, e->cs, c->rope.n_rot, c->rope.style);
+    bw->rope_fwd(e->k, n, c->n_head_kv, c->head_dim, e->cs, c->rope.n_rot, c->rope.style);
+    for (int64_t r = 0; r < n; r++) {
+        memcpy(rw->kdst[r], e->k + r * e->kd, (size_t)e->kd * sizeof(float));
+        memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
+    }
+    attend(e, rw);
+    mm(e, e->h1, e->a, n, wt[3], NULL, -1, NULL, -1, NULL);
+    for (int64_t i = 0; i < n * d; i++)
+        e->h1[i] += e->h0[i];
+    bw->rmsnorm_fwd(e->xn, e->h1, ffn_norm, n, d, c->eps);
+    mm(e, e->g, e->xn, n, wt[4], NULL, wt[5], e->u, -1, NULL);
+    bw->silu_mul_fwd(e->g, e->g, e->u, n * e->ff);
+    mm(e, e->out, e->g, n, wt[6], NULL, -1, NULL, -1, NULL);
+    for (int64_t i = 0; i < n * d; i++)
+        e->out[i] += e->h1[i];
+}
+
+/* EAGLE-3's layer (eagle3.h, one step of the forward) on the rows */
+static void
+run_rows3(struct eagle_draft *e, const struct rows *rw)
 {
     const struct backend_backward_ops *bw = e->bw;
     const struct eagle_head *h = &e->h;
     struct backend *be = e->m->be;
     int64_t n = rw->n, d = e->d;
 
+    for (int64_t r = 0; r < n; r++)
+        e->ids[r] = rw->tok[r];
+    be->ops->get_rows(be, e->h1, &e->emb, e->ids, n);       /* h1, xn: scratch */
+    bw->rmsnorm_fwd(e->xn, e->h1, h->t[EAGLE3_IN_NORM], n, d, h->c.eps);
+    for (int64_t r = 0; r < n; r++) {
+        memcpy(e->x2 + r * 2 * d, e->xn + r * d, (size_t)d * sizeof(float));
+        if (rw->fc)
+            memcpy(e->x3 + r * 3 * d, rw->fin[r], (size_t)(3 * d) * sizeof(float));
+        else
+            memcpy(e->h0 + r * d, rw->fin[r], (size_t)d * sizeof(float));
+        ops_rope_angles(e->cs + r * h->c.rope.n_rot, (int32_t)rw->pos[r], &h->c.rope);
+    }
+    if (rw->fc)
+        mm(e, e->h0, e->x3, n, EAGLE3_FC, NULL, -1, NULL, -1, NULL);
+    bw->rmsnorm_fwd(e->xn, e->h0, h->t[EAGLE3_HID_NORM], n, d, h->c.eps);
+    for (int64_t r = 0; r < n; r++)
+        memcpy(e->x2 + r * 2 * d + d, e->xn + r * d, (size_t)d * sizeof(float));
+    static const int wt[7] = { EAGLE3_WQ, EAGLE3_WK, EAGLE3_WV, EAGLE3_WO, EAGLE3_GATE,
+                               EAGLE3_UP, EAGLE3_DOWN };
+    layer(e, rw, e->x2, wt, h->t[EAGLE3_FFN_NORM]);
+    if (rw->lg0 < n) {
+        bw->rmsnorm_fwd(e->xn, e->out + rw->lg0 * d, h->t[EAGLE3_OUT_NORM], n - rw->lg0, d,
+                        h->c.eps);
+        mm(e, e->logits, e->xn, n - rw->lg0, EAGLE3_LM, NULL, -1, NULL, -1, NULL);
+    }
+}
+
+static void
+run_rows(struct eagle_draft *e, const struct rows *rw)
+{
+    const struct eagle_head *h = &e->h;
+    struct backend *be = e->m->be;
+    int64_t n = rw->n, d = e->d;
+
+    if (h->c.arch == EAGLE_ARCH_3) {
+        run_rows3(e, rw);
+        return;
+    }
     for (int64_t r = 0; r < n; r++)
         e->ids[r] = rw->tok[r];
     be->ops->get_rows(be, e->h1, &e->emb, e->ids, n);       /* h1: scratch for the rows */
@@ -199,23 +278,9 @@ run_rows(struct eagle_draft *e, const struct rows *rw)
         ops_rope_angles(e->cs + r * h->c.rope.n_rot, (int32_t)rw->pos[r], &h->c.rope);
     }
     mm(e, e->h0, e->x2, n, EAGLE_FC_W, h->t[EAGLE_FC_B], -1, NULL, -1, NULL);
-    mm(e, e->q, e->h0, n, EAGLE_WQ, NULL, EAGLE_WK, e->k, EAGLE_WV, e->v);
-    bw->rope_fwd(e->q, n, h->c.n_head, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
-    bw->rope_fwd(e->k, n, h->c.n_head_kv, h->c.head_dim, e->cs, h->c.rope.n_rot, h->c.rope.style);
-    for (int64_t r = 0; r < n; r++) {
-        memcpy(rw->kdst[r], e->k + r * e->kd, (size_t)e->kd * sizeof(float));
-        memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
-    }
-    attend(e, rw);
-    mm(e, e->h1, e->a, n, EAGLE_WO, NULL, -1, NULL, -1, NULL);
-    for (int64_t i = 0; i < n * d; i++)
-        e->h1[i] += e->h0[i];
-    bw->rmsnorm_fwd(e->xn, e->h1, h->t[EAGLE_NORM], n, d, h->c.eps);
-    mm(e, e->g, e->xn, n, EAGLE_GATE, NULL, EAGLE_UP, e->u, -1, NULL);
-    bw->silu_mul_fwd(e->g, e->g, e->u, n * e->ff);
-    mm(e, e->out, e->g, n, EAGLE_DOWN, NULL, -1, NULL, -1, NULL);
-    for (int64_t i = 0; i < n * d; i++)
-        e->out[i] += e->h1[i];
+    static const int wt[7] = { EAGLE_WQ, EAGLE_WK, EAGLE_WV, EAGLE_WO, EAGLE_GATE, EAGLE_UP,
+                               EAGLE_DOWN };
+    layer(e, rw, e->h0, wt, h->t[EAGLE_NORM]);
     if (rw->lg0 < n && e->lm_red) {
         mm(e, e->logits, e->out + rw->lg0 * d, n - rw->lg0, EAGLE_N_TENSORS, NULL, -1, NULL, -1,
            NULL);
@@ -278,8 +343,9 @@ eagle_draft_free(struct eagle_draft *e)
     free(e->x2), free(e->h0), free(e->q), free(e->k), free(e->v), free(e->a), free(e->h1);
     free(e->xn), free(e->g), free(e->u), free(e->out), free(e->cs), free(e->logits), free(e->sc);
     free(e->ids), free(e->c), free(e->ch), free(e->ck), free(e->cv), free(e->sel);
-    free(e->hroot), free(e->hid), free(e->lm_ids), free(e->lm_red);
-    for (int i = 0; i <= EAGLE_N_TENSORS; i++)
+    free(e->hroot), free(e->hid), free(e->lm_ids), free(e->lm_red), free(e->x3);
+    free(e->cap.feat3);
+    for (int i = 0; i <= EAGLE_MAX_TENSORS; i++)
         free(e->wbuf[i]);
     free(e);
 }
@@ -306,6 +372,14 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
         eagle_draft_free(e);
         return rc;
     }
+    bool e3 = e->h.c.arch == EAGLE_ARCH_3;
+    for (int i = 0; e3 && i < 3; i++)
+        if (e->h.c.feat_layer[i] >= m->hp.n_layer) {
+            free(meta.draft_ids);
+            eagle_draft_free(e);
+            return diag_set(d, ST_FORMAT, "'%s': feature layer %lld of a %lld-layer model", path,
+                            (long long)e->h.c.feat_layer[i], (long long)m->hp.n_layer);
+        }
     e->lm_ids = meta.draft_ids;     /* NULL: the whole vocabulary */
     e->n_lm = meta.draft_ids ? meta.n_draft : m->hp.n_vocab;
     if (e->h.c.head_dim != m->hp.head_dim || e->h.c.rope.n_rot > e->h.c.head_dim) {
@@ -318,6 +392,7 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->lm = model_weight_view(&m->output);
     e->ctx = ctx;
     e->d = e->h.c.d;
+    e->fd = e3 ? 3 * e->d : e->d;
     e->qd = e->h.c.n_head * e->h.c.head_dim;
     e->kd = e->h.c.n_head_kv * e->h.c.head_dim;
     e->ff = e->h.c.n_ff;
@@ -329,6 +404,8 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     int64_t B = e->B, d2 = e->d;
     bad |= eagle_stream_new(e, &e->st0, NULL) < 0 || stream_reserve(e, e->st0, ctx) < 0;
     e->cur = e->st0;
+    if (e3)
+        e->x3 = xcalloc((size_t)(B * 3 * d2), sizeof(float), &bad);
     e->x2 = xcalloc((size_t)(B * 2 * d2), sizeof(float), &bad);
     e->h0 = xcalloc((size_t)(B * d2), sizeof(float), &bad);
     e->h1 = xcalloc((size_t)(B * d2), sizeof(float), &bad);
@@ -342,7 +419,7 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->u = xcalloc((size_t)(B * e->ff), sizeof(float), &bad);
     e->cs = xcalloc((size_t)(B * e->h.c.rope.n_rot), sizeof(float), &bad);
     e->logits = xcalloc((size_t)(k * e->n_lm), sizeof(float), &bad);
-    if (e->lm_ids) {
+    if (e->lm_ids && !e3) {
         e->lm_red = xcalloc((size_t)(e->n_lm * d2), sizeof(float), &bad);
         if (!bad)
             m->be->ops->get_rows(m->be, e->lm_red, &e->lm, e->lm_ids, e->n_lm);
@@ -355,8 +432,8 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->ck = xcalloc((size_t)(e->cap_fed * e->kd), sizeof(float), &bad);
     e->cv = xcalloc((size_t)(e->cap_fed * e->kd), sizeof(float), &bad);
     e->hroot = xcalloc((size_t)d2, sizeof(float), &bad);
-    for (int i = 0; !bad && i < EAGLE_N_TENSORS; i++)
-        if (i != EAGLE_FC_B && i != EAGLE_NORM)
+    for (int i = 0; !bad && i < e->h.n_tensors; i++)
+        if (e->h.rows[i] > 1)   /* not the bias or a norm */
             bad |= weight(e, i, e->h.t[i], e->h.rows[i], e->h.cols[i], wtype) < 0;
     if (!bad && e->lm_red)
         bad |= weight(e, EAGLE_N_TENSORS, e->lm_red, e->n_lm, d2, wtype) < 0;
@@ -379,7 +456,7 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
         anc[i] = &slot[i];
         kd_[i] = e->ck + i * e->kd, vd_[i] = e->cv + i * e->kd;
     }
-    struct rows rw = { k, 0, tok, fin, pos, lim, kd_, vd_, anc, na };
+    struct rows rw = { k, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0 };
     double t0 = now_seconds();
     run_rows(e, &rw);
     e->level_ms = (now_seconds() - t0) * 1000.0;
@@ -410,7 +487,7 @@ stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n)
     if (c > e->ctx)
         c = e->ctx;
     void *p;
-    if (!(p = realloc(st->feat, (size_t)(c * e->d) * sizeof(float))))
+    if (!(p = realloc(st->feat, (size_t)(c * e->fd) * sizeof(float))))
         return -ST_NOMEM;
     st->feat = p;
     if (!(p = realloc(st->K, (size_t)(c * e->kd) * sizeof(float))))
@@ -423,7 +500,7 @@ stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n)
         return -ST_NOMEM;
     st->stab_tok = p;
     /* zeros past what was there: the cost probe at open reads them */
-    memset(st->feat + st->cap * e->d, 0, (size_t)((c - st->cap) * e->d) * sizeof(float));
+    memset(st->feat + st->cap * e->fd, 0, (size_t)((c - st->cap) * e->fd) * sizeof(float));
     memset(st->K + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
     memset(st->Vs + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
     st->cap = c;
@@ -460,20 +537,10 @@ eagle_stream_feed(struct eagle_draft *e, struct eagle_stream *st, int64_t pos, c
         return 0;
     if (stream_reserve(e, st, pos + 1) < 0)
         return -ST_NOMEM;
-    memcpy(st->feat + pos * e->d, feat, (size_t)e->d * sizeof(float));
+    memcpy(st->feat + pos * e->fd, feat, (size_t)e->fd * sizeof(float));
     st->n_feat = pos + 1;
     if (st->P > pos)            /* a stable position built on a replaced feature */
         st->P = pos;
-    return 0;
-}
-
-int
-eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
-                       const float *hidden, const int64_t *rows, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        if (eagle_stream_feed(e, st, pos0 + i, hidden + (rows ? rows[i] : i) * e->d) < 0)
-            return -ST_NOMEM;
     return 0;
 }
 
@@ -491,9 +558,32 @@ eagle_draft_hidden(struct eagle_draft *e, int64_t rows, float **out, struct diag
         if (!p)
             return diag_set(d, ST_NOMEM, "out of memory");
         e->hid = p;
+        if (e->h.c.arch == EAGLE_ARCH_3) {
+            if (!(p = realloc(e->cap.feat3, (size_t)(rows * e->fd) * sizeof(float))))
+                return diag_set(d, ST_NOMEM, "out of memory");
+            e->cap = (struct eagle_capture){ e->h.c.feat_layer, e->d, p, rows };
+            e->hooks = (struct model_hooks){ eagle_capture_hook, &e->cap, EAGLE_CAPTURE_SITES };
+        }
         e->hid_rows = rows;
     }
     *out = e->hid;
+    return 0;
+}
+
+const struct model_hooks *
+eagle_draft_hooks(const struct eagle_draft *e)
+{
+    return e->h.c.arch == EAGLE_ARCH_3 && e->cap.feat3 ? &e->hooks : NULL;
+}
+
+int
+eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
+                       const float *hidden, const int64_t *rows, int64_t n)
+{
+    const float *src = e->h.c.arch == EAGLE_ARCH_3 ? e->cap.feat3 : hidden;
+    for (int64_t i = 0; i < n; i++)
+        if (eagle_stream_feed(e, st, pos0 + i, src + (rows ? rows[i] : i) * e->fd) < 0)
+            return -ST_NOMEM;
     return 0;
 }
 
@@ -502,6 +592,12 @@ eagle_draft_feed_rows(struct eagle_draft *e, int64_t pos0, const float *hidden,
                       const int64_t *rows, int64_t n)
 {
     eagle_stream_feed_rows(e, e->st0, pos0, hidden, rows, n);
+}
+
+const char *
+eagle_draft_arch(const struct eagle_draft *e)
+{
+    return e->h.c.arch == EAGLE_ARCH_3 ? "eagle3" : "eagle";
 }
 
 /* stable positions up to n - 2 (head position p: token hist[p + 1],
@@ -530,7 +626,7 @@ catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
         for (int64_t r = 0; r < n_r; r++) {
             int64_t p = st->P + r;
             tok[r] = hist[p + 1];
-            fin[r] = st->feat + p * e->d;
+            fin[r] = st->feat + p * e->fd;
             pos[r] = p;
             lim[r] = p + 1;     /* itself included: its K/V are stored before attention */
             na[r] = 0;
@@ -539,7 +635,7 @@ catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
             st->stab_tok[p] = tok[r];
         }
         bool final = st->P + n_r > last;
-        struct rows rw = { n_r, final ? n_r - 1 : n_r, tok, fin, pos, lim, kd_, vd_, anc, na };
+        struct rows rw = { n_r, final ? n_r - 1 : n_r, tok, fin, pos, lim, kd_, vd_, anc, na, 1 };
         run_rows(e, &rw);
         if (final)
             memcpy(e->hroot, e->out + (n_r - 1) * e->d, (size_t)e->d * sizeof(float));
@@ -628,7 +724,7 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
             anc[r] = slots[r];
             kd_[r] = e->ck + (int64_t)c->fed * e->kd, vd_[r] = e->cv + (int64_t)c->fed * e->kd;
         }
-        struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na };
+        struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0 };
         run_rows(e, &rw);
         levels++;
         e->n_fed += nf;

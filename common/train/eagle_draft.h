@@ -1,5 +1,5 @@
 /*
- * eagle_draft.h - drafting with an EAGLE-1 head (generate --draft-head):
+ * eagle_draft.h - drafting with an EAGLE-1 or EAGLE-3 head (generate --draft-head):
  * EAGLE-2 dynamic trees (algorithms.md §6.5) for the target's one-pass tree
  * verification (generate.c, spec.h).
  *
@@ -24,6 +24,12 @@
  *   3. the budget candidates of highest score (shallower first on ties)
  *      form the tree: a child never scores above its parent, so the choice
  *      is a connected tree.
+ * An EAGLE-3 head (eagle3.h) reads instead the target's hidden states
+ * entering its three feature layers, which the target's forward pass hands
+ * over through eagle_draft_hooks(); stable positions fuse them with the
+ * head's FC, tree levels feed the parent's output (before the final norm)
+ * in their place, and the head scores its own draft vocabulary with its
+ * own LM head.
  * With a confidence floor p_min > 0 (--draft-p-min), a candidate whose path
  * probability (the product of its tokens' probabilities from the root,
  * EAGLE-2's confidence) is below p_min is neither recorded nor expanded:
@@ -71,8 +77,17 @@ void eagle_draft_feed(struct eagle_draft *e, int64_t pos, const float *feat);
  * 0 or -ST_NOMEM. */
 int eagle_draft_hidden(struct eagle_draft *e, int64_t rows, float **out, struct diag *d);
 
+/* eagle_draft_hooks() : NULL (EAGLE-1), or the hooks (EAGLE-3) to pass to
+ * the model_forward whose model_out.hidden is eagle_draft_hidden's buffer:
+ * they capture the same rows' features (valid after eagle_draft_hidden). */
+const struct model_hooks *eagle_draft_hooks(const struct eagle_draft *e);
+
+/* eagle_draft_arch() : "eagle" or "eagle3" (the head file's architecture) */
+const char *eagle_draft_arch(const struct eagle_draft *e);
+
 /* eagle_draft_feed_rows() : eagle_draft_feed(pos0 + i, hidden row
- * (rows ? rows[i] : i)) for i < n. */
+ * (rows ? rows[i] : i)) for i < n; an EAGLE-3 head reads the rows its
+ * hooks captured in the same pass instead of hidden. */
 void eagle_draft_feed_rows(struct eagle_draft *e, int64_t pos0, const float *hidden,
                            const int64_t *rows, int64_t n);
 

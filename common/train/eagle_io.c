@@ -12,6 +12,14 @@
 #include "qtypes.h"
 #include "quantize.h"
 
+void
+eagle_meta_release(struct eagle_meta *meta)
+{
+    free(meta->draft_ids);
+    meta->draft_ids = NULL;
+    meta->n_draft = 0;
+}
+
 int
 eagle_base_sha256(const struct model *m, char out[65])
 {
@@ -19,51 +27,71 @@ eagle_base_sha256(const struct model *m, char out[65])
     return quantize_sha256_hex(s->map + m->gguf.data_offset, (size_t)m->gguf.data_size, out);
 }
 
+/* "<pre>.<suffix>" in buf: the keys of architecture pre ("eagle", "eagle3") */
+static const char *
+key(char buf[96], const char *pre, const char *suffix)
+{
+    snprintf(buf, 96, "%s.%s", pre, suffix);
+    return buf;
+}
+
+#define K(suffix) key(kb, pre, suffix)
+
 int
 eagle_head_write(const struct eagle_head *h, const struct eagle_meta *meta, const float *m_,
                  const float *v_, const char *path, bool force, struct diag *d)
 {
     const struct eagle_config *c = &h->c;
-    struct out_tensor ts[EAGLE_N_TENSORS + 2];
+    struct out_tensor ts[EAGLE_MAX_TENSORS + 2];
     struct gguf g;
     size_t n = 0;
     int rc = 0;
 
+    bool e3 = c->arch == EAGLE_ARCH_3;
+    const char *pre = e3 ? "eagle3" : "eagle";
+    char kb[96];
+
     gguf_init(&g);
-    rc |= gguf_set_str(&g, "general.architecture", "eagle");
-    rc |= gguf_set_u32(&g, "eagle.version", 1);
-    rc |= gguf_set_u32(&g, "eagle.embedding_length", (uint32_t)c->d);
-    rc |= gguf_set_u32(&g, "eagle.feed_forward_length", (uint32_t)c->n_ff);
-    rc |= gguf_set_u32(&g, "eagle.attention.head_count", (uint32_t)c->n_head);
-    rc |= gguf_set_u32(&g, "eagle.attention.head_count_kv", (uint32_t)c->n_head_kv);
-    rc |= gguf_set_u32(&g, "eagle.attention.key_length", (uint32_t)c->head_dim);
-    rc |= gguf_set_f32(&g, "eagle.attention.layer_norm_rms_epsilon", c->eps);
-    rc |= gguf_set_u32(&g, "eagle.rope.dimension_count", (uint32_t)c->rope.n_rot);
-    rc |= gguf_set_f32(&g, "eagle.rope.freq_base", c->rope.freq_base);
-    rc |= gguf_set_f32(&g, "eagle.rope.scale_linear", 1.0f / c->rope.freq_scale);
-    rc |= gguf_set_bool(&g, "eagle.rope.neox", c->rope.style == ROPE_NEOX);
-    rc |= gguf_set_u32(&g, "eagle.vocab_size", (uint32_t)c->n_vocab);
-    rc |= gguf_set_str(&g, "eagle.base.tensor_sha256", meta->base_sha256);
-    rc |= gguf_set_str(&g, "eagle.base.name", meta->base_name);
-    rc |= gguf_set_u64(&g, "eagle.train.steps", meta->steps);
-    rc |= gguf_set_u64(&g, "eagle.train.tokens", meta->tokens);
-    rc |= gguf_set_str(&g, "eagle.train.data_sha256", meta->data_sha256);
+    rc |= gguf_set_str(&g, "general.architecture", pre);
+    rc |= gguf_set_u32(&g, K("version"), 1);
+    if (e3) {
+        int32_t fl[3] = { (int32_t)c->feat_layer[0], (int32_t)c->feat_layer[1],
+                          (int32_t)c->feat_layer[2] };
+        rc |= gguf_set_arr(&g, K("feature_layers"), GGUF_TYPE_INT32, fl, 3);
+        rc |= gguf_set_u32(&g, K("draft_vocab_size"), (uint32_t)c->n_draft);
+    }
+    rc |= gguf_set_u32(&g, K("embedding_length"), (uint32_t)c->d);
+    rc |= gguf_set_u32(&g, K("feed_forward_length"), (uint32_t)c->n_ff);
+    rc |= gguf_set_u32(&g, K("attention.head_count"), (uint32_t)c->n_head);
+    rc |= gguf_set_u32(&g, K("attention.head_count_kv"), (uint32_t)c->n_head_kv);
+    rc |= gguf_set_u32(&g, K("attention.key_length"), (uint32_t)c->head_dim);
+    rc |= gguf_set_f32(&g, K("attention.layer_norm_rms_epsilon"), c->eps);
+    rc |= gguf_set_u32(&g, K("rope.dimension_count"), (uint32_t)c->rope.n_rot);
+    rc |= gguf_set_f32(&g, K("rope.freq_base"), c->rope.freq_base);
+    rc |= gguf_set_f32(&g, K("rope.scale_linear"), 1.0f / c->rope.freq_scale);
+    rc |= gguf_set_bool(&g, K("rope.neox"), c->rope.style == ROPE_NEOX);
+    rc |= gguf_set_u32(&g, K("vocab_size"), (uint32_t)c->n_vocab);
+    rc |= gguf_set_str(&g, K("base.tensor_sha256"), meta->base_sha256);
+    rc |= gguf_set_str(&g, K("base.name"), meta->base_name);
+    rc |= gguf_set_u64(&g, K("train.steps"), meta->steps);
+    rc |= gguf_set_u64(&g, K("train.tokens"), meta->tokens);
+    rc |= gguf_set_str(&g, K("train.data_sha256"), meta->data_sha256);
     if (meta->draft_ids && meta->n_draft > 0)
-        rc |= gguf_set_arr(&g, "eagle.draft_vocab", GGUF_TYPE_INT32, meta->draft_ids,
+        rc |= gguf_set_arr(&g, K("draft_vocab"), GGUF_TYPE_INT32, meta->draft_ids,
                            (uint64_t)meta->n_draft);
     if (m_ && v_) {
-        rc |= gguf_set_u64(&g, "eagle.ckpt.step", meta->ckpt_step);
-        rc |= gguf_set_u64(&g, "eagle.ckpt.seed", meta->ckpt_seed);
-        rc |= gguf_set_f32(&g, "eagle.ckpt.elapsed", meta->ckpt_elapsed);
-        rc |= gguf_set_str(&g, "eagle.ckpt.options", meta->ckpt_options);
+        rc |= gguf_set_u64(&g, K("ckpt.step"), meta->ckpt_step);
+        rc |= gguf_set_u64(&g, K("ckpt.seed"), meta->ckpt_seed);
+        rc |= gguf_set_f32(&g, K("ckpt.elapsed"), meta->ckpt_elapsed);
+        rc |= gguf_set_str(&g, K("ckpt.options"), meta->ckpt_options);
     }
     if (rc) {
         gguf_release(&g);
         return diag_set(d, ST_NOMEM, "out of memory");
     }
     memset(ts, 0, sizeof ts);
-    for (int i = 0; i < EAGLE_N_TENSORS; i++, n++) {
-        snprintf(ts[n].name, sizeof ts[n].name, "%s", eagle_tensor_name(i));
+    for (int i = 0; i < h->n_tensors; i++, n++) {
+        snprintf(ts[n].name, sizeof ts[n].name, "%s", eagle_head_tensor_name(h, i));
         ts[n].n_dims = h->rows[i] == 1 ? 1 : 2;
         int64_t ne[4] = { h->cols[i], h->rows[i], 1, 1 };
         memcpy(ts[n].ne, ne, sizeof ne);
@@ -153,6 +181,32 @@ read_vec(const struct gguf *g, const char *name, int64_t n, float **out, struct 
     return 0;
 }
 
+/* EAGLE-3's keys: the feature layers, the draft vocabulary's size (the
+ * whole vocabulary when eagle3.draft_vocab is absent) */
+static int
+eagle3_meta(const struct gguf *g, struct eagle_config *c, const struct eagle_meta *meta,
+            struct diag *d)
+{
+    const struct gguf_kv *fl = gguf_get(g, "eagle3.feature_layers");
+    int rc;
+
+    if (!fl || fl->type != GGUF_TYPE_ARRAY || fl->arr_type != GGUF_TYPE_INT32 || fl->n != 3)
+        return diag_set(d, ST_FORMAT, "key 'eagle3.feature_layers': not an INT32 array of 3");
+    for (int k = 0; k < 3; k++) {
+        int32_t l = ((const int32_t *)fl->v.arr)[k];
+        if (l < 0 || l > 4096)
+            return diag_set(d, ST_FORMAT, "key 'eagle3.feature_layers': layer %d", (int)l);
+        c->feat_layer[k] = l;
+    }
+    if ((rc = get_u(g, "eagle3.draft_vocab_size", &c->n_draft, d)) < 0)
+        return rc;
+    if (c->n_draft != (meta->draft_ids ? meta->n_draft : c->n_vocab))
+        return diag_set(d, ST_FORMAT, "key 'eagle3.draft_vocab_size': %lld, not the draft "
+                        "vocabulary's %lld ids", (long long)c->n_draft,
+                        (long long)(meta->draft_ids ? meta->n_draft : c->n_vocab));
+    return 0;
+}
+
 /* the head in g (parsed, its tensors' data in memory) */
 static int
 head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float **v_,
@@ -171,38 +225,41 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
     if ((rc = need(gguf_get_str(g, "general.architecture", &arch, d), "general.architecture",
                    d)) < 0)
         goto out;
-    if (strcmp(arch, "eagle") != 0) {
-        rc = diag_set(d, ST_FORMAT, "general.architecture is '%s', not an EAGLE head ('eagle')",
-                      arch);
+    if (strcmp(arch, "eagle") != 0 && strcmp(arch, "eagle3") != 0) {
+        rc = diag_set(d, ST_FORMAT, "general.architecture is '%s', not an EAGLE head ('eagle' "
+                      "or 'eagle3')", arch);
         goto out;
     }
-    if ((rc = get_u64(g, "eagle.version", &u, d)) < 0)
+    const char *pre = arch;
+    char kb[96];
+    c.arch = strcmp(arch, "eagle3") == 0 ? EAGLE_ARCH_3 : EAGLE_ARCH_1;
+    if ((rc = get_u64(g, K("version"), &u, d)) < 0)
         goto out;
     if (u != 1) {
-        rc = diag_set(d, ST_FORMAT, "eagle.version %llu: only EAGLE-1 heads (1) are supported",
+        rc = diag_set(d, ST_FORMAT, "%s.version %llu: only version 1 is supported", pre,
                       (unsigned long long)u);
         goto out;
     }
-    if ((rc = get_u(g, "eagle.embedding_length", &c.d, d)) < 0 ||
-        (rc = get_u(g, "eagle.feed_forward_length", &c.n_ff, d)) < 0 ||
-        (rc = get_u(g, "eagle.attention.head_count", &c.n_head, d)) < 0 ||
-        (rc = get_u(g, "eagle.attention.head_count_kv", &c.n_head_kv, d)) < 0 ||
-        (rc = get_u(g, "eagle.attention.key_length", &c.head_dim, d)) < 0 ||
-        (rc = get_f(g, "eagle.attention.layer_norm_rms_epsilon", &c.eps, d)) < 0 ||
-        (rc = get_u(g, "eagle.rope.dimension_count", &c.rope.n_rot, d)) < 0 ||
-        (rc = get_f(g, "eagle.rope.freq_base", &c.rope.freq_base, d)) < 0 ||
-        (rc = get_f(g, "eagle.rope.scale_linear", &scale_lin, d)) < 0 ||
-        (rc = need(gguf_get_bool(g, "eagle.rope.neox", &neox, d), "eagle.rope.neox", d)) < 0 ||
-        (rc = get_u(g, "eagle.vocab_size", &c.n_vocab, d)) < 0 ||
-        (rc = get_s(g, "eagle.base.tensor_sha256", meta->base_sha256, sizeof meta->base_sha256,
+    if ((rc = get_u(g, K("embedding_length"), &c.d, d)) < 0 ||
+        (rc = get_u(g, K("feed_forward_length"), &c.n_ff, d)) < 0 ||
+        (rc = get_u(g, K("attention.head_count"), &c.n_head, d)) < 0 ||
+        (rc = get_u(g, K("attention.head_count_kv"), &c.n_head_kv, d)) < 0 ||
+        (rc = get_u(g, K("attention.key_length"), &c.head_dim, d)) < 0 ||
+        (rc = get_f(g, K("attention.layer_norm_rms_epsilon"), &c.eps, d)) < 0 ||
+        (rc = get_u(g, K("rope.dimension_count"), &c.rope.n_rot, d)) < 0 ||
+        (rc = get_f(g, K("rope.freq_base"), &c.rope.freq_base, d)) < 0 ||
+        (rc = get_f(g, K("rope.scale_linear"), &scale_lin, d)) < 0 ||
+        (rc = need(gguf_get_bool(g, K("rope.neox"), &neox, d), K("rope.neox"), d)) < 0 ||
+        (rc = get_u(g, K("vocab_size"), &c.n_vocab, d)) < 0 ||
+        (rc = get_s(g, K("base.tensor_sha256"), meta->base_sha256, sizeof meta->base_sha256,
                     d)) < 0 ||
-        (rc = get_s(g, "eagle.base.name", meta->base_name, sizeof meta->base_name, d)) < 0 ||
-        (rc = get_s(g, "eagle.train.data_sha256", meta->data_sha256, sizeof meta->data_sha256,
+        (rc = get_s(g, K("base.name"), meta->base_name, sizeof meta->base_name, d)) < 0 ||
+        (rc = get_s(g, K("train.data_sha256"), meta->data_sha256, sizeof meta->data_sha256,
                     d)) < 0 ||
-        (rc = get_u64(g, "eagle.train.steps", &meta->steps, d)) < 0 ||
-        (rc = get_u64(g, "eagle.train.tokens", &meta->tokens, d)) < 0)
+        (rc = get_u64(g, K("train.steps"), &meta->steps, d)) < 0 ||
+        (rc = get_u64(g, K("train.tokens"), &meta->tokens, d)) < 0)
         goto out;
-    const struct gguf_kv *dv = gguf_get(g, "eagle.draft_vocab");
+    const struct gguf_kv *dv = gguf_get(g, K("draft_vocab"));
     if (dv) {
         if (dv->type != GGUF_TYPE_ARRAY || dv->arr_type != GGUF_TYPE_INT32 || dv->n < 1 ||
             dv->n > (uint64_t)c.n_vocab) {
@@ -224,6 +281,8 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
                 goto out;
             }
     }
+    if (c.arch == EAGLE_ARCH_3 && (rc = eagle3_meta(g, &c, meta, d)) < 0)
+        goto out;
     if (scale_lin <= 0 || c.eps <= 0 || c.rope.freq_base <= 0) {
         rc = diag_set(d, ST_FORMAT, "eagle.rope / epsilon values out of range");
         goto out;
@@ -232,13 +291,13 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
     c.rope.style = neox ? ROPE_NEOX : ROPE_NORM;
     if ((rc = eagle_head_init(h, &c, 0)) < 0) {
         if (rc == -ST_RANGE)
-            rc = diag_set(d, ST_FORMAT, "eagle hyperparameters out of range");
+            rc = diag_set(d, ST_FORMAT, "%s hyperparameters out of range", pre);
         else
             diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    for (int i = 0; i < EAGLE_N_TENSORS; i++) {
-        const char *name = eagle_tensor_name(i);
+    for (int i = 0; i < h->n_tensors; i++) {
+        const char *name = eagle_head_tensor_name(h, i);
         int64_t ti = gguf_find_tensor(g, name);
         if (ti < 0) {
             rc = diag_set(d, ST_FORMAT, "tensor '%s' missing", name);
@@ -259,10 +318,10 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
             goto out;
         }
     if (m_ && v_) {
-        if ((rc = get_u64(g, "eagle.ckpt.step", &meta->ckpt_step, d)) < 0 ||
-            (rc = get_u64(g, "eagle.ckpt.seed", &meta->ckpt_seed, d)) < 0 ||
-            (rc = get_f(g, "eagle.ckpt.elapsed", &meta->ckpt_elapsed, d)) < 0 ||
-            (rc = get_s(g, "eagle.ckpt.options", meta->ckpt_options, sizeof meta->ckpt_options,
+        if ((rc = get_u64(g, K("ckpt.step"), &meta->ckpt_step, d)) < 0 ||
+            (rc = get_u64(g, K("ckpt.seed"), &meta->ckpt_seed, d)) < 0 ||
+            (rc = get_f(g, K("ckpt.elapsed"), &meta->ckpt_elapsed, d)) < 0 ||
+            (rc = get_s(g, K("ckpt.options"), meta->ckpt_options, sizeof meta->ckpt_options,
                         d)) < 0)
             goto out;
         if ((rc = read_vec(g, "opt.m", h->n_param, m_, d)) < 0)
@@ -277,9 +336,7 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
 out:
     if (rc < 0) {
         eagle_head_release(h);
-        free(meta->draft_ids);
-        meta->draft_ids = NULL;
-        meta->n_draft = 0;
+        eagle_meta_release(meta);
     }
     return rc;
 }

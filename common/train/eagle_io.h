@@ -1,5 +1,6 @@
 /*
- * eagle_io.h - EAGLE head files: GGUF with general.architecture "eagle".
+ * eagle_io.h - EAGLE head files: GGUF with general.architecture "eagle"
+ * (EAGLE-1) or "eagle3" (EAGLE-3).
  *
  * Keys (all written, all checked on reading):
  *   general.architecture        "eagle"
@@ -19,7 +20,17 @@
  *                               to predict (draft-train --draft-vocab), ascending; the
  *                               drafter then scores these tokens only (EAGLE-3's reduced
  *                               draft vocabulary)
- * Tensors, F32, GGUF shapes {cols, rows}: eagle.h's eagle_tensor_name() list.
+ * An EAGLE-3 head has the same keys under the prefix "eagle3." (eagle3.version
+ * u32 1), and:
+ *   eagle3.feature_layers       INT32 array [3]: the target layers whose inputs
+ *                               are the features (0 = the embeddings)
+ *   eagle3.draft_vocab_size     u32: rows of its LM head ("output.weight"); the
+ *                               count of eagle3.draft_vocab, or eagle3.vocab_size
+ *                               when that key is absent (the whole vocabulary)
+ *   eagle3.draft_vocab          optional INT32 array: the target id of draft id i
+ *                               (HF's d2t[i] = draft_vocab[i] - i; t2d is its set)
+ * Tensors, F32, GGUF shapes {cols, rows}: eagle.h's eagle_tensor_name() list
+ * (EAGLE-3: eagle3_tensor_name()).
  * A checkpoint is the same file plus the optimizer's state: tensors
  * "opt.m" and "opt.v" ({n_param}) and keys eagle.ckpt.step, eagle.ckpt.seed
  * (u64), eagle.ckpt.elapsed (f32 seconds), eagle.ckpt.options (string: the
@@ -48,6 +59,9 @@ struct eagle_meta {
     float ckpt_elapsed;
     char ckpt_options[256];
 };
+
+/* eagle_meta_release() : frees meta's draft vocabulary and clears it. */
+void eagle_meta_release(struct eagle_meta *meta);
 
 /* eagle_base_sha256() : SHA-256 (hex) of m's tensor data section: the
  * identity a head is bound to.  0, -ST_NOMEM. */

@@ -28,6 +28,35 @@ rows_f32(struct model *m, const struct model_weight *w)
 }
 
 int
+eagle_target_config(const struct model *m, struct eagle_config *c, struct diag *d)
+{
+    const struct model_hparams *hp = &m->hp;
+
+    memset(c, 0, sizeof *c);
+    if (hp->arch != MODEL_ARCH_LLAMA)
+        return diag_set(d, ST_RANGE, "architecture '%s': EAGLE heads are trained for llama "
+                        "models only", hp->arch_name);
+    if (hp->head_dim != hp->head_dim_v)
+        return diag_set(d, ST_RANGE, "key and value head sizes differ");
+    c->d = hp->n_embd;
+    c->n_head = hp->n_head;
+    c->n_head_kv = hp->n_head_kv;
+    c->head_dim = hp->head_dim;
+    c->n_ff = hp->n_ff;
+    c->n_vocab = hp->n_vocab;
+    c->eps = hp->rms_eps;
+    c->rope = hp->rope;
+    c->rope.freq_factors = NULL;
+    c->arch = EAGLE_ARCH_1;
+    /* EAGLE-3's features enter layers 2, L/2 and L - 3 (clamped for
+     * models of fewer than 4 layers; 0 = the embeddings) */
+    int64_t L = hp->n_layer, fl[3] = { 2, L / 2, L - 3 };
+    for (int k = 0; k < 3; k++)
+        c->feat_layer[k] = fl[k] < 0 ? 0 : fl[k] > L - 1 ? L - 1 : fl[k];
+    return 0;
+}
+
+int
 eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct diag *d)
 {
     const struct model_hparams *hp = &m->hp;
@@ -36,20 +65,8 @@ eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct
 
     memset(t, 0, sizeof *t);
     t->m = m;
-    if (hp->arch != MODEL_ARCH_LLAMA)
-        return diag_set(d, ST_RANGE, "architecture '%s': EAGLE heads are trained for llama "
-                        "models only", hp->arch_name);
-    if (hp->head_dim != hp->head_dim_v)
-        return diag_set(d, ST_RANGE, "key and value head sizes differ");
-    t->c.d = hp->n_embd;
-    t->c.n_head = hp->n_head;
-    t->c.n_head_kv = hp->n_head_kv;
-    t->c.head_dim = hp->head_dim;
-    t->c.n_ff = hp->n_ff;
-    t->c.n_vocab = hp->n_vocab;
-    t->c.eps = hp->rms_eps;
-    t->c.rope = hp->rope;
-    t->c.rope.freq_factors = NULL;
+    if ((rc = eagle_target_config(m, &t->c, d)) < 0)
+        return rc;
     if (!(t->embd = rows_f32(m, &m->tok_embd)))
         goto nomem;
     t->lm = hp->tied_output ? t->embd : rows_f32(m, &m->output);
@@ -84,9 +101,30 @@ eagle_target_release(struct eagle_target *t)
 }
 
 int
-eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
-                      struct diag *d)
+eagle_capture_hook(void *ctx, const struct model_hook_event *ev)
 {
+    struct eagle_capture *cp = ctx;
+    int64_t d = cp->d;
+    int64_t layer_in = ev->site == MODEL_HOOK_EMBD ? 0 : ev->layer + 1;
+
+    if (ev->tok0 < 0 || ev->tok0 + ev->n_tok > cp->rows)
+        return 0;
+    for (int k = 0; k < 3; k++) {
+        if (cp->feat_layer[k] != layer_in)
+            continue;
+        for (int64_t r = 0; r < ev->n_tok; r++)
+            memcpy(cp->feat3 + (ev->tok0 + r) * 3 * d + k * d, ev->x + r * ev->ld,
+                   (size_t)d * sizeof(float));
+    }
+    return 0;
+}
+
+static int
+run(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat3, float *feat,
+    struct diag *d)
+{
+    struct eagle_capture cp = { t->c.feat_layer, t->c.d, feat3, n };
+    struct model_hooks hk = { eagle_capture_hook, &cp, EAGLE_CAPTURE_SITES };
     struct batch_tok *bt;
     int32_t seq;
     int rc;
@@ -107,8 +145,22 @@ eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, 
     }
     struct batch b = { .n = n, .tok = bt };
     struct model_out out = { .logits = NULL, .hidden = feat };
-    rc = model_forward(t->m, t->kv, &b, NULL, &out, d);
+    rc = model_forward(t->m, t->kv, &b, feat3 ? &hk : NULL, &out, d);
     kv_seq_free(t->kv, seq);
     free(bt);
     return rc;
+}
+
+int
+eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
+                      struct diag *d)
+{
+    return run(t, tokens, n, NULL, feat, d);
+}
+
+int
+eagle_target_features3(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat3,
+                       float *feat, struct diag *d)
+{
+    return run(t, tokens, n, feat3, feat, d);
 }

@@ -23,6 +23,12 @@ struct eagle_target {
     int64_t max_n;
 };
 
+/* eagle_target_config() : the head's configuration for m (a llama-arch
+ * model): its width, heads, feed-forward size, vocabulary, epsilon and
+ * RoPE.  Returns 0 or -ST_RANGE (an architecture the EAGLE-1 head does not
+ * support; message in d). */
+int eagle_target_config(const struct model *m, struct eagle_config *c, struct diag *d);
+
 /* eagle_target_init() : the head's configuration for m (a llama-arch
  * model), the frozen parts converted to f32 through the backend, and a KV
  * cache for feature runs of up to max_n tokens.  Returns 0, -ST_RANGE (an
@@ -37,5 +43,26 @@ void eagle_target_release(struct eagle_target *t);
  * model_forward's code. */
 int eagle_target_features(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat,
                           struct diag *d);
+
+/* EAGLE-3's features through model hooks (struct model_hooks { eagle_capture_hook,
+ * &capture, EAGLE_CAPTURE_SITES }): batch row i's hidden states entering
+ * layers feat_layer[0..2] go to feat3 [i][3d] for i < rows (layer 0's
+ * input: the embeddings) */
+struct eagle_capture {
+    const int64_t *feat_layer;  /* [3] */
+    int64_t d;
+    float *feat3;               /* [rows][3d] */
+    int64_t rows;
+};
+
+#define EAGLE_CAPTURE_SITES (MODEL_HOOK_EMBD | MODEL_HOOK_LAYER_OUT)
+
+int eagle_capture_hook(void *ctx, const struct model_hook_event *ev);
+
+/* eagle_target_features3() : eagle_target_features() into feat, and
+ * feat3 [n][3d]: the hidden states entering layers c.feat_layer[0..2],
+ * concatenated in that order (EAGLE-3's features). */
+int eagle_target_features3(struct eagle_target *t, const int32_t *tokens, int64_t n, float *feat3,
+                           float *feat, struct diag *d);
 
 #endif

@@ -27,6 +27,13 @@ void bw_attn_fwd_ref(float *out, float *p, const float *q, const float *k, const
 void bw_attn_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *p,
                      const float *q, const float *k, const float *v, int64_t n, int64_t n_head,
                      int64_t n_head_kv, int64_t hd, float scale, float *scratch);
+void bw_attn_ttt_fwd_ref(float *out, float *p, const float *q, const float *k, const float *v,
+                         int64_t n, int64_t s, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                         float scale);
+void bw_attn_ttt_bwd_ref(float *dq, float *dk, float *dv, const float *dout, const float *p,
+                         const float *q, const float *k, const float *v, int64_t n, int64_t s,
+                         int64_t n_head, int64_t n_head_kv, int64_t hd, float scale,
+                         float *scratch);
 void bw_xent_fwd_ref(float *loss, const float *z, const float *t, int64_t n, int64_t v);
 void bw_xent_bwd_ref(float *dz, const float *z, const float *t, const float *wr, int64_t n,
                      int64_t v);

@@ -1342,11 +1342,12 @@ vecdot_bf16(const void *row, const float *x, int64_t n)
 #define FRB 2
 #define FTB 4
 
-static void
-f16_block(float *y, int64_t ldy, const float *w, int64_t cols, int nr, const float *const *xs, int nt)
+static inline __attribute__((always_inline)) void
+f16_block(float *y, int64_t ldy, const float *w, int64_t ldw, uint32_t ttype, int64_t cols, int nr,
+          const float *const *xs, int nt)
 {
     const int64_t np = cols & ~(int64_t)31;
-    const float *w0 = w, *w1 = w + (nr > 1 ? cols : 0);
+    const float *w0 = w, *w1 = w + (nr > 1 ? ldw : 0);
     const float *x0 = xs[0], *x1 = xs[nt > 1 ? 1 : 0], *x2 = xs[nt > 2 ? 2 : 0], *x3 = xs[nt > 3 ? 3 : 0];
     __m256 part[4][FRB * FTB];
 
@@ -1374,8 +1375,35 @@ f16_block(float *y, int64_t ldy, const float *w, int64_t cols, int nr, const flo
         for (int t = 0; t < nt; t++) {
             __m256 a[4] = { part[0][r * FTB + t], part[1][r * FTB + t], part[2][r * FTB + t],
                             part[3][r * FTB + t] };
-            y[t * ldy + r] = vecdot_f32_f16_end(a, r ? w1 : w0, T_F32, T_F16, xs[t], np, cols);
+            y[t * ldy + r] = vecdot_f32_f16_end(a, r ? w1 : w0, T_F32, ttype, xs[t], np, cols);
         }
+}
+
+/* F32 rows [r0, r1) for a batch of F32 activations: f16_block on the rows
+ * where they lie (ldw floats apart), with ggml_vec_dot_f32's leftovers
+ * (ttype T_F32); a tile of rows stays in cache while every group of FTB
+ * tokens passes over it.  Each (row, token) is vecdot_f32_f16_as's chain
+ * for a batch of one: the same bits as the token-by-token loop. */
+static void
+f32_tiles(float *y, int64_t ldy, const float *w, int64_t ldw, const float *x, int64_t ldx,
+          int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    int64_t R = (int64_t)(TILE_BYTES / ((size_t)cols * sizeof(float)));
+
+    if (R < FRB)
+        R = FRB;
+    for (int64_t rb = r0; rb < r1; rb += R) {
+        int64_t nr = r1 - rb < R ? r1 - rb : R;
+        for (int64_t t0 = 0; t0 < n_tok; t0 += FTB) {
+            int nt = n_tok - t0 < FTB ? (int)(n_tok - t0) : FTB;
+            const float *xs[FTB];
+            for (int t = 0; t < nt; t++)
+                xs[t] = x + (t0 + t) * ldx;
+            for (int64_t i = 0; i < nr; i += FRB)
+                f16_block(y + t0 * ldy + rb + i, ldy, w + (rb + i) * ldw, ldw, T_F32, cols,
+                          nr - i < FRB ? (int)(nr - i) : FRB, xs, nt);
+        }
+    }
 }
 
 /* F16 / BF16 rows [r0, r1) for a batch: tiles of rows widened to f32 once
@@ -1409,7 +1437,7 @@ float_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t 
                 for (int t = 0; t < nt; t++)
                     xs[t] = (const float *)(const void *)(act + (size_t)(t0 + t) * arb);
                 for (int64_t i = 0; i < nr; i += FRB)
-                    f16_block(y + t0 * ldy + rb + i, ldy, buf + i * cols, cols,
+                    f16_block(y + t0 * ldy + rb + i, ldy, buf + i * cols, cols, T_F16, cols,
                               nr - i < FRB ? (int)(nr - i) : FRB, xs, nt);
             }
             continue;
@@ -1492,6 +1520,11 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
         if ((wtype == T_F16 || wtype == T_BF16) && n_tok >= TILE_MIN &&
             float_tiles(y, ldy, wb, row_bytes, wtype, act, arb, n_tok, cols, r0, r1))
             return;
+        if (wtype == T_F32 && n_tok >= TILE_MIN && row_bytes % sizeof(float) == 0) {
+            f32_tiles(y, ldy, (const float *)w, (int64_t)(row_bytes / sizeof(float)), x, ldx, n_tok,
+                      cols, r0, r1);
+            return;
+        }
         if (wtype == T_F16 && n_tok == 1) {
             f16_decode(y, wb, row_bytes, (const float *)(const void *)act, cols, r0, r1);
             return;

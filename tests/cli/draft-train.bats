@@ -35,6 +35,22 @@ print(hashlib.sha256(open(sys.argv[1], 'rb').read()[r.data_offset:]).hexdigest()
 EOF
 }
 
+# term_at_checkpoint OUT ARGS... : draft-train -m $FIX -o OUT ARGS in the background,
+# SIGTERM once OUT.ckpt exists; st = its exit status
+term_at_checkpoint() {
+    local out=$1 pid i
+    shift
+    draft-train -m "$FIX" -o "$out" "$@" 3>&- &
+    pid=$!
+    for ((i = 0; i < 1200; i++)); do
+        [ -e "$out.ckpt" ] && break
+        sleep 0.05
+    done
+    kill -TERM $pid
+    st=0
+    wait $pid || st=$?
+}
+
 @test "draft-train --help: stdout, exit 0" {
     run -0 --separate-stderr draft-train --help
     assert_output --partial "usage: draft-train"
@@ -49,8 +65,12 @@ EOF
     [[ $stderr == *"no model (-m)"* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y
     [[ $stderr == *"give --epochs or --max-time"* ]]
-    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle3
-    [[ $stderr == *"--arch: 'eagle3' is not supported"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle2
+    [[ $stderr == *"--arch: 'eagle2' is not supported"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --ttt-steps 3
+    [[ $stderr == *"--ttt-steps: only with --arch eagle3"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle3 \
+        --ttt-steps 17
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 0
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o - --epochs 1
 }
@@ -98,6 +118,58 @@ EOF
     # an existing output needs -f
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 1 --seq-len 32
     cmp h1.gguf h2.gguf
+}
+
+@test "draft-train --arch eagle3: an EAGLE-3 head; same seed, same bytes; its own cache entry" {
+    cd "$BATS_TEST_TMPDIR"
+    run -0 draft-train -m "$FIX" --data text.txt -o e1.gguf --epochs 1 --seq-len 32 --cache c -q
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 2 \
+        --seq-len 32 --cache c --json --arch eagle3 --ttt-steps 3 --draft-vocab 100 -v
+    [[ $stderr == *"EAGLE-3 head"*"CE over 100 tokens"* ]]
+    [[ $stderr == *"(features computed)"* ]]
+    [ "$(ls c/*.eaglefeat.zst | wc -l)" -eq 2 ]
+    # the training-time test's loss: 3 weighted steps; it falls
+    first=$(jq -r 'select(.type=="step") | .loss' <<<"$output" | head -1)
+    last=$(jq -r 'select(.type=="eval") | .loss' <<<"$output")
+    python3 -c "import sys; sys.exit(not float(sys.argv[2]) < float(sys.argv[1]))" "$first" "$last"
+    [ "$(jq -r 'select(.type=="step") | .reg' <<<"$output" | sort -u)" = 0 ]
+    [ "$(gguf_key h1.gguf general.architecture)" = eagle3 ]
+    [ "$(gguf_key h1.gguf eagle3.version)" = 1 ]
+    [ "$(gguf_key h1.gguf eagle3.draft_vocab_size)" = 100 ]
+    [ "$(gguf_key h1.gguf eagle3.embedding_length)" = 64 ]
+    "$PY" - h1.gguf <<'EOF'
+import sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+t = {x.name: x for x in r.tensors}
+assert list(t['fc.weight'].shape) == [192, 64], t['fc.weight'].shape
+assert list(t['blk.0.attn_q.weight'].shape) == [128, 64]
+assert list(t['output.weight'].shape) == [64, 100]
+f = r.fields['eagle3.feature_layers']
+assert [int(f.parts[i][0]) for i in f.data] == [1, 1, 0]
+EOF
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"(features from the cache)"* ]]
+    cmp h1.gguf h2.gguf
+    # fewer unrolled steps train another head
+    run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 -q \
+        --cache c --arch eagle3 --ttt-steps 2 --draft-vocab 100
+    run -1 cmp -s h1.gguf h3.gguf
+}
+
+@test "draft-train --arch eagle3: --resume ends with the uninterrupted head; an EAGLE-1 run refuses its checkpoint" {
+    cd "$BATS_TEST_TMPDIR"
+    a=(--data text.txt --epochs 8 --seq-len 32 --arch eagle3 --ttt-steps 2 --draft-vocab 80 -q)
+    draft-train -m "$FIX" -o full.gguf "${a[@]}"
+    term_at_checkpoint part.gguf "${a[@]}" --checkpoint-every 5
+    [ "$st" -eq 143 ]
+    [ "$(gguf_key part.gguf.ckpt general.architecture)" = eagle3 ]
+    cp part.gguf.ckpt e1.gguf.ckpt
+    run -3 --separate-stderr draft-train -m "$FIX" -o e1.gguf --data text.txt --epochs 8 \
+        --seq-len 32 --draft-vocab 80 --checkpoint-every 5 --resume -q
+    [[ $stderr == *"checkpoint of another run"* ]]
+    run -0 draft-train -m "$FIX" -o part.gguf "${a[@]}" --checkpoint-every 5 --resume
+    cmp full.gguf part.gguf
 }
 
 @test "draft-train: a corrupt cache entry is recomputed with a warning" {
@@ -196,16 +268,7 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
 @test "draft-train: SIGTERM writes a checkpoint and no head; --resume ends with the uninterrupted head" {
     cd "$BATS_TEST_TMPDIR"
     draft-train -m "$FIX" --data text.txt -o full.gguf --epochs 12 --seq-len 32 -q
-    draft-train -m "$FIX" --data text.txt -o part.gguf --epochs 12 --seq-len 32 \
-        --checkpoint-every 5 -q 3>&- &
-    pid=$!
-    for ((i = 0; i < 1200; i++)); do
-        [ -e part.gguf.ckpt ] && break
-        sleep 0.05
-    done
-    kill -TERM $pid
-    st=0
-    wait $pid || st=$?
+    term_at_checkpoint part.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
     [ "$st" -eq 143 ]
     [ -e part.gguf.ckpt ]
     [ ! -e part.gguf ]
@@ -215,15 +278,7 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     [ ! -e part.gguf.ckpt ]
     cmp full.gguf part.gguf
     # a checkpoint of the same run with other options is refused
-    draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 --seq-len 32 \
-        --checkpoint-every 5 -q 3>&- &
-    pid=$!
-    for ((i = 0; i < 1200; i++)); do
-        [ -e opt.gguf.ckpt ] && break
-        sleep 0.05
-    done
-    kill -TERM $pid
-    wait $pid || true
+    term_at_checkpoint opt.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
         --seq-len 32 --lr 0.01 --resume
     [[ $stderr == *"written with other options"* ]]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# generate --draft-head: EAGLE-2 trees from a head made by draft-train; the
+# generate --draft-head: EAGLE-2 trees from a head (EAGLE-1 or EAGLE-3) made by draft-train; the
 # output is plain decoding's, greedy and sampled (--spec-compare checks it
 # and exits 6 otherwise), one prompt or a batch of concurrent requests; the
 # confidence floor (--draft-p-min); a head for another model or no head at
@@ -35,6 +35,25 @@ setup() {
     run -0 --separate-stderr generate -m "$FIX" -p "In addition to a significant" -n 40 \
         --temp 0 --draft-head "$HEAD" --spec-width 4 --spec-tokens 12 --json
     [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
+}
+
+@test "generate --draft-head: an EAGLE-3 head drafts trees; output equals plain decoding" {
+    H3="$BATS_FILE_TMPDIR/head3.gguf"
+    [ -f "$H3" ] || draft-train -m "$FIX" --data "$BATS_FILE_TMPDIR/text.txt" -o "$H3" \
+        --epochs 2 --seq-len 32 --arch eagle3 --ttt-steps 3 --draft-vocab 120 -q
+    for w in 1 3; do
+        for t in 6 12; do
+            run -0 --separate-stderr generate -m "$FIX" -p "In addition to a significant" -n 40 \
+                --temp 0 --draft-head "$H3" --spec-width $w --spec-depth 4 --spec-tokens $t \
+                --spec-compare --json
+            [ "$(jq -r .speculative.drafter <<<"$output")" = eagle3 ]
+            [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
+        done
+    done
+    for s in 1 2; do
+        run -0 generate -m "$FIX" -p "The history of" -n 30 --temp 0.8 --seed $s \
+            --draft-head "$H3" --spec-width 3 --spec-tokens 9 --spec-compare
+    done
 }
 
 @test "generate --draft-head: sampled output equals plain decoding with the same seed" {
@@ -101,6 +120,13 @@ eagle_batch() {
     # the floor applies to the chains: at 1, nothing is drafted
     SPEC="--draft-p-min 1" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
     grep -q 'speculative (eagle): 0 of 0 drafts' "$BATS_TEST_TMPDIR/stats"
+    # an EAGLE-3 head (features captured by its hooks in the batch's forward pass)
+    draft-train -m "$FIX" --data "$BATS_FILE_TMPDIR/text.txt" -o "$BATS_TEST_TMPDIR/h3.gguf" \
+        --arch eagle3 --epochs 2 --seq-len 32 -q
+    HEAD="$BATS_TEST_TMPDIR/h3.gguf" SPEC="--spec-tokens 4" eagle_batch -m "$FIX" \
+        --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 64KiB --block-size 4 --max-seqs 8
+    grep -q 'speculative (eagle): [0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
+    grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
 }
 
 @test "generate --draft-head on SmolLM2: greedy output equals plain decoding on held-out prompts" {

@@ -113,4 +113,10 @@ EOF
         --group-size 128 --format awq "$TINY" e
     [[ "$stderr" == *"in_features % group size"* ]]
     [ ! -e e ]
+    # refused before calibrating: a calibration text far too short is not what it reports
+    printf 'short\n' >short.txt
+    run -2 --separate-stderr quantize --method awq --calib short.txt --group-size 128 \
+        --format awq "$TINY" e
+    [[ "$stderr" == *"'$TINY'"*"in_features % group size"* ]]
+    [ ! -e e ]
 }

@@ -158,6 +158,24 @@ attn_grad(struct op *o)
                       o->n, o->h, o->hkv, o->hd, o->eps, o->aux2);
 }
 
+/* training-time-test attention at step s = rot: in q [n][h * hd], k and v
+ * [s + 1][n][hkv * hd]; aux = p, aux2 = scratch */
+static double
+attn_ttt_loss(struct op *o)
+{
+    bw_attn_ttt_fwd_ref64(o->y, o->aux, o->in[0], o->in[1], o->in[2], o->n, o->rot, o->h, o->hkv,
+                          o->hd, o->eps);
+    return dot(o->y, o->c, o->n * o->h * o->hd);
+}
+
+static void
+attn_ttt_grad(struct op *o)
+{
+    attn_ttt_loss(o);
+    bw_attn_ttt_bwd_ref64(o->g[0], o->g[1], o->g[2], o->c, o->aux, o->in[0], o->in[1], o->in[2],
+                          o->n, o->rot, o->h, o->hkv, o->hd, o->eps, o->aux2);
+}
+
 /* soft cross-entropy: in z [n][k], t [n][k]; c = row weights */
 static double
 xent_loss(struct op *o)
@@ -285,6 +303,29 @@ test_fd(void)
     o.c = vec(o.n * o.h * o.hd, 1), o.y = zeros(o.n * o.h * o.hd);
     CHECK(fd_check(&o) <= FD_TOL);
     op_free(&o);
+
+    /* step 0 is causal attention; steps 1 and 3 add the diagonals of the
+     * unrolled steps, whose keys get gradients of their own */
+    for (int64_t st = 0; st <= 3; st += 1 + (st > 0)) {
+        memset(&o, 0, sizeof o);
+        o.name = "attn_ttt", o.loss = attn_ttt_loss, o.grad = attn_ttt_grad;
+        o.n = 5, o.h = 4, o.hkv = 2, o.hd = 4, o.eps = 0.5, o.rot = st;
+        add_in(&o, o.n * o.h * o.hd, 1, 1), add_in(&o, (st + 1) * o.n * o.hkv * o.hd, 1, 1);
+        add_in(&o, (st + 1) * o.n * o.hkv * o.hd, 1, 1);
+        o.aux = zeros(o.h * o.n * (o.n + st)), o.aux2 = zeros(o.n + st);
+        o.c = vec(o.n * o.h * o.hd, 1), o.y = zeros(o.n * o.h * o.hd);
+        CHECK(fd_check(&o) <= FD_TOL);
+        if (st == 0) {          /* the same numbers as attn_fwd */
+            double *y0 = zeros(o.n * o.h * o.hd), *p0 = zeros(o.h * o.n * o.n), dm = 0;
+            attn_ttt_loss(&o);
+            bw_attn_fwd_ref64(y0, p0, o.in[0], o.in[1], o.in[2], o.n, o.h, o.hkv, o.hd, o.eps);
+            for (int64_t i = 0; i < o.n * o.h * o.hd; i++)
+                dm = fmax(dm, fabs(y0[i] - o.y[i]));
+            CHECK(dm <= 1e-12);
+            free(y0), free(p0);
+        }
+        op_free(&o);
+    }
 
     memset(&o, 0, sizeof o);
     o.name = "xent", o.loss = xent_loss, o.grad = xent_grad, o.n = 3, o.k = 11;

@@ -46,7 +46,7 @@ test_table(void)
     CHECK(q3 && q3->id == ARCH_ID_QWEN3 && q3->recipe == ARCH_RECIPE_LLAMA && q3->rope_neox &&
           !q3->hf_permute_qk && !q3->hf_attn_bias);
     CHECK(!a->rope_neox && g->rope_neox);
-    CHECK(g && g->recipe == ARCH_RECIPE_GEMMA3 && !(g->flags & ARCH_F_CONVERT) && g->swa_period == 6);
+    CHECK(g && g->recipe == ARCH_RECIPE_GEMMA3 && (g->flags & ARCH_F_CONVERT) && g->swa_period == 6);
     CHECK(!arch_find("mamba") && !arch_find(NULL) && !arch_find("deepseek3"));
     const struct arch *ds = arch_find("deepseek2");
     CHECK(ds && ds->id == ARCH_ID_DEEPSEEK2 && ds->recipe == ARCH_RECIPE_DEEPSEEK2 &&

@@ -3,8 +3,9 @@
  * advancing through every layer gives model_forward's LAYER_OUT states of
  * each chunk bit for bit; a run stopped after a linear sees the linears
  * before it and no later one; a replaced weight changes what the later
- * linears see (and the original values give the original output); a text
- * too short for the chunks asked is refused.
+ * linears see (and the original values give the original output); the
+ * memo of linear outputs recomputes only what a replaced weight changed and
+ * gives the same states; a text too short for the chunks asked is refused.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -56,6 +57,17 @@ state_hook(void *ctx, const struct model_hook_event *ev)
         for (int64_t t = 0; t < ev->n_tok; t++)
             memcpy(s->x + ((int64_t)ev->layer * s->n_tok + ev->tok0 + t) * s->E, ev->x + t * ev->ld,
                    (size_t)s->E * sizeof(float));
+    return 0;
+}
+
+/* counts the rows of the products computed (LINEAR_OUT reaches a
+ * method's hook only for those) */
+static int
+out_hook(void *ctx, const struct model_hook_event *ev)
+{
+    struct seen *s = ctx;
+    if (ev->site == MODEL_HOOK_LINEAR_OUT && ev->x && !ev->y)
+        s->rows += ev->n_tok;
     return 0;
 }
 
@@ -177,6 +189,53 @@ main(void)
         free(orig);
         free(zero);
         free(again);
+        free(y);
+    }
+
+    /* the memo: a run computes only the products a set weight changed
+     * (that linear and every later sub-group; a norm: all), and gives the
+     * same states */
+    {
+        static const struct { const char *name; int64_t computed; } steps[] = {
+            { "blk.0.attn_norm.weight", 7 }, { NULL, 0 }, { "blk.0.ffn_gate.weight", 2 },
+            { "blk.0.attn_k.weight", 5 }, { "blk.0.ffn_down.weight", 1 },
+        };
+        struct seen s = { .n = 0 };
+        struct model_hooks h = { out_hook, &s, MODEL_HOOK_LINEAR_OUT };
+        float *y = malloc((size_t)(calib_tokens(c) * E) * sizeof(float));
+        for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+            if (steps[i].name) {
+                const struct model_weight *w = calib_weight(c, steps[i].name);
+                float *v = malloc((size_t)(w->rows * w->cols) * sizeof(float));
+                CHECK_EQ(calib_weight_f32(c, steps[i].name, v, &d), 0);
+                CHECK_EQ(calib_set_weight(c, steps[i].name, v, &d), 0);
+                free(v);
+            }
+            s.n = 0;
+            s.rows = 0;
+            CHECK_EQ(calib_run_layer(c, &h, NULL, y, &d), 0);
+            CHECK_EQ(s.rows, steps[i].computed * calib_tokens(c));
+            for (int64_t k = 0; k < c->n_chunks; k++)
+                CHECK(!memcmp(y + k * T * E, want[k], (size_t)(T * E) * sizeof(float)));
+        }
+        /* a stopped run records what it computed: after q is set, a run
+         * stopped at gate's input computes q and o, the next full run
+         * gate, up and down */
+        {
+            const struct model_weight *w = calib_weight(c, "blk.0.attn_q.weight");
+            float *v = malloc((size_t)(w->rows * w->cols) * sizeof(float));
+            CHECK_EQ(calib_weight_f32(c, "blk.0.attn_q.weight", v, &d), 0);
+            CHECK_EQ(calib_set_weight(c, "blk.0.attn_q.weight", v, &d), 0);
+            free(v);
+        }
+        s.rows = 0;
+        CHECK_EQ(calib_run_layer(c, &h, "blk.0.ffn_gate.weight", NULL, &d), 0);
+        CHECK_EQ(s.rows, 2 * calib_tokens(c));
+        s.rows = 0;
+        CHECK_EQ(calib_run_layer(c, &h, NULL, y, &d), 0);
+        CHECK_EQ(s.rows, 3 * calib_tokens(c));
+        for (int64_t k = 0; k < c->n_chunks; k++)
+            CHECK(!memcmp(y + k * T * E, want[k], (size_t)(T * E) * sizeof(float)));
         free(y);
     }
 

@@ -23,6 +23,7 @@
 #include "backward.h"
 #include "eagle.h"
 #include "eagle_draft.h"
+#include "eagle_test.h"
 #include "eagle_io.h"
 #include "eagle_target.h"
 #include "model.h"
@@ -35,13 +36,22 @@
 #define FD_EPS 1e-2
 #define FD_TOL 1e-2
 
+struct fd_ctx {
+    const struct backend_backward_ops *bw;
+    struct eagle_head *h;
+    struct eagle_target *t;
+    struct eagle_ws *ws;
+    const int32_t *tok;
+    const float *feat;
+};
+
 static double
-loss_at(const struct backend_backward_ops *bw, struct eagle_head *h, struct eagle_target *t,
-        struct eagle_ws *ws, const int32_t *tok, const float *feat)
+fd_loss(void *ctx)
 {
+    struct fd_ctx *c = ctx;
     struct eagle_loss l;
-    eagle_forward(bw, h, &t->fz, ws, tok + 1, feat, N, NULL);
-    eagle_loss_backward(bw, h, &t->fz, ws, feat + t->c.d, 0.1f, 1.0f, NULL, &l);
+    eagle_forward(c->bw, c->h, &c->t->fz, c->ws, c->tok + 1, c->feat, N, NULL);
+    eagle_loss_backward(c->bw, c->h, &c->t->fz, c->ws, c->feat + c->t->c.d, 0.1f, 1.0f, NULL, &l);
     return l.total;
 }
 
@@ -90,41 +100,9 @@ main(void)
     CHECK_NEAR(l.total, l.reg + 0.1f * l.cls, 1e-6);
 
     /* per tensor: the directional derivative */
+    struct fd_ctx fc = { ref, &h, &t, ws, tok, feat };
     for (int i = 0; i < EAGLE_N_TENSORS; i++) {
-        int64_t off = h.t[i] - h.param, len = h.rows[i] * h.cols[i];
-        double gn = 0, rn = 0, un = 0, an = 0;
-        for (int64_t j = 0; j < len; j++)
-            gn += (double)g[off + j] * g[off + j];
-        gn = sqrt(gn);
-        for (int64_t j = 0; j < len; j++) {
-            u[j] = (float)(2 * rng_uniform(&r) - 1);
-            rn += (double)u[j] * u[j];
-        }
-        rn = sqrt(rn);
-        for (int64_t j = 0; j < len; j++) {
-            u[j] = (float)(u[j] / rn + (gn > 0 ? g[off + j] / gn : 0));
-            un += (double)u[j] * u[j];
-        }
-        un = sqrt(un);
-        for (int64_t j = 0; j < len; j++) {
-            u[j] = (float)(u[j] / un);
-            an += (double)g[off + j] * u[j];
-        }
-        float *p = h.t[i];
-        float *save = malloc((size_t)len * sizeof(float));
-        memcpy(save, p, (size_t)len * sizeof(float));
-        for (int64_t j = 0; j < len; j++)
-            p[j] = save[j] + (float)FD_EPS * u[j];
-        double lp = loss_at(ref, &h, &t, ws, tok, feat);
-        for (int64_t j = 0; j < len; j++)
-            p[j] = save[j] - (float)FD_EPS * u[j];
-        double lm = loss_at(ref, &h, &t, ws, tok, feat);
-        memcpy(p, save, (size_t)len * sizeof(float));
-        free(save);
-        double fd = (lp - lm) / (2 * FD_EPS);
-        double rel = fabs(fd - an) / fmax(fmax(fabs(fd), fabs(an)), 1e-12);
-        printf("%-26s |g| %.4g  g.u %.6g  fd %.6g  rel %.2g\n", eagle_tensor_name(i), gn, an, fd,
-               rel);
+        double gn, rel = eagle_fd_tensor(&h, i, g, u, &r, FD_EPS, fd_loss, &fc, &gn);
         CHECK(gn > 0);
         CHECK(rel <= FD_TOL);
     }
@@ -184,16 +162,7 @@ main(void)
         float *z = malloc((size_t)V * sizeof(float));
         backward_ops_blas.matmul_fwd(z, eagle_ws_out(ws) + (N - 1) * dd, t.fz.lm, NULL, 1, V, dd);
         int32_t best[K];
-        for (int j = 0; j < K; j++) {
-            best[j] = -1;
-            for (int64_t v = 0; v < V; v++) {
-                int taken = 0;
-                for (int q = 0; q < j; q++)
-                    taken |= best[q] == v;
-                if (!taken && (best[j] < 0 || z[v] > z[best[j]]))
-                    best[j] = (int32_t)v;
-            }
-        }
+        eagle_top_ids(z, V, K, best);
         struct spec_tree tr;
         CHECK(spec_tree_init(&tr, 64, &d) == 0);
         spec_tree_reset(&tr, tok[N]);
@@ -314,16 +283,10 @@ main(void)
         { "bad-heads.gguf", -ST_FORMAT },
     };
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        char p[256];
         struct eagle_head hf;
         struct eagle_meta mf;
-        struct diag df = { "" };
-        snprintf(p, sizeof p, "tests/fuzz/corpus/eagle/%s", files[i].f);
-        int rc = eagle_head_read(&hf, &mf, NULL, NULL, p, &df);
-        if (rc != files[i].rc)
-            fprintf(stderr, "%s: %d (%s)\n", files[i].f, rc, df.msg);
+        int rc = eagle_read_corpus(files[i].f, files[i].rc, &hf, &mf);
         CHECK_EQ(rc, files[i].rc);
-        CHECK(rc == 0 || df.msg[0]);
         if (rc == 0) {
             CHECK_EQ(mf.n_draft, i == 1 ? 3 : 0);
             eagle_head_release(&hf);

@@ -16,6 +16,7 @@
 
 #include "gptq.h"
 #include "t.h"
+#include "threadpool.h"
 
 #define DIR "tests/golden/gptq/"
 
@@ -237,10 +238,25 @@ run_case(const char *name)
         return;
     }
     CHECK_EQ(c.nh, c.cols * c.cols);
-    CHECK_EQ(gptq_quantize(c.w, c.rows, c.cols, c.h, &c.o, &g, &st, &d), 0);
+    CHECK_EQ(gptq_quantize(c.w, c.rows, c.cols, c.h, &c.o, NULL, &g, &st, &d), 0);
     CHECK(same_grid(name, &c, &g));
     CHECK_NEAR(st.damp, c.damp, 1e-9);
     CHECK_EQ(st.dead, c.dead);
+    /* rows over pools of 2 and 3 workers: the same grid and loss, bit for bit */
+    for (int nt = 2; nt <= 3; nt++) {
+        struct threadpool *tp = NULL;
+        struct qgrid g2;
+        struct gptq_stats st2;
+        CHECK_EQ(threadpool_new(&tp, nt), 0);
+        CHECK_EQ(gptq_quantize(c.w, c.rows, c.cols, c.h, &c.o, tp, &g2, &st2, &d), 0);
+        CHECK(!memcmp(g.q, g2.q, (size_t)(c.rows * c.cols)));
+        CHECK(!memcmp(g.scale, g2.scale, (size_t)(g.n_groups * c.rows) * sizeof *g.scale));
+        CHECK(!memcmp(g.zero, g2.zero, (size_t)(g.n_groups * c.rows) * sizeof *g.zero));
+        CHECK(!memcmp(g.g_idx, g2.g_idx, (size_t)c.cols * sizeof *g.g_idx));
+        CHECK(st2.loss == st.loss && st2.damp == st.damp);
+        qgrid_free(&g2);
+        threadpool_free(tp);
+    }
     if (c.x) {
         /* the accumulation: H within f32 rounding of the oracle's */
         struct gptq_hessian h;
@@ -301,7 +317,7 @@ main(void)
         float w[4] = { 1, 2, 3, 4 }, h[4] = { -5, 0, 0, -5 };
         struct qgrid g;
         o.damp = 0.01;
-        CHECK_EQ(gptq_quantize(w, 2, 2, h, &o, &g, NULL, &d), -ST_RANGE);
+        CHECK_EQ(gptq_quantize(w, 2, 2, h, &o, NULL, &g, NULL, &d), -ST_RANGE);
         CHECK(strstr(d.msg, "positive definite") != NULL);
         CHECK(g.q == NULL);
         /* non-finite activations are refused */

@@ -744,7 +744,10 @@ test_spm(void)
     for (i = 0; i < 8 && w.n_tokens == 8; i++) {
         CHECK_STR(w.tokens[i], v.tokens[i]);
         CHECK(w.scores[i] == v.scores[i]);
-        CHECK_EQ(w.types[i], v.types[i]);
+        /* without the marker, as _create_vocab_sentencepiece: a
+         * USER_DEFINED piece is NORMAL (user tokens come from
+         * added_tokens_decoder) */
+        CHECK_EQ(w.types[i], v.types[i] == HF_TOK_USER_DEFINED ? HF_TOK_NORMAL : v.types[i]);
     }
     CHECK_STR(w.model, "llama");
     CHECK_STR(w.pre, "default");
@@ -784,6 +787,16 @@ test_spm(void)
         CHECK_STR(w.tokens[0], "x");
         CHECK_EQ(w.types[0], HF_TOK_NORMAL);
     }
+    free(b);
+    /* an unk typed CONTROL (llama.cpp's Gemma GGUFs) is still SentencePiece's
+     * unk piece: written UNKNOWN, the only one */
+    v.types[0] = HF_TOK_CONTROL;
+    CHECK_EQ(hf_spm_write(&v, &b, &n, &d), 0);
+    CHECK_EQ(spm_from(&w, b, n, NULL, 0, &d), 0);
+    CHECK_EQ(w.types[0], HF_TOK_UNKNOWN);
+    for (i = 1; i < 8; i++)
+        CHECK(w.types[i] != HF_TOK_UNKNOWN);
+    v.types[0] = HF_TOK_UNKNOWN;
     free(b);
     /* tokenizer.json of an SPM vocabulary: merges from the pieces */
     {
@@ -1128,6 +1141,91 @@ test_roundtrips(void)
     }
 }
 
+/* gemma3: Gemma3TextConfig members, the converter's defaults and keys, the
+ * norm shift on both name maps, the multimodal and Gemma 2 refusals */
+static void
+test_gemma3(void)
+{
+    static const char cfg[] =
+        "{\"architectures\": [\"Gemma3ForCausalLM\"], \"model_type\": \"gemma3_text\","
+        " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 3,"
+        " \"num_attention_heads\": 4, \"num_key_value_heads\": 1, \"sliding_window\": 512,"
+        " \"rope_parameters\": {\"full_attention\": {\"rope_type\": \"linear\", \"factor\": 8.0,"
+        " \"rope_theta\": 1000000.0}, \"sliding_attention\": {\"rope_theta\": 20000.0}},"
+        " \"final_logit_softcapping\": 30.0, \"query_pre_attn_scalar\": 256}";
+    static const char *const order[] = {
+        "general.architecture", "general.type", "gemma3.block_count", "gemma3.context_length",
+        "gemma3.embedding_length", "gemma3.feed_forward_length", "gemma3.attention.head_count",
+        "gemma3.attention.head_count_kv", "gemma3.rope.scaling.type", "gemma3.rope.scaling.factor",
+        "gemma3.rope.freq_base", "gemma3.rope.freq_base_swa",
+        "gemma3.attention.layer_norm_rms_epsilon", "gemma3.attention.key_length",
+        "gemma3.attention.value_length", "gemma3.final_logit_softcapping",
+        "gemma3.attention.sliding_window", "general.file_type", "general.quantization_version",
+        NULL};
+    struct hf_config c;
+    struct hf_tensor_map m;
+    struct gguf g;
+    struct diag d;
+    double x;
+    uint64_t u;
+    char buf[512];
+
+    CHECK_EQ(hf_config_parse(&c, cfg, strlen(cfg), &d), 0);
+    CHECK_EQ(c.arch, HF_ARCH_GEMMA3);
+    CHECK_STR(c.arch_name, "gemma3");
+    CHECK_EQ(c.head_dim, 256);          /* Gemma3TextConfig's default, not 64 / 4 */
+    CHECK_EQ(c.n_ctx, 131072);
+    CHECK(c.rope_theta == 1e6 && c.rope_theta_swa == 20000.0);
+    CHECK(c.rope.type == HF_ROPE_LINEAR && c.rope.factor == 8.0);
+    CHECK(c.final_logit_softcap == 30.0);
+    CHECK_EQ(c.sliding_window, 512);
+    CHECK(!c.permute_qk);
+    CHECK_EQ(hf_layer_tensors_required(&c), 13);
+    {
+        /* no layer_types: llama.cpp's pattern, every 6th layer global */
+        json_t *o = NULL;
+        CHECK_EQ(hf_config_to_json(&c, NULL, &o, &d), 0);
+        char *lt = json_dumps(json_object_get(o, "layer_types"), JSON_COMPACT);
+        CHECK_STR(lt ? lt : "", "[\"sliding_attention\",\"sliding_attention\",\"sliding_attention\"]");
+        CHECK(json_integer_value(json_object_get(o, "query_pre_attn_scalar")) == 256);
+        free(lt);
+        json_decref(o);
+    }
+    gguf_init(&g);
+    CHECK_EQ(hf_config_to_gguf(&g, &c, 0, &d), 0);
+    check_keys(&g, order);
+    CHECK_EQ(gguf_get_uint(&g, "gemma3.attention.key_length", &u, &d), 0);
+    CHECK_EQ(u, 256);
+    CHECK_EQ(gguf_get_float(&g, "gemma3.rope.freq_base_swa", &x, &d), 0);
+    CHECK(x == 20000.0);
+    gguf_release(&g);
+
+    CHECK_EQ(hf_name_to_gguf(&c, "model.layers.2.pre_feedforward_layernorm.weight", &m, &d), 1);
+    CHECK_STR(m.name, "blk.2.ffn_norm.weight");
+    CHECK(m.shift == 1.0f);
+    CHECK_EQ(hf_name_to_gguf(&c, "model.layers.0.self_attn.k_norm.weight", &m, &d), 1);
+    CHECK(m.shift == 1.0f);
+    CHECK_EQ(hf_name_to_gguf(&c, "model.norm.weight", &m, &d), 1);
+    CHECK_STR(m.name, "output_norm.weight");
+    CHECK(m.shift == 1.0f);
+    CHECK_EQ(hf_name_from_gguf(&c, "blk.1.post_ffw_norm.weight", &m, &d), 1);
+    CHECK_STR(m.name, "model.layers.1.post_feedforward_layernorm.weight");
+    CHECK(m.shift == -1.0f);
+    CHECK_EQ(hf_name_to_gguf(&c, "model.layers.1.self_attn.q_proj.weight", &m, &d), 1);
+    CHECK(m.shift == 0.0f && m.perm == HF_PERM_NONE);
+
+    /* sliding_window_pattern 1: no window key; Gemma 2's softcap refused */
+    snprintf(buf, sizeof(buf), "%.*s, \"sliding_window_pattern\": 1}", (int)strlen(cfg) - 1, cfg);
+    CHECK_EQ(hf_config_parse(&c, buf, strlen(buf), &d), 0);
+    CHECK_EQ(c.sliding_window, 0);
+    snprintf(buf, sizeof(buf), "%.*s, \"attn_logit_softcapping\": 50.0}", (int)strlen(cfg) - 1, cfg);
+    CHECK_EQ(hf_config_parse(&c, buf, strlen(buf), &d), -ST_FORMAT);
+    CHECK(strstr(d.msg, "attn_logit_softcapping") != NULL);
+    CHECK_EQ(hf_config_parse(&c, "{\"architectures\": [\"Gemma3ForConditionalGeneration\"],"
+                             " \"model_type\": \"gemma3\", \"text_config\": {}}", 96, &d), -ST_FORMAT);
+    CHECK(strstr(d.msg, "multimodal") != NULL);
+}
+
 int
 main(void)
 {
@@ -1143,5 +1241,6 @@ main(void)
     test_pre();
     test_roundtrips();
     test_raw_bpe_refused();
+    test_gemma3();
     T_DONE();
 }

@@ -1,0 +1,275 @@
+/*
+ * test_eagle3.c - the EAGLE-3 head (common/train/eagle3.h) on the tiny llama
+ * fixture: the features the target hooks capture, the whole unrolled head's
+ * gradient (training-time test over 3 steps, a reduced draft vocabulary)
+ * against central finite differences of its loss, tensor by tensor, the
+ * OpenBLAS table's gradient against the reference's, and the head file
+ * round trip (eagle_io.h, architecture "eagle3").
+ *
+ * As in test_eagle.c the head computes in f32, so each tensor's check is
+ * along one direction (eagle_fd.h); attn_ttt's own f64 check is
+ * tests/kernels/test_backward.c.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backward.h"
+#include "eagle.h"
+#include "eagle3.h"
+#include "eagle_draft.h"
+#include "eagle_test.h"
+#include "eagle_io.h"
+#include "eagle_target.h"
+#include "model.h"
+#include "qtypes.h"
+#include "rng.h"
+#include "t.h"
+
+#define FIXTURE "tests/fixtures/tiny-llama-f32.gguf"
+#define N 10                    /* head rows: a sequence of N + 1 tokens */
+#define STEPS 3
+#define NDRAFT 40               /* draft vocabulary: every 5th token id */
+#define FD_EPS 1e-2
+#define FD_TOL 1e-2
+
+struct fd_ctx {
+    const struct backend_backward_ops *bw;
+    struct eagle_head *h;
+    struct eagle_frozen *fz;
+    struct eagle3_ws *ws;
+    const int32_t *tok;
+    const float *f3, *feat;
+    int64_t d;
+};
+
+static double
+fd_loss(void *ctx)
+{
+    struct fd_ctx *c = ctx;
+    struct eagle_loss l;
+    eagle3_forward(c->bw, c->h, c->fz, c->ws, c->tok + 1, c->f3, N);
+    eagle3_loss_backward(c->bw, c->h, c->fz, c->ws, c->feat + c->d, 1.0f, NULL, &l);
+    return l.total;
+}
+
+int
+main(void)
+{
+    struct model *m = NULL;
+    struct diag d = { "" };
+    struct eagle_target t;
+    struct eagle_head h;
+    struct eagle3_ws *ws = NULL, *ws1 = NULL;
+    struct rng r;
+    int32_t tok[N + 1], ids[NDRAFT];
+
+    if (access(FIXTURE, R_OK) != 0) {
+        fprintf(stderr, "test_eagle3: %s missing: run `make fixtures`\n", FIXTURE);
+        return 77;
+    }
+    CHECK(model_open(&m, FIXTURE, NULL, &d) == 0);
+    if (!m)
+        T_DONE();
+    CHECK(eagle_target_init(&t, m, 64, &d) == 0);
+    int64_t dd = t.c.d, L = m->hp.n_layer;
+    /* 2 layers: the inputs of layers 1, 1 and 0 (clamped 2, L/2, L - 3) */
+    CHECK(L == 2);
+    CHECK(t.c.feat_layer[0] == 1 && t.c.feat_layer[1] == 1 && t.c.feat_layer[2] == 0);
+    struct eagle_config c = t.c;
+    c.arch = EAGLE_ARCH_3;
+    c.n_draft = NDRAFT;
+    CHECK(eagle_head_init(&h, &c, 11) == 0);
+    CHECK(h.n_tensors == EAGLE3_N_TENSORS);
+    CHECK(h.rows[EAGLE3_LM] == NDRAFT && h.cols[EAGLE3_FC] == 3 * dd);
+    CHECK(eagle3_ws_new(&ws, &h.c, N, STEPS) == 0);
+    CHECK(eagle3_ws_new(&ws1, &h.c, N, 1) == 0);
+    struct eagle3_ws *bad = NULL;
+    CHECK(eagle3_ws_new(&bad, &t.c, N, 1) == -ST_RANGE && !bad);   /* an EAGLE-1 config */
+    CHECK(eagle3_ws_new(&bad, &h.c, N, EAGLE3_MAX_STEPS + 1) == -ST_RANGE && !bad);
+
+    /* the frozen parts: the embedding, the draft vocabulary's LM rows */
+    float *lm = malloc((size_t)(NDRAFT * dd) * sizeof(float));
+    for (int i = 0; i < NDRAFT; i++) {
+        ids[i] = 5 * i;
+        memcpy(lm + i * dd, t.fz.lm + (int64_t)ids[i] * dd, (size_t)dd * sizeof(float));
+    }
+    struct eagle_frozen fz = { t.fz.embd, lm, NDRAFT };
+
+    float *f3 = malloc((size_t)((N + 1) * 3 * dd) * sizeof(float));
+    float *feat = malloc((size_t)((N + 1) * dd) * sizeof(float));
+    float *feat1 = malloc((size_t)((N + 1) * dd) * sizeof(float));
+    rng_seed(&r, 5);
+    for (int i = 0; i <= N; i++)
+        tok[i] = (int32_t)(rng_next(&r) % (uint64_t)t.c.n_vocab);
+    CHECK(eagle_target_features3(&t, tok, N + 1, f3, feat, &d) == 0);
+    CHECK(eagle_target_features(&t, tok, N + 1, feat1, &d) == 0);
+    CHECK(memcmp(feat, feat1, (size_t)((N + 1) * dd) * sizeof(float)) == 0);
+    /* block 2 is the embedding (layer 0's input), blocks 0 and 1 the same
+     * layer's input, which differs from it */
+    double e2 = 0, e01 = 0, e02 = 0;
+    for (int i = 0; i <= N; i++)
+        for (int64_t j = 0; j < dd; j++) {
+            const float *row = f3 + i * 3 * dd;
+            e2 = fmax(e2, fabs(row[2 * dd + j] - t.fz.embd[(int64_t)tok[i] * dd + j]));
+            e01 = fmax(e01, fabs(row[j] - row[dd + j]));
+            e02 = fmax(e02, fabs(row[j] - row[2 * dd + j]));
+        }
+    CHECK(e2 == 0 && e01 == 0 && e02 > 1e-3);
+
+    const struct backend_backward_ops *ref = &backward_ops_ref;
+    int64_t np = h.n_param;
+    float *g = calloc((size_t)np, sizeof(float)), *g2 = calloc((size_t)np, sizeof(float));
+    float *u = malloc((size_t)np * sizeof(float));
+    struct eagle_loss l, l1;
+    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, 1.0f, g, &l);
+    CHECK(l.n == N && l.total > 0 && isfinite(l.total) && l.reg == 0);
+    /* one step is the first term of the unrolled loss; the later steps
+     * add to it and leave step 0's output alone */
+    eagle3_forward(ref, &h, &fz, ws1, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, 1.0f, NULL, &l1);
+    CHECK(l1.total > 0 && l.total > l1.total * 1.2);
+    CHECK(memcmp(eagle3_ws_out(ws), eagle3_ws_out(ws1), (size_t)(N * dd) * sizeof(float)) == 0);
+    CHECK(l.correct == l1.correct);
+
+    struct fd_ctx fc = { ref, &h, &fz, ws, tok, f3, feat, dd };
+    for (int i = 0; i < EAGLE3_N_TENSORS; i++) {
+        double gn, rel = eagle_fd_tensor(&h, i, g, u, &r, FD_EPS, fd_loss, &fc, &gn);
+        CHECK(gn > 0);
+        CHECK(rel <= FD_TOL);
+    }
+
+    /* the optimized table gives the reference's gradient */
+    eagle3_forward(&backward_ops_blas, &h, &fz, ws, tok + 1, f3, N);
+    struct eagle_loss l2;
+    eagle3_loss_backward(&backward_ops_blas, &h, &fz, ws, feat + dd, 1.0f, g2, &l2);
+    CHECK_NEAR(l2.total, l.total, 1e-5 * l.total);
+    double gm = 0, dm = 0;
+    for (int64_t j = 0; j < np; j++) {
+        gm = fmax(gm, fabs(g[j]));
+        dm = fmax(dm, fabs(g[j] - g2[j]));
+    }
+    printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
+    CHECK(dm <= 1e-4 * gm);
+
+    /* scale multiplies the gradient, not the loss */
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, 0.5f, g2, &l2);
+    CHECK_NEAR(l2.total, l.total, 1e-6 * l.total);
+    dm = 0;
+    for (int64_t j = 0; j < np; j++)
+        dm = fmax(dm, fabs(0.5f * g[j] - g2[j]));
+    CHECK(dm <= 1e-6 * gm);
+
+    /* the head file round trip: architecture "eagle3", its keys, the draft
+     * vocabulary; an EAGLE-3 head whose draft vocabulary size disagrees is
+     * refused */
+    char path[] = "/tmp/test_eagle3.XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    struct eagle_meta mt = { .steps = 3, .draft_ids = ids, .n_draft = NDRAFT };
+    CHECK(eagle_base_sha256(m, mt.base_sha256) == 0);
+    snprintf(mt.base_name, sizeof mt.base_name, "tiny");
+    snprintf(mt.data_sha256, sizeof mt.data_sha256, "%064d", 0);
+    CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+    struct eagle_head h2;
+    struct eagle_meta mt2;
+    CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == 0);
+    CHECK(h2.c.arch == EAGLE_ARCH_3 && h2.c.n_draft == NDRAFT && h2.n_param == h.n_param);
+    CHECK(h2.c.feat_layer[0] == 1 && h2.c.feat_layer[2] == 0);
+    CHECK(mt2.n_draft == NDRAFT && mt2.draft_ids && mt2.draft_ids[1] == 5);
+    CHECK(h2.param && memcmp(h2.param, h.param, (size_t)np * sizeof(float)) == 0);
+    CHECK(eagle_head_check_base(&h2, &mt2, m, &d) == 0);
+    free(mt2.draft_ids);
+    eagle_head_release(&h2);
+
+    /* the drafter: the root's output is the training forward's (step 0,
+     * last row), its children the top tokens of the head's own LM head
+     * over the draft vocabulary, and deeper levels make a tree */
+    struct eagle_draft *ed = NULL;
+    enum { K = 3 };
+    CHECK(eagle_draft_open(&ed, path, m, 64, K, GGML_TYPE_F32, &d) == 0);
+    if (ed) {
+        CHECK_STR(eagle_draft_arch(ed), "eagle3");
+        for (int i = 0; i < N; i++)
+            eagle_draft_feed(ed, i, f3 + i * 3 * dd);
+        eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+        const float *fo = eagle3_ws_out(ws) + (N - 1) * dd;
+        float on[64], z[NDRAFT];
+        CHECK(dd <= 64);
+        ref->rmsnorm_fwd(on, fo, h.t[EAGLE3_OUT_NORM], 1, dd, h.c.eps);
+        ref->matmul_fwd(z, on, h.t[EAGLE3_LM], NULL, 1, NDRAFT, dd);
+        int32_t best[K];
+        eagle_top_ids(z, NDRAFT, K, best);
+        struct spec_tree tr;
+        CHECK(spec_tree_init(&tr, 64, &d) == 0);
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, 0.0f, &tr, &d) == 0);
+        CHECK_EQ(tr.n, 1 + K);
+        const float *ro = eagle_draft_root_out(ed);
+        double dm2 = 0, fm = 0;
+        for (int64_t j = 0; j < dd; j++) {
+            dm2 = fmax(dm2, fabs((double)ro[j] - fo[j]));
+            fm = fmax(fm, fabs((double)fo[j]));
+        }
+        printf("drafter vs training forward: max |d out| %.3g of %.3g\n", dm2, fm);
+        CHECK(dm2 <= 1e-5 * fm);
+        for (int j = 0; j < K && j + 1 < tr.n; j++) {
+            CHECK_EQ(tr.tok[j + 1], ids[best[j]]);
+            CHECK_EQ(tr.parent[j + 1], 0);
+        }
+        spec_tree_reset(&tr, tok[N]);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, 0.0f, &tr, &d) == 0);
+        CHECK(tr.n > 1 + K && tr.n <= 21);
+        int maxd = 0;
+        for (int64_t j = 1; j < tr.n; j++) {
+            CHECK(tr.parent[j] < j);
+            CHECK_EQ(tr.depth[j], tr.depth[tr.parent[j]] + 1);
+            CHECK(tr.tok[j] % 5 == 0);  /* draft vocabulary tokens only */
+            maxd = tr.depth[j] > maxd ? tr.depth[j] : maxd;
+        }
+        CHECK(maxd >= 2 && maxd <= 4);
+        spec_tree_release(&tr);
+        eagle_draft_free(ed);
+    }
+    mt.n_draft = NDRAFT - 1;
+    CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+    CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == -ST_FORMAT);
+    CHECK(strstr(d.msg, "draft_vocab_size") != NULL);
+    unlink(path);
+
+    /* EAGLE-3 head files written by gguf-py (scripts/mkcorpus-eagle) */
+    static const struct { const char *f; int rc; int64_t n_draft; } files[] = {
+        { "eagle3-valid.gguf", 0, 3 }, { "eagle3-whole-vocab.gguf", 0, 12 },
+        { "eagle3-no-feature-layers.gguf", -ST_FORMAT, 0 },
+        { "eagle3-draft-vocab-size.gguf", -ST_FORMAT, 0 },
+        { "eagle3-missing-lm.gguf", -ST_FORMAT, 0 },
+    };
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        struct eagle_head hf;
+        struct eagle_meta mf;
+        int rc = eagle_read_corpus(files[i].f, files[i].rc, &hf, &mf);
+        CHECK_EQ(rc, files[i].rc);
+        if (rc == 0) {
+            CHECK(hf.c.arch == EAGLE_ARCH_3 && hf.c.n_draft == files[i].n_draft);
+            CHECK(hf.c.feat_layer[0] == 2 && hf.c.feat_layer[1] == 1 && hf.c.feat_layer[2] == 0);
+            CHECK(hf.rows[EAGLE3_LM] == files[i].n_draft && hf.cols[EAGLE3_WQ] == 32);
+            eagle_head_release(&hf);
+            free(mf.draft_ids);
+        }
+    }
+
+    free(g), free(g2), free(u), free(f3), free(feat), free(feat1), free(lm);
+    eagle3_ws_free(ws);
+    eagle3_ws_free(ws1);
+    eagle_head_release(&h);
+    eagle_target_release(&t);
+    model_free(m);
+    T_DONE();
+}
