@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "distill.h"
+#include "fuzz_lines.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -46,20 +47,21 @@ check(const struct distill_line *l, int rc, const struct diag *d)
     }
 }
 
+static void
+one_line(const char *line, size_t len, void *ctx)
+{
+    struct distill_line l;
+    struct diag d = {{0}};
+    int rc = distill_line_parse(line, len, &l, &d);
+
+    (void)ctx;
+    check(&l, rc, &d);
+    distill_line_release(&l);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *p = (const char *)data, *end = p + size;
-
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        struct distill_line l;
-        struct diag d = {{0}};
-        int rc = distill_line_parse(p, len, &l, &d);
-        check(&l, rc, &d);
-        distill_line_release(&l);
-        p += len + (nl != NULL);
-    }
+    fuzz_lines(data, size, one_line, NULL);
     return 0;
 }
