@@ -19,7 +19,7 @@ static const char usage_line[] =
     "usage: draft-train [-fhqVv] -m model --data file -o head [--arch eagle1|eagle3]\n"
     "                   [--ttt-steps n] [--epochs n] [--max-time seconds] [--lr x] [--batch n]\n"
     "                   [--seq-len n] [--seed n] [--cache dir] [--checkpoint-every n] [--resume]\n"
-    "                   [--draft-vocab n] [--noise x] [--clip x]\n"
+    "                   [--draft-vocab n] [--noise x] [--clip x] [--gen-tokens n] [--gen-temp t]\n"
     "                   [-t n] [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
 
 static const char help_text[] =
@@ -27,7 +27,9 @@ static const char help_text[] =
     "\n"
     "  -m, --model FILE        the base model (GGUF, llama architecture)\n"
     "      --data FILE         training text, or JSON Lines with a \"text\" member (- = stdin);\n"
-    "                          never the text you evaluate on\n"
+    "                          never the text you evaluate on; lines with a \"prompt\" or\n"
+    "                          chat \"messages\" get the base model's own responses\n"
+    "                          (self-distillation)\n"
     "  -o, --output FILE       the head (GGUF, architecture eagle or eagle3), written atomically\n"
     "      --arch NAME         eagle1 (default) or eagle3 (features of three layers, own LM head\n"
     "                          over the --draft-vocab tokens, training-time test)\n"
@@ -49,6 +51,9 @@ static const char help_text[] =
     "                          text and --seq-len\n"
     "      --checkpoint-every N  write OUTPUT.ckpt every N steps (also on SIGINT/SIGTERM)\n"
     "      --resume            continue from OUTPUT.ckpt\n"
+    "      --gen-tokens N      self-distillation: response tokens per prompt at most\n"
+    "                          (default 256)\n"
+    "      --gen-temp T        self-distillation: sampling temperature (default 0: greedy)\n"
     "\n"
     "Compute:\n"
     "  -t, --threads N         worker threads of the base model's forward pass\n"
@@ -66,9 +71,9 @@ static const char help_text[] =
     "  -V, --version           print the version\n";
 
 enum {
-    OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS, OPT_JSON,
-    OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS,
-    OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
+    OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS,
+    OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
+    OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
 };
 
 static const struct option longopts[] = {
@@ -80,6 +85,8 @@ static const struct option longopts[] = {
     { "data", required_argument, NULL, OPT_DATA },
     { "draft-vocab", required_argument, NULL, OPT_DRAFT_VOCAB },
     { "epochs", required_argument, NULL, OPT_EPOCHS },
+    { "gen-temp", required_argument, NULL, OPT_GEN_TEMP },
+    { "gen-tokens", required_argument, NULL, OPT_GEN_TOKENS },
     { "force", no_argument, NULL, 'f' },
     { "help", no_argument, NULL, 'h' },
     { "json", no_argument, NULL, OPT_JSON },
@@ -130,6 +137,14 @@ main(int argc, char **argv)
             o.draft_vocab = cli_parse_i64(optarg, 0, INT32_MAX, "--draft-vocab", false);
             break;
         case OPT_EPOCHS: o.epochs = cli_parse_i64(optarg, 1, 1000000, "--epochs", false); break;
+        case OPT_GEN_TEMP:
+            o.gen_temp = (float)cli_parse_double(optarg, 0, 10, "--gen-temp");
+            o.gen_set = true;
+            break;
+        case OPT_GEN_TOKENS:
+            o.gen_tokens = cli_parse_i64(optarg, 1, 1 << 20, "--gen-tokens", false);
+            o.gen_set = true;
+            break;
         case 'f': o.force = true; break;
         case 'h': cli_exit_help(help_text, usage_line);
         case OPT_JSON: json = true; break;

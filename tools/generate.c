@@ -91,7 +91,7 @@ main(int argc, char **argv)
     bool tk_other = false;          /* an option --tokenize does not take */
     struct diag d = {{0}};
     bool have_n = false, batch = false, batch_opt = false, oversubscribe = false, have_spec = false;
-    bool have_tree = false, have_ngram = false, have_shape = false;
+    bool have_tree = false, have_ngram = false, have_shape = false, have_pmin = false;
     bool shard_by = false, sync_opt = false;
     int c, v;
 
@@ -196,7 +196,7 @@ main(int argc, char **argv)
             break;
         case OPT_DRAFT_P_MIN:
             o.draft_p_min = (float)cli_parse_double(optarg, 0, 1, "--draft-p-min");
-            have_tree = true;
+            have_tree = have_pmin = true;
             break;
         case OPT_KV_MEM: o.kv_mem = cli_parse_i64(optarg, 1, INT64_MAX, "--kv-mem", true); break;
         case OPT_MIN_P: o.sp.min_p = (float)cli_parse_double(optarg, 0, 1, "--min-p"); break;
@@ -272,7 +272,6 @@ main(int argc, char **argv)
         { have_tree && !o.draft && !o.draft_head, "--spec-depth, --spec-width and --draft-p-min "
           "need --draft or --draft-head" },
         { o.lookup + !!o.draft + !!o.draft_head > 1, "--lookup, --draft and --draft-head are exclusive" },
-        { o.draft_head && batch, "--draft-head works with one prompt (-p, -f), not with --batch" },
         { (o.lookup || o.draft || o.draft_head) && o.perplexity, "--lookup, --draft and --draft-head "
           "do not go with --perplexity" },
         { batch && have_shape, "--spec-depth and --spec-width work with one "
@@ -280,6 +279,8 @@ main(int argc, char **argv)
         { o.spec_compare && batch, "--spec-compare works with one prompt (-p, -f)" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
+    if (o.draft_head && !have_pmin)
+        o.draft_p_min = 0.0f;   /* a head's confidence floor is off unless asked for */
     o.threads = cli_cap_threads(o.threads, oversubscribe);
     o.cb = tool_callbacks(false);
     if (o.json)

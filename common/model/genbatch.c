@@ -25,6 +25,7 @@
 
 #include "chat.h"
 #include "cli.h"
+#include "eagle_draft.h"
 #include "idset.h"
 #include "json.h"
 #include "kvcache.h"
@@ -442,6 +443,7 @@ struct run {
     struct kvcache *kv;
     struct sched *s;
     struct spec_dm *dm;         /* --draft: the draft model, or NULL */
+    struct eagle_draft *eh;     /* --draft-head: the EAGLE head, or NULL */
     FILE *out, *trace;
     const char *out_name;       /* for messages: -o FILE, NULL for stdout */
     const char *trace_name;     /* --kv-trace FILE, NULL for stdout */
@@ -1042,10 +1044,10 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     so.max_batch_tokens = o->max_batch_tokens;
     so.policy = o->policy;
     so.preempt = o->preempt;
-    so.prefix_cache = o->prefix_cache;
+    so.prefix_cache = o->prefix_cache && !go->draft_head;  /* a head needs every feature */
     so.ignore_eos = go->ignore_eos;
     so.ctx = ctx;
-    if (go->lookup || go->draft) {
+    if (go->lookup || go->draft || go->draft_head) {
         so.spec_tokens = go->spec_tokens ? go->spec_tokens : BATCH_SPEC_AUTO;
         so.lookup_ngram = go->lookup_ngram;
     }
@@ -1059,6 +1061,13 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
                                ks0.blocks_total * ks0.block_size, d)) < 0)
             goto out;
         so.draft = g.dm;
+        so.draft_p_min = go->draft_p_min;
+    }
+    if (go->draft_head) {
+        /* greedy chains: one branch per node */
+        if ((rc = eagle_draft_open(&g.eh, go->draft_head, g.m, ctx, 1, GGML_TYPE_Q8_0, d)) < 0)
+            goto out;
+        so.head = g.eh;
         so.draft_p_min = go->draft_p_min;
     }
     cb.result = on_result;
@@ -1111,7 +1120,8 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     sched_get_totals(g.s, &t);
     r->unfinished = g.pending;
     r->steps = t.steps;
-    r->spec = so.spec_tokens <= 0 ? NULL : go->draft ? "draft" : "lookup";
+    r->spec = so.spec_tokens <= 0 ? NULL : go->draft ? "draft" : go->draft_head ? "eagle"
+            : "lookup";
     r->spec_passes = t.spec_passes;
     r->spec_drafted = t.spec_drafted;
     r->spec_accepted = t.spec_accepted;
@@ -1146,6 +1156,7 @@ out:
         xout_abort(&xo[0]);
     sched_free(g.s);
     spec_dm_free(g.dm);
+    eagle_draft_free(g.eh);
     kv_free(g.kv);
     if (g.ct_loaded)
         chat_template_release(&g.ct);

@@ -129,7 +129,7 @@ struct batch_report {
     int64_t ctx, blocks_total, block_size;
     int threads;
     const char *kernel;
-    const char *spec;           /* the drafter: "lookup", "draft"; NULL = none */
+    const char *spec;           /* the drafter: "lookup", "draft", "eagle"; NULL = none */
     int64_t spec_passes, spec_drafted, spec_accepted;   /* sched_totals */
 };
 

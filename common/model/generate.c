@@ -619,8 +619,8 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                                            o->draft_p_min, &tree, d)) < 0) {
                 goto out;
             } else if (bud > 0 && g->eh &&
-                       (rc = eagle_draft_tree(g->eh, hist, n_prompt + n_gen, levels, bud, &tree,
-                                              d)) < 0) {
+                       (rc = eagle_draft_tree(g->eh, hist, n_prompt + n_gen, levels, bud,
+                                              o->draft_p_min, &tree, d)) < 0) {
                 goto out;
             }
             r->spec_draft_ms += ms_since(t_d);

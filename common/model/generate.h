@@ -70,7 +70,8 @@ struct generate_opts {
                                  * spec_depth levels, spec_width children per node; or NULL */
     int spec_depth;             /* default 8 */
     int spec_width;             /* default 1 (a chain) */
-    float draft_p_min;          /* default 0.5 */
+    float draft_p_min;          /* default 0.5; with a head, the EAGLE-2 confidence floor
+                                 * (eagle_draft.h; the tool's default there: 0) */
     bool spec_compare;          /* also decode plainly (first, silently): check that the
                                  * tokens are the same (-ST_CHECK if not), report the speedup */
     int64_t spec_tokens;        /* draft tokens per verify pass; 0 (the default): auto,

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "eagle_draft.h"
 #include "model.h"
 #include "spec.h"
 #include "tokenizer.h"
@@ -66,6 +67,8 @@ struct seq {
     int32_t *draft;             /* [spec_tokens] this step's draft */
     int64_t n_draft;
     int32_t dst;                /* draft model stream while running (spec.h), or -1 */
+    struct eagle_stream *est;   /* the EAGLE head's stream (from first admission), or NULL */
+    int64_t row0;               /* this step: the batch index of the chunk's first token */
 };
 
 struct sched {
@@ -91,6 +94,11 @@ struct sched {
     struct sched_totals tot;
     struct spec_dm_req *dreq;   /* [max_seqs] with a draft model: this step's chains */
     struct seq **dseq;          /* [max_seqs] their sequences */
+    float *hidden;              /* with a head: the step's final hidden states (the head's
+                                 * buffer, eagle_draft_hidden; EAGLE-3 captures its
+                                 * features through hooks beside it) */
+    int64_t *rowidx;            /* [max_batch_tokens] with a head: 0, 1, 2 ... */
+    struct spec_tree tree;      /* with a head: a chain of spec_tokens */
 };
 
 static double
@@ -118,6 +126,7 @@ seq_free(struct sched *s, struct seq *q)
     if (q->kvs >= 0)
         kv_seq_free(s->kv, q->kvs);
     draft_forget(s, q);
+    eagle_stream_free(q->est);
     if (q->sw) {
         s->swap_bytes -= kv_swap_bytes(q->sw);
         kv_swap_free(q->sw);
@@ -219,6 +228,9 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         return diag_set(d, ST_RANGE, "negative context");
     if (!cb || !cb->result)
         return diag_set(d, ST_RANGE, "no result callback");
+    if (o->head && (o->draft || o->prefix_cache))
+        return diag_set(d, ST_RANGE, "an EAGLE head goes with neither a draft model nor the "
+                        "prefix cache");
     if (o->spec_tokens < 0 || o->spec_tokens > 64 || o->lookup_ngram < 1 || o->lookup_ngram > 16)
         return diag_set(d, ST_RANGE, "speculative options out of range");
     if ((size_t)(o->max_seqs + (o->spec_tokens ? o->max_batch_tokens : 0)) >
@@ -249,7 +261,15 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         s->dreq = malloc((size_t)o->max_seqs * sizeof(*s->dreq));
         s->dseq = malloc((size_t)o->max_seqs * sizeof(*s->dseq));
     }
-    if (!s->run || !s->bt || !s->logits || (o->draft && (!s->dreq || !s->dseq))) {
+    if (o->head && eagle_draft_hidden(o->head, o->max_batch_tokens, &s->hidden, NULL) < 0)
+        s->hidden = NULL;
+    if (o->head && (s->rowidx = malloc((size_t)o->max_batch_tokens * sizeof(int64_t))))
+        for (int64_t i = 0; i < o->max_batch_tokens; i++)
+            s->rowidx[i] = i;
+    if (o->head && spec_tree_init(&s->tree, o->spec_tokens + 1, NULL) < 0)
+        s->tree.cap = 0;
+    if (!s->run || !s->bt || !s->logits || (o->draft && (!s->dreq || !s->dseq)) ||
+        (o->head && (!s->hidden || !s->rowidx || !s->tree.cap))) {
         sched_free(s);
         return diag_set(d, ST_NOMEM, "out of memory for %lld sequences",
                         (long long)o->max_seqs);
@@ -274,6 +294,8 @@ sched_free(struct sched *s)
     free(s->logits);
     free(s->dreq);
     free(s->dseq);
+    free(s->rowidx);
+    spec_tree_release(&s->tree);
     free(s);
 }
 
@@ -738,6 +760,43 @@ model_drafts(struct sched *s, struct diag *d)
     return 0;
 }
 
+/* the EAGLE head's greedy chain for every decoding sequence, one sequence
+ * at a time on its own stream; each limited as above */
+static int
+head_drafts(struct sched *s, struct diag *d)
+{
+    for (int64_t i = 0; i < s->n_run && s->budget > 0; i++) {
+        struct seq *q = s->run[i];
+        int64_t lim;
+        int rc;
+        if (q->chunk != 1 || n_total(q) - q->n_done != 1 || !q->est || !(lim = draft_limit(s, q)))
+            continue;
+        spec_tree_reset(&s->tree, q->toks[n_total(q) - 1]);
+        if ((rc = eagle_stream_tree(s->o.head, q->est, q->toks, n_total(q), (int)lim, 1, lim,
+                                    s->o.draft_p_min, &s->tree, d)) < 0)
+            return rc;
+        for (int64_t j = 1; j < s->tree.n; j++)     /* a chain: node j at depth j */
+            q->draft[j - 1] = s->tree.tok[j];
+        take_draft(s, q, s->tree.n - 1);
+    }
+    return 0;
+}
+
+/* hands the head the step's features of q's tokens that stay: n rows of
+ * the batch from q->row0, for the positions from q->n_done (its stream is
+ * made at its first step) */
+static int
+head_feed(struct sched *s, struct seq *q, int64_t n, struct diag *d)
+{
+    int rc;
+
+    if (!q->est && (rc = eagle_stream_new(s->o.head, &q->est, d)) < 0)
+        return rc;
+    if (eagle_stream_feed_rows(s->o.head, q->est, q->n_done, s->hidden, s->rowidx + q->row0, n) < 0)
+        return diag_set(d, ST_NOMEM, "out of memory for the EAGLE head's features");
+    return 0;
+}
+
 /* ---- one step ---- */
 
 int
@@ -780,6 +839,9 @@ sched_step(struct sched *s, struct diag *d)
      * preemption) */
     if (s->o.spec_tokens && s->o.draft) {
         if ((rc = model_drafts(s, d)) < 0)
+            return rc;
+    } else if (s->o.spec_tokens && s->o.head) {
+        if ((rc = head_drafts(s, d)) < 0)
             return rc;
     } else {
         for (int64_t i = 0; s->o.spec_tokens && i < s->n_run && s->budget > 0; i++) {
@@ -838,6 +900,7 @@ sched_step(struct sched *s, struct diag *d)
         if (!q->chunk)
             continue;
         bool dec = q->chunk == 1 + q->n_draft && q->n_done >= q->n_prompt;
+        q->row0 = n_tok;
         for (int64_t j = 0; j < q->chunk; j++) {
             struct batch_tok *b = &s->bt[n_tok++];
             int64_t p = q->n_done + j;
@@ -861,8 +924,9 @@ sched_step(struct sched *s, struct diag *d)
     }
     if (n_tok > 0) {
         struct batch b = { n_tok, s->bt, NULL, 0 };
-        struct model_out mo = { s->logits, NULL };
-        if ((rc = model_forward(s->m, s->kv, &b, NULL, &mo, d)) < 0)
+        struct model_out mo = { s->logits, s->hidden };
+        const struct model_hooks *hk = s->o.head ? eagle_draft_hooks(s->o.head) : NULL;
+        if ((rc = model_forward(s->m, s->kv, &b, hk, &mo, d)) < 0)
             return rc;
     }
 
@@ -887,6 +951,8 @@ sched_step(struct sched *s, struct diag *d)
                     break;
                 a++;
             }
+            if (s->o.head && (rc = head_feed(s, q, 1 + a, d)) < 0)
+                return rc;
             s->tot.spec_passes++;
             s->tot.spec_drafted += q->n_draft;
             s->tot.spec_accepted += a;
@@ -897,6 +963,8 @@ sched_step(struct sched *s, struct diag *d)
             if (s->o.prefix_cache)
                 publish(s, q);
         } else {
+            if (s->o.head && q->chunk && (rc = head_feed(s, q, q->chunk, d)) < 0)
+                return rc;
             q->n_done += q->chunk;
             if (s->o.prefix_cache && q->chunk)
                 publish(s, q);

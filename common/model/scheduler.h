@@ -30,7 +30,8 @@
  * rest (at least its last token, whose logits are needed).
  *
  * With spec_tokens, a decoding sequence's one token is followed in the
- * batch by a draft (prompt lookup, or a draft model's greedy chain); the
+ * batch by a draft (prompt lookup, a draft model's greedy chain, or an
+ * EAGLE head's greedy chain); the
  * draft's rows are sampled in turn while they agree (as generate's --lookup
  * does), the rejected slots truncated.
  *
@@ -60,6 +61,7 @@ struct model;
 struct tokenizer;
 struct sched;
 struct spec_dm;
+struct eagle_draft;
 
 enum sched_policy {
     SCHED_CONTINUOUS = 0,
@@ -99,10 +101,19 @@ struct sched_opts {
      * sequences' chains are drafted together, one draft pass per level */
     struct spec_dm *draft;
     float draft_p_min;
+    /* with an EAGLE head (eagle_draft.h; not with draft), the drafts are
+     * its greedy chains (eagle_stream_tree, width 1), stopping where the
+     * chain's probability is < draft_p_min.  Each sequence has its own
+     * stream of the head (the target's features of its computed tokens,
+     * taken from every step's forward pass; the head's K/V of its
+     * accepted positions), kept across preemption and freed with the
+     * sequence.  The head needs the feature of every token, so it does not
+     * go with prefix_cache (-ST_RANGE). */
+    struct eagle_draft *head;
 };
 
 #define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0, 0, 3, \
-                          NULL, 0.0f }
+                          NULL, 0.0f, NULL }
 
 /* One request.  Everything is copied by sched_add(). */
 struct sched_req {

@@ -2,7 +2,10 @@
  * draft_train.h - run_draft_train(): the whole `draft-train` run (tools/draft-train.c).
  *
  *   1. open the base model; tokenize the training text (plain text, or JSON
- *      Lines whose objects carry "text")
+ *      Lines whose objects carry "text", or a "prompt" or chat "messages"
+ *      whose responses the base model generates itself through the batch
+ *      scheduler, up to gen_tokens at gen_temp: self-distillation, distill.h;
+ *      the text of such a line is its prompt tokens and the response)
  *   2. cut it into sequences of seq_len + 1 tokens; the last 1/20 (at least
  *      one sequence) is held out for evaluation
  *   3. features: each sequence's final hidden states through the shared
@@ -10,7 +13,8 @@
  *      entering its three feature layers, eagle_target_features3), kept in
  *      f16; with cache_dir read from / written to DIR/<key>.eaglefeat.zst
  *      (zstd), key = SHA-256 of the head's architecture, the base's tensor
- *      data, the text and seq_len
+ *      data, the text (with prompts: and gen_tokens, gen_temp and seed; the
+ *      responses are generated again all the same) and seq_len
  *   4. the CE term (EAGLE-3: the head's own LM head) over the draft_vocab
  *      most frequent tokens of the text
  *      (the LM head's rows of them; the target's distribution renormalised
@@ -66,16 +70,23 @@ struct draft_train_opts {
     FILE *json;                /* NULL, or --json log lines (draft-train/1) go here */
     volatile sig_atomic_t *stop;   /* NULL, or nonzero when a stop signal arrived */
     struct run_callbacks cb;
+    /* self-distillation (prompt and messages lines): response tokens at
+     * most, sampling temperature (0: greedy; request i seeded seed + i);
+     * gen_set: they were given, so the data must have prompts */
+    int64_t gen_tokens;
+    float gen_temp;
+    bool gen_set;
 };
 
 #define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, 1, 7, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
-                                8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 } }
+                                8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 }, 256, 0.0f, false }
 
 struct draft_train_report {
     int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */
     int64_t n_seq, n_hold;      /* sequences, of which held out */
     int64_t n_lm;               /* tokens of the CE term */
     int64_t n_tok;              /* tokens of the training text */
+    int64_t n_prompts, n_generated;     /* self-distillation: prompts, response tokens */
     double train_loss;          /* mean loss of the last step */
     double hold_loss, hold_acc; /* held-out loss and top-1 agreement with the target */
     double seconds;             /* training time, resumed runs included */

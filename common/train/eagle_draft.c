@@ -31,6 +31,17 @@ struct cand {
     float score;                /* cumulative log probability */
 };
 
+/* One sequence's head state (eagle_draft.h): the target's features by
+ * position and the head's keys and values of its stable positions. */
+struct eagle_stream {
+    float *feat;                /* [cap][fd] the target's features by position */
+    int64_t n_feat;
+    float *K, *Vs;              /* [cap][kd] the head's keys and values of stable positions */
+    int32_t *stab_tok;          /* [cap] the token each stable position was run with */
+    int64_t P;                  /* stable positions */
+    int64_t cap;                /* positions the arrays hold (grown as fed, up to ctx) */
+};
+
 struct eagle_draft {
     struct model *m;
     struct eagle_head h;
@@ -38,11 +49,8 @@ struct eagle_draft {
     struct backend_weight emb, lm;
     int64_t ctx, d, qd, kd, ff, V, top_k, B;
     int64_t fd;                 /* floats of a target feature: d (EAGLE-1), 3d (EAGLE-3) */
-    float *feat;                /* [ctx][fd] the target's features by position */
-    int64_t n_feat;
-    float *K, *Vs;              /* [ctx][kd] the head's keys and values of stable positions */
-    int32_t *stab_tok;          /* [ctx] the token each stable position was run with */
-    int64_t P;                  /* stable positions */
+    struct eagle_stream *st0;   /* the stream of eagle_draft_feed and _tree */
+    struct eagle_stream *cur;   /* the stream being drafted (attend) */
     /* one batch of up to B rows */
     float *x2, *h0, *q, *k, *v, *a, *h1, *xn, *g, *u, *out, *cs, *logits, *sc;
     int32_t *ids;
@@ -71,6 +79,8 @@ struct eagle_draft {
     int64_t *sel;
     double level_ms;
 };
+
+static int stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n);
 
 /* rows r < n of the batch: token tok[r], input feature fin[r] (EAGLE-3:
  * the target's 3d features when fc, else the parent's d-wide output),
@@ -102,7 +112,7 @@ attend(struct eagle_draft *e, const struct rows *rw)
             int64_t off = (hh / grp) * hd;
             float max = -INFINITY, *s = e->sc;
             for (int64_t j = 0; j < ns + na; j++) {
-                const float *kj = j < ns ? e->K + j * e->kd + off : e->ck + rw->anc[r][j - ns] * e->kd + off;
+                const float *kj = j < ns ? e->cur->K + j * e->kd + off : e->ck + rw->anc[r][j - ns] * e->kd + off;
                 float dot = 0;
                 for (int64_t t = 0; t < hd; t++)
                     dot += qh[t] * kj[t];
@@ -116,7 +126,7 @@ attend(struct eagle_draft *e, const struct rows *rw)
             float inv = (float)(1.0 / sum), *o = e->a + r * e->qd + hh * hd;
             memset(o, 0, (size_t)hd * sizeof(float));
             for (int64_t j = 0; j < ns + na; j++) {
-                const float *vj = j < ns ? e->Vs + j * e->kd + off : e->cv + rw->anc[r][j - ns] * e->kd + off;
+                const float *vj = j < ns ? e->cur->Vs + j * e->kd + off : e->cv + rw->anc[r][j - ns] * e->kd + off;
                 float p = s[j] * inv;
                 for (int64_t t = 0; t < hd; t++)
                     o[t] += p * vj[t];
@@ -329,7 +339,7 @@ eagle_draft_free(struct eagle_draft *e)
     if (!e)
         return;
     eagle_head_release(&e->h);
-    free(e->feat), free(e->K), free(e->Vs), free(e->stab_tok);
+    eagle_stream_free(e->st0);
     free(e->x2), free(e->h0), free(e->q), free(e->k), free(e->v), free(e->a), free(e->h1);
     free(e->xn), free(e->g), free(e->u), free(e->out), free(e->cs), free(e->logits), free(e->sc);
     free(e->ids), free(e->c), free(e->ch), free(e->ck), free(e->cv), free(e->sel);
@@ -392,12 +402,10 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->cap_fed = (int64_t)LEVELS_MAX * k;
     e->cap_c = e->cap_fed * k + k;
     int64_t B = e->B, d2 = e->d;
-    e->feat = xcalloc((size_t)(ctx * e->fd), sizeof(float), &bad);
+    bad |= eagle_stream_new(e, &e->st0, NULL) < 0 || stream_reserve(e, e->st0, ctx) < 0;
+    e->cur = e->st0;
     if (e3)
         e->x3 = xcalloc((size_t)(B * 3 * d2), sizeof(float), &bad);
-    e->K = xcalloc((size_t)(ctx * e->kd), sizeof(float), &bad);
-    e->Vs = xcalloc((size_t)(ctx * e->kd), sizeof(float), &bad);
-    e->stab_tok = xcalloc((size_t)ctx, sizeof(int32_t), &bad);
     e->x2 = xcalloc((size_t)(B * 2 * d2), sizeof(float), &bad);
     e->h0 = xcalloc((size_t)(B * d2), sizeof(float), &bad);
     e->h1 = xcalloc((size_t)(B * d2), sizeof(float), &bad);
@@ -442,7 +450,7 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     int32_t slot[EAGLE_TOPK_MAX];
     const int32_t *anc[EAGLE_TOPK_MAX];
     for (int i = 0; i < k; i++) {
-        fin[i] = e->feat;
+        fin[i] = e->st0->feat;
         pos[i] = 1, lim[i] = 1, na[i] = 1;
         slot[i] = i;
         anc[i] = &slot[i];
@@ -468,15 +476,78 @@ eagle_draft_level_ms(const struct eagle_draft *e)
     return e->level_ms;
 }
 
+/* room in st for n positions (at most ctx; a batch run's streams start
+ * small and grow with their sequences).  0 or -ST_NOMEM (st unchanged). */
+static int
+stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n)
+{
+    if (n <= st->cap)
+        return 0;
+    int64_t c = n > 2 * st->cap ? n : 2 * st->cap;
+    if (c > e->ctx)
+        c = e->ctx;
+    void *p;
+    if (!(p = realloc(st->feat, (size_t)(c * e->fd) * sizeof(float))))
+        return -ST_NOMEM;
+    st->feat = p;
+    if (!(p = realloc(st->K, (size_t)(c * e->kd) * sizeof(float))))
+        return -ST_NOMEM;
+    st->K = p;
+    if (!(p = realloc(st->Vs, (size_t)(c * e->kd) * sizeof(float))))
+        return -ST_NOMEM;
+    st->Vs = p;
+    if (!(p = realloc(st->stab_tok, (size_t)c * sizeof(int32_t))))
+        return -ST_NOMEM;
+    st->stab_tok = p;
+    /* zeros past what was there: the cost probe at open reads them */
+    memset(st->feat + st->cap * e->fd, 0, (size_t)((c - st->cap) * e->fd) * sizeof(float));
+    memset(st->K + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
+    memset(st->Vs + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
+    st->cap = c;
+    return 0;
+}
+
+int
+eagle_stream_new(struct eagle_draft *e, struct eagle_stream **out, struct diag *d)
+{
+    struct eagle_stream *st = calloc(1, sizeof(*st));
+
+    *out = NULL;
+    if (!st || stream_reserve(e, st, e->ctx < STABLE_ROWS ? e->ctx : STABLE_ROWS) < 0) {
+        eagle_stream_free(st);
+        return diag_set(d, ST_NOMEM, "out of memory for an EAGLE stream");
+    }
+    *out = st;
+    return 0;
+}
+
+void
+eagle_stream_free(struct eagle_stream *st)
+{
+    if (!st)
+        return;
+    free(st->feat), free(st->K), free(st->Vs), free(st->stab_tok);
+    free(st);
+}
+
+int
+eagle_stream_feed(struct eagle_draft *e, struct eagle_stream *st, int64_t pos, const float *feat)
+{
+    if (pos < 0 || pos >= e->ctx || pos > st->n_feat)
+        return 0;
+    if (stream_reserve(e, st, pos + 1) < 0)
+        return -ST_NOMEM;
+    memcpy(st->feat + pos * e->fd, feat, (size_t)e->fd * sizeof(float));
+    st->n_feat = pos + 1;
+    if (st->P > pos)            /* a stable position built on a replaced feature */
+        st->P = pos;
+    return 0;
+}
+
 void
 eagle_draft_feed(struct eagle_draft *e, int64_t pos, const float *feat)
 {
-    if (pos < 0 || pos >= e->ctx || pos > e->n_feat)
-        return;
-    memcpy(e->feat + pos * e->fd, feat, (size_t)e->fd * sizeof(float));
-    e->n_feat = pos + 1;
-    if (e->P > pos)             /* a stable position built on a replaced feature */
-        e->P = pos;
+    eagle_stream_feed(e, e->st0, pos, feat);     /* st0 holds ctx positions: no growth */
 }
 
 int
@@ -505,13 +576,22 @@ eagle_draft_hooks(const struct eagle_draft *e)
     return e->h.c.arch == EAGLE_ARCH_3 && e->cap.feat3 ? &e->hooks : NULL;
 }
 
+int
+eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
+                       const float *hidden, const int64_t *rows, int64_t n)
+{
+    const float *src = e->h.c.arch == EAGLE_ARCH_3 ? e->cap.feat3 : hidden;
+    for (int64_t i = 0; i < n; i++)
+        if (eagle_stream_feed(e, st, pos0 + i, src + (rows ? rows[i] : i) * e->fd) < 0)
+            return -ST_NOMEM;
+    return 0;
+}
+
 void
 eagle_draft_feed_rows(struct eagle_draft *e, int64_t pos0, const float *hidden,
                       const int64_t *rows, int64_t n)
 {
-    const float *src = e->h.c.arch == EAGLE_ARCH_3 ? e->cap.feat3 : hidden;
-    for (int64_t i = 0; i < n; i++)
-        eagle_draft_feed(e, pos0 + i, src + (rows ? rows[i] : i) * e->fd);
+    eagle_stream_feed_rows(e, e->st0, pos0, hidden, rows, n);
 }
 
 const char *
@@ -525,6 +605,7 @@ eagle_draft_arch(const struct eagle_draft *e)
 static void
 catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
 {
+    struct eagle_stream *st = e->cur;
     int64_t last = n - 2;
     int32_t tok[STABLE_ROWS];
     const float *fin[STABLE_ROWS];
@@ -533,32 +614,32 @@ catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
     const int32_t *anc[STABLE_ROWS];
 
     /* a position whose next token changed is not stable any more */
-    for (int64_t p = 0; p < e->P && p <= last; p++)
-        if (e->stab_tok[p] != hist[p + 1]) {
-            e->P = p;
+    for (int64_t p = 0; p < st->P && p <= last; p++)
+        if (st->stab_tok[p] != hist[p + 1]) {
+            st->P = p;
             break;
         }
-    if (e->P > last)
-        e->P = last;            /* the root's position is always rerun: its output is needed */
-    while (e->P <= last) {
-        int64_t n_r = last + 1 - e->P < STABLE_ROWS ? last + 1 - e->P : STABLE_ROWS;
+    if (st->P > last)
+        st->P = last;           /* the root's position is always rerun: its output is needed */
+    while (st->P <= last) {
+        int64_t n_r = last + 1 - st->P < STABLE_ROWS ? last + 1 - st->P : STABLE_ROWS;
         for (int64_t r = 0; r < n_r; r++) {
-            int64_t p = e->P + r;
+            int64_t p = st->P + r;
             tok[r] = hist[p + 1];
-            fin[r] = e->feat + p * e->fd;
+            fin[r] = st->feat + p * e->fd;
             pos[r] = p;
             lim[r] = p + 1;     /* itself included: its K/V are stored before attention */
             na[r] = 0;
             anc[r] = NULL;
-            kd_[r] = e->K + p * e->kd, vd_[r] = e->Vs + p * e->kd;
-            e->stab_tok[p] = tok[r];
+            kd_[r] = st->K + p * e->kd, vd_[r] = st->Vs + p * e->kd;
+            st->stab_tok[p] = tok[r];
         }
-        bool final = e->P + n_r > last;
+        bool final = st->P + n_r > last;
         struct rows rw = { n_r, final ? n_r - 1 : n_r, tok, fin, pos, lim, kd_, vd_, anc, na, 1 };
         run_rows(e, &rw);
         if (final)
             memcpy(e->hroot, e->out + (n_r - 1) * e->d, (size_t)e->d * sizeof(float));
-        e->P += n_r;
+        st->P += n_r;
     }
 }
 
@@ -574,24 +655,36 @@ better(const struct cand *x, int64_t ix, const struct cand *y, int64_t iy)
 
 int
 eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int depth,
-                 int64_t budget, struct spec_tree *t, struct diag *d)
+                 int64_t budget, float p_min, struct spec_tree *t, struct diag *d)
 {
-    int64_t k = e->top_k, root_pos = n_hist - 2;
+    return eagle_stream_tree(e, e->st0, hist, n_hist, depth, (int)e->top_k, budget, p_min, t, d);
+}
+
+int
+eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t *hist,
+                  int64_t n_hist, int depth, int width, int64_t budget, float p_min,
+                  struct spec_tree *t, struct diag *d)
+{
+    int64_t k = width < 1 ? 1 : width > e->top_k ? e->top_k : width, root_pos = n_hist - 2;
     int32_t id[EAGLE_TOPK_MAX];
     float lp[EAGLE_TOPK_MAX];
+    /* the confidence floor: a candidate whose path probability is below
+     * p_min is neither recorded nor expanded */
+    float floor_lp = p_min > 0 ? logf(p_min) : -INFINITY;
     (void)d;
 
-    if (n_hist < 2 || n_hist - 1 > e->n_feat || n_hist > e->ctx || budget < 1 || depth < 1)
+    if (n_hist < 2 || n_hist - 1 > st->n_feat || n_hist > e->ctx || budget < 1 || depth < 1)
         return 0;
     if (depth > LEVELS_MAX)
         depth = LEVELS_MAX;
     double t0 = now_seconds();
     int levels = 1;
+    e->cur = st;
     catch_up(e, hist, n_hist);
     e->n_c = e->n_fed = 0;
     /* level 1: the root's children, from its logits (row 0) */
     int64_t nk = top_k(e->logits, e->n_lm, k, id, lp);
-    for (int64_t i = 0; i < nk; i++)
+    for (int64_t i = 0; i < nk && lp[i] >= floor_lp; i++)
         e->c[e->n_c++] = (struct cand){ e->lm_ids ? e->lm_ids[id[i]] : id[i], -1, 1, -1, lp[i] };
     int64_t f0 = 0, f1 = e->n_c;      /* the last level's candidates */
     for (int lev = 2; lev <= depth; lev++) {
@@ -640,7 +733,7 @@ eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int
             memcpy(e->ch + (int64_t)e->c[fr[r]].fed * e->d, e->out + r * e->d,
                    (size_t)e->d * sizeof(float));
             int64_t nc = top_k(e->logits + r * e->n_lm, e->n_lm, k, id, lp);
-            for (int64_t i = 0; i < nc; i++)
+            for (int64_t i = 0; i < nc && e->c[fr[r]].score + lp[i] >= floor_lp; i++)
                 e->c[e->n_c++] = (struct cand){ e->lm_ids ? e->lm_ids[id[i]] : id[i],
                                                 (int32_t)fr[r], lev, -1,
                                                 e->c[fr[r]].score + lp[i] };

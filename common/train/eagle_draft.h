@@ -30,8 +30,17 @@
  * head's FC, tree levels feed the parent's output (before the final norm)
  * in their place, and the head scores its own draft vocabulary with its
  * own LM head.
+ * With a confidence floor p_min > 0 (--draft-p-min), a candidate whose path
+ * probability (the product of its tokens' probabilities from the root,
+ * EAGLE-2's confidence) is below p_min is neither recorded nor expanded:
+ * a low-confidence tree is smaller, or empty.
  * Drafts are deterministic, so verification keeps generate's output that of
  * plain decoding, greedy or sampled (spec.h).
+ *
+ * Per-sequence state (the features fed, the head's K/V of the stable
+ * positions) lives in a struct eagle_stream: one head drafts for many
+ * sequences (generate --batch), a stream each.  eagle_draft_feed*() and
+ * eagle_draft_tree() use the head's own stream (one prompt).
  */
 #ifndef LLMKIT_EAGLE_DRAFT_H
 #define LLMKIT_EAGLE_DRAFT_H
@@ -45,6 +54,7 @@
 #define EAGLE_TOPK_MAX 16
 
 struct eagle_draft;
+struct eagle_stream;
 
 /* eagle_draft_open() : reads the head at path and checks that it was
  * trained for m (-ST_FORMAT otherwise: "trained for another model");
@@ -82,10 +92,33 @@ void eagle_draft_feed_rows(struct eagle_draft *e, int64_t pos0, const float *hid
                            const int64_t *rows, int64_t n);
 
 /* eagle_draft_tree() : adds to t (whose root is hist[n_hist-1]) a tree of
- * at most budget nodes and depth levels, as above.  Nothing is drafted
- * (0 returned, t unchanged) when a feature is missing.  0 or -ST_NOMEM. */
+ * at most budget nodes and depth levels, as above, with the top_k given at
+ * open and the confidence floor p_min (0: none).  Nothing is drafted (0
+ * returned, t unchanged) when a feature is missing.  0 or -ST_NOMEM. */
 int eagle_draft_tree(struct eagle_draft *e, const int32_t *hist, int64_t n_hist, int depth,
-                     int64_t budget, struct spec_tree *t, struct diag *d);
+                     int64_t budget, float p_min, struct spec_tree *t, struct diag *d);
+
+/* eagle_stream_new() : *out = an empty stream (no feature fed) for
+ * positions up to e's ctx, owned by the caller (eagle_stream_free; NULL is
+ * a no-op); its memory grows with the positions fed (the head's own
+ * stream holds ctx from the start).  0 or -ST_NOMEM. */
+int eagle_stream_new(struct eagle_draft *e, struct eagle_stream **out, struct diag *d);
+void eagle_stream_free(struct eagle_stream *st);
+
+/* eagle_stream_feed(), eagle_stream_feed_rows() : eagle_draft_feed() and
+ * eagle_draft_feed_rows() on stream st.  0, or -ST_NOMEM when st could not
+ * grow (what was fed before stays). */
+int eagle_stream_feed(struct eagle_draft *e, struct eagle_stream *st, int64_t pos,
+                      const float *feat);
+int eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
+                           const float *hidden, const int64_t *rows, int64_t n);
+
+/* eagle_stream_tree() : eagle_draft_tree() on stream st with width
+ * branches per node (1 .. the top_k given at open; 1 = a chain of the
+ * head's greedy tokens) */
+int eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t *hist,
+                      int64_t n_hist, int depth, int width, int64_t budget, float p_min,
+                      struct spec_tree *t, struct diag *d);
 
 /* eagle_draft_root_out() : the head's predicted feature at the root of the
  * last draft (d floats; for the tests: the training forward's) */

@@ -1,8 +1,9 @@
 #!/usr/bin/env bats
 # generate --draft-head: EAGLE-2 trees from a head (EAGLE-1 or EAGLE-3) made by draft-train; the
 # output is plain decoding's, greedy and sampled (--spec-compare checks it
-# and exits 6 otherwise); a head for another model or no head at all is
-# refused; the option rules.
+# and exits 6 otherwise), one prompt or a batch of concurrent requests; the
+# confidence floor (--draft-p-min); a head for another model or no head at
+# all is refused; the option rules.
 
 load common
 
@@ -75,9 +76,57 @@ setup() {
 @test "generate --draft-head: option rules" {
     run -2 --separate-stderr generate -m "$FIX" -p hi --draft-head "$HEAD" --lookup
     [[ $stderr == *"are exclusive"* ]]
-    run -2 --separate-stderr generate -m "$FIX" --batch --draft-head "$HEAD" < /dev/null
-    [[ $stderr == *"--draft-head works with one prompt"* ]]
+    run -2 --separate-stderr generate -m "$FIX" --batch --draft-head "$HEAD" --spec-width 2 < /dev/null
+    [[ $stderr == *"--batch drafts chains of --spec-tokens"* ]]
     run -0 --separate-stderr generate -m "$FIX" -p hi -n 2 --draft-head "$HEAD" --spec-depth 2
+}
+
+@test "generate --draft-head --draft-p-min: the confidence floor prunes the tree" {
+    local args=(-m "$FIX" -p "In addition to a significant" -n 24 --temp 0 --draft-head "$HEAD"
+                --spec-width 3 --spec-tokens 9 --json)
+    run -0 --separate-stderr generate "${args[@]}"
+    local all; all=$(jq -r .speculative.drafted <<<"$output")
+    [ "$all" -gt 0 ]
+    # no path has probability 1: nothing is drafted, and the tokens stay
+    run -0 --separate-stderr generate "${args[@]}" --draft-p-min 1 --spec-compare
+    [ "$(jq -r .speculative.drafted <<<"$output")" = 0 ]
+    run -0 --separate-stderr generate "${args[@]}" --draft-p-min 0.02 --spec-compare
+    [ "$(jq -r .speculative.drafted <<<"$output")" -lt "$all" ]
+}
+
+# eagle_batch ARGS... : generate --batch ARGS gives the same results with the
+# head (--draft-head HEAD, the extra options in SPEC) as without; the
+# speculative run's statistics go to stats
+eagle_batch() {
+    generate -q "$@" > "$BATS_TEST_TMPDIR/plain.jsonl"
+    generate -v "$@" --draft-head "$HEAD" $SPEC > "$BATS_TEST_TMPDIR/eagle.jsonl" \
+        2> "$BATS_TEST_TMPDIR/stats"
+    diff <(results_by_line "$BATS_TEST_TMPDIR/plain.jsonl") <(results_by_line "$BATS_TEST_TMPDIR/eagle.jsonl")
+}
+
+@test "generate --batch --draft-head: every request's tokens as without, concurrent and mixed lengths, with preemption and small steps" {
+    mkreqs 40 "$BATS_TEST_TMPDIR/req.jsonl"
+    jq -c 'if (.id | ltrimstr("r") | tonumber) % 3 == 1 then . + {temperature: 0.9, seed: 5} else . + {temperature: 0} end' \
+        "$BATS_TEST_TMPDIR/req.jsonl" > "$BATS_TEST_TMPDIR/reqs.jsonl"
+    SPEC="--spec-tokens 6" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
+    grep -q 'speculative (eagle): [0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
+    grep -q ' 0 prefix-cache blocks reused' "$BATS_TEST_TMPDIR/stats"
+    SPEC="--spec-tokens 3" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
+        --kv-mem 64KiB --block-size 4 --max-seqs 8
+    grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
+    SPEC="--spec-tokens 4" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
+        --kv-mem 64KiB --block-size 4 --max-seqs 8 --preempt swap
+    SPEC="" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --max-batch-tokens 12
+    # the floor applies to the chains: at 1, nothing is drafted
+    SPEC="--draft-p-min 1" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
+    grep -q 'speculative (eagle): 0 of 0 drafts' "$BATS_TEST_TMPDIR/stats"
+    # an EAGLE-3 head (features captured by its hooks in the batch's forward pass)
+    draft-train -m "$FIX" --data "$BATS_FILE_TMPDIR/text.txt" -o "$BATS_TEST_TMPDIR/h3.gguf" \
+        --arch eagle3 --epochs 2 --seq-len 32 -q
+    HEAD="$BATS_TEST_TMPDIR/h3.gguf" SPEC="--spec-tokens 4" eagle_batch -m "$FIX" \
+        --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 64KiB --block-size 4 --max-seqs 8
+    grep -q 'speculative (eagle): [0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
+    grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
 }
 
 @test "generate --draft-head on SmolLM2: greedy output equals plain decoding on held-out prompts" {
@@ -96,6 +145,13 @@ print(' '.join(t.split()[300:420]))" > wiki.txt
     [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
     run -0 --separate-stderr generate -m "$SMOL" --chat -p "Why is the sky blue?" -n 48 --temp 0 \
         --draft-head smol.eagle.gguf --spec-width 2 --spec-tokens 6 --spec-compare
+    # four concurrent requests of mixed lengths, greedy: the tokens of plain --batch
+    for i in 0 1 2 3; do
+        jq -cn --arg p "$(cut -c $((1 + 60 * i))-$((200 + 60 * i)) wiki.txt)" \
+            --argjson n $((8 + 16 * i)) '{id: "w\($n)", prompt: $p, max_tokens: $n, temperature: 0}'
+    done > reqs.jsonl
+    HEAD=smol.eagle.gguf SPEC="--spec-tokens 4" eagle_batch -m "$SMOL" --batch reqs.jsonl -t 2
+    grep -q 'speculative (eagle): [1-9][0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
 }
 
 @test "generate --draft-head: a head with a draft vocabulary drafts from it, losslessly" {

@@ -11,33 +11,34 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_lines.h"
 #include "resume.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static void
+one_line(const char *line, size_t len, void *ctx)
+{
+    struct result_info ri;
+    struct diag d = {{0}};
+    int rc = resume_line_parse(line, len, &ri, &d);
+
+    (void)ctx;
+    if (rc == 0) {
+        if (!(json_is_string(ri.id) || json_is_integer(ri.id)) || ri.line < 1)
+            abort();
+    } else if (rc == 1 || rc < 0) {
+        if (ri.id || (rc < 0 && (!d.msg[0] || (rc != -ST_FORMAT && rc != -ST_NOMEM))))
+            abort();
+    } else {
+        abort();
+    }
+    result_info_release(&ri);
+}
+
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const char *p = (const char *)data, *end = p + size;
-
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        size_t len = nl ? (size_t)(nl - p) : (size_t)(end - p);
-        struct result_info ri;
-        struct diag d = {{0}};
-        int rc = resume_line_parse(p, len, &ri, &d);
-
-        if (rc == 0) {
-            if (!(json_is_string(ri.id) || json_is_integer(ri.id)) || ri.line < 1)
-                abort();
-        } else if (rc == 1 || rc < 0) {
-            if (ri.id || (rc < 0 && (!d.msg[0] || (rc != -ST_FORMAT && rc != -ST_NOMEM))))
-                abort();
-        } else {
-            abort();
-        }
-        result_info_release(&ri);
-        p += len + (nl != NULL);
-    }
+    fuzz_lines(data, size, one_line, NULL);
     return 0;
 }

@@ -166,7 +166,7 @@ main(void)
         struct spec_tree tr;
         CHECK(spec_tree_init(&tr, 64, &d) == 0);
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, 0.0f, &tr, &d) == 0);
         CHECK_EQ(tr.n, 1 + K);
         const float *ro = eagle_draft_root_out(ed), *fo = eagle_ws_out(ws) + (N - 1) * dd;
         double dm2 = 0, fm = 0;
@@ -182,7 +182,7 @@ main(void)
         }
         /* deeper: budget and depth respected, parents before children */
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, 0.0f, &tr, &d) == 0);
         CHECK(tr.n > 1 + K && tr.n <= 21);
         int maxd = 0;
         for (int64_t j = 1; j < tr.n; j++) {
@@ -193,8 +193,37 @@ main(void)
         CHECK(maxd >= 2 && maxd <= 4);
         /* a missing feature: no draft */
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 3, 4, 20, 0.0f, &tr, &d) == 0);
         CHECK_EQ(tr.n, 1);
+        /* streams (--batch): a chain of width 1 is the greedy path; a
+         * stream fed the same features drafts the same chain whatever
+         * another stream did in between; the confidence floor prunes */
+        struct eagle_stream *s1 = NULL, *s2 = NULL;
+        CHECK(eagle_stream_new(ed, &s1, &d) == 0 && eagle_stream_new(ed, &s2, &d) == 0);
+        if (s1 && s2) {
+            struct spec_tree c1, c2;
+            CHECK(spec_tree_init(&c1, 8, &d) == 0 && spec_tree_init(&c2, 8, &d) == 0);
+            eagle_stream_feed_rows(ed, s1, 0, feat, NULL, N);
+            eagle_stream_feed_rows(ed, s2, 0, feat + dd, NULL, N - 1);  /* other features */
+            spec_tree_reset(&c1, tok[N]);
+            CHECK(eagle_stream_tree(ed, s1, tok, N + 1, 4, 1, 4, 0.0f, &c1, &d) == 0);
+            CHECK_EQ(c1.n, 5);
+            CHECK_EQ(c1.tok[1], best[0]);
+            for (int64_t j = 1; j < c1.n; j++)
+                CHECK_EQ(c1.parent[j], j - 1);
+            spec_tree_reset(&c2, tok[N - 1]);
+            CHECK(eagle_stream_tree(ed, s2, tok, N, 4, 1, 4, 0.0f, &c2, &d) == 0);
+            spec_tree_reset(&c2, tok[N]);
+            CHECK(eagle_stream_tree(ed, s1, tok, N + 1, 4, 1, 4, 0.0f, &c2, &d) == 0);
+            CHECK(c2.n == c1.n && memcmp(c2.tok, c1.tok, (size_t)c1.n * sizeof(int32_t)) == 0);
+            spec_tree_reset(&c2, tok[N]);
+            CHECK(eagle_stream_tree(ed, s1, tok, N + 1, 4, 1, 4, 1.0f, &c2, &d) == 0);
+            CHECK_EQ(c2.n, 1);
+            spec_tree_release(&c1);
+            spec_tree_release(&c2);
+        }
+        eagle_stream_free(s1);
+        eagle_stream_free(s2);
         /* the head in Q8_0 (what generate runs): close to the f32 one */
         eagle_draft_free(ed);
         ed = NULL;
@@ -203,7 +232,7 @@ main(void)
             for (int i = 0; i < N; i++)
                 eagle_draft_feed(ed, i, feat + i * dd);
             spec_tree_reset(&tr, tok[N]);
-            CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, 0.0f, &tr, &d) == 0);
             const float *qo = eagle_draft_root_out(ed);
             double dq = 0;
             for (int64_t j = 0; j < dd; j++)
@@ -229,7 +258,7 @@ main(void)
             for (int i = 0; i < N; i++)
                 eagle_draft_feed(ed, i, feat + i * dd);
             spec_tree_reset(&tr, tok[N]);
-            CHECK(eagle_draft_tree(ed, tok, N + 1, 3, 20, &tr, &d) == 0);
+            CHECK(eagle_draft_tree(ed, tok, N + 1, 3, 20, 0.0f, &tr, &d) == 0);
             CHECK(tr.n > 1 + K);
             for (int64_t j = 1; j < tr.n; j++)
                 CHECK(tr.tok[j] % 7 == 0 && tr.tok[j] / 7 < 40);

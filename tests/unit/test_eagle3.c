@@ -210,7 +210,7 @@ main(void)
         struct spec_tree tr;
         CHECK(spec_tree_init(&tr, 64, &d) == 0);
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 1, 10, 0.0f, &tr, &d) == 0);
         CHECK_EQ(tr.n, 1 + K);
         const float *ro = eagle_draft_root_out(ed);
         double dm2 = 0, fm = 0;
@@ -225,7 +225,7 @@ main(void)
             CHECK_EQ(tr.parent[j + 1], 0);
         }
         spec_tree_reset(&tr, tok[N]);
-        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, &tr, &d) == 0);
+        CHECK(eagle_draft_tree(ed, tok, N + 1, 4, 20, 0.0f, &tr, &d) == 0);
         CHECK(tr.n > 1 + K && tr.n <= 21);
         int maxd = 0;
         for (int64_t j = 1; j < tr.n; j++) {
