@@ -461,7 +461,7 @@ for s in range(5000):
     [ "$(tail -1 <<<"$output" | jq -r .type)" = summary ]
     [ "$(tail -1 <<<"$output" | jq -c '[.models, .variants, .policies, .trace_steps]')" = "[2,8,8,6]" ]
     # keys are snake_case
-    ! jq -r 'keys[]' <<<"$output" | grep -v '^[a-z0-9_]*$'
+    if jq -r 'keys[]' <<<"$output" | grep -v '^[a-z0-9_]*$'; then return 1; fi
 }
 
 @test "--csv has one header line per record type" {
