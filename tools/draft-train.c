@@ -19,8 +19,9 @@ static const char usage_line[] =
     "usage: draft-train [-fhqVv] -m model --data file -o head [--arch eagle1|eagle3]\n"
     "                   [--ttt-steps n] [--epochs n] [--max-time seconds] [--lr x] [--batch n]\n"
     "                   [--seq-len n] [--seed n] [--cache dir] [--checkpoint-every n] [--resume]\n"
-    "                   [--draft-vocab n] [--noise x] [--clip x] [--gen-tokens n] [--gen-temp t]\n"
-    "                   [-t n] [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
+    "                   [--draft-vocab n] [--noise x] [--clip x] [--no-fc-bias] [--gen-tokens n]\n"
+    "                   [--gen-temp t] [-t n] [--oversubscribe] [--kernel name] [--json]\n"
+    "                   [--[no-]progress]";
 
 static const char help_text[] =
     "draft-train - train an EAGLE-1 or EAGLE-3 draft head for speculative decoding\n"
@@ -47,6 +48,8 @@ static const char help_text[] =
     "                          (default 8192; 0 = the whole vocabulary)\n"
     "      --noise X           uniform noise U(-X, X) on the input features (default 0.1)\n"
     "      --clip X            clip the gradient's norm to X (default 0.5)\n"
+    "      --no-fc-bias        eagle1: an FC layer without bias (held at zero; exported as\n"
+    "                          \"bias\": false, the layout vLLM's EAGLE-1 model loads)\n"
     "      --cache DIR         keep the features in DIR (zstd), reused by runs on the same model,\n"
     "                          text and --seq-len\n"
     "      --checkpoint-every N  write OUTPUT.ckpt every N steps (also on SIGINT/SIGTERM)\n"
@@ -73,7 +76,7 @@ static const char help_text[] =
 enum {
     OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS,
     OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
-    OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
+    OPT_NO_FC_BIAS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
 };
 
 static const struct option longopts[] = {
@@ -94,6 +97,7 @@ static const struct option longopts[] = {
     { "lr", required_argument, NULL, OPT_LR },
     { "max-time", required_argument, NULL, OPT_MAX_TIME },
     { "model", required_argument, NULL, 'm' },
+    { "no-fc-bias", no_argument, NULL, OPT_NO_FC_BIAS },
     { "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
     { "noise", required_argument, NULL, OPT_NOISE },
     { "output", required_argument, NULL, 'o' },
@@ -156,6 +160,7 @@ main(int argc, char **argv)
         case OPT_LR: o.lr = cli_parse_double(optarg, 1e-9, 1, "--lr"); break;
         case 'm': o.model = optarg; break;
         case OPT_MAX_TIME: o.max_time = cli_parse_double(optarg, 0.001, 1e9, "--max-time"); break;
+        case OPT_NO_FC_BIAS: o.no_fc_bias = true; break;
         case OPT_NO_PROGRESS: tool_progress_mode = 0; break;
         case OPT_NOISE: o.noise = (float)cli_parse_double(optarg, 0, 100, "--noise"); break;
         case 'o': o.output = optarg; break;
@@ -183,6 +188,7 @@ main(int argc, char **argv)
         { o.output && !strcmp(o.output, "-"), "-o: the head is written to a file, not stdout" },
         { o.epochs == 0 && o.max_time == 0, "give --epochs or --max-time" },
         { ttt && o.arch != 3, "--ttt-steps: only with --arch eagle3" },
+        { o.no_fc_bias && o.arch == 3, "--no-fc-bias: an EAGLE-3 head's FC has no bias anyway" },
         { o.model && o.data && !strcmp(o.model, "-") , "-m: the model must be a file" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));

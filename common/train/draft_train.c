@@ -583,6 +583,10 @@ run_options(const struct run *r, char *buf, size_t cap)
         size_t n = strlen(buf);
         snprintf(buf + n, cap - n, " arch=eagle3 ttt_steps=%d", o->ttt_steps);
     }
+    if (o->no_fc_bias) {
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, " fc_bias=no");
+    }
 }
 
 static void
@@ -722,6 +726,8 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
             sl += l.total, sr += l.reg, sc += l.cls;
             ok += l.correct, np += l.n;
         }
+        if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)     /* held at zero: no step, no decay */
+            memset(r->grad + (r->h.t[EAGLE_FC_B] - r->h.param), 0, (size_t)r->d * sizeof(float));
         double gn = 0;
         for (int64_t j = 0; j < r->h.n_param; j++)
             gn += (double)r->grad[j] * r->grad[j];
@@ -829,6 +835,8 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
                       o->model);
         goto out;
     }
+    if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)
+        memset(r.h.t[EAGLE_FC_B], 0, (size_t)r.d * sizeof(float));
     r.fd = o->arch == EAGLE_ARCH_3 ? 4 * r.d : r.d;
     if (o->arch == EAGLE_ARCH_3 && !(r.fin = malloc((size_t)((r.S + 1) * r.d) * sizeof(float)))) {
         rc = diag_set(d, ST_NOMEM, "out of memory");

@@ -195,3 +195,27 @@ EOF
     run -0 --separate-stderr convert --base "$FIX" dv dv2.gguf
     cmp dv.gguf dv2.gguf
 }
+
+@test "draft-train --no-fc-bias: a head exported without fc.bias (\"bias\": false), as vLLM's EAGLE-1 model loads it" {
+    head -c 12000 "$SHARED/data/calibration-groups-merged.txt" > text.txt
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o nb.gguf --epochs 1 \
+        --seq-len 32 --draft-vocab 40 -q --no-fc-bias
+    run -0 --separate-stderr convert nb.gguf nb
+    [ "$(jq -r .bias nb/config.json)" = false ]
+    [[ "$(st_names nb/model.safetensors)" != *fc.bias* ]]
+    # the same run with a bias trains one (so the option is what removed it)
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o b.gguf --epochs 1 \
+        --seq-len 32 --draft-vocab 40 -q
+    run -0 --separate-stderr convert b.gguf b
+    [ "$(jq -r .bias b/config.json)" = true ]
+    [[ "$(st_names b/model.safetensors)" == *fc.bias* ]]
+    # it round-trips and drafts losslessly
+    run -0 --separate-stderr convert --base "$FIX" nb nb2.gguf
+    cmp nb.gguf nb2.gguf
+    run -0 --separate-stderr generate -m "$FIX" --draft-head nb2.gguf -p "Hello" -n 16 --temp 0 \
+        --ignore-eos --spec-compare
+    # EAGLE-3 heads have no FC bias to drop
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o e.gguf --epochs 1 \
+        --arch eagle3 --no-fc-bias
+    [[ $stderr == *"--no-fc-bias"* ]]
+}
