@@ -296,6 +296,7 @@ block_rows(void *arg, int64_t r0, int64_t r1, int ith)
 }
 #endif
 
+#ifdef LLMKIT_HAVE_OPENBLAS
 struct col_order {
     double key;
     int64_t i;
@@ -309,6 +310,7 @@ cmp_desc(const void *pa, const void *pb)
         return a->key > b->key ? -1 : 1;
     return a->i < b->i ? -1 : a->i > b->i;
 }
+#endif
 
 int
 gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,

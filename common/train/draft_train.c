@@ -250,6 +250,7 @@ load_data(struct run *r, struct diag *d)
 #define CACHE_VERSION 1u
 #define CACHE_HDR 32            /* magic, u32 version, u32 d, u64 n_seq, u64 seq_len */
 
+#ifdef LLMKIT_HAVE_ZSTD
 static size_t
 feat_raw_bytes(const struct run *r)
 {
@@ -271,7 +272,6 @@ cache_path(const struct run *r)
     return p;
 }
 
-#ifdef LLMKIT_HAVE_ZSTD
 /* 1: read from the cache; 0: no usable entry (a warning says why when one
  * exists but is bad); < 0: error */
 static int
