@@ -312,26 +312,107 @@ cmp_desc(const void *pa, const void *pb)
 }
 #endif
 
-int
-gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
-              const struct gptq_opts *o, struct threadpool *tp, struct qgrid *g,
-              struct gptq_stats *st, struct diag *d)
+void
+gptq_factor_release(struct gptq_factor *f)
 {
+    free(f->U);
+    free(f->perm);
+    free(f->is_dead);
+    memset(f, 0, sizeof *f);
+}
+
+int
+gptq_factor_init(struct gptq_factor *f, const float *h, int64_t cols, const struct gptq_opts *o,
+                 struct diag *d)
+{
+    memset(f, 0, sizeof *f);
 #ifndef LLMKIT_HAVE_OPENBLAS
-    (void)W; (void)rows; (void)cols; (void)h; (void)o; (void)tp; (void)g; (void)st;
+    (void)h; (void)cols; (void)o;
     return diag_set(d, ST_RANGE, "GPTQ needs LAPACK: llmkit was built without OpenBLAS");
 #else
-    const int64_t G = o->group_size, B = GPTQ_BLOCK, nth = threadpool_size(tp);
-    const size_t nn = (size_t)(cols * cols), rc = (size_t)(rows * cols);
-    double *Wd = NULL, *Hd = NULL, *U = NULL, *a = NULL, *Wblk = NULL, *Err = NULL, *tmp = NULL;
-    double *lossb = NULL;
-    int64_t *perm = NULL;
+    const size_t nn = (size_t)(cols * cols);
+    double *Hd = NULL, *a = NULL, damp, mean = 0;
+    struct col_order *ord = NULL;
+    int rc = 0;
+
+    if ((rc = gptq_check_opts(o, d)) < 0)
+        return rc;
+    f->cols = cols;
+    Hd = malloc(nn * sizeof *Hd);
+    a = malloc(nn * sizeof *a);
+    ord = malloc((size_t)cols * sizeof *ord);
+    f->U = malloc(nn * sizeof *f->U);
+    f->perm = malloc((size_t)cols * sizeof *f->perm);
+    f->is_dead = calloc((size_t)cols, sizeof *f->is_dead);
+    if (!Hd || !a || !ord || !f->U || !f->perm || !f->is_dead) {
+        rc = diag_set(d, ST_NOMEM, "out of memory for GPTQ of %lld columns", (long long)cols);
+        goto out;
+    }
+    for (size_t i = 0; i < nn; i++)
+        Hd[i] = h[i];
+    /* (c) dead columns (their weights are zeroed by gptq_solve) */
+    for (int64_t i = 0; i < cols; i++)
+        if (Hd[i * cols + i] == 0) {
+            Hd[i * cols + i] = 1;
+            f->is_dead[i] = true;
+            f->dead++;
+        }
+    /* (e) act-order: columns by decreasing diag(H), ties by index */
+    for (int64_t i = 0; i < cols; i++)
+        f->perm[i] = i;
+    if (o->act_order) {
+        for (int64_t i = 0; i < cols; i++) {
+            ord[i].key = Hd[i * cols + i];
+            ord[i].i = i;
+        }
+        qsort(ord, (size_t)cols, sizeof *ord, cmp_desc);
+        for (int64_t i = 0; i < cols; i++)
+            f->perm[i] = ord[i].i;
+        for (int64_t i = 0; i < cols; i++)
+            for (int64_t j = 0; j < cols; j++)
+                a[i * cols + j] = Hd[f->perm[i] * cols + f->perm[j]];
+        memcpy(Hd, a, nn * sizeof *a);
+    }
+    /* (f, g) damping, raised until both Cholesky factorizations succeed */
+    for (int64_t i = 0; i < cols; i++)
+        mean += Hd[i * cols + i];
+    mean /= (double)cols;
+    for (damp = o->damp;; damp += GPTQ_DAMP_STEP) {
+        if (damp >= 1.0) {
+            rc = diag_set(d, ST_RANGE, "the Hessian is not positive definite with any damping "
+                          "below 1 (from %g)", o->damp);
+            goto out;
+        }
+        if (!inverse_factor(Hd, cols, damp * mean, a, f->U))
+            break;
+    }
+    f->damp = damp;
+out:
+    free(Hd);
+    free(a);
+    free(ord);
+    if (rc < 0)
+        gptq_factor_release(f);
+    return rc;
+#endif
+}
+
+int
+gptq_solve(const float *W, int64_t rows, const struct gptq_factor *f, const struct gptq_opts *o,
+           struct threadpool *tp, struct qgrid *g, struct gptq_stats *st, struct diag *d)
+{
+#ifndef LLMKIT_HAVE_OPENBLAS
+    (void)W; (void)rows; (void)f; (void)o; (void)tp; (void)g; (void)st;
+    return diag_set(d, ST_RANGE, "GPTQ needs LAPACK: llmkit was built without OpenBLAS");
+#else
+    const int64_t cols = f->cols, G = o->group_size, B = GPTQ_BLOCK, nth = threadpool_size(tp);
+    const size_t rc = (size_t)(rows * cols);
+    const int64_t *perm = f->perm;
+    double *Wd = NULL, *Wblk = NULL, *Err = NULL, *tmp = NULL, *lossb = NULL;
     uint8_t *Qp = NULL;
     float *cur_s = NULL, *st_s = NULL;
     int32_t *cur_z = NULL, *st_z = NULL;
-    struct col_order *ord = NULL;
-    struct gptq_stats s = { 0, 0, 0 };
-    double damp, mean = 0;
+    struct gptq_stats s = { f->damp, f->dead, 0 };
     int rc_ = 0;
 
     memset(g, 0, sizeof *g);
@@ -341,14 +422,10 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
         return rc_;
     const int64_t ng = g->n_groups, gs = G < 0 ? cols : G;
     Wd = malloc(rc * sizeof *Wd);
-    Hd = malloc(nn * sizeof *Hd);
-    U = malloc(nn * sizeof *U);
-    a = malloc(nn * sizeof *a);
     Wblk = malloc((size_t)(rows * B) * sizeof *Wblk);
     Err = malloc((size_t)(rows * B) * sizeof *Err);
     lossb = malloc((size_t)(rows * B) * sizeof *lossb);
     tmp = malloc((size_t)(cols > nth * gs ? cols : nth * gs) * sizeof *tmp);
-    perm = malloc((size_t)cols * sizeof *perm);
     Qp = malloc(rc);
     cur_s = malloc((size_t)rows * sizeof *cur_s);
     cur_z = malloc((size_t)rows * sizeof *cur_z);
@@ -356,17 +433,14 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
         st_s = malloc((size_t)(ng * rows) * sizeof *st_s);
         st_z = malloc((size_t)(ng * rows) * sizeof *st_z);
     }
-    ord = malloc((size_t)cols * sizeof *ord);
-    if (!Wd || !Hd || !U || !a || !Wblk || !Err || !lossb || !tmp || !perm || !Qp || !cur_s || !cur_z ||
-        !ord || (o->static_groups && G > 0 && (!st_s || !st_z))) {
+    if (!Wd || !Wblk || !Err || !lossb || !tmp || !Qp || !cur_s || !cur_z ||
+        (o->static_groups && G > 0 && (!st_s || !st_z))) {
         rc_ = diag_set(d, ST_NOMEM, "out of memory for GPTQ of a %lld x %lld weight",
                        (long long)rows, (long long)cols);
         goto out;
     }
     for (size_t i = 0; i < rc; i++)
         Wd[i] = W[i];
-    for (size_t i = 0; i < nn; i++)
-        Hd[i] = h[i];
 
     /* (b) one group per row: parameters from the whole row as it is */
     if (G < 0)
@@ -374,12 +448,9 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
             find_params(Wd + r * cols, cols, o->bits, o->sym, o->mse, &g->scale[r], &g->zero[r]);
     /* (c) dead columns */
     for (int64_t i = 0; i < cols; i++)
-        if (Hd[i * cols + i] == 0) {
-            Hd[i * cols + i] = 1;
+        if (f->is_dead[i])
             for (int64_t r = 0; r < rows; r++)
                 Wd[r * cols + i] = 0;
-            s.dead++;
-        }
     /* (d) static groups, in the original column order */
     if (st_s)
         for (int64_t k = 0; k < ng; k++) {
@@ -388,45 +459,17 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
                 find_params(Wd + r * cols + c0, n, o->bits, o->sym, o->mse, &st_s[k * rows + r],
                             &st_z[k * rows + r]);
         }
-    /* (e) act-order: columns by decreasing diag(H), ties by index */
-    for (int64_t i = 0; i < cols; i++)
-        perm[i] = i;
-    if (o->act_order) {
-        for (int64_t i = 0; i < cols; i++) {
-            ord[i].key = Hd[i * cols + i];
-            ord[i].i = i;
-        }
-        qsort(ord, (size_t)cols, sizeof *ord, cmp_desc);
-        for (int64_t i = 0; i < cols; i++)
-            perm[i] = ord[i].i;
+    /* (e) act-order: the factor's column order */
+    if (o->act_order)
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t j = 0; j < cols; j++)
                 tmp[j] = Wd[r * cols + perm[j]];
             memcpy(Wd + r * cols, tmp, (size_t)cols * sizeof *tmp);
         }
-        for (int64_t i = 0; i < cols; i++)
-            for (int64_t j = 0; j < cols; j++)
-                a[i * cols + j] = Hd[perm[i] * cols + perm[j]];
-        memcpy(Hd, a, nn * sizeof *a);
-    }
-    /* (f, g) damping, raised until both Cholesky factorizations succeed */
-    for (int64_t i = 0; i < cols; i++)
-        mean += Hd[i * cols + i];
-    mean /= (double)cols;
-    for (damp = o->damp;; damp += GPTQ_DAMP_STEP) {
-        if (damp >= 1.0) {
-            rc_ = diag_set(d, ST_RANGE, "the Hessian is not positive definite with any damping "
-                           "below 1 (from %g)", o->damp);
-            goto out;
-        }
-        if (!inverse_factor(Hd, cols, damp * mean, a, U))
-            break;
-    }
-    s.damp = damp;
 
     /* (§1.4) the column loop, rows over the pool */
-    struct block_job bj = { o, g, Wd, Wblk, Err, lossb, tmp, U, perm, Qp, cur_s, st_s, cur_z, st_z,
-                            rows, cols, gs, 0, 0 };
+    struct block_job bj = { o, g, Wd, Wblk, Err, lossb, tmp, f->U, perm, Qp, cur_s, st_s, cur_z,
+                            st_z, rows, cols, gs, 0, 0 };
     for (int64_t i1 = 0; i1 < cols; i1 += B) {
         const int64_t i2 = cols - i1 < B ? cols : i1 + B, cnt = i2 - i1;
         for (int64_t r = 0; r < rows; r++)
@@ -452,24 +495,35 @@ gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
         *st = s;
 out:
     free(Wd);
-    free(Hd);
-    free(U);
-    free(a);
     free(Wblk);
     free(Err);
     free(lossb);
     free(tmp);
-    free(perm);
     free(Qp);
     free(cur_s);
     free(cur_z);
     free(st_s);
     free(st_z);
-    free(ord);
     if (rc_ < 0)
         qgrid_free(g);
     return rc_;
 #endif
+}
+
+int
+gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
+              const struct gptq_opts *o, struct threadpool *tp, struct qgrid *g,
+              struct gptq_stats *st, struct diag *d)
+{
+    struct gptq_factor f;
+    int rc;
+
+    memset(g, 0, sizeof *g);
+    if ((rc = gptq_factor_init(&f, h, cols, o, d)) < 0)
+        return rc;
+    rc = gptq_solve(W, rows, &f, o, tp, g, st, d);
+    gptq_factor_release(&f);
+    return rc;
 }
 
 int

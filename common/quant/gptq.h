@@ -97,6 +97,33 @@ int gptq_quantize(const float *W, int64_t rows, int64_t cols, const float *h,
                   const struct gptq_opts *o, struct threadpool *tp, struct qgrid *g,
                   struct gptq_stats *st, struct diag *d);
 
+/* The part of GPTQ that depends on the Hessian and the options alone
+ * (dead columns, act-order, damping, the inverse's Cholesky factor): the
+ * linears that share an input (q/k/v, gate/up) share it. */
+struct gptq_factor {
+    int64_t cols;
+    double damp;                /* the damping that worked */
+    int64_t dead;               /* dead columns */
+    bool *is_dead;              /* [cols] */
+    int64_t *perm;              /* [cols] the column order */
+    double *U;                  /* [cols][cols] upper factor of (H + lambda I)^-1, permuted */
+};
+
+/* gptq_factor_init() : f from the Hessian h (cols x cols, f32, symmetric;
+ * not changed) and o; released with gptq_factor_release (also after an
+ * error).  Returns 0, -ST_RANGE (bad options, no damping below 1 makes H
+ * positive definite, or no LAPACK), -ST_NOMEM. */
+int gptq_factor_init(struct gptq_factor *f, const float *h, int64_t cols,
+                     const struct gptq_opts *o, struct diag *d);
+void gptq_factor_release(struct gptq_factor *f);
+
+/* gptq_solve() : GPTQ of W [rows][f->cols] with the factor f (made with
+ * the same o) into g, rows over tp as gptq_quantize; the same grid and
+ * stats as gptq_quantize with f's Hessian.  Returns 0, -ST_RANGE, -ST_NOMEM. */
+int gptq_solve(const float *W, int64_t rows, const struct gptq_factor *f,
+               const struct gptq_opts *o, struct threadpool *tp, struct qgrid *g,
+               struct gptq_stats *st, struct diag *d);
+
 /* rtn_quantize() : round-to-nearest of W on the grid of o (act_order,
  * static_groups and damp ignored: they do not apply) into g. */
 int rtn_quantize(const float *W, int64_t rows, int64_t cols, const struct gptq_opts *o,

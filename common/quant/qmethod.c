@@ -307,11 +307,14 @@ gptq_block(struct calib *c, const struct qmethod_opts *o, struct threadpool *tp,
 
         if ((rc = gptq_hessian_init(&h, w0->cols, d)) < 0)
             goto out;
-        if ((rc = calib_run_layer(c, &hooks, names[first], NULL, d)) < 0) {
+        struct gptq_factor f;
+        if ((rc = calib_run_layer(c, &hooks, names[first], NULL, d)) < 0 ||
+            (rc = gptq_factor_init(&f, h.h, w0->cols, &o->g, d)) < 0) {
             gptq_hessian_release(&h);
             diag_prefix(d, "'%s'", names[first]);
             goto out;
         }
+        /* the sub-group's linears share the Hessian, so the factor */
         for (int i = first; i < n; i++) {
             if (grp[i] != sg)
                 continue;
@@ -330,7 +333,7 @@ gptq_block(struct calib *c, const struct qmethod_opts *o, struct threadpool *tp,
                 break;
             }
             if ((rc = calib_weight_f32(c, names[i], W, d)) < 0 ||
-                (rc = gptq_quantize(W, w->rows, w->cols, h.h, &o->g, tp, g, &l->st, d)) < 0) {
+                (rc = gptq_solve(W, w->rows, &f, &o->g, tp, g, &l->st, d)) < 0) {
                 free(g);
                 diag_prefix(d, "'%s'", names[i]);
                 break;
@@ -347,6 +350,7 @@ gptq_block(struct calib *c, const struct qmethod_opts *o, struct threadpool *tp,
                 (rc = calib_set_weight(c, names[i], dq, d)) < 0)
                 break;
         }
+        gptq_factor_release(&f);
         gptq_hessian_release(&h);
         if (rc < 0)
             goto out;

@@ -242,6 +242,22 @@ run_case(const char *name)
     CHECK(same_grid(name, &c, &g));
     CHECK_NEAR(st.damp, c.damp, 1e-9);
     CHECK_EQ(st.dead, c.dead);
+    /* one factor solved for twice (as the linears sharing an input do):
+     * gptq_quantize's grid and stats each time */
+    {
+        struct gptq_factor f;
+        CHECK_EQ(gptq_factor_init(&f, c.h, c.cols, &c.o, &d), 0);
+        for (int k = 0; k < 2; k++) {
+            struct qgrid g2;
+            struct gptq_stats st2;
+            CHECK_EQ(gptq_solve(c.w, c.rows, &f, &c.o, NULL, &g2, &st2, &d), 0);
+            CHECK(!memcmp(g.q, g2.q, (size_t)(c.rows * c.cols)));
+            CHECK(!memcmp(g.scale, g2.scale, (size_t)(g.n_groups * c.rows) * sizeof *g.scale));
+            CHECK(st2.loss == st.loss && st2.damp == st.damp && st2.dead == st.dead);
+            qgrid_free(&g2);
+        }
+        gptq_factor_release(&f);
+    }
     /* rows over pools of 2 and 3 workers: the same grid and loss, bit for bit */
     for (int nt = 2; nt <= 3; nt++) {
         struct threadpool *tp = NULL;
