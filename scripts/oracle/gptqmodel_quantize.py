@@ -3,11 +3,15 @@
 # scripts/quality-table.
 #
 #   python gptqmodel_quantize.py [--ids FILE] [--bos ID] [--bits N]
-#       [--act-order] [--damp F] [--f32] SRC_HF_DIR CALIB.txt OUT_DIR
+#       [--act-order | --gar] [--damp F] [--f32] SRC_HF_DIR CALIB.txt OUT_DIR
 #       [n_chunks chunk_tokens]
 #
 # Group 128, sym (GPTQConfig(bits=4, group_size=128, sym=True,
-# desc_act=False) unless --bits/--act-order say otherwise), damping --damp
+# desc_act=False, act_group_aware=False: plain GPTQ in column order) unless
+# --bits/--act-order say otherwise; --gar turns on GPTQModel's group-aware
+# reordering (act_group_aware, its default for GPTQ since 7.x: columns
+# ordered by the Hessian diagonal inside each group and groups ordered too,
+# no g_idx).  Damping --damp
 # (default 0.01, as quantize --damp).  Calibration: n_chunks consecutive
 # chunks of chunk_tokens tokens (default 64 x 512) of the text tokenized
 # whole with the model's tokenizer.json; or, with --ids, of the token ids in
@@ -35,6 +39,7 @@ ap.add_argument("--ids")
 ap.add_argument("--bos", type=int)
 ap.add_argument("--bits", type=int, default=4)
 ap.add_argument("--act-order", action="store_true")
+ap.add_argument("--gar", action="store_true")
 ap.add_argument("--damp", type=float, default=0.01)
 ap.add_argument("--f32", action="store_true")
 ap.add_argument("src")
@@ -43,6 +48,8 @@ ap.add_argument("out")
 ap.add_argument("n_chunks", type=int, nargs="?", default=64)
 ap.add_argument("chunk", type=int, nargs="?", default=512)
 a = ap.parse_args()
+if a.act_order and a.gar:
+    ap.error("--act-order and --gar exclude each other")
 
 if a.ids:
     with open(a.ids, encoding="ascii") as f:
@@ -61,7 +68,7 @@ for i in range(n):
         c[0] = a.bos
     data.append({"input_ids": c, "attention_mask": [1] * chunk})
 cfg = QuantizeConfig(bits=a.bits, group_size=128, sym=True, desc_act=a.act_order,
-                     damp_percent=a.damp)
+                     act_group_aware=a.gar, damp_percent=a.damp)
 kw = {"dtype": torch.float32} if a.f32 else {}
 t0 = time.time()
 model = GPTQModel.load(a.src, cfg, device="cpu", **kw)
