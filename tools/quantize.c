@@ -100,6 +100,7 @@ main(int argc, char **argv)
         case O_EVAL: r.eval = optarg; break;
         case O_ECTX: r.eval_ctx = cli_parse_i64(optarg, 4, 1 << 20, "--eval-ctx", false); break;
         case O_ECHUNKS: r.eval_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--eval-chunks", false); break;
+        case O_EVONLY: r.eval_only = true; break;
         case O_KERNEL: r.kernel = optarg; break;
         case O_JSON: r.json = true; break;
         case O_METHOD:
@@ -144,7 +145,12 @@ main(int argc, char **argv)
     const bool meth = r.use_method, gptq = meth && r.m.method == QM_GPTQ;
     const bool awq = meth && r.m.method == QM_AWQ;
     const struct usage_rule rules[] = {
-        { !r.ft && !meth, "missing --type or --method" },
+        { r.eval_only && !r.eval, "--eval-only needs --eval" },
+        { r.eval_only && (r.ft || meth || grid_opt || gptq_opt || r.calib || r.imatrix_in || n_ov ||
+                          o->mix.pure || o->mix.keep_output || o->mix.output_type >= 0 ||
+                          o->mix.embd_type >= 0 || o->force),
+          "--eval-only takes only --eval, --eval-ctx, --eval-chunks, --kernel, --json, -t, -q, -v" },
+        { !r.ft && !meth && !r.eval_only, "missing --type or --method" },
         { r.ft && meth, "--type and --method exclude each other" },
         { (grid_opt || gptq_opt) && !meth, "--bits, --group-size, --format ... need --method" },
         { gptq_opt && !gptq, "--act-order, --static-groups, --damp and --resume need --method gptq" },

@@ -21,6 +21,7 @@ static const char usage_line[] =
     "                [--imatrix file | --calib file [--calib-ctx n] [--calib-chunks n]]\n"
     "                [--include-weights s] [--exclude-weights s] [--imatrix-out file]\n"
     "                [--imatrix-format gguf|dat] [--eval file [--eval-ctx n] [--eval-chunks n]]\n"
+    "                [--eval-only]\n"
     "                [--kernel name] [--json] [--[no-]progress] input output";
 
 static void
@@ -47,6 +48,8 @@ help(void)
           "                           KL divergence, top-1 agreement (OUTPUT must be a file)\n"
           "      --eval-chunks N      evaluation chunks (default: all)\n"
           "      --eval-ctx N         tokens per evaluation chunk (default 512)\n"
+          "      --eval-only          quantize nothing: evaluate the existing GGUF OUTPUT against\n"
+          "                           INPUT (needs --eval; no --type or --method)\n"
           "      --exclude-weights S  ignore imatrix entries whose name contains S (repeatable)\n"
           "  -f, --force              replace an existing output; allow binary output to a terminal\n"
           "      --format F           gguf (default), gptq, gptq_v2 or awq (HF directory)\n"
@@ -93,7 +96,7 @@ help(void)
 enum { O_TYPE = 256, O_TT, O_PURE, O_KEEP, O_OTYPE, O_ETYPE, O_IMATRIX, O_CALIB, O_CCTX, O_CCHUNKS,
        O_INC, O_EXC, O_IMOUT, O_IMFMT, O_EVAL, O_ECTX, O_ECHUNKS, O_KERNEL, O_JSON, O_PROG, O_NOPROG,
        O_OVERSUB, O_METHOD, O_FORMAT, O_BITS, O_GS, O_SYM, O_ASYM, O_ACT, O_STATIC, O_DAMP, O_MSE,
-       O_RESUME };
+       O_RESUME, O_EVONLY };
 static const struct option longopts[] = {
     {"act-order", no_argument, NULL, O_ACT},
     {"asym", no_argument, NULL, O_ASYM},
@@ -106,6 +109,7 @@ static const struct option longopts[] = {
     {"eval", required_argument, NULL, O_EVAL},
     {"eval-chunks", required_argument, NULL, O_ECHUNKS},
     {"eval-ctx", required_argument, NULL, O_ECTX},
+    {"eval-only", no_argument, NULL, O_EVONLY},
     {"exclude-weights", required_argument, NULL, O_EXC},
     {"force", no_argument, NULL, 'f'},
     {"format", required_argument, NULL, O_FORMAT},

@@ -360,9 +360,44 @@ out:
     return rc;
 }
 
+/* --eval-only: score an existing quantized GGUF (OUTPUT) against INPUT */
+static int
+run_eval_only(const struct quantize_run_opts *o, struct diag *d)
+{
+    struct qeval_opts eo = { o->eval_ctx, o->eval_chunks, o->q.n_threads, o->kernel, o->q.cb };
+    struct qeval_result ev = { 0 };
+    struct xout out = { 0 };
+    double bpw;
+    int rc;
+
+    xio_note_input(o->q.input);
+    xio_note_input(o->q.output);
+    xio_note_input(o->eval);
+    if ((rc = qeval_run(o->q.input, o->q.output, o->eval, &eo, &ev, d)) < 0)
+        return rc;
+    bpw = gguf_bpw(o->q.output);
+    if (o->json) {
+        json_t *j = json_object();
+        json_object_set_new(j, "schema", json_string("quantize/1"));
+        json_object_set_new(j, "type", json_string("summary"));
+        json_object_set_new(j, "eval_only", json_true());
+        json_object_set_new(j, "bpw", json_real(bpw));
+        eval_json(j, o, &ev);
+        json_line(o->report, j);
+    } else {
+        fprintf(o->report, "%-22s %14s %14s\n", "", "base", "quantized");
+        fprintf(o->report, "%-22s %14.4f %14.4f\n", "bits per weight", gguf_bpw(o->q.input), bpw);
+        eval_table(o->report, &ev);
+    }
+    xout_open(&out, "-", false, d);
+    return xout_commit(&out, d);
+}
+
 int
 run_quantize(const struct quantize_run_opts *o, struct diag *d)
 {
+    if (o->eval_only)
+        return run_eval_only(o, d);
     if (o->use_method)
         return run_method(o, d);
     return run_quantize_type(o, d);

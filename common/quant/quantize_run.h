@@ -38,6 +38,8 @@ struct quantize_run_opts {
     int64_t eval_ctx;
     int64_t eval_chunks;        /* < 0: all */
     const char *kernel;         /* for calib and eval; NULL = auto */
+    bool eval_only;             /* --eval-only: q.output is an existing GGUF to evaluate
+                                 * against q.input; nothing is quantized or written */
     bool json;                  /* the report as JSON Lines (quantize/1) */
     /* --method: a grid method (GPTQ, RTN) instead of a llama.cpp type; ft,
      * the mix, the imatrix and the include/exclude lists are then unused */
@@ -60,7 +62,10 @@ struct quantize_run_opts {
  * metadata), -ST_RANGE, -ST_NOMEM, or an evaluation's error. */
 int run_quantize(const struct quantize_run_opts *o, struct diag *d);
 
-/* With use_method: the method's qmodel (qmethod.h) written by qmodel_write
+/* With eval_only: qeval_run(q.input, q.output, eval) and the report (the
+ * summary carries "eval_only": true and the bits per weight of q.output).
+ *
+ * With use_method: the method's qmodel (qmethod.h) written by qmodel_write
  * in o->format (atomically), then evaluated (--eval, GGUF only) and
  * reported (per linear: damping, dead columns, loss; a summary with the bits
  * per weight of the file and of the grid).  A failed evaluation removes the

@@ -356,3 +356,39 @@ EOF
     assert_output --partial 'KL divergence mean'
     assert_output --partial 'perplexity'
 }
+
+@test "--eval-only: scores an existing GGUF as --eval did after quantizing it, and writes nothing" {
+    mkdir "$BATS_TEST_TMPDIR/w" && cd "$BATS_TEST_TMPDIR/w"
+    m="$FIX/tiny-llama256-f32.gguf"
+    e=(--eval "$EVAL" --eval-ctx 32 --eval-chunks 2)
+    run -0 --separate-stderr quantize --json --type Q2_K "${e[@]}" "$m" q.gguf
+    echo "$output" | jq -c 'select(.type == "summary") | [.ppl_base, .ppl_quant, .kld_mean, .kld_p99,
+        .top1_agreement, .eval_scored, .bpw]' >want
+    cp q.gguf before.gguf
+    run -0 --separate-stderr quantize --json --eval-only "${e[@]}" "$m" q.gguf
+    [ "$(echo "$output" | wc -l)" = 1 ]
+    [ "$(echo "$output" | jq '.eval_only')" = true ]
+    echo "$output" | jq -c '[.ppl_base, .ppl_quant, .kld_mean, .kld_p99, .top1_agreement, .eval_scored,
+        .bpw]' >got
+    diff want got
+    cmp q.gguf before.gguf
+    [ -z "$(ls -A | grep -v -x -e before.gguf -e got -e q.gguf -e want)" ]
+    # against itself: nothing lost
+    run -0 --separate-stderr quantize --json --eval-only "${e[@]}" "$m" "$m"
+    [ "$(echo "$output" | jq '.kld_mean == 0 and .top1_agreement == 1')" = true ]
+    run -0 --separate-stderr quantize --eval-only "${e[@]}" "$m" q.gguf
+    assert_output --partial 'KL divergence mean'
+    # usage: no --eval, a quantization option, -f; a missing or bad OUTPUT
+    run -2 --separate-stderr quantize --eval-only "$m" q.gguf
+    [[ "$stderr" == *"--eval-only needs --eval"* ]]
+    for o in "--type Q4_0" "--method rtn" "--calib $EVAL" "-f" "--pure"; do
+        run -2 --separate-stderr quantize --eval-only "${e[@]}" $o "$m" q.gguf
+        [[ "$stderr" == *"--eval-only takes only"* ]]
+    done
+    run ! --separate-stderr quantize --eval-only "${e[@]}" "$m" missing.gguf
+    [[ "$stderr" == *"missing.gguf"* ]]
+    [ ! -e missing.gguf ]
+    printf 'GGUX' >bad.gguf
+    run -3 --separate-stderr quantize --eval-only "${e[@]}" "$m" bad.gguf
+    [[ "$stderr" == *"bad.gguf"* ]]
+}
