@@ -510,13 +510,14 @@ k_kv_store(struct kv_args p)
         for (int64_t b = warp; b < n / 32; b += nw) {
             float d;
             int q = warp_q8(src[b * 32 + lane], &d);
-            uint8_t *o = dst + b * 34;
-            o[2 + lane] = (uint8_t)(int8_t)q;
-            if (lane == 0) {
-                uint16_t dh = f2h(d);
-                o[0] = (uint8_t)(dh & 255);
-                o[1] = (uint8_t)(dh >> 8);
-            }
+            // the block as 17 aligned 16-bit words (rows and blocks start at
+            // even offsets): lane 0 the fp16 scale, even lanes a code pair
+            uint16_t *o = (uint16_t *)(void *)(dst + b * 34);
+            int qn = __shfl_down_sync(0xffffffffu, q, 1);
+            if (!(lane & 1))
+                o[1 + lane / 2] = (uint16_t)((uint8_t)(int8_t)q | (uint16_t)(uint8_t)(int8_t)qn << 8);
+            if (lane == 0)
+                o[0] = f2h(d);
         }
     }
 }

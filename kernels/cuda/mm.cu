@@ -13,7 +13,7 @@
 // quantized types is ops_mm_rows_ref's bit for bit: integer code sums
 // (__dp4a) per block (k-quants: per super-block, sub-block scales applied
 // in integers), scaled and added unfused in the reference's order (see
-// k_gemv); so is the float types' (dot_f32's 8 interleaved accumulators).
+// k_gemv); so is the float types' (ggml's vec_dot order: 32 accumulators).
 // The tiled GEMM (prefill) agrees to f32 rounding: its sums are ordered
 // otherwise, with fused multiply-adds.
 //
@@ -405,7 +405,6 @@ template <int NT>
 __global__ void __launch_bounds__(MM_WARPS * 32)
 k_gemv(struct mm_args p)
 {
-    __shared__ float prod[MM_WARPS][32 * 33];  // float types: a warp's products, by lane
     int lane = threadIdx.x & 31;
     int64_t r = (int64_t)blockIdx.x * MM_WARPS + (threadIdx.x >> 5);
     int wi = 0;
@@ -424,42 +423,33 @@ k_gemv(struct mm_args p)
         acc[k] = 0.0f;
 
     if (p.type == GGML_TYPE_F32 || p.type == GGML_TYPE_F16 || p.type == GGML_TYPE_BF16) {
-        // the reference's dot_f32: element i into accumulator i % 8, each in
-        // element order, products and sums unfused, then the accumulators
-        // added pairwise (4, 2, 1 apart).  Each lane makes its unit's 32
-        // products; lanes 0..7 (accumulator c = lane) add them in order
-        // from the warp's shared-memory row of products
-        float *pr = prod[threadIdx.x >> 5];
-        for (int64_t u0 = 0; u0 < nu; u0 += 32) {
-            const int64_t u = u0 + lane;
-            const int valid = u < nu;
-            float v[32];
-            if (valid)
-                load_unit_f(row, p.type, u, v);
+        // the reference's dot_vec_f / dot_vec_bf16 (ggml_vec_dot_* of the
+        // AVX2 build): element 32u + e into accumulator e (lane e), units in
+        // order, fused multiply-adds (BF16: the product rounded, then the
+        // add); then (a[e] + a[e+16]) + (a[e+8] + a[e+24]) for e < 8, lanes
+        // k and k + 4, and (s0 + s1) + (s2 + s3) (BF16: (s0 + s2) + (s1 +
+        // s3)).  A warp reads 32 consecutive elements a unit: coalesced.
+        const int bf = p.type == GGML_TYPE_BF16;
+        for (int64_t u = 0; u < nu; u++) {
+            const int64_t e = u * 32 + lane;
+            float wv = p.type == GGML_TYPE_F32 ? ((const float *)(const void *)row)[e]
+                       : p.type == GGML_TYPE_F16 ? h2f(((const uint16_t *)(const void *)row)[e])
+                                                 : bf2f(((const uint16_t *)(const void *)row)[e]);
             for (int k = 0; k < NT; k++) {
                 if (k >= nt)
                     break;
-                const float *xs = p.type == GGML_TYPE_F32 ? p.x + (t0 + k) * p.ldx + u * 32
-                                                          : p.a.xf + (t0 + k) * c + u * 32;
-                __syncwarp();
-                if (valid)
-                    for (int e = 0; e < 32; e++)
-                        pr[lane * 33 + e] = __fmul_rn(v[e], xs[e]);
-                __syncwarp();
-                if (lane < 8) {
-                    int64_t nj = nu - u0 < 32 ? nu - u0 : 32;
-                    for (int64_t j = 0; j < nj; j++)
-                        for (int q = 0; q < 4; q++)
-                            acc[k] = __fadd_rn(acc[k], pr[j * 33 + lane + 8 * q]);
-                }
+                float xv = p.type == GGML_TYPE_F32 ? p.x[(t0 + k) * p.ldx + e]
+                                                   : p.a.xf[(t0 + k) * c + e];
+                acc[k] = bf ? __fadd_rn(__fmul_rn(wv, xv), acc[k]) : __fmaf_rn(wv, xv, acc[k]);
             }
         }
         for (int k = 0; k < NT; k++) {
-            float a[8];
-            for (int i = 0; i < 8; i++)
-                a[i] = __shfl_sync(0xffffffffu, acc[k], i);
-            acc[k] = __fadd_rn(__fadd_rn(__fadd_rn(a[0], a[4]), __fadd_rn(a[2], a[6])),
-                               __fadd_rn(__fadd_rn(a[1], a[5]), __fadd_rn(a[3], a[7])));
+            float t = __fadd_rn(acc[k], __shfl_down_sync(0xffffffffu, acc[k], 16));
+            float v = __fadd_rn(t, __shfl_down_sync(0xffffffffu, t, 8));
+            float sk = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 4));
+            float q = __fadd_rn(sk, __shfl_down_sync(0xffffffffu, sk, bf ? 2 : 1));
+            float r = __fadd_rn(q, __shfl_down_sync(0xffffffffu, q, bf ? 1 : 2));
+            acc[k] = __shfl_sync(0xffffffffu, r, 0);
         }
     } else {
         // the reference's order of the f32 sums (matmul_ref.c): legacy
