@@ -95,4 +95,18 @@ eagle_read_corpus(const char *f, int want, struct eagle_head *h, struct eagle_me
     return rc < 0 && !d.msg[0] ? 1 : rc;
 }
 
+/* max |a * s - b| over n floats; *amax (when not NULL) = max |a| */
+static double
+eagle_grad_diff(const float *a, float s, const float *b, int64_t n, double *amax)
+{
+    double dm = 0, am = 0;
+    for (int64_t j = 0; j < n; j++) {
+        am = fmax(am, fabs(a[j]));
+        dm = fmax(dm, fabs(s * a[j] - b[j]));
+    }
+    if (amax)
+        *amax = am;
+    return dm;
+}
+
 #endif
