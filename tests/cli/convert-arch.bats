@@ -30,8 +30,34 @@ fixture_ok() {
     done
 }
 
-# need_hf VAR NAME : the fixture directory, or skip (CI: fail)
+# need_oracle VAR : the oracle venv's python (torch, transformers: what
+# llama.cpp's converter and the logit check import), or skip, also in CI:
+# scripts/pyenv-oracle builds it (about 6 GB), make check-setup does not
+need_oracle() {
+    local oracle_py_="$LLMKIT_CACHE/venv-oracle/bin/python"
+    [ -x "$oracle_py_" ] || skip "no oracle venv $LLMKIT_CACHE/venv-oracle (scripts/pyenv-oracle, about 6 GB; make check-setup does not build it)"
+    printf -v "$1" '%s' "$oracle_py_"
+}
+
+# gemma_f32 VAR : gemma-3-270m in F32: make bench-models' copy, else one made
+# here (once per file) from the fetched Q4_K_M model
+gemma_f32() {
+    local gemma_f32_="$LLMKIT_CACHE/bench/gemma-3-270m.F32.gguf" gemma_q_
+    if [ ! -f "$gemma_f32_" ]; then
+        gemma_f32_="$BATS_FILE_TMPDIR/gemma-3-270m.F32.gguf"
+        if [ ! -f "$gemma_f32_" ]; then
+            need_model gemma_q_ gemma-3-270m.Q4_K_M.gguf || return 1
+            convert -q --type f32 "$gemma_q_" "$gemma_f32_" || return 1
+        fi
+    fi
+    printf -v "$1" '%s' "$gemma_f32_"
+}
+
+# need_hf VAR NAME : the fixture directory; without the oracle venv that
+# makes it, skip; with it, a fixture not the golden's is missing (CI: fail)
 need_hf() {
+    local need_hf_py_
+    fixture_ok "$2" || need_oracle need_hf_py_
     fixture_ok "$2" ||
         missing_input "no $2 HF fixture as the golden's (scripts/mkgolden-convert-arch needs scripts/pyenv-oracle's venv and the gemma-3-270m GGUF)" ||
         return 1
@@ -77,8 +103,8 @@ digest() {
 }
 
 @test "gemma-3-270m F32 -> HF -> GGUF: same tensors and keys (+ llama.cpp's default local rope base)" {
-    local g="$LLMKIT_CACHE/bench/gemma-3-270m.F32.gguf" a b
-    [ -f "$g" ] || missing_input "no $g (make bench-models)" || return 1
+    local g a b
+    gemma_f32 g
     run -0 --separate-stderr convert "$g" "$BATS_TEST_TMPDIR/hf"
     jq -e '.rope_local_base_freq == 10000 and .query_pre_attn_scalar == 256' \
         "$BATS_TEST_TMPDIR/hf/config.json"
@@ -93,9 +119,9 @@ digest() {
 
 @test "gemma-3-270m exported to HF: transformers' logits match our generate's" {
     not_under_sanitizer
-    local g="$LLMKIT_CACHE/bench/gemma-3-270m.F32.gguf" py="$LLMKIT_CACHE/venv-oracle/bin/python"
-    [ -f "$g" ] || missing_input "no $g (make bench-models)" || return 1
-    [ -x "$py" ] || missing_input "no oracle venv (scripts/pyenv-oracle)" || return 1
+    local g py
+    need_oracle py
+    gemma_f32 g
     run -0 --separate-stderr convert "$g" "$BATS_TEST_TMPDIR/hf"
     run -0 --separate-stderr generate -m "$g" -p "The capital of France is" -n 8 --temp 0 \
         --ignore-eos --ctx 64 -t 2 --json --top-logits 8
@@ -168,9 +194,9 @@ PY
 
 @test "gemma-3-270m exported to HF: llama.cpp's converter makes the original GGUF of it again" {
     not_under_sanitizer
-    local g="$LLMKIT_CACHE/bench/gemma-3-270m.F32.gguf" py="$LLMKIT_CACHE/venv-oracle/bin/python" conv a b
-    [ -f "$g" ] || missing_input "no $g (make bench-models)" || return 1
-    [ -x "$py" ] || missing_input "no oracle venv (scripts/pyenv-oracle)" || return 1
+    local g py conv a b
+    need_oracle py
+    gemma_f32 g
     conv=$(ls "$LLMKIT_CACHE"/llama.cpp-*/src/*/vendor/llama.cpp/convert_hf_to_gguf.py 2>/dev/null | tail -1)
     [ -n "$conv" ] || missing_input "no llama.cpp source (scripts/build-llamacpp)" || return 1
     run -0 --separate-stderr convert "$g" "$BATS_TEST_TMPDIR/hf"
