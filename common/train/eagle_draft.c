@@ -9,6 +9,7 @@
  * target's embedding rows and its full LM head are read in their stored
  * types, as the target reads them.
  */
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -503,6 +504,7 @@ stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n)
     memset(st->feat + st->cap * e->fd, 0, (size_t)((c - st->cap) * e->fd) * sizeof(float));
     memset(st->K + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
     memset(st->Vs + st->cap * e->kd, 0, (size_t)((c - st->cap) * e->kd) * sizeof(float));
+    memset(st->stab_tok + st->cap, 0, (size_t)(c - st->cap) * sizeof(int32_t));
     st->cap = c;
     return 0;
 }
@@ -601,12 +603,15 @@ eagle_draft_arch(const struct eagle_draft *e)
 }
 
 /* stable positions up to n - 2 (head position p: token hist[p + 1],
- * feature p); the root's children as candidates 0 .. k-1 */
+ * feature p); the root's children as candidates 0 .. k-1.  The caller
+ * checked 2 <= n <= n_feat + 1 (so n - 2 < n_feat <= cap). */
 static void
 catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
 {
     struct eagle_stream *st = e->cur;
     int64_t last = n - 2;
+
+    assert(n >= 2 && last < st->n_feat && st->n_feat <= st->cap);
     int32_t tok[STABLE_ROWS];
     const float *fin[STABLE_ROWS];
     int64_t pos[STABLE_ROWS], lim[STABLE_ROWS], na[STABLE_ROWS];

@@ -545,6 +545,10 @@ cu_kv_store(struct cu *c, const struct backend_kv_store *s)
     p.bidx = (const int64_t *)cu_in(c, s->bidx, (size_t)s->n_tok * sizeof(int64_t), ST_META3);
     if (s->n_head_kv > 65535 || s->n_tok > 2147483647)
         cu_fail("kv_store: too many heads", cudaErrorInvalidValue, __FILE__, __LINE__);
+    /* the rows are written in 16-bit words (F16 halves, Q8_0 blocks of 34
+     * bytes): every row and block must start on an even byte */
+    if ((s->block_stride | s->k_row_bytes | s->v_row_bytes) & 1)
+        cu_fail("kv_store: odd row or block stride", cudaErrorInvalidValue, __FILE__, __LINE__);
     dim3 grid((unsigned)s->n_tok, (unsigned)s->n_head_kv, 2);
     k_kv_store<<<grid, 128, 0, c->stream>>>(p);
     CU_LAUNCHED("kv_store");

@@ -71,13 +71,19 @@ time_mm(const struct kernel_ops *o, uint32_t t, const void *w, size_t rb, int64_
 int
 main(int argc, char **argv)
 {
-    int64_t prefill = argc > 1 ? atoll(argv[1]) : 512;
+    char *end = NULL;
+    int64_t prefill = argc > 1 ? strtoll(argv[1], &end, 10) : 512;
     static const uint32_t types[] = {
         GGML_TYPE_Q4_0, GGML_TYPE_Q4_1, GGML_TYPE_Q5_0, GGML_TYPE_Q5_1, GGML_TYPE_Q8_0,
         GGML_TYPE_IQ4_NL, GGML_TYPE_Q2_K, GGML_TYPE_Q3_K, GGML_TYPE_Q4_K, GGML_TYPE_Q5_K,
         GGML_TYPE_Q6_K, GGML_TYPE_IQ4_XS, GGML_TYPE_F16,
     };
     const char *only = argc > 2 ? argv[2] : NULL;
+
+    if (argc > 1 && (*end || prefill < 1 || prefill > 65536)) {
+        fprintf(stderr, "usage: mmbench [n_tok_prefill (1..65536) [avx512|avx2|ref [TYPE...]]]\n");
+        return 2;
+    }
     /* ref, and the fastest table here or the one named */
     const char *kn[2] = { "ref", only && strcmp(only, "ref") != 0 ? only : "auto" };
     const struct kernel_ops *ko[2] = { ops_select("ref"), ops_select(kn[1]) };

@@ -70,6 +70,7 @@ headcopy() {
     run -2 --separate-stderr convert --base "$FIX" "$FIX" copy.gguf
     [[ $stderr == *"--base goes with an EAGLE head"* ]]
     run -2 --separate-stderr convert --base "$FIX" --info "$HEAD"
+    [[ $stderr == *'--base goes with a conversion, not --info'* ]]
     [ ! -e copy.gguf ]
 }
 

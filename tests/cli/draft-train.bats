@@ -248,7 +248,9 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-tokens 8
     [[ $stderr == *'--gen-tokens and --gen-temp need "prompt" or "messages" lines'* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-temp -1
+    [[ $stderr == *"--gen-temp: '-1' is out of range [0, 10]"* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-tokens 0
+    [[ $stderr == *"--gen-tokens: '0' is out of range [1, 1048576]"* ]]
     for bad in '{"prompt": 3}' '{"text": "a", "prompt": "b"}' '{"messages": [{"role": "user"}]}' \
                '{"messages": []}' '{"prompt": ""}'; do
         printf '{"prompt": "fine"}\n%s\n' "$bad" > bad.jsonl
