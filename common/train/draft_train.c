@@ -58,6 +58,9 @@ struct run {
     float *grad, *am, *av;      /* [n_param] */
     struct eagle_frozen fz;     /* the embedding, the CE's LM head rows */
     float *lm_red;              /* owned [fz.n_lm][d] when a subset */
+    uint8_t *keep;              /* EAGLE-3 with a subset: [n_seq][S], 1 when the target's
+                                 * argmax at row i (position i + 1) is in the draft vocabulary */
+    double keep_frac;           /* the share of positions kept */
     int32_t *lm_ids;            /* owned [fz.n_lm] their token ids, ascending (subset) */
     char base_sha[65], data_sha[65];
     char label[160];            /* the progress line */
@@ -492,6 +495,45 @@ seq_features(struct run *r, int64_t s)
     }
 }
 
+#define KEEP_ROWS 64
+
+/* EAGLE-3 over a draft vocabulary: r->keep, the positions whose target
+ * argmax over the whole vocabulary (the full LM head on the final feature)
+ * is a draft token; the others carry no loss (EAGLE-3's loss mask).  The
+ * features are r->feat's (f16), as the loss reads them. */
+static int
+draft_keep(struct run *r, struct diag *d)
+{
+    const struct backend_backward_ops *bw = r->m->be->ops->backward;
+    int64_t V = r->tgt.c.n_vocab, S = r->S, kept = 0;
+
+    if (!r->ws3 || !r->lm_ids)
+        return 0;
+    uint8_t *in = calloc((size_t)V, 1);
+    float *z = malloc((size_t)(KEEP_ROWS * V) * sizeof(float));
+    r->keep = malloc((size_t)(r->n_seq * S));
+    if (!in || !z || !r->keep) {
+        free(in), free(z);
+        return diag_set(d, ST_NOMEM, "out of memory for the draft vocabulary's loss mask");
+    }
+    for (int64_t i = 0; i < r->fz.n_lm; i++)
+        in[r->lm_ids[i]] = 1;
+    for (int64_t s = 0; s < r->n_seq; s++) {
+        runcb_progress(&r->o->cb, "loss mask", s, r->n_seq);
+        seq_features(r, s);
+        for (int64_t i0 = 0; i0 < S; i0 += KEEP_ROWS) {
+            int64_t n = S - i0 < KEEP_ROWS ? S - i0 : KEEP_ROWS;
+            bw->matmul_fwd(z, r->fin + (i0 + 1) * r->d, r->tgt.lm, NULL, n, V, r->d);
+            for (int64_t i = 0; i < n; i++)
+                kept += r->keep[s * S + i0 + i] = in[eagle_argmax(z + i * V, V)];
+        }
+    }
+    runcb_progress(&r->o->cb, "loss mask", r->n_seq, r->n_seq);
+    r->keep_frac = (double)kept / (double)(r->n_seq * S);
+    free(in), free(z);
+    return 0;
+}
+
 /* the loss of sequence s; with grad, its gradient (scaled) added, and the
  * input features noised from rng */
 static void
@@ -509,7 +551,8 @@ seq_step(struct run *r, const struct backend_backward_ops *bw, int64_t s, struct
     const int32_t *next = r->seq_tok + s * (r->S + 1) + 1;
     if (r->ws3) {
         eagle3_forward(bw, &r->h, &r->fz, r->ws3, next, in, r->S);
-        eagle3_loss_backward(bw, &r->h, &r->fz, r->ws3, r->fin + r->d, scale, grad, l);
+        eagle3_loss_backward(bw, &r->h, &r->fz, r->ws3, r->fin + r->d,
+                             r->keep ? r->keep + s * r->S : NULL, scale, grad, l);
         return;
     }
     eagle_forward(bw, &r->h, &r->fz, r->ws, next, in, r->S, NULL);
@@ -851,20 +894,25 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = features(&r, &hit, d)) < 0)
+    if ((rc = features(&r, &hit, d)) < 0 || (rc = draft_keep(&r, d)) < 0)
         goto out;
     rep->n_lm = r.fz.n_lm;
+    rep->keep_frac = r.keep ? r.keep_frac : 1.0;
     rep->cache_hit = hit;
     rep->n_seq = r.n_seq;
     rep->n_hold = r.n_hold;
     rep->n_tok = r.n_tok;
     rep->n_prompts = r.n_prompts;
     rep->n_generated = r.n_generated;
+    char kept[80] = "";
+    if (r.keep)
+        snprintf(kept, sizeof kept, " (the target's argmax among them at %.1f%% of the positions)",
+                 100.0 * r.keep_frac);
     runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out), %s head %lld "
-               "parameters, CE over %lld tokens, kernels '%s'", (long long)r.n_tok,
+               "parameters, CE over %lld tokens%s, kernels '%s'", (long long)r.n_tok,
                (long long)r.n_seq, (long long)r.S, (long long)r.n_hold,
                o->arch == EAGLE_ARCH_3 ? "EAGLE-3" : "EAGLE-1", (long long)r.h.n_param,
-               (long long)r.fz.n_lm, r.m->be->ops->backward->name);
+               (long long)r.fz.n_lm, kept, r.m->be->ops->backward->name);
     if ((rc = train(&r, rep, d)) < 0)
         goto out;
     evaluate(&r, r.m->be->ops->backward, &rep->hold_loss, &rep->hold_acc);
@@ -879,7 +927,7 @@ out:;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         rep->peak_rss = (int64_t)ru.ru_maxrss * 1024;
     free(r.seq_tok), free(r.feat), free(r.f32), free(r.fin), free(r.noisy), free(r.grad), free(r.am),
-        free(r.av), free(r.ckpt), free(r.lm_red), free(r.lm_ids);
+        free(r.av), free(r.ckpt), free(r.lm_red), free(r.lm_ids), free(r.keep);
     eagle_ws_free(r.ws);
     eagle3_ws_free(r.ws3);
     eagle_head_release(&r.h);

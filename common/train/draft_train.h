@@ -87,6 +87,9 @@ struct draft_train_report {
     int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */
     int64_t n_seq, n_hold;      /* sequences, of which held out */
     int64_t n_lm;               /* tokens of the CE term */
+    double keep_frac;           /* EAGLE-3 with a draft vocabulary: the share of positions
+                                 * whose target argmax is a draft token (the others carry no
+                                 * loss); 1 otherwise */
     int64_t n_tok;              /* tokens of the training text */
     int64_t n_prompts, n_generated;     /* self-distillation: prompts, response tokens */
     double train_loss;          /* mean loss of the last step */

@@ -253,8 +253,8 @@ eagle_ws_out(const struct eagle_ws *ws)
     return ws->out;
 }
 
-static int64_t
-argmax(const float *x, int64_t n)
+int64_t
+eagle_argmax(const float *x, int64_t n)
 {
     int64_t b = 0;
     for (int64_t i = 1; i < n; i++)
@@ -296,7 +296,7 @@ eagle_loss_backward(const struct backend_backward_ops *bw, const struct eagle_he
         bw->matmul_fwd(ws->t, tg, fz->lm, NULL, rows, V, d);
         bw->matmul_fwd(ws->z, o, fz->lm, NULL, rows, V, d);
         for (int64_t r = 0; r < rows; r++)
-            correct += argmax(ws->z + r * V, V) == argmax(ws->t + r * V, V);
+            correct += eagle_argmax(ws->z + r * V, V) == eagle_argmax(ws->t + r * V, V);
         for (int64_t r = 0; r < rows; r++)
             ops_softmax_ref(ws->t + r * V, V);
         bw->xent_fwd(ws->row, ws->z, ws->t, rows, V);

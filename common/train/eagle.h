@@ -116,6 +116,9 @@ void eagle_forward(const struct backend_backward_ops *bw, const struct eagle_hea
 /* the last eagle_forward's out [n][d] (valid until the next call) */
 const float *eagle_ws_out(const struct eagle_ws *ws);
 
+/* the index of the largest of x[0 .. n-1] (the first of equals) */
+int64_t eagle_argmax(const float *x, int64_t n);
+
 struct eagle_loss {
     double reg, cls;            /* mean SmoothL1 and mean soft CE over the positions */
     double total;               /* reg + w_cls * cls */

@@ -182,16 +182,6 @@ eagle3_ws_out(const struct eagle3_ws *ws)
     return ws->out[0];
 }
 
-static int64_t
-argmax(const float *x, int64_t n)
-{
-    int64_t b = 0;
-    for (int64_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
-}
-
 static float *
 grad_of(const struct eagle_head *h, float *grad, int i)
 {
@@ -202,8 +192,8 @@ grad_of(const struct eagle_head *h, float *grad, int i)
  * grad, its gradient (weighted gw / n) into d_on and the LM head's */
 static void
 step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
-        const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt, int s, float w,
-        float gw, float *grad, double *cls, int64_t *correct)
+        const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt,
+        const uint8_t *keep, int s, float w, float gw, float *grad, double *cls, int64_t *correct)
 {
     int64_t n = ws->n, d = h->c.d, V = h->c.n_draft, valid = n - s;
     const float *lm = h->t[EAGLE3_LM];
@@ -215,16 +205,17 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
         bw->matmul_fwd(ws->t, tgt + (r0 + s) * d, fz->lm, NULL, rows, V, d);
         for (int64_t r = 0; r < rows; r++) {
             if (s == 0)
-                *correct += argmax(ws->z + r * V, V) == argmax(ws->t + r * V, V);
+                *correct += eagle_argmax(ws->z + r * V, V) == eagle_argmax(ws->t + r * V, V);
             ops_softmax_ref(ws->t + r * V, V);
         }
         bw->xent_fwd(ws->row, ws->z, ws->t, rows, V);
         for (int64_t r = 0; r < rows; r++)
-            *cls += (double)w * ws->row[r] / (double)n;
+            if (!keep || keep[r0 + r + s])
+                *cls += (double)w * ws->row[r] / (double)n;
         if (!grad)
             continue;
         for (int64_t r = 0; r < rows; r++)
-            ws->row[r] = gw / (float)n;
+            ws->row[r] = !keep || keep[r0 + r + s] ? gw / (float)n : 0.0f;
         memset(ws->dz, 0, (size_t)(rows * V) * sizeof(float));
         bw->xent_bwd(ws->dz, ws->z, ws->t, ws->row, rows, V);
         bw->matmul_bwd(ws->d_on + r0 * d, grad_of(h, grad, EAGLE3_LM), NULL, ws->dz, o, lm, rows,
@@ -235,7 +226,7 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
 void
 eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_head *h,
                      const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt,
-                     float scale, float *grad, struct eagle_loss *loss)
+                     const uint8_t *keep, float scale, float *grad, struct eagle_loss *loss)
 {
     const struct eagle_config *c = &h->c;
     int64_t n = ws->n, d = c->d, ff = c->n_ff, nr = c->rope.n_rot;
@@ -256,7 +247,7 @@ eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_h
         float *dks = ws->dk + s * n * kd, *dvs = ws->dv + s * n * kd;
         if (grad)
             memset(ws->d_on, 0, nd);
-        step_ce(bw, h, fz, ws, tgt, s, w, w * scale, grad, &cls, &correct);
+        step_ce(bw, h, fz, ws, tgt, keep, s, w, w * scale, grad, &cls, &correct);
         if (!grad)
             continue;
         /* on = rmsnorm(out): out also feeds step s + 1 (d_next) */

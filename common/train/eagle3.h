@@ -54,12 +54,16 @@ const float *eagle3_ws_out(const struct eagle3_ws *ws);
 
 /* eagle3_loss_backward() : the loss of the last forward against the target's
  * final features tgt [n][d] (row i: position i + 1), and when grad !=
- * NULL its gradient ADDED to grad (scaled by scale).  loss->cls = the
- * weighted sum, loss->reg = 0, loss->total = cls; loss->correct counts the
- * step-0 rows whose argmax agrees with the target's over the draft
- * vocabulary. */
+ * NULL its gradient ADDED to grad (scaled by scale).  keep [n] (NULL: all)
+ * marks the target rows that carry loss: EAGLE-3 drops a position whose
+ * target argmax over the whole vocabulary is not in the draft vocabulary
+ * (its loss and gradient are 0 at every step that scores it; the mean is
+ * still over n).  loss->cls = the weighted sum, loss->reg = 0, loss->total
+ * = cls; loss->correct counts the step-0 rows whose argmax agrees with the
+ * target's over the draft vocabulary. */
 void eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_head *h,
                           const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt,
-                          float scale, float *grad, struct eagle_loss *loss);
+                          const uint8_t *keep, float scale, float *grad,
+                          struct eagle_loss *loss);
 
 #endif

@@ -44,6 +44,7 @@ struct fd_ctx {
     const int32_t *tok;
     const float *f3, *feat;
     int64_t d;
+    const uint8_t *keep;
 };
 
 static double
@@ -52,7 +53,7 @@ fd_loss(void *ctx)
     struct fd_ctx *c = ctx;
     struct eagle_loss l;
     eagle3_forward(c->bw, c->h, c->fz, c->ws, c->tok + 1, c->f3, N);
-    eagle3_loss_backward(c->bw, c->h, c->fz, c->ws, c->feat + c->d, 1.0f, NULL, &l);
+    eagle3_loss_backward(c->bw, c->h, c->fz, c->ws, c->feat + c->d, c->keep, 1.0f, NULL, &l);
     return l.total;
 }
 
@@ -126,17 +127,17 @@ main(void)
     float *u = malloc((size_t)np * sizeof(float));
     struct eagle_loss l, l1;
     eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, 1.0f, g, &l);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, 1.0f, g, &l);
     CHECK(l.n == N && l.total > 0 && isfinite(l.total) && l.reg == 0);
     /* one step is the first term of the unrolled loss; the later steps
      * add to it and leave step 0's output alone */
     eagle3_forward(ref, &h, &fz, ws1, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, 1.0f, NULL, &l1);
+    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, NULL, 1.0f, NULL, &l1);
     CHECK(l1.total > 0 && l.total > l1.total * 1.2);
     CHECK(memcmp(eagle3_ws_out(ws), eagle3_ws_out(ws1), (size_t)(N * dd) * sizeof(float)) == 0);
     CHECK(l.correct == l1.correct);
 
-    struct fd_ctx fc = { ref, &h, &fz, ws, tok, f3, feat, dd };
+    struct fd_ctx fc = { ref, &h, &fz, ws, tok, f3, feat, dd, NULL };
     for (int i = 0; i < EAGLE3_N_TENSORS; i++) {
         double gn, rel = eagle_fd_tensor(&h, i, g, u, &r, FD_EPS, fd_loss, &fc, &gn);
         CHECK(gn > 0);
@@ -146,16 +147,54 @@ main(void)
     /* the optimized table gives the reference's gradient */
     eagle3_forward(&backward_ops_blas, &h, &fz, ws, tok + 1, f3, N);
     struct eagle_loss l2;
-    eagle3_loss_backward(&backward_ops_blas, &h, &fz, ws, feat + dd, 1.0f, g2, &l2);
+    eagle3_loss_backward(&backward_ops_blas, &h, &fz, ws, feat + dd, NULL, 1.0f, g2, &l2);
     CHECK_NEAR(l2.total, l.total, 1e-5 * l.total);
     double gm, dm = eagle_grad_diff(g, 1.0f, g2, np, &gm);
     printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
     CHECK(dm <= 1e-4 * gm);
 
+    /* the keep mask (target argmax outside the draft vocabulary): all kept
+     * is no mask; none kept is no loss and no gradient; dropping target row
+     * 0 removes only step 0's row 0, with three steps as with one (row i of
+     * step s reads target row i + s); the gradient under a mask passes the
+     * finite-difference check */
+    uint8_t keep[N];
+    memset(keep, 1, sizeof keep);
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, g2, &l2);
+    CHECK(l2.total == l.total && eagle_grad_diff(g, 1.0f, g2, np, NULL) == 0);
+    memset(keep, 0, sizeof keep);
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, g2, &l2);
+    eagle_grad_diff(g2, 1.0f, g2, np, &dm);
+    CHECK(l2.total == 0 && dm == 0);
+    memset(keep, 1, sizeof keep);
+    keep[0] = 0;
+    struct eagle_loss m3, m1;
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, NULL, &m3);
+    eagle3_forward(ref, &h, &fz, ws1, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, keep, 1.0f, NULL, &m1);
+    printf("mask row 0: 3 steps %.6g -> %.6g, 1 step %.6g -> %.6g\n", l.total, m3.total, l1.total,
+           m1.total);
+    CHECK(m3.total < l.total && m1.total < l1.total);
+    CHECK_NEAR(l.total - m3.total, l1.total - m1.total, 1e-5 * l.total);
+    keep[3] = keep[N - 1] = 0;
+    fc.keep = keep;
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, g2, &l2);
+    for (int i = 0; i < EAGLE3_N_TENSORS; i += 3) {
+        double gn, rel = eagle_fd_tensor(&h, i, g2, u, &r, FD_EPS, fd_loss, &fc, &gn);
+        CHECK(gn > 0);
+        CHECK(rel <= FD_TOL);
+    }
+    fc.keep = NULL;
+
     /* scale multiplies the gradient, not the loss */
     memset(g2, 0, (size_t)np * sizeof(float));
     eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, 0.5f, g2, &l2);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, 0.5f, g2, &l2);
     CHECK_NEAR(l2.total, l.total, 1e-6 * l.total);
     dm = eagle_grad_diff(g, 0.5f, g2, np, NULL);
     CHECK(dm <= 1e-6 * gm);
