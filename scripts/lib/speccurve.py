@@ -1,0 +1,45 @@
+"""speccurve - the verify pass's cost curve of `generate --spec-tokens auto`
+(its JSON's speculative.verify_cost_ms: milliseconds per verify pass of n
+tokens) and the best speedup over plain decoding that such a curve allows,
+for scripts/bench-spec and scripts/bench-eagle."""
+
+
+def curve(specs):
+    """the fastest cost seen for each n over the runs' speculative objects"""
+    c = {}
+    for s in specs:
+        for k, v in s.get('verify_cost_ms', {}).items():
+            c.setdefault(int(k), []).append(v)
+    return {k: min(v) for k, v in sorted(c.items())}
+
+
+def bound(cost, a):
+    """the best speedup a drafter whose k-th draft token is kept with
+    probability a^k (a chain) gets from cost: max over chain lengths k of
+    the expected tokens per pass times cost(1) / cost(k + 1), linear
+    between measured n"""
+    if 1 not in cost:
+        return 0
+    ks = sorted(cost)
+    best, e, ak = 1.0, 1.0, 1.0
+    for k in range(1, 32):
+        ak *= a
+        e += ak
+        n = k + 1
+        lo = max([x for x in ks if x <= n] or [ks[0]])
+        hi = min([x for x in ks if x >= n] or [ks[-1]])
+        t = cost[lo] if hi == lo else cost[lo] + (n - lo) / (hi - lo) * (cost[hi] - cost[lo])
+        best = max(best, e * cost[1] / t)
+    return best
+
+
+def report(cost):
+    """the lines bench-spec and bench-eagle print under their tables"""
+    out = ['verify pass cost (ms, the fastest of the runs): ' +
+           ', '.join('t(%d) = %.2f' % (k, v) for k, v in cost.items())]
+    if 1 in cost:
+        out.append('relative to one token: ' +
+                   ', '.join('%d: %.2fx' % (k, v / cost[1]) for k, v in cost.items()))
+        out.append('the best speedup this curve allows at per-token acceptance 0.5 / 0.7 / 0.9: '
+                   '%.2fx / %.2fx / %.2fx' % (bound(cost, 0.5), bound(cost, 0.7), bound(cost, 0.9)))
+    return out
