@@ -17,8 +17,8 @@
 
 static const char usage_line[] =
     "usage: convert [-fhqvV] [--from fmt] [--to fmt] [--type type] [--tokenizer file]\n"
-    "               [--shard-size size] [--base file] [--layout layout] [--[no-]progress]\n"
-    "               input output\n"
+    "               [--shard-size size] [--base file] [--layout layout] [--verifier name]\n"
+    "               [--[no-]progress] input output\n"
     "       convert --info [--json] [--from fmt] input";
 
 static void
@@ -50,6 +50,8 @@ help(void)
           "      --type TYPE        tensor type of the output: f32, f16 or bf16 (quantized\n"
           "                         tensors are dequantized; 1-D tensors and norms stay f32)\n"
           "  -v, --verbose          say more about what is done\n"
+          "      --verifier NAME    with --layout speculators: the target's HF id or path,\n"
+          "                         written as the speculator's verifier (default: none)\n"
           "  -V, --version          print the version and exit\n\n"
           "Exit status: 0 ok, 1 failure, 2 usage, 3 bad input data, 4 I/O error, 5 out of memory.\n",
           stdout);
@@ -59,7 +61,7 @@ int
 main(int argc, char **argv)
 {
     enum { O_FROM = 256, O_TO, O_TYPE, O_TOKENIZER, O_SHARD, O_INFO, O_JSON, O_PROGRESS, O_NO_PROGRESS,
-           O_BASE, O_LAYOUT };
+           O_BASE, O_LAYOUT, O_VERIFIER };
     static const struct option longopts[] = {
         {"base", required_argument, NULL, O_BASE},
         {"force", no_argument, NULL, 'f'},
@@ -76,6 +78,7 @@ main(int argc, char **argv)
         {"tokenizer", required_argument, NULL, O_TOKENIZER},
         {"type", required_argument, NULL, O_TYPE},
         {"verbose", no_argument, NULL, 'v'},
+        {"verifier", required_argument, NULL, O_VERIFIER},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
@@ -113,6 +116,7 @@ main(int argc, char **argv)
                             ESC(optarg));
             break;
         case O_TOKENIZER: o.tokenizer = optarg; break;
+        case O_VERIFIER: o.verifier = optarg; break;
         case O_SHARD: o.shard_size = (uint64_t)cli_parse_i64(optarg, 1, INT64_MAX, "--shard-size", true); break;
         case O_INFO: info = true; break;
         case O_JSON: o.json = true; break;
@@ -126,8 +130,9 @@ main(int argc, char **argv)
     if (info) {
         if (argc != 1)
             usage_error(usage_line, argc ? "--info takes one input" : "missing input");
-        if (o.base || o.layout)
-            usage_error(usage_line, "--%s goes with a conversion, not --info", o.base ? "base" : "layout");
+        if (o.base || o.layout || o.verifier)
+            usage_error(usage_line, "--%s goes with a conversion, not --info",
+                        o.base ? "base" : o.layout ? "layout" : "verifier");
         o.info = stdout;
     } else {
         if (o.json)

@@ -221,6 +221,8 @@ convert_eagle(const struct convert_opts *o, enum model_fmt from, enum model_fmt 
     if (!head && o->base)
         return diag_set(d, ST_RANGE, "--base goes with an EAGLE head's HF directory "
                         "converted to GGUF");
+    if (o->verifier && (!o->layout || strcmp(o->layout, "speculators")))
+        return diag_set(d, ST_RANGE, "--verifier goes with --layout speculators");
     if ((!head || from != FMT_GGUF) && o->layout)
         return diag_set(d, ST_RANGE, "--layout goes with an EAGLE head GGUF converted to "
                         "an HF directory");
@@ -236,7 +238,8 @@ convert_eagle(const struct convert_opts *o, enum model_fmt from, enum model_fmt 
         return diag_set(d, ST_RANGE, "--layout: unknown layout '%s' (eagle, speculators)",
                         o->layout);
     if (from == FMT_GGUF)
-        return eagle_hf_export(o->input, o->output, o->out_type, layout, o->force, d);
+        return eagle_hf_export(o->input, o->output, o->out_type, layout, o->verifier, o->force,
+                               d);
     if (!o->base)
         return diag_set(d, ST_RANGE, "'%s' is an EAGLE head: give the model it drafts for "
                         "with --base BASE.gguf", o->input);

@@ -529,7 +529,8 @@ feat_layers(const struct eagle_config *c)
 /* speculators' config.json (Eagle3SpeculatorConfig) around the layer's
  * LlamaConfig lc (stolen) */
 static json_t *
-speculators_json(const struct eagle_config *c, json_t *lc, const char *dtype)
+speculators_json(const struct eagle_config *c, json_t *lc, const char *dtype,
+                 const char *verifier)
 {
     json_t *o = json_object();
     int rc = 0;
@@ -547,12 +548,14 @@ speculators_json(const struct eagle_config *c, json_t *lc, const char *dtype)
     rc |= jput(o, "norm_before_fc", json_false());
     rc |= jput(o, "norm_before_residual", json_false());
     rc |= jput(o, "norm_output", json_false());
-    /* one greedy proposal method; the verifier is a GGUF here: no HF name */
+    /* one greedy proposal method; the verifier is a GGUF here: its HF name
+     * only when given */
     rc |= jput(o, "speculators_config", json_pack(
-        "{s:s, s:[{s:s, s:i, s:i, s:f}], s:s, s:{s:n, s:[s]}}", "algorithm", "eagle3",
+        "{s:s, s:[{s:s, s:i, s:i, s:f}], s:s, s:{s:o, s:[s]}}", "algorithm", "eagle3",
         "proposal_methods", "proposal_type", "greedy", "speculative_tokens", 3,
         "verifier_accept_k", 1, "accept_tolerance", 0.0, "default_proposal_method", "greedy",
-        "verifier", "name_or_path", "architectures", "LlamaForCausalLM"));
+        "verifier", "name_or_path", verifier ? json_string(verifier) : json_null(),
+        "architectures", "LlamaForCausalLM"));
     rc |= jput(o, "speculators_model_type", json_string("eagle3"));
     rc |= jput(o, "speculators_version", json_string(SPEC_VERSION));
     rc |= jput(o, "target_hidden_size", json_null());
@@ -567,8 +570,8 @@ speculators_json(const struct eagle_config *c, json_t *lc, const char *dtype)
 
 /* config.json of head c in layout (eagle_hf.h) */
 static int
-config_json(const struct eagle_config *c, int layout, bool bias, const char *dtype,
-            json_t **out, struct diag *d)
+config_json(const struct eagle_config *c, int layout, const char *verifier, bool bias,
+            const char *dtype, json_t **out, struct diag *d)
 {
     struct hf_config hc;
     int rc = 0;
@@ -610,7 +613,7 @@ config_json(const struct eagle_config *c, int layout, bool bias, const char *dty
         rc |= jput(*out, "draft_vocab_size", json_integer(c->n_draft));
         rc |= jput(*out, "eagle_aux_hidden_state_layer_ids", feat_layers(c));
     } else {
-        *out = speculators_json(c, *out, dtype);
+        *out = speculators_json(c, *out, dtype, verifier);
         rc |= !*out;
     }
     if (rc) {
@@ -637,8 +640,8 @@ vocab_tensors(const struct eagle_config *c, const struct eagle_meta *meta, int64
 }
 
 int
-eagle_hf_export(const char *in, const char *out, int type, int layout, bool force,
-                struct diag *d)
+eagle_hf_export(const char *in, const char *out, int type, int layout, const char *verifier,
+                bool force, struct diag *d)
 {
     struct eagle_head h;
     struct eagle_meta meta;
@@ -738,7 +741,7 @@ eagle_hf_export(const char *in, const char *out, int type, int layout, bool forc
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = config_json(&h.c, layout, bias, hf_torch_dtype((uint32_t)(st == SFT_F32 ?
+    if ((rc = config_json(&h.c, layout, verifier, bias, hf_torch_dtype((uint32_t)(st == SFT_F32 ?
                           GGML_TYPE_F32 : (enum ggml_type)type)), &cfg, d)) < 0 ||
         (rc = sft_plan_init(&plan, ts, nt, 0, kv, nkv, d)) < 0)
         goto out;

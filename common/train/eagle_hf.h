@@ -44,7 +44,10 @@
  *    transformer_layer_config (the llama config above, without
  *    architectures), speculators_config {algorithm eagle3, one greedy
  *    proposal method of 3 tokens, verifier {name_or_path null (the base is a
- *    GGUF), architectures [LlamaForCausalLM]}}}; tensors as above with
+ *    GGUF, or the name given on export), architectures [LlamaForCausalLM]}}};
+ *    speculators' Eagle3DraftModel.from_pretrained needs the name (it reads
+ *    the verifier's config and embedding), vLLM takes the target from its
+ *    command line.  Tensors as above with
  *    layers.0.* for midlayer.*.
  * A config.json with speculators_model_type is speculators', else one with
  * draft_vocab_size the EAGLE authors' EAGLE-3, else EAGLE-1.
@@ -100,13 +103,14 @@ int eagle_hf_head_read(struct eagle_head *h, struct eagle_meta *meta, const char
                        struct diag *d);
 
 /* eagle_hf_export() : the head GGUF at in (not "-") as an HF directory out
- * in layout (EAGLE_HF_*; EAGLE-1 heads: EAGLE_HF_EAGLE only), written
+ * in layout (EAGLE_HF_*; EAGLE-1 heads: EAGLE_HF_EAGLE only; speculators':
+ * verifier, when not NULL, is its verifier's name_or_path), written
  * atomically (replacing out only with force); its weights in type
  * (GGML_TYPE_F16 or BF16; anything else, e.g. -1: F32).  0, -ST_IO,
  * -ST_FORMAT (not an EAGLE head), -ST_RANGE (out exists; an EAGLE-1 head
  * in the speculators layout), -ST_NOMEM. */
-int eagle_hf_export(const char *in, const char *out, int type, int layout, bool force,
-                    struct diag *d);
+int eagle_hf_export(const char *in, const char *out, int type, int layout,
+                    const char *verifier, bool force, struct diag *d);
 
 /* eagle_hf_import() : the HF head directory dir as a head GGUF at out ("-" =
  * stdout), bound to the base model GGUF base: the head's configuration must

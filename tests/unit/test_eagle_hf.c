@@ -145,7 +145,7 @@ main(void)
     snprintf(gguf_path, sizeof gguf_path, "%s/head.gguf", tmp);
     snprintf(dir, sizeof dir, "%s/head", tmp);
     CHECK(eagle_hf_import(path[3], base, gguf_path, false, &d) == 0);
-    CHECK(eagle_hf_export(gguf_path, dir, -1, EAGLE_HF_EAGLE, false, &d) == 0);
+    CHECK(eagle_hf_export(gguf_path, dir, -1, EAGLE_HF_EAGLE, NULL, false, &d) == 0);
     const char *files[] = { "config.json", "model.safetensors" };
     for (int i = 0; i < 2; i++) {
         snprintf(a, sizeof a, "%s/%s", path[3], files[i]);
