@@ -275,6 +275,34 @@ head_kind(const json_t *root, struct head_cfg *hc, json_t **lc, struct diag *d)
     return 0;
 }
 
+int
+eagle_hf_layer_config(struct hf_config *c, const char *dir, struct diag *d)
+{
+    char *path = path_join(dir, "config.json");
+    json_t *root = NULL, *lc = NULL;
+    struct head_cfg hc;
+    int rc;
+
+    if (!path)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    rc = json_load_path(path, (size_t)1 << 20, &root, d);
+    free(path);
+    if (rc < 0) {
+        diag_prefix(d, "config.json");
+        return rc;
+    }
+    memset(&hc, 0, sizeof hc);
+    if ((rc = head_kind(root, &hc, &lc, d)) == 0 && hc.arch == EAGLE_ARCH_3 &&
+        (rc = hf_config_from_json(c, lc, d)) == 0) {
+        snprintf(c->hf_arch, sizeof c->hf_arch, "EAGLE-3 head (%s layout)",
+                 layout_names[hc.layout]);
+        rc = 1;
+    }
+    json_decref(lc);
+    json_decref(root);
+    return rc;
+}
+
 /* config.json against the base's configuration */
 static int
 check_config(const json_t *root, const struct eagle_config *b, struct head_cfg *hc,

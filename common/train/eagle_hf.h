@@ -74,6 +74,7 @@
 
 #include "eagle.h"
 #include "eagle_io.h"
+#include "hf.h"
 #include "safetensors.h"
 #include "status.h"
 
@@ -88,6 +89,12 @@ int eagle_hf_layout_parse(const char *name);
  * directory with pytorch_model.bin and no safetensors (pickles are not
  * read), -ST_IO / -ST_FORMAT when the checkpoint cannot be read. */
 int eagle_hf_detect(const char *dir, struct diag *d);
+
+/* eagle_hf_layer_config() : 1 when dir/config.json is an EAGLE-3 head's
+ * (either layout), c then its llama layer's configuration with hf_arch
+ * "EAGLE-3 head (LAYOUT layout)"; 0 when not (c untouched); -ST_IO,
+ * -ST_FORMAT, -ST_NOMEM.  For convert --info. */
+int eagle_hf_layer_config(struct hf_config *c, const char *dir, struct diag *d);
 
 /* eagle_hf_head_read() : the head (EAGLE-1 or EAGLE-3, either layout) in
  * config.json text cfg (len bytes) and the safetensors file f, for a base
