@@ -136,17 +136,22 @@ headcopy() {
 }
 
 @test "a pickled pytorch_model.bin is refused (3), nothing written" {
-    mkdir bin
-    cp "$HEAD/config.json" bin/
-    printf 'PK\003\004 not read' > bin/pytorch_model.bin
-    run -3 --separate-stderr convert --base "$FIX" bin h.gguf
-    [[ $stderr == *"pytorch_model.bin"*"pickled"* ]]
-    [ ! -e h.gguf ]
+    for h in "$HEAD" "$HEAD3"; do
+        rm -rf bin
+        mkdir bin
+        cp "$h/config.json" bin/
+        printf 'PK\003\004 not read' > bin/pytorch_model.bin
+        run -3 --separate-stderr convert --base "$FIX" bin h.gguf
+        [[ $stderr == *"pytorch_model.bin"*"pickled"* ]]
+        [ ! -e h.gguf ]
+    done
 }
 
 @test "the wrong base is refused (3): other shape, other weights; nothing written" {
-    run -3 --separate-stderr convert --base "$TOP/tests/fixtures/tiny-llama256-f32.gguf" "$HEAD" h.gguf
-    [[ $stderr == *"does not fit the base"* ]]
+    for h in "$HEAD" "$HEAD3"; do
+        run -3 --separate-stderr convert --base "$TOP/tests/fixtures/tiny-llama256-f32.gguf" "$h" h.gguf
+        [[ $stderr == *"does not fit the base"* ]]
+    done
     run -3 --separate-stderr convert --base "$TOP/tests/fixtures/tiny-llama-f16.gguf" "$HEAD" h.gguf
     [[ $stderr == *"exported for another model"* ]]
     [ ! -e h.gguf ]
@@ -241,6 +246,7 @@ EOF
 }
 
 @test "EAGLE-3 refusals (3): broken d2t/t2d, missing or foreign tensors, other layers or options; nothing written" {
+    # (pickles and the wrong base: with EAGLE-1's above)
     mkdir b
     cp "$HEAD3/config.json" b/
     # a published head without llmkit metadata, in f16, is read
@@ -277,14 +283,6 @@ EOF
         '.eagle_aux_hidden_state_layer_ids = [1, 1, 5]'
     cfg "'draft_vocab_size' is not 1 to the vocabulary's 281" '.draft_vocab_size = 300'
     cfg "'speculators_model_type' is not \"eagle3\"" '.speculators_model_type = "mtp"'
-    cp "$HEAD3/config.json" b/
-    run -3 --separate-stderr convert --base "$TOP/tests/fixtures/tiny-llama256-f32.gguf" b h.gguf
-    [[ $stderr == *"does not fit the base"* ]]
-    rm b/model.safetensors
-    printf 'PK\003\004 not read' > b/pytorch_model.bin
-    run -3 --separate-stderr convert --base "$FIX" b h.gguf
-    [[ $stderr == *"pytorch_model.bin"*"pickled"* ]]
-    [ ! -e h.gguf ]
 }
 
 @test "--layout and --verifier: usage errors (2)" {
