@@ -9,7 +9,7 @@
  * used NEOX RoPE) it must not.  Importing the directory and exporting the
  * result again gives the same config.json and model.safetensors bytes.
  * LLMKIT_EAGLE1_GOLDEN=DIR and LLMKIT_EAGLE1_BASE=GGUF check another golden
- * (scripts/mkgolden-eagle1 --head --base: a real model's head).
+ * (scripts/mkgolden-eagle1 --head --base: a real model's head), alone.
  *
  * EAGLE-3, against vLLM's speculators library: tests/golden/eagle3/head is
  * an EAGLE-3 head trained on the tiny fixture and exported by convert in
@@ -21,7 +21,8 @@
  * match every step to 1e-4; with the wrong q/k row order it must not.
  * Importing the directory and exporting the result again gives the same
  * bytes in the speculators layout, and the EAGLE authors' layout reads back
- * to the same GGUF.
+ * to the same GGUF.  LLMKIT_EAGLE3_GOLDEN=DIR and LLMKIT_EAGLE3_BASE=GGUF
+ * check another (scripts/mkgolden-eagle3 --head --base), alone.
  */
 #include <math.h>
 #include <stdint.h>
@@ -156,20 +157,25 @@ same_file(const char *a, const char *b)
     return same;
 }
 
-/* the EAGLE-3 golden (speculators) against the fixture's target t */
+/* the EAGLE-3 golden (speculators) in directory golden against the target
+ * t of base */
 static void
-check_eagle3(const struct eagle_target *t)
+check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
 {
     struct sft_file f;
     struct diag d = { "" };
     struct golden3 gd = { 0 };
     json_t *g = NULL;
-    char *cfg = NULL;
+    char *cfg = NULL, path[4][512];
     size_t len = 0;
 
-    CHECK(json_load_path(GOLDEN3 "/forward.json", (size_t)1 << 26, &g, &d) == 0);
-    CHECK(read_file_all(GOLDEN3 "/head/config.json", 1 << 20, &cfg, &len, &d) == 0);
-    bool f_ok = sft_open(&f, GOLDEN3 "/head/model.safetensors", &d) == 0;
+    snprintf(path[0], sizeof path[0], "%s/forward.json", golden);
+    snprintf(path[1], sizeof path[1], "%s/head/config.json", golden);
+    snprintf(path[2], sizeof path[2], "%s/head/model.safetensors", golden);
+    snprintf(path[3], sizeof path[3], "%s/head", golden);
+    CHECK(json_load_path(path[0], (size_t)1 << 26, &g, &d) == 0);
+    CHECK(read_file_all(path[1], 1 << 20, &cfg, &len, &d) == 0);
+    bool f_ok = sft_open(&f, path[2], &d) == 0;
     CHECK(f_ok);
     if (!g || !cfg || !f_ok) {
         if (f_ok)
@@ -210,19 +216,19 @@ check_eagle3(const struct eagle_target *t)
      * layout reads back to the same GGUF */
     char tmp[] = "/tmp/test_eagle_hf.XXXXXX";
     CHECK(mkdtemp(tmp) != NULL);
-    char gg[64], gg2[64], dir[64], dir2[64], a[96], b[96];
+    char gg[64], gg2[64], dir[64], dir2[64], a[600], b[96];
     snprintf(gg, sizeof gg, "%s/head.gguf", tmp);
     snprintf(gg2, sizeof gg2, "%s/head2.gguf", tmp);
     snprintf(dir, sizeof dir, "%s/head", tmp);
     snprintf(dir2, sizeof dir2, "%s/eagle", tmp);
-    CHECK(eagle_hf_import(GOLDEN3 "/head", FIXTURE, gg, false, &d) == 0);
+    CHECK(eagle_hf_import(path[3], base, gg, false, &d) == 0);
     CHECK(eagle_hf_export(gg, dir, -1, EAGLE_HF_SPECULATORS, NULL, false, &d) == 0);
     CHECK(eagle_hf_export(gg, dir2, -1, EAGLE_HF_EAGLE, NULL, false, &d) == 0);
-    CHECK(eagle_hf_import(dir2, FIXTURE, gg2, false, &d) == 0);
+    CHECK(eagle_hf_import(dir2, base, gg2, false, &d) == 0);
     CHECK(same_file(gg, gg2));
     const char *files[] = { "config.json", "model.safetensors" };
     for (int i = 0; i < 2; i++) {
-        snprintf(a, sizeof a, GOLDEN3 "/head/%s", files[i]);
+        snprintf(a, sizeof a, "%s/%s", path[3], files[i]);
         snprintf(b, sizeof b, "%s/%s", dir, files[i]);
         CHECK(same_file(a, b));
         unlink(b);
@@ -242,40 +248,35 @@ check_eagle3(const struct eagle_target *t)
     json_decref(g);
 }
 
-int
-main(void)
+/* the EAGLE-1 golden (eagle-llm) in directory golden against the target t
+ * of base */
+static void
+check_eagle1(const char *golden, const char *base, const struct eagle_target *t)
 {
-    struct model *m = NULL;
-    struct eagle_target t;
     struct sft_file f;
     struct diag d = { "" };
     json_t *g = NULL;
     char *cfg = NULL, path[4][512];
     size_t len = 0;
-    const char *golden = getenv("LLMKIT_EAGLE1_GOLDEN"), *base = getenv("LLMKIT_EAGLE1_BASE");
 
-    golden = golden ? golden : GOLDEN;
-    base = base ? base : FIXTURE;
-    if (access(base, R_OK) != 0) {
-        fprintf(stderr, "test_eagle_hf: %s missing: run `make fixtures`\n", base);
-        return 77;
-    }
     snprintf(path[0], sizeof path[0], "%s/forward.json", golden);
     snprintf(path[1], sizeof path[1], "%s/head/config.json", golden);
     snprintf(path[2], sizeof path[2], "%s/head/model.safetensors", golden);
     snprintf(path[3], sizeof path[3], "%s/head", golden);
-    CHECK(model_open(&m, base, NULL, &d) == 0);
-    if (!m)
-        T_DONE();
-    CHECK(eagle_target_init(&t, m, 16, &d) == 0);
     CHECK(json_load_path(path[0], (size_t)1 << 26, &g, &d) == 0);
     CHECK(read_file_all(path[1], 1 << 20, &cfg, &len, &d) == 0);
-    CHECK(sft_open(&f, path[2], &d) == 0);
-    if (!g || !cfg)
-        T_DONE();
+    bool f_ok = sft_open(&f, path[2], &d) == 0;
+    CHECK(f_ok);
+    if (!g || !cfg || !f_ok) {
+        if (f_ok)
+            sft_close(&f);
+        json_decref(g);
+        free(cfg);
+        return;
+    }
     const json_t *jt = json_object_get(g, "tokens"), *jf = json_object_get(g, "features"),
                  *je = json_object_get(g, "expected");
-    int64_t n = (int64_t)json_array_size(jt), dd = t.c.d;
+    int64_t n = (int64_t)json_array_size(jt), dd = t->c.d;
     CHECK(n == 12 && (int64_t)json_array_size(jf) == n && (int64_t)json_array_size(je) == n);
     int32_t *tok = malloc((size_t)n * sizeof(int32_t));
     float *feat = malloc((size_t)(n * dd) * sizeof(float));
@@ -290,14 +291,14 @@ main(void)
                 json_array_get(json_array_get(je, (size_t)i), (size_t)j));
         }
     }
-    double err = forward_err(&t.c, t.c.rope.style, &t.fz, cfg, len, &f, tok, feat, ref, n);
+    double err = forward_err(&t->c, t->c.rope.style, &t->fz, cfg, len, &f, tok, feat, ref, n);
     fprintf(stderr, "test_eagle_hf: max relative error vs eagle-llm %.3g\n", err);
     CHECK(err <= 1e-4);
     /* negative control: q/k rows read in the other order (as for a base
      * with the other RoPE style) but run with the base's RoPE */
-    struct eagle_config other = t.c;
-    other.rope.style = t.c.rope.style == ROPE_NORM ? ROPE_NEOX : ROPE_NORM;
-    double bad = forward_err(&other, t.c.rope.style, &t.fz, cfg, len, &f, tok, feat, ref, n);
+    struct eagle_config other = t->c;
+    other.rope.style = t->c.rope.style == ROPE_NORM ? ROPE_NEOX : ROPE_NORM;
+    double bad = forward_err(&other, t->c.rope.style, &t->fz, cfg, len, &f, tok, feat, ref, n);
     fprintf(stderr, "test_eagle_hf: with q/k rows in the wrong order %.3g\n", bad);
     CHECK(bad > 1e-3);
 
@@ -319,15 +320,38 @@ main(void)
     rmdir(dir);
     unlink(gguf_path);
     rmdir(tmp);
-    if (!strcmp(base, FIXTURE))
-        check_eagle3(&t);
-
     sft_close(&f);
     free(tok);
     free(feat);
     free(ref);
     free(cfg);
     json_decref(g);
+}
+
+int
+main(void)
+{
+    struct model *m = NULL;
+    struct eagle_target t;
+    struct diag d = { "" };
+    const char *g1 = getenv("LLMKIT_EAGLE1_GOLDEN"), *g3 = getenv("LLMKIT_EAGLE3_GOLDEN");
+    const char *base = g3 ? getenv("LLMKIT_EAGLE3_BASE") : getenv("LLMKIT_EAGLE1_BASE");
+
+    /* another golden (a real model's head) is checked alone, against its
+     * base */
+    base = base ? base : FIXTURE;
+    if (access(base, R_OK) != 0) {
+        fprintf(stderr, "test_eagle_hf: %s missing: run `make fixtures`\n", base);
+        return 77;
+    }
+    CHECK(model_open(&m, base, NULL, &d) == 0);
+    if (!m)
+        T_DONE();
+    CHECK(eagle_target_init(&t, m, 16, &d) == 0);
+    if (!g3)
+        check_eagle1(g1 ? g1 : GOLDEN, base, &t);
+    if (!g1)
+        check_eagle3(g3 ? g3 : GOLDEN3, base, &t);
     eagle_target_release(&t);
     model_free(m);
     T_DONE();
