@@ -11,10 +11,12 @@
 # by scripts/mkgolden-eagle3 in the venv of scripts/pyenv-oracle with
 # speculators on PYTHONPATH.
 #
-# Not SpeculatorModel.from_pretrained: that loads the verifier's config and
-# embedding from its HF name (the head names none: its base is a GGUF) and
-# wants three distinct feature layers (the 2-layer fixture's are 1, 1, 0).
-# The embedding rows of the tokens come from the input instead.
+# When config.json names a verifier (convert --verifier), the model is loaded
+# the way speculators loads heads, SpeculatorModel.from_pretrained, which
+# also reads the verifier's config and its embedding (an HF directory
+# convert wrote from the base GGUF).  Otherwise (the fixture's golden: the
+# loader wants three distinct feature layers, and the 2-layer fixture's are
+# 1, 1, 0) the embedding rows of the tokens come from the input.
 #
 # speculators imports openai and hs_connectors at package import, for its
 # data-generation and training pipelines only; neither is installed (nor
@@ -58,11 +60,22 @@ from safetensors.torch import load_file  # noqa: E402
 from speculators import SpeculatorModel, SpeculatorModelConfig  # noqa: E402
 
 
-def run(head, spec, dtype):
+def load(head, spec, dtype):
     cfg = SpeculatorModelConfig.from_pretrained(head)
     assert type(cfg).__name__ == "Eagle3SpeculatorConfig", type(cfg)
     # flex attention is for GPUs: the eager path with speculators' dense masks
     cfg.transformer_layer_config._attn_implementation = "eager"
+    if cfg.speculators_config.verifier.name_or_path:
+        # the whole loader: weights, and the embedding from the verifier
+        m = SpeculatorModel.from_pretrained(head, config=cfg)
+        assert type(m).__name__ == "Eagle3DraftModel", type(m)
+        # speculators loads the verifier's embedding only where the model's
+        # is still its NaN sentinel; transformers 5.24 (speculators 0.9.0
+        # asks for <= 5.19) fills missing weights with zeros first: load it
+        # again with speculators' own loader
+        if not m.embed_tokens.weight.isnan().any() and not m.embed_tokens.weight.any():
+            m._load_verifier_weights(overwrite_embed_tokens=True)
+        return m.to(dtype).eval(), "SpeculatorModel.from_pretrained"
     m = SpeculatorModel.registered_model_class_from_config(cfg)(cfg)
     assert type(m).__name__ == "Eagle3DraftModel", type(m)
     sd = load_file(os.path.join(head, "model.safetensors"))
@@ -78,6 +91,11 @@ def run(head, spec, dtype):
     for t, row in spec["embedding"].items():
         w[int(t)] = torch.tensor(row, dtype=dtype)
     m.embed_tokens.weight.data = w
+    return m, "Eagle3DraftModel(config) + load_state_dict"
+
+
+def run(head, spec, dtype):
+    m, how = load(head, spec, dtype)
     logits = []
     hook = m.lm_head.register_forward_hook(lambda mod, inp, out: logits.append(out[0]))
     n = len(spec["tokens"])
@@ -87,17 +105,17 @@ def run(head, spec, dtype):
           torch.zeros(1, n, dtype=torch.long),
           position_ids=torch.arange(n).unsqueeze(0), ttt_steps=spec["steps"])
     hook.remove()
-    return torch.stack(logits)
+    return torch.stack(logits), how
 
 
 def main():
     head, inp, outp = sys.argv[1:4]
     spec = json.load(open(inp))
-    ref = run(head, spec, torch.float64)
-    f32 = run(head, spec, torch.float32).double()
+    ref, how = run(head, spec, torch.float64)
+    f32 = run(head, spec, torch.float32)[0].double()
     rel = float((f32 - ref).abs().max() / ref.abs().max())
-    json.dump({"oracle": "speculators 0.9.0 Eagle3DraftModel (eager attention), torch %s, "
-               "float64" % torch.__version__, "torch_f32_vs_f64": rel,
+    json.dump({"oracle": "speculators 0.9.0 Eagle3DraftModel (%s, eager attention), torch %s, "
+               "float64" % (how, torch.__version__), "torch_f32_vs_f64": rel,
                "logits": ref.tolist()}, open(outp, "w"))
 
 
