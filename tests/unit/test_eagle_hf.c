@@ -157,37 +157,63 @@ same_file(const char *a, const char *b)
     return same;
 }
 
+/* a golden directory's forward.json, head/config.json and
+ * head/model.safetensors (head: the head directory's path) */
+struct golden_files {
+    json_t *g;
+    char *cfg;
+    size_t len;
+    struct sft_file f;
+    char head[512];
+};
+
+static bool
+golden_open(struct golden_files *gf, const char *golden)
+{
+    struct diag d = { "" };
+    char path[3][600];
+
+    memset(gf, 0, sizeof *gf);
+    snprintf(gf->head, sizeof gf->head, "%s/head", golden);
+    snprintf(path[0], sizeof path[0], "%s/forward.json", golden);
+    snprintf(path[1], sizeof path[1], "%s/config.json", gf->head);
+    snprintf(path[2], sizeof path[2], "%s/model.safetensors", gf->head);
+    CHECK(json_load_path(path[0], (size_t)1 << 26, &gf->g, &d) == 0);
+    CHECK(read_file_all(path[1], 1 << 20, &gf->cfg, &gf->len, &d) == 0);
+    bool f_ok = sft_open(&gf->f, path[2], &d) == 0;
+    CHECK(f_ok);
+    if (gf->g && gf->cfg && f_ok)
+        return true;
+    if (f_ok)
+        sft_close(&gf->f);
+    json_decref(gf->g);
+    free(gf->cfg);
+    return false;
+}
+
+static void
+golden_close(struct golden_files *gf)
+{
+    sft_close(&gf->f);
+    json_decref(gf->g);
+    free(gf->cfg);
+}
+
 /* the EAGLE-3 golden (speculators) in directory golden against the target
  * t of base */
 static void
 check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
 {
-    struct sft_file f;
+    struct golden_files gf;
     struct diag d = { "" };
     struct golden3 gd = { 0 };
-    json_t *g = NULL;
-    char *cfg = NULL, path[4][512];
-    size_t len = 0;
 
-    snprintf(path[0], sizeof path[0], "%s/forward.json", golden);
-    snprintf(path[1], sizeof path[1], "%s/head/config.json", golden);
-    snprintf(path[2], sizeof path[2], "%s/head/model.safetensors", golden);
-    snprintf(path[3], sizeof path[3], "%s/head", golden);
-    CHECK(json_load_path(path[0], (size_t)1 << 26, &g, &d) == 0);
-    CHECK(read_file_all(path[1], 1 << 20, &cfg, &len, &d) == 0);
-    bool f_ok = sft_open(&f, path[2], &d) == 0;
-    CHECK(f_ok);
-    if (!g || !cfg || !f_ok) {
-        if (f_ok)
-            sft_close(&f);
-        json_decref(g);
-        free(cfg);
+    if (!golden_open(&gf, golden))
         return;
-    }
-    const json_t *jt = json_object_get(g, "tokens"), *jf = json_object_get(g, "features");
+    const json_t *jt = json_object_get(gf.g, "tokens"), *jf = json_object_get(gf.g, "features");
     int64_t n = (int64_t)json_array_size(jt), w = 3 * t->c.d;
-    gd.logits = json_object_get(g, "logits");
-    gd.steps = (int)json_integer_value(json_object_get(g, "steps"));
+    gd.logits = json_object_get(gf.g, "logits");
+    gd.steps = (int)json_integer_value(json_object_get(gf.g, "steps"));
     gd.n = n;
     CHECK(n == 12 && (int64_t)json_array_size(jf) == n && gd.steps == 3 &&
           (int)json_array_size(gd.logits) == gd.steps);
@@ -200,7 +226,7 @@ check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
             gd.feat[i * w + j] = (float)json_number_value(
                 json_array_get(json_array_get(jf, (size_t)i), (size_t)j));
     }
-    double err = forward3_err(&t->c, t->c.rope.style, &t->fz, cfg, len, &f, &gd);
+    double err = forward3_err(&t->c, t->c.rope.style, &t->fz, gf.cfg, gf.len, &gf.f, &gd);
     fprintf(stderr, "test_eagle_hf: max relative error of the draft logits vs speculators "
             "%.3g\n", err);
     CHECK(err <= 1e-4);
@@ -208,7 +234,7 @@ check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
      * with the other RoPE style) but run with the base's RoPE */
     struct eagle_config other = t->c;
     other.rope.style = t->c.rope.style == ROPE_NORM ? ROPE_NEOX : ROPE_NORM;
-    double bad = forward3_err(&other, t->c.rope.style, &t->fz, cfg, len, &f, &gd);
+    double bad = forward3_err(&other, t->c.rope.style, &t->fz, gf.cfg, gf.len, &gf.f, &gd);
     fprintf(stderr, "test_eagle_hf: with q/k rows in the wrong order %.3g\n", bad);
     CHECK(bad > 1e-3);
 
@@ -221,10 +247,10 @@ check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
     snprintf(gg2, sizeof gg2, "%s/head2.gguf", tmp);
     snprintf(dir, sizeof dir, "%s/head", tmp);
     snprintf(dir2, sizeof dir2, "%s/eagle", tmp);
-    CHECK(eagle_hf_import(path[3], base, gg, false, &d) == 0);
+    CHECK(eagle_hf_import(gf.head, base, gg, false, &d) == 0);
     /* the verifier's name is not in the GGUF: given again */
     json_t *jc = NULL;
-    CHECK(json_load_mem(cfg, len, &jc, &d) == 0);
+    CHECK(json_load_mem(gf.cfg, gf.len, &jc, &d) == 0);
     const json_t *jv = json_object_get(json_object_get(json_object_get(jc, "speculators_config"),
                                                        "verifier"), "name_or_path");
     CHECK(eagle_hf_export(gg, dir, -1, EAGLE_HF_SPECULATORS, json_string_value(jv), false,
@@ -235,7 +261,7 @@ check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
     CHECK(same_file(gg, gg2));
     const char *files[] = { "config.json", "model.safetensors" };
     for (int i = 0; i < 2; i++) {
-        snprintf(a, sizeof a, "%s/%s", path[3], files[i]);
+        snprintf(a, sizeof a, "%s/%s", gf.head, files[i]);
         snprintf(b, sizeof b, "%s/%s", dir, files[i]);
         CHECK(same_file(a, b));
         unlink(b);
@@ -248,11 +274,9 @@ check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
     unlink(gg2);
     rmdir(tmp);
 
-    sft_close(&f);
+    golden_close(&gf);
     free(gd.tok);
     free(gd.feat);
-    free(cfg);
-    json_decref(g);
 }
 
 /* the EAGLE-1 golden (eagle-llm) in directory golden against the target t
@@ -260,29 +284,13 @@ check_eagle3(const char *golden, const char *base, const struct eagle_target *t)
 static void
 check_eagle1(const char *golden, const char *base, const struct eagle_target *t)
 {
-    struct sft_file f;
+    struct golden_files gf;
     struct diag d = { "" };
-    json_t *g = NULL;
-    char *cfg = NULL, path[4][512];
-    size_t len = 0;
 
-    snprintf(path[0], sizeof path[0], "%s/forward.json", golden);
-    snprintf(path[1], sizeof path[1], "%s/head/config.json", golden);
-    snprintf(path[2], sizeof path[2], "%s/head/model.safetensors", golden);
-    snprintf(path[3], sizeof path[3], "%s/head", golden);
-    CHECK(json_load_path(path[0], (size_t)1 << 26, &g, &d) == 0);
-    CHECK(read_file_all(path[1], 1 << 20, &cfg, &len, &d) == 0);
-    bool f_ok = sft_open(&f, path[2], &d) == 0;
-    CHECK(f_ok);
-    if (!g || !cfg || !f_ok) {
-        if (f_ok)
-            sft_close(&f);
-        json_decref(g);
-        free(cfg);
+    if (!golden_open(&gf, golden))
         return;
-    }
-    const json_t *jt = json_object_get(g, "tokens"), *jf = json_object_get(g, "features"),
-                 *je = json_object_get(g, "expected");
+    const json_t *jt = json_object_get(gf.g, "tokens"), *jf = json_object_get(gf.g, "features"),
+                 *je = json_object_get(gf.g, "expected");
     int64_t n = (int64_t)json_array_size(jt), dd = t->c.d;
     CHECK(n == 12 && (int64_t)json_array_size(jf) == n && (int64_t)json_array_size(je) == n);
     int32_t *tok = malloc((size_t)n * sizeof(int32_t));
@@ -298,14 +306,14 @@ check_eagle1(const char *golden, const char *base, const struct eagle_target *t)
                 json_array_get(json_array_get(je, (size_t)i), (size_t)j));
         }
     }
-    double err = forward_err(&t->c, t->c.rope.style, &t->fz, cfg, len, &f, tok, feat, ref, n);
+    double err = forward_err(&t->c, t->c.rope.style, &t->fz, gf.cfg, gf.len, &gf.f, tok, feat, ref, n);
     fprintf(stderr, "test_eagle_hf: max relative error vs eagle-llm %.3g\n", err);
     CHECK(err <= 1e-4);
     /* negative control: q/k rows read in the other order (as for a base
      * with the other RoPE style) but run with the base's RoPE */
     struct eagle_config other = t->c;
     other.rope.style = t->c.rope.style == ROPE_NORM ? ROPE_NEOX : ROPE_NORM;
-    double bad = forward_err(&other, t->c.rope.style, &t->fz, cfg, len, &f, tok, feat, ref, n);
+    double bad = forward_err(&other, t->c.rope.style, &t->fz, gf.cfg, gf.len, &gf.f, tok, feat, ref, n);
     fprintf(stderr, "test_eagle_hf: with q/k rows in the wrong order %.3g\n", bad);
     CHECK(bad > 1e-3);
 
@@ -315,11 +323,11 @@ check_eagle1(const char *golden, const char *base, const struct eagle_target *t)
     char gguf_path[64], dir[64], a[600], b[96];
     snprintf(gguf_path, sizeof gguf_path, "%s/head.gguf", tmp);
     snprintf(dir, sizeof dir, "%s/head", tmp);
-    CHECK(eagle_hf_import(path[3], base, gguf_path, false, &d) == 0);
+    CHECK(eagle_hf_import(gf.head, base, gguf_path, false, &d) == 0);
     CHECK(eagle_hf_export(gguf_path, dir, -1, EAGLE_HF_EAGLE, NULL, false, &d) == 0);
     const char *files[] = { "config.json", "model.safetensors" };
     for (int i = 0; i < 2; i++) {
-        snprintf(a, sizeof a, "%s/%s", path[3], files[i]);
+        snprintf(a, sizeof a, "%s/%s", gf.head, files[i]);
         snprintf(b, sizeof b, "%s/%s", dir, files[i]);
         CHECK(same_file(a, b));
         unlink(b);
@@ -327,12 +335,10 @@ check_eagle1(const char *golden, const char *base, const struct eagle_target *t)
     rmdir(dir);
     unlink(gguf_path);
     rmdir(tmp);
-    sft_close(&f);
+    golden_close(&gf);
     free(tok);
     free(feat);
     free(ref);
-    free(cfg);
-    json_decref(g);
 }
 
 int
