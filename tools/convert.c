@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "convert.h"
+#include "eagle_hf.h"
 #include "escape.h"
 #include "qtypes.h"
 #include "tool.h"
@@ -16,7 +17,8 @@
 
 static const char usage_line[] =
     "usage: convert [-fhqvV] [--from fmt] [--to fmt] [--type type] [--tokenizer file]\n"
-    "               [--shard-size size] [--base file] [--[no-]progress] input output\n"
+    "               [--shard-size size] [--base file] [--layout layout] [--verifier name]\n"
+    "               [--[no-]progress] input output\n"
     "       convert --info [--json] [--from fmt] input";
 
 static void
@@ -29,13 +31,16 @@ help(void)
           "The input format is detected from its contents; the output is GGUF when its name\n"
           "ends in .gguf or is '-', else a Hugging Face directory.\n\n"
           "EAGLE draft heads (GGUF from draft-train) convert to and from the published HF\n"
-          "layout (config.json + model.safetensors); importing one needs --base.\n\n"
+          "layout (config.json + model.safetensors), EAGLE-3 heads also to and from vLLM's\n"
+          "speculators layout; importing one needs --base.\n\n"
           "      --base FILE        HF EAGLE head input: the base model GGUF it drafts for\n"
           "  -f, --force            replace an existing output; allow binary output to a terminal\n"
           "      --from FMT         input format: gguf, hf, llama2c (default: detect)\n"
           "  -h, --help             show this help and exit\n"
           "      --info             describe INPUT: metadata, tensors, totals, bits per weight\n"
           "      --json             with --info: JSON Lines (schema convert-info/1)\n"
+          "      --layout LAYOUT    EAGLE head to HF: eagle (the EAGLE authors', default) or\n"
+          "                         speculators (vLLM's speculators library; EAGLE-3 heads)\n"
           "      --no-progress      never show a progress bar\n"
           "      --progress         show a progress bar even when stderr is not a terminal\n"
           "  -q, --quiet            print no warnings\n"
@@ -45,6 +50,8 @@ help(void)
           "      --type TYPE        tensor type of the output: f32, f16 or bf16 (quantized\n"
           "                         tensors are dequantized; 1-D tensors and norms stay f32)\n"
           "  -v, --verbose          say more about what is done\n"
+          "      --verifier NAME    with --layout speculators: the target's HF id or path,\n"
+          "                         written as the speculator's verifier (default: none)\n"
           "  -V, --version          print the version and exit\n\n"
           "Exit status: 0 ok, 1 failure, 2 usage, 3 bad input data, 4 I/O error, 5 out of memory.\n",
           stdout);
@@ -54,7 +61,7 @@ int
 main(int argc, char **argv)
 {
     enum { O_FROM = 256, O_TO, O_TYPE, O_TOKENIZER, O_SHARD, O_INFO, O_JSON, O_PROGRESS, O_NO_PROGRESS,
-           O_BASE };
+           O_BASE, O_LAYOUT, O_VERIFIER };
     static const struct option longopts[] = {
         {"base", required_argument, NULL, O_BASE},
         {"force", no_argument, NULL, 'f'},
@@ -62,6 +69,7 @@ main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {"info", no_argument, NULL, O_INFO},
         {"json", no_argument, NULL, O_JSON},
+        {"layout", required_argument, NULL, O_LAYOUT},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
         {"progress", no_argument, NULL, O_PROGRESS},
         {"quiet", no_argument, NULL, 'q'},
@@ -70,6 +78,7 @@ main(int argc, char **argv)
         {"tokenizer", required_argument, NULL, O_TOKENIZER},
         {"type", required_argument, NULL, O_TYPE},
         {"verbose", no_argument, NULL, 'v'},
+        {"verifier", required_argument, NULL, O_VERIFIER},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
     };
@@ -87,6 +96,11 @@ main(int argc, char **argv)
         case 'v': cli_verbosity = 2; break;
         case 'V': cli_exit_version("convert");
         case O_BASE: o.base = optarg; break;
+        case O_LAYOUT:
+            if (eagle_hf_layout_parse(optarg) < 0)
+                usage_error(usage_line, "--layout: unknown layout '%s' (eagle, speculators)", ESC(optarg));
+            o.layout = optarg;
+            break;
         case O_FROM:
             if ((o.from = model_fmt_parse(optarg)) == FMT_AUTO)
                 usage_error(usage_line, "--from: unknown format '%s' (gguf, hf, llama2c)", ESC(optarg));
@@ -102,6 +116,7 @@ main(int argc, char **argv)
                             ESC(optarg));
             break;
         case O_TOKENIZER: o.tokenizer = optarg; break;
+        case O_VERIFIER: o.verifier = optarg; break;
         case O_SHARD: o.shard_size = (uint64_t)cli_parse_i64(optarg, 1, INT64_MAX, "--shard-size", true); break;
         case O_INFO: info = true; break;
         case O_JSON: o.json = true; break;
@@ -115,8 +130,9 @@ main(int argc, char **argv)
     if (info) {
         if (argc != 1)
             usage_error(usage_line, argc ? "--info takes one input" : "missing input");
-        if (o.base)
-            usage_error(usage_line, "--base goes with a conversion, not --info");
+        if (o.base || o.layout || o.verifier)
+            usage_error(usage_line, "--%s goes with a conversion, not --info",
+                        o.base ? "base" : o.layout ? "layout" : "verifier");
         o.info = stdout;
     } else {
         if (o.json)

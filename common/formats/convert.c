@@ -221,6 +221,11 @@ convert_eagle(const struct convert_opts *o, enum model_fmt from, enum model_fmt 
     if (!head && o->base)
         return diag_set(d, ST_RANGE, "--base goes with an EAGLE head's HF directory "
                         "converted to GGUF");
+    if (o->verifier && (!o->layout || strcmp(o->layout, "speculators")))
+        return diag_set(d, ST_RANGE, "--verifier goes with --layout speculators");
+    if ((!head || from != FMT_GGUF) && o->layout)
+        return diag_set(d, ST_RANGE, "--layout goes with an EAGLE head GGUF converted to "
+                        "an HF directory");
     if (!head)
         return 0;
     *done = true;
@@ -228,8 +233,13 @@ convert_eagle(const struct convert_opts *o, enum model_fmt from, enum model_fmt 
         return diag_set(d, ST_RANGE, "--shard-size: an EAGLE head is written as one file");
     if (from == FMT_HF && o->out_type >= 0)
         return diag_set(d, ST_RANGE, "--type: EAGLE head GGUFs are f32");
+    int layout = o->layout ? eagle_hf_layout_parse(o->layout) : EAGLE_HF_EAGLE;
+    if (layout < 0)
+        return diag_set(d, ST_RANGE, "--layout: unknown layout '%s' (eagle, speculators)",
+                        o->layout);
     if (from == FMT_GGUF)
-        return eagle_hf_export(o->input, o->output, o->out_type, o->force, d);
+        return eagle_hf_export(o->input, o->output, o->out_type, layout, o->verifier, o->force,
+                               d);
     if (!o->base)
         return diag_set(d, ST_RANGE, "'%s' is an EAGLE head: give the model it drafts for "
                         "with --base BASE.gguf", o->input);

@@ -43,6 +43,10 @@ struct convert_opts {
                                  * 0 = SFT_DEFAULT_SHARD (5 GB) */
     const char *base;           /* EAGLE head HF -> GGUF: the base model GGUF the
                                  * head drafts for (eagle_hf.h); NULL otherwise */
+    const char *layout;         /* EAGLE head GGUF -> HF: "eagle" (the EAGLE authors',
+                                 * NULL: the same) or "speculators" (eagle_hf.h) */
+    const char *verifier;       /* with layout "speculators": the target's HF id or
+                                 * path for its config (NULL: none, null there) */
     bool force;                 /* replace an existing output */
     FILE *info;                 /* non-NULL: describe the input on this stream
                                  * (convert_info) instead of converting */

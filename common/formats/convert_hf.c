@@ -12,6 +12,7 @@
 
 #include "convert.h"
 #include "convert_priv.h"
+#include "eagle_hf.h"
 #include "escape.h"
 #include "gguf.h"
 #include "gguf_write.h"
@@ -552,9 +553,12 @@ info_hf(const char *dir, bool json, FILE *out, struct diag *d)
 
     if (!path)
         return diag_set(d, ST_NOMEM, "out of memory");
-    rc = hf_config_load(&cfg, path, d);
+    /* an EAGLE-3 head: its layer's configuration (anything else, even a
+     * config.json that does not parse, is left to hf_config_load) */
+    if ((rc = eagle_hf_layer_config(&cfg, dir, d)) <= 0)
+        rc = hf_config_load(&cfg, path, d);
     free(path);
-    if (rc)
+    if (rc < 0)
         return rc;
     rc = sft_model_open(&sm, dir, d);
     if (rc)

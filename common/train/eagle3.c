@@ -182,6 +182,13 @@ eagle3_ws_out(const struct eagle3_ws *ws)
     return ws->out[0];
 }
 
+const float *
+eagle3_ws_normed(const struct eagle3_ws *ws, int s)
+{
+    assert(s >= 0 && s < ws->steps);
+    return ws->on[s];
+}
+
 static float *
 grad_of(const struct eagle_head *h, float *grad, int i)
 {

@@ -51,6 +51,9 @@ void eagle3_forward(const struct backend_backward_ops *bw, const struct eagle_he
 
 /* the last forward's step-0 output [n][d] (before the final norm) */
 const float *eagle3_ws_out(const struct eagle3_ws *ws);
+/* the last forward's step-s output after the final norm [n][d] (the LM
+ * head's input; rows i >= n - s read past the sequence) */
+const float *eagle3_ws_normed(const struct eagle3_ws *ws, int s);
 
 /* eagle3_loss_backward() : the loss of the last forward against the target's
  * final features tgt [n][d] (row i: position i + 1), and when grad !=

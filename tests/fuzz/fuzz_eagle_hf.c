@@ -1,6 +1,7 @@
 /*
- * fuzz_eagle_hf.c - libFuzzer harness for EAGLE heads in the HF layout
- * (eagle_hf.h): a u16 length (little-endian), that many bytes of
+ * fuzz_eagle_hf.c - libFuzzer harness for EAGLE heads in the HF layouts
+ * (eagle_hf.h: EAGLE-1, EAGLE-3 in the EAGLE authors' and in speculators'
+ * layout, told apart by config.json): a u16 length (little-endian), that many bytes of
  * config.json, the rest model.safetensors, read against a fixed base
  * configuration (the corpus's: width 16, 2 heads, 1 KV head of 8, SwiGLU
  * 24, 12 tokens, interleaved RoPE).  A head that reads must have finite
