@@ -93,12 +93,12 @@ struct sched {
     size_t swap_bytes;
     struct sched_totals tot;
     struct spec_dm_req *dreq;   /* [max_seqs] with a draft model: this step's chains */
-    struct seq **dseq;          /* [max_seqs] their sequences */
+    struct seq **dseq;          /* [max_seqs] their sequences (draft model or head) */
     float *hidden;              /* with a head: the step's final hidden states (the head's
                                  * buffer, eagle_draft_hidden; EAGLE-3 captures its
                                  * features through hooks beside it) */
     int64_t *rowidx;            /* [max_batch_tokens] with a head: 0, 1, 2 ... */
-    struct spec_tree tree;      /* with a head: a chain of spec_tokens */
+    struct eagle_chain_req *hreq;       /* [max_seqs] with a head: this step's chains */
 };
 
 static double
@@ -257,19 +257,19 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         drafts = o->max_batch_tokens - 1;
     s->n_rows = o->max_seqs + (o->spec_tokens ? drafts : 0);
     s->logits = malloc((size_t)s->n_rows * (size_t)s->n_vocab * sizeof(float));
-    if (o->draft) {
+    if (o->draft)
         s->dreq = malloc((size_t)o->max_seqs * sizeof(*s->dreq));
+    if (o->head)
+        s->hreq = malloc((size_t)o->max_seqs * sizeof(*s->hreq));
+    if (o->draft || o->head)
         s->dseq = malloc((size_t)o->max_seqs * sizeof(*s->dseq));
-    }
     if (o->head && eagle_draft_hidden(o->head, o->max_batch_tokens, &s->hidden, NULL) < 0)
         s->hidden = NULL;
     if (o->head && (s->rowidx = malloc((size_t)o->max_batch_tokens * sizeof(int64_t))))
         for (int64_t i = 0; i < o->max_batch_tokens; i++)
             s->rowidx[i] = i;
-    if (o->head && spec_tree_init(&s->tree, o->spec_tokens + 1, NULL) < 0)
-        s->tree.cap = 0;
     if (!s->run || !s->bt || !s->logits || (o->draft && (!s->dreq || !s->dseq)) ||
-        (o->head && (!s->hidden || !s->rowidx || !s->tree.cap))) {
+        (o->head && (!s->hidden || !s->rowidx || !s->hreq || !s->dseq))) {
         sched_free(s);
         return diag_set(d, ST_NOMEM, "out of memory for %lld sequences",
                         (long long)o->max_seqs);
@@ -295,7 +295,7 @@ sched_free(struct sched *s)
     free(s->dreq);
     free(s->dseq);
     free(s->rowidx);
-    spec_tree_release(&s->tree);
+    free(s->hreq);
     free(s);
 }
 
@@ -760,25 +760,33 @@ model_drafts(struct sched *s, struct diag *d)
     return 0;
 }
 
-/* the EAGLE head's greedy chain for every decoding sequence, one sequence
- * at a time on its own stream; each limited as above */
+/* the EAGLE head's greedy chain for every decoding sequence, drafted
+ * together (eagle_streams_chains: one head pass per level for all of
+ * them); each limited as above, and by the blocks free once the drafts
+ * before it are counted */
 static int
 head_drafts(struct sched *s, struct diag *d)
 {
-    for (int64_t i = 0; i < s->n_run && s->budget > 0; i++) {
+    int64_t n = 0, budget = s->budget;
+
+    (void)d;
+    for (int64_t i = 0; i < s->n_run && budget > 0; i++) {
         struct seq *q = s->run[i];
         int64_t lim;
-        int rc;
         if (q->chunk != 1 || n_total(q) - q->n_done != 1 || !q->est || !(lim = draft_limit(s, q)))
             continue;
-        spec_tree_reset(&s->tree, q->toks[n_total(q) - 1]);
-        if ((rc = eagle_stream_tree(s->o.head, q->est, q->toks, n_total(q), (int)lim, 1, lim,
-                                    s->o.draft_p_min, &s->tree, d)) < 0)
-            return rc;
-        for (int64_t j = 1; j < s->tree.n; j++)     /* a chain: node j at depth j */
-            q->draft[j - 1] = s->tree.tok[j];
-        take_draft(s, q, s->tree.n - 1);
+        if (lim > budget)
+            lim = budget;
+        s->hreq[n] = (struct eagle_chain_req){ .st = q->est, .hist = q->toks,
+                                               .n_hist = n_total(q), .max = lim, .out = q->draft };
+        s->dseq[n++] = q;
+        budget -= lim;
     }
+    if (n == 0)
+        return 0;
+    eagle_streams_chains(s->o.head, s->hreq, n, s->o.draft_p_min);
+    for (int64_t j = 0; j < n; j++)
+        take_draft(s, s->dseq[j], s->hreq[j].n_out);
     return 0;
 }
 

@@ -25,6 +25,7 @@
 #include "quant.h"
 
 #define STABLE_ROWS 64          /* rows per batch when catching up on positions */
+#define CHAIN_GROUP 32          /* chains drafted together (their roots <= STABLE_ROWS) */
 #define LEVELS_MAX 64
 
 struct cand {
@@ -98,6 +99,7 @@ struct rows {
     const int32_t *const *anc;
     const int64_t *n_anc;
     int fc;
+    struct eagle_stream *const *st;     /* row r's stream (NULL: all e->cur's) */
 };
 
 static void
@@ -108,12 +110,13 @@ attend(struct eagle_draft *e, const struct rows *rw)
 
     for (int64_t r = 0; r < rw->n; r++) {
         int64_t ns = rw->lim[r], na = rw->n_anc[r];
+        const struct eagle_stream *sr = rw->st ? rw->st[r] : e->cur;
         for (int64_t hh = 0; hh < nh; hh++) {
             const float *qh = e->q + r * e->qd + hh * hd;
             int64_t off = (hh / grp) * hd;
             float max = -INFINITY, *s = e->sc;
             for (int64_t j = 0; j < ns + na; j++) {
-                const float *kj = j < ns ? e->cur->K + j * e->kd + off : e->ck + rw->anc[r][j - ns] * e->kd + off;
+                const float *kj = j < ns ? sr->K + j * e->kd + off : e->ck + rw->anc[r][j - ns] * e->kd + off;
                 float dot = 0;
                 for (int64_t t = 0; t < hd; t++)
                     dot += qh[t] * kj[t];
@@ -127,7 +130,7 @@ attend(struct eagle_draft *e, const struct rows *rw)
             float inv = (float)(1.0 / sum), *o = e->a + r * e->qd + hh * hd;
             memset(o, 0, (size_t)hd * sizeof(float));
             for (int64_t j = 0; j < ns + na; j++) {
-                const float *vj = j < ns ? e->cur->Vs + j * e->kd + off : e->cv + rw->anc[r][j - ns] * e->kd + off;
+                const float *vj = j < ns ? sr->Vs + j * e->kd + off : e->cv + rw->anc[r][j - ns] * e->kd + off;
                 float p = s[j] * inv;
                 for (int64_t t = 0; t < hd; t++)
                     o[t] += p * vj[t];
@@ -419,7 +422,9 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->g = xcalloc((size_t)(B * e->ff), sizeof(float), &bad);
     e->u = xcalloc((size_t)(B * e->ff), sizeof(float), &bad);
     e->cs = xcalloc((size_t)(B * e->h.c.rope.n_rot), sizeof(float), &bad);
-    e->logits = xcalloc((size_t)(k * e->n_lm), sizeof(float), &bad);
+    /* logits rows: a tree level's k, or a chain group's */
+    e->logits = xcalloc((size_t)((k > CHAIN_GROUP ? k : CHAIN_GROUP) * e->n_lm), sizeof(float),
+                        &bad);
     if (e->lm_ids && !e3) {
         e->lm_red = xcalloc((size_t)(e->n_lm * d2), sizeof(float), &bad);
         if (!bad)
@@ -457,7 +462,7 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
         anc[i] = &slot[i];
         kd_[i] = e->ck + i * e->kd, vd_[i] = e->cv + i * e->kd;
     }
-    struct rows rw = { k, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0 };
+    struct rows rw = { k, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL };
     double t0 = now_seconds();
     run_rows(e, &rw);
     e->level_ms = (now_seconds() - t0) * 1000.0;
@@ -602,50 +607,89 @@ eagle_draft_arch(const struct eagle_draft *e)
     return e->h.c.arch == EAGLE_ARCH_3 ? "eagle3" : "eagle";
 }
 
-/* stable positions up to n - 2 (head position p: token hist[p + 1],
- * feature p); the root's children as candidates 0 .. k-1.  The caller
- * checked 2 <= n <= n_feat + 1 (so n - 2 < n_feat <= cap). */
-static void
-catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
-{
-    struct eagle_stream *st = e->cur;
-    int64_t last = n - 2;
-
-    assert(n >= 2 && last < st->n_feat && st->n_feat <= st->cap);
+struct chain_rows {             /* a batch of rows being built */
+    int64_t n;
     int32_t tok[STABLE_ROWS];
     const float *fin[STABLE_ROWS];
     int64_t pos[STABLE_ROWS], lim[STABLE_ROWS], na[STABLE_ROWS];
-    float *kd_[STABLE_ROWS], *vd_[STABLE_ROWS];
+    float *kd[STABLE_ROWS], *vd[STABLE_ROWS];
     const int32_t *anc[STABLE_ROWS];
+    struct eagle_stream *st[STABLE_ROWS];
+};
 
-    /* a position whose next token changed is not stable any more */
-    for (int64_t p = 0; p < st->P && p <= last; p++)
-        if (st->stab_tok[p] != hist[p + 1]) {
-            st->P = p;
-            break;
+/* stable position p of st (token hist[p + 1]) as the next row of b */
+static void
+stable_row(struct eagle_draft *e, struct chain_rows *b, struct eagle_stream *st,
+           const int32_t *hist, int64_t p)
+{
+    int64_t r = b->n++;
+    b->tok[r] = st->stab_tok[p] = hist[p + 1];
+    b->fin[r] = st->feat + p * e->fd;
+    b->pos[r] = p;
+    b->lim[r] = p + 1;          /* itself included: its K/V are stored before attention */
+    b->na[r] = 0;
+    b->anc[r] = NULL;
+    b->kd[r] = st->K + p * e->kd, b->vd[r] = st->Vs + p * e->kd;
+    b->st[r] = st;
+}
+
+static void
+run_chain_rows(struct eagle_draft *e, struct chain_rows *b, int64_t lg0, int fc)
+{
+    struct rows rw = { b->n, lg0, b->tok, b->fin, b->pos, b->lim, b->kd, b->vd, b->anc, b->na,
+                       fc, b->st };
+    run_rows(e, &rw);
+}
+
+/* the stable positions of the n streams st[i] up to their roots (head
+ * position p: token hist[i][p + 1], feature p; root n_hist[i] - 2, whose
+ * output is always recomputed), in head passes of at most STABLE_ROWS
+ * rows, the n <= STABLE_ROWS roots in the last.  The callers checked 2 <=
+ * n_hist <= n_feat + 1.  Returns the roots' first row in e->out; their
+ * logits are e->logits' rows 0 .. n-1. */
+static int64_t
+stable_pass(struct eagle_draft *e, struct eagle_stream *const *st, const int32_t *const *hist,
+            const int64_t *n_hist, int64_t n)
+{
+    struct chain_rows b;
+
+    assert(n <= STABLE_ROWS);
+    b.n = 0;
+    for (int64_t i = 0; i < n; i++) {
+        int64_t last = n_hist[i] - 2;
+        assert(last >= 0 && last < st[i]->n_feat && st[i]->n_feat <= st[i]->cap);
+        /* a position whose next token changed is not stable any more */
+        for (int64_t p = 0; p < st[i]->P && p <= last; p++)
+            if (st[i]->stab_tok[p] != hist[i][p + 1]) {
+                st[i]->P = p;
+                break;
+            }
+        if (st[i]->P > last)
+            st[i]->P = last;
+        for (int64_t p = st[i]->P; p < last; p++) {
+            if (b.n == STABLE_ROWS - n) {
+                run_chain_rows(e, &b, b.n, 1);
+                b.n = 0;
+            }
+            stable_row(e, &b, st[i], hist[i], p);
         }
-    if (st->P > last)
-        st->P = last;           /* the root's position is always rerun: its output is needed */
-    while (st->P <= last) {
-        int64_t n_r = last + 1 - st->P < STABLE_ROWS ? last + 1 - st->P : STABLE_ROWS;
-        for (int64_t r = 0; r < n_r; r++) {
-            int64_t p = st->P + r;
-            tok[r] = hist[p + 1];
-            fin[r] = st->feat + p * e->fd;
-            pos[r] = p;
-            lim[r] = p + 1;     /* itself included: its K/V are stored before attention */
-            na[r] = 0;
-            anc[r] = NULL;
-            kd_[r] = st->K + p * e->kd, vd_[r] = st->Vs + p * e->kd;
-            st->stab_tok[p] = tok[r];
-        }
-        bool final = st->P + n_r > last;
-        struct rows rw = { n_r, final ? n_r - 1 : n_r, tok, fin, pos, lim, kd_, vd_, anc, na, 1 };
-        run_rows(e, &rw);
-        if (final)
-            memcpy(e->hroot, e->out + (n_r - 1) * e->d, (size_t)e->d * sizeof(float));
-        st->P += n_r;
     }
+    int64_t lg0 = b.n;
+    for (int64_t i = 0; i < n; i++) {
+        stable_row(e, &b, st[i], hist[i], n_hist[i] - 2);
+        st[i]->P = n_hist[i] - 1;
+    }
+    run_chain_rows(e, &b, lg0, 1);
+    return lg0;
+}
+
+/* e->cur's stable positions up to n - 2; e->hroot its root's output, the
+ * root's logits row 0 of e->logits */
+static void
+catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
+{
+    int64_t r = stable_pass(e, &e->cur, &hist, &n, 1);
+    memcpy(e->hroot, e->out + r * e->d, (size_t)e->d * sizeof(float));
 }
 
 static int
@@ -729,7 +773,7 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
             anc[r] = slots[r];
             kd_[r] = e->ck + (int64_t)c->fed * e->kd, vd_[r] = e->cv + (int64_t)c->fed * e->kd;
         }
-        struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0 };
+        struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL };
         run_rows(e, &rw);
         levels++;
         e->n_fed += nf;
@@ -785,5 +829,104 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
             break;
         c->fed = (int32_t)node;
     }
+    return 0;
+}
+
+/* ---- chains for many streams, one head pass per level ---- */
+
+/* the top token of logits row z and its log probability */
+static int32_t
+top1(const struct eagle_draft *e, const float *z, float *lp)
+{
+    int32_t id;
+    top_k(z, e->n_lm, 1, &id, lp);
+    return e->lm_ids ? e->lm_ids[id] : id;
+}
+
+static void
+chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float floor_lp)
+{
+    struct chain_rows b;
+    int64_t root[CHAIN_GROUP], n_root = 0, live[CHAIN_GROUP], n_live = 0;
+    int32_t slots[CHAIN_GROUP][LEVELS_MAX];
+    float score[CHAIN_GROUP];
+    double t0 = now_seconds();
+    int levels = 1;
+
+    /* level 0: every stream's stable positions and its root, together */
+    struct eagle_stream *sts[CHAIN_GROUP];
+    const int32_t *hs[CHAIN_GROUP];
+    int64_t nhs[CHAIN_GROUP];
+    for (int64_t i = 0; i < n; i++) {
+        struct eagle_stream *st = rq[i].st;
+        int64_t nh = rq[i].n_hist;
+        rq[i].n_out = 0;
+        if (nh < 2 || nh - 1 > st->n_feat || nh > e->ctx || rq[i].max < 1)
+            continue;
+        sts[n_root] = st, hs[n_root] = rq[i].hist, nhs[n_root] = nh;
+        root[n_root++] = i;
+    }
+    if (n_root == 0)
+        return;
+    int64_t lg0 = stable_pass(e, sts, hs, nhs, n_root);
+    /* the roots' outputs in fed slots 0 .. n_root-1 (never attended to:
+     * a root's K/V are its stream's); their children */
+    for (int64_t j = 0; j < n_root; j++) {
+        struct eagle_chain_req *q = &rq[root[j]];
+        memcpy(e->ch + j * e->d, e->out + (lg0 + j) * e->d, (size_t)e->d * sizeof(float));
+        int32_t t = top1(e, e->logits + j * e->n_lm, &score[j]);
+        if (score[j] < floor_lp)
+            continue;
+        q->out[q->n_out++] = t;
+        if (q->n_out < q->max)
+            live[n_live++] = j;
+    }
+    /* level m + 1: each live chain's token at depth m fed (ancestors: the
+     * chain's fed slots, itself last), its child the next token */
+    int64_t fed = n_root;
+    for (int64_t m = 1; n_live > 0 && m < LEVELS_MAX && fed + n_live <= e->cap_fed; m++) {
+        b.n = 0;
+        for (int64_t k = 0; k < n_live; k++) {
+            int64_t j = live[k], r = b.n++;
+            struct eagle_chain_req *q = &rq[root[j]];
+            int64_t f = fed++;
+            slots[j][m - 1] = (int32_t)f;
+            b.tok[r] = q->out[m - 1];
+            b.fin[r] = e->ch + (m == 1 ? j : slots[j][m - 2]) * e->d;
+            b.pos[r] = q->n_hist - 2 + m;
+            b.lim[r] = q->n_hist - 1;
+            b.na[r] = m;
+            b.anc[r] = slots[j];
+            b.kd[r] = e->ck + f * e->kd, b.vd[r] = e->cv + f * e->kd;
+            b.st[r] = q->st;
+        }
+        run_chain_rows(e, &b, 0, 0);
+        levels++;
+        int64_t n_next = 0;
+        for (int64_t k = 0; k < n_live; k++) {
+            int64_t j = live[k];
+            struct eagle_chain_req *q = &rq[root[j]];
+            float lp;
+            memcpy(e->ch + (int64_t)slots[j][m - 1] * e->d, e->out + k * e->d,
+                   (size_t)e->d * sizeof(float));
+            int32_t t = top1(e, e->logits + k * e->n_lm, &lp);
+            if ((score[j] += lp) < floor_lp)
+                continue;
+            q->out[q->n_out++] = t;
+            if (q->n_out < q->max)
+                live[n_next++] = j;
+        }
+        n_live = n_next;
+    }
+    e->level_ms = 0.8 * e->level_ms + 0.2 * (now_seconds() - t0) * 1000.0 / levels;
+}
+
+int
+eagle_streams_chains(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float p_min)
+{
+    float floor_lp = p_min > 0 ? logf(p_min) : -INFINITY;
+
+    for (int64_t g = 0; g < n; g += CHAIN_GROUP)
+        chains_group(e, rq + g, n - g < CHAIN_GROUP ? n - g : CHAIN_GROUP, floor_lp);
     return 0;
 }

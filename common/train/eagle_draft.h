@@ -113,6 +113,27 @@ int eagle_stream_feed(struct eagle_draft *e, struct eagle_stream *st, int64_t po
 int eagle_stream_feed_rows(struct eagle_draft *e, struct eagle_stream *st, int64_t pos0,
                            const float *hidden, const int64_t *rows, int64_t n);
 
+/* one sequence's request to eagle_streams_chains(): its stream and tokens
+ * (hist[n_hist - 1] the chain's root), at most max tokens (1 ..
+ * LEVELS_MAX) into out; n_out set */
+struct eagle_chain_req {
+    struct eagle_stream *st;
+    const int32_t *hist;
+    int64_t n_hist, max;
+    int32_t *out;
+    int64_t n_out;
+};
+
+/* eagle_streams_chains() : the head's greedy chain (eagle_stream_tree() of
+ * width 1 and depth max, the confidence floor p_min) for each of the n
+ * requests, the streams' rows batched: their stable positions and roots in
+ * one head pass (or several of at most 64 rows), then one pass per level
+ * for all the chains still growing, so the head's weights are read once
+ * per level rather than once per sequence and level.  A request whose
+ * features are missing gets no tokens.  Returns 0. */
+int eagle_streams_chains(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n,
+                         float p_min);
+
 /* eagle_stream_tree() : eagle_draft_tree() on stream st with width
  * branches per node (1 .. the top_k given at open; 1 = a chain of the
  * head's greedy tokens) */

@@ -213,6 +213,52 @@ main(void)
             spec_tree_reset(&c2, tok[N]);
             CHECK(eagle_stream_tree(ed, s1, tok, N + 1, 4, 1, 4, 1.0f, &c2, &d) == 0);
             CHECK_EQ(c2.n, 1);
+            /* the streams' chains drafted together (--batch) are each one's
+             * chain drafted alone: fresh streams, so that every one catches
+             * up from position 0 in the shared passes; one stream has a
+             * missing feature and gets nothing */
+            struct eagle_stream *b[4] = { NULL };
+            int32_t out[4][4], want[4][4];
+            int64_t n_want[4];
+            for (int i = 0; i < 4; i++)
+                CHECK(eagle_stream_new(ed, &b[i], &d) == 0);
+            const int64_t nh[4] = { N + 1, N, N, N + 3 }, mx[4] = { 4, 3, 2, 4 };
+            const int64_t nf[4] = { N, N - 1, N - 1, N };
+            const float *fs[4] = { feat, feat + dd, feat + 2 * dd, feat };
+            for (int i = 0; i < 4; i++) {     /* alone */
+                struct eagle_stream *one = NULL;
+                CHECK(eagle_stream_new(ed, &one, &d) == 0);
+                eagle_stream_feed_rows(ed, one, 0, fs[i], NULL, nf[i]);
+                spec_tree_reset(&c2, tok[nh[i] - 1 < N ? nh[i] - 1 : N]);
+                CHECK(eagle_stream_tree(ed, one, tok, nh[i], (int)mx[i], 1, mx[i], 0.0f, &c2,
+                                        &d) == 0);
+                n_want[i] = c2.n - 1;
+                memcpy(want[i], c2.tok + 1, (size_t)n_want[i] * sizeof(int32_t));
+                eagle_stream_free(one);
+            }
+            struct eagle_chain_req rq[4];
+            for (int i = 0; i < 4; i++) {
+                eagle_stream_feed_rows(ed, b[i], 0, fs[i], NULL, nf[i]);
+                rq[i] = (struct eagle_chain_req){ b[i], tok, nh[i], mx[i], out[i], -1 };
+            }
+            CHECK(eagle_streams_chains(ed, rq, 4, 0.0f) == 0);
+            for (int i = 0; i < 4; i++) {
+                printf("stream %d: %lld tokens together, %lld alone\n", i, (long long)rq[i].n_out,
+                       (long long)n_want[i]);
+                CHECK_EQ(rq[i].n_out, n_want[i]);
+                CHECK(memcmp(out[i], want[i], (size_t)n_want[i] * sizeof(int32_t)) == 0);
+            }
+            CHECK(n_want[0] == 4 && n_want[1] == 3 && n_want[2] == 2 && n_want[3] == 0);
+            /* again, with nothing new: the same chains; the floor 1 prunes all */
+            CHECK(eagle_streams_chains(ed, rq, 4, 0.0f) == 0);
+            for (int i = 0; i < 3; i++)
+                CHECK(rq[i].n_out == n_want[i] &&
+                      memcmp(out[i], want[i], (size_t)n_want[i] * sizeof(int32_t)) == 0);
+            CHECK(eagle_streams_chains(ed, rq, 4, 1.0f) == 0);
+            for (int i = 0; i < 4; i++)
+                CHECK_EQ(rq[i].n_out, 0);
+            for (int i = 0; i < 4; i++)
+                eagle_stream_free(b[i]);
             spec_tree_release(&c1);
             spec_tree_release(&c2);
         }
