@@ -107,7 +107,7 @@ llama2c_read(struct llama2c_model *m, struct src *s, struct diag *d)
     memset(m, 0, sizeof(*m));
     m->src = s;
     if (!map && s->size != 0)
-        return diag_set(d, ST_RANGE, "llama2.c model input must be a regular file, not a pipe");
+        return diag_set(d, ST_RANGE, "llama2.c model input must be a regular file, not a pipe or device");
     if (s->size < LLAMA2C_HEADER_BYTES)
         return diag_set(d, ST_FORMAT, "file too small for a llama2.c header (%llu bytes)",
                         (unsigned long long)s->size);

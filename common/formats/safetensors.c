@@ -556,7 +556,7 @@ sft_read(struct sft_file *f, struct src *s, struct diag *d)
     f->src = s;
     if (!map) {
         if (size != 0)
-            return diag_set(d, ST_RANGE, "safetensors input must be a regular file, not a pipe");
+            return diag_set(d, ST_RANGE, "safetensors input must be a regular file, not a pipe or device");
     }
     if (size < 8)
         return diag_set(d, ST_FORMAT, "file too small for a safetensors header (%llu bytes)",
