@@ -403,7 +403,8 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
     e->V = m->hp.n_vocab;
     e->top_k = k;
     e->B = STABLE_ROWS > k ? STABLE_ROWS : k;
-    e->cap_fed = (int64_t)LEVELS_MAX * k;
+    /* fed slots: a tree's levels of k, or a chain group's roots and chains */
+    e->cap_fed = (int64_t)LEVELS_MAX * (k > CHAIN_GROUP ? k : CHAIN_GROUP);
     e->cap_c = e->cap_fed * k + k;
     int64_t B = e->B, d2 = e->d;
     bad |= eagle_stream_new(e, &e->st0, NULL) < 0 || stream_reserve(e, e->st0, ctx) < 0;
@@ -443,7 +444,8 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
             bad |= weight(e, i, e->h.t[i], e->h.rows[i], e->h.cols[i], wtype) < 0;
     if (!bad && e->lm_red)
         bad |= weight(e, EAGLE_N_TENSORS, e->lm_red, e->n_lm, d2, wtype) < 0;
-    if (bad || m->be->ops->mm_reserve(m->be, e->lm.type, k, e->lm.cols) < 0) {
+    if (bad || m->be->ops->mm_reserve(m->be, e->lm.type, k > CHAIN_GROUP ? k : CHAIN_GROUP,
+                                      e->lm.cols) < 0) {
         eagle_draft_free(e);
         return diag_set(d, ST_NOMEM, "out of memory for the EAGLE head");
     }

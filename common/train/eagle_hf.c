@@ -692,6 +692,12 @@ eagle_hf_export(const char *in, const char *out, int type, int layout, const cha
     int rc;
 
     memset(&plan, 0, sizeof plan);
+    if (verifier) {             /* config.json is UTF-8: jansson refuses other strings */
+        json_t *v = json_string(verifier);
+        if (!v)
+            return diag_set(d, ST_RANGE, "--verifier: the name is not UTF-8 text");
+        json_decref(v);
+    }
     if ((rc = eagle_head_read(&h, &meta, NULL, NULL, in, d)) < 0) {
         diag_prefix(d, "'%s'", in);
         return rc;

@@ -300,6 +300,9 @@ EOF
     [[ $stderr == *"--verifier goes with --layout speculators"* ]]
     run -2 --separate-stderr convert --info --layout eagle "$HEAD3"
     [[ $stderr == *"--layout goes with a conversion, not --info"* ]]
+    run -0 --separate-stderr convert --base "$FIX" "$HEAD3" h3.gguf
+    run -2 --separate-stderr convert --layout speculators --verifier $'org/\xff' h3.gguf out
+    [[ $stderr == *"--verifier: the name is not UTF-8 text"* ]]
     [ ! -e out ] && [ ! -e h.gguf ] && [ ! -e model-hf ]
 }
 

@@ -259,6 +259,33 @@ main(void)
                 CHECK_EQ(rq[i].n_out, 0);
             for (int i = 0; i < 4; i++)
                 eagle_stream_free(b[i]);
+            /* a full group (32 chains of 8): every chain as long as alone */
+            enum { NS = 32, MX = 8 };
+            struct eagle_stream *many[NS] = { NULL };
+            struct eagle_chain_req mr[NS];
+            int32_t mo[NS][MX];
+            struct spec_tree c8;
+            CHECK(spec_tree_init(&c8, MX + 1, &d) == 0);
+            struct eagle_stream *one = NULL;
+            CHECK(eagle_stream_new(ed, &one, &d) == 0);
+            eagle_stream_feed_rows(ed, one, 0, feat, NULL, N);
+            spec_tree_reset(&c8, tok[N]);
+            CHECK(eagle_stream_tree(ed, one, tok, N + 1, MX, 1, MX, 0.0f, &c8, &d) == 0);
+            CHECK_EQ(c8.n, MX + 1);
+            eagle_stream_free(one);
+            for (int i = 0; i < NS; i++) {
+                CHECK(eagle_stream_new(ed, &many[i], &d) == 0);
+                eagle_stream_feed_rows(ed, many[i], 0, feat, NULL, N);
+                mr[i] = (struct eagle_chain_req){ many[i], tok, N + 1, MX, mo[i], -1 };
+            }
+            CHECK(eagle_streams_chains(ed, mr, NS, 0.0f) == 0);
+            int64_t full = 0;
+            for (int i = 0; i < NS; i++)
+                full += mr[i].n_out == MX && memcmp(mo[i], c8.tok + 1, MX * sizeof(int32_t)) == 0;
+            CHECK_EQ(full, NS);
+            for (int i = 0; i < NS; i++)
+                eagle_stream_free(many[i]);
+            spec_tree_release(&c8);
             spec_tree_release(&c1);
             spec_tree_release(&c2);
         }
