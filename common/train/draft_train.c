@@ -51,7 +51,9 @@ struct run {
     int64_t S, n_seq, n_hold, n_tok, d;
     int64_t fd;                 /* floats kept per position: d (EAGLE-1); 3d inputs + d (EAGLE-3) */
     int32_t *seq_tok;           /* [n_seq][S + 1] */
-    uint16_t *feat;             /* [n_seq][S + 1][fd] f16 */
+    uint16_t *feat;             /* [n_seq][S + 1][fd] f16, or bf16 when feat_bf16 */
+    bool feat_bf16;             /* gemma3's EAGLE-3 features: its hidden states between
+                                 * layers outgrow f16 (max 65504); bf16 keeps f32's range */
     float *f32;                 /* [S + 1][fd] one sequence's features */
     float *fin;                 /* EAGLE-3: [S + 1][d] the final features of f32 */
     float *noisy;               /* [S][fd] */
@@ -69,6 +71,19 @@ struct run {
     bool ct_loaded;
     int64_t n_prompts, n_generated;     /* self-distillation */
 };
+
+/* a feature as stored, and back */
+static uint16_t
+feat_enc(const struct run *r, float x)
+{
+    return r->feat_bf16 ? qconv_fp32_to_bf16(x) : qconv_fp32_to_fp16(x);
+}
+
+static float
+feat_dec(const struct run *r, uint16_t h)
+{
+    return r->feat_bf16 ? qconv_bf16_to_fp32(h) : qconv_fp16_to_fp32(h);
+}
 
 /* ---- data ---- */
 
@@ -264,8 +279,8 @@ static char *
 cache_path(const struct run *r)
 {
     char key[256], sha[65], *p;
-    snprintf(key, sizeof key, "eagle%d-features v%u %s %s %lld", r->o->arch, CACHE_VERSION,
-             r->base_sha, r->data_sha, (long long)r->S);
+    snprintf(key, sizeof key, "eagle%d-features v%u %s %s %lld%s", r->o->arch, CACHE_VERSION,
+             r->base_sha, r->data_sha, (long long)r->S, r->feat_bf16 ? " bf16" : "");
     if (quantize_sha256_hex(key, strlen(key), sha) < 0)
         return NULL;
     size_t n = strlen(r->o->cache_dir) + 64;
@@ -322,7 +337,7 @@ cache_read(struct run *r, const char *path, struct diag *d)
     memcpy(r->feat, out + nt, raw - nt);
     free(out);
     for (size_t i = 0; i < (raw - nt) / 2; i++) {
-        float f = qconv_fp16_to_fp32(r->feat[i]);
+        float f = feat_dec(r, r->feat[i]);
         if (!isfinite(f)) {
             runcb_warn(&r->o->cb, "feature cache '%s': non-finite feature; recomputing", path);
             return 0;
@@ -407,10 +422,16 @@ features(struct run *r, bool *hit, struct diag *d)
         int64_t w = r->fin ? 3 * r->d : r->d;
         for (int64_t i = 0; i <= r->S; i++) {
             for (int64_t j = 0; j < w; j++)
-                f[i * r->fd + j] = qconv_fp32_to_fp16(r->f32[i * w + j]);
+                f[i * r->fd + j] = feat_enc(r, r->f32[i * w + j]);
             for (int64_t j = w; j < r->fd; j++)
-                f[i * r->fd + j] = qconv_fp32_to_fp16(r->fin[i * r->d + j - w]);
+                f[i * r->fd + j] = feat_enc(r, r->fin[i * r->d + j - w]);
         }
+        for (int64_t j = 0; j < (r->S + 1) * r->fd; j++)
+            if (!isfinite(feat_dec(r, f[j]))) {
+                free(path);
+                return diag_set(d, ST_RANGE, "sequence %lld: a feature outside the range of "
+                                "its %s store", (long long)s, r->feat_bf16 ? "bf16" : "f16");
+            }
         if (o->stop && *o->stop) {
             free(path);
             return diag_set(d, ST_FAIL, "interrupted");
@@ -489,9 +510,9 @@ seq_features(struct run *r, int64_t s)
     int64_t w = r->fin ? 3 * r->d : r->d;
     for (int64_t i = 0; i <= r->S; i++) {
         for (int64_t j = 0; j < w; j++)
-            r->f32[i * w + j] = qconv_fp16_to_fp32(f[i * r->fd + j]);
+            r->f32[i * w + j] = feat_dec(r, f[i * r->fd + j]);
         for (int64_t j = w; j < r->fd; j++)
-            r->fin[i * r->d + j - w] = qconv_fp16_to_fp32(f[i * r->fd + j]);
+            r->fin[i * r->d + j - w] = feat_dec(r, f[i * r->fd + j]);
     }
 }
 
@@ -500,7 +521,7 @@ seq_features(struct run *r, int64_t s)
 /* EAGLE-3 over a draft vocabulary: r->keep, the positions whose target
  * argmax over the whole vocabulary (the full LM head on the final feature)
  * is a draft token; the others carry no loss (EAGLE-3's loss mask).  The
- * features are r->feat's (f16), as the loss reads them. */
+ * features are r->feat's (f16 or bf16), as the loss reads them. */
 static int
 draft_keep(struct run *r, struct diag *d)
 {
@@ -641,6 +662,7 @@ fill_meta(const struct run *r, struct eagle_meta *mt, int64_t steps, double elap
     if (gguf_get_str(&r->m->gguf, "general.name", &name, NULL) < 0 || !name)
         name = r->o->model;
     snprintf(mt->base_name, sizeof mt->base_name, "%s", name);
+    snprintf(mt->base_arch, sizeof mt->base_arch, "%s", r->m->hp.arch_name);
     snprintf(mt->data_sha256, sizeof mt->data_sha256, "%s", r->data_sha);
     mt->steps = (uint64_t)steps;
     mt->tokens = (uint64_t)(steps * r->o->batch * r->S);
@@ -881,6 +903,7 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)
         memset(r.h.t[EAGLE_FC_B], 0, (size_t)r.d * sizeof(float));
     r.fd = o->arch == EAGLE_ARCH_3 ? 4 * r.d : r.d;
+    r.feat_bf16 = o->arch == EAGLE_ARCH_3 && r.m->hp.arch == MODEL_ARCH_GEMMA3;
     if (o->arch == EAGLE_ARCH_3 && !(r.fin = malloc((size_t)((r.S + 1) * r.d) * sizeof(float)))) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;

@@ -891,6 +891,7 @@ eagle_hf_import(const char *dir, const char *base, const char *out, bool force, 
         goto out;
     }
     memcpy(meta.base_sha256, sha, sizeof sha);
+    snprintf(meta.base_arch, sizeof meta.base_arch, "%s", m->hp.arch_name);
     if (!meta.base_name[0]) {
         if (gguf_get_str(&m->gguf, "general.name", &name, NULL) < 0 || !name)
             name = base;

@@ -73,6 +73,8 @@ eagle_head_write(const struct eagle_head *h, const struct eagle_meta *meta, cons
     rc |= gguf_set_u32(&g, K("vocab_size"), (uint32_t)c->n_vocab);
     rc |= gguf_set_str(&g, K("base.tensor_sha256"), meta->base_sha256);
     rc |= gguf_set_str(&g, K("base.name"), meta->base_name);
+    if (meta->base_arch[0])
+        rc |= gguf_set_str(&g, K("base.architecture"), meta->base_arch);
     rc |= gguf_set_u64(&g, K("train.steps"), meta->steps);
     rc |= gguf_set_u64(&g, K("train.tokens"), meta->tokens);
     rc |= gguf_set_str(&g, K("train.data_sha256"), meta->data_sha256);
@@ -259,6 +261,11 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
         (rc = get_u64(g, K("train.steps"), &meta->steps, d)) < 0 ||
         (rc = get_u64(g, K("train.tokens"), &meta->tokens, d)) < 0)
         goto out;
+    const char *ba;
+    if ((rc = gguf_get_str(g, K("base.architecture"), &ba, d)) < 0)
+        goto out;
+    if (rc == 0)
+        snprintf(meta->base_arch, sizeof meta->base_arch, "%s", ba);
     const struct gguf_kv *dv = gguf_get(g, K("draft_vocab"));
     if (dv) {
         if (dv->type != GGUF_TYPE_ARRAY || dv->arr_type != GGUF_TYPE_INT32 || dv->n < 1 ||
@@ -384,6 +391,9 @@ eagle_head_check_base(const struct eagle_head *h, const struct eagle_meta *meta,
     const struct model_hparams *hp = &m->hp;
     char sha[65];
 
+    if (meta->base_arch[0] && strcmp(meta->base_arch, hp->arch_name) != 0)
+        return diag_set(d, ST_FORMAT, "the head was trained for a %s model ('%s'), not %s",
+                        meta->base_arch, meta->base_name, hp->arch_name);
     if (h->c.d != hp->n_embd || h->c.n_vocab != hp->n_vocab)
         return diag_set(d, ST_FORMAT, "the head is for a model of width %lld and %lld tokens, "
                         "not %lld and %lld", (long long)h->c.d, (long long)h->c.n_vocab,

@@ -49,6 +49,8 @@
 struct eagle_meta {
     char base_sha256[65];
     char base_name[128];
+    char base_arch[32];         /* the base's general.architecture ("" in older heads:
+                                 * not checked) */
     char data_sha256[65];
     uint64_t steps, tokens;
     int32_t *draft_ids;         /* NULL, or n_draft ascending token ids (read: malloc'd,
@@ -86,8 +88,8 @@ int eagle_head_read(struct eagle_head *h, struct eagle_meta *meta, float **m_, f
 int eagle_head_read_mem(struct eagle_head *h, struct eagle_meta *meta, const void *data,
                         size_t size, struct diag *d);
 
-/* eagle_head_check_base() : 0 when h was trained for m (shape and base
- * hash), else -ST_FORMAT with the reason. */
+/* eagle_head_check_base() : 0 when h was trained for m (architecture,
+ * shape and base hash), else -ST_FORMAT with the reason. */
 int eagle_head_check_base(const struct eagle_head *h, const struct eagle_meta *meta,
                           const struct model *m, struct diag *d);
 

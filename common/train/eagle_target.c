@@ -33,11 +33,21 @@ eagle_target_config(const struct model *m, struct eagle_config *c, struct diag *
     const struct model_hparams *hp = &m->hp;
 
     memset(c, 0, sizeof *c);
-    if (hp->arch != MODEL_ARCH_LLAMA)
+    if (hp->arch != MODEL_ARCH_LLAMA && hp->arch != MODEL_ARCH_GEMMA3)
         return diag_set(d, ST_RANGE, "architecture '%s': EAGLE heads are trained for llama "
-                        "models only", hp->arch_name);
+                        "and gemma3 models only", hp->arch_name);
     if (hp->head_dim != hp->head_dim_v)
         return diag_set(d, ST_RANGE, "key and value head sizes differ");
+    if (hp->rope.ext_factor != 0.0f)
+        return diag_set(d, ST_RANGE, "YaRN RoPE scaling: an EAGLE head's RoPE has linear "
+                        "scaling only");
+    /* gemma3: a softcap on the final logits (Gemma 2's; absent in Gemma 3
+     * releases) would change the LM head's distribution the head learns */
+    double cap = 0;
+    if (hp->arch == MODEL_ARCH_GEMMA3 &&
+        gguf_get_float(&m->gguf, "gemma3.final_logit_softcapping", &cap, NULL) == 0 && cap != 0)
+        return diag_set(d, ST_RANGE, "gemma3.final_logit_softcapping %g: EAGLE heads are "
+                        "trained for models without a final logit softcap", cap);
     c->d = hp->n_embd;
     c->n_head = hp->n_head;
     c->n_head_kv = hp->n_head_kv;
@@ -45,6 +55,8 @@ eagle_target_config(const struct model *m, struct eagle_config *c, struct diag *
     c->n_ff = hp->n_ff;
     c->n_vocab = hp->n_vocab;
     c->eps = hp->rms_eps;
+    /* a gemma3 target's global layers' RoPE (base rope.freq_base, NeoX);
+     * the head is a llama layer in that style whatever the target's layers */
     c->rope = hp->rope;
     c->rope.freq_factors = NULL;
     c->arch = EAGLE_ARCH_1;
