@@ -26,7 +26,7 @@ static const char usage_line[] =
 static const char help_text[] =
     "draft-train - train an EAGLE-1 or EAGLE-3 draft head for speculative decoding\n"
     "\n"
-    "  -m, --model FILE        the base model (GGUF, llama architecture)\n"
+    "  -m, --model FILE        the base model (GGUF, llama or gemma3)\n"
     "      --data FILE         training text, or JSON Lines with a \"text\" member (- = stdin);\n"
     "                          never the text you evaluate on; lines with a \"prompt\" or\n"
     "                          chat \"messages\" get the base model's own responses\n"

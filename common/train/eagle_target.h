@@ -23,13 +23,15 @@ struct eagle_target {
     int64_t max_n;
 };
 
-/* eagle_target_config() : the head's configuration for m (a llama-arch
- * model): its width, heads, feed-forward size, vocabulary, epsilon and
- * RoPE.  Returns 0 or -ST_RANGE (an architecture the EAGLE-1 head does not
- * support; message in d). */
+/* eagle_target_config() : the head's configuration for m (a llama or
+ * gemma3 model): its width, heads, feed-forward size, vocabulary, epsilon
+ * and RoPE (gemma3: the global layers', NeoX).  The head is a llama layer
+ * for either and takes the embedding's raw rows (not gemma3's sqrt(d)
+ * scaled ones).  Returns 0 or -ST_RANGE (another architecture, a final
+ * logit softcap, YaRN RoPE: what a head cannot honour; message in d). */
 int eagle_target_config(const struct model *m, struct eagle_config *c, struct diag *d);
 
-/* eagle_target_init() : the head's configuration for m (a llama-arch
+/* eagle_target_init() : the head's configuration for m (a llama or gemma3
  * model), the frozen parts converted to f32 through the backend, and a KV
  * cache for feature runs of up to max_n tokens.  Returns 0, -ST_RANGE (an
  * architecture the EAGLE-1 head does not support; message in d),

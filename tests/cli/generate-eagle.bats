@@ -2,7 +2,8 @@
 # generate --draft-head: EAGLE-2 trees from a head (EAGLE-1 or EAGLE-3) made by draft-train; the
 # output is plain decoding's, greedy and sampled (--spec-compare checks it
 # and exits 6 otherwise), one prompt or a batch of concurrent requests; the
-# confidence floor (--draft-p-min); a head for another model or no head at
+# confidence floor (--draft-p-min); heads for the real SmolLM2 and Gemma 3;
+# a head for another model or no head at
 # all is refused; the option rules.
 
 load common
@@ -166,4 +167,74 @@ print(len(f.data))")
     run -0 --separate-stderr generate -m "$FIX" -p "In addition to a significant" -n 40 \
         --temp 0 --draft-head dv.gguf --spec-width 3 --spec-tokens 9 --spec-compare --json
     [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
+}
+
+# gemma_head ARCH OUT : a tiny head of ARCH (eagle1, eagle3) for the real
+# gemma-3-270m ($GEMMA) in $BATS_FILE_TMPDIR/OUT, trained once per file on
+# 3 KB of the calibration text over a draft vocabulary of 2048 tokens
+gemma_head() {
+    [ -f "$BATS_FILE_TMPDIR/$2" ] && return 0
+    head -c 3000 "$CALIB" > "$BATS_FILE_TMPDIR/g3.txt"
+    draft-train -m "$GEMMA" --data "$BATS_FILE_TMPDIR/g3.txt" -o "$BATS_FILE_TMPDIR/$2" \
+        --arch "$1" --epochs 1 --seq-len 32 --draft-vocab 2048 -t 2 -q
+}
+
+# gemma_spec HEAD : on the real gemma-3-270m, greedy output with HEAD equals
+# plain decoding: a tree, a chain, a prompt past the sliding window (512
+# tokens) and three concurrent --batch requests
+gemma_spec() {
+    local h=$1
+    run -0 --separate-stderr generate -m "$GEMMA" -p "The history of the city" -n 24 --temp 0 \
+        --draft-head "$h" --spec-width 3 --spec-tokens 8 --spec-compare --json -t 2
+    [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
+    python3 -c "
+t = open('$SHARED/data/wikitext-2-test.raw', encoding='utf-8').read()
+print(' '.join(t.split()[1000:1450]))" > "$BATS_TEST_TMPDIR/long.txt"
+    run -0 --separate-stderr generate -m "$GEMMA" -f "$BATS_TEST_TMPDIR/long.txt" -n 12 --temp 0 \
+        --draft-head "$h" --spec-width 1 --spec-tokens 4 --spec-compare --json -t 2
+    [ "$(jq -r '.prompt_tokens > 512' <<<"$output")" = true ]
+    for i in 0 1 2; do
+        jq -cn --arg p "$(cut -c $((1 + 80 * i))-$((160 + 80 * i)) "$BATS_TEST_TMPDIR/long.txt")" \
+            --argjson n $((6 + 6 * i)) '{id: "g\($n)", prompt: $p, max_tokens: $n, temperature: 0}'
+    done > "$BATS_TEST_TMPDIR/g3reqs.jsonl"
+    HEAD=$h SPEC="--spec-tokens 4" eagle_batch -m "$GEMMA" --batch "$BATS_TEST_TMPDIR/g3reqs.jsonl" -t 2
+    grep -q 'speculative (eagle3\{0,1\}): [0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
+}
+
+@test "generate --draft-head on Gemma 3: an EAGLE-1 head for the real gemma-3-270m keeps greedy output (tree, chain, past the sliding window, --batch)" {
+    need_model GEMMA gemma-3-270m.Q4_K_M.gguf
+    gemma_head eagle1 g3-eagle1.gguf
+    gemma_spec "$BATS_FILE_TMPDIR/g3-eagle1.gguf"
+}
+
+@test "generate --draft-head on Gemma 3: an EAGLE-3 head for the real gemma-3-270m keeps greedy output (tree, chain, past the sliding window, --batch)" {
+    need_model GEMMA gemma-3-270m.Q4_K_M.gguf
+    gemma_head eagle3 g3-eagle3.gguf
+    run -0 "$LLMKIT_CACHE/venv/bin/python" -c "
+import gguf
+r = gguf.GGUFReader('$BATS_FILE_TMPDIR/g3-eagle3.gguf')
+f = r.fields
+s = lambda k: bytes(f[k].parts[f[k].data[0]]).decode()
+v = lambda k: f[k].parts[f[k].data[0]][0]
+assert s('eagle3.base.architecture') == 'gemma3'
+assert v('eagle3.rope.neox') and v('eagle3.rope.freq_base') == 1e6
+assert v('eagle3.attention.key_length') == 256 and v('eagle3.attention.head_count_kv') == 1
+assert [int(f['eagle3.feature_layers'].parts[i][0]) for i in f['eagle3.feature_layers'].data] == [2, 9, 15]
+assert v('eagle3.draft_vocab_size') == 2048"
+    gemma_spec "$BATS_FILE_TMPDIR/g3-eagle3.gguf"
+}
+
+@test "generate --draft-head: a head trained for SmolLM2 is refused for Gemma 3, and one for Gemma 3 for SmolLM2 (3)" {
+    need_model GEMMA gemma-3-270m.Q4_K_M.gguf
+    need_model SMOL SmolLM2-135M-Instruct.Q4_1.gguf
+    gemma_head eagle3 g3-eagle3.gguf
+    head -c 2000 "$CALIB" > "$BATS_TEST_TMPDIR/s.txt"
+    draft-train -m "$SMOL" --data "$BATS_TEST_TMPDIR/s.txt" -o "$BATS_TEST_TMPDIR/smol.gguf" \
+        --epochs 1 --seq-len 32 -q
+    run -3 --separate-stderr generate -m "$GEMMA" -p hi -n 2 --draft-head "$BATS_TEST_TMPDIR/smol.gguf"
+    [[ $stderr == *"smol.gguf': the head was trained for a llama model ("*"), not gemma3" ]]
+    [ -z "$output" ]
+    run -3 --separate-stderr generate -m "$SMOL" -p hi -n 2 --draft-head "$BATS_FILE_TMPDIR/g3-eagle3.gguf"
+    [[ $stderr == *"g3-eagle3.gguf': the head was trained for a gemma3 model ('Gemma 3 270m'), not llama" ]]
+    [ -z "$output" ]
 }
