@@ -189,8 +189,8 @@ gemma_spec() {
     [ "$(jq -r '.speculative.drafted > 0' <<<"$output")" = true ]
     python3 -c "
 t = open('$SHARED/data/wikitext-2-test.raw', encoding='utf-8').read()
-print(' '.join(t.split()[1000:1450]))" > "$BATS_TEST_TMPDIR/long.txt"
-    run -0 --separate-stderr generate -m "$GEMMA" -f "$BATS_TEST_TMPDIR/long.txt" -n 12 --temp 0 \
+print(' '.join(t.split()[1000:1540]))" > "$BATS_TEST_TMPDIR/long.txt"
+    run -0 --separate-stderr generate -m "$GEMMA" -f "$BATS_TEST_TMPDIR/long.txt" -n 8 --temp 0 \
         --draft-head "$h" --spec-width 1 --spec-tokens 4 --spec-compare --json -t 2
     [ "$(jq -r '.prompt_tokens > 512' <<<"$output")" = true ]
     for i in 0 1 2; do
