@@ -43,9 +43,12 @@ eagle_target_config(const struct model *m, struct eagle_config *c, struct diag *
                         "scaling only");
     /* gemma3: a softcap on the final logits (Gemma 2's; absent in Gemma 3
      * releases) would change the LM head's distribution the head learns */
+    const struct gguf_kv *kv = hp->arch == MODEL_ARCH_GEMMA3
+        ? gguf_get(&m->gguf, "gemma3.final_logit_softcapping") : NULL;
     double cap = 0;
-    if (hp->arch == MODEL_ARCH_GEMMA3 &&
-        gguf_get_float(&m->gguf, "gemma3.final_logit_softcapping", &cap, NULL) == 0 && cap != 0)
+    if (kv && !gguf_kv_float(kv, &cap))
+        return diag_set(d, ST_RANGE, "gemma3.final_logit_softcapping: not a number");
+    if (cap != 0)
         return diag_set(d, ST_RANGE, "gemma3.final_logit_softcapping %g: EAGLE heads are "
                         "trained for models without a final logit softcap", cap);
     c->d = hp->n_embd;
