@@ -57,6 +57,10 @@ const struct arch_key arch_keys[ARCH_HP_COUNT] = {
         HF(B("qk_rope_head_dim")), OFF(n_rot) },
     [ARCH_HP_ROPE_FREQ_BASE] = { "rope.freq_base", ARCH_KT_F32, 0, 1e-3, 1e12,
         HF(B("rope_theta")), OFF(rope_freq_base) },
+    /* gemma3's final logit softcap (llama.cpp's src/models/gemma3.cpp
+     * applies it when non-zero); config.json's is read by hf_config.c */
+    [ARCH_HP_FINAL_SOFTCAP] = { "final_logit_softcapping", ARCH_KT_F32, 0, 0, 1e9, NULL,
+        OFF(final_softcap) },
     [ARCH_HP_ROPE_FREQ_BASE_SWA] = { "rope.freq_base_swa", ARCH_KT_F32, 0, 1e-3, 1e12,
         HF(B("rope_local_base_freq")), OFF(rope_freq_base_swa) },
     /* rope_scaling is an object in config.json: hf_config.c reads it */
@@ -348,7 +352,8 @@ static const struct arch arch_table[] = {
      * gemma3 runs and converts (text model) */
     { ARCH_ID_GEMMA2, "gemma2", ARCH_RECIPE_NONE, 0, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 2,
       false, false, NULL, false },
-    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_GEMMA3, ARCH_F_CONVERT, KEYS_LLAMA | KEYS_SWA, REQ_GGUF, REQ_HF, 6,
+    { ARCH_ID_GEMMA3, "gemma3", ARCH_RECIPE_GEMMA3, ARCH_F_CONVERT,
+      KEYS_LLAMA | KEYS_SWA | ARCH_BIT(ARCH_HP_FINAL_SOFTCAP), REQ_GGUF, REQ_HF, 6,
       false, false, gemma3_tensors, true },
     /* MLA, run in the absorbed form; not converted */
     { ARCH_ID_DEEPSEEK2, "deepseek2", ARCH_RECIPE_DEEPSEEK2, 0, KEYS_DEEPSEEK2, REQ_DEEPSEEK2,

@@ -121,6 +121,7 @@ enum arch_hp {
     ARCH_HP_EXPERT_SHARED,      /* n_expert_shared */
     ARCH_HP_EXPERT_FF,          /* n_ff_exp */
     ARCH_HP_YARN_LOG_MUL,       /* rope_yarn_log_mul (deepseek2: 0.1 * mscale_all_dim) */
+    ARCH_HP_FINAL_SOFTCAP,      /* final_softcap (gemma3; config.json: hf_config.c) */
     ARCH_HP_COUNT
 };
 
@@ -344,6 +345,7 @@ struct arch_hparams {
     double rms_eps;
     double rope_freq_base;
     double rope_freq_base_swa;
+    double final_softcap;       /* final logits = c tanh(logits / c) (0: none) */
     double rope_factor;
     double rope_scale_linear;
     double yarn_ext_factor, yarn_attn_factor, yarn_beta_fast, yarn_beta_slow, yarn_log_mul;

@@ -14,6 +14,7 @@
  * full pool fails the call before any work, and any later failure truncates
  * the sequences back.
  */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -122,6 +123,12 @@ forward_chunk(struct exec *e, int64_t c0, int64_t nc, struct model_out *out, int
             if ((rc = exec_matmul_rows(e, &m->output, e->tmp, w, -1,
                                        out->logits + *logit_row * V)) < 0)
                 return rc;
+            if (m->hp.logit_softcap != 0.0f) {
+                /* llama.cpp: scale by 1/c, tanh, scale by c */
+                float c = m->hp.logit_softcap, ic = 1.0f / c, *z = out->logits + *logit_row * V;
+                for (int64_t i = 0; i < w * V; i++)
+                    z[i] = tanhf(z[i] * ic) * c;
+            }
             *logit_row += w;
         }
     }

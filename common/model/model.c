@@ -22,7 +22,7 @@
  * 1 / sqrtf(n_embd / n_head) for the 27B (62 layers), Gemma's
  * query_pre_attn_scalar; the sliding window, with RoPE base
  * rope.freq_base_swa (llama.cpp's default 10000 when absent) and no
- * scaling in its layers. */
+ * scaling in its layers; the final logit softcap when the file has one. */
 static void
 gemma3_hparams(struct model_hparams *hp)
 {
@@ -32,6 +32,7 @@ gemma3_hparams(struct model_hparams *hp)
     hp->attn_scale = hp->n_layer == 62 ? 1.0f / sqrtf((float)(hp->n_embd / hp->n_head))
                                        : 1.0f / sqrtf((float)hp->head_dim);
     hp->n_swa = a->sliding_window;
+    hp->logit_softcap = arch_has(a, ARCH_HP_FINAL_SOFTCAP) ? (float)a->final_softcap : 0.0f;
     hp->rope_swa = hp->rope;
     hp->rope_swa.freq_base = arch_has(a, ARCH_HP_ROPE_FREQ_BASE_SWA)
                                  ? (float)a->rope_freq_base_swa : 10000.0f;

@@ -141,6 +141,7 @@ struct model_hparams {
     int64_t n_swa;              /* sliding window in tokens (0: none); layers[l].swa says which */
     float embd_scale;           /* gemma3: the embeddings are multiplied by it (0: not) */
     float attn_scale;           /* gemma3: the queries are multiplied by it before attention */
+    float logit_softcap;        /* gemma3: logits = c * tanh(logits / c) when c != 0 */
     bool tied_output;           /* no output.weight: token_embd.weight is the LM head */
     /* deepseek2's MLA, run absorbed: the cache is one KV head (n_head_kv 1)
      * whose K row (head_dim = kv_lora_rank + n_rot) is the normed latent and

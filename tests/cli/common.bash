@@ -154,3 +154,44 @@ grid_quant() {
     quantize -q --method "$method" --calib "$SHARED/data/calibration-groups-merged.txt" \
         --calib-ctx 32 --calib-chunks 4 -t 2 "$@" "$TOP/tests/fixtures/tiny-llama-f32.gguf" "$out"
 }
+
+# with_softcap SRC DST [CAP] : SRC (a gemma3 GGUF) with the key
+# gemma3.final_logit_softcapping = CAP (default 30) added, tensors unchanged
+with_softcap() {
+    python3 - "$1" "$2" "${3:-30}" <<'EOF'
+import struct, sys
+src, dst, cap = sys.argv[1], sys.argv[2], float(sys.argv[3])
+buf = open(src, 'rb').read()
+SZ = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+def skip(o, t):             # past a value of type t at o
+    if t == 8:
+        return o + 8 + struct.unpack_from('<Q', buf, o)[0]
+    if t != 9:
+        return o + SZ[t]
+    at, n = struct.unpack_from('<IQ', buf, o)
+    o += 12
+    if at != 8:
+        return o + n * SZ[at]
+    for _ in range(n):
+        o += 8 + struct.unpack_from('<Q', buf, o)[0]
+    return o
+n_t, n_kv = struct.unpack_from('<QQ', buf, 8)
+o, align = 24, 32
+for _ in range(n_kv):
+    kl = struct.unpack_from('<Q', buf, o)[0]
+    t = struct.unpack_from('<I', buf, o + 8 + kl)[0]
+    if buf[o + 8:o + 8 + kl] == b'general.alignment':
+        align = struct.unpack_from('<I', buf, o + 12 + kl)[0]
+    o = skip(o + 12 + kl, t)
+kv_end = o
+for _ in range(n_t):        # the tensor infos
+    o += 8 + struct.unpack_from('<Q', buf, o)[0]
+    o += 4 + 8 * struct.unpack_from('<I', buf, o)[0] + 12
+key = b'gemma3.final_logit_softcapping'
+head = bytearray(buf[:kv_end] + struct.pack('<Q', len(key)) + key + struct.pack('<If', 6, cap)
+                 + buf[kv_end:o])
+struct.pack_into('<Q', head, 16, n_kv + 1)
+head += bytes(-len(head) % align)
+open(dst, 'wb').write(head + buf[o + (-o % align):])
+EOF
+}

@@ -189,3 +189,25 @@ PY
     run -0 --separate-stderr generate -m "$m" -f "$BATS_TEST_TMPDIR/long" -n 4 --temp 0 --json -t 2
     [ "$(jq -c .tokens <<<"$output")" = "$got" ]
 }
+
+@test "gemma3: a final logit softcap in the file is applied (c * tanh(logits / c), as llama.cpp does): greedy tokens kept, probabilities squashed" {
+    local m
+    need_model m "$GEMMA"
+    cd "$BATS_TEST_TMPDIR"
+    head -c 30000 "$SHARED/data/wikitext-2-test.raw" > w.txt
+    with_softcap "$m" cap30.gguf 30
+    with_softcap "$m" cap0.gguf 0.001
+    run -0 generate -m "$m" -p "The capital of France is" -n 16 --temp 0 -t 2 -q
+    local plain=$output
+    run -0 generate -m cap30.gguf -p "The capital of France is" -n 16 --temp 0 -t 2 -q
+    [ "$output" = "$plain" ]        # tanh keeps the order of the logits
+    local p0 p30 pu
+    p0=$(generate -m "$m" --perplexity w.txt --ctx 128 --chunks 2 -t 2 --json 2>/dev/null | jq .ppl)
+    p30=$(generate -m cap30.gguf --perplexity w.txt --ctx 128 --chunks 2 -t 2 --json 2>/dev/null | jq .ppl)
+    pu=$(generate -m cap0.gguf --perplexity w.txt --ctx 128 --chunks 2 -t 2 --json 2>/dev/null | jq .ppl)
+    echo "ppl: none $p0, cap 30 $p30, cap 0.001 $pu" >&3
+    # a cap of 30 flattens the distribution; 0.001 makes it uniform over the
+    # 262144 tokens
+    jq -ne --argjson a "$p0" --argjson b "$p30" '$b > $a * 1.05'
+    jq -ne --argjson u "$pu" '($u - 262144 | fabs) < 262144 * 0.005'
+}
