@@ -201,6 +201,23 @@ PY
     local plain=$output
     run -0 generate -m cap30.gguf -p "The capital of France is" -n 16 --temp 0 -t 2 -q
     [ "$output" = "$plain" ]        # tanh keeps the order of the logits
+    # each of the top logits is 30 tanh(z / 30) of the plain model's (to
+    # float32 rounding: C's tanhf against Python's double tanh)
+    generate -m "$m" -p "The capital of France is" -n 4 --temp 0 -t 2 --json --top-logits 8 \
+        2>/dev/null | jq -c .top_logits > plain.json
+    generate -m cap30.gguf -p "The capital of France is" -n 4 --temp 0 -t 2 --json \
+        --top-logits 8 2>/dev/null | jq -c .top_logits > cap.json
+    python3 - plain.json cap.json <<'PY'
+import json, math, struct, sys
+f32 = lambda x: struct.unpack('<f', struct.pack('<f', x))[0]
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert len(a) == len(b) == 4
+for ra, rb in zip(a, b):
+    assert [i for i, _ in ra] == [i for i, _ in rb], (ra, rb)
+    for (_, z), (_, y) in zip(ra, rb):
+        want = f32(f32(math.tanh(f32(z * f32(1 / 30.0)))) * 30.0)
+        assert abs(y - want) <= 4e-6 * abs(want), (z, y, want)
+PY
     local p0 p30 pu
     p0=$(generate -m "$m" --perplexity w.txt --ctx 128 --chunks 2 -t 2 --json 2>/dev/null | jq .ppl)
     p30=$(generate -m cap30.gguf --perplexity w.txt --ctx 128 --chunks 2 -t 2 --json 2>/dev/null | jq .ppl)
