@@ -63,6 +63,7 @@ struct run {
     uint8_t *keep;              /* EAGLE-3 with a subset: [n_seq][S], 1 when the target's
                                  * argmax at row i (position i + 1) is in the draft vocabulary */
     double keep_frac;           /* the share of positions kept */
+    bool keep_hit;              /* keep came from the cache */
     int32_t *lm_ids;            /* owned [fz.n_lm] their token ids, ascending (subset) */
     char base_sha[65], data_sha[65];
     char label[160];            /* the progress line */
@@ -382,6 +383,77 @@ cache_write(struct run *r, const char *path, struct diag *d)
         diag_prefix(d, "feature cache '%s'", path);
     return rc;
 }
+
+/* The loss mask's entry beside the features' (keep, draft_keep): magic,
+ * u64 n_seq, S and draft vocabulary size, then keep's n_seq * S bytes.
+ * The draft vocabulary follows from the tokens and its size, both in the
+ * name. */
+#define KEEP_MAGIC "LLMKKEEP"
+#define KEEP_HDR 32
+
+static char *
+keep_path(const struct run *r)
+{
+    char *f = cache_path(r), *p = NULL;
+    size_t n;
+    if (f && (p = malloc((n = strlen(f) + 40))))
+        snprintf(p, n, "%.*s.%lld.eaglekeep", (int)(strlen(f) - strlen(".eaglefeat.zst")), f,
+                 (long long)r->fz.n_lm);
+    free(f);
+    return p;
+}
+
+/* true: r->keep read from path (a bad entry: a warning, false) */
+static bool
+keep_read(struct run *r, const char *path)
+{
+    size_t n = (size_t)(r->n_seq * r->S), len;
+    uint64_t h[3], want[3] = { (uint64_t)r->n_seq, (uint64_t)r->S, (uint64_t)r->fz.n_lm };
+    char *buf;
+    struct diag dd;
+
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return false;
+    fclose(fp);
+    if (read_file_all(path, KEEP_HDR + n, &buf, &len, &dd) < 0) {
+        runcb_warn(&r->o->cb, "loss mask cache '%s': %s; recomputing", path, dd.msg);
+        return false;
+    }
+    bool ok = len == KEEP_HDR + n && memcmp(buf, KEEP_MAGIC, 8) == 0;
+    if (ok) {
+        memcpy(h, buf + 8, sizeof h);
+        ok = memcmp(h, want, sizeof h) == 0;
+    }
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (uint8_t)buf[KEEP_HDR + i] <= 1;
+    if (ok)
+        memcpy(r->keep, buf + KEEP_HDR, n);
+    else
+        runcb_warn(&r->o->cb, "loss mask cache '%s': not one of this run; recomputing", path);
+    free(buf);
+    return ok;
+}
+
+static int
+keep_write(struct run *r, const char *path, struct diag *d)
+{
+    size_t n = (size_t)(r->n_seq * r->S);
+    uint64_t h[3] = { (uint64_t)r->n_seq, (uint64_t)r->S, (uint64_t)r->fz.n_lm };
+    uint8_t *b = malloc(KEEP_HDR + n);
+    int rc;
+
+    if (!b)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    memcpy(b, KEEP_MAGIC, 8);
+    memcpy(b + 8, h, sizeof h);
+    memcpy(b + KEEP_HDR, r->keep, n);
+    rc = write_file_atomic(path, b, KEEP_HDR + n, true, d);
+    free(b);
+    if (rc < 0)
+        diag_prefix(d, "loss mask cache '%s'", path);
+    return rc;
+}
 #endif
 
 static int
@@ -537,6 +609,20 @@ draft_keep(struct run *r, struct diag *d)
         free(in), free(z);
         return diag_set(d, ST_NOMEM, "out of memory for the draft vocabulary's loss mask");
     }
+    char *path = NULL;
+#ifdef LLMKIT_HAVE_ZSTD
+    if (r->o->cache_dir && !(path = keep_path(r))) {
+        free(in), free(z);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    if (path && (r->keep_hit = keep_read(r, path))) {
+        for (int64_t i = 0; i < r->n_seq * S; i++)
+            kept += r->keep[i];
+        r->keep_frac = (double)kept / (double)(r->n_seq * S);
+        free(in), free(z), free(path);
+        return 0;
+    }
+#endif
     for (int64_t i = 0; i < r->fz.n_lm; i++)
         in[r->lm_ids[i]] = 1;
     for (int64_t s = 0; s < r->n_seq; s++) {
@@ -552,7 +638,13 @@ draft_keep(struct run *r, struct diag *d)
     runcb_progress(&r->o->cb, "loss mask", r->n_seq, r->n_seq);
     r->keep_frac = (double)kept / (double)(r->n_seq * S);
     free(in), free(z);
-    return 0;
+    int rc = 0;
+#ifdef LLMKIT_HAVE_ZSTD
+    if (path)
+        rc = keep_write(r, path, d);
+#endif
+    free(path);
+    return rc;
 }
 
 /* the loss of sequence s; with grad, its gradient (scaled) added, and the
@@ -927,10 +1019,10 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     rep->n_tok = r.n_tok;
     rep->n_prompts = r.n_prompts;
     rep->n_generated = r.n_generated;
-    char kept[80] = "";
+    char kept[128] = "";
     if (r.keep)
-        snprintf(kept, sizeof kept, " (the target's argmax among them at %.1f%% of the positions)",
-                 100.0 * r.keep_frac);
+        snprintf(kept, sizeof kept, " (the target's argmax among them at %.1f%% of the positions%s)",
+                 100.0 * r.keep_frac, r.keep_hit ? ", from the cache" : "");
     runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out), %s head %lld "
                "parameters, CE over %lld tokens%s, kernels '%s'", (long long)r.n_tok,
                (long long)r.n_seq, (long long)r.S, (long long)r.n_hold,

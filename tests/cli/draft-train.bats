@@ -147,9 +147,18 @@ assert list(t['output.weight'].shape) == [64, 100]
 f = r.fields['eagle3.feature_layers']
 assert [int(f.parts[i][0]) for i in f.data] == [1, 1, 0]
 EOF
+    [[ $stderr == *"of the positions), kernels"* ]]
+    [ "$(ls c/*.100.eaglekeep | wc -l)" -eq 1 ]
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 \
-        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100 -v
     [[ $stderr == *"(features from the cache)"* ]]
+    [[ $stderr == *"of the positions, from the cache), kernels"* ]]
+    cmp h1.gguf h2.gguf
+    # a damaged loss mask entry is recomputed, with a warning, to the same head
+    printf '\7' | dd of="$(ls c/*.100.eaglekeep)" bs=1 seek=40 conv=notrunc 2>/dev/null
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"warning: loss mask cache"*"not one of this run; recomputing"* ]]
     cmp h1.gguf h2.gguf
     # fewer unrolled steps train another head
     run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 -q \
