@@ -27,6 +27,21 @@ need_model() {
     printf -v "$1" '%s' "$need_model_path_"
 }
 
+# model_f32 VAR NAME F32NAME : a real model in F32: make bench-models' copy
+# $LLMKIT_CACHE/bench/F32NAME, else one made here (once per test file) from
+# the fetched model NAME by convert --type f32
+model_f32() {
+    local model_f32_="$LLMKIT_CACHE/bench/$3" model_f32_q_
+    if [ ! -f "$model_f32_" ]; then
+        model_f32_="$BATS_FILE_TMPDIR/$3"
+        if [ ! -f "$model_f32_" ]; then
+            need_model model_f32_q_ "$2" || return 1
+            convert -q --type f32 "$model_f32_q_" "$model_f32_" || return 1
+        fi
+    fi
+    printf -v "$1" '%s' "$model_f32_"
+}
+
 # missing_input MESSAGE : a test's input is not there: skip with MESSAGE,
 # except in CI (CI=true), where the test fails with it on stderr.
 missing_input() {

@@ -39,18 +39,9 @@ need_oracle() {
     printf -v "$1" '%s' "$oracle_py_"
 }
 
-# gemma_f32 VAR : gemma-3-270m in F32: make bench-models' copy, else one made
-# here (once per file) from the fetched Q4_K_M model
+# gemma_f32 VAR : gemma-3-270m in F32 (model_f32)
 gemma_f32() {
-    local gemma_f32_="$LLMKIT_CACHE/bench/gemma-3-270m.F32.gguf" gemma_q_
-    if [ ! -f "$gemma_f32_" ]; then
-        gemma_f32_="$BATS_FILE_TMPDIR/gemma-3-270m.F32.gguf"
-        if [ ! -f "$gemma_f32_" ]; then
-            need_model gemma_q_ gemma-3-270m.Q4_K_M.gguf || return 1
-            convert -q --type f32 "$gemma_q_" "$gemma_f32_" || return 1
-        fi
-    fi
-    printf -v "$1" '%s' "$gemma_f32_"
+    model_f32 "$1" gemma-3-270m.Q4_K_M.gguf gemma-3-270m.F32.gguf
 }
 
 # need_hf VAR NAME : the fixture directory; without the oracle venv that

@@ -173,7 +173,8 @@ print(sorted({t.tensor_type.name for t in r.tensors if ".attn_q." in t.name}))' 
 }
 
 @test "SmolLM2: GPTQ 4-bit g128 (576-wide rows: a partial last group) runs in generate" {
-    need_model smol bench/SmolLM2-135M-Instruct.F32.gguf
+    local smol
+    model_f32 smol SmolLM2-135M-Instruct.Q4_1.gguf SmolLM2-135M-Instruct.F32.gguf
     cd "$BATS_TEST_TMPDIR"
     quantize -q --method gptq --calib "$CALIB" --calib-ctx 64 --calib-chunks 2 --bits 4 --group-size 128 \
         --sym "$smol" g.gguf
