@@ -652,6 +652,181 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
     }
 }
 
+/* ---- small batches: 2..SB_TOK_MAX tokens (a verify pass), below the tiles ----
+ *
+ * A few rows x nt (2..4) tokens at once, each weight block unpacked once for the nt
+ * tokens and the rows' chains interleaved (one row at a time, as
+ * legacy_row, leaves the fused multiply-adds waiting on each other).  Each
+ * (row, token) is legacy_row's arithmetic: acc = fma(d * da, lanes, acc) in
+ * block order, hsum8(acc), plus for Q4_1/Q5_1 the chain of m * s, here with
+ * the tokens in the lanes of one vector per row (lane t: fma(m, s_t, acc),
+ * the same single rounding as fmadd_ss).  Q4_0 and IQ4_NL (chain mode) keep
+ * legacy_row. */
+#define SB_MAX 4
+
+static inline __attribute__((always_inline)) void
+legacy_rows_small(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes, uint32_t type,
+                  const struct act_row *ar, int nr, int nt, int64_t nb, const char *pf,
+                  int64_t pf_lines)
+{
+    const int has_min = type == T_Q4_1 || type == T_Q5_1;
+    __m256 acc[DR][SB_MAX];
+    __m128 sv[DR];
+
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[i][t] = _mm256_setzero_ps();
+        sv[i] = _mm_setzero_ps();
+    }
+    int64_t pfl = 0, pfa = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        __m128 st = _mm_setzero_ps();
+        if (has_min)
+            st = _mm_setr_ps(ar[0].s[b], ar[1].s[b], nt > 2 ? ar[2].s[b] : 0.0f, nt > 3 ? ar[3].s[b] : 0.0f);
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            float d, m = 0.0f;
+            __m256i qx = legacy_block(row0 + (size_t)i * row_bytes, type, b, &d, &m);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + 32 * b));
+                __m256 q = _mm256_cvtepi32_ps(has_min ? lanes_us(qx, qy) : lanes_ss(qx, qy));
+                acc[i][t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar[t].d[b]), q, acc[i][t]);
+            }
+            if (has_min)
+                sv[i] = _mm_fmadd_ps(_mm_set1_ps(m), st, sv[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        float s[4];
+        _mm_storeu_ps(s, sv[i]);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            out[t * ldo + i] = has_min ? hsum8(acc[i][t]) + s[t] : hsum8(acc[i][t]);
+    }
+}
+
+/* Q4_1 with 128-bit halves (as q4_1_rows1_x, for cores that split 256-bit
+ * operations): lanes 0..3 and 4..7 of legacy_row's accumulator apart. */
+static inline __attribute__((always_inline)) void
+q4_1_rows_small_x(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes,
+                  const struct act_row *ar, int nr, int nt, int64_t nb, const char *pf,
+                  int64_t pf_lines)
+{
+    __m128 lo[DR][SB_MAX], hi[DR][SB_MAX], sv[DR];
+    const __m128i m15 = _mm_set1_epi8(15), ones = _mm_set1_epi16(1);
+
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            lo[i][t] = hi[i][t] = _mm_setzero_ps();
+        sv[i] = _mm_setzero_ps();
+    }
+    int64_t pfl = 0, pfa = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        __m128 st = _mm_setr_ps(ar[0].s[b], ar[1].s[b], nt > 2 ? ar[2].s[b] : 0.0f, nt > 3 ? ar[3].s[b] : 0.0f);
+        pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 4
+        for (int i = 0; i < nr; i++) {
+            const struct block_q4_1 *x = (const struct block_q4_1 *)(const void *)(row0 + (size_t)i * row_bytes) + b;
+            __m128i qs = _mm_loadu_si128((const __m128i *)(const void *)x->qs);
+            __m128i ql = _mm_and_si128(qs, m15), qh = _mm_and_si128(_mm_srli_epi16(qs, 4), m15);
+            float d = h2f_tab(x->d);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                const __m128i *y = (const __m128i *)(const void *)(ar[t].q + 32 * b);
+                __m128 dd = _mm_set1_ps(d * ar[t].d[b]);
+                __m128 pl = _mm_cvtepi32_ps(_mm_madd_epi16(_mm_maddubs_epi16(ql, _mm_loadu_si128(y)), ones));
+                __m128 ph = _mm_cvtepi32_ps(_mm_madd_epi16(_mm_maddubs_epi16(qh, _mm_loadu_si128(y + 1)), ones));
+                lo[i][t] = _mm_fmadd_ps(dd, pl, lo[i][t]);
+                hi[i][t] = _mm_fmadd_ps(dd, ph, hi[i][t]);
+            }
+            sv[i] = _mm_fmadd_ps(_mm_set1_ps(h2f_tab(x->m)), st, sv[i]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < nr; i++) {
+        float s[4];
+        _mm_storeu_ps(s, sv[i]);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            out[t * ldo + i] = hsum8_halves(lo[i][t], hi[i][t]) + s[t];
+    }
+}
+
+/* SB_TOK_MAX or fewer tokens of a LANES-mode legacy type (not Q4_0 /
+ * IQ4_NL): the tokens in groups of 4 (the cheapest per token here), then
+ * the 1..4 left over (5 as 3 + 2, never a group of one); the rows in chunks of
+ * SB_CHUNK, each streamed from memory once and read from the cache by the
+ * later token groups, and within a chunk in groups of 3 rows (2 tokens) or
+ * 2 (3 or 4 tokens). */
+#define SB_TOK_MAX 7
+#define SB_CHUNK 24
+
+static inline int
+small_group(int left)
+{
+    return left == 5 ? 3 : left > 4 ? 4 : left;
+}
+
+static void
+legacy_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+             const uint8_t *act, size_t arb, int n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    struct act_row ar[SB_TOK_MAX];
+    const int64_t nb = cols / 32;
+    const enum act a = type == T_Q4_1 || type == T_Q5_1 ? ACT_Q8_1 : ACT_Q8_0;
+    const int x41 = type == T_Q4_1 && cpu_splits_256();
+
+    for (int t = 0; t < n_tok; t++)
+        act_row_at(&ar[t], a, act + (size_t)t * arb, cols);
+    for (int64_t c0 = r0; c0 < r1; c0 += SB_CHUNK) {
+        const int64_t c1 = c0 + SB_CHUNK < r1 ? c0 + SB_CHUNK : r1;
+        for (int t0 = 0, nt; t0 < n_tok; t0 += nt) {
+            nt = small_group(n_tok - t0);
+            for (int64_t r = c0; r < c1;) {
+                const int sr = nt == 2 ? 3 : 2;
+                int nr = c1 - r < sr ? (int)(c1 - r) : sr;
+                const uint8_t *row0 = w + (size_t)r * row_bytes;
+                /* the first token group streams the chunk: ask for the group after next */
+                const char *pf = (const char *)row0 + 2 * (size_t)nr * row_bytes;
+                int64_t pf_lines = t0 == 0 ? (int64_t)(((size_t)nr * row_bytes + 63) / 64) : 0;
+                float *o = y + t0 * ldy + r;
+                const struct act_row *at = ar + t0;
+                /* instantiated for literal row and token counts (and type) */
+#define SM(ty, n, k) legacy_rows_small(o, ldy, row0, row_bytes, ty, at, n, k, nb, pf, pf_lines)
+#define SX(unused, n, k) q4_1_rows_small_x(o, ldy, row0, row_bytes, at, n, k, nb, pf, pf_lines)
+#define BY_NR_NT(F, ty) \
+                if (nt == 2) { switch (nr) { case 1: F(ty, 1, 2); break; case 2: F(ty, 2, 2); break; \
+                                             default: F(ty, 3, 2); break; } } \
+                else if (nt == 3) { switch (nr) { case 1: F(ty, 1, 3); break; default: F(ty, 2, 3); break; } } \
+                else { switch (nr) { case 1: F(ty, 1, 4); break; default: F(ty, 2, 4); break; } }
+                switch (type) {
+                case T_Q4_1:
+                    if (x41) {
+                        BY_NR_NT(SX, 0);
+                    } else {
+                        BY_NR_NT(SM, T_Q4_1);
+                    }
+                    break;
+                case T_Q5_0: BY_NR_NT(SM, T_Q5_0); break;
+                case T_Q5_1: BY_NR_NT(SM, T_Q5_1); break;
+                default: BY_NR_NT(SM, T_Q8_0); break;
+                }
+#undef BY_NR_NT
+#undef SX
+#undef SM
+                r += nr;
+            }
+        }
+    }
+}
+
 /* ---- prefill: unpacked row tiles ----
  *
  * For batches of TILE_MIN tokens or more, a tile of weight rows is unpacked
@@ -1544,6 +1719,11 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
     }
     if (n_tok == 1 && (a == ACT_Q8_0 || a == ACT_Q8_1)) {
         legacy_decode(y, wb, row_bytes, wtype, act, cols, r0, r1);
+        return;
+    }
+    if (n_tok >= 2 && n_tok <= SB_TOK_MAX && (wtype == T_Q4_1 || wtype == T_Q5_0 || wtype == T_Q5_1 ||
+                                          wtype == T_Q8_0)) {
+        legacy_small(y, ldy, wb, row_bytes, wtype, act, arb, (int)n_tok, cols, r0, r1);
         return;
     }
     if (n_tok >= TILE_MIN && (a == ACT_Q8_0 || a == ACT_Q8_1) &&
