@@ -660,9 +660,18 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
  * (row, token) is legacy_row's arithmetic: acc = fma(d * da, lanes, acc) in
  * block order, hsum8(acc), plus for Q4_1/Q5_1 the chain of m * s, here with
  * the tokens in the lanes of one vector per row (lane t: fma(m, s_t, acc),
- * the same single rounding as fmadd_ss).  Q4_0 and IQ4_NL (chain mode) keep
- * legacy_row. */
+ * the same single rounding as fmadd_ss); for Q4_0 and IQ4_NL (chain mode)
+ * the exact block sums of the tokens in one vector, fma(float(sum), d * da)
+ * lane by lane. */
 #define SB_MAX 4
+
+/* the sums of 4 vectors of 8 int32 lanes, as [sum v0 .. sum v3] (exact) */
+static inline __m128i
+hsum4x8_epi32(const __m256i *v)
+{
+    __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
 
 static inline __attribute__((always_inline)) void
 legacy_rows_small(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes, uint32_t type,
@@ -670,6 +679,7 @@ legacy_rows_small(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes
                   int64_t pf_lines)
 {
     const int has_min = type == T_Q4_1 || type == T_Q5_1;
+    const int chain = type == T_Q4_0 || type == T_IQ4_NL;
     __m256 acc[DR][SB_MAX];
     __m128 sv[DR];
 
@@ -682,14 +692,27 @@ legacy_rows_small(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes
     }
     int64_t pfl = 0, pfa = 0;
     for (int64_t b = 0; b < nb; b++) {
+        /* the tokens' Q8_1 sums (has_min) or scales (chain) in lanes */
         __m128 st = _mm_setzero_ps();
         if (has_min)
             st = _mm_setr_ps(ar[0].s[b], ar[1].s[b], nt > 2 ? ar[2].s[b] : 0.0f, nt > 3 ? ar[3].s[b] : 0.0f);
+        else if (chain)
+            st = _mm_setr_ps(ar[0].d[b], ar[1].d[b], nt > 2 ? ar[2].d[b] : 0.0f, nt > 3 ? ar[3].d[b] : 0.0f);
         pf_spread(pf, &pfl, &pfa, pf_lines, nb);
 #pragma GCC unroll 4
         for (int i = 0; i < nr; i++) {
             float d, m = 0.0f;
             __m256i qx = legacy_block(row0 + (size_t)i * row_bytes, type, b, &d, &m);
+            if (chain) {
+                /* legacy_row's sacc = fma(float(block sum), d * da, sacc), lane t */
+                __m256i v[4];
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++)
+                    v[t] = t < nt ? lanes_ss(qx, _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + 32 * b)))
+                                  : _mm256_setzero_si256();
+                sv[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(hsum4x8_epi32(v)), _mm_mul_ps(_mm_set1_ps(d), st), sv[i]);
+                continue;
+            }
 #pragma GCC unroll 4
             for (int t = 0; t < nt; t++) {
                 __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + 32 * b));
@@ -706,7 +729,7 @@ legacy_rows_small(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes
         _mm_storeu_ps(s, sv[i]);
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
-            out[t * ldo + i] = has_min ? hsum8(acc[i][t]) + s[t] : hsum8(acc[i][t]);
+            out[t * ldo + i] = chain ? s[t] : has_min ? hsum8(acc[i][t]) + s[t] : hsum8(acc[i][t]);
     }
 }
 
@@ -759,8 +782,7 @@ q4_1_rows_small_x(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes
     }
 }
 
-/* SB_TOK_MAX or fewer tokens of a LANES-mode legacy type (not Q4_0 /
- * IQ4_NL): the tokens in groups of 4 (the cheapest per token here), then
+/* SB_TOK_MAX or fewer tokens of a legacy type: the tokens in groups of 4 (the cheapest per token here), then
  * the 1..4 left over (5 as 3 + 2, never a group of one); the rows in chunks of
  * SB_CHUNK, each streamed from memory once and read from the cache by the
  * later token groups, and within a chunk in groups of 3 rows (2 tokens) or
@@ -814,9 +836,11 @@ legacy_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                         BY_NR_NT(SM, T_Q4_1);
                     }
                     break;
+                case T_Q4_0: BY_NR_NT(SM, T_Q4_0); break;
                 case T_Q5_0: BY_NR_NT(SM, T_Q5_0); break;
                 case T_Q5_1: BY_NR_NT(SM, T_Q5_1); break;
-                default: BY_NR_NT(SM, T_Q8_0); break;
+                case T_Q8_0: BY_NR_NT(SM, T_Q8_0); break;
+                default: BY_NR_NT(SM, T_IQ4_NL); break;
                 }
 #undef BY_NR_NT
 #undef SX
@@ -1721,8 +1745,7 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
         legacy_decode(y, wb, row_bytes, wtype, act, cols, r0, r1);
         return;
     }
-    if (n_tok >= 2 && n_tok <= SB_TOK_MAX && (wtype == T_Q4_1 || wtype == T_Q5_0 || wtype == T_Q5_1 ||
-                                          wtype == T_Q8_0)) {
+    if (n_tok >= 2 && n_tok <= SB_TOK_MAX && (a == ACT_Q8_0 || a == ACT_Q8_1)) {
         legacy_small(y, ldy, wb, row_bytes, wtype, act, arb, (int)n_tok, cols, r0, r1);
         return;
     }
