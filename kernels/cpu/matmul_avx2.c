@@ -1104,23 +1104,30 @@ k4_pair_sums(__m256i lo, __m256i hi, const int8_t *y, __m256i s16, int c)
     return _mm256_add_epi32(pl, ph);
 }
 
-/* Q4_K decode, 8 rows at once: the repacked gemv's two chains per row
- * (sacc = fma(float(isum), d * yd, sacc), macc = fma(float(msum), dmin * yd,
- * macc), out = sacc - macc) with the 8 rows in the lanes; the integer sums
- * straight from the packed block (the same values as k_unpack + k_lanes). */
-static inline void
-q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_row *ar, int64_t nb,
-          const char *pf, int64_t pf_lines)
+/* Q4_K, 8 rows by nt (1..SB_MAX) tokens: the repacked gemv's two chains
+ * per row and token (sacc = fma(float(isum), d * yd, sacc), macc =
+ * fma(float(msum), dmin * yd, macc), out = sacc - macc) with the 8 rows in
+ * the lanes; the integer sums straight from the packed block (the same
+ * values as k_unpack + k_lanes), each block unpacked once for the nt
+ * tokens.  The decode (nt = 1) and the small batches of a verify pass. */
+static inline __attribute__((always_inline)) void
+q4k_rows8(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes, const struct act_row *ar,
+          int nt, int64_t nb, const char *pf, int64_t pf_lines)
 {
     const __m256i m15 = _mm256_set1_epi8(15);
-    __m256 sacc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    __m256 sacc[SB_MAX], macc[SB_MAX];
     int64_t pfl = 0, pfa = 0;
 
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        sacc[t] = macc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
-        const int8_t *y = ar->q + QK_K * b;
-        __m128i bp = bsum_pairs(ar->bsums + 16 * b);
-        __m128i v[8], mv[8], dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
+        __m128i bp[SB_MAX], v[SB_MAX][8], mv[SB_MAX][8];
+        __m128i dh = _mm_setzero_si128(), mh = _mm_setzero_si128();
         pf_spread(pf, &pfl, &pfa, pf_lines, nb);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            bp[t] = bsum_pairs(ar[t].bsums + 16 * b);
 #pragma GCC unroll 8
         for (int i = 0; i < 8; i++) {
             const struct block_q4_K *x = (const struct block_q4_K *)(const void *)(row0 + (size_t)i * row_bytes) + b;
@@ -1128,43 +1135,59 @@ q4k_rows8(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
             k4_scales8(x->scales, &sc8, &mn8);
             dh = INSERT16(dh, x->d, i);
             mh = INSERT16(mh, x->dmin, i);
-            __m256i acc = _mm256_setzero_si256();
-            /* the 8 scales as int16 in both lanes; chunk c takes 2c and 2c + 1 */
+            __m256i acc[SB_MAX];
             __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
+            __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                acc[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
                 __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
                 __m256i lo = _mm256_and_si256(bits, m15);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m15);
-                acc = _mm256_add_epi32(acc, k4_pair_sums(lo, hi, y + 64 * c, s16, c));
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++)
+                    acc[t] = _mm256_add_epi32(acc[t], k4_pair_sums(lo, hi, ar[t].q + QK_K * b + 64 * c, s16, c));
             }
-            v[i] = _mm_add_epi32(_mm256_castsi256_si128(acc), _mm256_extracti128_si256(acc, 1));
-            mv[i] = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)), bp);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                v[t][i] = _mm_add_epi32(_mm256_castsi256_si128(acc[t]), _mm256_extracti128_si256(acc[t], 1));
+                mv[t][i] = _mm_madd_epi16(mn16, bp[t]);
+            }
         }
-        __m256 isum = _mm256_cvtepi32_ps(hsum8x4_epi32(v));
-        __m256 msum = _mm256_cvtepi32_ps(hsum8x4_epi32(mv));
-        __m256 yd = _mm256_set1_ps(ar->d[b]);
-        sacc = _mm256_fmadd_ps(isum, _mm256_mul_ps(_mm256_cvtph_ps(dh), yd), sacc);
-        macc = _mm256_fmadd_ps(msum, _mm256_mul_ps(_mm256_cvtph_ps(mh), yd), macc);
+        __m256 d = _mm256_cvtph_ps(dh), dmin = _mm256_cvtph_ps(mh);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m256 yd = _mm256_set1_ps(ar[t].d[b]);
+            sacc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4_epi32(v[t])), _mm256_mul_ps(d, yd), sacc[t]);
+            macc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x4_epi32(mv[t])), _mm256_mul_ps(dmin, yd), macc[t]);
+        }
     }
-    _mm256_storeu_ps(out, _mm256_sub_ps(sacc, macc));
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        _mm256_storeu_ps(out + t * ldo, _mm256_sub_ps(sacc[t], macc[t]));
 }
 
-/* Q6_K decode, one row: kquant_row's lanes (chunk c = 32 codes with the
- * scale pair of its two halves; bsums correction 32 * sum(bs * sc)) read
- * straight from the packed block. */
-static inline float
-q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+/* Q6_K, one row by nt (1..SB_MAX) tokens: kquant_row's lanes (chunk c =
+ * 32 codes with the scale pair of its two halves; bsums correction 32 *
+ * sum(bs * sc)) read straight from the packed block, unpacked once for the
+ * nt tokens. */
+static inline __attribute__((always_inline)) void
+q6k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, int nt, int64_t nb)
 {
     const __m256i m15 = _mm256_set1_epi8(15), m3 = _mm256_set1_epi8(3);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[SB_MAX];
 
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q6_K *x = (const struct block_q6_K *)(const void *)row + b;
-        const int8_t *y = ar->q + QK_K * b;
-        __m256i sumi = _mm256_setzero_si256();
-        /* the 16 scales as int16, the even ones in the low lane and the odd
-         * ones in the high lane: chunk c's scale pair is int16 c of each */
+        __m256i sumi[SB_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            sumi[t] = _mm256_setzero_si256();
         __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)x->scales);
         __m256i seo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
             sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
@@ -1182,18 +1205,35 @@ q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
                                     : _mm256_and_si256(_mm256_srli_epi16(l1, 4), m15);
                 __m256i hi = _mm256_and_si256(_mm256_srli_epi16(hh, 2 * g), m3);
                 __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
-                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
                 __m256i sv = _mm256_shuffle_epi8(seo, _mm256_set1_epi16((short)((2 * c + 1) << 8 | 2 * c)));
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q, qy)));
+#pragma GCC unroll 4
+                for (int t = 0; t < nt; t++) {
+                    __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + QK_K * b + 32 * c));
+                    sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sv, _mm256_maddubs_epi16(q, qy)));
+                }
             }
         }
         __m256i sc16 = _mm256_cvtepi8_epi16(sc);
-        __m256i cl = _mm256_slli_epi32(_mm256_madd_epi16(
-            _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b)), sc16), 5);
-        sumi = _mm256_sub_epi32(sumi, cl);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(ar->d[b] * h2f(x->d)), _mm256_cvtepi32_ps(sumi), acc);
+        float d = h2f(x->d);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            __m256i cl = _mm256_slli_epi32(_mm256_madd_epi16(
+                _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].bsums + 16 * b)), sc16), 5);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(ar[t].d[b] * d),
+                                     _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], cl)), acc[t]);
+        }
     }
-    return hsum8(acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = hsum8(acc[t]);
+}
+
+static float
+q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+{
+    float r;
+    q6k_rows(&r, 1, row, ar, 1, nb);
+    return r;
 }
 
 /* Q5_K decode, one row: kquant_row's arithmetic (the lanes sum over the 8
@@ -1391,10 +1431,56 @@ kquant_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
     const int64_t pf_lines = (int64_t)((8 * row_bytes + 63) / 64);
     for (; r0 + 8 <= r1; r0 += 8) {
         const uint8_t *row0 = w + (size_t)r0 * row_bytes;
-        q4k_rows8(y + r0, row0, row_bytes, &ar, nb, (const char *)row0 + 16 * row_bytes, pf_lines);
+        q4k_rows8(y + r0, 1, row0, row_bytes, &ar, 1, nb, (const char *)row0 + 16 * row_bytes, pf_lines);
     }
     for (; r0 < r1; r0++)
         kquant_row(y + r0, 1, w + (size_t)r0 * row_bytes, NULL, T_Q4_K, &ar, 1, nb);
+    return 1;
+}
+
+/* Q4_K or Q6_K, 2..SB_TOK_MAX tokens (a verify pass): q4k_rows8 for groups
+ * of 8 rows (the rest one row at a time by kquant_row), q6k_rows; each row
+ * group against every token group (small_group) while it is in L1, every
+ * (row, token) with the decode's arithmetic, so that a token's outputs are
+ * its outputs alone.  The batch kernel (kquant_row, one row at a time from
+ * an unpacked struct) had cost 3-3.6 decodes for 2 tokens. */
+static int
+kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+             const uint8_t *act, size_t arb, int n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    struct act_row ar[SB_TOK_MAX];
+    const int64_t nb = cols / QK_K;
+
+    if (type != T_Q4_K && type != T_Q6_K)
+        return 0;
+    for (int t = 0; t < n_tok; t++)
+        act_row_at(&ar[t], ACT_Q8_K, act + (size_t)t * arb, cols);
+    for (int64_t r = r0; r < r1;) {
+        int nr = type == T_Q4_K && r + 8 <= r1 ? 8 : 1;
+        const uint8_t *row = w + (size_t)r * row_bytes;
+        for (int t0 = 0, nt; t0 < n_tok; t0 += nt) {
+            nt = small_group(n_tok - t0);
+            float *o = y + t0 * ldy + r;
+            const struct act_row *at = ar + t0;
+            /* instantiated for a literal token count */
+#define BY_NT(F, ...) switch (nt) { case 2: F(__VA_ARGS__, 2, nb); break; \
+                                    case 3: F(__VA_ARGS__, 3, nb); break; \
+                                    default: F(__VA_ARGS__, 4, nb); break; }
+            if (type == T_Q6_K) {
+                BY_NT(q6k_rows, o, ldy, row, at);
+            } else if (nr == 8) {
+#define Q4R(...) q4k_rows8(__VA_ARGS__, NULL, 0)
+                BY_NT(Q4R, o, ldy, row, row_bytes, at);
+#undef Q4R
+            } else {
+#define KR(o, ldy, row, at, n, nb) kquant_row(o, ldy, row, NULL, T_Q4_K, at, n, nb)
+                BY_NT(KR, o, ldy, row, at);
+#undef KR
+            }
+#undef BY_NT
+        }
+        r += nr;
+    }
     return 1;
 }
 
@@ -1753,6 +1839,9 @@ ops_mm_rows_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_
         legacy_tiles(y, ldy, wb, row_bytes, wtype, a, act, arb, n_tok, cols, r0, r1))
         return;
     if (n_tok == 1 && a == ACT_Q8_K && kquant_decode(y, wb, row_bytes, wtype, act, cols, r0, r1))
+        return;
+    if (n_tok >= 2 && n_tok <= SB_TOK_MAX && a == ACT_Q8_K &&
+        kquant_small(y, ldy, wb, row_bytes, wtype, act, arb, (int)n_tok, cols, r0, r1))
         return;
     if (n_tok >= TILE_MIN && a == ACT_Q8_K &&
         kquant_tiles(y, ldy, wb, row_bytes, wtype, act, arb, n_tok, cols, r0, r1))
