@@ -16,9 +16,14 @@
  * batch or the row range).  Paths:
  *   decode (1 token): legacy types 4 rows per pass with a spread prefetch of
  *       the rows after next (Q4_1 in 128-bit halves on cores that split
- *       256-bit operations), k-quants row by row;
- *   2..3 tokens: each weight block unpacked once for the tokens;
- *   4+ tokens: row tiles unpacked once into an L1-sized buffer (int8 codes,
+ *       256-bit operations), Q4_0/IQ4_NL and Q4_K 8 rows in the lanes of
+ *       their gemv chains, the other k-quants row by row;
+ *   2..7 tokens of a legacy type, Q4_K or Q6_K (a verify pass): the small
+ *       batch kernels, a few rows by up to 4 tokens in registers, each
+ *       weight block unpacked once per token group;
+ *   2..3 tokens of the other types: each weight block unpacked once for
+ *       the tokens (one row at a time);
+ *   4+ tokens (8+ for the types above): row tiles unpacked once into an L1-sized buffer (int8 codes,
  *       f32 scales; struct ksb per k-quant super-block; f32 rows for
  *       F16/BF16) and dotted with groups of 8 tokens; Q4_0/IQ4_NL put the 8
  *       tokens in the lanes of their gemv chain.
@@ -27,6 +32,7 @@
  * (cpu/matmul_ref.c): per token, f32 block scales followed by int8 codes
  * (Q8_0 / Q8_1 / Q8_K), or f32 values rounded through f16 / bf16.
  */
+#include <assert.h>
 #include <immintrin.h>
 #include <math.h>
 #include <pthread.h>
@@ -793,6 +799,9 @@ q4_1_rows_small_x(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes
 static inline int
 small_group(int left)
 {
+    /* never 1: the kernels are instantiated for 2, 3 and 4 tokens only
+     * (the dispatch sends 2..SB_TOK_MAX) */
+    assert(left >= 2);
     return left == 5 ? 3 : left > 4 ? 4 : left;
 }
 
@@ -853,7 +862,8 @@ legacy_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
 
 /* ---- prefill: unpacked row tiles ----
  *
- * For batches of TILE_MIN tokens or more, a tile of weight rows is unpacked
+ * For batches of TILE_MIN tokens or more (more than SB_TOK_MAX for the types
+ * of the small batch kernels), a tile of weight rows is unpacked
  * once into an L1-resident buffer (int8 codes in element order, f32 scales
  * and mins), then every group of TG tokens is dotted with each row of the
  * tile, reading the unpacked codes.  The per-(row, token) arithmetic is the
@@ -1136,6 +1146,7 @@ q4k_rows8(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes, const 
             dh = INSERT16(dh, x->d, i);
             mh = INSERT16(mh, x->dmin, i);
             __m256i acc[SB_MAX];
+            /* the 8 scales as int16 in both lanes; chunk c takes 2c and 2c + 1 */
             __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
             __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
 #pragma GCC unroll 4
@@ -1188,6 +1199,8 @@ q6k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, 
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++)
             sumi[t] = _mm256_setzero_si256();
+        /* the 16 scales as int16, the even ones in the low lane and the odd
+         * ones in the high lane: chunk c's scale pair is int16 c of each */
         __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)x->scales);
         __m256i seo = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(
             sc, _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15)));
@@ -1458,6 +1471,8 @@ kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     for (int64_t r = r0; r < r1;) {
         int nr = type == T_Q4_K && r + 8 <= r1 ? 8 : 1;
         const uint8_t *row = w + (size_t)r * row_bytes;
+        /* the first token group asks for the 8-row group after next, as the decode */
+        const char *pf = (const char *)row + 16 * row_bytes;
         for (int t0 = 0, nt; t0 < n_tok; t0 += nt) {
             nt = small_group(n_tok - t0);
             float *o = y + t0 * ldy + r;
@@ -1469,7 +1484,7 @@ kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
             if (type == T_Q6_K) {
                 BY_NT(q6k_rows, o, ldy, row, at);
             } else if (nr == 8) {
-#define Q4R(...) q4k_rows8(__VA_ARGS__, NULL, 0)
+#define Q4R(...) q4k_rows8(__VA_ARGS__, pf, t0 == 0 ? (int64_t)((8 * row_bytes + 63) / 64) : 0)
                 BY_NT(Q4R, o, ldy, row, row_bytes, at);
 #undef Q4R
             } else {
