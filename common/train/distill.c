@@ -159,7 +159,11 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
         }
     }
     while ((rc = sched_step(s, d)) > 0)
-        ;
+        if (g->stop && *g->stop) {
+            rc = diag_set(d, ST_FAIL, "interrupted during self-distillation (%lld response "
+                          "tokens generated)", (long long)gc.n_gen);
+            break;
+        }
     *n_gen = gc.n_gen;
 out:
     sched_free(s);

@@ -24,6 +24,7 @@
 #ifndef LLMKIT_DISTILL_H
 #define LLMKIT_DISTILL_H
 
+#include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,6 +69,8 @@ struct distill_gen {
                                  * and min-p off), request i seeded with seed + i */
     uint64_t seed;
     int64_t max_seqs;           /* sequences generated together */
+    volatile sig_atomic_t *stop;    /* NULL, or nonzero when a stop signal arrived:
+                                     * checked after every scheduler step */
 };
 
 /* distill_generate() : the responses of m to the n prompts (token ids),

@@ -118,7 +118,7 @@ static int
 self_distill(struct run *r, struct tok_ids *segs, const bool *gen, int64_t n, struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
-    struct distill_gen g = { o->gen_tokens, o->gen_temp, o->seed, DISTILL_SEQS };
+    struct distill_gen g = { o->gen_tokens, o->gen_temp, o->seed, DISTILL_SEQS, o->stop };
     struct tok_ids *pr = malloc((size_t)(n ? n : 1) * sizeof(*pr));
     struct tok_ids *resp = calloc((size_t)(n ? n : 1), sizeof(*resp));
     int64_t np = 0, n_gen = 0;
@@ -131,6 +131,8 @@ self_distill(struct run *r, struct tok_ids *segs, const bool *gen, int64_t n, st
     for (int64_t i = 0; i < n; i++)
         if (gen[i])
             pr[np++] = segs[i];
+    runcb_info(&o->cb, "'%s': generating the model's responses to %lld prompts, up to %lld "
+               "tokens each (self-distillation)", o->data, (long long)np, (long long)o->gen_tokens);
     double t0 = now_seconds();
     if ((rc = distill_generate(r->m, &r->tok, pr, np, &g, resp, &n_gen, d)) < 0)
         goto out;

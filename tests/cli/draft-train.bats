@@ -252,6 +252,33 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     run -1 cmp -s h1.gguf h3.gguf     # differ (1), not missing (2)
 }
 
+@test "draft-train: SIGTERM during self-distillation stops the generation: exit 143, nothing written" {
+    cd "$BATS_TEST_TMPDIR"
+    # minutes of generation (4000 prompts, responses up to the context):
+    # the signal lands while it runs, and the run stops there instead of
+    # generating to the end first
+    python3 -c "
+import json
+with open('many.jsonl', 'w') as f:
+    for i in range(4000):
+        f.write(json.dumps({'prompt': 'story %d:' % i}) + '\\n')
+"
+    draft-train -m "$FIX" --data many.jsonl -o h.gguf --epochs 1 --seq-len 32 --gen-tokens 4096 \
+        -t 1 -v 2> err 3>&- &
+    local pid=$! i
+    for ((i = 0; i < 1200; i++)); do
+        grep -q "generating the model's responses to 4000 prompts" err && break
+        sleep 0.05
+    done
+    kill -TERM $pid
+    st=0
+    wait $pid || st=$?
+    [ "$st" -eq 143 ]
+    grep -q "interrupted during self-distillation" err
+    [ ! -e h.gguf ] && [ ! -e h.gguf.ckpt ]
+    [ -z "$(compgen -G '*.tmp.*')" ]
+}
+
 @test "draft-train: self-distillation options and bad prompt lines" {
     cd "$BATS_TEST_TMPDIR"
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-tokens 8
