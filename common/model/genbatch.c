@@ -444,6 +444,7 @@ struct run {
     struct sched *s;
     struct spec_dm *dm;         /* --draft: the draft model, or NULL */
     struct eagle_draft *eh;     /* --draft-head: the EAGLE head, or NULL */
+    struct spec_cost cost;      /* --spec-tokens auto: the model's verify cost curve */
     FILE *out, *trace;
     const char *out_name;       /* for messages: -o FILE, NULL for stdout */
     const char *trace_name;     /* --kv-trace FILE, NULL for stdout */
@@ -1050,6 +1051,13 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     if (go->lookup || go->draft || go->draft_head) {
         so.spec_tokens = go->spec_tokens ? go->spec_tokens : BATCH_SPEC_AUTO;
         so.lookup_ngram = go->lookup_ngram;
+        /* auto: what a pass of up to every sequence's token and draft costs */
+        if (!go->spec_tokens) {
+            if ((rc = spec_cost_measure(g.m, g.kv, o->max_seqs * (1 + BATCH_SPEC_AUTO), &g.cost,
+                                        d)) < 0)
+                goto out;
+            so.spec_cost = &g.cost;
+        }
     }
     if (go->draft) {
         struct kv_stats ks0;
@@ -1125,6 +1133,8 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     r->spec_passes = t.spec_passes;
     r->spec_drafted = t.spec_drafted;
     r->spec_accepted = t.spec_accepted;
+    r->spec_levels = !so.spec_cost ? -1.0 : t.spec_auto_steps ? (double)t.spec_auto_levels /
+                     (double)t.spec_auto_steps : 0.0;
     r->prompt_tokens = t.prompt_tokens;
     r->preemptions = t.preemptions;
     r->prefix_hits = t.prefix_hits;
@@ -1195,7 +1205,11 @@ batch_report_print(const struct batch_report *r, const char *prefix, FILE *fp)
             (long long)r->preemptions, (long long)r->prefix_hits, 100.0 * r->waste_paged,
             100.0 * r->waste_contig);
     if (r->spec)
-        fprintf(fp, "%s: speculative (%s): %lld of %lld drafts kept in %lld verifying decodes\n",
+        fprintf(fp, "%s: speculative (%s): %lld of %lld drafts kept in %lld verifying decodes",
                 prefix, r->spec, (long long)r->spec_accepted, (long long)r->spec_drafted,
                 (long long)r->spec_passes);
+    if (r->spec && r->spec_levels >= 0)
+        fprintf(fp, "; auto draft size %.2f per sequence and step", r->spec_levels);
+    if (r->spec)
+        fputc('\n', fp);
 }

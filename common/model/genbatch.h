@@ -131,11 +131,16 @@ struct batch_report {
     const char *kernel;
     const char *spec;           /* the drafter: "lookup", "draft", "eagle"; NULL = none */
     int64_t spec_passes, spec_drafted, spec_accepted;   /* sched_totals */
+    double spec_levels;         /* --spec-tokens auto: the mean draft size chosen per
+                                 * sequence and step; -1 when fixed */
 };
 
-/* --lookup --spec-tokens auto with --batch: a fixed draft of at most this
- * many tokens per sequence (a step's verify cost is shared by every
- * sequence in it, so generate's single-sequence cost model does not apply) */
+/* --spec-tokens auto with --batch: each step's draft size per sequence is
+ * chosen (sched_opts.spec_cost) from the model's verify cost curve,
+ * measured once at the start for up to max_seqs * (1 + this) tokens (at
+ * most 32, extrapolated beyond), the sequences decoding in the step and
+ * the acceptance so far: at most this many tokens, 0 when drafting does
+ * not pay */
 #define BATCH_SPEC_AUTO 4
 
 /* run_generate_batch() : the run described at the top of this file.  The

@@ -99,6 +99,7 @@ struct sched {
                                  * features through hooks beside it) */
     int64_t *rowidx;            /* [max_batch_tokens] with a head: 0, 1, 2 ... */
     struct eagle_chain_req *hreq;       /* [max_seqs] with a head: this step's chains */
+    int64_t spec_lim;           /* this step's draft size per sequence, at most spec_tokens */
 };
 
 static double
@@ -703,13 +704,43 @@ accept_token(struct sched *s, struct seq *q, int32_t t, int *err)
 static int64_t
 draft_limit(const struct sched *s, const struct seq *q)
 {
-    int64_t lim = s->o.spec_tokens;
+    int64_t lim = s->spec_lim;
 
     if (lim > s->budget)
         lim = s->budget;
     if (lim > q->max_gen - q->n_gen - 1)
         lim = q->max_gen - q->n_gen - 1;
     return lim > 0 ? lim : 0;
+}
+
+/* this step's draft size per sequence: spec_tokens, or with spec_cost the
+ * best for the sequences decoding now (see sched_opts) */
+static int64_t
+step_draft_size(struct sched *s)
+{
+    int64_t n_dec = 0;
+    double t_draft = 0;
+
+    if (!s->o.spec_cost)
+        return s->o.spec_tokens;
+    for (int64_t i = 0; i < s->n_run; i++)
+        if (s->run[i]->chunk == 1 && n_total(s->run[i]) - s->run[i]->n_done == 1)
+            n_dec++;
+    if (n_dec == 0)
+        return 0;
+    if (s->o.draft)
+        t_draft = spec_dm_level_ms(s->o.draft, n_dec);
+    else if (s->o.head)
+        t_draft = eagle_draft_level_ms(s->o.head);
+    /* the per-level acceptance, as generate's: tokens kept per token kept
+     * or rejected, with a prior of one each */
+    double a = (double)(s->tot.spec_accepted + 1) /
+               (double)(s->tot.spec_accepted + s->tot.spec_rejections + 2);
+    int k = spec_auto_levels(s->o.spec_cost, a, n_dec, 1, t_draft, (int)s->o.spec_tokens,
+                             s->tot.spec_auto_steps);
+    s->tot.spec_auto_steps++;
+    s->tot.spec_auto_levels += k;
+    return k;
 }
 
 /* extends q's decode by its draft of nd tokens (already in q->draft), at
@@ -842,17 +873,17 @@ sched_step(struct sched *s, struct diag *d)
             ;
         i++;
     }
-    /* 1b. lookup drafts after the decodes: every decode has its token
-     * first, and a draft takes only budget and blocks left (never a
-     * preemption) */
-    if (s->o.spec_tokens && s->o.draft) {
+    /* 1b. drafts after the decodes: every decode has its token first, and
+     * a draft takes only budget and blocks left (never a preemption) */
+    s->spec_lim = s->o.spec_tokens ? step_draft_size(s) : 0;
+    if (s->spec_lim && s->o.draft) {
         if ((rc = model_drafts(s, d)) < 0)
             return rc;
-    } else if (s->o.spec_tokens && s->o.head) {
+    } else if (s->spec_lim && s->o.head) {
         if ((rc = head_drafts(s, d)) < 0)
             return rc;
     } else {
-        for (int64_t i = 0; s->o.spec_tokens && i < s->n_run && s->budget > 0; i++) {
+        for (int64_t i = 0; s->spec_lim && i < s->n_run && s->budget > 0; i++) {
             struct seq *q = s->run[i];
             if (q->chunk == 1 && n_total(q) - q->n_done == 1)
                 take_draft(s, q, spec_lookup_draft(q->toks, n_total(q), s->o.lookup_ngram,
@@ -967,6 +998,8 @@ sched_step(struct sched *s, struct diag *d)
             q->n_done += 1 + a;
             if (a < q->n_draft)
                 kv_seq_truncate(s->kv, q->kvs, q->n_done);
+            if (a < q->n_draft && !fin)
+                s->tot.spec_rejections++;
             q->n_draft = 0;
             if (s->o.prefix_cache)
                 publish(s, q);

@@ -61,6 +61,7 @@ struct model;
 struct tokenizer;
 struct sched;
 struct spec_dm;
+struct spec_cost;
 struct eagle_draft;
 
 enum sched_policy {
@@ -110,10 +111,17 @@ struct sched_opts {
      * sequence.  The head needs the feature of every token, so it does not
      * go with prefix_cache (-ST_RANGE). */
     struct eagle_draft *head;
+    /* --spec-tokens auto: with spec_cost (the target's verify cost curve,
+     * spec.h; borrowed), each step's draft size is spec_choose()'s for the
+     * sequences decoding in it and the acceptance so far, at most
+     * spec_tokens (spec_auto_levels: one level every 16th step where none
+     * pays, to keep measuring, unless none would pay even with every draft
+     * kept); NULL = every decode drafts up to spec_tokens */
+    const struct spec_cost *spec_cost;
 };
 
 #define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0, 0, 3, \
-                          NULL, 0.0f, NULL }
+                          NULL, 0.0f, NULL, NULL }
 
 /* One request.  Everything is copied by sched_add(). */
 struct sched_req {
@@ -170,6 +178,9 @@ struct sched_totals {
     size_t swap_bytes_peak;
     int64_t spec_passes;        /* decodes that verified a draft */
     int64_t spec_drafted, spec_accepted;    /* draft tokens verified, kept */
+    int64_t spec_rejections;    /* verifies that rejected a draft token */
+    int64_t spec_auto_steps, spec_auto_levels;  /* with spec_cost: steps that chose a
+                                                 * draft size, the sizes chosen summed */
     /* sums over steps, for run averages */
     double sum_slots;           /* blocks_used * block_size */
     double sum_stored;          /* slots_filled */

@@ -116,7 +116,7 @@ struct spec_dm {
     int64_t bt_cap;
     float *logits;              /* [n_st][n_vocab] */
     int32_t *top;               /* [SPEC_WIDTH_MAX] */
-    double step_ms;             /* one token's forward pass */
+    struct spec_cost cost;      /* its forward pass of 1, 2, 4 ... tokens */
     /* spec_dm_chains' scratch, [n_st] each */
     int32_t *c_idx;
     const int32_t **c_feed;
@@ -205,10 +205,8 @@ spec_dm_open(struct spec_dm **out, const char *path, const struct model_opts *mo
         }
     }
     dm->st[0].used = true;      /* the single-stream calls' own */
-    struct spec_cost cost;
-    if ((rc = spec_cost_measure(dm->m, dm->kv, 1, &cost, d)) < 0)
+    if ((rc = spec_cost_measure(dm->m, dm->kv, n_streams > 2 ? n_streams - 1 : 1, &dm->cost, d)) < 0)
         goto err;
-    dm->step_ms = spec_cost_at(&cost, 1);
     *out = dm;
     return 0;
 err:
@@ -506,9 +504,10 @@ spec_cost_at(const struct spec_cost *c, int64_t n)
 }
 
 int
-spec_choose(const struct spec_cost *c, double a, int width, double t_draft, int max_levels)
+spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
+            int max_levels)
 {
-    double best = 1.0 / spec_cost_at(c, 1), e = 1, ak = 1;
+    double best = 1.0 / spec_cost_at(c, n_seq), e = 1, ak = 1;
     int k_best = 0;
 
     if (c->n_meas == 0)
@@ -516,7 +515,7 @@ spec_choose(const struct spec_cost *c, double a, int width, double t_draft, int 
     for (int k = 1; k <= max_levels; k++) {
         ak *= a;
         e += ak;
-        double v = e / (spec_cost_at(c, (int64_t)k * width + 1) + k * t_draft);
+        double v = e / (spec_cost_at(c, n_seq * ((int64_t)k * width + 1)) + k * t_draft);
         if (v > best) {
             best = v;
             k_best = k;
@@ -525,8 +524,19 @@ spec_choose(const struct spec_cost *c, double a, int width, double t_draft, int 
     return k_best;
 }
 
-double
-spec_dm_step_ms(const struct spec_dm *dm)
+int
+spec_auto_levels(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
+                 int max_levels, int64_t tick)
 {
-    return dm->step_ms;
+    int k = spec_choose(c, a, n_seq, width, t_draft, max_levels);
+
+    if (k == 0 && tick % 16 == 15 && spec_choose(c, 1.0, n_seq, width, t_draft, max_levels) > 0)
+        k = 1;
+    return k;
+}
+
+double
+spec_dm_level_ms(const struct spec_dm *dm, int64_t n)
+{
+    return spec_cost_at(&dm->cost, n);
 }

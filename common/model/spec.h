@@ -118,8 +118,12 @@ int spec_dm_chains(struct spec_dm *dm, struct spec_dm_req *r, int64_t n_req, flo
  * draft level costs t_draft (0 for lookup).  With a per-level acceptance
  * rate a (the drafts kept at each level, from the run's own statistics), a
  * draft of k levels yields on average E(k) = 1 + a + ... + a^k tokens per
- * pass, and spec_choose() picks the k that maximises E(k) / (t(k * width +
- * 1) + k * t_draft), 0 when drafting does not pay. */
+ * pass.  For n_seq sequences decoding in the same step (--batch), each
+ * drafting k levels, spec_choose() picks the k that maximises
+ * n_seq * E(k) / (t(n_seq * (k * width + 1)) + k * t_draft), 0 when
+ * drafting does not pay: with n_seq > 1 the pass already holds n_seq
+ * tokens, so on a compute-bound machine (t(n) close to linear) a draft
+ * costs nearly a decode per token. */
 #define SPEC_AUTO_LEVELS 16     /* lookup: levels (tokens) auto may choose */
 #define SPEC_COST_N 6           /* t(n) for n = 1, 2, 4, 8, 16, 32 */
 struct spec_cost {
@@ -140,12 +144,24 @@ int spec_cost_measure(struct model *m, struct kvcache *kv, int64_t max_n, struct
 double spec_cost_at(const struct spec_cost *c, int64_t n);
 
 /* spec_choose() : the best number of draft levels in 0 .. max_levels (see
- * above) for acceptance rate a, tokens per level width, and t_draft ms per
- * level */
-int spec_choose(const struct spec_cost *c, double a, int width, double t_draft, int max_levels);
+ * above) for acceptance rate a, n_seq >= 1 sequences in the pass, tokens
+ * per level width, and t_draft ms per level (all sequences' drafts of that
+ * level together) */
+int spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
+                int max_levels);
 
-/* spec_dm_step_ms() : the draft model's time for one token, measured at
- * spec_dm_open() */
-double spec_dm_step_ms(const struct spec_dm *dm);
+/* spec_auto_levels() : spec_choose(), but where it chooses none, one level
+ * on every 16th call (tick: the caller's count of calls) to keep measuring
+ * the acceptance, unless drafting would not pay even if every draft were
+ * kept (then a probe would only cost: a draft model or head catching up
+ * on the tokens since its last draft) */
+int spec_auto_levels(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
+                     int max_levels, int64_t tick);
+
+/* spec_dm_level_ms() : the draft model's time for one forward pass of n
+ * tokens (one level of n streams' chains), measured at spec_dm_open() for
+ * up to n_streams - 1 tokens (at least 1, at most 32) and extrapolated
+ * beyond */
+double spec_dm_level_ms(const struct spec_dm *dm, int64_t n);
 
 #endif

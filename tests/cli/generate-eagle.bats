@@ -118,6 +118,7 @@ eagle_batch() {
     SPEC="--spec-tokens 4" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
         --kv-mem 64KiB --block-size 4 --max-seqs 8 --preempt swap
     SPEC="" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --max-batch-tokens 12
+    grep -q 'speculative (eagle): .*; auto draft size [0-9.]* per sequence and step' "$BATS_TEST_TMPDIR/stats"
     # the floor applies to the chains: at 1, nothing is drafted
     SPEC="--draft-p-min 1" eagle_batch -m "$FIX" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
     grep -q 'speculative (eagle): 0 of 0 drafts' "$BATS_TEST_TMPDIR/stats"

@@ -258,11 +258,13 @@ batch_same() {
         printf '{"id": "r%d", "prompt": "List the numbers 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, then list them again: 1, 2, %d", "max_tokens": %d, "temperature": %s, "seed": %d}\n' \
             "$i" "$i" $((10 + 5 * i)) "$([ $((i % 2)) = 0 ] && echo 0 || echo 0.8)" "$i"
     done > "$BATS_TEST_TMPDIR/reqs.jsonl"
+    # auto: whether drafts pay depends on the machine's verify cost curve
     SPEC="" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
-    grep -q 'speculative (lookup): [1-9][0-9]* of' "$BATS_TEST_TMPDIR/stats"
+    grep -q 'speculative (lookup): .*; auto draft size [0-9.]* per sequence' "$BATS_TEST_TMPDIR/stats"
     SPEC="--spec-tokens 8" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 2MiB \
         --max-seqs 12 --block-size 4
     grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
+    grep -q 'speculative (lookup): [1-9][0-9]* of' "$BATS_TEST_TMPDIR/stats"
 }
 
 @test "--batch --draft: every request's tokens as without (the model itself and its f16 twin as drafts), with preemption, small steps and a prefix cache" {
@@ -273,10 +275,14 @@ batch_same() {
     DRAFTER="--draft $TINY" SPEC="--spec-tokens 6 --draft-p-min 0" batch_same "$f16" \
         --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
     grep -q 'speculative (draft): [1-9][0-9]* of [1-9][0-9]* drafts kept' "$BATS_TEST_TMPDIR/stats"
-    DRAFTER="--draft $f16" SPEC="--draft-p-min 0" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
-        --kv-mem 64KiB --block-size 4 --max-seqs 8
+    DRAFTER="--draft $f16" SPEC="--draft-p-min 0 --spec-tokens 4" batch_same "$f16" \
+        --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 64KiB --block-size 4 --max-seqs 8
     grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
     grep -q 'speculative (draft): [1-9][0-9]* of' "$BATS_TEST_TMPDIR/stats"
+    # auto (the size chosen from the cost curve: tokens unchanged whatever it is)
+    DRAFTER="--draft $f16" SPEC="--draft-p-min 0" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
+        --kv-mem 64KiB --block-size 4 --max-seqs 8
+    grep -q 'speculative (draft): .*; auto draft size' "$BATS_TEST_TMPDIR/stats"
     DRAFTER="--draft $TINY" SPEC="--spec-tokens 3" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" \
         -t 2 --kv-mem 64KiB --block-size 4 --max-seqs 8 --preempt swap
     DRAFTER="--draft $TINY" SPEC="--spec-tokens 8" batch_same "$f16" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" \
@@ -294,6 +300,8 @@ batch_same() {
             "$i" "$i" $((10 + 4 * i)) "$([ $((i % 2)) = 0 ] && echo 0 || echo 0.8)" "$i"
     done > "$BATS_TEST_TMPDIR/reqs.jsonl"
     DRAFTER="--draft $d" SPEC="" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
+    grep -q 'speculative (draft): .*; auto draft size' "$BATS_TEST_TMPDIR/stats"
+    DRAFTER="--draft $d" SPEC="--spec-tokens 4" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
     grep -q 'speculative (draft): [1-9][0-9]* of' "$BATS_TEST_TMPDIR/stats"
     DRAFTER="--draft $d" SPEC="--spec-tokens 6" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 \
         --kv-mem 1MiB --max-seqs 8 --block-size 4

@@ -178,17 +178,38 @@ main(void)
     struct spec_cost flat = { 3, { 1, 2, 4 }, { 10, 10, 10 } };
     CHECK_NEAR(spec_cost_at(&flat, 3), 10, 1e-9);
     CHECK_NEAR(spec_cost_at(&flat, 8), 10, 1e-9);
-    CHECK_EQ(spec_choose(&flat, 0.9, 1, 0, 16), 16);
+    CHECK_EQ(spec_choose(&flat, 0.9, 1, 1, 0, 16), 16);
     struct spec_cost lin = { 3, { 1, 2, 4 }, { 10, 20, 40 } };
     CHECK_NEAR(spec_cost_at(&lin, 3), 30, 1e-9);
     CHECK_NEAR(spec_cost_at(&lin, 8), 80, 1e-9);
-    CHECK_EQ(spec_choose(&lin, 0.9, 1, 0, 16), 0);
+    CHECK_EQ(spec_choose(&lin, 0.9, 1, 1, 0, 16), 0);
     /* a cheap verify but an expensive draft level: fewer levels */
     struct spec_cost gentle = { 3, { 1, 2, 4 }, { 10, 11, 13 } };
-    int k_free = spec_choose(&gentle, 0.7, 1, 0, 16), k_dear = spec_choose(&gentle, 0.7, 1, 4, 16);
+    int k_free = spec_choose(&gentle, 0.7, 1, 1, 0, 16), k_dear = spec_choose(&gentle, 0.7, 1, 1, 4, 16);
     CHECK(k_free > k_dear);
     CHECK(k_dear >= 1);
+    /* a batch: the pass already holds a token per sequence.  The curve
+     * measured on a 2-core CPU (SmolLM2 Q4_1: 1.00 1.36 2.28 5.02 8.72
+     * decode steps for 1 2 4 8 16 tokens) pays for drafts of one sequence
+     * at a = 0.9, never for four; a flat one (a GPU) pays for both */
+    struct spec_cost cpu = { 5, { 1, 2, 4, 8, 16 }, { 1.00, 1.36, 2.28, 5.02, 8.72 } };
+    CHECK(spec_choose(&cpu, 0.9, 1, 1, 0, 4) >= 1);
+    CHECK_EQ(spec_choose(&cpu, 0.9, 4, 1, 0, 4), 0);
+    CHECK_EQ(spec_choose(&cpu, 0.5, 1, 1, 0, 4), 1);
+    CHECK_EQ(spec_choose(&flat, 0.9, 4, 1, 0, 4), 4);
+    CHECK_EQ(spec_choose(&flat, 0.9, 16, 1, 0, 4), 4);
+    CHECK_EQ(spec_choose(&lin, 0.9, 4, 1, 0, 4), 0);
+    /* probes: one level every 16th call where none pays, unless none
+     * would pay with every draft kept */
+    int probes = 0;
+    for (int64_t tick = 0; tick < 64; tick++) {
+        CHECK_EQ(spec_auto_levels(&lin, 0.9, 1, 1, 0, 4, tick), 0);
+        CHECK_EQ(spec_auto_levels(&cpu, 0.9, 4, 1, 8.0, 4, tick), 0);
+        probes += spec_auto_levels(&cpu, 0.1, 1, 1, 0, 4, tick);
+    }
+    CHECK_EQ(probes, 4);
+    CHECK_EQ(spec_auto_levels(&flat, 0.9, 4, 1, 0, 4, 3), 4);
     struct spec_cost none = { 0, { 0 }, { 0 } };
-    CHECK_EQ(spec_choose(&none, 0.5, 1, 0, 5), 5);
+    CHECK_EQ(spec_choose(&none, 0.5, 1, 1, 0, 5), 5);
     T_DONE();
 }
