@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "json.h"
 #include "kvcache.h"
 #include "model.h"
@@ -100,6 +101,7 @@ distill_line_parse(const char *line, size_t len, struct distill_line *l, struct 
 
 struct gen_ctx {
     struct tok_ids *resp;
+    bool *answered;
     int64_t n_gen;
 };
 
@@ -112,21 +114,23 @@ on_result(void *ctx, const struct sched_result *r)
         if (tok_ids_push(&g->resp[r->tag], r->tokens[i]) < 0)
             return -ST_NOMEM;
     g->n_gen += r->n_tokens;
+    g->answered[r->tag] = true;
     return 0;
 }
 
 int
 distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *prompts,
-                 int64_t n, const struct distill_gen *g, struct tok_ids *resp, int64_t *n_gen,
-                 struct diag *d)
+                 int64_t n, const struct distill_gen *g, struct tok_ids *resp, bool *answered,
+                 int64_t *n_gen, struct diag *d)
 {
     struct sched_opts so = SCHED_OPTS_INIT;
-    struct gen_ctx gc = { resp, 0 };
+    struct gen_ctx gc = { resp, answered, 0 };
     struct sched_callbacks cb = { on_result, NULL, &gc };
     struct kvcache *kv = NULL;
     struct sched *s = NULL;
     struct kv_config c;
     int64_t ctx = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DISTILL_CTX_DEFAULT, longest = 0;
+    bool cut = false;
     int rc;
 
     *n_gen = 0;
@@ -158,15 +162,25 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
             goto out;
         }
     }
-    while ((rc = sched_step(s, d)) > 0)
+    for (int64_t i = 0; i < n; i++)
+        answered[i] = false;
+    while ((rc = sched_step(s, d)) > 0) {
         if (g->stop && *g->stop) {
             rc = diag_set(d, ST_FAIL, "interrupted during self-distillation (%lld response "
                           "tokens generated)", (long long)gc.n_gen);
             break;
         }
+        if (g->deadline > 0 && now_seconds() >= g->deadline) {
+            /* the running sequences' results, cut short; the rest never start */
+            cut = true;
+            if (sched_cancel(s) < 0)
+                rc = diag_set(d, ST_NOMEM, "out of memory");
+            break;
+        }
+    }
     *n_gen = gc.n_gen;
 out:
     sched_free(s);
     kv_free(kv);
-    return rc < 0 ? rc : 0;
+    return rc < 0 ? rc : cut ? 1 : 0;
 }

@@ -27,8 +27,13 @@
  *      features; linear
  *      warmup over the first 5% of the run, then linear decay to 10% of lr;
  *      the gradient's global norm clipped to clip; the run's length is
- *      epochs over the training sequences, or max_time seconds (then the
- *      schedule follows the elapsed time), whichever ends first
+ *      epochs over the training sequences, or what max_time leaves after
+ *      steps 1-4 (then the schedule follows the training's elapsed time),
+ *      whichever ends first.  max_time is the whole run's budget: the
+ *      self-distillation stops at a quarter of it (the responses running
+ *      then cut short, the prompts not started left out), the features at
+ *      half (as many sequences as the first one's time says fit, evenly
+ *      spaced, at least 2); data so cut is not cached
  *   6. checkpoints (the head + optimizer state, eagle_io.h) to
  *      OUTPUT.ckpt every ckpt_every steps and when *stop becomes nonzero
  *      (then the run returns -ST_FAIL with "interrupted"); resume continues

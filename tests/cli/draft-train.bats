@@ -51,6 +51,17 @@ term_at_checkpoint() {
     wait $pid || st=$?
 }
 
+# many_prompts FILE : 4000 short prompts whose responses (up to the
+# context) would take the tiny model minutes to generate
+many_prompts() {
+    python3 -c "
+import json, sys
+with open(sys.argv[1], 'w') as f:
+    for i in range(4000):
+        f.write(json.dumps({'prompt': 'story %d:' % i}) + '\\n')
+" "$1"
+}
+
 @test "draft-train --help: stdout, exit 0" {
     run -0 --separate-stderr draft-train --help
     assert_output --partial "usage: draft-train"
@@ -257,12 +268,7 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     # minutes of generation (4000 prompts, responses up to the context):
     # the signal lands while it runs, and the run stops there instead of
     # generating to the end first
-    python3 -c "
-import json
-with open('many.jsonl', 'w') as f:
-    for i in range(4000):
-        f.write(json.dumps({'prompt': 'story %d:' % i}) + '\\n')
-"
+    many_prompts many.jsonl
     draft-train -m "$FIX" --data many.jsonl -o h.gguf --epochs 1 --seq-len 32 --gen-tokens 4096 \
         -t 1 -v 2> err 3>&- &
     local pid=$! i
@@ -277,6 +283,32 @@ with open('many.jsonl', 'w') as f:
     grep -q "interrupted during self-distillation" err
     [ ! -e h.gguf ] && [ ! -e h.gguf.ckpt ]
     [ -z "$(compgen -G '*.tmp.*')" ]
+}
+
+@test "draft-train --max-time: the budget covers the data's preparation (generation cut, features subsampled, neither cached)" {
+    cd "$BATS_TEST_TMPDIR"
+    # responses that would take hours: the generation stops at a quarter of
+    # the budget with what the running sequences have, and the run ends
+    many_prompts many.jsonl
+    run -0 --separate-stderr draft-train -m "$FIX" --data many.jsonl -o h1.gguf --seq-len 32 \
+        --gen-tokens 4096 --max-time 8 --cache cache -v
+    [[ $stderr == *"--max-time: self-distillation stopped after"*" of 4000 prompts answered"* ]]
+    [[ $stderr == *"training for the "*" s left of --max-time"* ]]
+    [ -s h1.gguf ]
+    [ -z "$(ls cache 2>/dev/null)" ]
+    # a budget that tokenizing the whole calibration text already spends:
+    # the features of two evenly spaced sequences (one held out), not cached
+    run -0 --separate-stderr draft-train -m "$FIX" --data "$CALIB" -o h2.gguf --seq-len 32 \
+        --max-time 0.001 --cache cache -v
+    [[ $stderr == *"--max-time: the features of 2 of the data's "*" sequences (evenly spaced)"* ]]
+    [[ $stderr == *"2 sequences of 32 (1 held out)"* ]]
+    [ -s h2.gguf ]
+    [ -z "$(ls cache 2>/dev/null)" ]
+    # without --max-time every sequence, and the cache entry
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h3.gguf --seq-len 32 \
+        --epochs 1 --cache cache -v
+    [[ $stderr != *"--max-time:"* ]]
+    ls cache/*.eaglefeat.zst
 }
 
 @test "draft-train: self-distillation options and bad prompt lines" {
