@@ -979,6 +979,7 @@ sched_step(struct sched *s, struct diag *d)
             /* the draft's rows in turn while they agree; the cache keeps
              * the fed token and the drafts kept (before publishing) */
             int64_t a = 0;
+            bool rejected = false;
             for (;;) {
                 int32_t t = sampler_sample(q->smp, s->logits + (q->logit_row + a) * s->n_vocab);
                 if (q->t_first == 0)
@@ -986,8 +987,10 @@ sched_step(struct sched *s, struct diag *d)
                 fin = accept_token(s, q, t, &err);
                 if (err)
                     return diag_set(d, -err, "out of memory");
-                if (fin || a == q->n_draft || t != q->draft[a])
+                if (fin || a == q->n_draft || t != q->draft[a]) {
+                    rejected = a < q->n_draft && t != q->draft[a];
                     break;
+                }
                 a++;
             }
             if (s->o.head && (rc = head_feed(s, q, 1 + a, d)) < 0)
@@ -998,8 +1001,7 @@ sched_step(struct sched *s, struct diag *d)
             q->n_done += 1 + a;
             if (a < q->n_draft)
                 kv_seq_truncate(s->kv, q->kvs, q->n_done);
-            if (a < q->n_draft && !fin)
-                s->tot.spec_rejections++;
+            s->tot.spec_rejections += rejected;
             q->n_draft = 0;
             if (s->o.prefix_cache)
                 publish(s, q);

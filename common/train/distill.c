@@ -130,7 +130,7 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
     struct sched *s = NULL;
     struct kv_config c;
     int64_t ctx = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DISTILL_CTX_DEFAULT, longest = 0;
-    bool cut = false;
+    bool held = false;
     int rc;
 
     *n_gen = 0;
@@ -148,6 +148,8 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
         return rc;
     if ((rc = sched_new(&s, m, kv, tok, &so, &cb, d)) < 0)
         goto out;
+    for (int64_t i = 0; i < n; i++)
+        answered[i] = false;
     for (int64_t i = 0; i < n; i++) {
         struct sched_req r = { i, prompts[i].v, (int64_t)prompts[i].n, g->max_tokens,
                                { 0, 0, 0, 0, 0, 0, 0 }, NULL, 0 };
@@ -162,25 +164,24 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
             goto out;
         }
     }
-    for (int64_t i = 0; i < n; i++)
-        answered[i] = false;
     while ((rc = sched_step(s, d)) > 0) {
         if (g->stop && *g->stop) {
             rc = diag_set(d, ST_FAIL, "interrupted during self-distillation (%lld response "
                           "tokens generated)", (long long)gc.n_gen);
             break;
         }
-        if (g->deadline > 0 && now_seconds() >= g->deadline) {
-            /* the running sequences' results, cut short; the rest never start */
-            cut = true;
-            if (sched_cancel(s) < 0)
-                rc = diag_set(d, ST_NOMEM, "out of memory");
-            break;
+        if (!held && g->deadline > 0 && now_seconds() >= g->deadline) {
+            /* the prompts admitted finish; the rest never start */
+            sched_hold(s, true);
+            held = true;
         }
     }
+    for (int64_t i = 0; i < n && rc == 0; i++)
+        if (!answered[i])
+            rc = 1;
     *n_gen = gc.n_gen;
 out:
     sched_free(s);
     kv_free(kv);
-    return rc < 0 ? rc : cut ? 1 : 0;
+    return rc;
 }

@@ -72,19 +72,19 @@ struct distill_gen {
     int64_t max_seqs;           /* sequences generated together */
     volatile sig_atomic_t *stop;    /* NULL, or nonzero when a stop signal arrived:
                                      * checked after every scheduler step */
-    double deadline;            /* now_seconds() past which the generation stops, keeping
-                                 * the responses so far (0 = none; checked after every
-                                 * scheduler step) */
+    double deadline;            /* now_seconds() past which no prompt starts (0 = none;
+                                 * checked after every scheduler step) */
 };
 
 /* distill_generate() : the responses of m to the n prompts (token ids),
  * generated together by the scheduler (its default token budget and
  * preemption, no prefix cache needed); the response of prompt i is
  * appended to resp[i] and answered[i] set (n entries each, caller-owned).
- * Past g->deadline the sequences running are cut where they are (their
- * responses so far kept, answered) and the prompts never started are left
- * unanswered.  *n_gen gets the number of tokens generated.  Returns 0, 1
- * when cut by the deadline, -ST_RANGE (a prompt longer than the context, bad options), -ST_NOMEM,
+ * Past g->deadline the prompts started finish and the others are left
+ * unanswered: prompts start in order, so the answered ones are the first
+ * ones, each response what it is without a deadline.  *n_gen gets the
+ * number of tokens generated.  Returns 0, 1 when the deadline left prompts
+ * unanswered, -ST_RANGE (a prompt longer than the context, bad options), -ST_NOMEM,
  * -ST_FAIL (g->stop), or a forward-pass error. */
 int distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *prompts,
                      int64_t n, const struct distill_gen *g, struct tok_ids *resp, bool *answered,

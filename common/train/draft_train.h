@@ -6,8 +6,10 @@
  *      whose responses the base model generates itself through the batch
  *      scheduler, up to gen_tokens at gen_temp: self-distillation, distill.h;
  *      the text of such a line is its prompt tokens and the response)
- *   2. cut it into sequences of seq_len + 1 tokens; the last 1/20 (at least
- *      one sequence) is held out for evaluation
+ *   2. cut it into sequences of seq_len + 1 tokens, put in an order whose
+ *      first ones, however many, spread over the data (bit-reversed
+ *      indices); the last 1/20 of them in that order (at least one
+ *      sequence) is held out for evaluation
  *   3. features: each sequence's final hidden states through the shared
  *      forward pass (eagle_target_features; EAGLE-3: also the hidden states
  *      entering its three feature layers, eagle_target_features3), kept in
@@ -29,11 +31,12 @@
  *      the gradient's global norm clipped to clip; the run's length is
  *      epochs over the training sequences, or what max_time leaves after
  *      steps 1-4 (then the schedule follows the training's elapsed time),
- *      whichever ends first.  max_time is the whole run's budget: the
- *      self-distillation stops at a quarter of it (the responses running
- *      then cut short, the prompts not started left out), the features at
- *      half (as many sequences as the first one's time says fit, evenly
- *      spaced, at least 2); data so cut is not cached
+ *      whichever ends first.  max_time is the whole run's budget: no
+ *      prompt starts its response after a quarter of it (the first ones
+ *      answered), no sequence its features after half (the sequences in
+ *      an order whose first ones spread over the data, at least 2 kept;
+ *      a cache entry holds the ones done, and the next run goes on from
+ *      it); a resumed run repeats the checkpoint's data and training time
  *   6. checkpoints (the head + optimizer state, eagle_io.h) to
  *      OUTPUT.ckpt every ckpt_every steps and when *stop becomes nonzero
  *      (then the run returns -ST_FAIL with "interrupted"); resume continues

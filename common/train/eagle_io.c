@@ -86,6 +86,9 @@ eagle_head_write(const struct eagle_head *h, const struct eagle_meta *meta, cons
         rc |= gguf_set_u64(&g, K("ckpt.seed"), meta->ckpt_seed);
         rc |= gguf_set_f32(&g, K("ckpt.elapsed"), meta->ckpt_elapsed);
         rc |= gguf_set_str(&g, K("ckpt.options"), meta->ckpt_options);
+        rc |= gguf_set_u64(&g, K("ckpt.prompts"), meta->ckpt_prompts);
+        rc |= gguf_set_u64(&g, K("ckpt.sequences"), meta->ckpt_sequences);
+        rc |= gguf_set_f32(&g, K("ckpt.train_time"), meta->ckpt_train_time);
     }
     if (rc) {
         gguf_release(&g);
@@ -329,7 +332,10 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
             (rc = get_u64(g, K("ckpt.seed"), &meta->ckpt_seed, d)) < 0 ||
             (rc = get_f(g, K("ckpt.elapsed"), &meta->ckpt_elapsed, d)) < 0 ||
             (rc = get_s(g, K("ckpt.options"), meta->ckpt_options, sizeof meta->ckpt_options,
-                        d)) < 0)
+                        d)) < 0 ||
+            (rc = get_u64(g, K("ckpt.prompts"), &meta->ckpt_prompts, d)) < 0 ||
+            (rc = get_u64(g, K("ckpt.sequences"), &meta->ckpt_sequences, d)) < 0 ||
+            (rc = get_f(g, K("ckpt.train_time"), &meta->ckpt_train_time, d)) < 0)
             goto out;
         if ((rc = read_vec(g, "opt.m", h->n_param, m_, d)) < 0)
             goto out;

@@ -34,7 +34,12 @@
  * A checkpoint is the same file plus the optimizer's state: tensors
  * "opt.m" and "opt.v" ({n_param}) and keys eagle.ckpt.step, eagle.ckpt.seed
  * (u64), eagle.ckpt.elapsed (f32 seconds), eagle.ckpt.options (string: the
- * run's options that shape the result, which a resumed run must repeat).
+ * run's options that shape the result, which a resumed run must repeat), and
+ * the data it trained on, which a resumed run repeats whatever its own time:
+ * eagle.ckpt.prompts (u64: the self-distillation prompts answered, the first
+ * ones), eagle.ckpt.sequences (u64: the sequences with features, the first
+ * ones in draft-train's order) and eagle.ckpt.train_time (f32: the seconds
+ * of --max-time left for training; 0 = none).
  */
 #ifndef LLMKIT_EAGLE_IO_H
 #define LLMKIT_EAGLE_IO_H
@@ -60,6 +65,8 @@ struct eagle_meta {
     uint64_t ckpt_step, ckpt_seed;
     float ckpt_elapsed;
     char ckpt_options[256];
+    uint64_t ckpt_prompts, ckpt_sequences;
+    float ckpt_train_time;
 };
 
 /* eagle_meta_release() : frees meta's draft vocabulary and clears it. */

@@ -35,12 +35,12 @@ print(hashlib.sha256(open(sys.argv[1], 'rb').read()[r.data_offset:]).hexdigest()
 EOF
 }
 
-# term_at_checkpoint OUT ARGS... : draft-train -m $FIX -o OUT ARGS in the background,
-# SIGTERM once OUT.ckpt exists; st = its exit status
+# term_at_checkpoint OUT ARGS... : draft-train -m $FIX -o OUT ARGS in the background
+# (stderr to OUT.err), SIGTERM once OUT.ckpt exists; st = its exit status
 term_at_checkpoint() {
     local out=$1 pid i
     shift
-    draft-train -m "$FIX" -o "$out" "$@" 3>&- &
+    draft-train -m "$FIX" -o "$out" "$@" 2> "$out.err" 3>&- &
     pid=$!
     for ((i = 0; i < 1200; i++)); do
         [ -e "$out.ckpt" ] && break
@@ -285,30 +285,45 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     [ -z "$(compgen -G '*.tmp.*')" ]
 }
 
-@test "draft-train --max-time: the budget covers the data's preparation (generation cut, features subsampled, neither cached)" {
+@test "draft-train --max-time: the budget covers the data's preparation (responses and features cut, cached, added up, repeated by --resume)" {
     cd "$BATS_TEST_TMPDIR"
-    # responses that would take hours: the generation stops at a quarter of
-    # the budget with what the running sequences have, and the run ends
+    # responses that would take hours: no prompt starts after a quarter of
+    # the budget; the ones started finish, and the run ends
     many_prompts many.jsonl
     run -0 --separate-stderr draft-train -m "$FIX" --data many.jsonl -o h1.gguf --seq-len 32 \
         --gen-tokens 4096 --max-time 8 --cache cache -v
-    [[ $stderr == *"--max-time: self-distillation stopped after"*" of 4000 prompts answered"* ]]
+    [[ $stderr == *"--max-time: the model's responses to the first "*" of 4000 prompts"* ]]
     [[ $stderr == *"training for the "*" s left of --max-time"* ]]
     [ -s h1.gguf ]
-    [ -z "$(ls cache 2>/dev/null)" ]
-    # a budget that tokenizing the whole calibration text already spends:
-    # the features of two evenly spaced sequences (one held out), not cached
-    run -0 --separate-stderr draft-train -m "$FIX" --data "$CALIB" -o h2.gguf --seq-len 32 \
-        --max-time 0.001 --cache cache -v
-    [[ $stderr == *"--max-time: the features of 2 of the data's "*" sequences (evenly spaced)"* ]]
+    ls cache/*.eaglefeat.zst
+    # a budget that tokenizing 100 KB of text already spends: the features
+    # of the first 2 sequences (spread over the text; one held out), cached
+    head -c 100000 "$CALIB" > t100.txt
+    run -0 --separate-stderr draft-train -m "$FIX" --data t100.txt -o h2.gguf --seq-len 32 \
+        --max-time 0.001 --cache c2 -v
+    [[ $stderr == *"--max-time: the features of the first 2 of the data's "*" sequences (spread over it; 0 from the cache)"* ]]
     [[ $stderr == *"2 sequences of 32 (1 held out)"* ]]
     [ -s h2.gguf ]
-    [ -z "$(ls cache 2>/dev/null)" ]
-    # without --max-time every sequence, and the cache entry
-    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h3.gguf --seq-len 32 \
-        --epochs 1 --cache cache -v
+    # the next run goes on from them; then the whole data is in the cache
+    run -0 --separate-stderr draft-train -m "$FIX" --data t100.txt -o h3.gguf --seq-len 32 \
+        --epochs 1 --cache c2 -v
     [[ $stderr != *"--max-time:"* ]]
-    ls cache/*.eaglefeat.zst
+    [[ $stderr == *"(features computed)"* ]]
+    run -0 --separate-stderr draft-train -m "$FIX" --data t100.txt -o h4.gguf --seq-len 32 \
+        --epochs 1 --cache c2 -v
+    [[ $stderr == *"(features from the cache)"* ]]
+    cmp h3.gguf h4.gguf
+    # --resume repeats the interrupted run's data, whatever its own time
+    term_at_checkpoint r.gguf --data many.jsonl --seq-len 32 --gen-tokens 4096 --max-time 8 \
+        --checkpoint-every 2 -v
+    [ "$st" -eq 143 ]
+    local first; first=$(sed -n "s/.*responses to the first \([0-9]*\) of 4000.*/\1/p" r.gguf.err)
+    [ -n "$first" ]
+    run -0 --separate-stderr draft-train -m "$FIX" --data many.jsonl -o r.gguf --seq-len 32 \
+        --gen-tokens 4096 --max-time 8 --checkpoint-every 2 --resume -v
+    [[ $stderr == *"--resume: the model's responses to the first $first of 4000 prompts"* ]]
+    [[ $stderr == *"resuming from 'r.gguf.ckpt'"* ]]
+    [ -s r.gguf ] && [ ! -e r.gguf.ckpt ]
 }
 
 @test "draft-train: self-distillation options and bad prompt lines" {
