@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compute.h"
 #include "escape.h"
@@ -79,7 +80,11 @@ die(int rc, const char *fmt, ...)
     vmsg("", fmt, ap);
     va_end(ap);
     xio_cleanup_all();
-    exit(rc);
+    /* no exit handlers: OpenBLAS's joins its worker threads, and a worker
+     * whose buffer could not be mapped (ulimit -v: the out-of-memory exit
+     * this often is) retries the mmap forever, so exit() would hang */
+    fflush(NULL);
+    _exit(rc);
 }
 
 void

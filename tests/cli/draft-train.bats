@@ -326,6 +326,17 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     [ -s r.gguf ] && [ ! -e r.gguf.ckpt ]
 }
 
+@test "draft-train under ulimit -v: out of memory is exit 5 at once (an OpenBLAS worker that cannot map its buffer retries forever: exit handlers would wait for it)" {
+    # AddressSanitizer cannot start under an address-space limit
+    [ "${LLMKIT_SAN:-}" != address ] || skip "ulimit -v under AddressSanitizer"
+    cd "$BATS_TEST_TMPDIR"
+    run -5 --separate-stderr bash -c "ulimit -v 81920; exec timeout 300 draft-train -m '$FIX' \
+        --data '$CALIB' --seq-len 32 --max-time 1 -t 1 -o h.gguf -q --cache c"
+    [[ $stderr == *"out of memory"* ]]
+    [ ! -e h.gguf ]
+    [ -z "$(compgen -G 'h.gguf*')" ]
+}
+
 @test "draft-train: self-distillation options and bad prompt lines" {
     cd "$BATS_TEST_TMPDIR"
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-tokens 8
