@@ -118,6 +118,12 @@ on_result(void *ctx, const struct sched_result *r)
     return 0;
 }
 
+int64_t
+distill_ctx(const struct model *m)
+{
+    return m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DISTILL_CTX_DEFAULT;
+}
+
 int
 distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *prompts,
                  int64_t n, const struct distill_gen *g, struct tok_ids *resp, bool *answered,
@@ -129,7 +135,7 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
     struct kvcache *kv = NULL;
     struct sched *s = NULL;
     struct kv_config c;
-    int64_t ctx = m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DISTILL_CTX_DEFAULT, longest = 0;
+    int64_t ctx = distill_ctx(m), longest = 0;
     bool held = false;
     int rc;
 
@@ -137,7 +143,7 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
     if (g->max_tokens < 1 || g->max_seqs < 1 || !(g->temp >= 0))
         return diag_set(d, ST_RANGE, "self-distillation options out of range");
     for (int64_t i = 0; i < n; i++)
-        if ((int64_t)prompts[i].n > longest)
+        if ((int64_t)prompts[i].n > longest && (int64_t)prompts[i].n < ctx)
             longest = (int64_t)prompts[i].n;
     int64_t per_seq = longest + g->max_tokens < ctx ? longest + g->max_tokens : ctx;
     so.max_seqs = g->max_seqs < n ? g->max_seqs : (n > 0 ? n : 1);
@@ -151,6 +157,8 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
     for (int64_t i = 0; i < n; i++)
         answered[i] = false;
     for (int64_t i = 0; i < n; i++) {
+        if ((int64_t)prompts[i].n >= ctx)
+            continue;           /* no room for a response: left unanswered */
         struct sched_req r = { i, prompts[i].v, (int64_t)prompts[i].n, g->max_tokens,
                                { 0, 0, 0, 0, 0, 0, 0 }, NULL, 0 };
         sample_params_init(&r.sp);

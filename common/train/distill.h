@@ -76,13 +76,19 @@ struct distill_gen {
                                  * checked after every scheduler step) */
 };
 
+/* distill_ctx() : the tokens of prompt and response at most, for model m
+ * (its training context, or 4096) */
+int64_t distill_ctx(const struct model *m);
+
 /* distill_generate() : the responses of m to the n prompts (token ids),
  * generated together by the scheduler (its default token budget and
  * preemption, no prefix cache needed); the response of prompt i is
  * appended to resp[i] and answered[i] set (n entries each, caller-owned).
- * Past g->deadline the prompts started finish and the others are left
+ * A prompt of distill_ctx() tokens or more is left unanswered.  Past
+ * g->deadline the prompts started finish and the others are left
  * unanswered: prompts start in order, so the answered ones are the first
- * ones, each response what it is without a deadline.  *n_gen gets the
+ * ones (those too long aside), each response what it is without a
+ * deadline.  *n_gen gets the
  * number of tokens generated.  Returns 0, 1 when the deadline left prompts
  * unanswered, -ST_RANGE (a prompt longer than the context, bad options), -ST_NOMEM,
  * -ST_FAIL (g->stop), or a forward-pass error. */

@@ -77,7 +77,8 @@ struct run {
      * PREP_GEN of it, the features stop at PREP_FEAT (a prefix of the
      * sequences in spread order), and training has what is left */
     double t_start;             /* now_seconds() at the start */
-    int64_t n_answered;         /* self-distillation: prompts answered (the first ones) */
+    int64_t n_answered;         /* self-distillation: the prompts up to the last answered */
+    bool gen_cut;               /* some left unanswered by --max-time or --resume */
     int64_t n_seq_data;         /* sequences in the data (n_seq: those with features) */
     double train_time;          /* training's share of --max-time, s (0 = none) */
     /* --resume: the data the checkpoint's run trained on, repeated whatever
@@ -89,6 +90,7 @@ struct run {
     struct eagle_meta ck_mt;
     float *ck_m, *ck_v;         /* its optimizer state */
     bool ck_loaded;             /* the checkpoint is in ck_* (until resume() took it) */
+    bool no_ckpt;               /* the output is a device or a FIFO: no OUTPUT.ckpt */
 };
 
 /* a feature as stored, and back */
@@ -165,9 +167,25 @@ self_distill(struct run *r, struct tok_ids *segs, const bool *gen, int64_t n, st
         ans[j] = false;
     r->n_prompts = np;
     r->n_generated = n_gen;
-    for (int64_t j = 0; j < np; j++)
-        r->n_answered += ans[j];
-    if (r->n_answered < np)
+    /* n_answered: the prompts up to the last one answered (those too
+     * long for the context among them, left out every time) */
+    int64_t ctx = distill_ctx(r->m), n_long = 0, first_long = 0;
+    for (int64_t j = 0; j < np; j++) {
+        if ((int64_t)pr[j].n >= ctx && n_long++ == 0)
+            first_long = j;
+        else if ((int64_t)pr[j].n >= ctx)
+            continue;
+        else if (ans[j])
+            r->n_answered = j + 1;
+        else
+            r->gen_cut = true;
+    }
+    if (n_long)
+        runcb_warn(&o->cb, "'%s': %lld prompts have no fewer tokens than the model's context of "
+                   "%lld (the first: prompt %lld, %lld tokens): left out", o->data,
+                   (long long)n_long, (long long)ctx, (long long)first_long + 1,
+                   (long long)pr[first_long].n);
+    if (r->gen_cut)
         runcb_info(&o->cb, "'%s': %s: the model's responses to the first %lld of %lld prompts "
                    "(%lld tokens, %.1f s; the others left out)", o->data,
                    r->pinned ? "--resume" : "--max-time", (long long)r->n_answered, (long long)np,
@@ -316,7 +334,7 @@ load_data(struct run *r, struct diag *d)
         tok_ids_release(&ids);
         return diag_set(d, ST_RANGE, "'%s': %lld tokens: need at least 2 sequences of %lld + 1 "
                         "(--seq-len)%s", o->data, (long long)r->n_tok, (long long)r->S,
-                        r->n_answered < r->n_prompts ? "; --max-time left the self-distillation "
+                        r->gen_cut ? "; --max-time left the self-distillation "
                         "too little time" : "");
     }
     r->n_hold = r->n_seq / 20 > 0 ? r->n_seq / 20 : 1;
@@ -983,7 +1001,10 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
         if (step >= total || (r->train_time > 0 && elapsed >= r->train_time))
             break;
         if (o->stop && *o->stop) {
-            if ((rc = checkpoint(r, step, elapsed, d)) == 0)
+            if (r->no_ckpt)
+                rc = diag_set(d, ST_FAIL, "interrupted at step %lld (no checkpoint beside '%s')",
+                              (long long)step, o->output);
+            else if ((rc = checkpoint(r, step, elapsed, d)) == 0)
                 rc = diag_set(d, ST_FAIL, "interrupted at step %lld; checkpoint '%s' written "
                               "(--resume continues)", (long long)step, r->ckpt);
             break;
@@ -1078,6 +1099,12 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         diag_prefix_output(d, o->output);
         return rc;
     }
+    /* the checkpoint goes beside the output: none beside a device or a FIFO */
+    struct stat st;
+    r.no_ckpt = stat(o->output, &st) == 0 && !S_ISREG(st.st_mode);
+    if (r.no_ckpt && (o->ckpt_every > 0 || o->resume))
+        return diag_set(d, ST_RANGE, "'%s' is not a regular file: no checkpoint can go beside "
+                        "it (--checkpoint-every, --resume)", o->output);
     size_t plen = strlen(o->output) + 6;
     if (!(r.ckpt = malloc(plen)))
         return diag_set(d, ST_NOMEM, "out of memory");
@@ -1175,7 +1202,8 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     fill_meta(&r, &mt, rep->steps, rep->seconds);
     if ((rc = eagle_head_write(&r.h, &mt, NULL, NULL, o->output, o->force, d)) < 0)
         goto out;
-    remove(r.ckpt);
+    if (!r.no_ckpt)
+        remove(r.ckpt);
 out:;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)

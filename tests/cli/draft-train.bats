@@ -337,6 +337,27 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     [ -z "$(compgen -G 'h.gguf*')" ]
 }
 
+@test "draft-train: prompts too long for the context are left out with one warning; no checkpoint beside a FIFO" {
+    cd "$BATS_TEST_TMPDIR"
+    python3 -c "
+import json
+print(json.dumps({'prompt': 'word ' * 600}))
+for i in range(20):
+    print(json.dumps({'prompt': 'story %d:' % i}))
+print(json.dumps({'prompt': 'more ' * 700}))
+" > long.jsonl
+    run -0 --separate-stderr draft-train -m "$FIX" --data long.jsonl -o h.gguf --seq-len 32 --epochs 1 \
+        --gen-tokens 64 -v
+    [[ $stderr == *"2 prompts have no fewer tokens than the model's context of "*"(the first: prompt 1, "*"left out"* ]]
+    [[ $stderr == *"22 prompts, "*" response tokens generated"* ]]
+    # the checkpoint goes beside the output: not beside a FIFO (or a device)
+    mkfifo fifo
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o fifo --seq-len 32 --epochs 1 \
+        --checkpoint-every 5 -f
+    [[ $stderr == *"'fifo' is not a regular file: no checkpoint can go beside it"* ]]
+    [ ! -e fifo.ckpt ]
+}
+
 @test "draft-train: self-distillation options and bad prompt lines" {
     cd "$BATS_TEST_TMPDIR"
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-tokens 8
