@@ -344,6 +344,16 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
             *m_ = NULL;
             goto out;
         }
+        /* Adam's moments: finite, the second one >= 0 (else a resumed run
+         * would fail later, blaming the learning rate) */
+        for (int64_t j = 0; j < h->n_param; j++)
+            if (!isfinite((*m_)[j]) || !isfinite((*v_)[j]) || (*v_)[j] < 0) {
+                free(*m_), free(*v_);
+                *m_ = *v_ = NULL;
+                rc = diag_set(d, ST_FORMAT, "the optimizer state is corrupt (parameter %lld)",
+                              (long long)j);
+                goto out;
+            }
     }
     rc = 0;
 out:

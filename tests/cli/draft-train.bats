@@ -399,6 +399,12 @@ print(json.dumps({'prompt': 'more ' * 700}))
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
         --seq-len 32 --lr 0.01 --resume
     [[ $stderr == *"written with other options"* ]]
+    # a checkpoint whose optimizer state was overwritten is refused, naming it
+    term_at_checkpoint c.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
+    python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-64, 2); f.write(b'\xff' * 64)" c.gguf.ckpt
+    run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
+        --seq-len 32 --checkpoint-every 5 --resume
+    [[ $stderr == *"c.gguf.ckpt"*"the optimizer state is corrupt"* ]]
     # a head that is no checkpoint is refused
     cp full.gguf x.gguf.ckpt
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o x.gguf --epochs 1 \
