@@ -923,6 +923,11 @@ pin_data(struct run *r, struct diag *d)
         return rc;
     }
     r->pinned = r->ck_loaded = true;
+    if (r->ck_mt.ckpt_sequences < 2 || !(r->ck_mt.ckpt_train_time >= 0))
+        return diag_set(d, ST_FORMAT, "--resume: '%s': the run's data or time is out of range "
+                        "(%llu sequences, %g s)", r->ckpt,
+                        (unsigned long long)r->ck_mt.ckpt_sequences,
+                        (double)r->ck_mt.ckpt_train_time);
     r->pin_prompts = (int64_t)(r->ck_mt.ckpt_prompts < INT64_MAX ? r->ck_mt.ckpt_prompts
                                                                  : INT64_MAX);
     r->pin_seqs = (int64_t)(r->ck_mt.ckpt_sequences < INT64_MAX ? r->ck_mt.ckpt_sequences
