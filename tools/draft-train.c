@@ -205,18 +205,16 @@ main(int argc, char **argv)
     o.stop = &tool_stop_count;
     rc = run_draft_train(&o, &r, &d);
     if (rc && tool_stop_count) {
-        if (cli_verbosity >= 1)
-            fprintf(stderr, "%s: %s\n", cli_progname, ESC(d.msg));
+        notemsg("%s", ESC(d.msg));
         return 128 + tool_stop_sig;
     }
     if (rc)
         die(rc_from_st(rc), "%s", ESC(d.msg));
-    if (cli_verbosity >= 1)
-        fprintf(stderr, "%s: wrote '%s': %lld steps, %lld positions in %.1f s (features %s); "
-                "held-out loss %.4f, top-1 agreement %.3f; peak memory %.1f MiB\n", cli_progname,
-                ESC(o.output), (long long)r.steps, (long long)r.tokens, r.seconds,
-                r.cache_hit ? "from the cache" : "computed", r.hold_loss, r.hold_acc,
-                (double)r.peak_rss / 1048576.0);
+    notemsg("wrote '%s': %lld steps, %lld positions in %.1f s (features %s); "
+            "held-out loss %.4f, top-1 agreement %.3f; peak memory %.1f MiB", ESC(o.output),
+            (long long)r.steps, (long long)r.tokens, r.seconds,
+            r.cache_hit ? "from the cache" : "computed", r.hold_loss, r.hold_acc,
+            (double)r.peak_rss / 1048576.0);
     cli_finish_stdout();
     return RC_OK;
 }

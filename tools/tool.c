@@ -6,6 +6,7 @@
  */
 #include "tool.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
@@ -21,6 +22,7 @@
 
 const char *cli_progname = "llmkit";
 int cli_verbosity = 1;
+bool cli_line_open;
 
 static void
 on_signal(int sig)
@@ -60,6 +62,9 @@ vmsg(const char *prefix, const char *fmt, va_list ap)
     char *buf = NULL;
     int len = vasprintf(&buf, fmt, ap);
 
+    if (cli_line_open)          /* a progress bar's line: the message goes below */
+        fputc('\n', stderr);
+    cli_line_open = false;
     fprintf(stderr, "%s: %s", cli_progname, prefix);
     if (len >= 0 && buf)
         esc_fwrite(stderr, buf, (size_t)len, SIZE_MAX, ESC_KEEP_BACKSLASH);
@@ -146,6 +151,18 @@ warnmsg(const char *fmt, ...)
 }
 
 void
+notemsg(const char *fmt, ...)
+{
+    va_list ap;
+
+    if (cli_verbosity < 1)
+        return;
+    va_start(ap, fmt);
+    vmsg("", fmt, ap);
+    va_end(ap);
+}
+
+void
 infomsg(const char *fmt, ...)
 {
     va_list ap;
@@ -221,6 +238,10 @@ cli_parse_double(const char *s, double min, double max, const char *what)
 
     if (!s || !*s)
         die(RC_USAGE, "%s: empty value", what);
+    /* decimal only: strtod also takes hex floats ("0x10" = 16) and
+       leading blanks, which no option here means */
+    if (strpbrk(s, "xXpP") || isspace((unsigned char)*s))
+        die(RC_USAGE, "%s: invalid number '%s'", what, ESC(s));
     errno = 0;
     v = strtod(s, &end);
     if (end == s || *end || errno == ERANGE || !isfinite(v))

@@ -18,6 +18,7 @@
 
 extern const char *cli_progname;
 extern int cli_verbosity;      /* 0 = quiet, 1 = normal, 2 = verbose */
+extern bool cli_line_open;     /* a progress bar's line is open on stderr (no newline yet) */
 
 /* cli_init() : sets the program name (basename of argv0 without "llm-" prefix
  * handling) and installs the SIGINT/SIGTERM/SIGHUP handler that removes
@@ -34,6 +35,9 @@ _Noreturn void usage_error(const char *usage, const char *fmt, ...)
 
 /* warnmsg() : "prog: warning: message" on stderr unless quiet. */
 void warnmsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* notemsg() : "prog: message" on stderr unless quiet. */
+void notemsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* infomsg() : "prog: message" on stderr when verbose. */
 void infomsg(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -64,7 +68,8 @@ _Noreturn void cli_exit_version(const char *tool);
  * `sizes` is true.  Dies with RC_USAGE on junk or out-of-range values. */
 int64_t cli_parse_i64(const char *s, int64_t min, int64_t max, const char *what, bool sizes);
 
-/* cli_parse_double() : parses a finite float in [min, max]; dies with RC_USAGE. */
+/* cli_parse_double() : parses a finite decimal float in [min, max] (no hex
+ * floats, no leading blanks); dies with RC_USAGE. */
 double cli_parse_double(const char *s, double min, double max, const char *what);
 
 /* cli_cap_threads() : -t N for a tool's compute threads: above the CPUs this

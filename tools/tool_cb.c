@@ -39,6 +39,7 @@ progress_draw(struct progress *p)
     bar[width] = '\0';
     fprintf(stderr, "\r%s: %s [%s] %3d%%", cli_progname, p->label, bar, (int)(frac * 100.0));
     fflush(stderr);
+    cli_line_open = true;
 }
 
 static void
@@ -77,6 +78,7 @@ progress_end(struct progress *p)
     p->done = p->total;
     progress_draw(p);
     fputc('\n', stderr);
+    cli_line_open = false;
     p->on = false;
 }
 

@@ -44,11 +44,23 @@ quantize_threadpool(struct threadpool **tp, int n_threads, struct diag *d)
 int
 quantize_sha256_hex(const void *p, size_t n, char out[65])
 {
+    return quantize_sha256_hexv(&p, &n, 1, out);
+}
+
+int
+quantize_sha256_hexv(const void *const *p, const size_t *n, int k, char out[65])
+{
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     static const char hex[] = "0123456789abcdef";
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
 
-    if (!EVP_Digest(p, n, md, &len, EVP_sha256(), NULL) || len != 32)
+    for (int i = 0; ok && i < k; i++)
+        ok = EVP_DigestUpdate(ctx, p[i], n[i]);
+    ok = ok && EVP_DigestFinal_ex(ctx, md, &len);
+    EVP_MD_CTX_free(ctx);
+    if (!ok || len != 32)
         return -ST_NOMEM;
     for (unsigned i = 0; i < 32; i++) {
         out[2 * i] = hex[md[i] >> 4];

@@ -167,4 +167,8 @@ int quantize_threadpool(struct threadpool **tp, int n_threads, struct diag *d);
  * 0 or -ST_NOMEM. */
 int quantize_sha256_hex(const void *p, size_t n, char out[65]);
 
+/* quantize_sha256_hexv() : the same of k buffers one after another (p[i],
+ * n[i] bytes). */
+int quantize_sha256_hexv(const void *const *p, const size_t *n, int k, char out[65]);
+
 #endif

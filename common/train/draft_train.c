@@ -484,6 +484,16 @@ cache_write(struct run *r, const char *path, int64_t n, struct diag *d)
     return rc;
 }
 
+/* cache_write() into --cache, made when missing */
+static int
+cache_put(struct run *r, const char *path, int64_t n, struct diag *d)
+{
+    if (mkdir(r->o->cache_dir, 0777) < 0 && errno != EEXIST)
+        return diag_set(d, ST_IO, "--cache: cannot create '%s': %s", r->o->cache_dir,
+                        strerror(errno));
+    return cache_write(r, path, n, d);
+}
+
 /* The loss mask's entry beside the features' (keep, draft_keep): magic,
  * u64 n_seq, S and draft vocabulary size, then keep's n_seq * S bytes.
  * The draft vocabulary follows from the tokens and its size, both in the
@@ -539,11 +549,12 @@ keep_read(struct run *r, const char *path)
     return ok ? m : 0;
 }
 
+/* the entry of the first n_seq sequences' rows */
 static int
-keep_write(struct run *r, const char *path, struct diag *d)
+keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
 {
-    size_t n = (size_t)(r->n_seq * r->S);
-    uint64_t h[3] = { (uint64_t)r->n_seq, (uint64_t)r->S, (uint64_t)r->fz.n_lm };
+    size_t n = (size_t)(n_seq * r->S);
+    uint64_t h[3] = { (uint64_t)n_seq, (uint64_t)r->S, (uint64_t)r->fz.n_lm };
     uint8_t *b = malloc(KEEP_HDR + n);
     int rc;
 
@@ -593,6 +604,7 @@ features(struct run *r, bool *hit, struct diag *d)
 #endif
     }
     int64_t cached = done;
+    bool stopped = false;
     for (s = done; s < want; s++) {
         if (deadline > 0 && s >= 2 && now_seconds() >= deadline)
             break;
@@ -620,11 +632,28 @@ features(struct run *r, bool *hit, struct diag *d)
                                 "its %s store", (long long)s, r->feat_bf16 ? "bf16" : "f16");
             }
         if (o->stop && *o->stop) {
-            free(path);
-            return diag_set(d, ST_FAIL, "interrupted");
+            s++;
+            stopped = true;
+            break;
         }
     }
     done = s;
+    if (stopped) {      /* the sequences done are kept for the next run */
+        rc = 0;
+#ifdef LLMKIT_HAVE_ZSTD
+        if (path && done > cached)
+            rc = cache_put(r, path, done, d);
+#endif
+        if (rc == 0 && path && done > cached)
+            rc = diag_set(d, ST_FAIL, "'%s': interrupted during the features, after %lld of "
+                          "%lld sequences (cached in '%s')", o->data, (long long)done,
+                          (long long)want, path);
+        else if (rc == 0)
+            rc = diag_set(d, ST_FAIL, "'%s': interrupted during the features, after %lld of "
+                          "%lld sequences", o->data, (long long)done, (long long)want);
+        free(path);
+        return rc;
+    }
     runcb_progress(&o->cb, "features", done, want);
     *hit = done == cached;
     if (done < r->n_seq)
@@ -636,10 +665,8 @@ features(struct run *r, bool *hit, struct diag *d)
     r->n_hold = done / 20 > 0 ? done / 20 : 1;
     rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
-    if (path && done > cached && mkdir(o->cache_dir, 0777) < 0 && errno != EEXIST)
-        rc = diag_set(d, ST_IO, "--cache: cannot create '%s': %s", o->cache_dir, strerror(errno));
-    else if (path && done > cached)
-        rc = cache_write(r, path, done, d);
+    if (path && done > cached)
+        rc = cache_put(r, path, done, d);
 #endif
     free(path);
     return rc;
@@ -756,6 +783,20 @@ draft_keep(struct run *r, struct diag *d)
             for (int64_t i = 0; i < n; i++)
                 kept += r->keep[s * S + i0 + i] = in[eagle_argmax(z + i * V, V)];
         }
+        if (r->o->stop && *r->o->stop) {    /* the rows done are kept for the next run */
+            int rc = 0;
+#ifdef LLMKIT_HAVE_ZSTD
+            if (path && s + 1 > have)
+                rc = keep_write(r, path, s + 1, d);
+#endif
+            if (rc == 0)
+                rc = diag_set(d, ST_FAIL, "'%s': interrupted during the loss mask, after %lld of "
+                              "%lld sequences%s%s%s", r->o->data, (long long)(s + 1),
+                              (long long)r->n_seq, path ? " (cached in '" : "",
+                              path ? path : "", path ? "')" : "");
+            free(in), free(z), free(path);
+            return rc;
+        }
     }
     runcb_progress(&r->o->cb, "loss mask", r->n_seq, r->n_seq);
     r->keep_frac = (double)kept / (double)(r->n_seq * S);
@@ -763,7 +804,7 @@ draft_keep(struct run *r, struct diag *d)
     int rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
     if (path && have < r->n_seq)
-        rc = keep_write(r, path, d);
+        rc = keep_write(r, path, r->n_seq, d);
 #endif
     free(path);
     return rc;

@@ -27,6 +27,16 @@ eagle_base_sha256(const struct model *m, char out[65])
     return quantize_sha256_hex(s->map + m->gguf.data_offset, (size_t)m->gguf.data_size, out);
 }
 
+/* a checkpoint's SHA-256: the head's parameters, then Adam's two moments,
+ * as stored (f32, little-endian); what --resume reads must match it */
+static int
+ckpt_sha256(const struct eagle_head *h, const float *m_, const float *v_, char out[65])
+{
+    const void *p[3] = { h->param, m_, v_ };
+    size_t n = (size_t)h->n_param * sizeof(float), ns[3] = { n, n, n };
+    return quantize_sha256_hexv(p, ns, 3, out);
+}
+
 /* "<pre>.<suffix>" in buf: the keys of architecture pre ("eagle", "eagle3") */
 static const char *
 key(char buf[96], const char *pre, const char *suffix)
@@ -89,6 +99,11 @@ eagle_head_write(const struct eagle_head *h, const struct eagle_meta *meta, cons
         rc |= gguf_set_u64(&g, K("ckpt.prompts"), meta->ckpt_prompts);
         rc |= gguf_set_u64(&g, K("ckpt.sequences"), meta->ckpt_sequences);
         rc |= gguf_set_f32(&g, K("ckpt.train_time"), meta->ckpt_train_time);
+        char sha[65];
+        if (ckpt_sha256(h, m_, v_, sha) < 0)
+            rc = -1;
+        else
+            rc |= gguf_set_str(&g, K("ckpt.sha256"), sha);
     }
     if (rc) {
         gguf_release(&g);
@@ -342,6 +357,18 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
         if ((rc = read_vec(g, "opt.v", h->n_param, v_, d)) < 0) {
             free(*m_);
             *m_ = NULL;
+            goto out;
+        }
+        char want[65], got[65];
+        if ((rc = get_s(g, K("ckpt.sha256"), want, sizeof want, d)) < 0 ||
+            (rc = ckpt_sha256(h, *m_, *v_, got)) < 0 || strcmp(want, got) != 0) {
+            free(*m_), free(*v_);
+            *m_ = *v_ = NULL;
+            if (rc == -ST_NOMEM)
+                diag_set(d, ST_NOMEM, "out of memory");
+            else if (rc == 0)
+                rc = diag_set(d, ST_FORMAT, "corrupt checkpoint: the SHA-256 of its "
+                              "weights and optimizer state is not the one it records");
             goto out;
         }
         /* Adam's moments: finite, the second one >= 0 (else a resumed run

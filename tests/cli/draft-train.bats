@@ -51,6 +51,22 @@ term_at_checkpoint() {
     wait $pid || st=$?
 }
 
+# term_when PATTERN ARGS... : draft-train ARGS in the background (stderr to
+# err), SIGTERM once err holds PATTERN; st = its exit status
+term_when() {
+    local pat=$1 pid i
+    shift
+    draft-train "$@" 2> err 3>&- &
+    pid=$!
+    for ((i = 0; i < 2400; i++)); do
+        grep -q "$pat" err 2> /dev/null && break
+        sleep 0.05
+    done
+    kill -TERM $pid
+    st=0
+    wait $pid || st=$?
+}
+
 # many_prompts FILE : 4000 short prompts whose responses (up to the
 # context) would take the tiny model minutes to generate
 many_prompts() {
@@ -84,6 +100,11 @@ with open(sys.argv[1], 'w') as f:
         --ttt-steps 17
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 0
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o - --epochs 1
+    # decimal numbers only: strtod would take a hex float or leading blanks
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --max-time 0x10
+    [[ $stderr == *"--max-time: invalid number '0x10'"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --max-time " 5"
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --lr 1p-3
 }
 
 @test "draft-train: a file that is no GGUF is bad data (3), nothing written" {
@@ -269,20 +290,31 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     # the signal lands while it runs, and the run stops there instead of
     # generating to the end first
     many_prompts many.jsonl
-    draft-train -m "$FIX" --data many.jsonl -o h.gguf --epochs 1 --seq-len 32 --gen-tokens 4096 \
-        -t 1 -v 2> err 3>&- &
-    local pid=$! i
-    for ((i = 0; i < 1200; i++)); do
-        grep -q "generating the model's responses to 4000 prompts" err && break
-        sleep 0.05
-    done
-    kill -TERM $pid
-    st=0
-    wait $pid || st=$?
+    term_when "generating the model's responses to 4000 prompts" -m "$FIX" --data many.jsonl \
+        -o h.gguf --epochs 1 --seq-len 32 --gen-tokens 4096 -t 1 -v
     [ "$st" -eq 143 ]
     grep -q "interrupted during self-distillation" err
     [ ! -e h.gguf ] && [ ! -e h.gguf.ckpt ]
     [ -z "$(compgen -G '*.tmp.*')" ]
+}
+
+@test "draft-train: SIGTERM during the features keeps the ones done in --cache; the next run goes on from them" {
+    need_model SMOL SmolLM2-135M-Instruct.Q4_1.gguf
+    cd "$BATS_TEST_TMPDIR"
+    # the whole calibration text: a few hundred sequences of 256, minutes of
+    # features for the real model; the signal lands once the bar is drawn
+    term_when "features" -m "$SMOL" --data "$CALIB" -o h.gguf --epochs 1 --seq-len 256 \
+        --cache c --progress -t 1
+    [ "$st" -eq 143 ]
+    local k; k=$(sed -n "s/.*interrupted during the features, after \([0-9]*\) of [0-9]* sequences (cached in 'c\/.*\.eaglefeat\.zst').*/\1/p" err)
+    [ -n "$k" ] && [ "$k" -ge 1 ]
+    grep -q "^draft-train: '$CALIB': interrupted during the features" err
+    [ ! -e h.gguf ] && [ ! -e h.gguf.ckpt ]
+    [ -z "$(compgen -G '*.tmp.*')" ] && [ -z "$(compgen -G 'c/*.tmp.*')" ]
+    # a budget spent at once: only what the cache holds (at least 2)
+    run -0 --separate-stderr draft-train -m "$SMOL" --data "$CALIB" -o h.gguf --seq-len 256 \
+        --max-time 0.001 --cache c -t 1 -v
+    [[ $stderr == *"sequences (spread over it; $k from the cache)"* ]]
 }
 
 @test "draft-train --max-time: the budget covers the data's preparation (responses and features cut, cached, added up, repeated by --resume)" {
@@ -399,12 +431,24 @@ print(json.dumps({'prompt': 'more ' * 700}))
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
         --seq-len 32 --lr 0.01 --resume
     [[ $stderr == *"written with other options"* ]]
-    # a checkpoint whose optimizer state was overwritten is refused, naming it
+    # a checkpoint whose optimizer state or weights were overwritten, even
+    # with finite numbers, is refused, naming it (its SHA-256)
     term_at_checkpoint c.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
-    python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-64, 2); f.write(b'\xff' * 64)" c.gguf.ckpt
+    cp c.gguf.ckpt c.orig
+    python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-64, 2); f.write(b'\x00\x00\x80\x3f' * 16)" c.gguf.ckpt
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
         --seq-len 32 --checkpoint-every 5 --resume
-    [[ $stderr == *"c.gguf.ckpt"*"the optimizer state is corrupt"* ]]
+    [[ $stderr == *"c.gguf.ckpt"*"corrupt checkpoint: the SHA-256 of its weights and optimizer state"* ]]
+    cp c.orig c.gguf.ckpt
+    local off; off=$("$PY" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(r.data_offset + 64)" c.gguf.ckpt)
+    # one weight one ulp off
+    python3 -c "
+import sys
+f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1)
+f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))" c.gguf.ckpt "$off"
+    run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
+        --seq-len 32 --checkpoint-every 5 --resume
+    [[ $stderr == *"corrupt checkpoint"* ]]
     # a head that is no checkpoint is refused
     cp full.gguf x.gguf.ckpt
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o x.gguf --epochs 1 \

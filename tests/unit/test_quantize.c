@@ -28,6 +28,7 @@
 #include "qtypes.h"
 #include "quant.h"
 #include "quant_gen.h"
+#include "quantize.h"
 #include "status.h"
 #include "t.h"
 
@@ -475,9 +476,25 @@ check_api(void)
     }
 }
 
+/* quantize_sha256_hex/_hexv against the published SHA-256 of "abc", and
+ * split buffers hash as their concatenation */
+static void
+check_sha256(void)
+{
+    char a[65], b[65];
+    const void *p[3] = { "a", "", "bc" };
+    size_t n[3] = { 1, 0, 2 };
+
+    CHECK_EQ(quantize_sha256_hex("abc", 3, a), 0);
+    CHECK_STR(a, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK_EQ(quantize_sha256_hexv(p, n, 3, b), 0);
+    CHECK_STR(b, a);
+}
+
 int
 main(void)
 {
+    check_sha256();
     check_api();
     check_synthetic();
     check_model();
