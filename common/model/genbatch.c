@@ -1077,6 +1077,8 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
             goto out;
         so.head = g.eh;
         so.draft_p_min = go->draft_p_min;
+        if (so.spec_cost)       /* auto: a level's cost for any number of chains */
+            eagle_draft_measure(g.eh, o->max_seqs);
     }
     cb.result = on_result;
     cb.step = on_step;

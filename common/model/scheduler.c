@@ -731,7 +731,7 @@ step_draft_size(struct sched *s)
     if (s->o.draft)
         t_draft = spec_dm_level_ms(s->o.draft, n_dec);
     else if (s->o.head)
-        t_draft = eagle_draft_level_ms(s->o.head);
+        t_draft = eagle_draft_level_ms(s->o.head, n_dec);
     /* the per-level acceptance, as generate's: tokens kept per token kept
      * or rejected, with a prior of one each */
     double a = (double)(s->tot.spec_accepted + 1) /

@@ -79,10 +79,15 @@ struct eagle_draft {
     int64_t hid_rows;
     int64_t n_fed, cap_fed;
     int64_t *sel;
-    double level_ms;
+    /* a level's cost for n rows (spec_cost_at): measured at open for top_k
+     * rows, by eagle_draft_measure for 1 .. n; lvl_scale, a running mean of
+     * the drafts' measured cost over the curve's */
+    struct spec_cost lvl;
+    double lvl_scale;
 };
 
 static int stream_reserve(struct eagle_draft *e, struct eagle_stream *st, int64_t n);
+static void level_point(struct eagle_draft *e, int64_t n);
 
 /* rows r < n of the batch: token tok[r], input feature fin[r] (EAGLE-3:
  * the target's 3d features when fc, else the parent's d-wide output),
@@ -449,27 +454,64 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
         eagle_draft_free(e);
         return diag_set(d, ST_NOMEM, "out of memory for the EAGLE head");
     }
-    /* the cost of one tree level: k rows over one stable position, with
-     * the LM head (measured on zero features, a scratch draft) */
-    int32_t tok[EAGLE_TOPK_MAX] = { 0 };
-    const float *fin[EAGLE_TOPK_MAX];
-    int64_t pos[EAGLE_TOPK_MAX], lim[EAGLE_TOPK_MAX], na[EAGLE_TOPK_MAX];
-    float *kd_[EAGLE_TOPK_MAX], *vd_[EAGLE_TOPK_MAX];
-    int32_t slot[EAGLE_TOPK_MAX];
-    const int32_t *anc[EAGLE_TOPK_MAX];
-    for (int i = 0; i < k; i++) {
+    /* the cost of one tree level */
+    e->lvl_scale = 1;
+    level_point(e, k);
+    *out = e;
+    return 0;
+}
+
+/* the cost of one level of n rows (<= CHAIN_GROUP) over one stable
+ * position, with the LM head: the faster of two passes on zero features
+ * (a scratch draft), added to e->lvl */
+static void
+level_point(struct eagle_draft *e, int64_t n)
+{
+    int32_t tok[CHAIN_GROUP] = { 0 };
+    const float *fin[CHAIN_GROUP];
+    int64_t pos[CHAIN_GROUP], lim[CHAIN_GROUP], na[CHAIN_GROUP];
+    float *kd_[CHAIN_GROUP], *vd_[CHAIN_GROUP];
+    int32_t slot[CHAIN_GROUP];
+    const int32_t *anc[CHAIN_GROUP];
+    double best = INFINITY;
+
+    for (int64_t i = 0; i < n; i++) {
         fin[i] = e->st0->feat;
         pos[i] = 1, lim[i] = 1, na[i] = 1;
-        slot[i] = i;
+        slot[i] = (int32_t)i;
         anc[i] = &slot[i];
         kd_[i] = e->ck + i * e->kd, vd_[i] = e->cv + i * e->kd;
     }
-    struct rows rw = { k, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL };
-    double t0 = now_seconds();
-    run_rows(e, &rw);
-    e->level_ms = (now_seconds() - t0) * 1000.0;
-    *out = e;
-    return 0;
+    struct rows rw = { n, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL };
+    for (int t = 0; t < 2; t++) {
+        double t0 = now_seconds();
+        run_rows(e, &rw);
+        double ms = (now_seconds() - t0) * 1000.0;
+        best = ms < best ? ms : best;
+    }
+    e->lvl.n[e->lvl.n_meas] = n;
+    e->lvl.ms[e->lvl.n_meas++] = best;
+}
+
+void
+eagle_draft_measure(struct eagle_draft *e, int64_t max_n)
+{
+    if (max_n > CHAIN_GROUP)
+        max_n = CHAIN_GROUP;
+    e->lvl.n_meas = 0;
+    for (int64_t n = 1; n < max_n && e->lvl.n_meas < SPEC_COST_N - 1; n *= 2)
+        level_point(e, n);
+    level_point(e, max_n < 1 ? 1 : max_n);
+}
+
+/* the running correction after a draft of `levels` levels in `sec`
+ * seconds, the curve predicting n rows a level */
+static void
+level_observed(struct eagle_draft *e, double sec, int levels, int64_t n)
+{
+    double pred = spec_cost_at(&e->lvl, n);
+    if (pred > 0 && levels > 0)
+        e->lvl_scale = 0.8 * e->lvl_scale + 0.2 * sec * 1000.0 / levels / pred;
 }
 
 const float *
@@ -479,9 +521,9 @@ eagle_draft_root_out(const struct eagle_draft *e)
 }
 
 double
-eagle_draft_level_ms(const struct eagle_draft *e)
+eagle_draft_level_ms(const struct eagle_draft *e, int64_t n)
 {
-    return e->level_ms;
+    return e->lvl_scale * spec_cost_at(&e->lvl, n);
 }
 
 /* room in st for n positions (at most ctx; a batch run's streams start
@@ -791,9 +833,8 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
         }
         f1 = e->n_c;
     }
-    /* the cost per level, for the draft size (spec_choose): a running
-     * mean that replaces the estimate made at open */
-    e->level_ms = 0.8 * e->level_ms + 0.2 * (now_seconds() - t0) * 1000.0 / levels;
+    /* the cost per level, for the draft size (spec_choose) */
+    level_observed(e, now_seconds() - t0, levels, k);
     /* the best budget candidates, in (depth, index) order so that parents come first */
     int64_t ns = 0;
     for (int64_t i = 0; i < e->n_c; i++)
@@ -920,7 +961,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
         }
         n_live = n_next;
     }
-    e->level_ms = 0.8 * e->level_ms + 0.2 * (now_seconds() - t0) * 1000.0 / levels;
+    level_observed(e, now_seconds() - t0, levels, n_root);
 }
 
 int

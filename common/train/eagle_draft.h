@@ -145,9 +145,15 @@ int eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int3
  * last draft (d floats; for the tests: the training forward's) */
 const float *eagle_draft_root_out(const struct eagle_draft *e);
 
-/* eagle_draft_level_ms() : the time of one tree level: measured at open,
- * then a running mean over the drafts (the catch-up of each draft
- * included) */
-double eagle_draft_level_ms(const struct eagle_draft *e);
+/* eagle_draft_level_ms() : the time of one draft level of n rows (a
+ * tree's width, or a batch's chains): the curve measured at open (top_k
+ * rows) or by eagle_draft_measure, times a running mean of the drafts'
+ * measured cost over the curve's (the catch-up of each draft included) */
+double eagle_draft_level_ms(const struct eagle_draft *e, int64_t n);
+
+/* eagle_draft_measure() : measures the level cost curve for 1, 2, 4 ...
+ * up to max_n rows (at most the 32 chains drafted together), for
+ * eagle_draft_level_ms at any number of streams */
+void eagle_draft_measure(struct eagle_draft *e, int64_t max_n);
 
 #endif

@@ -283,6 +283,13 @@ main(void)
             for (int i = 0; i < NS; i++)
                 full += mr[i].n_out == MX && memcmp(mo[i], c8.tok + 1, MX * sizeof(int32_t)) == 0;
             CHECK_EQ(full, NS);
+            /* a level's cost: measured at open for K rows, then for 1 .. 32
+             * (any number of chains); positive and finite, whatever the
+             * machine's speed */
+            CHECK(eagle_draft_level_ms(ed, K) > 0 && isfinite(eagle_draft_level_ms(ed, K)));
+            eagle_draft_measure(ed, 40);
+            for (int64_t n = 1; n <= 64; n++)
+                CHECK(eagle_draft_level_ms(ed, n) > 0 && isfinite(eagle_draft_level_ms(ed, n)));
             for (int i = 0; i < NS; i++)
                 eagle_stream_free(many[i]);
             spec_tree_release(&c8);
