@@ -204,7 +204,7 @@ main(int argc, char **argv)
     tool_catch_stop();
     o.stop = &tool_stop_count;
     rc = run_draft_train(&o, &r, &d);
-    if (rc && tool_stop_count) {
+    if (rc == -ST_FAIL && tool_stop_count) {    /* interrupted (else: what failed) */
         notemsg("%s", ESC(d.msg));
         return 128 + tool_stop_sig;
     }

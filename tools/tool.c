@@ -196,6 +196,8 @@ cli_parse_i64(const char *s, int64_t min, int64_t max, const char *what, bool si
 
     if (!s || !*s)
         die(RC_USAGE, "%s: empty value", what);
+    if (isspace((unsigned char)*s))     /* strtoll would skip them */
+        die(RC_USAGE, "%s: invalid number '%s'", what, ESC(s));
     errno = 0;
     v = strtoll(s, &end, 10);
     if (end == s || errno == ERANGE)

@@ -462,8 +462,9 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
 }
 
 /* the cost of one level of n rows (<= CHAIN_GROUP) over one stable
- * position, with the LM head: the faster of two passes on zero features
- * (a scratch draft), added to e->lvl */
+ * position of the scratch stream st0, with the LM head: the faster of two
+ * passes on zero features, added to e->lvl (the fed slots and logits are
+ * overwritten: never during a draft) */
 static void
 level_point(struct eagle_draft *e, int64_t n)
 {
@@ -473,6 +474,7 @@ level_point(struct eagle_draft *e, int64_t n)
     float *kd_[CHAIN_GROUP], *vd_[CHAIN_GROUP];
     int32_t slot[CHAIN_GROUP];
     const int32_t *anc[CHAIN_GROUP];
+    struct eagle_stream *sts[CHAIN_GROUP];
     double best = INFINITY;
 
     for (int64_t i = 0; i < n; i++) {
@@ -481,8 +483,9 @@ level_point(struct eagle_draft *e, int64_t n)
         slot[i] = (int32_t)i;
         anc[i] = &slot[i];
         kd_[i] = e->ck + i * e->kd, vd_[i] = e->cv + i * e->kd;
+        sts[i] = e->st0;        /* not e->cur: a stream that may be gone */
     }
-    struct rows rw = { n, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL };
+    struct rows rw = { n, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, sts };
     for (int t = 0; t < 2; t++) {
         double t0 = now_seconds();
         run_rows(e, &rw);
@@ -502,6 +505,9 @@ eagle_draft_measure(struct eagle_draft *e, int64_t max_n)
     for (int64_t n = 1; n < max_n && e->lvl.n_meas < SPEC_COST_N - 1; n *= 2)
         level_point(e, n);
     level_point(e, max_n < 1 ? 1 : max_n);
+    for (int i = 1; i < e->lvl.n_meas; i++)     /* more rows never cost less */
+        if (e->lvl.ms[i] < e->lvl.ms[i - 1])
+            e->lvl.ms[i] = e->lvl.ms[i - 1];
 }
 
 /* the running correction after a draft of `levels` levels in `sec`
@@ -523,7 +529,9 @@ eagle_draft_root_out(const struct eagle_draft *e)
 double
 eagle_draft_level_ms(const struct eagle_draft *e, int64_t n)
 {
-    return e->lvl_scale * spec_cost_at(&e->lvl, n);
+    /* past CHAIN_GROUP rows, groups of it one after another */
+    double full = (double)(n / CHAIN_GROUP) * spec_cost_at(&e->lvl, CHAIN_GROUP);
+    return e->lvl_scale * (full + (n % CHAIN_GROUP ? spec_cost_at(&e->lvl, n % CHAIN_GROUP) : 0));
 }
 
 /* room in st for n positions (at most ctx; a batch run's streams start

@@ -152,8 +152,9 @@ const float *eagle_draft_root_out(const struct eagle_draft *e);
 double eagle_draft_level_ms(const struct eagle_draft *e, int64_t n);
 
 /* eagle_draft_measure() : measures the level cost curve for 1, 2, 4 ...
- * up to max_n rows (at most the 32 chains drafted together), for
- * eagle_draft_level_ms at any number of streams */
+ * up to max_n rows (at most the 32 chains drafted together; more are
+ * drafted in groups of 32), for eagle_draft_level_ms at any number of
+ * streams.  Not during a draft: it uses the draft's scratch. */
 void eagle_draft_measure(struct eagle_draft *e, int64_t max_n);
 
 #endif

@@ -28,7 +28,8 @@ eagle_base_sha256(const struct model *m, char out[65])
 }
 
 /* a checkpoint's SHA-256: the head's parameters, then Adam's two moments,
- * as stored (f32, little-endian); what --resume reads must match it */
+ * in memory (f32 in host order: the tensors' bytes as written); what
+ * --resume reads must match it */
 static int
 ckpt_sha256(const struct eagle_head *h, const float *m_, const float *v_, char out[65])
 {
@@ -359,9 +360,10 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
             *m_ = NULL;
             goto out;
         }
-        char want[65], got[65];
+        char want[72], got[65];
         if ((rc = get_s(g, K("ckpt.sha256"), want, sizeof want, d)) < 0 ||
-            (rc = ckpt_sha256(h, *m_, *v_, got)) < 0 || strcmp(want, got) != 0) {
+            (rc = ckpt_sha256(h, *m_, *v_, got)) < 0 || strlen(want) != 64 ||
+            strcmp(want, got) != 0) {
             free(*m_), free(*v_);
             *m_ = *v_ = NULL;
             if (rc == -ST_NOMEM)

@@ -39,7 +39,10 @@
  * eagle.ckpt.prompts (u64: the self-distillation prompts answered, the first
  * ones), eagle.ckpt.sequences (u64: the sequences with features, the first
  * ones in draft-train's order) and eagle.ckpt.train_time (f32: the seconds
- * of --max-time left for training; 0 = none).
+ * of --max-time left for training; 0 = none), and eagle.ckpt.sha256 (string:
+ * the SHA-256 of the head's parameters, then opt.m, then opt.v, as the
+ * tensors hold them; a checkpoint without it, or whose bytes do not give it,
+ * is refused).
  */
 #ifndef LLMKIT_EAGLE_IO_H
 #define LLMKIT_EAGLE_IO_H
