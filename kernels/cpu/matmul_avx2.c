@@ -1069,6 +1069,124 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
 
 #include "cpu/kquant_tiles.h"
 
+/* ---- llama.cpp's prompt arithmetic for Q6_K and Q4_K (mm_rows_mirror) ----
+ *
+ * The unpacked super-blocks of kquant_tiles.h, 8 rows against one token at
+ * a time: the rows' exact integer sums (in any order: exact) reduced
+ * together (hsum8x8_epi32), then per super-block, in order, the float steps
+ * of cpu/matmul_mirror_ref.c, one row per lane (the same single roundings
+ * as the reference's scalar chain). */
+
+/* Q6_K (ggml's tiled kernels): acc = fma(d_w * (float)isum, d_y, acc) */
+static void
+q6k_mirror_rows(float *out, const struct ksb *pre, int64_t nb, const struct act_row *ar, int nr)
+{
+    __m256 acc = _mm256_setzero_ps();
+    float dw[8] __attribute__((aligned(32))) = { 0 };
+    float r[8] __attribute__((aligned(32)));
+
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *yq = ar->q + QK_K * b;
+        __m256i bs = _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b));
+        __m256i v[8];
+        for (int i = 0; i < 8; i++) {
+            if (i >= nr) {
+                v[i] = _mm256_setzero_si256();
+                continue;
+            }
+            const struct ksb *k = pre + i * nb + b;
+            /* the codes are unsigned (0..63): 32 * sum(sc * ysum) off */
+            __m256i cl = _mm256_slli_epi32(_mm256_madd_epi16(
+                bs, _mm256_loadu_si256((const __m256i *)(const void *)k->sc16)), 5);
+            v[i] = _mm256_sub_epi32(k_lanes(k, yq, 0), cl);
+            dw[i] = k->d;
+        }
+        __m256 isum = _mm256_cvtepi32_ps(hsum8x8_epi32(v));
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(dw), isum),
+                              _mm256_set1_ps(ar->d[b]), acc);
+    }
+    _mm256_store_ps(r, acc);
+    memcpy(out, r, (size_t)nr * sizeof(float));
+}
+
+/* Q4_K (ggml's repack gemm): per pair p of 32-element sub-blocks, sacc =
+ * fma((float)isum_p, d_w * d_y, sacc) and macc = fma((float)msum_p,
+ * dmin_w * d_y, macc); out = sacc - macc */
+static void
+q4k_mirror_rows(float *out, const struct ksb *pre, int64_t nb, const struct act_row *ar, int nr)
+{
+    __m256 sacc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
+    float dw[8] __attribute__((aligned(32))) = { 0 }, dm[8] __attribute__((aligned(32))) = { 0 };
+    int32_t ms[4][8] __attribute__((aligned(32)));
+    float r[8] __attribute__((aligned(32)));
+
+    for (int64_t b = 0; b < nb; b++) {
+        const int8_t *yq = ar->q + QK_K * b;
+        const int16_t *bs = ar->bsums + 16 * b;
+        for (int i = 0; i < 8; i++) {
+            const struct ksb *k = pre + (i < nr ? i : 0) * nb + b;
+            dw[i] = i < nr ? k->d : 0.0f;
+            dm[i] = i < nr ? k->dmin : 0.0f;
+            /* mn holds each sub-block's min twice, one per 16 elements */
+            for (int p = 0; p < 4; p++)
+                ms[p][i] = k->mn[4 * p] * (bs[4 * p] + bs[4 * p + 1]) +
+                           k->mn[4 * p + 2] * (bs[4 * p + 2] + bs[4 * p + 3]);
+        }
+        __m256 yd = _mm256_set1_ps(ar->d[b]);
+        __m256 dd = _mm256_mul_ps(_mm256_load_ps(dw), yd), dmn = _mm256_mul_ps(_mm256_load_ps(dm), yd);
+        for (int p = 0; p < 4; p++) {
+            __m256i v[8];
+            __m256i y0 = _mm256_loadu_si256((const __m256i *)(const void *)(yq + 64 * p));
+            __m256i y1 = _mm256_loadu_si256((const __m256i *)(const void *)(yq + 64 * p + 32));
+            for (int i = 0; i < 8; i++) {
+                const struct ksb *k = pre + (i < nr ? i : 0) * nb + b;
+                v[i] = _mm256_add_epi32(
+                    _mm256_madd_epi16(k->sv[2 * p], _mm256_maddubs_epi16(k->q[2 * p], y0)),
+                    _mm256_madd_epi16(k->sv[2 * p + 1], _mm256_maddubs_epi16(k->q[2 * p + 1], y1)));
+            }
+            sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(v)), dd, sacc);
+            macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(const void *)ms[p])),
+                                   dmn, macc);
+        }
+    }
+    _mm256_store_ps(r, _mm256_sub_ps(sacc, macc));
+    memcpy(out, r, (size_t)nr * sizeof(float));
+}
+
+int
+ops_mm_kmirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
+                    const void *work, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    const int64_t nb = cols / QK_K;
+    size_t rowu = (size_t)nb * sizeof(struct ksb), arb = act_row_bytes(ACT_Q8_K, cols);
+    static __thread struct ksb buf[KQ_TILE_BYTES / sizeof(struct ksb)];
+
+    if ((wtype != T_Q6_K && wtype != T_Q4_K) || cols % QK_K != 0 || rowu * 8 > sizeof(buf))
+        return 0;
+    int64_t R = (int64_t)(sizeof(buf) / rowu) / 8 * 8;
+    if (R > KQ_TILE_ROWS)
+        R = KQ_TILE_ROWS;
+    for (int64_t rb = r0; rb < r1; rb += R) {
+        int64_t nr = r1 - rb < R ? r1 - rb : R;
+        for (int64_t i = 0; i < nr; i++)
+            for (int64_t b = 0; b < nb; b++)
+                k_unpack((const uint8_t *)w + (size_t)(rb + i) * row_bytes, wtype, b,
+                         &buf[i * nb + b]);
+        for (int64_t t = 0; t < n_tok; t++) {
+            struct act_row ar;
+            act_row_at(&ar, ACT_Q8_K, (const uint8_t *)work + (size_t)t * arb, cols);
+            for (int64_t i = 0; i < nr; i += 8) {
+                int n = nr - i < 8 ? (int)(nr - i) : 8;
+                if (wtype == T_Q6_K)
+                    q6k_mirror_rows(y + t * ldy + rb + i, buf + i * nb, nb, &ar, n);
+                else
+                    q4k_mirror_rows(y + t * ldy + rb + i, buf + i * nb, nb, &ar, n);
+            }
+        }
+    }
+    return 1;
+}
+
 /* ---- k-quant decode without the unpacked super-block ---- */
 
 /* Q4_K scales and mins of one super-block as bytes: sc8 = the 8 scales,

@@ -4,11 +4,13 @@
  * tinyBLAS's AVX2 gemm (RM 4, RN 3) over blocks of rows that stay in cache;
  * the tiling changes only which outputs are computed together, never an
  * output's operations.  Q4_K: ggml's repack
- * gemm (cpu/matmul_mirror_ref.c), Q6_K: the reference.
+ * gemm and Q6_K: its tiled kernels (cpu/matmul_mirror_ref.c), from
+ * unpacked super-blocks (ops_mm_kmirror_avx2 in cpu/matmul_avx2.c).
  */
 #include <immintrin.h>
 #include <stdint.h>
 
+#include "matmul_avx2.h"
 #include "matmul_mirror_avx2.h"
 #include "qconv.h"
 
@@ -194,12 +196,15 @@ ops_mm_rows_mirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, 
                         int64_t cols, int64_t r0, int64_t r1, float *tmp)
 {
     (void)tmp;
+    if ((wtype == T_Q4_K || wtype == T_Q6_K) &&
+        ops_mm_kmirror_avx2(y, ldy, w, row_bytes, wtype, work, n_tok, cols, r0, r1))
+        return;
     if (wtype == T_Q4_K) {
         if (cols % QK_K == 0)
             rows_q4k(y, ldy, w, row_bytes, work, n_tok, cols, r0, r1);
         return;
     }
-    if (wtype == T_Q6_K) {      /* the reference (no AVX2 form yet) */
+    if (wtype == T_Q6_K) {      /* rows too wide for the tiles: the reference */
         ops_mm_rows_mirror_ref(y, ldy, w, row_bytes, wtype, work, x, ldx, n_tok, cols, r0, r1,
                                tmp);
         return;

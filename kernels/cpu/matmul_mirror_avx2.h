@@ -27,7 +27,7 @@
  *
  * Q4_K (cols % 256 == 0): ggml's repack gemm (ggml_gemm_q4_K_8x8_q8_K), and
  * Q6_K: its tiled kernels, as ops_mm_rows_mirror_ref specifies, bit for bit
- * (Q6_K through that reference itself); work is the Q8_K activations of
+ * (ops_mm_kmirror_avx2); work is the Q8_K activations of
  * mm_prepare.  The backend takes them for the tokens batch_tok.gemm marks. */
 void ops_mm_rows_mirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes,
                              uint32_t wtype, const void *work, const float *x, int64_t ldx,

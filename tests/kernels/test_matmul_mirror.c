@@ -16,9 +16,10 @@
  *    (double) product; nothing outside [r0, r1) x n_tok is written; other
  *    types and cols % 8 != 0 write nothing.
  *
- * 3. Q4_K (ggml's repack gemm, ops_mm_rows_mirror_ref the spec): random
- *    blocks, the avx2 kernel gives the reference's bits for any token count
- *    and row range, and outputs close to mm_rows' (the gemv's rounding).
+ * 3. Q4_K (ggml's repack gemm) and Q6_K (its tiled kernels),
+ *    ops_mm_rows_mirror_ref the spec: random blocks, the avx2 kernel gives
+ *    the reference's bits for any token count and row range, and outputs
+ *    close to mm_rows' (the gemv's rounding).
  * 4. F32, F16 and BF16: the avx2 and avx512 tables' mm_rows (ggml_vec_dot's
  *    order) and mm_rows_mirror (tinyBLAS's) give the ref table's bits for
  *    1..17 tokens, widths with and without a remainder of 32 (and one not a
@@ -238,16 +239,21 @@ test_invariance(const struct kernel_ops *ko)
     free(x), free(ya), free(yb), free(row);
 }
 
+/* Q4_K (repack gemm) or Q6_K (tiled kernels): the avx2 kernel gives
+ * ops_mm_rows_mirror_ref's bits over random blocks for any token count and
+ * row range (20 rows: tiles of 8 and a remainder), outputs close to mm_rows'
+ * (the gemv's rounding, which differs) */
 static void
-test_q4k(const struct kernel_ops *ko, const struct kernel_ops *ref)
+test_kmirror(const struct kernel_ops *ko, const struct kernel_ops *ref, uint32_t type)
 {
-    enum { ROWS = 16, COLS = 512, NT = 7 };
-    const size_t rb = (COLS / 256) * 144;
+    enum { ROWS = 20, COLS = 512, NT = 7 };
+    const int q6 = type == GGML_TYPE_Q6_K;
+    const size_t bb = q6 ? 210 : 144, rb = (COLS / 256) * bb;
     uint8_t *w = malloc(ROWS * rb);
     float *x = malloc(NT * COLS * sizeof(float));
     float *ya = calloc(NT * ROWS, sizeof(float)), *yb = calloc(NT * ROWS, sizeof(float));
     float *yg = calloc(NT * ROWS, sizeof(float));
-    size_t ws = ref->mm_work_size(GGML_TYPE_Q4_K, NT, COLS);
+    size_t ws = ref->mm_work_size(type, NT, COLS);
     void *work = malloc(ws);
     float *tmp = malloc((size_t)ref->mm_tmp_floats(COLS) * sizeof(float) + 64);
 
@@ -257,22 +263,26 @@ test_q4k(const struct kernel_ops *ko, const struct kernel_ops *ref)
     for (int64_t b = 0; b < ROWS * COLS / 256; b++) {
         uint16_t d = qconv_fp32_to_fp16(0.002f + 0.01f * fabsf(frnd()));
         uint16_t dm = qconv_fp32_to_fp16(0.001f + 0.005f * fabsf(frnd()));
-        memcpy(w + 144 * b, &d, 2);
-        memcpy(w + 144 * b + 2, &dm, 2);
+        if (q6) {               /* ql, qh, scales, then d */
+            memcpy(w + bb * b + 208, &d, 2);
+        } else {                /* d, dmin, scales, qs */
+            memcpy(w + bb * b, &d, 2);
+            memcpy(w + bb * b + 2, &dm, 2);
+        }
     }
     for (int64_t i = 0; i < NT * COLS; i++)
         x[i] = frnd() * (i % 37 == 0 ? 8.0f : 1.0f);
-    ref->mm_prepare(work, GGML_TYPE_Q4_K, x, COLS, NT, COLS);
-    ops_mm_rows_mirror_ref(ya, ROWS, w, rb, GGML_TYPE_Q4_K, work, x, COLS, NT, COLS, 0, ROWS, tmp);
-    ref->mm_rows(yg, ROWS, w, rb, GGML_TYPE_Q4_K, work, x, COLS, NT, COLS, 0, ROWS, tmp);
+    ref->mm_prepare(work, type, x, COLS, NT, COLS);
+    ops_mm_rows_mirror_ref(ya, ROWS, w, rb, type, work, x, COLS, NT, COLS, 0, ROWS, tmp);
+    ref->mm_rows(yg, ROWS, w, rb, type, work, x, COLS, NT, COLS, 0, ROWS, tmp);
     /* the avx2 kernel: same bits, split into row ranges and token runs */
     for (int64_t t0 = 0; t0 < NT; t0 += 3) {
         int64_t n = NT - t0 < 3 ? NT - t0 : 3;
         size_t arb = ws / NT;
-        ko->mm_rows_mirror(yb + t0 * ROWS, ROWS, w, rb, GGML_TYPE_Q4_K,
+        ko->mm_rows_mirror(yb + t0 * ROWS, ROWS, w, rb, type,
                            (const uint8_t *)work + t0 * arb, x + t0 * COLS, COLS, n, COLS, 0, 5,
                            tmp);
-        ko->mm_rows_mirror(yb + t0 * ROWS, ROWS, w, rb, GGML_TYPE_Q4_K,
+        ko->mm_rows_mirror(yb + t0 * ROWS, ROWS, w, rb, type,
                            (const uint8_t *)work + t0 * arb, x + t0 * COLS, COLS, n, COLS, 5,
                            ROWS, tmp);
     }
@@ -363,10 +373,13 @@ main(int argc, char **argv)
     if (!av->mm_rows_mirror)
         T_DONE();
     test_invariance(av);
-    test_q4k(av, ref);
+    test_kmirror(av, ref, GGML_TYPE_Q4_K);
+    test_kmirror(av, ref, GGML_TYPE_Q6_K);
     test_float_ref(av, ref);
     const struct kernel_ops *a5 = ops_select("avx512");
     if (a5) {
+        test_kmirror(a5, ref, GGML_TYPE_Q4_K);
+        test_kmirror(a5, ref, GGML_TYPE_Q6_K);
         test_float_ref(a5, ref);
         CHECK(test_golden(a5, g, verbose) == 9 || getenv("LLMKIT_GOLDEN_TINYBLAS"));
     }
