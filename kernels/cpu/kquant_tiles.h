@@ -294,6 +294,16 @@ kquant_row(float *out, int64_t ldo, const uint8_t *row, const struct ksb *pre, u
     }
 }
 
+/* rows [rb, rb + nr) of w unpacked into buf, row i at buf + i * nb */
+static inline void
+k_unpack_rows(struct ksb *buf, const uint8_t *w, size_t row_bytes, uint32_t type, int64_t rb,
+              int64_t nr, int64_t nb)
+{
+    for (int64_t i = 0; i < nr; i++)
+        for (int64_t b = 0; b < nb; b++)
+            k_unpack(w + (size_t)(rb + i) * row_bytes, type, b, &buf[i * nb + b]);
+}
+
 static int
 kquant_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
              const uint8_t *act, size_t arb, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
@@ -310,9 +320,7 @@ kquant_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
         R = KQ_TILE_ROWS;
     for (int64_t rb = r0; rb < r1; rb += R) {
         int64_t nr = r1 - rb < R ? r1 - rb : R;
-        for (int64_t i = 0; i < nr; i++)
-            for (int64_t b = 0; b < nb; b++)
-                k_unpack(w + (size_t)(rb + i) * row_bytes, type, b, &buf[i * nb + b]);
+        k_unpack_rows(buf, w, row_bytes, type, rb, nr, nb);
         for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {
             int nt = n_tok - t0 < TG ? (int)(n_tok - t0) : TG;
             for (int t = 0; t < nt; t++)

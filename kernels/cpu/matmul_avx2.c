@@ -1161,17 +1161,17 @@ ops_mm_kmirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint
     size_t rowu = (size_t)nb * sizeof(struct ksb), arb = act_row_bytes(ACT_Q8_K, cols);
     static __thread struct ksb buf[KQ_TILE_BYTES / sizeof(struct ksb)];
 
-    if ((wtype != T_Q6_K && wtype != T_Q4_K) || cols % QK_K != 0 || rowu * 8 > sizeof(buf))
+    if ((wtype != T_Q6_K && wtype != T_Q4_K) || cols % QK_K != 0 || rowu > sizeof(buf))
         return 0;
-    int64_t R = (int64_t)(sizeof(buf) / rowu) / 8 * 8;
+    /* rows per tile: a multiple of 8 where 8 fit (wide rows: fewer lanes) */
+    int64_t R = (int64_t)(sizeof(buf) / rowu);
+    if (R > 8)
+        R = R / 8 * 8;
     if (R > KQ_TILE_ROWS)
         R = KQ_TILE_ROWS;
     for (int64_t rb = r0; rb < r1; rb += R) {
         int64_t nr = r1 - rb < R ? r1 - rb : R;
-        for (int64_t i = 0; i < nr; i++)
-            for (int64_t b = 0; b < nb; b++)
-                k_unpack((const uint8_t *)w + (size_t)(rb + i) * row_bytes, wtype, b,
-                         &buf[i * nb + b]);
+        k_unpack_rows(buf, w, row_bytes, wtype, rb, nr, nb);
         for (int64_t t = 0; t < n_tok; t++) {
             struct act_row ar;
             act_row_at(&ar, ACT_Q8_K, (const uint8_t *)work + (size_t)t * arb, cols);

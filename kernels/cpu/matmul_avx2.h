@@ -46,9 +46,10 @@ void ops_mm_avx2_unpack_legacy(int8_t *q, float *d, float *m, const uint8_t *row
 /* ops_mm_kmirror_avx2() : rows [r0, r1) of a Q6_K or Q4_K weight for n_tok
  * tokens (work: their Q8_K activations from mm_prepare) with the arithmetic
  * of ops_mm_rows_mirror_ref (ggml's tiled Q6_K and repack Q4_K prompt
- * kernels), bit for bit, from unpacked super-blocks 8 rows at a time; 0
- * (nothing written) for other types, cols % 256 != 0 or rows too wide for
- * its tile buffer. */
+ * kernels), bit for bit, from unpacked super-blocks 8 rows at a time
+ * (fewer for rows over 2560 columns); 0 (nothing written) for other types,
+ * cols % 256 != 0 or a row too wide for its tile buffer (about 20000
+ * columns). */
 int ops_mm_kmirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                         const void *work, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1);
 

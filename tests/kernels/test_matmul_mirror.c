@@ -241,12 +241,14 @@ test_invariance(const struct kernel_ops *ko)
 
 /* Q4_K (repack gemm) or Q6_K (tiled kernels): the avx2 kernel gives
  * ops_mm_rows_mirror_ref's bits over random blocks for any token count and
- * row range (20 rows: tiles of 8 and a remainder), outputs close to mm_rows'
- * (the gemv's rounding, which differs) */
+ * row range (20 rows: tiles of 8 and a remainder; 4096 columns: tiles of
+ * fewer rows), outputs close to mm_rows' (the gemv's rounding, which
+ * differs) */
 static void
-test_kmirror(const struct kernel_ops *ko, const struct kernel_ops *ref, uint32_t type)
+test_kmirror(const struct kernel_ops *ko, const struct kernel_ops *ref, uint32_t type,
+             int64_t COLS)
 {
-    enum { ROWS = 20, COLS = 512, NT = 7 };
+    enum { ROWS = 20, NT = 7 };
     const int q6 = type == GGML_TYPE_Q6_K;
     const size_t bb = q6 ? 210 : 144, rb = (COLS / 256) * bb;
     uint8_t *w = malloc(ROWS * rb);
@@ -373,13 +375,17 @@ main(int argc, char **argv)
     if (!av->mm_rows_mirror)
         T_DONE();
     test_invariance(av);
-    test_kmirror(av, ref, GGML_TYPE_Q4_K);
-    test_kmirror(av, ref, GGML_TYPE_Q6_K);
+    test_kmirror(av, ref, GGML_TYPE_Q4_K, 512);
+    test_kmirror(av, ref, GGML_TYPE_Q4_K, 4096);
+    test_kmirror(av, ref, GGML_TYPE_Q6_K, 512);
+    test_kmirror(av, ref, GGML_TYPE_Q6_K, 4096);
     test_float_ref(av, ref);
     const struct kernel_ops *a5 = ops_select("avx512");
     if (a5) {
-        test_kmirror(a5, ref, GGML_TYPE_Q4_K);
-        test_kmirror(a5, ref, GGML_TYPE_Q6_K);
+        test_kmirror(a5, ref, GGML_TYPE_Q4_K, 512);
+        test_kmirror(a5, ref, GGML_TYPE_Q4_K, 4096);
+        test_kmirror(a5, ref, GGML_TYPE_Q6_K, 512);
+        test_kmirror(a5, ref, GGML_TYPE_Q6_K, 4096);
         test_float_ref(a5, ref);
         CHECK(test_golden(a5, g, verbose) == 9 || getenv("LLMKIT_GOLDEN_TINYBLAS"));
     }
