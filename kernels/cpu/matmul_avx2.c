@@ -1077,12 +1077,43 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
  * of cpu/matmul_mirror_ref.c, one row per lane (the same single roundings
  * as the reference's scalar chain). */
 
+/* What the tokens share of a group of 8 unpacked rows' super-block b: the
+ * rows' d and dmin in lanes and (Q4_K) for each sub-block pair p the
+ * rows' two mins as int16 pairs, so that one VPMADDWD against the token's
+ * two 32-element sums gives the 8 rows' exact min sums. */
+struct kgrp {
+    __m256i mn[4];
+    __m256 d, dmin;
+};
+
+static void
+kgrp_fill(struct kgrp *g, const struct ksb *pre, int64_t nb, int64_t b, int nr)
+{
+    float d[8] __attribute__((aligned(32))) = { 0 }, dm[8] __attribute__((aligned(32))) = { 0 };
+    int16_t mn[4][16] __attribute__((aligned(32))) = { { 0 } };
+
+    for (int i = 0; i < nr; i++) {
+        const struct ksb *k = pre + i * nb + b;
+        d[i] = k->d;
+        dm[i] = k->dmin;
+        /* k->mn holds each sub-block's min twice, one per 16 elements */
+        for (int p = 0; p < 4; p++) {
+            mn[p][2 * i] = k->mn[4 * p];
+            mn[p][2 * i + 1] = k->mn[4 * p + 2];
+        }
+    }
+    g->d = _mm256_load_ps(d);
+    g->dmin = _mm256_load_ps(dm);
+    for (int p = 0; p < 4; p++)
+        g->mn[p] = _mm256_load_si256((const __m256i *)(const void *)mn[p]);
+}
+
 /* Q6_K (ggml's tiled kernels): acc = fma(d_w * (float)isum, d_y, acc) */
 static void
-q6k_mirror_rows(float *out, const struct ksb *pre, int64_t nb, const struct act_row *ar, int nr)
+q6k_mirror_rows(float *out, const struct ksb *pre, const struct kgrp *g, int64_t nb,
+                const struct act_row *ar, int nr)
 {
     __m256 acc = _mm256_setzero_ps();
-    float dw[8] __attribute__((aligned(32))) = { 0 };
     float r[8] __attribute__((aligned(32)));
 
     for (int64_t b = 0; b < nb; b++) {
@@ -1099,11 +1130,9 @@ q6k_mirror_rows(float *out, const struct ksb *pre, int64_t nb, const struct act_
             __m256i cl = _mm256_slli_epi32(_mm256_madd_epi16(
                 bs, _mm256_loadu_si256((const __m256i *)(const void *)k->sc16)), 5);
             v[i] = _mm256_sub_epi32(k_lanes(k, yq, 0), cl);
-            dw[i] = k->d;
         }
         __m256 isum = _mm256_cvtepi32_ps(hsum8x8_epi32(v));
-        acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_load_ps(dw), isum),
-                              _mm256_set1_ps(ar->d[b]), acc);
+        acc = _mm256_fmadd_ps(_mm256_mul_ps(g[b].d, isum), _mm256_set1_ps(ar->d[b]), acc);
     }
     _mm256_store_ps(r, acc);
     memcpy(out, r, (size_t)nr * sizeof(float));
@@ -1113,27 +1142,17 @@ q6k_mirror_rows(float *out, const struct ksb *pre, int64_t nb, const struct act_
  * fma((float)isum_p, d_w * d_y, sacc) and macc = fma((float)msum_p,
  * dmin_w * d_y, macc); out = sacc - macc */
 static void
-q4k_mirror_rows(float *out, const struct ksb *pre, int64_t nb, const struct act_row *ar, int nr)
+q4k_mirror_rows(float *out, const struct ksb *pre, const struct kgrp *g, int64_t nb,
+                const struct act_row *ar, int nr)
 {
     __m256 sacc = _mm256_setzero_ps(), macc = _mm256_setzero_ps();
-    float dw[8] __attribute__((aligned(32))) = { 0 }, dm[8] __attribute__((aligned(32))) = { 0 };
-    int32_t ms[4][8] __attribute__((aligned(32)));
     float r[8] __attribute__((aligned(32)));
 
     for (int64_t b = 0; b < nb; b++) {
         const int8_t *yq = ar->q + QK_K * b;
         const int16_t *bs = ar->bsums + 16 * b;
-        for (int i = 0; i < 8; i++) {
-            const struct ksb *k = pre + (i < nr ? i : 0) * nb + b;
-            dw[i] = i < nr ? k->d : 0.0f;
-            dm[i] = i < nr ? k->dmin : 0.0f;
-            /* mn holds each sub-block's min twice, one per 16 elements */
-            for (int p = 0; p < 4; p++)
-                ms[p][i] = k->mn[4 * p] * (bs[4 * p] + bs[4 * p + 1]) +
-                           k->mn[4 * p + 2] * (bs[4 * p + 2] + bs[4 * p + 3]);
-        }
         __m256 yd = _mm256_set1_ps(ar->d[b]);
-        __m256 dd = _mm256_mul_ps(_mm256_load_ps(dw), yd), dmn = _mm256_mul_ps(_mm256_load_ps(dm), yd);
+        __m256 dd = _mm256_mul_ps(g[b].d, yd), dmn = _mm256_mul_ps(g[b].dmin, yd);
         for (int p = 0; p < 4; p++) {
             __m256i v[8];
             __m256i y0 = _mm256_loadu_si256((const __m256i *)(const void *)(yq + 64 * p));
@@ -1144,9 +1163,13 @@ q4k_mirror_rows(float *out, const struct ksb *pre, int64_t nb, const struct act_
                     _mm256_madd_epi16(k->sv[2 * p], _mm256_maddubs_epi16(k->q[2 * p], y0)),
                     _mm256_madd_epi16(k->sv[2 * p + 1], _mm256_maddubs_epi16(k->q[2 * p + 1], y1)));
             }
+            /* the token's two 32-element sums (|sum| <= 32 * 128: int16) */
+            int16_t s0 = (int16_t)(bs[4 * p] + bs[4 * p + 1]);
+            int16_t s1 = (int16_t)(bs[4 * p + 2] + bs[4 * p + 3]);
+            __m256i ys = _mm256_set1_epi32((int32_t)((uint32_t)(uint16_t)s1 << 16 | (uint16_t)s0));
             sacc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hsum8x8_epi32(v)), dd, sacc);
-            macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_load_si256((const __m256i *)(const void *)ms[p])),
-                                   dmn, macc);
+            macc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(g[b].mn[p], ys)), dmn,
+                                   macc);
         }
     }
     _mm256_store_ps(r, _mm256_sub_ps(sacc, macc));
@@ -1160,6 +1183,7 @@ ops_mm_kmirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint
     const int64_t nb = cols / QK_K;
     size_t rowu = (size_t)nb * sizeof(struct ksb), arb = act_row_bytes(ACT_Q8_K, cols);
     static __thread struct ksb buf[KQ_TILE_BYTES / sizeof(struct ksb)];
+    static __thread struct kgrp grp[KQ_TILE_BYTES / sizeof(struct ksb)];
 
     if ((wtype != T_Q6_K && wtype != T_Q4_K) || cols % QK_K != 0 || rowu > sizeof(buf))
         return 0;
@@ -1172,15 +1196,22 @@ ops_mm_kmirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint
     for (int64_t rb = r0; rb < r1; rb += R) {
         int64_t nr = r1 - rb < R ? r1 - rb : R;
         k_unpack_rows(buf, w, row_bytes, wtype, rb, nr, nb);
+        /* group i / 8's super-block b at grp[(i / 8) * nb + b] (fewer
+         * groups than rows: grp has buf's entries) */
+        for (int64_t i = 0; i < nr; i += 8)
+            for (int64_t b = 0; b < nb; b++)
+                kgrp_fill(&grp[(i / 8) * nb + b], buf + i * nb, nb, b,
+                          nr - i < 8 ? (int)(nr - i) : 8);
         for (int64_t t = 0; t < n_tok; t++) {
             struct act_row ar;
             act_row_at(&ar, ACT_Q8_K, (const uint8_t *)work + (size_t)t * arb, cols);
             for (int64_t i = 0; i < nr; i += 8) {
                 int n = nr - i < 8 ? (int)(nr - i) : 8;
+                const struct kgrp *g = grp + (i / 8) * nb;
                 if (wtype == T_Q6_K)
-                    q6k_mirror_rows(y + t * ldy + rb + i, buf + i * nb, nb, &ar, n);
+                    q6k_mirror_rows(y + t * ldy + rb + i, buf + i * nb, g, nb, &ar, n);
                 else
-                    q4k_mirror_rows(y + t * ldy + rb + i, buf + i * nb, nb, &ar, n);
+                    q4k_mirror_rows(y + t * ldy + rb + i, buf + i * nb, g, nb, &ar, n);
             }
         }
     }
