@@ -35,15 +35,15 @@ print(hashlib.sha256(open(sys.argv[1], 'rb').read()[r.data_offset:]).hexdigest()
 EOF
 }
 
-# term_at_checkpoint OUT ARGS... : draft-train -m $FIX -o OUT ARGS in the background
-# (stderr to OUT.err), SIGTERM once OUT.ckpt exists; st = its exit status
-term_at_checkpoint() {
-    local out=$1 pid i
+# term_once ERR ARGS... : draft-train ARGS in the background (stderr to
+# ERR), SIGTERM once the caller's `ready` succeeds; st = its exit status
+term_once() {
+    local err=$1 pid i
     shift
-    draft-train -m "$FIX" -o "$out" "$@" 2> "$out.err" 3>&- &
+    draft-train "$@" 2> "$err" 3>&- &
     pid=$!
-    for ((i = 0; i < 1200; i++)); do
-        [ -e "$out.ckpt" ] && break
+    for ((i = 0; i < 2400; i++)); do
+        ready && break
         sleep 0.05
     done
     kill -TERM $pid
@@ -51,20 +51,22 @@ term_at_checkpoint() {
     wait $pid || st=$?
 }
 
-# term_when PATTERN ARGS... : draft-train ARGS in the background (stderr to
-# err), SIGTERM once err holds PATTERN; st = its exit status
-term_when() {
-    local pat=$1 pid i
+# term_at_checkpoint OUT ARGS... : draft-train -m $FIX -o OUT ARGS, SIGTERM
+# once OUT.ckpt exists (stderr to OUT.err)
+term_at_checkpoint() {
+    local out=$1
     shift
-    draft-train "$@" 2> err 3>&- &
-    pid=$!
-    for ((i = 0; i < 2400; i++)); do
-        grep -q "$pat" err 2> /dev/null && break
-        sleep 0.05
-    done
-    kill -TERM $pid
-    st=0
-    wait $pid || st=$?
+    ready() { [ -e "$out.ckpt" ]; }
+    term_once "$out.err" -m "$FIX" -o "$out" "$@"
+}
+
+# term_when PATTERN ARGS... : draft-train ARGS, SIGTERM once its stderr
+# (err) holds PATTERN
+term_when() {
+    local pat=$1
+    shift
+    ready() { grep -q "$pat" err 2> /dev/null; }
+    term_once err "$@"
 }
 
 # many_prompts FILE : 4000 short prompts whose responses (up to the
