@@ -93,7 +93,8 @@ static void
 on_progress(void *ctx, const char *label, int64_t done, int64_t total)
 {
     (void)ctx;
-    if (done == 0)
+    /* a phase begins at 0, or where a run left it (features from a cache) */
+    if (done == 0 || label != phase_bar.label || (uint64_t)done < phase_bar.done)
         progress_begin(&phase_bar, tool_progress_mode, label, (uint64_t)total);
     progress_update(&phase_bar, (uint64_t)done);
     if (done == total)

@@ -356,7 +356,8 @@ load_data(struct run *r, struct diag *d)
 /* ---- features and their cache ---- */
 
 #define CACHE_MAGIC "LLMKFEAT"
-#define CACHE_VERSION 2u        /* 2: sequences in spread_order, a prefix of them */
+#define CACHE_VERSION 3u        /* 2: sequences in spread_order, a prefix of them;
+                                   3: the zstd frame carries its content checksum */
 #define CACHE_HDR 32            /* magic, u32 version, u32 d, u64 n_seq (in the entry), u64 seq_len */
 
 #ifdef LLMKIT_HAVE_ZSTD
@@ -415,8 +416,10 @@ cache_read(struct run *r, const char *path, int64_t want, struct diag *d)
         goto bad;
     int64_t c = (int64_t)n_seq, m = c < want ? c : want;
     size_t raw = feat_raw_bytes(r, c);
+    /* the frame's descriptor (RFC 8878, after the 4-byte magic): bit 2,
+     * Content_Checksum_flag, must be set */
     unsigned long long fs = ZSTD_getFrameContentSize(buf + CACHE_HDR, len - CACHE_HDR);
-    if (fs != raw)
+    if (fs != raw || len < CACHE_HDR + 5 || !((uint8_t)buf[CACHE_HDR + 4] & 4))
         goto bad;
     uint8_t *out = malloc(raw);
     if (!out) {
@@ -471,11 +474,19 @@ cache_write(struct run *r, const char *path, int64_t n, struct diag *d)
     uint64_t n_seq = (uint64_t)n, S = (uint64_t)r->S;
     memcpy(dst, CACHE_MAGIC, 8), memcpy(dst + 8, &ver, 4), memcpy(dst + 12, &dim, 4);
     memcpy(dst + 16, &n_seq, 8), memcpy(dst + 24, &S, 8);
-    size_t z = ZSTD_compress(dst + CACHE_HDR, cap - CACHE_HDR, src, raw, 3);
+    /* with the content checksum, which ZSTD_decompress checks: a byte
+     * changed inside the frame is caught, not trained on */
+    ZSTD_CCtx *zc = ZSTD_createCCtx();
+    size_t z = 0;
+    bool zok = zc && !ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_compressionLevel, 3)) &&
+               !ZSTD_isError(ZSTD_CCtx_setParameter(zc, ZSTD_c_checksumFlag, 1)) &&
+               !ZSTD_isError(z = ZSTD_compress2(zc, dst + CACHE_HDR, cap - CACHE_HDR, src, raw));
+    ZSTD_freeCCtx(zc);
     free(src);
-    if (ZSTD_isError(z)) {
+    if (!zok) {
         free(dst);
-        return diag_set(d, ST_NOMEM, "feature cache: zstd: %s", ZSTD_getErrorName(z));
+        return diag_set(d, ST_NOMEM, "feature cache: zstd: %s",
+                        z && ZSTD_isError(z) ? ZSTD_getErrorName(z) : "out of memory");
     }
     rc = write_file_atomic(path, dst, CACHE_HDR + z, true, d);
     free(dst);
@@ -495,11 +506,11 @@ cache_put(struct run *r, const char *path, int64_t n, struct diag *d)
 }
 
 /* The loss mask's entry beside the features' (keep, draft_keep): magic,
- * u64 n_seq, S and draft vocabulary size, then keep's n_seq * S bytes.
- * The draft vocabulary follows from the tokens and its size, both in the
- * name. */
-#define KEEP_MAGIC "LLMKKEEP"
-#define KEEP_HDR 32
+ * u64 n_seq, S and draft vocabulary size, the SHA-256 of the rows (64 hex
+ * digits), then keep's n_seq * S bytes.  The draft vocabulary follows from
+ * the tokens and its size, both in the name. */
+#define KEEP_MAGIC "LLMKKEP2"
+#define KEEP_HDR 96
 
 static char *
 keep_path(const struct run *r)
@@ -533,10 +544,13 @@ keep_read(struct run *r, const char *path)
         return 0;
     }
     bool ok = len >= KEEP_HDR && memcmp(buf, KEEP_MAGIC, 8) == 0;
+    char sha[65];
     if (ok) {
         memcpy(h, buf + 8, sizeof h);
         ok = h[0] >= 1 && h[0] <= (uint64_t)r->n_seq_data && h[1] == (uint64_t)r->S &&
-             h[2] == (uint64_t)r->fz.n_lm && len == KEEP_HDR + h[0] * h[1];
+             h[2] == (uint64_t)r->fz.n_lm && len == KEEP_HDR + h[0] * h[1] &&
+             quantize_sha256_hex(buf + KEEP_HDR, len - KEEP_HDR, sha) == 0 &&
+             memcmp(buf + 32, sha, 64) == 0;
     }
     int64_t m = !ok ? 0 : (int64_t)h[0] < r->n_seq ? (int64_t)h[0] : r->n_seq;
     for (size_t i = 0; ok && i < (size_t)(m * r->S); i++)
@@ -560,9 +574,15 @@ keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
 
     if (!b)
         return diag_set(d, ST_NOMEM, "out of memory");
+    char sha[65];
     memcpy(b, KEEP_MAGIC, 8);
     memcpy(b + 8, h, sizeof h);
     memcpy(b + KEEP_HDR, r->keep, n);
+    if (quantize_sha256_hex(r->keep, n, sha) < 0) {
+        free(b);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    memcpy(b + 32, sha, 64);
     rc = write_file_atomic(path, b, KEEP_HDR + n, true, d);
     free(b);
     if (rc < 0)
@@ -958,7 +978,11 @@ static int
 pin_data(struct run *r, struct diag *d)
 {
     int rc;
+    struct stat st;
 
+    /* (a FIFO would block the open until a writer came) */
+    if (stat(r->ckpt, &st) == 0 && !S_ISREG(st.st_mode))
+        return diag_set(d, ST_FORMAT, "--resume: '%s': not a regular file", r->ckpt);
     if ((rc = eagle_head_read(&r->ck_h, &r->ck_mt, &r->ck_m, &r->ck_v, r->ckpt, d)) < 0) {
         diag_prefix(d, "--resume: '%s'", r->ckpt);
         return rc;
@@ -1155,6 +1179,13 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     if (!(r.ckpt = malloc(plen)))
         return diag_set(d, ST_NOMEM, "out of memory");
     snprintf(r.ckpt, plen, "%s.ckpt", o->output);
+    /* a checkpoint already there is another run's: continued (--resume)
+     * or replaced (--force), never overwritten unasked */
+    if (!o->resume && !r.no_ckpt && lstat(r.ckpt, &st) == 0 && !o->force) {
+        rc = diag_set(d, ST_RANGE, "'%s' already exists (--resume continues that run, --force "
+                      "overwrites it)", r.ckpt);
+        goto out;
+    }
     if (o->resume && (rc = pin_data(&r, d)) < 0)
         goto out;
     mo.n_threads = o->n_threads;

@@ -362,12 +362,14 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
         }
         char want[72], got[65];
         if ((rc = get_s(g, K("ckpt.sha256"), want, sizeof want, d)) < 0 ||
-            (rc = ckpt_sha256(h, *m_, *v_, got)) < 0 || strlen(want) != 64 ||
-            strcmp(want, got) != 0) {
+            (rc = ckpt_sha256(h, *m_, *v_, got)) < 0 || strcmp(want, got) != 0) {
             free(*m_), free(*v_);
             *m_ = *v_ = NULL;
             if (rc == -ST_NOMEM)
                 diag_set(d, ST_NOMEM, "out of memory");
+            else if (rc == 0 && (strlen(want) != 64 || strspn(want, "0123456789abcdef") != 64))
+                rc = diag_set(d, ST_FORMAT, "corrupt checkpoint: its recorded SHA-256 '%.72s' "
+                              "is not 64 lowercase hex digits", want);
             else if (rc == 0)
                 rc = diag_set(d, ST_FORMAT, "corrupt checkpoint: the SHA-256 of its "
                               "weights and optimizer state is not the one it records");

@@ -69,6 +69,14 @@ term_when() {
     term_once err "$@"
 }
 
+# flip_byte FILE OFFSET : the lowest bit of FILE's byte at OFFSET flipped
+flip_byte() {
+    python3 -c "
+import sys
+f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1)
+f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))" "$1" "$2"
+}
+
 # many_prompts FILE : 4000 short prompts whose responses (up to the
 # context) would take the tiny model minutes to generate
 many_prompts() {
@@ -189,8 +197,9 @@ EOF
     [[ $stderr == *"(features from the cache)"* ]]
     [[ $stderr == *"of the positions, from the cache), kernels"* ]]
     cmp h1.gguf h2.gguf
-    # a damaged loss mask entry is recomputed, with a warning, to the same head
-    printf '\7' | dd of="$(ls c/*.100.eaglekeep)" bs=1 seek=40 conv=notrunc 2>/dev/null
+    # a damaged loss mask entry is recomputed, with a warning, to the same
+    # head: one row's 0/1 flipped (still a valid row: its SHA-256 tells)
+    flip_byte "$(ls c/*.100.eaglekeep)" 100
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
         --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
     [[ $stderr == *"warning: loss mask cache"*"not one of this run; recomputing"* ]]
@@ -220,11 +229,19 @@ EOF
     cd "$BATS_TEST_TMPDIR"
     run -0 draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 1 --seq-len 32 --cache c -q
     f=$(ls c/*.eaglefeat.zst)
+    cp "$f" orig
     printf 'garbage' | dd of="$f" bs=1 seek=40 conv=notrunc 2>/dev/null
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 1 \
         --seq-len 32 --cache c
     [[ $stderr == *"warning: feature cache"*"recomputing"* ]]
     cmp h1.gguf h2.gguf
+    # one bit inside the compressed features: the frame's checksum tells
+    cp orig "$f"
+    flip_byte "$f" $(($(stat -c %s "$f") / 2))
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 1 \
+        --seq-len 32 --cache c
+    [[ $stderr == *"warning: feature cache"*"recomputing"* ]]
+    cmp h1.gguf h3.gguf
 }
 
 @test "draft-train: JSON Lines data trains on the text members" {
@@ -391,6 +408,11 @@ print(json.dumps({'prompt': 'more ' * 700}))
         --checkpoint-every 5 -f
     [[ $stderr == *"'fifo' is not a regular file: no checkpoint can go beside it"* ]]
     [ ! -e fifo.ckpt ]
+    # a checkpoint that is a FIFO is refused, not waited on
+    mkfifo f2.gguf.ckpt
+    run -3 --separate-stderr timeout 60 draft-train -m "$FIX" --data text.txt -o f2.gguf \
+        --seq-len 32 --epochs 1 --resume
+    [[ $stderr == *"--resume: 'f2.gguf.ckpt': not a regular file"* ]]
 }
 
 @test "draft-train: self-distillation options and bad prompt lines" {
@@ -425,6 +447,10 @@ print(json.dumps({'prompt': 'more ' * 700}))
     [ -e part.gguf.ckpt ]
     [ ! -e part.gguf ]
     [ -z "$(compgen -G '*.tmp.*')" ]
+    # another run does not overwrite it unasked
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o part.gguf --epochs 12 \
+        --seq-len 32 --checkpoint-every 5
+    [[ $stderr == *"'part.gguf.ckpt' already exists (--resume continues that run, --force overwrites it)"* ]]
     run -0 draft-train -m "$FIX" --data text.txt -o part.gguf --epochs 12 --seq-len 32 \
         --checkpoint-every 5 --resume -q
     [ ! -e part.gguf.ckpt ]
@@ -444,14 +470,21 @@ print(json.dumps({'prompt': 'more ' * 700}))
     [[ $stderr == *"c.gguf.ckpt"*"corrupt checkpoint: the SHA-256 of its weights and optimizer state"* ]]
     cp c.orig c.gguf.ckpt
     local off; off=$("$PY" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(r.data_offset + 64)" c.gguf.ckpt)
-    # one weight one ulp off
-    python3 -c "
-import sys
-f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1)
-f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))" c.gguf.ckpt "$off"
+    flip_byte c.gguf.ckpt "$off"        # one weight one ulp off
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
         --seq-len 32 --checkpoint-every 5 --resume
     [[ $stderr == *"corrupt checkpoint"* ]]
+    # the recorded SHA-256 itself in capitals: malformed
+    cp c.orig c.gguf.ckpt
+    python3 -c "
+import re, sys
+b = open(sys.argv[1], 'rb').read()
+m = re.search(rb'[0-9a-f]{64}', b[b.index(b'eagle.ckpt.sha256'):])
+i = b.index(b'eagle.ckpt.sha256') + m.start()
+open(sys.argv[1], 'wb').write(b[:i] + b[i:i + 64].upper() + b[i + 64:])" c.gguf.ckpt
+    run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
+        --seq-len 32 --checkpoint-every 5 --resume
+    [[ $stderr == *"its recorded SHA-256"*"is not 64 lowercase hex digits"* ]]
     # a head that is no checkpoint is refused
     cp full.gguf x.gguf.ckpt
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o x.gguf --epochs 1 \
