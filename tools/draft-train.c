@@ -54,7 +54,7 @@ static const char help_text[] =
     "                          \"bias\": false, the layout vLLM's EAGLE-1 model loads)\n"
     "      --cache DIR         keep the features in DIR (zstd), reused by runs on the same model,\n"
     "                          text and --seq-len\n"
-    "      --checkpoint-every N  write OUTPUT.ckpt every N steps (also on SIGINT/SIGTERM)\n"
+    "      --checkpoint-every N  write OUTPUT.ckpt every N steps (also on SIGINT/TERM/HUP)\n"
     "      --resume            continue from OUTPUT.ckpt\n"
     "      --gen-tokens N      self-distillation: response tokens per prompt at most\n"
     "                          (default 256)\n"

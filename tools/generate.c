@@ -20,7 +20,7 @@
 
 #include "generate_opts.h"
 
-/* --batch: SIGINT/SIGTERM drain the run (genbatch.h); then exit 128 + the signal. */
+/* --batch: SIGINT/SIGTERM/SIGHUP drain the run (genbatch.h); then exit 128 + the signal. */
 static int
 run_batch(struct batch_opts *b)
 {

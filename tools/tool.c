@@ -288,6 +288,7 @@ tool_catch_stop(void)
     sa.sa_handler = on_stop;        /* no SA_RESTART: a blocked read returns */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);   /* the terminal gone: a run goes on to its end */
     sa.sa_handler = on_signal;      /* removes partial files, re-raises */
     sigaction(SIGPIPE, &sa, NULL);
 }

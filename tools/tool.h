@@ -85,13 +85,13 @@ void cli_finish_stdout(void);
 
 /* ---- stop signals ---- */
 
-/* Set by the handler tool_catch_stop() installs: the number of SIGINT and
- * SIGTERM received (at most 2) and the last of them. */
+/* Set by the handler tool_catch_stop() installs: the number of SIGINT,
+ * SIGTERM and SIGHUP received (at most 2) and the last of them. */
 extern volatile sig_atomic_t tool_stop_count, tool_stop_sig;
 
 /* tool_catch_stop() : for a run that can drain (generate --batch): from now
- * on SIGINT and SIGTERM only count (tool_stop_count) and interrupt a blocked
- * read (no SA_RESTART); SIGPIPE, the reader of the results gone, removes
+ * on SIGINT, SIGTERM and SIGHUP only count (tool_stop_count) and interrupt
+ * a blocked read (no SA_RESTART); SIGPIPE, the reader of the results gone, removes
  * partial outputs and ends the process by the signal. */
 void tool_catch_stop(void);
 

@@ -384,6 +384,27 @@ cache_path(const struct run *r)
     return p;
 }
 
+/* whether path, an entry of --cache, is a regular file to read.  An entry
+ * that is something else (a symbolic link, a FIFO, a device node) is neither
+ * followed nor opened: a FIFO would block the read, and a link would have
+ * the new entry written through it to whatever it names.  It is removed
+ * (a directory cannot be: writing the entry then fails, naming it), with a
+ * warning, and the entry recomputed and written as a file. */
+static bool
+cache_entry(struct run *r, const char *path, const char *what)
+{
+    struct stat st;
+
+    if (lstat(path, &st) < 0)
+        return false;
+    if (S_ISREG(st.st_mode))
+        return true;
+    bool gone = !S_ISDIR(st.st_mode) && unlink(path) == 0;
+    runcb_warn(&r->o->cb, "%s '%s': not a regular file; %s", what, path,
+               gone ? "removed, recomputing" : "recomputing");
+    return false;
+}
+
 /* The entry holds the features of the first n sequences (spread_order; a
  * run cut by --max-time writes the ones it had, and the next run goes on
  * from them).  Returns how many of the first want sequences it gave (0: no
@@ -396,10 +417,8 @@ cache_read(struct run *r, const char *path, int64_t want, struct diag *d)
     struct diag dd;
     int rc;
 
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
+    if (!cache_entry(r, path, "feature cache"))
         return 0;
-    fclose(fp);
     if ((rc = read_file_all(path, feat_raw_bytes(r, r->n_seq) * 3 / 2 + 4096, &buf, &len,
                             &dd)) < 0) {
         runcb_warn(&r->o->cb, "feature cache '%s': %s; recomputing", path, dd.msg);
@@ -535,10 +554,8 @@ keep_read(struct run *r, const char *path)
     char *buf;
     struct diag dd;
 
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
+    if (!cache_entry(r, path, "loss mask cache"))
         return 0;
-    fclose(fp);
     if (read_file_all(path, KEEP_HDR + (size_t)(r->n_seq_data * r->S), &buf, &len, &dd) < 0) {
         runcb_warn(&r->o->cb, "loss mask cache '%s': %s; recomputing", path, dd.msg);
         return 0;

@@ -36,7 +36,8 @@ EOF
 }
 
 # term_once ERR ARGS... : draft-train ARGS in the background (stderr to
-# ERR), SIGTERM once the caller's `ready` succeeds; st = its exit status
+# ERR), SIGTERM (or $SIG) once the caller's `ready` succeeds; st = its exit
+# status
 term_once() {
     local err=$1 pid i
     shift
@@ -46,7 +47,7 @@ term_once() {
         ready && break
         sleep 0.05
     done
-    kill -TERM $pid
+    kill -"${SIG:-TERM}" $pid
     st=0
     wait $pid || st=$?
 }
@@ -208,6 +209,25 @@ EOF
     run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 -q \
         --cache c --arch eagle3 --ttt-steps 2 --draft-vocab 100
     run -1 cmp -s h1.gguf h3.gguf
+    # entries that are not files are neither followed nor opened: symbolic
+    # links (to a file the run must not write through) and FIFOs (which
+    # would block the read) are removed and the entries written again
+    local f k; k=$(ls c/*.100.eaglekeep)
+    echo victim > victim
+    for f in "$k" "${k%.100.eaglekeep}.eaglefeat.zst"; do rm "$f"; ln -s "$PWD/victim" "$f"; done
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"warning: feature cache"*"not a regular file; removed, recomputing"* ]]
+    [[ $stderr == *"warning: loss mask cache"*"not a regular file; removed, recomputing"* ]]
+    [ "$(cat victim)" = victim ]
+    [ -z "$(find c -type l)" ]
+    cmp h1.gguf h2.gguf
+    for f in "$k" "${k%.100.eaglekeep}.eaglefeat.zst"; do rm "$f"; mkfifo "$f"; done
+    run -0 --separate-stderr timeout 300 draft-train -m "$FIX" --data text.txt -o h2.gguf \
+        --epochs 2 -f --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"not a regular file; removed, recomputing"* ]]
+    [ -z "$(find c -type p)" ]
+    cmp h1.gguf h2.gguf
 }
 
 @test "draft-train --arch eagle3: --resume ends with the uninterrupted head; an EAGLE-1 run refuses its checkpoint" {
@@ -313,6 +333,17 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     term_when "generating the model's responses to 4000 prompts" -m "$FIX" --data many.jsonl \
         -o h.gguf --epochs 1 --seq-len 32 --gen-tokens 4096 -t 1 -v
     [ "$st" -eq 143 ]
+    grep -q "interrupted during self-distillation" err
+    [ ! -e h.gguf ] && [ ! -e h.gguf.ckpt ]
+    [ -z "$(compgen -G '*.tmp.*')" ]
+}
+
+@test "draft-train: SIGHUP (the terminal gone) stops the run as SIGTERM does: exit 129, nothing written" {
+    cd "$BATS_TEST_TMPDIR"
+    many_prompts many.jsonl
+    SIG=HUP term_when "generating the model's responses to 4000 prompts" -m "$FIX" \
+        --data many.jsonl -o h.gguf --epochs 1 --seq-len 32 --gen-tokens 4096 -t 1 -v
+    [ "$st" -eq 129 ]
     grep -q "interrupted during self-distillation" err
     [ ! -e h.gguf ] && [ ! -e h.gguf.ckpt ]
     [ -z "$(compgen -G '*.tmp.*')" ]
@@ -462,14 +493,22 @@ print(json.dumps({'prompt': 'more ' * 700}))
     [[ $stderr == *"written with other options"* ]]
     # a checkpoint whose optimizer state or weights were overwritten, even
     # with finite numbers, is refused, naming it (its SHA-256)
+    local off
     term_at_checkpoint c.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
     cp c.gguf.ckpt c.orig
     python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(-64, 2); f.write(b'\x00\x00\x80\x3f' * 16)" c.gguf.ckpt
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
         --seq-len 32 --checkpoint-every 5 --resume
-    [[ $stderr == *"c.gguf.ckpt"*"corrupt checkpoint: the SHA-256 of its weights and optimizer state"* ]]
+    [[ $stderr == *"c.gguf.ckpt"*"corrupt checkpoint: the SHA-256 of its weights, optimizer state and metadata"* ]]
+    # its metadata too: the time it had spent, lowest bit flipped
     cp c.orig c.gguf.ckpt
-    local off; off=$("$PY" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(r.data_offset + 64)" c.gguf.ckpt)
+    off=$(python3 -c "import sys; b = open(sys.argv[1], 'rb').read(); k = b'eagle.ckpt.elapsed'; print(b.index(k) + len(k) + 4)" c.gguf.ckpt)
+    flip_byte c.gguf.ckpt "$off"
+    run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
+        --seq-len 32 --checkpoint-every 5 --resume
+    [[ $stderr == *"c.gguf.ckpt"*"corrupt checkpoint"* ]]
+    cp c.orig c.gguf.ckpt
+    off=$("$PY" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); print(r.data_offset + 64)" c.gguf.ckpt)
     flip_byte c.gguf.ckpt "$off"        # one weight one ulp off
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
         --seq-len 32 --checkpoint-every 5 --resume

@@ -165,21 +165,41 @@ batch_tokens() {
         jq -s -e 'length == 3 and all(.completion_tokens <= 4) and (map(.id) | sort == [1, 2, 3])'
 }
 
-@test "SIGTERM stops admission, keeps the finished results, exits 143" {
-    cd "$BATS_TEST_TMPDIR"
+# drain_on SIG : generate --batch on the tiny model reading a FIFO kept open,
+# results to out.jsonl (-o) and a KV trace to tr.jsonl; two requests are
+# sent, and once both have their result lines (written to the output's
+# temporary as they end) SIG arrives; rc = its exit status
+drain_on() {
+    local pid i
     mkfifo in.fifo
     printf '{"id":"a","prompt":"one","max_tokens":3}\n{"id":"b","prompt":"two","max_tokens":3}\n' >first.jsonl
     generate -q -m "$TINY" --batch in.fifo -o out.jsonl --kv-trace tr.jsonl 2>err.txt &
     pid=$!
     exec 7>in.fifo
     cat first.jsonl >&7
-    # the two requests finish while the input stays open; then TERM
-    sleep 1
-    kill -TERM $pid
+    for ((i = 0; i < 1200; i++)); do
+        [ "$(cat out.jsonl.tmp.* 2>/dev/null | wc -l)" -ge 2 ] && break
+        sleep 0.05
+    done
+    kill -"$1" $pid
     rc=0
     wait $pid || rc=$?
     exec 7>&-
+}
+
+@test "SIGTERM stops admission, keeps the finished results, exits 143" {
+    cd "$BATS_TEST_TMPDIR"
+    drain_on TERM
     [ "$rc" -eq 143 ]
+    [ "$(jq -s 'length' out.jsonl)" -eq 2 ]
+    jq -e -s '.[-1].type == "summary"' tr.jsonl
+    [ -z "$(ls | grep tmp)" ]
+}
+
+@test "SIGHUP (the terminal gone) drains as SIGTERM does: the finished results kept, exit 129" {
+    cd "$BATS_TEST_TMPDIR"
+    drain_on HUP
+    [ "$rc" -eq 129 ]
     [ "$(jq -s 'length' out.jsonl)" -eq 2 ]
     jq -e -s '.[-1].type == "summary"' tr.jsonl
     [ -z "$(ls | grep tmp)" ]
