@@ -30,8 +30,11 @@ run_batch(struct batch_opts *b)
 
     tool_catch_stop();
     b->stop = &tool_stop_count;
-    if ((rc = run_generate_batch(b, &r, &d)))
+    if ((rc = run_generate_batch(b, &r, &d))) {
+        if (tool_stop_count)    /* e.g. waiting for a FIFO's writer: stopped, not failed */
+            die(128 + tool_stop_sig, "stopped by signal %d: %s", (int)tool_stop_sig, d.msg);
         die(rc_from_st(rc), "%s", d.msg);
+    }
     if (cli_verbosity >= 1)
         batch_report_print(&r, cli_progname, stderr);
     cli_finish_stdout();

@@ -32,6 +32,18 @@ on_signal(int sig)
     raise(sig);
 }
 
+/* installs sa for SIGHUP unless it came ignored (nohup: the run is meant to
+ * outlive its terminal) */
+static void
+catch_hup(const struct sigaction *sa)
+{
+    struct sigaction old;
+
+    if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+        return;
+    sigaction(SIGHUP, sa, NULL);
+}
+
 void
 cli_init(const char *argv0)
 {
@@ -47,7 +59,7 @@ cli_init(const char *argv0)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
+    catch_hup(&sa);
 }
 
 /* Messages quote names and text from files; whatever a caller forgot to
@@ -288,7 +300,7 @@ tool_catch_stop(void)
     sa.sa_handler = on_stop;        /* no SA_RESTART: a blocked read returns */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);   /* the terminal gone: a run goes on to its end */
+    catch_hup(&sa);                 /* the terminal gone: the run stops as on SIGTERM */
     sa.sa_handler = on_signal;      /* removes partial files, re-raises */
     sigaction(SIGPIPE, &sa, NULL);
 }

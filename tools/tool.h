@@ -22,7 +22,8 @@ extern bool cli_line_open;     /* a progress bar's line is open on stderr (no ne
 
 /* cli_init() : sets the program name (basename of argv0 without "llm-" prefix
  * handling) and installs the SIGINT/SIGTERM/SIGHUP handler that removes
- * registered partial outputs (xio.h) and re-raises the signal. */
+ * registered partial outputs (xio.h) and re-raises the signal (SIGHUP left
+ * ignored when it came so: nohup). */
 void cli_init(const char *argv0);
 
 /* die() : prints "prog: message" on stderr, removes partial outputs and exits
@@ -90,8 +91,8 @@ void cli_finish_stdout(void);
 extern volatile sig_atomic_t tool_stop_count, tool_stop_sig;
 
 /* tool_catch_stop() : for a run that can drain (generate --batch): from now
- * on SIGINT, SIGTERM and SIGHUP only count (tool_stop_count) and interrupt
- * a blocked read (no SA_RESTART); SIGPIPE, the reader of the results gone, removes
+ * on SIGINT, SIGTERM and SIGHUP (unless it came ignored: nohup) only count
+ * (tool_stop_count) and interrupt a blocked read (no SA_RESTART); SIGPIPE, the reader of the results gone, removes
  * partial outputs and ends the process by the signal. */
 void tool_catch_stop(void);
 

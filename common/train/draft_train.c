@@ -384,25 +384,30 @@ cache_path(const struct run *r)
     return p;
 }
 
-/* whether path, an entry of --cache, is a regular file to read.  An entry
- * that is something else (a symbolic link, a FIFO, a device node) is neither
- * followed nor opened: a FIFO would block the read, and a link would have
- * the new entry written through it to whatever it names.  It is removed
- * (a directory cannot be: writing the entry then fails, naming it), with a
- * warning, and the entry recomputed and written as a file. */
-static bool
-cache_entry(struct run *r, const char *path, const char *what)
+/* path, an entry of --cache (what: "feature cache" ...), before it is read
+ * (then: "recomputing") or written ("written again"): 1 when it is a regular
+ * file, 0 when there is none.  An entry that is something else (a symbolic
+ * link, a FIFO, a device node) is neither followed nor opened: a FIFO would
+ * block, and a link would have the entry written through it to whatever it
+ * names; it is removed, with a warning, and 0.  A directory, or an entry
+ * that cannot be removed, is -ST_IO naming it, before any work is done. */
+static int
+cache_entry(struct run *r, const char *path, const char *what, const char *then,
+            struct diag *d)
 {
     struct stat st;
 
-    if (lstat(path, &st) < 0)
-        return false;
+    if (lstat(path, &st) < 0)   /* none (else the write names the problem) */
+        return 0;
     if (S_ISREG(st.st_mode))
-        return true;
-    bool gone = !S_ISDIR(st.st_mode) && unlink(path) == 0;
-    runcb_warn(&r->o->cb, "%s '%s': not a regular file; %s", what, path,
-               gone ? "removed, recomputing" : "recomputing");
-    return false;
+        return 1;
+    if (S_ISDIR(st.st_mode))
+        return diag_set(d, ST_IO, "%s '%s': is a directory", what, path);
+    if (unlink(path) < 0)
+        return diag_set(d, ST_IO, "%s '%s': not a regular file, and cannot be removed: %s",
+                        what, path, strerror(errno));
+    runcb_warn(&r->o->cb, "%s '%s': not a regular file; removed, %s", what, path, then);
+    return 0;
 }
 
 /* The entry holds the features of the first n sequences (spread_order; a
@@ -417,8 +422,8 @@ cache_read(struct run *r, const char *path, int64_t want, struct diag *d)
     struct diag dd;
     int rc;
 
-    if (!cache_entry(r, path, "feature cache"))
-        return 0;
+    if ((rc = cache_entry(r, path, "feature cache", "recomputing", d)) <= 0)
+        return rc;
     if ((rc = read_file_all(path, feat_raw_bytes(r, r->n_seq) * 3 / 2 + 4096, &buf, &len,
                             &dd)) < 0) {
         runcb_warn(&r->o->cb, "feature cache '%s': %s; recomputing", path, dd.msg);
@@ -507,7 +512,8 @@ cache_write(struct run *r, const char *path, int64_t n, struct diag *d)
         return diag_set(d, ST_NOMEM, "feature cache: zstd: %s",
                         z && ZSTD_isError(z) ? ZSTD_getErrorName(z) : "out of memory");
     }
-    rc = write_file_atomic(path, dst, CACHE_HDR + z, true, d);
+    if ((rc = cache_entry(r, path, "feature cache", "written again", d)) >= 0)
+        rc = write_file_atomic(path, dst, CACHE_HDR + z, true, d);
     free(dst);
     if (rc < 0)
         diag_prefix(d, "feature cache '%s'", path);
@@ -545,17 +551,18 @@ keep_path(const struct run *r)
 
 /* the rows of r->keep an entry gives: those of the first sequences, as
  * many as it has, at most n_seq (an entry of fewer: a run cut short by
- * --max-time, continued); 0 when none (a bad entry: a warning) */
+ * --max-time, continued); 0 when none (a bad entry: a warning); < 0 (cache_entry) */
 static int64_t
-keep_read(struct run *r, const char *path)
+keep_read(struct run *r, const char *path, struct diag *d)
 {
     size_t len;
     uint64_t h[3];
     char *buf;
     struct diag dd;
+    int rc;
 
-    if (!cache_entry(r, path, "loss mask cache"))
-        return 0;
+    if ((rc = cache_entry(r, path, "loss mask cache", "recomputing", d)) <= 0)
+        return rc;
     if (read_file_all(path, KEEP_HDR + (size_t)(r->n_seq_data * r->S), &buf, &len, &dd) < 0) {
         runcb_warn(&r->o->cb, "loss mask cache '%s': %s; recomputing", path, dd.msg);
         return 0;
@@ -600,7 +607,8 @@ keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
         return diag_set(d, ST_NOMEM, "out of memory");
     }
     memcpy(b + 32, sha, 64);
-    rc = write_file_atomic(path, b, KEEP_HDR + n, true, d);
+    if ((rc = cache_entry(r, path, "loss mask cache", "written again", d)) >= 0)
+        rc = write_file_atomic(path, b, KEEP_HDR + n, true, d);
     free(b);
     if (rc < 0)
         diag_prefix(d, "loss mask cache '%s'", path);
@@ -803,8 +811,10 @@ draft_keep(struct run *r, struct diag *d)
         free(in), free(z);
         return diag_set(d, ST_NOMEM, "out of memory");
     }
-    if (path)
-        have = keep_read(r, path);
+    if (path && (have = keep_read(r, path, d)) < 0) {
+        free(in), free(z), free(path);
+        return (int)have;
+    }
 #endif
     r->keep_hit = have == r->n_seq;
     for (int64_t i = 0; i < have * S; i++)

@@ -30,28 +30,33 @@ eagle_base_sha256(const struct model *m, char out[65])
 /* a checkpoint's SHA-256: the head's parameters, then Adam's two moments,
  * in memory (f32 in host order: the tensors' bytes as written), then its
  * metadata as one line of text (the floats as C99 hex, exact) and the draft
- * vocabulary's ids; what --resume reads must match it */
+ * vocabulary's ids; what --resume reads must match it.  meta NULL: the
+ * tensors' only, what draft-train recorded before the metadata was hashed
+ * (2026-12-05), whose checkpoints still resume. */
 static int
 ckpt_sha256(const struct eagle_head *h, const float *m_, const float *v_,
             const struct eagle_meta *meta, char out[65])
 {
     char *line = NULL;
-    int len = asprintf(&line, "eagle-ckpt/2 base=%s arch=%s name=%s data=%s steps=%llu "
-                       "tokens=%llu step=%llu seed=%llu elapsed=%a prompts=%llu "
-                       "sequences=%llu train_time=%a options=%s", meta->base_sha256,
-                       meta->base_arch, meta->base_name, meta->data_sha256,
-                       (unsigned long long)meta->steps, (unsigned long long)meta->tokens,
-                       (unsigned long long)meta->ckpt_step, (unsigned long long)meta->ckpt_seed,
-                       (double)meta->ckpt_elapsed, (unsigned long long)meta->ckpt_prompts,
-                       (unsigned long long)meta->ckpt_sequences, (double)meta->ckpt_train_time,
-                       meta->ckpt_options);
-    if (len < 0)
+    int len = 0;
+
+    if (meta &&
+        (len = asprintf(&line, "eagle-ckpt/2 base=%s arch=%s name=%s data=%s steps=%llu "
+                        "tokens=%llu step=%llu seed=%llu elapsed=%a prompts=%llu "
+                        "sequences=%llu train_time=%a options=%s", meta->base_sha256,
+                        meta->base_arch, meta->base_name, meta->data_sha256,
+                        (unsigned long long)meta->steps, (unsigned long long)meta->tokens,
+                        (unsigned long long)meta->ckpt_step,
+                        (unsigned long long)meta->ckpt_seed, (double)meta->ckpt_elapsed,
+                        (unsigned long long)meta->ckpt_prompts,
+                        (unsigned long long)meta->ckpt_sequences,
+                        (double)meta->ckpt_train_time, meta->ckpt_options)) < 0)
         return -ST_NOMEM;
-    const void *p[5] = { h->param, m_, v_, line, meta->draft_ids };
+    const void *p[5] = { h->param, m_, v_, line, meta ? meta->draft_ids : NULL };
     size_t n = (size_t)h->n_param * sizeof(float);
     size_t ns[5] = { n, n, n, (size_t)len,
-                     meta->draft_ids ? (size_t)meta->n_draft * sizeof(int32_t) : 0 };
-    int rc = quantize_sha256_hexv(p, ns, meta->draft_ids ? 5 : 4, out);
+                     meta && meta->draft_ids ? (size_t)meta->n_draft * sizeof(int32_t) : 0 };
+    int rc = quantize_sha256_hexv(p, ns, !meta ? 3 : meta->draft_ids ? 5 : 4, out);
     free(line);
     return rc;
 }
@@ -380,7 +385,9 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
         }
         char want[72], got[65];
         if ((rc = get_s(g, K("ckpt.sha256"), want, sizeof want, d)) < 0 ||
-            (rc = ckpt_sha256(h, *m_, *v_, meta, got)) < 0 || strcmp(want, got) != 0) {
+            (rc = ckpt_sha256(h, *m_, *v_, meta, got)) < 0 ||
+            (strcmp(want, got) != 0 &&
+             ((rc = ckpt_sha256(h, *m_, *v_, NULL, got)) < 0 || strcmp(want, got) != 0))) {
             free(*m_), free(*v_);
             *m_ = *v_ = NULL;
             if (rc == -ST_NOMEM)

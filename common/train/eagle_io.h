@@ -41,10 +41,12 @@
  * ones in draft-train's order) and eagle.ckpt.train_time (f32: the seconds
  * of --max-time left for training; 0 = none), and eagle.ckpt.sha256 (string:
  * the SHA-256 of the head's parameters, then opt.m, then opt.v, as the
- * tensors hold them, then the keys above and the base's and data's identity,
- * steps and tokens as one line of text, then the draft vocabulary's ids
- * (eagle_io.c's ckpt_sha256); a checkpoint without it, or whose bytes do not
- * give it, is refused).
+ * tensors hold them, then the eagle.ckpt.* keys above and the base's and
+ * data's identity, steps and tokens as one line of text, then the draft
+ * vocabulary's ids (eagle_io.c's ckpt_sha256; the hyperparameters are not in
+ * it: they must match the run's own); a checkpoint without it, or whose
+ * bytes do not give it, is refused; one recorded before the metadata was
+ * hashed, of the tensors only, is accepted).
  */
 #ifndef LLMKIT_EAGLE_IO_H
 #define LLMKIT_EAGLE_IO_H

@@ -228,6 +228,12 @@ EOF
     [[ $stderr == *"not a regular file; removed, recomputing"* ]]
     [ -z "$(find c -type p)" ]
     cmp h1.gguf h2.gguf
+    # a directory in an entry's place is an error before any work (4)
+    rm "$k"; mkdir "$k"
+    run -4 --separate-stderr draft-train -m "$FIX" --data text.txt -o h4.gguf --epochs 2 \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"loss mask cache '$k': is a directory" ]]
+    [ ! -e h4.gguf ]
 }
 
 @test "draft-train --arch eagle3: --resume ends with the uninterrupted head; an EAGLE-1 run refuses its checkpoint" {
@@ -524,6 +530,23 @@ open(sys.argv[1], 'wb').write(b[:i] + b[i:i + 64].upper() + b[i + 64:])" c.gguf.
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 \
         --seq-len 32 --checkpoint-every 5 --resume
     [[ $stderr == *"its recorded SHA-256"*"is not 64 lowercase hex digits"* ]]
+    # one recorded before the metadata was hashed (the SHA-256 of the
+    # weights, then opt.m and opt.v, only) still resumes, to the same head
+    cp c.orig c.gguf.ckpt
+    "$PY" - c.gguf.ckpt <<'EOF'
+import hashlib, sys, gguf
+r = gguf.GGUFReader(sys.argv[1])
+t = [x for x in r.tensors if not x.name.startswith('opt.')]
+t += [x for n in ('opt.m', 'opt.v') for x in r.tensors if x.name == n]
+sha = hashlib.sha256(b''.join(x.data.tobytes() for x in t)).hexdigest().encode()
+b = open(sys.argv[1], 'rb').read()
+i = b.index(b'eagle.ckpt.sha256')
+i = b.index(b'\x40\x00\x00\x00\x00\x00\x00\x00', i) + 8     # the value's u64 length, 64
+open(sys.argv[1], 'wb').write(b[:i] + sha + b[i + 64:])
+EOF
+    run -0 draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 12 --seq-len 32 \
+        --checkpoint-every 5 --resume -q
+    cmp full.gguf c.gguf
     # a head that is no checkpoint is refused
     cp full.gguf x.gguf.ckpt
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o x.gguf --epochs 1 \

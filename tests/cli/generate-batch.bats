@@ -205,6 +205,27 @@ drain_on() {
     [ -z "$(ls | grep tmp)" ]
 }
 
+@test "SIGHUP ignored when the run starts (nohup) stays ignored: the run goes on to its end" {
+    cd "$BATS_TEST_TMPDIR"
+    local pid i
+    mkfifo in.fifo
+    (trap '' HUP; exec generate -q -m "$TINY" --batch in.fifo -o out.jsonl 2>err.txt) &
+    pid=$!
+    exec 7>in.fifo
+    printf '{"id":"a","prompt":"one","max_tokens":3}\n' >&7
+    for ((i = 0; i < 1200; i++)); do
+        [ "$(cat out.jsonl.tmp.* 2>/dev/null | wc -l)" -ge 1 ] && break
+        sleep 0.05
+    done
+    kill -HUP $pid
+    printf '{"id":"b","prompt":"two","max_tokens":3}\n' >&7
+    exec 7>&-
+    rc=0
+    wait $pid || rc=$?
+    [ "$rc" -eq 0 ]
+    [ "$(jq -s 'length' out.jsonl)" -eq 2 ]
+}
+
 @test "SIGPIPE ends the run quietly with 141 and no partial trace" {
     cd "$BATS_TEST_TMPDIR"
     for i in $(seq 1 200); do echo "prompt $i"; done >req.txt
