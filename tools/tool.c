@@ -32,34 +32,31 @@ on_signal(int sig)
     raise(sig);
 }
 
-/* installs sa for SIGHUP unless it came ignored (nohup: the run is meant to
- * outlive its terminal) */
+/* handler for SIGINT, SIGTERM and SIGHUP (SIGHUP left ignored when it came
+ * so: nohup, the run meant to outlive its terminal); no SA_RESTART: a
+ * blocked read returns */
 static void
-catch_hup(const struct sigaction *sa)
+catch_signals(void (*handler)(int))
 {
-    struct sigaction old;
+    struct sigaction sa = { .sa_handler = handler }, old;
 
-    if (sigaction(SIGHUP, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
-        return;
-    sigaction(SIGHUP, sa, NULL);
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (sigaction(SIGHUP, NULL, &old) < 0 || old.sa_handler != SIG_IGN)
+        sigaction(SIGHUP, &sa, NULL);
 }
 
 void
 cli_init(const char *argv0)
 {
     const char *b;
-    struct sigaction sa;
 
     if (argv0) {
         b = strrchr(argv0, '/');
         cli_progname = b ? b + 1 : argv0;
     }
-    memset(&sa, 0, sizeof(sa));
-    sa.sa_handler = on_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    catch_hup(&sa);
+    catch_signals(on_signal);
 }
 
 /* Messages quote names and text from files; whatever a caller forgot to
@@ -293,14 +290,9 @@ on_stop(int sig)
 void
 tool_catch_stop(void)
 {
-    struct sigaction sa;
+    struct sigaction sa = { .sa_handler = on_signal };   /* removes partial files, re-raises */
 
-    memset(&sa, 0, sizeof(sa));
+    catch_signals(on_stop);
     sigemptyset(&sa.sa_mask);
-    sa.sa_handler = on_stop;        /* no SA_RESTART: a blocked read returns */
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    catch_hup(&sa);                 /* the terminal gone: the run stops as on SIGTERM */
-    sa.sa_handler = on_signal;      /* removes partial files, re-raises */
     sigaction(SIGPIPE, &sa, NULL);
 }
