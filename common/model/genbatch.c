@@ -5,7 +5,9 @@
  *
  * The input is read with read(2) into a buffer of our own so that the loop
  * can look for more requests without blocking while sequences run (poll
- * with no timeout), and block only when the engine is idle: a slow
+ * with no timeout), and wait only when the engine is idle (poll for at most
+ * STOP_POLL_MS at a time, so that a stop signal that lands just before the
+ * wait is seen: a blocked read(2) would wait for the next byte): a slow
  * producer on a pipe gets its requests admitted as they come.  At most
  * `lookahead` requests wait in the engine; the rest of the input stays
  * unread, so memory does not grow with the input - except for the set of
@@ -301,20 +303,21 @@ struct reader {
     int64_t lineno;
 };
 
-/* Reads what is available (blocking when block); 0, or -ST_IO. */
+#define STOP_POLL_MS 100
+
+/* Reads what is available (with block, waiting up to STOP_POLL_MS for it);
+ * 0, or -ST_IO. */
 static int
 reader_fill(struct reader *rd, bool block, struct diag *d)
 {
     if (rd->eof)
         return 0;
-    if (!block) {
-        struct pollfd p = { rd->fd, POLLIN, 0 };
-        int n = poll(&p, 1, 0);
-        if (n < 0 && errno != EINTR)
-            return diag_set(d, ST_IO, "'%s': poll failed: %s", rd->name, strerror(errno));
-        if (n <= 0)
-            return 0;
-    }
+    struct pollfd p = { rd->fd, POLLIN, 0 };
+    int n = poll(&p, 1, block ? STOP_POLL_MS : 0);
+    if (n < 0 && errno != EINTR)
+        return diag_set(d, ST_IO, "'%s': poll failed: %s", rd->name, strerror(errno));
+    if (n <= 0)
+        return 0;
     if (rd->start > 0) {
         memmove(rd->buf, rd->buf + rd->start, rd->end - rd->start);
         rd->end -= rd->start;
@@ -334,15 +337,15 @@ reader_fill(struct reader *rd, bool block, struct diag *d)
             rd->end = 0;
         }
     }
-    ssize_t n = read(rd->fd, rd->buf + rd->end, rd->cap - rd->end);
-    if (n < 0) {
+    ssize_t got = read(rd->fd, rd->buf + rd->end, rd->cap - rd->end);
+    if (got < 0) {
         if (errno == EINTR || errno == EAGAIN)
             return 0;
         return diag_set(d, ST_IO, "'%s': read failed: %s", rd->name, strerror(errno));
     }
-    if (n == 0)
+    if (got == 0)
         rd->eof = true;
-    rd->end += (size_t)n;
+    rd->end += (size_t)got;
     return 0;
 }
 

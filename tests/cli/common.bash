@@ -110,6 +110,16 @@ wait_until() {
     return 1
 }
 
+# with_hup CMD ARGS... & : CMD with SIGHUP at its default action, where the
+# tests themselves run with it ignored (under nohup: the tools keep it
+# ignored, as they should, and a shell cannot reset it).  For a background
+# job only: it execs, so that $! is CMD's pid (a function's job is a subshell)
+with_hup() {
+    exec python3 -c 'import os, signal, sys
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+
 # has_lines FILE N : FILE exists and has at least N lines
 has_lines() {
     [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]

@@ -41,7 +41,7 @@ EOF
 term_once() {
     local err=$1 pid i
     shift
-    draft-train "$@" 2> "$err" 3>&- &
+    with_hup draft-train "$@" 2> "$err" 3>&- &
     pid=$!
     for ((i = 0; i < 2400; i++)); do
         ready && break

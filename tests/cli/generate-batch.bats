@@ -173,7 +173,7 @@ drain_on() {
     local pid i
     mkfifo in.fifo
     printf '{"id":"a","prompt":"one","max_tokens":3}\n{"id":"b","prompt":"two","max_tokens":3}\n' >first.jsonl
-    generate -q -m "$TINY" --batch in.fifo -o out.jsonl --kv-trace tr.jsonl 2>err.txt &
+    with_hup generate -q -m "$TINY" --batch in.fifo -o out.jsonl --kv-trace tr.jsonl 2>err.txt &
     pid=$!
     exec 7>in.fifo
     cat first.jsonl >&7
