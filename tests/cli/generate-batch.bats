@@ -165,22 +165,25 @@ batch_tokens() {
         jq -s -e 'length == 3 and all(.completion_tokens <= 4) and (map(.id) | sort == [1, 2, 3])'
 }
 
+# out_tmp_lines N : the output's temporary (out.jsonl.tmp.*, where results are
+# written as they end) holds N lines
+out_tmp_lines() {
+    [ "$(cat out.jsonl.tmp.* 2>/dev/null | wc -l)" -ge "$1" ]
+}
+
 # drain_on SIG : generate --batch on the tiny model reading a FIFO kept open,
 # results to out.jsonl (-o) and a KV trace to tr.jsonl; two requests are
 # sent, and once both have their result lines (written to the output's
 # temporary as they end) SIG arrives; rc = its exit status
 drain_on() {
-    local pid i
+    local pid
     mkfifo in.fifo
     printf '{"id":"a","prompt":"one","max_tokens":3}\n{"id":"b","prompt":"two","max_tokens":3}\n' >first.jsonl
     with_hup generate -q -m "$TINY" --batch in.fifo -o out.jsonl --kv-trace tr.jsonl 2>err.txt &
     pid=$!
     exec 7>in.fifo
     cat first.jsonl >&7
-    for ((i = 0; i < 1200; i++)); do
-        [ "$(cat out.jsonl.tmp.* 2>/dev/null | wc -l)" -ge 2 ] && break
-        sleep 0.05
-    done
+    wait_until 60 "two results" out_tmp_lines 2 || { kill -KILL $pid; exec 7>&-; return 1; }
     kill -"$1" $pid
     rc=0
     wait $pid || rc=$?
@@ -207,16 +210,13 @@ drain_on() {
 
 @test "SIGHUP ignored when the run starts (nohup) stays ignored: the run goes on to its end" {
     cd "$BATS_TEST_TMPDIR"
-    local pid i
+    local pid
     mkfifo in.fifo
     (trap '' HUP; exec generate -q -m "$TINY" --batch in.fifo -o out.jsonl 2>err.txt) &
     pid=$!
     exec 7>in.fifo
     printf '{"id":"a","prompt":"one","max_tokens":3}\n' >&7
-    for ((i = 0; i < 1200; i++)); do
-        [ "$(cat out.jsonl.tmp.* 2>/dev/null | wc -l)" -ge 1 ] && break
-        sleep 0.05
-    done
+    wait_until 60 "the first result" out_tmp_lines 1 || { kill -KILL $pid; exec 7>&-; return 1; }
     kill -HUP $pid
     printf '{"id":"b","prompt":"two","max_tokens":3}\n' >&7
     exec 7>&-
