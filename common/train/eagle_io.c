@@ -312,8 +312,8 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
     if (dv) {
         if (dv->type != GGUF_TYPE_ARRAY || dv->arr_type != GGUF_TYPE_INT32 || dv->n < 1 ||
             dv->n > (uint64_t)c.n_vocab) {
-            rc = diag_set(d, ST_FORMAT, "key 'eagle.draft_vocab': not an INT32 array of 1 to "
-                          "%lld ids", (long long)c.n_vocab);
+            rc = diag_set(d, ST_FORMAT, "key '%s.draft_vocab': not an INT32 array of 1 to "
+                          "%lld ids", pre, (long long)c.n_vocab);
             goto out;
         }
         if (!(meta->draft_ids = malloc((size_t)dv->n * sizeof(int32_t)))) {
@@ -325,15 +325,15 @@ head_from_gguf(struct eagle_head *h, struct eagle_meta *meta, float **m_, float 
         for (int64_t i = 0; i < meta->n_draft; i++)
             if (meta->draft_ids[i] < 0 || meta->draft_ids[i] >= c.n_vocab ||
                 (i > 0 && meta->draft_ids[i] <= meta->draft_ids[i - 1])) {
-                rc = diag_set(d, ST_FORMAT, "key 'eagle.draft_vocab': ids not ascending in 0 "
-                              "to %lld", (long long)c.n_vocab - 1);
+                rc = diag_set(d, ST_FORMAT, "key '%s.draft_vocab': ids not ascending in 0 "
+                              "to %lld", pre, (long long)c.n_vocab - 1);
                 goto out;
             }
     }
     if (c.arch == EAGLE_ARCH_3 && (rc = eagle3_meta(g, &c, meta, d)) < 0)
         goto out;
     if (scale_lin <= 0 || c.eps <= 0 || c.rope.freq_base <= 0) {
-        rc = diag_set(d, ST_FORMAT, "eagle.rope / epsilon values out of range");
+        rc = diag_set(d, ST_FORMAT, "%s.rope / epsilon values out of range", pre);
         goto out;
     }
     c.rope.freq_scale = 1.0f / scale_lin;
