@@ -18,12 +18,12 @@
  *       the rows after next (Q4_1 in 128-bit halves on cores that split
  *       256-bit operations), Q4_0/IQ4_NL and Q4_K 8 rows in the lanes of
  *       their gemv chains, the other k-quants row by row;
- *   2..7 tokens of a legacy type, Q4_K or Q6_K (a verify pass): the small
- *       batch kernels, a few rows by up to 4 tokens in registers, each
- *       weight block unpacked once per token group;
- *   2..3 tokens of the other types: each weight block unpacked once for
- *       the tokens (one row at a time);
- *   4+ tokens (8+ for the types above): row tiles unpacked once into an L1-sized buffer (int8 codes,
+ *   2..7 tokens of a quantized type (a verify pass, a batch of a few
+ *       sequences): the small batch kernels, a few rows (one for the
+ *       Q8_K-activation types but Q4_K) by up to 4 tokens in registers, each
+ *       weight block unpacked once per token group; 2..3 tokens of
+ *       F16/BF16/F32: each token's row dot products;
+ *   8+ tokens (4+ for F16/BF16/F32): row tiles unpacked once into an L1-sized buffer (int8 codes,
  *       f32 scales; struct ksb per k-quant super-block; f32 rows for
  *       F16/BF16) and dotted with groups of 8 tokens; Q4_0/IQ4_NL put the 8
  *       tokens in the lanes of their gemv chain.
@@ -1390,36 +1390,36 @@ q6k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, 
         out[t * ldo] = hsum8(acc[t]);
 }
 
-static float
-q6k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
-{
-    float r;
-    q6k_rows(&r, 1, row, ar, 1, nb);
-    return r;
-}
-
-/* Q5_K decode, one row: kquant_row's arithmetic (the lanes sum over the 8
- * chunks of scale * the 4-element sums, msum = the exact sum of min * the
- * chunk's activation sum; acc = fma(yd * d, lanes, acc), sacc = fma(-yd *
- * dmin, msum, sacc); hsum8(acc) + sacc) with the codes, scales and mins
- * read straight from the block instead of through k_unpack. */
-static inline float
-q5k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+/* Q5_K, one row by nt (1..SB_MAX) tokens: kquant_row's arithmetic (the
+ * lanes sum over the 8 chunks of scale * the 4-element sums, msum = the
+ * exact sum of min * the chunk's activation sum; acc = fma(yd * d, lanes,
+ * acc), sacc = fma(-yd * dmin, msum, sacc); hsum8(acc) + sacc) with the
+ * codes, scales and mins read straight from the block instead of through
+ * k_unpack, and unpacked once for the nt tokens.  The decode (nt = 1) and
+ * the small batches of a verify pass. */
+static inline __attribute__((always_inline)) void
+q5k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, int nt, int64_t nb)
 {
     const __m256i m15 = _mm256_set1_epi8(15), b4 = _mm256_set1_epi8(16);
-    __m256 acc = _mm256_setzero_ps();
-    float sacc = 0.0f;
+    __m256 acc[SB_MAX];
+    float sacc[SB_MAX];
 
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++) {
+        acc[t] = _mm256_setzero_ps();
+        sacc[t] = 0.0f;
+    }
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q5_K *x = (const struct block_q5_K *)(const void *)row + b;
-        const int8_t *y = ar->q + QK_K * b;
-        float yd = ar->d[b];
         uint64_t sc8, mn8;
         k4_scales8(x->scales, &sc8, &mn8);
         /* the 8 scales as int16 in both lanes; chunk j takes pair j */
         __m256i s16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)sc8)));
         __m256i hb = _mm256_loadu_si256((const __m256i *)(const void *)x->qh);
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sumi[SB_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(x->qs + 32 * c));
@@ -1430,18 +1430,27 @@ q5k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
                                                          : _mm256_srli_epi16(hb, 2 * c - 3), b4);
             __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m15), h0);
             __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m15), h1);
-            sumi = _mm256_add_epi32(sumi, k4_pair_sums(lo, hi, y + 64 * c, s16, c));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++)
+                sumi[t] = _mm256_add_epi32(sumi[t], k4_pair_sums(lo, hi, ar[t].q + QK_K * b + 64 * c, s16, c));
         }
         /* msum: the 8 mins times the pair sums of the 16 bsums */
-        __m128i mv = _mm_madd_epi16(_mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8)),
-                                    bsum_pairs(ar->bsums + 16 * b));
-        mv = _mm_add_epi32(mv, _mm_unpackhi_epi64(mv, mv));
-        mv = _mm_add_epi32(mv, _mm_shuffle_epi32(mv, 0xb1));
-        int32_t msum = _mm_cvtsi128_si32(mv);
-        sacc = fmadd_ss(-yd * h2f(x->dmin), (float)msum, sacc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * h2f(x->d)), _mm256_cvtepi32_ps(sumi), acc);
+        __m128i mn16 = _mm_cvtepu8_epi16(_mm_cvtsi64_si128((long long)mn8));
+        float d = h2f(x->d), dmin = h2f(x->dmin);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            float yd = ar[t].d[b];
+            __m128i mv = _mm_madd_epi16(mn16, bsum_pairs(ar[t].bsums + 16 * b));
+            mv = _mm_add_epi32(mv, _mm_unpackhi_epi64(mv, mv));
+            mv = _mm_add_epi32(mv, _mm_shuffle_epi32(mv, 0xb1));
+            int32_t msum = _mm_cvtsi128_si32(mv);
+            sacc[t] = fmadd_ss(-yd * dmin, (float)msum, sacc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
     }
-    return hsum8(acc) + sacc;
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = hsum8(acc[t]) + sacc[t];
 }
 
 /* chunk c's int16 scale vector (lanes 0..7: byte 2c of s, 8..15: byte
@@ -1456,18 +1465,22 @@ k_scale_pair16(__m128i s, int c, int is_signed)
     return is_signed ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
 }
 
-/* The scaled lane sums of a Q2_K or Q3_K super-block's 8 chunks of 32
- * 2-bit codes qs against the token's codes y: chunk c's int16 pair sums
- * times its scale pair (k_scale_pair16 of sc: unsigned for Q2_K, signed for
- * Q3_K).  With hmask (Q3_K) the code is u = q + 4, bit c of each hmask byte
- * adding the 4, and maddubs(4, y) is subtracted: the same int16 pair sums as
- * the sign form. */
-static inline __attribute__((always_inline)) __m256i
-k2bit_sumi(const uint8_t *qs, const int8_t *y, __m128i sc, const uint8_t *hmask)
+/* The scaled lane sums of super-block b of a Q2_K or Q3_K row (its 8
+ * chunks of 32 2-bit codes qs) against each of nt tokens' codes, in
+ * sumi[t]: chunk c's int16 pair sums times its scale pair (k_scale_pair16
+ * of sc: unsigned for Q2_K, signed for Q3_K), the codes unpacked once for
+ * the nt tokens.  With hmask (Q3_K) the code is u = q + 4, bit c of each
+ * hmask byte adding the 4, and maddubs(4, y) is subtracted: the same int16
+ * pair sums as the sign form. */
+static inline __attribute__((always_inline)) void
+k2bit_sumi(__m256i *sumi, const uint8_t *qs, const struct act_row *ar, int nt, int64_t b, __m128i sc,
+           const uint8_t *hmask)
 {
     const __m256i m3 = _mm256_set1_epi8(3), f4 = _mm256_set1_epi8(4);
     __m256i hm = hmask ? _mm256_loadu_si256((const __m256i *)(const void *)hmask) : f4;
-    __m256i sumi = _mm256_setzero_si256();
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 2
     for (int h = 0; h < 2; h++) {
         __m256i bits = _mm256_loadu_si256((const __m256i *)(const void *)(qs + 32 * h));
@@ -1475,103 +1488,155 @@ k2bit_sumi(const uint8_t *qs, const int8_t *y, __m128i sc, const uint8_t *hmask)
         for (int g = 0; g < 4; g++) {
             int c = 4 * h + g;
             __m256i q = _mm256_and_si256(_mm256_srli_epi16(bits, 2 * g), m3);
-            __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * c));
-            __m256i pr;
             if (hmask) {
                 /* bit c of each hmask byte moved to bit 2 */
                 __m256i hb = _mm256_and_si256(c <= 2 ? _mm256_slli_epi16(hm, 2 - c) : _mm256_srli_epi16(hm, c - 2), f4);
-                pr = _mm256_sub_epi16(_mm256_maddubs_epi16(_mm256_or_si256(q, hb), qy),
-                                      _mm256_maddubs_epi16(f4, qy));
-            } else {
-                pr = _mm256_maddubs_epi16(q, qy);
+                q = _mm256_or_si256(q, hb);
             }
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(k_scale_pair16(sc, c, hmask != NULL), pr));
+            __m256i sp = k_scale_pair16(sc, c, hmask != NULL);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + QK_K * b + 32 * c));
+                __m256i pr = hmask ? _mm256_sub_epi16(_mm256_maddubs_epi16(q, qy), _mm256_maddubs_epi16(f4, qy))
+                                   : _mm256_maddubs_epi16(q, qy);
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(sp, pr));
+            }
         }
     }
-    return sumi;
 }
 
-/* Q2_K decode, one row: kquant_row's arithmetic (acc = fma(-yd * dmin,
- * the lanes of the mins times the bsums, acc), then acc = fma(yd * d, the
- * scaled lane sums, acc); hsum8(acc)) straight from the block. */
-static inline float
-q2k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+/* Q2_K, one row by nt (1..SB_MAX) tokens: kquant_row's arithmetic (acc =
+ * fma(-yd * dmin, the lanes of the mins times the bsums, acc), then acc =
+ * fma(yd * d, the scaled lane sums, acc); hsum8(acc)) straight from the
+ * block, unpacked once for the nt tokens. */
+static inline __attribute__((always_inline)) void
+q2k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, int nt, int64_t nb)
 {
     const __m128i m15 = _mm_set1_epi8(15);
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[SB_MAX];
 
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q2_K *x = (const struct block_q2_K *)(const void *)row + b;
-        const int8_t *y = ar->q + QK_K * b;
-        float yd = ar->d[b];
         __m128i sc = _mm_loadu_si128((const __m128i *)(const void *)x->scales);
         __m128i sl = _mm_and_si128(sc, m15);
         __m256i mn = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sc, 4), m15));
-        __m256 mv = _mm256_cvtepi32_ps(_mm256_madd_epi16(
-            mn, _mm256_loadu_si256((const __m256i *)(const void *)(ar->bsums + 16 * b))));
-        __m256i sumi = k2bit_sumi(x->qs, y, sl, NULL);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(-yd * h2f(x->dmin)), mv, acc);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * h2f(x->d)), _mm256_cvtepi32_ps(sumi), acc);
+        __m256i sumi[SB_MAX];
+        k2bit_sumi(sumi, x->qs, ar, nt, b, sl, NULL);
+        float d = h2f(x->d), dmin = h2f(x->dmin);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            float yd = ar[t].d[b];
+            __m256 mv = _mm256_cvtepi32_ps(_mm256_madd_epi16(
+                mn, _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].bsums + 16 * b))));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(-yd * dmin), mv, acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        }
     }
-    return hsum8(acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = hsum8(acc[t]);
 }
 
-/* Q3_K decode, one row: kquant_row's lanes (the signed codes q in -4..3,
- * per-16 scales sc - 32) from the unsigned u = q + 4 (the low bits, 4 where
- * the hmask bit is set): maddubs(u, y) - maddubs(4, y) is the same int16
- * pair sums as the sign form; acc = fma(d * yd, lanes, acc); hsum8(acc). */
-static inline float
-q3k_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+/* Q3_K, one row by nt (1..SB_MAX) tokens: kquant_row's lanes (the signed
+ * codes q in -4..3, per-16 scales sc - 32) from the unsigned u = q + 4 (the
+ * low bits, 4 where the hmask bit is set): maddubs(u, y) - maddubs(4, y) is
+ * the same int16 pair sums as the sign form; acc = fma(d * yd, lanes, acc);
+ * hsum8(acc); the block unpacked once for the nt tokens. */
+static inline __attribute__((always_inline)) void
+q3k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, int nt, int64_t nb)
 {
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[SB_MAX];
 
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_q3_K *x = (const struct block_q3_K *)(const void *)row + b;
-        const int8_t *y = ar->q + QK_K * b;
         /* the 16 6-bit scales in order (as ggml's aux words), minus 32 */
-        uint32_t a0, a1, t;
+        uint32_t a0, a1, t3;
         memcpy(&a0, x->scales, 4);
         memcpy(&a1, x->scales + 4, 4);
-        memcpy(&t, x->scales + 8, 4);
+        memcpy(&t3, x->scales + 8, 4);
         const uint32_t k1 = 0x03030303u, k2 = 0x0f0f0f0fu;
-        __m128i sc = _mm_setr_epi32((int)((a0 & k2) | ((t >> 0) & k1) << 4), (int)((a1 & k2) | ((t >> 2) & k1) << 4),
-                                    (int)(((a0 >> 4) & k2) | ((t >> 4) & k1) << 4),
-                                    (int)(((a1 >> 4) & k2) | ((t >> 6) & k1) << 4));
+        __m128i sc = _mm_setr_epi32((int)((a0 & k2) | ((t3 >> 0) & k1) << 4), (int)((a1 & k2) | ((t3 >> 2) & k1) << 4),
+                                    (int)(((a0 >> 4) & k2) | ((t3 >> 4) & k1) << 4),
+                                    (int)(((a1 >> 4) & k2) | ((t3 >> 6) & k1) << 4));
         sc = _mm_sub_epi8(sc, _mm_set1_epi8(32));
-        __m256i sumi = k2bit_sumi(x->qs, y, sc, x->hmask);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * ar->d[b]), _mm256_cvtepi32_ps(sumi), acc);
+        __m256i sumi[SB_MAX];
+        k2bit_sumi(sumi, x->qs, ar, nt, b, sc, x->hmask);
+        float d = h2f(x->d);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar[t].d[b]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return hsum8(acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = hsum8(acc[t]);
 }
 
-/* IQ4_XS decode, one row: kquant_row's lanes (the codes' table values,
- * the sign form of maddubs, per-32 scales ls - 32); acc = fma(d * yd,
- * lanes, acc); hsum8(acc). */
-static inline float
-iq4xs_row1(const uint8_t *row, const struct act_row *ar, int64_t nb)
+/* IQ4_XS, one row by nt (1..SB_MAX) tokens: kquant_row's lanes (the codes'
+ * table values, the sign form of maddubs, per-32 scales ls - 32); acc =
+ * fma(d * yd, lanes, acc); hsum8(acc); each sub-block's codes looked up
+ * once for the nt tokens. */
+static inline __attribute__((always_inline)) void
+iq4xs_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, int nt, int64_t nb)
 {
     const __m256i lut = iq4nl_lut();
-    __m256 acc = _mm256_setzero_ps();
+    __m256 acc[SB_MAX];
 
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const struct block_iq4_xs *x = (const struct block_iq4_xs *)(const void *)row + b;
-        const int8_t *y = ar->q + QK_K * b;
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i sumi[SB_MAX];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            sumi[t] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int ib = 0; ib < 8; ib++) {
             int lo4 = (x->scales_l[ib / 2] >> (4 * (ib & 1))) & 15;
             int hi2 = (x->scales_h >> (2 * ib)) & 3;
             __m256i q = _mm256_shuffle_epi8(lut, nibbles32(x->qs + 16 * ib));
-            __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(y + 32 * ib));
-            __m256i pr = _mm256_maddubs_epi16(_mm256_sign_epi8(q, q), _mm256_sign_epi8(qy, q));
-            sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_set1_epi16((short)((lo4 | hi2 << 4) - 32)), pr));
+            __m256i qa = _mm256_sign_epi8(q, q);
+            __m256i ls = _mm256_set1_epi16((short)((lo4 | hi2 << 4) - 32));
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                __m256i qy = _mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + QK_K * b + 32 * ib));
+                __m256i pr = _mm256_maddubs_epi16(qa, _mm256_sign_epi8(qy, q));
+                sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(ls, pr));
+            }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(h2f(x->d) * ar->d[b]), _mm256_cvtepi32_ps(sumi), acc);
+        float d = h2f(x->d);
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar[t].d[b]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
     }
-    return hsum8(acc);
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = hsum8(acc[t]);
 }
 
-/* k-quant decode (one token); 0 for the types without a direct path */
+/* the decode's one-row functions (nt = 1) */
+#define ROW1(name, rows)                                                        \
+    static float name(const uint8_t *row, const struct act_row *ar, int64_t nb) \
+    {                                                                           \
+        float r;                                                                \
+        rows(&r, 1, row, ar, 1, nb);                                            \
+        return r;                                                               \
+    }
+ROW1(q2k_row1, q2k_rows)
+ROW1(q3k_row1, q3k_rows)
+ROW1(q5k_row1, q5k_rows)
+ROW1(q6k_row1, q6k_rows)
+ROW1(iq4xs_row1, iq4xs_rows)
+#undef ROW1
+
+/* decode (one token) of a Q8_K-activation type (the k-quants, IQ4_XS); 0
+ * for a type without a direct path */
 static int
 kquant_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
               int64_t cols, int64_t r0, int64_t r1)
@@ -1600,12 +1665,14 @@ kquant_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
     return 1;
 }
 
-/* Q4_K or Q6_K, 2..SB_TOK_MAX tokens (a verify pass): q4k_rows8 for groups
- * of 8 rows (the rest one row at a time by kquant_row), q6k_rows; each row
- * group against every token group (small_group) while it is in L1, every
- * (row, token) with the decode's arithmetic, so that a token's outputs are
- * its outputs alone.  The batch kernel (kquant_row, one row at a time from
- * an unpacked struct) had cost 3-3.6 decodes for 2 tokens. */
+/* A k-quant or IQ4_XS, 2..SB_TOK_MAX tokens (a verify pass, a batch of a
+ * few sequences): q4k_rows8 for groups of 8 Q4_K rows (the rest one row at
+ * a time by kquant_row), the other types' one-row kernels (q2k_rows ..
+ * iq4xs_rows); each row group against every token group (small_group) while
+ * it is in L1, every (row, token) with the decode's arithmetic, so that a
+ * token's outputs are its outputs alone.  The batch kernel (kquant_row, one
+ * row at a time from an unpacked struct) had cost 3-3.6 decodes for 2
+ * tokens of Q4_K. */
 static int
 kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
              const uint8_t *act, size_t arb, int n_tok, int64_t cols, int64_t r0, int64_t r1)
@@ -1613,14 +1680,16 @@ kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     struct act_row ar[SB_TOK_MAX];
     const int64_t nb = cols / QK_K;
 
-    if (type != T_Q4_K && type != T_Q6_K)
+    if (type != T_Q2_K && type != T_Q3_K && type != T_Q4_K && type != T_Q5_K && type != T_Q6_K &&
+        type != T_IQ4_XS)
         return 0;
     for (int t = 0; t < n_tok; t++)
         act_row_at(&ar[t], ACT_Q8_K, act + (size_t)t * arb, cols);
     for (int64_t r = r0; r < r1;) {
         int nr = type == T_Q4_K && r + 8 <= r1 ? 8 : 1;
         const uint8_t *row = w + (size_t)r * row_bytes;
-        /* the first token group asks for the 8-row group after next, as the decode */
+        /* Q4_K: the first token group asks for the 8-row group after next, as
+         * the decode (the other types' kernels do not prefetch, nor their decode) */
         const char *pf = (const char *)row + 16 * row_bytes;
         for (int t0 = 0, nt; t0 < n_tok; t0 += nt) {
             nt = small_group(n_tok - t0);
@@ -1632,6 +1701,14 @@ kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
                                     default: F(__VA_ARGS__, 4, nb); break; }
             if (type == T_Q6_K) {
                 BY_NT(q6k_rows, o, ldy, row, at);
+            } else if (type == T_Q5_K) {
+                BY_NT(q5k_rows, o, ldy, row, at);
+            } else if (type == T_Q3_K) {
+                BY_NT(q3k_rows, o, ldy, row, at);
+            } else if (type == T_Q2_K) {
+                BY_NT(q2k_rows, o, ldy, row, at);
+            } else if (type == T_IQ4_XS) {
+                BY_NT(iq4xs_rows, o, ldy, row, at);
             } else if (nr == 8) {
 #define Q4R(...) q4k_rows8(__VA_ARGS__, pf, t0 == 0 ? (int64_t)((8 * row_bytes + 63) / 64) : 0)
                 BY_NT(Q4R, o, ldy, row, row_bytes, at);
