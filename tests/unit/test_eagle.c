@@ -343,6 +343,16 @@ main(void)
             CHECK_EQ(tr.tok[1], b0);
             eagle_draft_free(ed);
         }
+        /* ids out of order: refused, the error naming the key */
+        sub[1] = sub[2];
+        mt.draft_ids = sub;
+        CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+        mt.draft_ids = NULL;
+        mt.n_draft = 0;
+        struct eagle_head hb;
+        struct eagle_meta mb;
+        CHECK(eagle_head_read(&hb, &mb, NULL, NULL, path, &d) == -ST_FORMAT);
+        CHECK(strstr(d.msg, "'eagle.draft_vocab': ids not ascending") != NULL);
         spec_tree_release(&tr);
         free(z);
     }

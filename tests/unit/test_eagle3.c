@@ -275,6 +275,16 @@ main(void)
     CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
     CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == -ST_FORMAT);
     CHECK(strstr(d.msg, "draft_vocab_size") != NULL);
+    /* ids out of order: the error names the EAGLE-3 head's own key */
+    mt.n_draft = NDRAFT;
+    int32_t i1 = ids[1];
+    ids[1] = ids[2];
+    ids[2] = i1;
+    CHECK(eagle_head_write(&h, &mt, NULL, NULL, path, true, &d) == 0);
+    CHECK(eagle_head_read(&h2, &mt2, NULL, NULL, path, &d) == -ST_FORMAT);
+    CHECK(strstr(d.msg, "'eagle3.draft_vocab': ids not ascending") != NULL);
+    ids[2] = ids[1];
+    ids[1] = i1;
     unlink(path);
 
     /* EAGLE-3 head files written by gguf-py (scripts/mkcorpus-eagle) */
