@@ -1329,6 +1329,25 @@ q4k_rows8(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes, const 
         _mm256_storeu_ps(out + t * ldo, _mm256_sub_ps(sacc[t], macc[t]));
 }
 
+/* the one-row kernels' accumulation of a super-block's int32 lane sums for
+ * nt tokens, acc[t] = fma(d * yd_t, float(sumi[t]), acc[t]), and their end,
+ * hsum8 of each token's accumulator to out[t * ldo] */
+static inline __attribute__((always_inline)) void
+acc_sumi(__m256 *acc, const __m256i *sumi, float d, const struct act_row *ar, int nt, int64_t b)
+{
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar[t].d[b]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+}
+
+static inline __attribute__((always_inline)) void
+rows_out(float *out, int64_t ldo, const __m256 *acc, int nt)
+{
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        out[t * ldo] = hsum8(acc[t]);
+}
+
 /* Q6_K, one row by nt (1..SB_MAX) tokens: kquant_row's lanes (chunk c =
  * 32 codes with the scale pair of its two halves; bsums correction 32 *
  * sum(bs * sc)) read straight from the packed block, unpacked once for the
@@ -1385,9 +1404,7 @@ q6k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, 
                                      _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi[t], cl)), acc[t]);
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        out[t * ldo] = hsum8(acc[t]);
+    rows_out(out, ldo, acc, nt);
 }
 
 /* Q5_K, one row by nt (1..SB_MAX) tokens: kquant_row's arithmetic (the
@@ -1535,9 +1552,7 @@ q2k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, 
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * d), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
         }
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        out[t * ldo] = hsum8(acc[t]);
+    rows_out(out, ldo, acc, nt);
 }
 
 /* Q3_K, one row by nt (1..SB_MAX) tokens: kquant_row's lanes (the signed
@@ -1567,14 +1582,9 @@ q3k_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar, 
         sc = _mm_sub_epi8(sc, _mm_set1_epi8(32));
         __m256i sumi[SB_MAX];
         k2bit_sumi(sumi, x->qs, ar, nt, b, sc, x->hmask);
-        float d = h2f(x->d);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar[t].d[b]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        acc_sumi(acc, sumi, h2f(x->d), ar, nt, b);
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        out[t * ldo] = hsum8(acc[t]);
+    rows_out(out, ldo, acc, nt);
 }
 
 /* IQ4_XS, one row by nt (1..SB_MAX) tokens: kquant_row's lanes (the codes'
@@ -1610,14 +1620,9 @@ iq4xs_rows(float *out, int64_t ldo, const uint8_t *row, const struct act_row *ar
                 sumi[t] = _mm256_add_epi32(sumi[t], _mm256_madd_epi16(ls, pr));
             }
         }
-        float d = h2f(x->d);
-#pragma GCC unroll 4
-        for (int t = 0; t < nt; t++)
-            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(d * ar[t].d[b]), _mm256_cvtepi32_ps(sumi[t]), acc[t]);
+        acc_sumi(acc, sumi, h2f(x->d), ar, nt, b);
     }
-#pragma GCC unroll 4
-    for (int t = 0; t < nt; t++)
-        out[t * ldo] = hsum8(acc[t]);
+    rows_out(out, ldo, acc, nt);
 }
 
 /* the decode's one-row functions (nt = 1) */
