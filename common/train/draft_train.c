@@ -42,6 +42,16 @@
 #define PREP_GEN 0.25           /* of --max-time: the self-distillation stops there */
 #define PREP_FEAT 0.5           /* the features (after it) stop there */
 
+/* a file of text or JSON Lines being read: --data's, or --eval's, whose
+ * prompts are all answered whatever --max-time and --resume */
+struct dsrc {
+    const char *name;
+    bool eval;
+    int64_t n_prompts, n_generated;     /* self-distillation: prompts, response tokens */
+    int64_t n_answered;         /* the prompts up to the last answered */
+    bool gen_cut;               /* some left unanswered by --max-time or --resume */
+};
+
 struct run {
     const struct draft_train_opts *o;
     struct model *m;
@@ -68,17 +78,17 @@ struct run {
     bool keep_hit;              /* keep came from the cache */
     int32_t *lm_ids;            /* owned [fz.n_lm] their token ids, ascending (subset) */
     char base_sha[65], data_sha[65];
+    char data_raw[65];          /* the SHA-256 of --data's bytes */
     char label[160];            /* the progress line */
     char *ckpt;                 /* OUTPUT.ckpt */
     struct chat_template ct;    /* for "messages" lines, when ct_loaded */
     bool ct_loaded;
-    int64_t n_prompts, n_generated;     /* self-distillation */
+    struct dsrc data;            /* --data */
+    int64_t n_ev;               /* --eval: its sequences, the last n_hold of seq_tok */
     /* --max-time covers the whole run: no prompt starts its response after
      * PREP_GEN of it, the features stop at PREP_FEAT (a prefix of the
      * sequences in spread order), and training has what is left */
     double t_start;             /* now_seconds() at the start */
-    int64_t n_answered;         /* self-distillation: the prompts up to the last answered */
-    bool gen_cut;               /* some left unanswered by --max-time or --resume */
     int64_t n_seq_data;         /* sequences in the data (n_seq: those with features) */
     double train_time;          /* training's share of --max-time, s (0 = none) */
     /* --resume: the data the checkpoint's run trained on, repeated whatever
@@ -135,12 +145,14 @@ line_tokens(struct run *r, const struct distill_line *l, struct tok_ids *seg, bo
 /* the base model's responses to the prompts among segs[0 .. n) (gen[i]),
  * appended to them (distill.h) */
 static int
-self_distill(struct run *r, struct tok_ids *segs, const bool *gen, int64_t n, struct diag *d)
+self_distill(struct run *r, struct dsrc *src, struct tok_ids *segs, const bool *gen, int64_t n,
+             struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
+    bool pinned = r->pinned && !src->eval;
     struct distill_gen g = { o->gen_tokens, o->gen_temp, o->seed, DISTILL_SEQS, o->stop,
-                             o->max_time > 0 && !r->pinned ? r->t_start + PREP_GEN * o->max_time
-                                                           : 0 };
+                             o->max_time > 0 && !pinned && !src->eval
+                                 ? r->t_start + PREP_GEN * o->max_time : 0 };
     struct tok_ids *pr = malloc((size_t)(n ? n : 1) * sizeof(*pr));
     struct tok_ids *resp = calloc((size_t)(n ? n : 1), sizeof(*resp));
     bool *ans = malloc((size_t)(n ? n : 1) * sizeof(*ans));
@@ -155,9 +167,9 @@ self_distill(struct run *r, struct tok_ids *segs, const bool *gen, int64_t n, st
         if (gen[i])
             pr[np++] = segs[i];
     /* resumed: the prompts the checkpoint's run answered */
-    int64_t n_ask = r->pinned && r->pin_prompts < np ? r->pin_prompts : np;
+    int64_t n_ask = pinned && r->pin_prompts < np ? r->pin_prompts : np;
     runcb_info(&o->cb, "'%s': generating the model's responses to %lld prompts, up to %lld "
-               "tokens each (self-distillation)", o->data, (long long)n_ask,
+               "tokens each (self-distillation)", src->name, (long long)n_ask,
                (long long)o->gen_tokens);
     double t0 = now_seconds();
     if ((rc = distill_generate(r->m, &r->tok, pr, n_ask, &g, resp, ans, &n_gen, d)) < 0)
@@ -165,8 +177,8 @@ self_distill(struct run *r, struct tok_ids *segs, const bool *gen, int64_t n, st
     rc = 0;
     for (int64_t j = n_ask; j < np; j++)
         ans[j] = false;
-    r->n_prompts = np;
-    r->n_generated = n_gen;
+    src->n_prompts = np;
+    src->n_generated = n_gen;
     /* n_answered: the prompts up to the last one answered (those too
      * long for the context among them, left out every time) */
     int64_t ctx = distill_ctx(r->m), n_long = 0, first_long = 0;
@@ -176,23 +188,23 @@ self_distill(struct run *r, struct tok_ids *segs, const bool *gen, int64_t n, st
         else if ((int64_t)pr[j].n >= ctx)
             continue;
         else if (ans[j])
-            r->n_answered = j + 1;
+            src->n_answered = j + 1;
         else
-            r->gen_cut = true;
+            src->gen_cut = true;
     }
     if (n_long)
         runcb_warn(&o->cb, "'%s': %lld prompts have no fewer tokens than the model's context of "
-                   "%lld (the first: prompt %lld, %lld tokens): left out", o->data,
+                   "%lld (the first: prompt %lld, %lld tokens): left out", src->name,
                    (long long)n_long, (long long)ctx, (long long)first_long + 1,
                    (long long)pr[first_long].n);
-    if (r->gen_cut)
+    if (src->gen_cut)
         runcb_info(&o->cb, "'%s': %s: the model's responses to the first %lld of %lld prompts "
-                   "(%lld tokens, %.1f s; the others left out)", o->data,
-                   r->pinned ? "--resume" : "--max-time", (long long)r->n_answered, (long long)np,
+                   "(%lld tokens, %.1f s; the others left out)", src->name,
+                   pinned ? "--resume" : "--max-time", (long long)src->n_answered, (long long)np,
                    (long long)n_gen, now_seconds() - t0);
     else
         runcb_info(&o->cb, "'%s': %lld prompts, %lld response tokens generated by the model in "
-                   "%.1f s (self-distillation)", o->data, (long long)np, (long long)n_gen,
+                   "%.1f s (self-distillation)", src->name, (long long)np, (long long)n_gen,
                    now_seconds() - t0);
     /* a prompt left unanswered is left out of the training text */
     for (int64_t i = 0, j = 0; i < n && rc == 0; i++) {
@@ -217,7 +229,8 @@ out:
 /* JSON Lines when the first non-blank byte is '{' (distill.h: text,
  * prompts, chats), else plain text */
 static int
-tokenize_data(struct run *r, const char *buf, size_t len, struct tok_ids *ids, struct diag *d)
+tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, struct tok_ids *ids,
+              struct diag *d)
 {
     struct tok_ids *segs = NULL;
     bool *gen = NULL;
@@ -260,11 +273,11 @@ tokenize_data(struct run *r, const char *buf, size_t len, struct tok_ids *ids, s
         }
         rc = 0;
     }
-    if (rc == 0 && r->o->gen_set && n_gen == 0)
+    if (rc == 0 && r->o->gen_set && n_gen == 0 && !r->o->eval)  /* (load_eval: either file) */
         rc = diag_set(d, ST_RANGE, "--gen-tokens and --gen-temp need \"prompt\" or "
                       "\"messages\" lines");
     if (rc == 0 && n_gen > 0)
-        rc = self_distill(r, segs, gen, n, d);
+        rc = self_distill(r, src, segs, gen, n, d);
     for (int64_t k = 0; k < n && rc == 0; k++)
         for (size_t t = 0; t < segs[k].n && rc == 0; t++)
             if (tok_ids_push(ids, segs[k].v[t]) < 0)
@@ -298,35 +311,52 @@ spread_order(int64_t n, int64_t *out)
     }
 }
 
+/* src's file read and tokenized into ids (the model's responses to its
+ * prompts appended); raw_sha: the SHA-256 of its bytes */
+static int
+read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, char raw_sha[65], struct diag *d)
+{
+    char *buf;
+    size_t len;
+    int rc;
+
+    if ((rc = read_file_all(src->name, DATA_MAX, &buf, &len, d)) < 0) {
+        diag_prefix(d, "%s'%s'", src->eval ? "--eval " : "", src->name);
+        return rc;
+    }
+    if ((rc = quantize_sha256_hex(buf, len, raw_sha)) == 0)
+        rc = tokenize_data(r, src, buf, len, ids, d);
+    free(buf);
+    if (rc < 0) {
+        tok_ids_release(ids);
+        diag_prefix(d, "%s'%s'", src->eval ? "--eval " : "", src->name);
+    }
+    return rc;
+}
+
 static int
 load_data(struct run *r, struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
     struct tok_ids ids = { 0 };
-    char *buf;
-    size_t len;
     int rc;
 
-    if ((rc = read_file_all(o->data, DATA_MAX, &buf, &len, d)) < 0)
+    r->data.name = o->data;
+    if ((rc = read_src(r, &r->data, &ids, r->data_sha, d)) < 0)
         return rc;
-    if ((rc = quantize_sha256_hex(buf, len, r->data_sha)) == 0)
-        rc = tokenize_data(r, buf, len, &ids, d);
-    free(buf);
-    if (rc == 0 && r->n_prompts > 0) {
+    memcpy(r->data_raw, r->data_sha, sizeof r->data_raw);
+    if (r->data.n_prompts > 0) {
         /* the features' key: the prompts and how the responses were made */
         char key[160];
         snprintf(key, sizeof key, "%s distill %lld %.9g %llu", r->data_sha,
                  (long long)o->gen_tokens, (double)o->gen_temp, (unsigned long long)o->seed);
-        if (r->n_answered < r->n_prompts)   /* the first n_answered prompts' responses */
+        if (r->data.n_answered < r->data.n_prompts)   /* the first n_answered prompts' responses */
             snprintf(key + strlen(key), sizeof key - strlen(key), " first %lld",
-                     (long long)r->n_answered);
-        if (quantize_sha256_hex(key, strlen(key), r->data_sha) < 0)
-            rc = diag_set(d, ST_NOMEM, "out of memory");
-    }
-    if (rc < 0) {
-        tok_ids_release(&ids);
-        diag_prefix(d, "'%s'", o->data);
-        return rc;
+                     (long long)r->data.n_answered);
+        if (quantize_sha256_hex(key, strlen(key), r->data_sha) < 0) {
+            tok_ids_release(&ids);
+            return diag_set(d, ST_NOMEM, "out of memory");
+        }
     }
     r->n_tok = (int64_t)ids.n;
     r->n_seq = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
@@ -334,7 +364,7 @@ load_data(struct run *r, struct diag *d)
         tok_ids_release(&ids);
         return diag_set(d, ST_RANGE, "'%s': %lld tokens: need at least 2 sequences of %lld + 1 "
                         "(--seq-len)%s", o->data, (long long)r->n_tok, (long long)r->S,
-                        r->gen_cut ? "; --max-time left the self-distillation "
+                        r->data.gen_cut ? "; --max-time left the self-distillation "
                         "too little time" : "");
     }
     r->n_hold = r->n_seq / 20 > 0 ? r->n_seq / 20 : 1;
@@ -349,6 +379,50 @@ load_data(struct run *r, struct diag *d)
         memcpy(r->seq_tok + s * (r->S + 1), ids.v + order[s] * r->S,
                (size_t)(r->S + 1) * sizeof(int32_t));
     free(order);
+    tok_ids_release(&ids);
+    return 0;
+}
+
+/* --eval: its text (its prompts answered by the model, as --data's are,
+ * whatever --max-time) cut into sequences as the data is, in its order,
+ * put after the data's in seq_tok (r->n_ev of them: eval_features() makes
+ * them the held-out slice) */
+static int
+load_eval(struct run *r, struct diag *d)
+{
+    struct dsrc ev = { r->o->eval, true, 0, 0, 0, false };
+    struct tok_ids ids = { 0 };
+    char sha[65];
+    int rc;
+
+    if (!ev.name)
+        return 0;
+    if ((rc = read_src(r, &ev, &ids, sha, d)) < 0)
+        return rc;
+    if (r->o->gen_set && r->data.n_prompts == 0 && ev.n_prompts == 0) {
+        tok_ids_release(&ids);
+        return diag_set(d, ST_RANGE, "'%s', '%s': --gen-tokens and --gen-temp need \"prompt\" "
+                        "or \"messages\" lines", r->o->data, ev.name);
+    }
+    int64_t n = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
+    if (n < 1) {
+        tok_ids_release(&ids);
+        return diag_set(d, ST_RANGE, "--eval '%s': %lld tokens: need at least one sequence of "
+                        "%lld + 1 (--seq-len)", ev.name, (long long)ids.n, (long long)r->S);
+    }
+    if (strcmp(sha, r->data_raw) == 0)
+        runcb_warn(&r->o->cb, "--eval '%s': the same text as --data: the held-out figures are "
+                   "of text trained on", ev.name);
+    int32_t *st = realloc(r->seq_tok, (size_t)((r->n_seq + n) * (r->S + 1)) * sizeof(int32_t));
+    if (!st) {
+        tok_ids_release(&ids);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    r->seq_tok = st;
+    for (int64_t s = 0; s < n; s++)
+        memcpy(st + (r->n_seq + s) * (r->S + 1), ids.v + s * r->S,
+               (size_t)(r->S + 1) * sizeof(int32_t));
+    r->n_ev = n;
     tok_ids_release(&ids);
     return 0;
 }
@@ -550,7 +624,7 @@ keep_path(const struct run *r)
 }
 
 /* the rows of r->keep an entry gives: those of the first sequences, as
- * many as it has, at most n_seq (an entry of fewer: a run cut short by
+ * many as it has, at most the data's n_seq - n_ev (an entry of fewer: a run cut short by
  * --max-time, continued); 0 when none (a bad entry: a warning); < 0 (cache_entry) */
 static int64_t
 keep_read(struct run *r, const char *path, struct diag *d)
@@ -576,7 +650,8 @@ keep_read(struct run *r, const char *path, struct diag *d)
              quantize_sha256_hex(buf + KEEP_HDR, len - KEEP_HDR, sha) == 0 &&
              memcmp(buf + 32, sha, 64) == 0;
     }
-    int64_t m = !ok ? 0 : (int64_t)h[0] < r->n_seq ? (int64_t)h[0] : r->n_seq;
+    int64_t nd = r->n_seq - r->n_ev;    /* the data's rows (--eval's are never cached) */
+    int64_t m = !ok ? 0 : (int64_t)h[0] < nd ? (int64_t)h[0] : nd;
     for (size_t i = 0; ok && i < (size_t)(m * r->S); i++)
         ok = (uint8_t)buf[KEEP_HDR + i] <= 1;
     if (ok)
@@ -616,6 +691,32 @@ keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
 }
 #endif
 
+/* sequence s's features through the base model into r->feat (row s);
+ * errors name it as sequence ix of what ("" the data, "--eval: ") */
+static int
+seq_compute(struct run *r, int64_t s, const char *what, int64_t ix, struct diag *d)
+{
+    const int32_t *st = r->seq_tok + s * (r->S + 1);
+    int rc = r->fin ? eagle_target_features3(&r->tgt, st, r->S + 1, r->f32, r->fin, d)
+                    : eagle_target_features(&r->tgt, st, r->S + 1, r->f32, d);
+    if (rc < 0)
+        return rc;
+    /* a position's row: its features, then (EAGLE-3) its final feature */
+    uint16_t *f = r->feat + s * (r->S + 1) * r->fd;
+    int64_t w = r->fin ? 3 * r->d : r->d;
+    for (int64_t i = 0; i <= r->S; i++) {
+        for (int64_t j = 0; j < w; j++)
+            f[i * r->fd + j] = feat_enc(r, r->f32[i * w + j]);
+        for (int64_t j = w; j < r->fd; j++)
+            f[i * r->fd + j] = feat_enc(r, r->fin[i * r->d + j - w]);
+    }
+    for (int64_t j = 0; j < (r->S + 1) * r->fd; j++)
+        if (!isfinite(feat_dec(r, f[j])))
+            return diag_set(d, ST_RANGE, "%ssequence %lld: a feature outside the range of its %s "
+                            "store", what, (long long)ix, r->feat_bf16 ? "bf16" : "f16");
+    return 0;
+}
+
 /* The features of the first sequences (spread_order): all of them; with
  * --max-time as many as are done at PREP_FEAT of the budget (at least 2:
  * one to train on, one held out); resumed, as many as the checkpoint's run
@@ -633,9 +734,10 @@ features(struct run *r, bool *hit, struct diag *d)
 
     *hit = false;
     r->n_seq_data = r->n_seq;
-    if (!(r->feat = malloc((size_t)(r->n_seq * (r->S + 1) * r->fd) * sizeof(uint16_t))))
+    int64_t rows = (r->n_seq + r->n_ev) * (r->S + 1) * r->fd;     /* --eval's after */
+    if (!(r->feat = malloc((size_t)rows * sizeof(uint16_t))))
         return diag_set(d, ST_NOMEM, "out of memory for the features (%lld MiB)",
-                        (long long)((r->n_seq * (r->S + 1) * r->fd * 2) >> 20));
+                        (long long)((rows * 2) >> 20));
     if (o->cache_dir) {
 #ifdef LLMKIT_HAVE_ZSTD
         if (!(path = cache_path(r)))
@@ -654,28 +756,10 @@ features(struct run *r, bool *hit, struct diag *d)
         if (deadline > 0 && s >= 2 && now_seconds() >= deadline)
             break;
         runcb_progress(&o->cb, "features", s, want);
-        const int32_t *st = r->seq_tok + s * (r->S + 1);
-        rc = r->fin ? eagle_target_features3(&r->tgt, st, r->S + 1, r->f32, r->fin, d)
-                    : eagle_target_features(&r->tgt, st, r->S + 1, r->f32, d);
-        if (rc < 0) {
+        if ((rc = seq_compute(r, s, "", s, d)) < 0) {
             free(path);
             return rc;
         }
-        /* a position's row: its features, then (EAGLE-3) its final feature */
-        uint16_t *f = r->feat + s * (r->S + 1) * r->fd;
-        int64_t w = r->fin ? 3 * r->d : r->d;
-        for (int64_t i = 0; i <= r->S; i++) {
-            for (int64_t j = 0; j < w; j++)
-                f[i * r->fd + j] = feat_enc(r, r->f32[i * w + j]);
-            for (int64_t j = w; j < r->fd; j++)
-                f[i * r->fd + j] = feat_enc(r, r->fin[i * r->d + j - w]);
-        }
-        for (int64_t j = 0; j < (r->S + 1) * r->fd; j++)
-            if (!isfinite(feat_dec(r, f[j]))) {
-                free(path);
-                return diag_set(d, ST_RANGE, "sequence %lld: a feature outside the range of "
-                                "its %s store", (long long)s, r->feat_bf16 ? "bf16" : "f16");
-            }
         if (o->stop && *o->stop) {
             s++;
             stopped = true;
@@ -715,6 +799,34 @@ features(struct run *r, bool *hit, struct diag *d)
 #endif
     free(path);
     return rc;
+}
+
+/* --eval: its r->n_ev sequences (after the data's n_seq_data in seq_tok)
+ * moved after the data's sequences with features (r->n_seq), their features
+ * computed (never cached: the cache holds the data's), and made the
+ * held-out slice: every data sequence with features then trains */
+static int
+eval_features(struct run *r, struct diag *d)
+{
+    int64_t S1 = r->S + 1;
+    int rc;
+
+    if (!r->n_ev)
+        return 0;
+    memmove(r->seq_tok + r->n_seq * S1, r->seq_tok + r->n_seq_data * S1,
+            (size_t)(r->n_ev * S1) * sizeof(int32_t));
+    for (int64_t e = 0; e < r->n_ev; e++) {
+        runcb_progress(&r->o->cb, "held-out features", e, r->n_ev);
+        if ((rc = seq_compute(r, r->n_seq + e, "--eval: ", e, d)) < 0)
+            return rc;
+        if (r->o->stop && *r->o->stop)
+            return diag_set(d, ST_FAIL, "--eval '%s': interrupted during its features",
+                            r->o->eval);
+    }
+    runcb_progress(&r->o->cb, "held-out features", r->n_ev, r->n_ev);
+    r->n_seq += r->n_ev;
+    r->n_hold = r->n_ev;
+    return 0;
 }
 
 /* ---- the CE's vocabulary ---- */
@@ -789,12 +901,13 @@ seq_features(struct run *r, int64_t s)
 /* EAGLE-3 over a draft vocabulary: r->keep, the positions whose target
  * argmax over the whole vocabulary (the full LM head on the final feature)
  * is a draft token; the others carry no loss (EAGLE-3's loss mask).  The
- * features are r->feat's (f16 or bf16), as the loss reads them. */
+ * features are r->feat's (f16 or bf16), as the loss reads them.  The cache
+ * holds the data's rows only, not --eval's. */
 static int
 draft_keep(struct run *r, struct diag *d)
 {
     const struct backend_backward_ops *bw = r->m->be->ops->backward;
-    int64_t V = r->tgt.c.n_vocab, S = r->S, kept = 0, have = 0;
+    int64_t V = r->tgt.c.n_vocab, S = r->S, kept = 0, have = 0, nd = r->n_seq - r->n_ev;
 
     if (!r->ws3 || !r->lm_ids)
         return 0;
@@ -816,7 +929,7 @@ draft_keep(struct run *r, struct diag *d)
         return (int)have;
     }
 #endif
-    r->keep_hit = have == r->n_seq;
+    r->keep_hit = have == nd;
     for (int64_t i = 0; i < have * S; i++)
         kept += r->keep[i];
     for (int64_t i = 0; i < r->fz.n_lm; i++)
@@ -833,8 +946,8 @@ draft_keep(struct run *r, struct diag *d)
         if (r->o->stop && *r->o->stop) {    /* the rows done are kept for the next run */
             int rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
-            if (path && s + 1 > have)
-                rc = keep_write(r, path, s + 1, d);
+            if (path && (s + 1 < nd ? s + 1 : nd) > have)
+                rc = keep_write(r, path, s + 1 < nd ? s + 1 : nd, d);
 #endif
             if (rc == 0)
                 rc = diag_set(d, ST_FAIL, "'%s': interrupted during the loss mask, after %lld of "
@@ -850,8 +963,8 @@ draft_keep(struct run *r, struct diag *d)
     free(in), free(z);
     int rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
-    if (path && have < r->n_seq)
-        rc = keep_write(r, path, r->n_seq, d);
+    if (path && have < nd)
+        rc = keep_write(r, path, nd, d);
 #endif
     free(path);
     return rc;
@@ -953,6 +1066,10 @@ run_options(const struct run *r, char *buf, size_t cap)
         size_t n = strlen(buf);
         snprintf(buf + n, cap - n, " fc_bias=no");
     }
+    if (o->eval) {      /* every data sequence trains: another split */
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, " eval=yes");
+    }
 }
 
 static void
@@ -972,8 +1089,8 @@ fill_meta(const struct run *r, struct eagle_meta *mt, int64_t steps, double elap
     mt->ckpt_seed = r->o->seed;
     mt->ckpt_elapsed = (float)elapsed;
     run_options(r, mt->ckpt_options, sizeof mt->ckpt_options);
-    mt->ckpt_prompts = (uint64_t)r->n_answered;
-    mt->ckpt_sequences = (uint64_t)r->n_seq;
+    mt->ckpt_prompts = (uint64_t)r->data.n_answered;
+    mt->ckpt_sequences = (uint64_t)(r->n_seq - r->n_ev);      /* the data's, not --eval's */
     mt->ckpt_train_time = (float)r->train_time;
     mt->draft_ids = r->lm_ids;
     mt->n_draft = r->lm_ids ? r->fz.n_lm : 0;
@@ -1239,7 +1356,7 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = load_data(&r, d)) < 0)
+    if ((rc = load_data(&r, d)) < 0 || (rc = load_eval(&r, d)) < 0)
         goto out;
     if ((rc = draft_vocab(&r, d)) < 0)
         goto out;
@@ -1270,7 +1387,8 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
     }
-    if ((rc = features(&r, &hit, d)) < 0 || (rc = draft_keep(&r, d)) < 0)
+    if ((rc = features(&r, &hit, d)) < 0 || (rc = eval_features(&r, d)) < 0 ||
+        (rc = draft_keep(&r, d)) < 0)
         goto out;
     rep->n_lm = r.fz.n_lm;
     rep->keep_frac = r.keep ? r.keep_frac : 1.0;
@@ -1278,15 +1396,16 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     rep->n_seq = r.n_seq;
     rep->n_hold = r.n_hold;
     rep->n_tok = r.n_tok;
-    rep->n_prompts = r.n_prompts;
-    rep->n_generated = r.n_generated;
+    rep->n_prompts = r.data.n_prompts;
+    rep->n_generated = r.data.n_generated;
     char kept[128] = "";
     if (r.keep)
         snprintf(kept, sizeof kept, " (the target's argmax among them at %.1f%% of the positions%s)",
                  100.0 * r.keep_frac, r.keep_hit ? ", from the cache" : "");
-    runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out), %s head %lld "
+    runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out%s%s%s), %s head %lld "
                "parameters, CE over %lld tokens%s, kernels '%s'", (long long)r.n_tok,
                (long long)r.n_seq, (long long)r.S, (long long)r.n_hold,
+               r.n_ev ? ": --eval '" : "", r.n_ev ? o->eval : "", r.n_ev ? "'" : "",
                o->arch == EAGLE_ARCH_3 ? "EAGLE-3" : "EAGLE-1", (long long)r.h.n_param,
                (long long)r.fz.n_lm, kept, r.m->be->ops->backward->name);
     if (r.pinned) {

@@ -9,7 +9,9 @@
  *   2. cut it into sequences of seq_len + 1 tokens, put in an order whose
  *      first ones, however many, spread over the data (bit-reversed
  *      indices); the last 1/20 of them in that order (at least one
- *      sequence) is held out for evaluation
+ *      sequence) is held out for evaluation, or, with eval, every one
+ *      trains and eval's text (read as data is, its prompts answered
+ *      whatever max_time) cut the same way is held out
  *   3. features: each sequence's final hidden states through the shared
  *      forward pass (eagle_target_features; EAGLE-3: also the hidden states
  *      entering its three feature layers, eagle_target_features3), kept in
@@ -85,11 +87,12 @@ struct draft_train_opts {
     float gen_temp;
     bool gen_set;
     bool no_fc_bias;           /* EAGLE-1: the FC bias held at zero (not trained) */
+    const char *eval;          /* NULL, or the held-out text (as data; never trained on) */
 };
 
 #define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, 1, 7, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
                                 8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 }, 256, 0.0f, false, \
-                                false }
+                                false, NULL }
 
 struct draft_train_report {
     int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */
