@@ -89,6 +89,7 @@ struct run {
      * PREP_GEN of it, the features stop at PREP_FEAT (a prefix of the
      * sequences in spread order), and training has what is left */
     double t_start;             /* now_seconds() at the start */
+    double t_eval;              /* s spent preparing --eval's sequences: outside the budget */
     int64_t n_seq_data;         /* sequences in the data (n_seq: those with features) */
     double train_time;          /* training's share of --max-time, s (0 = none) */
     /* --resume: the data the checkpoint's run trained on, repeated whatever
@@ -397,6 +398,7 @@ load_eval(struct run *r, struct diag *d)
 
     if (!ev.name)
         return 0;
+    double t0 = now_seconds();
     if ((rc = read_src(r, &ev, &ids, sha, d)) < 0)
         return rc;
     if (r->o->gen_set && r->data.n_prompts == 0 && ev.n_prompts == 0) {
@@ -424,6 +426,7 @@ load_eval(struct run *r, struct diag *d)
                (size_t)(r->S + 1) * sizeof(int32_t));
     r->n_ev = n;
     tok_ids_release(&ids);
+    r->t_eval += now_seconds() - t0;
     return 0;
 }
 
@@ -692,9 +695,9 @@ keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
 #endif
 
 /* sequence s's features through the base model into r->feat (row s);
- * errors name it as sequence ix of what ("" the data, "--eval: ") */
+ * errors name it as sequence ix (of the data, or of --eval's) */
 static int
-seq_compute(struct run *r, int64_t s, const char *what, int64_t ix, struct diag *d)
+seq_compute(struct run *r, int64_t s, int64_t ix, struct diag *d)
 {
     const int32_t *st = r->seq_tok + s * (r->S + 1);
     int rc = r->fin ? eagle_target_features3(&r->tgt, st, r->S + 1, r->f32, r->fin, d)
@@ -712,8 +715,8 @@ seq_compute(struct run *r, int64_t s, const char *what, int64_t ix, struct diag 
     }
     for (int64_t j = 0; j < (r->S + 1) * r->fd; j++)
         if (!isfinite(feat_dec(r, f[j])))
-            return diag_set(d, ST_RANGE, "%ssequence %lld: a feature outside the range of its %s "
-                            "store", what, (long long)ix, r->feat_bf16 ? "bf16" : "f16");
+            return diag_set(d, ST_RANGE, "sequence %lld: a feature outside the range of its %s "
+                            "store", (long long)ix, r->feat_bf16 ? "bf16" : "f16");
     return 0;
 }
 
@@ -727,7 +730,8 @@ static int
 features(struct run *r, bool *hit, struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
-    double deadline = o->max_time > 0 && !r->pinned ? r->t_start + PREP_FEAT * o->max_time : 0;
+    double deadline = o->max_time > 0 && !r->pinned
+                          ? r->t_start + r->t_eval + PREP_FEAT * o->max_time : 0;
     int64_t want = r->pinned && r->pin_seqs < r->n_seq ? r->pin_seqs : r->n_seq, done = 0, s;
     char *path = NULL;
     int rc;
@@ -756,7 +760,7 @@ features(struct run *r, bool *hit, struct diag *d)
         if (deadline > 0 && s >= 2 && now_seconds() >= deadline)
             break;
         runcb_progress(&o->cb, "features", s, want);
-        if ((rc = seq_compute(r, s, "", s, d)) < 0) {
+        if ((rc = seq_compute(r, s, s, d)) < 0) {
             free(path);
             return rc;
         }
@@ -813,12 +817,15 @@ eval_features(struct run *r, struct diag *d)
 
     if (!r->n_ev)
         return 0;
+    double t0 = now_seconds();
     memmove(r->seq_tok + r->n_seq * S1, r->seq_tok + r->n_seq_data * S1,
             (size_t)(r->n_ev * S1) * sizeof(int32_t));
     for (int64_t e = 0; e < r->n_ev; e++) {
         runcb_progress(&r->o->cb, "held-out features", e, r->n_ev);
-        if ((rc = seq_compute(r, r->n_seq + e, "--eval: ", e, d)) < 0)
+        if ((rc = seq_compute(r, r->n_seq + e, e, d)) < 0) {
+            diag_prefix(d, "--eval '%s'", r->o->eval);
             return rc;
+        }
         if (r->o->stop && *r->o->stop)
             return diag_set(d, ST_FAIL, "--eval '%s': interrupted during its features",
                             r->o->eval);
@@ -826,6 +833,7 @@ eval_features(struct run *r, struct diag *d)
     runcb_progress(&r->o->cb, "held-out features", r->n_ev, r->n_ev);
     r->n_seq += r->n_ev;
     r->n_hold = r->n_ev;
+    r->t_eval += now_seconds() - t0;
     return 0;
 }
 
@@ -929,7 +937,7 @@ draft_keep(struct run *r, struct diag *d)
         return (int)have;
     }
 #endif
-    r->keep_hit = have == nd;
+    r->keep_hit = have == nd;   /* (the data's rows; --eval's are never cached) */
     for (int64_t i = 0; i < have * S; i++)
         kept += r->keep[i];
     for (int64_t i = 0; i < r->fz.n_lm; i++)
@@ -940,26 +948,33 @@ draft_keep(struct run *r, struct diag *d)
         for (int64_t i0 = 0; i0 < S; i0 += KEEP_ROWS) {
             int64_t n = S - i0 < KEEP_ROWS ? S - i0 : KEEP_ROWS;
             bw->matmul_fwd(z, r->fin + (i0 + 1) * r->d, r->tgt.lm, NULL, n, V, r->d);
-            for (int64_t i = 0; i < n; i++)
-                kept += r->keep[s * S + i0 + i] = in[eagle_argmax(z + i * V, V)];
+            for (int64_t i = 0; i < n; i++) {
+                uint8_t k = r->keep[s * S + i0 + i] = in[eagle_argmax(z + i * V, V)];
+                kept += s < nd ? k : 0;     /* (the share: the data's) */
+            }
         }
-        if (r->o->stop && *r->o->stop) {    /* the rows done are kept for the next run */
+        if (r->o->stop && *r->o->stop) {    /* the data's rows done are kept for the next run */
             int rc = 0;
+            int64_t w = s + 1 < nd ? s + 1 : nd;
+            bool put = path && w > have;
 #ifdef LLMKIT_HAVE_ZSTD
-            if (path && (s + 1 < nd ? s + 1 : nd) > have)
-                rc = keep_write(r, path, s + 1 < nd ? s + 1 : nd, d);
+            if (put)
+                rc = keep_write(r, path, w, d);
 #endif
-            if (rc == 0)
+            if (rc == 0 && s < nd)
                 rc = diag_set(d, ST_FAIL, "'%s': interrupted during the loss mask, after %lld of "
-                              "%lld sequences%s%s%s", r->o->data, (long long)(s + 1),
-                              (long long)r->n_seq, path ? " (cached in '" : "",
-                              path ? path : "", path ? "')" : "");
+                              "%lld sequences%s%s%s", r->o->data, (long long)w, (long long)nd,
+                              put ? " (cached in '" : "", put ? path : "", put ? "')" : "");
+            else if (rc == 0)
+                rc = diag_set(d, ST_FAIL, "--eval '%s': interrupted during the loss mask of its "
+                              "sequences%s%s%s", r->o->eval, put ? " (the data's cached in '" : "",
+                              put ? path : "", put ? "')" : "");
             free(in), free(z), free(path);
             return rc;
         }
     }
     runcb_progress(&r->o->cb, "loss mask", r->n_seq, r->n_seq);
-    r->keep_frac = (double)kept / (double)(r->n_seq * S);
+    r->keep_frac = (double)kept / (double)(nd * S);
     free(in), free(z);
     int rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
@@ -1132,6 +1147,16 @@ pin_data(struct run *r, struct diag *d)
         return rc;
     }
     r->pinned = r->ck_loaded = true;
+    /* what the options alone decide, before the data's preparation (the
+     * model and the data: resume()) */
+    char opts[256];
+    run_options(r, opts, sizeof opts);
+    if (r->ck_h.c.arch != r->o->arch || r->ck_mt.ckpt_seed != r->o->seed)
+        return diag_set(d, ST_FORMAT, "--resume: '%s' is a checkpoint of another run (model, "
+                        "data or --seed differ)", r->ckpt);
+    if (strcmp(r->ck_mt.ckpt_options, opts) != 0)
+        return diag_set(d, ST_FORMAT, "--resume: '%s' was written with other options (%s)",
+                        r->ckpt, r->ck_mt.ckpt_options);
     if (r->ck_mt.ckpt_sequences < 2 || !(r->ck_mt.ckpt_train_time >= 0))
         return diag_set(d, ST_FORMAT, "--resume: '%s': the run's data or time is out of range "
                         "(%llu sequences, %g s)", r->ckpt,
@@ -1412,7 +1437,7 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         r.train_time = r.pin_train_time;
     } else if (o->max_time > 0) {
         /* training has what the data's preparation left of the budget */
-        double prep = now_seconds() - r.t_start;
+        double prep = now_seconds() - r.t_start - r.t_eval;
         r.train_time = o->max_time - prep > 0.001 ? o->max_time - prep : 0.001;
         runcb_info(&o->cb, "data ready in %.1f s; training for the %.1f s left of --max-time",
                    prep, r.train_time);

@@ -608,8 +608,9 @@ EOF
         --checkpoint-every 5 -q
     [ "$st" -eq 143 ]
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o part.gguf --epochs 12 \
-        --seq-len 32 --checkpoint-every 5 --resume
+        --seq-len 32 --checkpoint-every 5 --resume -v
     [[ $stderr == *"written with other options"*"eval=yes"* ]]
+    [[ $stderr != *"sequences of 32"* ]]       # refused before the data's preparation
     run -0 draft-train -m "$FIX" --data text.txt --eval ev.txt -o part.gguf --epochs 12 \
         --seq-len 32 --checkpoint-every 5 --resume -q
     cmp full.gguf part.gguf
