@@ -385,9 +385,10 @@ load_data(struct run *r, struct diag *d)
 }
 
 /* --eval: its text (its prompts answered by the model, as --data's are,
- * whatever --max-time) cut into sequences as the data is, in its order,
- * put after the data's in seq_tok (r->n_ev of them: eval_features() makes
- * them the held-out slice) */
+ * all of them: the time it takes, r->t_eval, is outside --max-time's
+ * budget) cut into sequences as the data is, in its order, put after the
+ * data's in seq_tok (r->n_ev of them: eval_features() makes them the
+ * held-out slice) */
 static int
 load_eval(struct run *r, struct diag *d)
 {
