@@ -30,7 +30,7 @@ static const char help_text[] =
     "      --data FILE         training text, or JSON Lines with a \"text\" member (- = stdin);\n"
     "                          never the text you evaluate on; lines with a \"prompt\" or\n"
     "                          chat \"messages\" get the base model's own responses\n"
-    "                          (self-distillation)\n"
+    "                          (self-distillation), and the loss counts those only\n"
     "  -o, --output FILE       the head (GGUF, architecture eagle or eagle3), written atomically\n"
     "      --arch NAME         eagle1 (default) or eagle3 (features of three layers, own LM head\n"
     "                          over the --draft-vocab tokens, training-time test)\n"

@@ -63,6 +63,10 @@ struct run {
     int64_t S, n_seq, n_hold, n_tok, d;
     int64_t fd;                 /* floats kept per position: d (EAGLE-1); 3d inputs + d (EAGLE-3) */
     int32_t *seq_tok;           /* [n_seq][S + 1] */
+    uint8_t *mask;              /* [n_seq][S]: row i (token i + 1 read, i + 2 drafted) counts
+                                 * in the loss (tokenize_data: EAGLE's loss mask) */
+    double mask_frac;           /* the share of the data's rows counted */
+    int64_t n_no_resp;          /* the data's sequences without one: left out */
     uint16_t *feat;             /* [n_seq][S + 1][fd] f16, or bf16 when feat_bf16 */
     bool feat_bf16;             /* gemma3's EAGLE-3 features: its hidden states between
                                  * layers outgrow f16 (max 65504); bf16 keeps f32's range */
@@ -228,21 +232,32 @@ out:
 }
 
 /* JSON Lines when the first non-blank byte is '{' (distill.h: text,
- * prompts, chats), else plain text */
+ * prompts, chats), else plain text.  *use [ids->n] (malloc'd): 1 where a
+ * position counts in the loss (EAGLE's loss mask): a token of a text or of
+ * a response whose next token is one too (the head reading it drafts that
+ * next token); 0 on a prompt's or a chat's own tokens and on the
+ * token before them (what the head reading it drafts is the prompt's). */
 static int
 tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, struct tok_ids *ids,
-              struct diag *d)
+              uint8_t **use, struct diag *d)
 {
     struct tok_ids *segs = NULL;
     bool *gen = NULL;
+    size_t *plen = NULL;        /* a prompt's or a chat's own tokens */
     int64_t n = 0, cap = 0, line = 0, n_gen = 0;
     size_t i = 0;
     int rc = 0;
 
+    *use = NULL;
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
         i++;
-    if (i >= len || buf[i] != '{')
-        rc = tok_encode(&r->tok, buf, len, false, false, ids, d);
+    if (i >= len || buf[i] != '{') {
+        if ((rc = tok_encode(&r->tok, buf, len, false, false, ids, d)) == 0 &&
+            !(*use = malloc(ids->n ? ids->n : 1)))
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+        if (rc == 0)
+            memset(*use, 1, ids->n);
+    }
     for (size_t p = 0; p < len && i < len && buf[i] == '{';) {
         const char *nl = memchr(buf + p, '\n', len - p);
         size_t e = nl ? (size_t)(nl - buf) : len;
@@ -254,16 +269,20 @@ tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, stru
             int64_t nc = cap ? 2 * cap : 64;
             struct tok_ids *ns = realloc(segs, (size_t)nc * sizeof(*segs));
             bool *ng = ns ? realloc(gen, (size_t)nc * sizeof(*gen)) : NULL;
+            size_t *np = ng ? realloc(plen, (size_t)nc * sizeof(*plen)) : NULL;
             if (ns)
                 segs = ns;
             if (ng)
-                gen = ng, cap = nc;
+                gen = ng;
+            if (np)
+                plen = np, cap = nc;
             else
                 rc = diag_set(d, ST_NOMEM, "out of memory");
         }
         if (rc == 0) {
             memset(&segs[n], 0, sizeof(segs[n]));
             rc = line_tokens(r, &l, &segs[n], &gen[n], d);
+            plen[n] = gen[n] ? segs[n].n : 0;
             n_gen += gen[n];
             n++;
         }
@@ -279,15 +298,29 @@ tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, stru
                       "\"messages\" lines");
     if (rc == 0 && n_gen > 0)
         rc = self_distill(r, src, segs, gen, n, d);
+    size_t total = 0;
+    for (int64_t k = 0; k < n; k++)
+        total += segs[k].n;
+    if (rc == 0 && n > 0 && !(*use = malloc(total ? total : 1)))
+        rc = diag_set(d, ST_NOMEM, "out of memory");
     for (int64_t k = 0; k < n && rc == 0; k++)
-        for (size_t t = 0; t < segs[k].n && rc == 0; t++)
+        for (size_t t = 0; t < segs[k].n && rc == 0; t++) {
+            (*use)[ids->n] = t >= plen[k];      /* (then: and the next one's) */
             if (tok_ids_push(ids, segs[k].v[t]) < 0)
                 rc = diag_set(d, ST_NOMEM, "out of memory");
+        }
+    for (size_t j = 0; rc == 0 && j + 1 < ids->n; j++)
+        (*use)[j] &= (*use)[j + 1];
 out:
     for (int64_t k = 0; k < n; k++)
         tok_ids_release(&segs[k]);
     free(segs);
     free(gen);
+    free(plen);
+    if (rc < 0) {
+        free(*use);
+        *use = NULL;
+    }
     return rc;
 }
 
@@ -313,9 +346,11 @@ spread_order(int64_t n, int64_t *out)
 }
 
 /* src's file read and tokenized into ids (the model's responses to its
- * prompts appended); raw_sha: the SHA-256 of its bytes */
+ * prompts appended) and *use (tokenize_data); raw_sha: the SHA-256 of its
+ * bytes */
 static int
-read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, char raw_sha[65], struct diag *d)
+read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, uint8_t **use, char raw_sha[65],
+         struct diag *d)
 {
     char *buf;
     size_t len;
@@ -326,7 +361,7 @@ read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, char raw_sha[65],
         return rc;
     }
     if ((rc = quantize_sha256_hex(buf, len, raw_sha)) == 0)
-        rc = tokenize_data(r, src, buf, len, ids, d);
+        rc = tokenize_data(r, src, buf, len, ids, use, d);
     free(buf);
     if (rc < 0) {
         tok_ids_release(ids);
@@ -335,15 +370,41 @@ read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, char raw_sha[65],
     return rc;
 }
 
+/* the sequences ids[order[j] * S ..][S + 1] (j < n) with a row counted in
+ * the loss (a sequence without one has nothing to train or to measure)
+ * into seq_tok and mask from sequence at on, in that order; their number;
+ * *counted += their rows counted */
+static int64_t
+take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, const int64_t *order,
+          int64_t n, int64_t at, int64_t *counted)
+{
+    int64_t k = 0;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t o = order ? order[j] : j, c = 0;
+        const uint8_t *u = use + o * r->S + 1;  /* row i reads token i + 1 */
+        for (int64_t i = 0; i < r->S; i++)
+            c += u[i];
+        if (c == 0)
+            continue;
+        memcpy(r->seq_tok + (at + k) * (r->S + 1), ids->v + o * r->S,
+               (size_t)(r->S + 1) * sizeof(int32_t));
+        memcpy(r->mask + (at + k) * r->S, u, (size_t)r->S);
+        *counted += c;
+        k++;
+    }
+    return k;
+}
+
 static int
 load_data(struct run *r, struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
     struct tok_ids ids = { 0 };
+    uint8_t *use = NULL;
     int rc;
 
     r->data.name = o->data;
-    if ((rc = read_src(r, &r->data, &ids, r->data_sha, d)) < 0)
+    if ((rc = read_src(r, &r->data, &ids, &use, r->data_sha, d)) < 0)
         return rc;
     memcpy(r->data_raw, r->data_sha, sizeof r->data_raw);
     if (r->data.n_prompts > 0) {
@@ -356,6 +417,7 @@ load_data(struct run *r, struct diag *d)
                      (long long)r->data.n_answered);
         if (quantize_sha256_hex(key, strlen(key), r->data_sha) < 0) {
             tok_ids_release(&ids);
+            free(use);
             return diag_set(d, ST_NOMEM, "out of memory");
         }
     }
@@ -363,24 +425,35 @@ load_data(struct run *r, struct diag *d)
     r->n_seq = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
     if (r->n_seq < 2) {
         tok_ids_release(&ids);
+        free(use);
         return diag_set(d, ST_RANGE, "'%s': %lld tokens: need at least 2 sequences of %lld + 1 "
                         "(--seq-len)%s", o->data, (long long)r->n_tok, (long long)r->S,
                         r->data.gen_cut ? "; --max-time left the self-distillation "
                         "too little time" : "");
     }
-    r->n_hold = r->n_seq / 20 > 0 ? r->n_seq / 20 : 1;
     int64_t *order = malloc((size_t)r->n_seq * sizeof(int64_t));
-    if (!order || !(r->seq_tok = malloc((size_t)(r->n_seq * (r->S + 1)) * sizeof(int32_t)))) {
+    if (!order || !(r->seq_tok = malloc((size_t)(r->n_seq * (r->S + 1)) * sizeof(int32_t))) ||
+        !(r->mask = malloc((size_t)(r->n_seq * r->S)))) {
         free(order);
+        free(use);
         tok_ids_release(&ids);
         return diag_set(d, ST_NOMEM, "out of memory");
     }
     spread_order(r->n_seq, order);
-    for (int64_t s = 0; s < r->n_seq; s++)
-        memcpy(r->seq_tok + s * (r->S + 1), ids.v + order[s] * r->S,
-               (size_t)(r->S + 1) * sizeof(int32_t));
+    int64_t counted = 0;
+    r->n_seq = take_seqs(r, &ids, use, order, r->n_seq, 0, &counted);
+    r->n_no_resp = (int64_t)(ids.n - 1) / r->S - r->n_seq;
+    r->mask_frac = (double)counted / (double)((r->n_seq + r->n_no_resp) * r->S);
     free(order);
+    free(use);
     tok_ids_release(&ids);
+    if (counted == 0)
+        return diag_set(d, ST_RANGE, "'%s': no position to train on: the loss counts a response's "
+                        "tokens but its last, and no response has two (--gen-tokens)", o->data);
+    if (r->n_seq < 2)
+        return diag_set(d, ST_RANGE, "'%s': one sequence of %lld + 1 tokens (--seq-len) holds "
+                        "positions of a response: need at least 2", o->data, (long long)r->S);
+    r->n_hold = r->n_seq / 20 > 0 ? r->n_seq / 20 : 1;
     return 0;
 }
 
@@ -394,22 +467,25 @@ load_eval(struct run *r, struct diag *d)
 {
     struct dsrc ev = { r->o->eval, true, 0, 0, 0, false };
     struct tok_ids ids = { 0 };
+    uint8_t *use = NULL;
     char sha[65];
     int rc;
 
     if (!ev.name)
         return 0;
     double t0 = now_seconds();
-    if ((rc = read_src(r, &ev, &ids, sha, d)) < 0)
+    if ((rc = read_src(r, &ev, &ids, &use, sha, d)) < 0)
         return rc;
     if (r->o->gen_set && r->data.n_prompts == 0 && ev.n_prompts == 0) {
         tok_ids_release(&ids);
+        free(use);
         return diag_set(d, ST_RANGE, "'%s', '%s': --gen-tokens and --gen-temp need \"prompt\" "
                         "or \"messages\" lines", r->o->data, ev.name);
     }
     int64_t n = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
     if (n < 1) {
         tok_ids_release(&ids);
+        free(use);
         return diag_set(d, ST_RANGE, "--eval '%s': %lld tokens: need at least one sequence of "
                         "%lld + 1 (--seq-len)", ev.name, (long long)ids.n, (long long)r->S);
     }
@@ -417,16 +493,24 @@ load_eval(struct run *r, struct diag *d)
         runcb_warn(&r->o->cb, "--eval '%s': the same text as --data: the held-out figures are "
                    "of text trained on", ev.name);
     int32_t *st = realloc(r->seq_tok, (size_t)((r->n_seq + n) * (r->S + 1)) * sizeof(int32_t));
-    if (!st) {
+    if (st)
+        r->seq_tok = st;
+    uint8_t *mk = st ? realloc(r->mask, (size_t)((r->n_seq + n) * r->S)) : NULL;
+    if (mk)
+        r->mask = mk;
+    if (!st || !mk) {
         tok_ids_release(&ids);
+        free(use);
         return diag_set(d, ST_NOMEM, "out of memory");
     }
-    r->seq_tok = st;
-    for (int64_t s = 0; s < n; s++)
-        memcpy(st + (r->n_seq + s) * (r->S + 1), ids.v + s * r->S,
-               (size_t)(r->S + 1) * sizeof(int32_t));
-    r->n_ev = n;
+    int64_t counted = 0;
+    r->n_ev = take_seqs(r, &ids, use, NULL, n, r->n_seq, &counted);
     tok_ids_release(&ids);
+    free(use);
+    if (r->n_ev == 0)
+        return diag_set(d, ST_RANGE, "--eval '%s': no position to measure: the loss counts a "
+                        "response's tokens but its last, and no response has two (--gen-tokens)",
+                        ev.name);
     r->t_eval += now_seconds() - t0;
     return 0;
 }
@@ -434,8 +518,9 @@ load_eval(struct run *r, struct diag *d)
 /* ---- features and their cache ---- */
 
 #define CACHE_MAGIC "LLMKFEAT"
-#define CACHE_VERSION 3u        /* 2: sequences in spread_order, a prefix of them;
-                                   3: the zstd frame carries its content checksum */
+#define CACHE_VERSION 4u        /* 2: sequences in spread_order, a prefix of them;
+                                   3: the zstd frame carries its content checksum;
+                                   4: without the sequences of no row counted */
 #define CACHE_HDR 32            /* magic, u32 version, u32 d, u64 n_seq (in the entry), u64 seq_len */
 
 #ifdef LLMKIT_HAVE_ZSTD
@@ -612,7 +697,7 @@ cache_put(struct run *r, const char *path, int64_t n, struct diag *d)
  * u64 n_seq, S and draft vocabulary size, the SHA-256 of the rows (64 hex
  * digits), then keep's n_seq * S bytes.  The draft vocabulary follows from
  * the tokens and its size, both in the name. */
-#define KEEP_MAGIC "LLMKKEP2"
+#define KEEP_MAGIC "LLMKKEP3"     /* 3: the draft vocabulary of the rows counted */
 #define KEEP_HDR 96
 
 static char *
@@ -821,6 +906,7 @@ eval_features(struct run *r, struct diag *d)
     double t0 = now_seconds();
     memmove(r->seq_tok + r->n_seq * S1, r->seq_tok + r->n_seq_data * S1,
             (size_t)(r->n_ev * S1) * sizeof(int32_t));
+    memmove(r->mask + r->n_seq * r->S, r->mask + r->n_seq_data * r->S, (size_t)(r->n_ev * r->S));
     for (int64_t e = 0; e < r->n_ev; e++) {
         runcb_progress(&r->o->cb, "held-out features", e, r->n_ev);
         if ((rc = seq_compute(r, r->n_seq + e, e, d)) < 0) {
@@ -858,7 +944,8 @@ by_count(const void *a, const void *b, void *ctx)
 }
 
 /* r->fz: the full LM head, or the rows of the draft_vocab most frequent
- * tokens of the text (ties: lower id first), in id order */
+ * tokens of the data's rows counted in the loss (the responses' tokens with
+ * prompts; ties: lower id first), in id order */
 static int
 draft_vocab(struct run *r, struct diag *d)
 {
@@ -872,8 +959,9 @@ draft_vocab(struct run *r, struct diag *d)
         free(cnt), free(ids);
         return diag_set(d, ST_NOMEM, "out of memory");
     }
-    for (int64_t i = 0; i < r->n_seq * (r->S + 1); i++)
-        cnt[r->seq_tok[i]]++;
+    for (int64_t s = 0; s < r->n_seq; s++)
+        for (int64_t i = 0; i < r->S; i++)
+            cnt[r->seq_tok[s * (r->S + 1) + i + 1]] += r->mask[s * r->S + i];
     for (int64_t i = 0; i < V; i++)
         ids[i] = (int32_t)i;
     qsort_r(ids, (size_t)V, sizeof *ids, by_count, cnt);
@@ -1004,27 +1092,55 @@ seq_step(struct run *r, const struct backend_backward_ops *bw, int64_t s, struct
     if (r->ws3) {
         eagle3_forward(bw, &r->h, &r->fz, r->ws3, next, in, r->S);
         eagle3_loss_backward(bw, &r->h, &r->fz, r->ws3, r->fin + r->d,
-                             r->keep ? r->keep + s * r->S : NULL, scale, grad, l);
+                             r->keep ? r->keep + s * r->S : NULL, r->mask + s * r->S, scale,
+                             grad, l);
         return;
     }
     eagle_forward(bw, &r->h, &r->fz, r->ws, next, in, r->S, NULL);
-    eagle_loss_backward(bw, &r->h, &r->fz, r->ws, r->f32 + r->d, W_CLS, scale, grad, l);
+    eagle_loss_backward(bw, &r->h, &r->fz, r->ws, r->f32 + r->d, r->mask + s * r->S, W_CLS, scale,
+                        grad, l);
 }
 
+/* sequence s's rows counted in the loss */
+static int64_t
+seq_counted(const struct run *r, int64_t s)
+{
+    int64_t c = 0;
+    for (int64_t i = 0; i < r->S; i++)
+        c += r->mask[s * r->S + i];
+    return c;
+}
+
+/* sequence s's weight in a mean over sequences whose rows counted are c
+ * (of them all): EAGLE-1's loss is a mean over the rows counted, EAGLE-3's
+ * over all the rows (the references': main.py, cnets.py) */
+static double
+seq_weight(const struct run *r, int64_t s, int64_t c, int64_t n_seqs)
+{
+    if (r->ws3)
+        return 1.0 / (double)n_seqs;
+    return c > 0 ? (double)seq_counted(r, s) / (double)c : 0;
+}
+
+/* the held-out loss and top-1 agreement, over the rows counted */
 static void
-evaluate(struct run *r, const struct backend_backward_ops *bw, double *loss, double *acc)
+evaluate(struct run *r, const struct backend_backward_ops *bw, double *loss, double *acc,
+         int64_t *counted)
 {
     double sl = 0;
-    int64_t ok = 0, n = 0;
+    int64_t ok = 0, n = 0, c = 0;
+    for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++)
+        c += seq_counted(r, s);
     for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++) {
         struct eagle_loss l;
         seq_step(r, bw, s, NULL, 1, NULL, &l);
-        sl += l.total;
+        sl += seq_weight(r, s, c, r->n_hold) * l.total;
         ok += l.correct;
         n += l.n;
     }
-    *loss = sl / (double)r->n_hold;
+    *loss = sl;
     *acc = n ? (double)ok / (double)n : 0;
+    *counted = n;
 }
 
 static void
@@ -1086,6 +1202,8 @@ run_options(const struct run *r, char *buf, size_t cap)
         size_t n = strlen(buf);
         snprintf(buf + n, cap - n, " eval=yes");
     }
+    size_t n = strlen(buf);     /* the loss over the responses' rows (EAGLE's loss mask) */
+    snprintf(buf + n, cap - n, " loss=responses");
 }
 
 static void
@@ -1122,13 +1240,14 @@ checkpoint(struct run *r, int64_t steps, double elapsed, struct diag *d)
 
 static void
 json_step(const struct run *r, const char *type, int64_t step, double lr, double loss, double reg,
-          double cls, double acc, double elapsed)
+          double cls, double acc, int64_t positions, double elapsed)
 {
     if (!r->o->json)
         return;
     fprintf(r->o->json, "{\"schema\":\"draft-train/1\",\"type\":\"%s\",\"step\":%lld,"
-            "\"lr\":%.9g,\"loss\":%.9g,\"reg\":%.9g,\"cls\":%.9g,\"acc\":%.9g,\"elapsed_s\":%.9g}\n",
-            type, (long long)step, lr, loss, reg, cls, acc, elapsed);
+            "\"lr\":%.9g,\"loss\":%.9g,\"reg\":%.9g,\"cls\":%.9g,\"acc\":%.9g,\"positions\":%lld,"
+            "\"elapsed_s\":%.9g}\n", type, (long long)step, lr, loss, reg, cls, acc,
+            (long long)positions, elapsed);
     fflush(r->o->json);
 }
 
@@ -1190,16 +1309,12 @@ resume(struct run *r, int64_t *step, double *elapsed, struct diag *d)
 {
     const struct eagle_head *h = &r->ck_h;
     const struct eagle_meta *mt = &r->ck_mt;
-    char opts[256];
 
-    run_options(r, opts, sizeof opts);
+    /* (arch, seed and options: pin_data, before the data) */
     if (strcmp(mt->base_sha256, r->base_sha) != 0 || strcmp(mt->data_sha256, r->data_sha) != 0 ||
-        h->n_param != r->h.n_param || h->c.arch != r->h.c.arch || mt->ckpt_seed != r->o->seed)
+        h->n_param != r->h.n_param)
         return diag_set(d, ST_FORMAT, "--resume: '%s' is a checkpoint of another run (model, "
                         "data or --seed differ)", r->ckpt);
-    if (strcmp(mt->ckpt_options, opts) != 0)
-        return diag_set(d, ST_FORMAT, "--resume: '%s' was written with other options (%s)",
-                        r->ckpt, mt->ckpt_options);
     memcpy(r->h.param, h->param, (size_t)h->n_param * sizeof(float));
     memcpy(r->am, r->ck_m, (size_t)h->n_param * sizeof(float));
     memcpy(r->av, r->ck_v, (size_t)h->n_param * sizeof(float));
@@ -1259,16 +1374,20 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
         memset(r->grad, 0, (size_t)r->h.n_param * sizeof(float));
         double sl = 0, sr = 0, sc = 0;
         int64_t ok = 0, np = 0, nb = 0;
+        int64_t c = 0;
         for (int64_t b = 0; b < o->batch; b++) {
             int64_t k = pos * o->batch + b;
             if (k >= n_train)
                 break;
+            c += seq_counted(r, order[k]);
             nb++;
         }
         for (int64_t b = 0; b < nb; b++) {
             struct eagle_loss l;
-            seq_step(r, bw, order[pos * o->batch + b], &rng, 1.0f / (float)nb, r->grad, &l);
-            sl += l.total, sr += l.reg, sc += l.cls;
+            int64_t s = order[pos * o->batch + b];
+            double w = seq_weight(r, s, c, nb);
+            seq_step(r, bw, s, &rng, (float)w, r->grad, &l);
+            sl += w * l.total, sr += w * l.reg, sc += w * l.cls;
             ok += l.correct, np += l.n;
         }
         if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)     /* held at zero: no step, no decay */
@@ -1287,10 +1406,10 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
                 r->grad[j] *= (float)(o->clip / gn);
         double lr = lr_at(o, frac + (o->epochs ? 1.0 / (double)total : 0));
         adamw(r, lr, step + 1);
-        last_loss = sl / (double)nb;
+        last_loss = sl;
         elapsed = elapsed0 + now_seconds() - t0;
-        json_step(r, "step", step + 1, lr, last_loss, sr / (double)nb, sc / (double)nb,
-                  np ? (double)ok / (double)np : 0, elapsed);
+        json_step(r, "step", step + 1, lr, last_loss, sr, sc, np ? (double)ok / (double)np : 0, np,
+                  elapsed);
         double done = o->epochs ? (double)(step + 1) / (double)total : 0;
         if (r->train_time > 0 && elapsed / r->train_time > done)
             done = elapsed / r->train_time;
@@ -1301,10 +1420,11 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
                        o->epochs ? total : (int64_t)(r->train_time * 10));
         if (o->ckpt_every > 0 && (step + 1) % o->ckpt_every == 0) {
             double hl, ha;
+            int64_t hn;
             if ((rc = checkpoint(r, step + 1, elapsed, d)) < 0)
                 break;
-            evaluate(r, bw, &hl, &ha);
-            json_step(r, "eval", step + 1, lr, hl, 0, 0, ha, elapsed);
+            evaluate(r, bw, &hl, &ha, &hn);
+            json_step(r, "eval", step + 1, lr, hl, 0, 0, ha, hn, elapsed);
         }
     }
     free(order);
@@ -1424,6 +1544,14 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     rep->n_tok = r.n_tok;
     rep->n_prompts = r.data.n_prompts;
     rep->n_generated = r.data.n_generated;
+    if (r.data.n_prompts > 0) {
+        char left[64] = "";
+        if (r.n_no_resp > 0)
+            snprintf(left, sizeof left, "; %lld sequence%s without one left out",
+                     (long long)r.n_no_resp, r.n_no_resp > 1 ? "s" : "");
+        runcb_info(&o->cb, "'%s': the loss over the responses: %.1f%% of the positions (the "
+                   "prompts' are read, not trained on)%s", o->data, 100.0 * r.mask_frac, left);
+    }
     char kept[128] = "";
     if (r.keep)
         snprintf(kept, sizeof kept, " (the target's argmax among them at %.1f%% of the positions%s)",
@@ -1445,8 +1573,9 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     }
     if ((rc = train(&r, rep, d)) < 0)
         goto out;
-    evaluate(&r, r.m->be->ops->backward, &rep->hold_loss, &rep->hold_acc);
-    json_step(&r, "eval", rep->steps, 0, rep->hold_loss, 0, 0, rep->hold_acc, rep->seconds);
+    int64_t hn;
+    evaluate(&r, r.m->be->ops->backward, &rep->hold_loss, &rep->hold_acc, &hn);
+    json_step(&r, "eval", rep->steps, 0, rep->hold_loss, 0, 0, rep->hold_acc, hn, rep->seconds);
     struct eagle_meta mt;
     fill_meta(&r, &mt, rep->steps, rep->seconds);
     if ((rc = eagle_head_write(&r.h, &mt, NULL, NULL, o->output, o->force, d)) < 0)
@@ -1459,6 +1588,7 @@ out:;
         rep->peak_rss = (int64_t)ru.ru_maxrss * 1024;
     free(r.seq_tok), free(r.feat), free(r.f32), free(r.fin), free(r.noisy), free(r.grad), free(r.am),
         free(r.av), free(r.ckpt), free(r.lm_red), free(r.lm_ids), free(r.keep);
+    free(r.mask);
     ckpt_release(&r);
     eagle_ws_free(r.ws);
     eagle3_ws_free(r.ws3);

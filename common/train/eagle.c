@@ -272,55 +272,60 @@ grad_of(const struct eagle_head *h, float *grad, int i)
 void
 eagle_loss_backward(const struct backend_backward_ops *bw, const struct eagle_head *h,
                     const struct eagle_frozen *fz, struct eagle_ws *ws, const float *target,
-                    float w_cls, float scale, float *grad, struct eagle_loss *loss)
+                    const uint8_t *mask, float w_cls, float scale, float *grad,
+                    struct eagle_loss *loss)
 {
     const struct eagle_config *c = &h->c;
-    int64_t n = ws->n, d = c->d, V = fz->n_lm, ff = c->n_ff;
+    int64_t n = ws->n, d = c->d, V = fz->n_lm, ff = c->n_ff, cnt = 0;
     int64_t qd = c->n_head * c->head_dim, kd = c->n_head_kv * c->head_dim;
     double reg = 0, cls = 0;
     int64_t correct = 0;
-    float inv_n = 1.0f / (float)n;
 
     assert(V >= 1 && V <= c->n_vocab);
 
+    for (int64_t i = 0; i < n; i++)
+        cnt += !mask || mask[i];
+    float inv_n = cnt ? 1.0f / (float)cnt : 0.0f;
     if (grad)
         memset(ws->d_out, 0, (size_t)(n * d) * sizeof(float));
-    /* SmoothL1, per row, mean over rows */
-    for (int64_t r0 = 0; r0 < n; r0 += CE_ROWS) {
+    /* SmoothL1, per row, mean over the rows counted */
+    for (int64_t r0 = 0; r0 < n && cnt; r0 += CE_ROWS) {
         int64_t rows = n - r0 < CE_ROWS ? n - r0 : CE_ROWS;
         const float *o = ws->out + r0 * d, *tg = target + r0 * d;
+        const uint8_t *mk = mask ? mask + r0 : NULL;
         bw->smoothl1_fwd(ws->row, o, tg, rows, d);
         for (int64_t r = 0; r < rows; r++)
-            reg += ws->row[r];
+            reg += !mk || mk[r] ? ws->row[r] : 0;
         /* soft CE against softmax(LM(target)) */
         bw->matmul_fwd(ws->t, tg, fz->lm, NULL, rows, V, d);
         bw->matmul_fwd(ws->z, o, fz->lm, NULL, rows, V, d);
         for (int64_t r = 0; r < rows; r++)
-            correct += eagle_argmax(ws->z + r * V, V) == eagle_argmax(ws->t + r * V, V);
+            correct += (!mk || mk[r]) &&
+                       eagle_argmax(ws->z + r * V, V) == eagle_argmax(ws->t + r * V, V);
         for (int64_t r = 0; r < rows; r++)
             ops_softmax_ref(ws->t + r * V, V);
         bw->xent_fwd(ws->row, ws->z, ws->t, rows, V);
         for (int64_t r = 0; r < rows; r++)
-            cls += ws->row[r];
+            cls += !mk || mk[r] ? ws->row[r] : 0;
         if (!grad)
             continue;
         for (int64_t r = 0; r < rows; r++)
-            ws->row[r] = scale * inv_n;
+            ws->row[r] = !mk || mk[r] ? scale * inv_n : 0.0f;
         bw->smoothl1_bwd(ws->d_out + r0 * d, o, tg, ws->row, rows, d);
         for (int64_t r = 0; r < rows; r++)
-            ws->row[r] = scale * w_cls * inv_n;
+            ws->row[r] = !mk || mk[r] ? scale * w_cls * inv_n : 0.0f;
         memset(ws->dz, 0, (size_t)(rows * V) * sizeof(float));
         bw->xent_bwd(ws->dz, ws->z, ws->t, ws->row, rows, V);
         bw->matmul_bwd(ws->d_out + r0 * d, NULL, NULL, ws->dz, o, fz->lm, rows, V, d);
     }
     if (loss) {
-        loss->reg = reg / (double)n;
-        loss->cls = cls / (double)n;
+        loss->reg = cnt ? reg / (double)cnt : 0;
+        loss->cls = cnt ? cls / (double)cnt : 0;
         loss->total = loss->reg + w_cls * loss->cls;
-        loss->n = n;
+        loss->n = cnt;
         loss->correct = correct;
     }
-    if (!grad)
+    if (!grad || !cnt)
         return;
 
     /* out = h1 + down(m): d_h1 = d_out + through the MLP */

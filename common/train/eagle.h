@@ -120,18 +120,24 @@ const float *eagle_ws_out(const struct eagle_ws *ws);
 int64_t eagle_argmax(const float *x, int64_t n);
 
 struct eagle_loss {
-    double reg, cls;            /* mean SmoothL1 and mean soft CE over the positions */
+    double reg, cls;            /* mean SmoothL1 and mean soft CE over the positions counted */
     double total;               /* reg + w_cls * cls */
-    int64_t n, correct;         /* positions, those where argmax LM(out) = argmax LM(target) */
+    int64_t n, correct;         /* positions counted; those where argmax LM(out) = argmax
+                                 * LM(target) */
 };
 
 /* eagle_loss_backward() : the loss of the last eagle_forward against
  * target [n][d] (feature i + 1 at row i), weighted w_cls for the CE term,
  * and, when grad != NULL, its gradient with respect to the parameters
  * ADDED to grad (h->n_param floats; the whole loss is scaled by scale,
- * e.g. 1 / sequences in the batch). */
+ * e.g. this sequence's share of the rows counted in the batch).  mask [n]
+ * (NULL: all) marks the rows counted: EAGLE's loss mask, the positions of
+ * the responses; the others carry no loss, no gradient and no count, and
+ * the loss is the mean over the rows counted (0, with no gradient, when
+ * there are none). */
 void eagle_loss_backward(const struct backend_backward_ops *bw, const struct eagle_head *h,
                          const struct eagle_frozen *fz, struct eagle_ws *ws, const float *target,
-                         float w_cls, float scale, float *grad, struct eagle_loss *loss);
+                         const uint8_t *mask, float w_cls, float scale, float *grad,
+                         struct eagle_loss *loss);
 
 #endif

@@ -200,7 +200,8 @@ grad_of(const struct eagle_head *h, float *grad, int i)
 static void
 step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
         const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt,
-        const uint8_t *keep, int s, float w, float gw, float *grad, double *cls, int64_t *correct)
+        const uint8_t *keep, const uint8_t *mask, int s, float w, float gw, float *grad,
+        double *cls, int64_t *correct)
 {
     int64_t n = ws->n, d = h->c.d, V = h->c.n_draft, valid = n - s;
     const float *lm = h->t[EAGLE3_LM];
@@ -211,18 +212,19 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
         bw->matmul_fwd(ws->z, o, lm, NULL, rows, V, d);
         bw->matmul_fwd(ws->t, tgt + (r0 + s) * d, fz->lm, NULL, rows, V, d);
         for (int64_t r = 0; r < rows; r++) {
-            if (s == 0)
+            if (s == 0 && (!mask || mask[r0 + r]) && (!keep || keep[r0 + r]))
                 *correct += eagle_argmax(ws->z + r * V, V) == eagle_argmax(ws->t + r * V, V);
             ops_softmax_ref(ws->t + r * V, V);
         }
         bw->xent_fwd(ws->row, ws->z, ws->t, rows, V);
         for (int64_t r = 0; r < rows; r++)
-            if (!keep || keep[r0 + r + s])
+            if ((!keep || keep[r0 + r + s]) && (!mask || mask[r0 + r + s]))
                 *cls += (double)w * ws->row[r] / (double)n;
         if (!grad)
             continue;
         for (int64_t r = 0; r < rows; r++)
-            ws->row[r] = !keep || keep[r0 + r + s] ? gw / (float)n : 0.0f;
+            ws->row[r] = (!keep || keep[r0 + r + s]) && (!mask || mask[r0 + r + s])
+                             ? gw / (float)n : 0.0f;
         memset(ws->dz, 0, (size_t)(rows * V) * sizeof(float));
         bw->xent_bwd(ws->dz, ws->z, ws->t, ws->row, rows, V);
         bw->matmul_bwd(ws->d_on + r0 * d, grad_of(h, grad, EAGLE3_LM), NULL, ws->dz, o, lm, rows,
@@ -233,7 +235,8 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
 void
 eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_head *h,
                      const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt,
-                     const uint8_t *keep, float scale, float *grad, struct eagle_loss *loss)
+                     const uint8_t *keep, const uint8_t *mask, float scale, float *grad,
+                     struct eagle_loss *loss)
 {
     const struct eagle_config *c = &h->c;
     int64_t n = ws->n, d = c->d, ff = c->n_ff, nr = c->rope.n_rot;
@@ -254,7 +257,7 @@ eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_h
         float *dks = ws->dk + s * n * kd, *dvs = ws->dv + s * n * kd;
         if (grad)
             memset(ws->d_on, 0, nd);
-        step_ce(bw, h, fz, ws, tgt, keep, s, w, w * scale, grad, &cls, &correct);
+        step_ce(bw, h, fz, ws, tgt, keep, mask, s, w, w * scale, grad, &cls, &correct);
         if (!grad)
             continue;
         /* on = rmsnorm(out): out also feeds step s + 1 (d_next) */
@@ -310,7 +313,9 @@ eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_h
     if (loss) {
         loss->reg = 0;
         loss->cls = loss->total = cls;
-        loss->n = n;
+        loss->n = 0;
+        for (int64_t i = 0; i < n; i++)
+            loss->n += !mask || mask[i];
         loss->correct = correct;
     }
 }

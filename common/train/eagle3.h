@@ -61,12 +61,16 @@ const float *eagle3_ws_normed(const struct eagle3_ws *ws, int s);
  * marks the target rows that carry loss: EAGLE-3 drops a position whose
  * target argmax over the whole vocabulary is not in the draft vocabulary
  * (its loss and gradient are 0 at every step that scores it; the mean is
- * still over n).  loss->cls = the weighted sum, loss->reg = 0, loss->total
- * = cls; loss->correct counts the step-0 rows whose argmax agrees with the
- * target's over the draft vocabulary. */
+ * still over n).  mask [n] (NULL: all) marks the target rows counted:
+ * EAGLE's loss mask, the positions of the responses; a row outside carries
+ * no loss either, and is not counted in loss->n and loss->correct (a row
+ * kept out by keep is: drafting misses it).  loss->cls = the weighted sum,
+ * loss->reg = 0, loss->total = cls; loss->n = the rows counted,
+ * loss->correct those of step 0 kept whose argmax agrees with the target's
+ * (a row kept out cannot: its target token is not a draft token). */
 void eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_head *h,
                           const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt,
-                          const uint8_t *keep, float scale, float *grad,
+                          const uint8_t *keep, const uint8_t *mask, float scale, float *grad,
                           struct eagle_loss *loss);
 
 #endif

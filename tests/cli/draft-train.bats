@@ -330,6 +330,62 @@ d.write(json.dumps({'text': ' '.join(w[400:900])}) + '\\n')
     run -1 cmp -s h1.gguf h3.gguf     # differ (1), not missing (2)
 }
 
+@test "draft-train: the loss counts the responses' positions only (EAGLE's loss mask), its share as the token counts of generate --batch give it" {
+    cd "$BATS_TEST_TMPDIR"
+    python3 -c "
+import json
+w = open('text.txt').read().split()
+q, p = open('q.jsonl', 'w'), open('p.jsonl', 'w')
+for i in range(12):
+    t = ' '.join(w[i * 40:i * 40 + 3 + 2 * i])
+    q.write(json.dumps({'prompt': t}) + '\\n')
+    p.write(json.dumps({'id': i, 'prompt': t}) + '\\n')
+"
+    run -0 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o h.gguf --epochs 1 --seq-len 32 \
+        --gen-tokens 20 --batch 1 --json -v
+    local got; got=$(sed -n "s/.*the loss over the responses: \([0-9.]*\)% of the positions.*/\1/p" <<<"$stderr")
+    [ -n "$got" ]
+    printf '%s\n' "$output" > log.jsonl
+    # a position counts when the token it reads and the next one are a
+    # response's: each response's tokens but its last.  Sequence k holds
+    # rows k * 32 + 1 .. k * 32 + 32 of the stream; one a step (--batch 1),
+    # the held-out ones (the last 1/20 in the bit-reversed order) evaluated
+    generate -q -m "$FIX" --batch p.jsonl -n 20 --temp 0 > p.out
+    python3 -c "
+import json
+f = []
+for l in open('p.out'):
+    o = json.loads(l)
+    f += [0] * o['prompt_tokens'] + [1] * o['completion_tokens']
+use = [a & b for a, b in zip(f, f[1:])] + f[-1:]
+n = (len(f) - 1) // 32
+cnt = [sum(use[k * 32 + 1:k * 32 + 33]) for k in range(n)]
+bits = (n - 1).bit_length()
+order = [v for v in (int(format(j, '0%db' % bits)[::-1], 2) for j in range(1 << bits)) if v < n]
+kept = [k for k in order if cnt[k] > 0]
+m = len(kept)
+hold = max(1, m // 20)
+log = [json.loads(l) for l in open('log.jsonl')]
+steps = sorted(o['positions'] for o in log if o['type'] == 'step')
+ev = [o['positions'] for o in log if o['type'] == 'eval']
+assert steps == sorted(cnt[k] for k in kept[:m - hold]), (steps, cnt)
+assert ev == [sum(cnt[k] for k in kept[m - hold:])], ev
+assert '%.1f' % (100.0 * sum(cnt) / (n * 32)) == '$got'
+assert 0 < min(steps) and max(steps) < 32 and m < n
+print(n - m)
+" > left
+    [ "$(cat left)" -ge 2 ]
+    [[ $stderr == *"; $(cat left) sequences without one left out"* ]]
+    # text counts everywhere: no such line
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o t.gguf --epochs 1 --seq-len 32 -v
+    [[ $stderr != *"the loss over the responses"* ]]
+    # responses of one token each: nothing to train on
+    run -2 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o h1.gguf --epochs 1 --seq-len 32 \
+        --gen-tokens 1
+    [[ $stderr == *"'q.jsonl': no position to train on"* ]]
+    [ ! -e h1.gguf ]
+}
+
 @test "draft-train: SIGTERM during self-distillation stops the generation: exit 143, nothing written" {
     cd "$BATS_TEST_TMPDIR"
     # minutes of generation (4000 prompts, responses up to the context):

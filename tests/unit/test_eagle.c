@@ -43,6 +43,7 @@ struct fd_ctx {
     struct eagle_ws *ws;
     const int32_t *tok;
     const float *feat;
+    const uint8_t *mask;
 };
 
 static double
@@ -51,7 +52,8 @@ fd_loss(void *ctx)
     struct fd_ctx *c = ctx;
     struct eagle_loss l;
     eagle_forward(c->bw, c->h, &c->t->fz, c->ws, c->tok + 1, c->feat, N, NULL);
-    eagle_loss_backward(c->bw, c->h, &c->t->fz, c->ws, c->feat + c->t->c.d, 0.1f, 1.0f, NULL, &l);
+    eagle_loss_backward(c->bw, c->h, &c->t->fz, c->ws, c->feat + c->t->c.d, c->mask, 0.1f, 1.0f,
+                        NULL, &l);
     return l.total;
 }
 
@@ -95,12 +97,12 @@ main(void)
     const struct backend_backward_ops *ref = &backward_ops_ref;
     struct eagle_loss l;
     eagle_forward(ref, &h, &t.fz, ws, tok + 1, feat, N, NULL);
-    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 1.0f, g, &l);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, NULL, 0.1f, 1.0f, g, &l);
     CHECK(l.n == N && l.total > 0 && isfinite(l.total));
     CHECK_NEAR(l.total, l.reg + 0.1f * l.cls, 1e-6);
 
     /* per tensor: the directional derivative */
-    struct fd_ctx fc = { ref, &h, &t, ws, tok, feat };
+    struct fd_ctx fc = { ref, &h, &t, ws, tok, feat, NULL };
     for (int i = 0; i < EAGLE_N_TENSORS; i++) {
         double gn, rel = eagle_fd_tensor(&h, i, g, u, &r, FD_EPS, fd_loss, &fc, &gn);
         CHECK(gn > 0);
@@ -110,7 +112,7 @@ main(void)
     /* the optimized table gives the reference's gradient */
     eagle_forward(&backward_ops_blas, &h, &t.fz, ws, tok + 1, feat, N, NULL);
     struct eagle_loss l2;
-    eagle_loss_backward(&backward_ops_blas, &h, &t.fz, ws, feat + dd, 0.1f, 1.0f, g2, &l2);
+    eagle_loss_backward(&backward_ops_blas, &h, &t.fz, ws, feat + dd, NULL, 0.1f, 1.0f, g2, &l2);
     CHECK_NEAR(l2.total, l.total, 1e-5 * l.total);
     double gm, dm = eagle_grad_diff(g, 1.0f, g2, np, &gm);
     printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
@@ -119,10 +121,51 @@ main(void)
     /* scale multiplies the gradient; a second call accumulates */
     memset(g2, 0, (size_t)np * sizeof(float));
     eagle_forward(ref, &h, &t.fz, ws, tok + 1, feat, N, NULL);
-    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 0.5f, g2, NULL);
-    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, 0.1f, 0.5f, g2, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, NULL, 0.1f, 0.5f, g2, NULL);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, NULL, 0.1f, 0.5f, g2, NULL);
     dm = eagle_grad_diff(g, 1.0f, g2, np, NULL);
     CHECK(dm <= 1e-6 * gm);
+
+    /* the loss mask: all counted is no mask; none counted is no loss, no
+     * count and no gradient; the rows of a mask and of its complement, each
+     * a mean over its rows and weighted by its share, make up the whole
+     * loss and gradient; the gradient under a mask passes the
+     * finite-difference check */
+    uint8_t mask[N], comp[N];
+    memset(mask, 1, sizeof mask);
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, mask, 0.1f, 1.0f, g2, &l2);
+    CHECK(l2.total == l.total && l2.n == N && eagle_grad_diff(g, 1.0f, g2, np, NULL) == 0);
+    memset(mask, 0, sizeof mask);
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, mask, 0.1f, 1.0f, g2, &l2);
+    eagle_grad_diff(g2, 1.0f, g2, np, &dm);
+    CHECK(l2.total == 0 && l2.n == 0 && l2.correct == 0 && dm == 0);
+    int na = 0;
+    for (int i = 0; i < N; i++) {
+        mask[i] = i < 3 || i % 4 == 1;
+        comp[i] = !mask[i];
+        na += mask[i];
+    }
+    struct eagle_loss la, lb;
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, mask, 0.1f, (float)na / N, g2, &la);
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, comp, 0.1f, (float)(N - na) / N, g2, &lb);
+    printf("mask of %d rows: loss %.6g + complement %.6g\n", na, la.total, lb.total);
+    CHECK(la.n == na && lb.n == N - na && la.correct + lb.correct == l.correct);
+    CHECK_NEAR(la.total * na + lb.total * (N - na), l.total * N, 1e-5 * l.total * N);
+    CHECK(la.total != l.total);
+    dm = eagle_grad_diff(g, 1.0f, g2, np, NULL);
+    CHECK(dm <= 1e-5 * gm);
+    fc.mask = mask;
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle_loss_backward(ref, &h, &t.fz, ws, feat + dd, mask, 0.1f, 1.0f, g2, NULL);
+    for (int i = 0; i < EAGLE_N_TENSORS; i += 2) {
+        double gn, rel = eagle_fd_tensor(&h, i, g2, u, &r, FD_EPS, fd_loss, &fc, &gn);
+        CHECK(gn > 0);
+        CHECK(rel <= FD_TOL);
+    }
+    fc.mask = NULL;
 
     /* the head file round trip */
     char path[] = "/tmp/test_eagle.XXXXXX";

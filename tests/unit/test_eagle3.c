@@ -44,7 +44,7 @@ struct fd_ctx {
     const int32_t *tok;
     const float *f3, *feat;
     int64_t d;
-    const uint8_t *keep;
+    const uint8_t *keep, *mask;
 };
 
 static double
@@ -53,7 +53,8 @@ fd_loss(void *ctx)
     struct fd_ctx *c = ctx;
     struct eagle_loss l;
     eagle3_forward(c->bw, c->h, c->fz, c->ws, c->tok + 1, c->f3, N);
-    eagle3_loss_backward(c->bw, c->h, c->fz, c->ws, c->feat + c->d, c->keep, 1.0f, NULL, &l);
+    eagle3_loss_backward(c->bw, c->h, c->fz, c->ws, c->feat + c->d, c->keep, c->mask, 1.0f, NULL,
+                         &l);
     return l.total;
 }
 
@@ -127,17 +128,17 @@ main(void)
     float *u = malloc((size_t)np * sizeof(float));
     struct eagle_loss l, l1;
     eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, 1.0f, g, &l);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, NULL, 1.0f, g, &l);
     CHECK(l.n == N && l.total > 0 && isfinite(l.total) && l.reg == 0);
     /* one step is the first term of the unrolled loss; the later steps
      * add to it and leave step 0's output alone */
     eagle3_forward(ref, &h, &fz, ws1, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, NULL, 1.0f, NULL, &l1);
+    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, NULL, NULL, 1.0f, NULL, &l1);
     CHECK(l1.total > 0 && l.total > l1.total * 1.2);
     CHECK(memcmp(eagle3_ws_out(ws), eagle3_ws_out(ws1), (size_t)(N * dd) * sizeof(float)) == 0);
     CHECK(l.correct == l1.correct);
 
-    struct fd_ctx fc = { ref, &h, &fz, ws, tok, f3, feat, dd, NULL };
+    struct fd_ctx fc = { ref, &h, &fz, ws, tok, f3, feat, dd, NULL, NULL };
     for (int i = 0; i < EAGLE3_N_TENSORS; i++) {
         double gn, rel = eagle_fd_tensor(&h, i, g, u, &r, FD_EPS, fd_loss, &fc, &gn);
         CHECK(gn > 0);
@@ -147,7 +148,7 @@ main(void)
     /* the optimized table gives the reference's gradient */
     eagle3_forward(&backward_ops_blas, &h, &fz, ws, tok + 1, f3, N);
     struct eagle_loss l2;
-    eagle3_loss_backward(&backward_ops_blas, &h, &fz, ws, feat + dd, NULL, 1.0f, g2, &l2);
+    eagle3_loss_backward(&backward_ops_blas, &h, &fz, ws, feat + dd, NULL, NULL, 1.0f, g2, &l2);
     CHECK_NEAR(l2.total, l.total, 1e-5 * l.total);
     double gm, dm = eagle_grad_diff(g, 1.0f, g2, np, &gm);
     printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
@@ -162,19 +163,19 @@ main(void)
     memset(keep, 1, sizeof keep);
     memset(g2, 0, (size_t)np * sizeof(float));
     eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, g2, &l2);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, NULL, 1.0f, g2, &l2);
     CHECK(l2.total == l.total && eagle_grad_diff(g, 1.0f, g2, np, NULL) == 0);
     memset(keep, 0, sizeof keep);
     memset(g2, 0, (size_t)np * sizeof(float));
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, g2, &l2);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, NULL, 1.0f, g2, &l2);
     eagle_grad_diff(g2, 1.0f, g2, np, &dm);
     CHECK(l2.total == 0 && dm == 0);
     memset(keep, 1, sizeof keep);
     keep[0] = 0;
     struct eagle_loss m3, m1;
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, NULL, &m3);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, NULL, 1.0f, NULL, &m3);
     eagle3_forward(ref, &h, &fz, ws1, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, keep, 1.0f, NULL, &m1);
+    eagle3_loss_backward(ref, &h, &fz, ws1, feat + dd, keep, NULL, 1.0f, NULL, &m1);
     printf("mask row 0: 3 steps %.6g -> %.6g, 1 step %.6g -> %.6g\n", l.total, m3.total, l1.total,
            m1.total);
     CHECK(m3.total < l.total && m1.total < l1.total);
@@ -183,7 +184,7 @@ main(void)
     fc.keep = keep;
     memset(g2, 0, (size_t)np * sizeof(float));
     eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, 1.0f, g2, &l2);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, NULL, 1.0f, g2, &l2);
     for (int i = 0; i < EAGLE3_N_TENSORS; i += 3) {
         double gn, rel = eagle_fd_tensor(&h, i, g2, u, &r, FD_EPS, fd_loss, &fc, &gn);
         CHECK(gn > 0);
@@ -191,10 +192,48 @@ main(void)
     }
     fc.keep = NULL;
 
+    /* the loss mask (EAGLE's, the responses' rows): all counted is no mask;
+     * the losses of a mask and of its complement add up to the whole (a
+     * mean over n, as the keep mask's), their counts and agreements too;
+     * under both masks, the finite-difference check */
+    uint8_t mask[N], comp[N];
+    memset(mask, 1, sizeof mask);
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, mask, 1.0f, g2, &l2);
+    CHECK(l2.total == l.total && l2.n == N && eagle_grad_diff(g, 1.0f, g2, np, NULL) == 0);
+    int na = 0;
+    for (int i = 0; i < N; i++) {
+        mask[i] = i >= 4;
+        comp[i] = !mask[i];
+        na += mask[i];
+    }
+    struct eagle_loss la, lb;
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, mask, 1.0f, g2, &la);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, comp, 1.0f, g2, &lb);
+    printf("mask of %d rows: loss %.6g + complement %.6g of %.6g\n", na, la.total, lb.total,
+           l.total);
+    CHECK(la.n == na && lb.n == N - na && la.correct + lb.correct == l.correct);
+    CHECK_NEAR(la.total + lb.total, l.total, 1e-5 * l.total);
+    CHECK(la.total > 0 && lb.total > 0);
+    CHECK(eagle_grad_diff(g, 1.0f, g2, np, NULL) <= 1e-5 * gm);
+    keep[5] = 0;
+    fc.keep = keep;
+    fc.mask = mask;
+    memset(g2, 0, (size_t)np * sizeof(float));
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, keep, mask, 1.0f, g2, &l2);
+    for (int i = 1; i < EAGLE3_N_TENSORS; i += 3) {
+        double gn, rel = eagle_fd_tensor(&h, i, g2, u, &r, FD_EPS, fd_loss, &fc, &gn);
+        CHECK(gn > 0);
+        CHECK(rel <= FD_TOL);
+    }
+    fc.keep = fc.mask = NULL;
+
     /* scale multiplies the gradient, not the loss */
     memset(g2, 0, (size_t)np * sizeof(float));
     eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, 0.5f, g2, &l2);
+    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, NULL, 0.5f, g2, &l2);
     CHECK_NEAR(l2.total, l.total, 1e-6 * l.total);
     dm = eagle_grad_diff(g, 0.5f, g2, np, NULL);
     CHECK(dm <= 1e-6 * gm);
