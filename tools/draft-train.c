@@ -20,8 +20,8 @@ static const char usage_line[] =
     "                   [--ttt-steps n] [--epochs n] [--max-time seconds] [--lr x] [--batch n]\n"
     "                   [--seq-len n] [--seed n] [--cache dir] [--checkpoint-every n] [--resume]\n"
     "                   [--draft-vocab n] [--noise x] [--clip x] [--no-fc-bias] [--gen-tokens n]\n"
-    "                   [--gen-temp t] [--eval file] [-t n] [--oversubscribe] [--kernel name]\n"
-    "                   [--json] [--[no-]progress]";
+    "                   [--gen-temp t] [--train-on-prompts] [--eval file] [-t n]\n"
+    "                   [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
 
 static const char help_text[] =
     "draft-train - train an EAGLE-1 or EAGLE-3 draft head for speculative decoding\n"
@@ -31,6 +31,8 @@ static const char help_text[] =
     "                          never the text you evaluate on; lines with a \"prompt\" or\n"
     "                          chat \"messages\" get the base model's own responses\n"
     "                          (self-distillation), and the loss counts those only\n"
+    "      --train-on-prompts  the loss counts the prompts' positions too (the held-out\n"
+    "                          figures still the responses')\n"
     "  -o, --output FILE       the head (GGUF, architecture eagle or eagle3), written atomically\n"
     "      --arch NAME         eagle1 (default) or eagle3 (features of three layers, own LM head\n"
     "                          over the --draft-vocab tokens, training-time test)\n"
@@ -46,7 +48,8 @@ static const char help_text[] =
     "      --batch N           sequences per optimizer step (default 4)\n"
     "      --seq-len N         positions per sequence (default 256)\n"
     "      --seed N            initialisation, order and noise (default 1)\n"
-    "      --draft-vocab N     the cross-entropy over the N most frequent tokens of the text\n"
+    "      --draft-vocab N     the cross-entropy over the N most frequent tokens of the\n"
+    "                          positions counted (the responses', with prompts)\n"
     "                          (default 8192; 0 = the whole vocabulary)\n"
     "      --noise X           uniform noise U(-X, X) on the input features (default 0.1)\n"
     "      --clip X            clip the gradient's norm to X (default 0.5)\n"
@@ -83,6 +86,7 @@ enum {
     OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS,
     OPT_EVAL, OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
     OPT_NO_FC_BIAS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
+    OPT_TRAIN_PROMPTS,
 };
 
 static const struct option longopts[] = {
@@ -105,6 +109,7 @@ static const struct option longopts[] = {
     { "max-time", required_argument, NULL, OPT_MAX_TIME },
     { "model", required_argument, NULL, 'm' },
     { "no-fc-bias", no_argument, NULL, OPT_NO_FC_BIAS },
+    { "train-on-prompts", no_argument, NULL, OPT_TRAIN_PROMPTS },
     { "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
     { "noise", required_argument, NULL, OPT_NOISE },
     { "output", required_argument, NULL, 'o' },
@@ -169,6 +174,7 @@ main(int argc, char **argv)
         case 'm': o.model = optarg; break;
         case OPT_MAX_TIME: o.max_time = cli_parse_double(optarg, 0.001, 1e9, "--max-time"); break;
         case OPT_NO_FC_BIAS: o.no_fc_bias = true; break;
+        case OPT_TRAIN_PROMPTS: o.train_prompts = true; break;
         case OPT_NO_PROGRESS: tool_progress_mode = 0; break;
         case OPT_NOISE: o.noise = (float)cli_parse_double(optarg, 0, 100, "--noise"); break;
         case 'o': o.output = optarg; break;

@@ -63,8 +63,8 @@ struct run {
     int64_t S, n_seq, n_hold, n_tok, d;
     int64_t fd;                 /* floats kept per position: d (EAGLE-1); 3d inputs + d (EAGLE-3) */
     int32_t *seq_tok;           /* [n_seq][S + 1] */
-    uint8_t *mask;              /* [n_seq][S]: row i (token i + 1 read, i + 2 drafted) counts
-                                 * in the loss (tokenize_data: EAGLE's loss mask) */
+    uint8_t *mask;              /* [n_seq][S]: row i (token i + 1 read) counts in the loss
+                                 * (tokenize_data: EAGLE's loss mask) */
     double mask_frac;           /* the share of the data's rows counted */
     int64_t n_no_resp;          /* the data's sequences without one: left out */
     uint16_t *feat;             /* [n_seq][S + 1][fd] f16, or bf16 when feat_bf16 */
@@ -78,7 +78,7 @@ struct run {
     float *lm_red;              /* owned [fz.n_lm][d] when a subset */
     uint8_t *keep;              /* EAGLE-3 with a subset: [n_seq][S], 1 when the target's
                                  * argmax at row i (position i + 1) is in the draft vocabulary */
-    double keep_frac;           /* the share of positions kept */
+    double keep_frac;           /* the share of the data's positions counted that are kept */
     bool keep_hit;              /* keep came from the cache */
     int32_t *lm_ids;            /* owned [fz.n_lm] their token ids, ascending (subset) */
     char base_sha[65], data_sha[65];
@@ -232,11 +232,12 @@ out:
 }
 
 /* JSON Lines when the first non-blank byte is '{' (distill.h: text,
- * prompts, chats), else plain text.  *use [ids->n] (malloc'd): 1 where a
- * position counts in the loss (EAGLE's loss mask): a token of a text or of
- * a response whose next token is one too (the head reading it drafts that
- * next token); 0 on a prompt's or a chat's own tokens and on the
- * token before them (what the head reading it drafts is the prompt's). */
+ * prompts, chats), else plain text.  *use [ids->n] (malloc'd): 1 on a
+ * token of a text or of a response, 0 on a prompt's or a chat's own
+ * tokens: EAGLE's loss mask, a head row counting when the token it reads
+ * is a response's (the mask shifted with the tokens, as the EAGLE-3
+ * reference shifts it; the row's targets are the base model's at that
+ * token, whatever follows it). */
 static int
 tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, struct tok_ids *ids,
               uint8_t **use, struct diag *d)
@@ -305,12 +306,10 @@ tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, stru
         rc = diag_set(d, ST_NOMEM, "out of memory");
     for (int64_t k = 0; k < n && rc == 0; k++)
         for (size_t t = 0; t < segs[k].n && rc == 0; t++) {
-            (*use)[ids->n] = t >= plen[k];      /* (then: and the next one's) */
+            (*use)[ids->n] = t >= plen[k];
             if (tok_ids_push(ids, segs[k].v[t]) < 0)
                 rc = diag_set(d, ST_NOMEM, "out of memory");
         }
-    for (size_t j = 0; rc == 0 && j + 1 < ids->n; j++)
-        (*use)[j] &= (*use)[j + 1];
 out:
     for (int64_t k = 0; k < n; k++)
         tok_ids_release(&segs[k]);
@@ -371,12 +370,13 @@ read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, uint8_t **use, ch
 }
 
 /* the sequences ids[order[j] * S ..][S + 1] (j < n) with a row counted in
- * the loss (a sequence without one has nothing to train or to measure)
- * into seq_tok and mask from sequence at on, in that order; their number;
+ * the loss, or all of them (all: --train-on-prompts' training data; a
+ * sequence without one has nothing to train or to measure otherwise) into
+ * seq_tok and mask from sequence at on, in that order; their number;
  * *counted += their rows counted */
 static int64_t
 take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, const int64_t *order,
-          int64_t n, int64_t at, int64_t *counted)
+          int64_t n, int64_t at, bool all, int64_t *counted)
 {
     int64_t k = 0;
     for (int64_t j = 0; j < n; j++) {
@@ -384,7 +384,7 @@ take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, const in
         const uint8_t *u = use + o * r->S + 1;  /* row i reads token i + 1 */
         for (int64_t i = 0; i < r->S; i++)
             c += u[i];
-        if (c == 0)
+        if (c == 0 && !all)
             continue;
         memcpy(r->seq_tok + (at + k) * (r->S + 1), ids->v + o * r->S,
                (size_t)(r->S + 1) * sizeof(int32_t));
@@ -421,6 +421,12 @@ load_data(struct run *r, struct diag *d)
             return diag_set(d, ST_NOMEM, "out of memory");
         }
     }
+    if (o->train_prompts && r->data.n_prompts == 0) {
+        tok_ids_release(&ids);
+        free(use);
+        return diag_set(d, ST_RANGE, "'%s': --train-on-prompts needs \"prompt\" or \"messages\" "
+                        "lines", o->data);
+    }
     r->n_tok = (int64_t)ids.n;
     r->n_seq = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
     if (r->n_seq < 2) {
@@ -441,15 +447,15 @@ load_data(struct run *r, struct diag *d)
     }
     spread_order(r->n_seq, order);
     int64_t counted = 0;
-    r->n_seq = take_seqs(r, &ids, use, order, r->n_seq, 0, &counted);
+    r->n_seq = take_seqs(r, &ids, use, order, r->n_seq, 0, o->train_prompts, &counted);
     r->n_no_resp = (int64_t)(ids.n - 1) / r->S - r->n_seq;
     r->mask_frac = (double)counted / (double)((r->n_seq + r->n_no_resp) * r->S);
     free(order);
     free(use);
     tok_ids_release(&ids);
-    if (counted == 0)
-        return diag_set(d, ST_RANGE, "'%s': no position to train on: the loss counts a response's "
-                        "tokens but its last, and no response has two (--gen-tokens)", o->data);
+    if (counted == 0 && !o->train_prompts)
+        return diag_set(d, ST_RANGE, "'%s': no position to train on: the loss counts the "
+                        "responses' tokens, and every response is empty", o->data);
     if (r->n_seq < 2)
         return diag_set(d, ST_RANGE, "'%s': one sequence of %lld + 1 tokens (--seq-len) holds "
                         "positions of a response: need at least 2", o->data, (long long)r->S);
@@ -504,13 +510,12 @@ load_eval(struct run *r, struct diag *d)
         return diag_set(d, ST_NOMEM, "out of memory");
     }
     int64_t counted = 0;
-    r->n_ev = take_seqs(r, &ids, use, NULL, n, r->n_seq, &counted);
+    r->n_ev = take_seqs(r, &ids, use, NULL, n, r->n_seq, false, &counted);
     tok_ids_release(&ids);
     free(use);
     if (r->n_ev == 0)
-        return diag_set(d, ST_RANGE, "--eval '%s': no position to measure: the loss counts a "
-                        "response's tokens but its last, and no response has two (--gen-tokens)",
-                        ev.name);
+        return diag_set(d, ST_RANGE, "--eval '%s': no position to measure: the loss counts the "
+                        "responses' tokens, and no sequence holds one", ev.name);
     r->t_eval += now_seconds() - t0;
     return 0;
 }
@@ -961,7 +966,7 @@ draft_vocab(struct run *r, struct diag *d)
     }
     for (int64_t s = 0; s < r->n_seq; s++)
         for (int64_t i = 0; i < r->S; i++)
-            cnt[r->seq_tok[s * (r->S + 1) + i + 1]] += r->mask[s * r->S + i];
+            cnt[r->seq_tok[s * (r->S + 1) + i + 1]] += r->mask[s * r->S + i] | r->o->train_prompts;
     for (int64_t i = 0; i < V; i++)
         ids[i] = (int32_t)i;
     qsort_r(ids, (size_t)V, sizeof *ids, by_count, cnt);
@@ -1004,7 +1009,7 @@ static int
 draft_keep(struct run *r, struct diag *d)
 {
     const struct backend_backward_ops *bw = r->m->be->ops->backward;
-    int64_t V = r->tgt.c.n_vocab, S = r->S, kept = 0, have = 0, nd = r->n_seq - r->n_ev;
+    int64_t V = r->tgt.c.n_vocab, S = r->S, kept = 0, have = 0, nd = r->n_seq - r->n_ev, c = 0;
 
     if (!r->ws3 || !r->lm_ids)
         return 0;
@@ -1028,7 +1033,7 @@ draft_keep(struct run *r, struct diag *d)
 #endif
     r->keep_hit = have == nd;   /* (the data's rows; --eval's are never cached) */
     for (int64_t i = 0; i < have * S; i++)
-        kept += r->keep[i];
+        kept += r->keep[i] & (r->mask[i] | r->o->train_prompts);
     for (int64_t i = 0; i < r->fz.n_lm; i++)
         in[r->lm_ids[i]] = 1;
     for (int64_t s = have; s < r->n_seq; s++) {
@@ -1039,7 +1044,7 @@ draft_keep(struct run *r, struct diag *d)
             bw->matmul_fwd(z, r->fin + (i0 + 1) * r->d, r->tgt.lm, NULL, n, V, r->d);
             for (int64_t i = 0; i < n; i++) {
                 uint8_t k = r->keep[s * S + i0 + i] = in[eagle_argmax(z + i * V, V)];
-                kept += s < nd ? k : 0;     /* (the share: the data's) */
+                kept += s < nd ? k & (r->mask[s * S + i0 + i] | r->o->train_prompts) : 0;
             }
         }
         if (r->o->stop && *r->o->stop) {    /* the data's rows done are kept for the next run */
@@ -1063,7 +1068,9 @@ draft_keep(struct run *r, struct diag *d)
         }
     }
     runcb_progress(&r->o->cb, "loss mask", r->n_seq, r->n_seq);
-    r->keep_frac = (double)kept / (double)(nd * S);
+    for (int64_t i = 0; i < nd * S; i++)     /* (the share: of the data's rows counted) */
+        c += r->mask[i] | r->o->train_prompts;
+    r->keep_frac = (double)kept / (double)(c ? c : 1);
     free(in), free(z);
     int rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
@@ -1074,8 +1081,9 @@ draft_keep(struct run *r, struct diag *d)
     return rc;
 }
 
-/* the loss of sequence s; with grad, its gradient (scaled) added, and the
- * input features noised from rng */
+/* the loss of sequence s over its rows counted (training with
+ * --train-on-prompts: all); with grad, its gradient (scaled) added, and
+ * the input features noised from rng */
 static void
 seq_step(struct run *r, const struct backend_backward_ops *bw, int64_t s, struct rng *rng,
          float scale, float *grad, struct eagle_loss *l)
@@ -1089,37 +1097,40 @@ seq_step(struct run *r, const struct backend_backward_ops *bw, int64_t s, struct
         in = r->noisy;
     }
     const int32_t *next = r->seq_tok + s * (r->S + 1) + 1;
+    const uint8_t *mask = grad && r->o->train_prompts ? NULL : r->mask + s * r->S;
     if (r->ws3) {
         eagle3_forward(bw, &r->h, &r->fz, r->ws3, next, in, r->S);
         eagle3_loss_backward(bw, &r->h, &r->fz, r->ws3, r->fin + r->d,
-                             r->keep ? r->keep + s * r->S : NULL, r->mask + s * r->S, scale,
-                             grad, l);
+                             r->keep ? r->keep + s * r->S : NULL, mask, scale, grad, l);
         return;
     }
     eagle_forward(bw, &r->h, &r->fz, r->ws, next, in, r->S, NULL);
-    eagle_loss_backward(bw, &r->h, &r->fz, r->ws, r->f32 + r->d, r->mask + s * r->S, W_CLS, scale,
-                        grad, l);
+    eagle_loss_backward(bw, &r->h, &r->fz, r->ws, r->f32 + r->d, mask, W_CLS, scale, grad, l);
 }
 
-/* sequence s's rows counted in the loss */
+/* sequence s's rows counted in the loss (training: all with
+ * --train-on-prompts) */
 static int64_t
-seq_counted(const struct run *r, int64_t s)
+seq_counted(const struct run *r, int64_t s, bool train)
 {
     int64_t c = 0;
+    if (train && r->o->train_prompts)
+        return r->S;
     for (int64_t i = 0; i < r->S; i++)
         c += r->mask[s * r->S + i];
     return c;
 }
 
-/* sequence s's weight in a mean over sequences whose rows counted are c
- * (of them all): EAGLE-1's loss is a mean over the rows counted, EAGLE-3's
- * over all the rows (the references': main.py, cnets.py) */
+/* the weight of a sequence of cs rows counted in a mean over sequences
+ * whose rows counted are c (of them all): EAGLE-1's loss is a mean over
+ * the rows counted, EAGLE-3's over all the rows (the references': main.py,
+ * cnets.py) */
 static double
-seq_weight(const struct run *r, int64_t s, int64_t c, int64_t n_seqs)
+seq_weight(const struct run *r, int64_t cs, int64_t c, int64_t n_seqs)
 {
     if (r->ws3)
         return 1.0 / (double)n_seqs;
-    return c > 0 ? (double)seq_counted(r, s) / (double)c : 0;
+    return c > 0 ? (double)cs / (double)c : 0;
 }
 
 /* the held-out loss and top-1 agreement, over the rows counted */
@@ -1130,11 +1141,11 @@ evaluate(struct run *r, const struct backend_backward_ops *bw, double *loss, dou
     double sl = 0;
     int64_t ok = 0, n = 0, c = 0;
     for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++)
-        c += seq_counted(r, s);
+        c += seq_counted(r, s, false);
     for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++) {
         struct eagle_loss l;
         seq_step(r, bw, s, NULL, 1, NULL, &l);
-        sl += seq_weight(r, s, c, r->n_hold) * l.total;
+        sl += seq_weight(r, seq_counted(r, s, false), c, r->n_hold) * l.total;
         ok += l.correct;
         n += l.n;
     }
@@ -1202,8 +1213,8 @@ run_options(const struct run *r, char *buf, size_t cap)
         size_t n = strlen(buf);
         snprintf(buf + n, cap - n, " eval=yes");
     }
-    size_t n = strlen(buf);     /* the loss over the responses' rows (EAGLE's loss mask) */
-    snprintf(buf + n, cap - n, " loss=responses");
+    size_t n = strlen(buf);     /* the loss over the responses' rows (EAGLE's loss mask), or all */
+    snprintf(buf + n, cap - n, " loss=%s", o->train_prompts ? "all" : "responses");
 }
 
 static void
@@ -1379,13 +1390,13 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
             int64_t k = pos * o->batch + b;
             if (k >= n_train)
                 break;
-            c += seq_counted(r, order[k]);
+            c += seq_counted(r, order[k], true);
             nb++;
         }
         for (int64_t b = 0; b < nb; b++) {
             struct eagle_loss l;
             int64_t s = order[pos * o->batch + b];
-            double w = seq_weight(r, s, c, nb);
+            double w = seq_weight(r, seq_counted(r, s, true), c, nb);
             seq_step(r, bw, s, &rng, (float)w, r->grad, &l);
             sl += w * l.total, sr += w * l.reg, sc += w * l.cls;
             ok += l.correct, np += l.n;
@@ -1544,7 +1555,11 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     rep->n_tok = r.n_tok;
     rep->n_prompts = r.data.n_prompts;
     rep->n_generated = r.data.n_generated;
-    if (r.data.n_prompts > 0) {
+    if (r.data.n_prompts > 0 && o->train_prompts) {
+        runcb_info(&o->cb, "'%s': the loss over every position (--train-on-prompts); the "
+                   "responses' (the held-out figures'): %.1f%% of them", o->data,
+                   100.0 * r.mask_frac);
+    } else if (r.data.n_prompts > 0) {
         char left[64] = "";
         if (r.n_no_resp > 0)
             snprintf(left, sizeof left, "; %lld sequence%s without one left out",
@@ -1554,7 +1569,8 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     }
     char kept[128] = "";
     if (r.keep)
-        snprintf(kept, sizeof kept, " (the target's argmax among them at %.1f%% of the positions%s)",
+        snprintf(kept, sizeof kept, " (the target's argmax among them at %.1f%% of the positions "
+                 "counted%s)",
                  100.0 * r.keep_frac, r.keep_hit ? ", from the cache" : "");
     runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out%s%s%s), %s head %lld "
                "parameters, CE over %lld tokens%s, kernels '%s'", (long long)r.n_tok,

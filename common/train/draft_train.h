@@ -88,11 +88,13 @@ struct draft_train_opts {
     bool gen_set;
     bool no_fc_bias;           /* EAGLE-1: the FC bias held at zero (not trained) */
     const char *eval;          /* NULL, or the held-out text (as data; never trained on) */
+    bool train_prompts;        /* the loss over every position, not the responses' only (the
+                                * held-out figures stay the responses') */
 };
 
 #define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, 1, 7, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
                                 8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 }, 256, 0.0f, false, \
-                                false, NULL }
+                                false, NULL, false }
 
 struct draft_train_report {
     int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */

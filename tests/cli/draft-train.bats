@@ -191,12 +191,12 @@ assert list(t['output.weight'].shape) == [64, 100]
 f = r.fields['eagle3.feature_layers']
 assert [int(f.parts[i][0]) for i in f.data] == [1, 1, 0]
 EOF
-    [[ $stderr == *"of the positions), kernels"* ]]
+    [[ $stderr == *"of the positions counted), kernels"* ]]
     [ "$(ls c/*.100.eaglekeep | wc -l)" -eq 1 ]
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 \
         --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100 -v
     [[ $stderr == *"(features from the cache)"* ]]
-    [[ $stderr == *"of the positions, from the cache), kernels"* ]]
+    [[ $stderr == *"of the positions counted, from the cache), kernels"* ]]
     cmp h1.gguf h2.gguf
     # a damaged loss mask entry is recomputed, with a warning, to the same
     # head: one row's 0/1 flipped (still a valid row: its SHA-256 tells)
@@ -346,18 +346,17 @@ for i in range(12):
     local got; got=$(sed -n "s/.*the loss over the responses: \([0-9.]*\)% of the positions.*/\1/p" <<<"$stderr")
     [ -n "$got" ]
     printf '%s\n' "$output" > log.jsonl
-    # a position counts when the token it reads and the next one are a
-    # response's: each response's tokens but its last.  Sequence k holds
-    # rows k * 32 + 1 .. k * 32 + 32 of the stream; one a step (--batch 1),
-    # the held-out ones (the last 1/20 in the bit-reversed order) evaluated
+    # a position counts when the token it reads is a response's.  Sequence
+    # k holds rows k * 32 + 1 .. k * 32 + 32 of the stream; one a step
+    # (--batch 1), the held-out ones (the last 1/20 in the bit-reversed
+    # order) evaluated; the requests' results in request order
     generate -q -m "$FIX" --batch p.jsonl -n 20 --temp 0 > p.out
     python3 -c "
 import json
 f = []
-for l in open('p.out'):
-    o = json.loads(l)
+for o in sorted((json.loads(l) for l in open('p.out')), key=lambda o: o['line']):
     f += [0] * o['prompt_tokens'] + [1] * o['completion_tokens']
-use = [a & b for a, b in zip(f, f[1:])] + f[-1:]
+use = f
 n = (len(f) - 1) // 32
 cnt = [sum(use[k * 32 + 1:k * 32 + 33]) for k in range(n)]
 bits = (n - 1).bit_length()
@@ -372,18 +371,34 @@ assert steps == sorted(cnt[k] for k in kept[:m - hold]), (steps, cnt)
 assert ev == [sum(cnt[k] for k in kept[m - hold:])], ev
 assert '%.1f' % (100.0 * sum(cnt) / (n * 32)) == '$got'
 assert 0 < min(steps) and max(steps) < 32 and m < n
+json.dump({'cnt': cnt, 'order': order}, open('seqs.json', 'w'))
 print(n - m)
 " > left
     [ "$(cat left)" -ge 2 ]
     [[ $stderr == *"; $(cat left) sequences without one left out"* ]]
-    # text counts everywhere: no such line
+    # --train-on-prompts: every sequence, every position trains; the
+    # held-out figures still count the responses'
+    run -0 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o a.gguf --epochs 1 --seq-len 32 \
+        --gen-tokens 20 --batch 1 --json -v --train-on-prompts
+    [[ $stderr == *"the loss over every position (--train-on-prompts); the responses' (the held-out figures'): $got% of them"* ]]
+    printf '%s\n' "$output" > all.jsonl
+    python3 -c "
+import json
+q = json.load(open('seqs.json'))
+cnt, order = q['cnt'], q['order']
+n = len(cnt)
+hold = max(1, n // 20)
+log = [json.loads(l) for l in open('all.jsonl')]
+assert [o['positions'] for o in log if o['type'] == 'step'] == [32] * (n - hold)
+assert [o['positions'] for o in log if o['type'] == 'eval'] == [sum(cnt[k] for k in order[n - hold:])]
+"
+    run -1 cmp -s h.gguf a.gguf
+    # text counts everywhere: no such line; nothing for --train-on-prompts to add
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o t.gguf --epochs 1 --seq-len 32 -v
-    [[ $stderr != *"the loss over the responses"* ]]
-    # responses of one token each: nothing to train on
-    run -2 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o h1.gguf --epochs 1 --seq-len 32 \
-        --gen-tokens 1
-    [[ $stderr == *"'q.jsonl': no position to train on"* ]]
-    [ ! -e h1.gguf ]
+    [[ $stderr != *"the loss over"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o t2.gguf --epochs 1 --seq-len 32 \
+        --train-on-prompts
+    [[ $stderr == *"'text.txt': --train-on-prompts needs \"prompt\" or \"messages\" lines"* ]]
 }
 
 @test "draft-train: SIGTERM during self-distillation stops the generation: exit 143, nothing written" {
@@ -653,7 +668,7 @@ EOF
     # without --eval from it equals one without a cache
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o e2.gguf --arch eagle3 \
         --draft-vocab 64 --epochs 1 --seq-len 32 --cache cache -v
-    [[ $stderr == *"positions, from the cache)"*"(features from the cache)"* ]]
+    [[ $stderr == *"positions counted, from the cache)"*"(features from the cache)"* ]]
     draft-train -m "$FIX" --data text.txt -o e3.gguf --arch eagle3 --draft-vocab 64 --epochs 1 \
         --seq-len 32 -q
     cmp e2.gguf e3.gguf
