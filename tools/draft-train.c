@@ -224,11 +224,13 @@ main(int argc, char **argv)
     }
     if (rc)
         die(rc_from_st(rc), "%s", ESC(d.msg));
-    notemsg("wrote '%s': %lld steps, %lld positions in %.1f s (features %s); "
-            "held-out loss %.4f, top-1 agreement %.3f; peak memory %.1f MiB", ESC(o.output),
-            (long long)r.steps, (long long)r.tokens, r.seconds,
-            r.cache_hit ? "from the cache" : "computed", r.hold_loss, r.hold_acc,
-            (double)r.peak_rss / 1048576.0);
+    char held[96] = "held-out: no response position";
+    if (r.hold_n > 0)
+        snprintf(held, sizeof held, "held-out loss %.4f, top-1 agreement %.3f", r.hold_loss,
+                 r.hold_acc);
+    notemsg("wrote '%s': %lld steps, %lld positions in %.1f s (features %s); %s; peak memory "
+            "%.1f MiB", ESC(o.output), (long long)r.steps, (long long)r.tokens, r.seconds,
+            r.cache_hit ? "from the cache" : "computed", held, (double)r.peak_rss / 1048576.0);
     cli_finish_stdout();
     return RC_OK;
 }

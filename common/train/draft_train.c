@@ -455,7 +455,7 @@ load_data(struct run *r, struct diag *d)
     tok_ids_release(&ids);
     if (counted == 0 && !o->train_prompts)
         return diag_set(d, ST_RANGE, "'%s': no position to train on: the loss counts the "
-                        "responses' tokens, and every response is empty", o->data);
+                        "responses' tokens, and no sequence of --seq-len holds one", o->data);
     if (r->n_seq < 2)
         return diag_set(d, ST_RANGE, "'%s': one sequence of %lld + 1 tokens (--seq-len) holds "
                         "positions of a response: need at least 2", o->data, (long long)r->S);
@@ -515,7 +515,7 @@ load_eval(struct run *r, struct diag *d)
     free(use);
     if (r->n_ev == 0)
         return diag_set(d, ST_RANGE, "--eval '%s': no position to measure: the loss counts the "
-                        "responses' tokens, and no sequence holds one", ev.name);
+                        "responses' tokens, and no sequence of --seq-len holds one", ev.name);
     r->t_eval += now_seconds() - t0;
     return 0;
 }
@@ -1589,9 +1589,9 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     }
     if ((rc = train(&r, rep, d)) < 0)
         goto out;
-    int64_t hn;
-    evaluate(&r, r.m->be->ops->backward, &rep->hold_loss, &rep->hold_acc, &hn);
-    json_step(&r, "eval", rep->steps, 0, rep->hold_loss, 0, 0, rep->hold_acc, hn, rep->seconds);
+    evaluate(&r, r.m->be->ops->backward, &rep->hold_loss, &rep->hold_acc, &rep->hold_n);
+    json_step(&r, "eval", rep->steps, 0, rep->hold_loss, 0, 0, rep->hold_acc, rep->hold_n,
+              rep->seconds);
     struct eagle_meta mt;
     fill_meta(&r, &mt, rep->steps, rep->seconds);
     if ((rc = eagle_head_write(&r.h, &mt, NULL, NULL, o->output, o->force, d)) < 0)

@@ -107,6 +107,7 @@ struct draft_train_report {
     int64_t n_prompts, n_generated;     /* self-distillation: prompts, response tokens */
     double train_loss;          /* mean loss of the last step */
     double hold_loss, hold_acc; /* held-out loss and top-1 agreement with the target */
+    int64_t hold_n;             /* the held-out positions counted (0: none, the figures 0) */
     double seconds;             /* training time, resumed runs included */
     bool cache_hit;             /* features came from the cache */
     int64_t peak_rss;           /* bytes, the process's maximum resident set */

@@ -393,6 +393,21 @@ assert [o['positions'] for o in log if o['type'] == 'step'] == [32] * (n - hold)
 assert [o['positions'] for o in log if o['type'] == 'eval'] == [sum(cnt[k] for k in order[n - hold:])]
 "
     run -1 cmp -s h.gguf a.gguf
+    # a prompt longer than the sequences cut from it, with a one-token
+    # response past their end: no position counted; with
+    # --train-on-prompts it trains and says so of the held-out figures
+    python3 -c "
+import json; print(json.dumps({'prompt': open('text.txt').read()[:300]}))" > long.jsonl
+    run -2 --separate-stderr draft-train -m "$FIX" --data long.jsonl -o l.gguf --epochs 1 \
+        --seq-len 16 --gen-tokens 1
+    [[ $stderr == *"'long.jsonl': no position to train on: "*"no sequence of --seq-len holds one"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt --eval long.jsonl -o l.gguf \
+        --epochs 1 --seq-len 16 --gen-tokens 1
+    [[ $stderr == *"--eval 'long.jsonl': no position to measure: "* ]]
+    [ ! -e l.gguf ]
+    run -0 --separate-stderr draft-train -m "$FIX" --data long.jsonl -o l.gguf --epochs 1 \
+        --seq-len 16 --gen-tokens 1 --train-on-prompts
+    [[ $stderr == *"; held-out: no response position; "* ]]
     # text counts everywhere: no such line; nothing for --train-on-prompts to add
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o t.gguf --epochs 1 --seq-len 32 -v
     [[ $stderr != *"the loss over"* ]]
