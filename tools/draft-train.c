@@ -49,7 +49,7 @@ static const char help_text[] =
     "      --seq-len N         positions per sequence (default 256)\n"
     "      --seed N            initialisation, order and noise (default 1)\n"
     "      --draft-vocab N     the cross-entropy over the N most frequent tokens of the\n"
-    "                          positions counted (the responses', with prompts)\n"
+    "                          positions trained (the responses', with prompts)\n"
     "                          (default 8192; 0 = the whole vocabulary)\n"
     "      --noise X           uniform noise U(-X, X) on the input features (default 0.1)\n"
     "      --clip X            clip the gradient's norm to X (default 0.5)\n"

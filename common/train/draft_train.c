@@ -523,9 +523,11 @@ load_eval(struct run *r, struct diag *d)
 /* ---- features and their cache ---- */
 
 #define CACHE_MAGIC "LLMKFEAT"
-#define CACHE_VERSION 4u        /* 2: sequences in spread_order, a prefix of them;
+#define CACHE_VERSION 5u        /* 2: sequences in spread_order, a prefix of them;
                                    3: the zstd frame carries its content checksum;
-                                   4: without the sequences of no row counted */
+                                   4: without the sequences of no row counted;
+                                   5: a row counted when the token it reads is a
+                                      response's; --train-on-prompts' entries apart */
 #define CACHE_HDR 32            /* magic, u32 version, u32 d, u64 n_seq (in the entry), u64 seq_len */
 
 #ifdef LLMKIT_HAVE_ZSTD
@@ -541,8 +543,11 @@ static char *
 cache_path(const struct run *r)
 {
     char key[256], sha[65], *p;
-    snprintf(key, sizeof key, "eagle%d-features v%u %s %s %lld%s", r->o->arch, CACHE_VERSION,
-             r->base_sha, r->data_sha, (long long)r->S, r->feat_bf16 ? " bf16" : "");
+    /* (--train-on-prompts keeps other sequences and counts another draft
+     * vocabulary: the loss mask's entry, named after this one, differs) */
+    snprintf(key, sizeof key, "eagle%d-features v%u %s %s %lld%s%s", r->o->arch, CACHE_VERSION,
+             r->base_sha, r->data_sha, (long long)r->S, r->feat_bf16 ? " bf16" : "",
+             r->o->train_prompts ? " all" : "");
     if (quantize_sha256_hex(key, strlen(key), sha) < 0)
         return NULL;
     size_t n = strlen(r->o->cache_dir) + 64;
@@ -1122,14 +1127,14 @@ seq_counted(const struct run *r, int64_t s, bool train)
 }
 
 /* the weight of a sequence of cs rows counted in a mean over sequences
- * whose rows counted are c (of them all): EAGLE-1's loss is a mean over
- * the rows counted, EAGLE-3's over all the rows (the references': main.py,
- * cnets.py) */
+ * whose rows counted are c (of them all; n_seqs of them with any):
+ * EAGLE-1's loss is a mean over the rows counted, EAGLE-3's over all the
+ * rows (the references': main.py, cnets.py) */
 static double
 seq_weight(const struct run *r, int64_t cs, int64_t c, int64_t n_seqs)
 {
     if (r->ws3)
-        return 1.0 / (double)n_seqs;
+        return cs > 0 ? 1.0 / (double)n_seqs : 0;
     return c > 0 ? (double)cs / (double)c : 0;
 }
 
@@ -1139,13 +1144,16 @@ evaluate(struct run *r, const struct backend_backward_ops *bw, double *loss, dou
          int64_t *counted)
 {
     double sl = 0;
-    int64_t ok = 0, n = 0, c = 0;
-    for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++)
-        c += seq_counted(r, s, false);
+    int64_t ok = 0, n = 0, c = 0, nz = 0;
+    for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++) {
+        int64_t cs = seq_counted(r, s, false);
+        c += cs;
+        nz += cs > 0;   /* (--train-on-prompts keeps sequences of none) */
+    }
     for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++) {
         struct eagle_loss l;
         seq_step(r, bw, s, NULL, 1, NULL, &l);
-        sl += seq_weight(r, seq_counted(r, s, false), c, r->n_hold) * l.total;
+        sl += seq_weight(r, seq_counted(r, s, false), c, nz) * l.total;
         ok += l.correct;
         n += l.n;
     }
@@ -1214,7 +1222,7 @@ run_options(const struct run *r, char *buf, size_t cap)
         snprintf(buf + n, cap - n, " eval=yes");
     }
     size_t n = strlen(buf);     /* the loss over the responses' rows (EAGLE's loss mask), or all */
-    snprintf(buf + n, cap - n, " loss=%s", o->train_prompts ? "all" : "responses");
+    snprintf(buf + n, cap - n, " loss=%s", o->train_prompts ? "all" : "read-responses");
 }
 
 static void

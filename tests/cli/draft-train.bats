@@ -393,11 +393,29 @@ assert [o['positions'] for o in log if o['type'] == 'step'] == [32] * (n - hold)
 assert [o['positions'] for o in log if o['type'] == 'eval'] == [sum(cnt[k] for k in order[n - hold:])]
 "
     run -1 cmp -s h.gguf a.gguf
+    # EAGLE-3 over a draft vocabulary: each way's cache entries (features,
+    # loss mask) are its own, so that a run after the other way's gives
+    # the head of a run without a cache
+    local e3=(--arch eagle3 --ttt-steps 2 --draft-vocab 64 --epochs 1 --seq-len 32 --gen-tokens 20)
+    draft-train -q -m "$FIX" --data q.jsonl -o n1.gguf "${e3[@]}"
+    draft-train -q -m "$FIX" --data q.jsonl -o n2.gguf "${e3[@]}" --train-on-prompts
+    run -0 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o c1.gguf "${e3[@]}" --cache c
+    run -0 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o c2.gguf "${e3[@]}" --cache c \
+        --train-on-prompts -v
+    [[ $stderr != *"warning"* && $stderr != *"from the cache"* ]]
+    cmp n1.gguf c1.gguf
+    cmp n2.gguf c2.gguf
+    run -1 cmp -s n1.gguf n2.gguf
     # a prompt longer than the sequences cut from it, with a one-token
     # response past their end: no position counted; with
     # --train-on-prompts it trains and says so of the held-out figures
     python3 -c "
 import json; print(json.dumps({'prompt': open('text.txt').read()[:300]}))" > long.jsonl
+    # (the response's token, index prompt_tokens, is in no sequence of 16 + 1
+    # from 0: prompt_tokens is no multiple of 16)
+    local pt; pt=$(jq -c '{id: 0, prompt}' long.jsonl | generate -q -m "$FIX" --batch - -n 1 --temp 0 |
+        jq .prompt_tokens)
+    [ $((pt % 16)) -ne 0 ]
     run -2 --separate-stderr draft-train -m "$FIX" --data long.jsonl -o l.gguf --epochs 1 \
         --seq-len 16 --gen-tokens 1
     [[ $stderr == *"'long.jsonl': no position to train on: "*"no sequence of --seq-len holds one"* ]]
