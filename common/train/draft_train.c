@@ -369,6 +369,14 @@ read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, uint8_t **use, ch
     return rc;
 }
 
+/* whether row i of the data's (seq_tok's [n_seq][S]) trains: counted by
+ * the loss mask, or every row with --train-on-prompts */
+static int
+row_trains(const struct run *r, int64_t i)
+{
+    return r->mask[i] | r->o->train_prompts;
+}
+
 /* the sequences ids[order[j] * S ..][S + 1] (j < n) with a row counted in
  * the loss, or all of them (all: --train-on-prompts' training data; a
  * sequence without one has nothing to train or to measure otherwise) into
@@ -971,7 +979,7 @@ draft_vocab(struct run *r, struct diag *d)
     }
     for (int64_t s = 0; s < r->n_seq; s++)
         for (int64_t i = 0; i < r->S; i++)
-            cnt[r->seq_tok[s * (r->S + 1) + i + 1]] += r->mask[s * r->S + i] | r->o->train_prompts;
+            cnt[r->seq_tok[s * (r->S + 1) + i + 1]] += row_trains(r, s * r->S + i);
     for (int64_t i = 0; i < V; i++)
         ids[i] = (int32_t)i;
     qsort_r(ids, (size_t)V, sizeof *ids, by_count, cnt);
@@ -1038,7 +1046,7 @@ draft_keep(struct run *r, struct diag *d)
 #endif
     r->keep_hit = have == nd;   /* (the data's rows; --eval's are never cached) */
     for (int64_t i = 0; i < have * S; i++)
-        kept += r->keep[i] & (r->mask[i] | r->o->train_prompts);
+        kept += r->keep[i] & row_trains(r, i);
     for (int64_t i = 0; i < r->fz.n_lm; i++)
         in[r->lm_ids[i]] = 1;
     for (int64_t s = have; s < r->n_seq; s++) {
@@ -1049,7 +1057,7 @@ draft_keep(struct run *r, struct diag *d)
             bw->matmul_fwd(z, r->fin + (i0 + 1) * r->d, r->tgt.lm, NULL, n, V, r->d);
             for (int64_t i = 0; i < n; i++) {
                 uint8_t k = r->keep[s * S + i0 + i] = in[eagle_argmax(z + i * V, V)];
-                kept += s < nd ? k & (r->mask[s * S + i0 + i] | r->o->train_prompts) : 0;
+                kept += s < nd ? k & row_trains(r, s * S + i0 + i) : 0;
             }
         }
         if (r->o->stop && *r->o->stop) {    /* the data's rows done are kept for the next run */
@@ -1073,8 +1081,8 @@ draft_keep(struct run *r, struct diag *d)
         }
     }
     runcb_progress(&r->o->cb, "loss mask", r->n_seq, r->n_seq);
-    for (int64_t i = 0; i < nd * S; i++)     /* (the share: of the data's rows counted) */
-        c += r->mask[i] | r->o->train_prompts;
+    for (int64_t i = 0; i < nd * S; i++)     /* (the share: of the data's rows trained) */
+        c += row_trains(r, i);
     r->keep_frac = (double)kept / (double)(c ? c : 1);
     free(in), free(z);
     int rc = 0;
@@ -1119,10 +1127,8 @@ static int64_t
 seq_counted(const struct run *r, int64_t s, bool train)
 {
     int64_t c = 0;
-    if (train && r->o->train_prompts)
-        return r->S;
     for (int64_t i = 0; i < r->S; i++)
-        c += r->mask[s * r->S + i];
+        c += train ? row_trains(r, s * r->S + i) : r->mask[s * r->S + i];
     return c;
 }
 
