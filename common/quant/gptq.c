@@ -7,9 +7,11 @@
 #include "gptq.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "blas.h"
 #include "qconv.h"
 #include "threadpool.h"
 
@@ -224,7 +226,9 @@ inverse_factor(const double *H, int64_t n, double lambda, double *a, double *U)
  * block (§1.4); the rows are independent, so workers take row ranges.
  * Each (row, column)'s loss term goes to lossb so that the caller sums them
  * in the serial order (columns, then rows), and the later blocks' columns
- * get the row range's share of the block's GEMM. */
+ * get the row range's share of the block's GEMM (one range's at a time
+ * under an address-space limit, so that OpenBLAS's primed buffer serves
+ * every call: blas.h). */
 struct block_job {
     const struct gptq_opts *o;
     struct qgrid *g;
@@ -235,6 +239,7 @@ struct block_job {
     float *cur_s, *st_s;
     int32_t *cur_z, *st_z;
     int64_t rows, cols, gs, i1, i2;
+    pthread_mutex_t *blas_lock;     /* non-NULL: one GEMM at a time (blas.h) */
 };
 
 static void
@@ -288,11 +293,16 @@ block_rows(void *arg, int64_t r0, int64_t r1, int ith)
             b->Err[r * cnt + j] = e;
         }
     }
-    if (i2 < cols && r1 > r0)
+    if (i2 < cols && r1 > r0) {
+        if (b->blas_lock)
+            pthread_mutex_lock(b->blas_lock);
         cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)(r1 - r0),
                     (blasint)(cols - i2), (blasint)cnt, -1.0, b->Err + r0 * cnt, (blasint)cnt,
                     b->U + i1 * cols + i2, (blasint)cols, 1.0, b->Wd + r0 * cols + i2,
                     (blasint)cols);
+        if (b->blas_lock)
+            pthread_mutex_unlock(b->blas_lock);
+    }
 }
 #endif
 
@@ -469,7 +479,10 @@ gptq_solve(const float *W, int64_t rows, const struct gptq_factor *f, const stru
 
     /* (§1.4) the column loop, rows over the pool */
     struct block_job bj = { o, g, Wd, Wblk, Err, lossb, tmp, f->U, perm, Qp, cur_s, st_s, cur_z,
-                            st_z, rows, cols, gs, 0, 0 };
+                            st_z, rows, cols, gs, 0, 0, NULL };
+    pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+    if (blas_one_at_a_time())
+        bj.blas_lock = &blas_lock;
     for (int64_t i1 = 0; i1 < cols; i1 += B) {
         const int64_t i2 = cols - i1 < B ? cols : i1 + B, cnt = i2 - i1;
         for (int64_t r = 0; r < rows; r++)

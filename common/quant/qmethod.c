@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "awq.h"
+#include "blas.h"
 #include "calib.h"
 #include "model.h"
 #include "quantize.h"
@@ -608,10 +609,12 @@ qmethod_run(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_repo
         qm->prov.true_sequential = true;
         qm->prov.damp = o->g.damp;
     }
-#ifdef LLMKIT_HAVE_OPENBLAS
-    if (o->n_threads > 0)
-        openblas_set_num_threads(o->n_threads);
-#endif
+    /* GPTQ and AWQ call BLAS: its buffer mapped now, or an out-of-memory
+     * error now, rather than a BLAS call spinning on it later (blas.h) */
+    if (o->method != QM_RTN && blas_prime(o->n_threads) < 0) {
+        rc = diag_set(d, ST_NOMEM, "out of memory for OpenBLAS's work buffer");
+        goto out;
+    }
     if (o->method == QM_RTN) {
         rc = run_rtn(o, m, qm, rep, d);
         rep->n = qm->n;

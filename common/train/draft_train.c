@@ -13,6 +13,7 @@
 #include <zstd.h>
 #endif
 
+#include "blas.h"
 #include "chat.h"
 #include "cli.h"
 #include "distill.h"
@@ -1503,6 +1504,12 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     }
     if (o->resume && (rc = pin_data(&r, d)) < 0)
         goto out;
+    /* the trainer's products are OpenBLAS's: its buffer mapped before the
+     * model and the data take the room, or out of memory now (blas.h) */
+    if (blas_prime(0) < 0) {
+        rc = diag_set(d, ST_NOMEM, "out of memory for OpenBLAS's work buffer");
+        goto out;
+    }
     mo.n_threads = o->n_threads;
     mo.kernel = o->kernel;
     mo.max_batch = r.S + 1;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "backward.h"
+#include "blas.h"
 #include "cli.h"
 #include "eagle.h"
 #include "eagle3.h"
@@ -372,6 +373,8 @@ eagle_draft_open(struct eagle_draft **out, const char *path, struct model *m, in
         return diag_set(d, ST_RANGE, "top-k %d: 1 to %d", k, EAGLE_TOPK_MAX);
     if (!m->be->ops->backward)
         return diag_set(d, ST_DEVICE, "the %s backend cannot run an EAGLE head", m->be->device);
+    if (blas_prime(0) < 0)     /* the head's products (blas.h) */
+        return diag_set(d, ST_NOMEM, "out of memory for OpenBLAS's work buffer");
     if (!(e = calloc(1, sizeof *e)))
         return diag_set(d, ST_NOMEM, "out of memory");
     if ((rc = eagle_head_read(&e->h, &meta, NULL, NULL, path, d)) < 0 ||
