@@ -37,10 +37,10 @@
  *       32 are accumulators 0 and 1): each lane sees the same operands in
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
- * Everything else (the other k-quants, F32, BF16, the decode of IQ4_NL,
- * F16 and unpacked Q4_0, 2-3 token batches of unpacked
- * matrices, rows too long for a tile) is the AVX2 kernels'
- * (ops_mm_rows_avx2).
+ * Everything else (F32, BF16, the decode of IQ4_NL, F16 and unpacked Q4_0,
+ * batches below each type's TILE_MIN: 2-3 tokens of the legacy types, 4 of
+ * Q8_0, 2-7 of the k-quants, 2-127 of Q4_K; rows too long for a tile) is the
+ * AVX2 kernels' (ops_mm_rows_avx2).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -56,7 +56,17 @@
 #include "cpu/simd_avx2.h"
 
 #define TG 8                    /* tokens per group */
-#define TILE_MIN 4              /* fewer tokens: the AVX2 paths */
+/* Fewer tokens: the AVX2 paths, whose small-batch kernels (2-7 tokens)
+ * stream the rows where a tile unpacks them first.  Timed on a Zen 4 (one
+ * thread, the models' shapes): the legacy tiles pay from 4 tokens (Q8_0
+ * from 5: at 4 its 8192-262144-row LM heads took 1.1-1.7x the AVX2 time),
+ * the k-quant tiles from 8 (at 4-7 Q6_K's took 1.3-1.9x), and Q4_K's from
+ * 128 (its scalar unpack of every row, each call, made 4-64 tokens 1.4-15x
+ * slower; at 256 and 512 it is 15-25% faster). */
+#define TILE_MIN 4
+#define TILE_MIN_Q8_0 5
+#define TILE_MIN_KQ 8
+#define TILE_MIN_Q4_K 128
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
 /* The batch tiles of the quantized types (legacy_tiles, q4k_tiles and the
@@ -969,16 +979,17 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     if (n_tok >= TILE_MIN) {
         if (wtype == T_F16 && f16_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;
-        if (wtype == T_Q4_K &&
+        if (wtype == T_Q4_K && n_tok >= TILE_MIN_Q4_K &&
             q4k_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;
-        if (a == ACT_Q8_K && wtype != T_Q4_K &&
+        if (a == ACT_Q8_K && wtype != T_Q4_K && n_tok >= TILE_MIN_KQ &&
             kquant_tiles(y, ldy, w, row_bytes, wtype, work, arb, n_tok, cols, r0, r1))
             return;
         if ((wtype == T_Q4_0 || wtype == T_IQ4_NL) &&
             ileave_tiles(y, ldy, w, row_bytes, wtype, work, arb, n_tok, cols, r0, r1))
             return;
         if ((a == ACT_Q8_0 || a == ACT_Q8_1) && wtype != T_Q4_0 && wtype != T_IQ4_NL &&
+            (wtype != T_Q8_0 || n_tok >= TILE_MIN_Q8_0) &&
             legacy_tiles(y, ldy, w, row_bytes, wtype, a, work, arb, n_tok, cols, r0, r1))
             return;
     }
