@@ -26,9 +26,12 @@
 
 /* blas_preinit(): an entry of every tool's .preinit_array (tools/tool.c),
  * which runs before any shared library's constructor: under an
- * address-space limit, with no thread count in the environment, it execs
- * /proc/self/exe with the same arguments and OPENBLAS_NUM_THREADS=1 added
- * (the exec failing, it returns and the program goes on as it was). */
+ * address-space or data limit, with no usable thread count in the
+ * environment (a positive OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or
+ * OMP_NUM_THREADS), it execs /proc/self/exe with the same arguments and
+ * OPENBLAS_NUM_THREADS=1 (replacing an unusable one).  Started through the
+ * dynamic loader, or without /proc, it returns and OpenBLAS starts its
+ * workers as it would have. */
 void blas_preinit(int argc, char **argv, char **envp);
 
 /* blas_prime(): sets OpenBLAS to n_threads threads (n_threads <= 0, or under
@@ -36,7 +39,8 @@ void blas_preinit(int argc, char **argv, char **envp);
  * of calls from the caller's thread exists: checks that the address space
  * has room for it, then runs one product that maps it (once per process).
  * Returns 0, or -1 when there is no room: the caller's out-of-memory error,
- * where a BLAS call would hang. */
+ * where a BLAS call would hang.  Call it from one thread (the callers run it
+ * before they start any of their own). */
 int blas_prime(int n_threads);
 
 /* blas_one_at_a_time(): true when an address-space limit is set

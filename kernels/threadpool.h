@@ -12,10 +12,12 @@
  * The CPU backend (kernels/cpu/backend_cpu.c) owns the pool of the forward
  * pass; quantize owns one for its row jobs.
  *
- * OpenBLAS (later issues) keeps its own threads.  When a matmul is handed to
- * OpenBLAS, it is called from worker 0 alone with openblas_set_num_threads
- * set to the pool size, while the other workers sleep; OpenBLAS must never be
- * called from inside a threadpool job, or the machine is oversubscribed.
+ * OpenBLAS keeps its own threads.  When a product is handed to OpenBLAS, it
+ * is called from worker 0 alone, while the other workers sleep; OpenBLAS is
+ * not called from inside a threadpool job, or the machine is oversubscribed.
+ * The one exception is GPTQ's block update (common/quant/gptq.c), each row
+ * range's GEMM from its own worker with OpenBLAS set to one thread (and one
+ * at a time under an address-space limit: blas.h).
  *
  * One job at a time: the pool is not reentrant and must be driven by one
  * thread.

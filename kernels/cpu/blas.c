@@ -3,6 +3,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -19,10 +20,13 @@
 
 static bool primed;
 
+/* writable, as OpenBLAS maps it: RLIMIT_DATA counts only writable private
+ * mappings (never touched, so no memory is used) */
 static bool
 room_for(size_t bytes)
 {
-    void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
 
     if (p == MAP_FAILED)
         return false;
@@ -59,14 +63,16 @@ blas_one_at_a_time(void)
            (getrlimit(RLIMIT_DATA, &data) == 0 && data.rlim_cur != RLIM_INFINITY);
 }
 
+/* a thread count OpenBLAS takes: NAME set to a positive number (empty, 0
+ * or junk leaves it at one thread per core) */
 static bool
-has_var(char **envp, const char *name)
+has_count(char **envp, const char *name)
 {
     size_t n = strlen(name);
 
     for (; *envp; envp++)
         if (!strncmp(*envp, name, n) && (*envp)[n] == '=')
-            return true;
+            return atoi(*envp + n + 1) > 0;
     return false;
 }
 
@@ -74,21 +80,27 @@ void
 blas_preinit(int argc, char **argv, char **envp)
 {
     (void)argc;
-    if (!blas_one_at_a_time() || has_var(envp, "OPENBLAS_NUM_THREADS") ||
-        has_var(envp, "GOTO_NUM_THREADS") || has_var(envp, "OMP_NUM_THREADS"))
+    if (!blas_one_at_a_time() || has_count(envp, "OPENBLAS_NUM_THREADS") ||
+        has_count(envp, "GOTO_NUM_THREADS") || has_count(envp, "OMP_NUM_THREADS"))
+        return;
+    /* started through the dynamic loader (ld.so TOOL ...), /proc/self/exe
+     * is the loader: no exec then */
+    if (getauxval(AT_BASE) == 0)
         return;
     /* libc's own start-up resets the environment to envp after this runs,
      * so setenv() would not reach OpenBLAS's constructor: the program is
      * started again with the variable in its environment */
-    size_t n = 0;
+    size_t n = 0, k = 0;
     while (envp[n])
         n++;
     char **env = malloc((n + 2) * sizeof *env);
     if (!env)
         return;
-    memcpy(env, envp, n * sizeof *env);
-    env[n] = "OPENBLAS_NUM_THREADS=1";
-    env[n + 1] = NULL;
+    for (size_t i = 0; i < n; i++)      /* an unusable count replaced */
+        if (strncmp(envp[i], "OPENBLAS_NUM_THREADS=", 21))
+            env[k++] = envp[i];
+    env[k++] = "OPENBLAS_NUM_THREADS=1";
+    env[k] = NULL;
     execve("/proc/self/exe", argv, env);
     free(env);      /* no /proc: the workers start as they would have */
 }

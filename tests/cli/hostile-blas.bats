@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The tools under every address-space limit from 100 MB to 900 MB: each run
+# The tools under every address-space (and data) limit from 100 MB to 900 MB: each run
 # ends with exit 0 or with exit 5 and an out-of-memory message, never a hang
 # and never a crash.  OpenBLAS 0.3.21 retries a work buffer it cannot map
 # forever (kernels/blas.h): before blas_preinit() and blas_prime(), every
@@ -20,6 +20,7 @@ setup() {
     [ -f "$TINY" ] && [ -f "$TINY256" ] || skip "fixtures missing (make fixtures)"
     # AddressSanitizer cannot start under an address-space limit
     [ "${LLMKIT_SAN:-}" != address ] || skip "ulimit -v under AddressSanitizer"
+    ldd "$(command -v draft-train)" | grep -q libopenblas || skip "built without OpenBLAS"
     cd "$BATS_TEST_TMPDIR"
     head -c 6000 "$CALIB" > calib.txt
     # OpenBLAS's thread count left to the tools (a count set here is the
@@ -27,17 +28,17 @@ setup() {
     unset OPENBLAS_NUM_THREADS GOTO_NUM_THREADS OMP_NUM_THREADS
 }
 
-# sweep OUT CMD... : runs CMD (writing OUT) under ulimit -v from 100 MB to
-# 900 MB in 25 MB steps; every run must exit 0 (OUT written) or 5 (an
-# out-of-memory message, no OUT, no temporary beside it), and both must occur
-# (exit 5 only when NEED_OOM is not 0)
+# sweep OUT CMD... : runs CMD (writing OUT) under ulimit -v (ulimit $LIMIT:
+# -d, the data limit) from 100 MB to 900 MB in 25 MB steps; every run must
+# exit 0 (OUT written) or 5 (an out-of-memory message, no OUT, no temporary
+# beside it), and both must occur (exit 5 only when NEED_OOM is not 0)
 sweep() {
     local out=$1 kb st ok=0 oom=0
     shift
     for kb in $(seq 102400 25600 921600); do
         rm -rf "$out"
         st=0
-        bash -c "ulimit -v $kb; exec timeout -s KILL 120 \"\$@\"" sweep "$@" \
+        bash -c "ulimit ${LIMIT:--v} $kb; exec timeout -s KILL 120 \"\$@\"" sweep "$@" \
             > /dev/null 2> err || st=$?
         case $st in
         0) [ -s "$out" ] || { echo "ulimit -v $kb: exit 0 without '$out'"; return 1; }
@@ -53,9 +54,15 @@ sweep() {
     [ "$ok" -gt 0 ] && { [ "$oom" -gt 0 ] || [ "${NEED_OOM:-1}" = 0 ]; }
 }
 
-@test "draft-train under ulimit -v from 100 to 900 MB: exit 0 or 5, never a hang" {
+@test "draft-train under ulimit -v and -d from 100 to 900 MB: exit 0 or 5, never a hang" {
     run -0 sweep h.gguf draft-train -m "$TINY" --data calib.txt --seq-len 32 --epochs 1 -t 1 \
         -o h.gguf -q
+    # the data limit counts only writable mappings: the room check maps so
+    LIMIT=-d run -0 sweep h.gguf draft-train -m "$TINY" --data calib.txt --seq-len 32 --epochs 1 \
+        -t 1 -o h.gguf -q
+    # a thread count OpenBLAS would not take is replaced, not obeyed
+    OPENBLAS_NUM_THREADS= OMP_NUM_THREADS=abc run -0 sweep h.gguf draft-train -m "$TINY" \
+        --data calib.txt --seq-len 32 --epochs 1 -t 1 -o h.gguf -q
 }
 
 @test "generate, with and without --draft-head, under ulimit -v from 100 to 900 MB: exit 0 or 5, never a hang" {

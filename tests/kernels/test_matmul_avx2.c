@@ -291,8 +291,10 @@ batch_vs_alone(const struct kernel_ops *av, uint32_t t, const void *w, size_t rb
 static void
 test_invariance(const struct kernel_ops *av)
 {
-    const int64_t rows = 37, max_tok = 80;
-    static const int64_t ns[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 37, 70 };
+    const int64_t rows = 37, max_tok = 140;
+    /* 128 and up: the avx512 Q4_K tiles (TILE_MIN_Q4_K), their last token
+     * group of every size */
+    static const int64_t ns[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 37, 70, 128, 129, 131, 133, 135 };
     static const int64_t splits[] = { 0, 5, 8, 16, 37 };
 
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
