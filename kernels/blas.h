@@ -24,7 +24,7 @@
 
 #include <stdbool.h>
 
-/* blas_preinit(): an entry of every tool's .preinit_array (tools/tool.c),
+/* blas_preinit(): an entry of every tool's .preinit_array (tools/tool_start.c),
  * which runs before any shared library's constructor: under an
  * address-space or data limit, with no usable thread count in the
  * environment (a positive OPENBLAS_NUM_THREADS, GOTO_NUM_THREADS or

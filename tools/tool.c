@@ -1,8 +1,7 @@
 /*
  * tool.c - what every tool's main shares and the library must not do:
  * messages on stderr, die() and usage_error() (they exit), strict number
- * parsing for options, the signal handlers that remove partial outputs,
- * and the process's first step, before the libraries' constructors.
+ * parsing for options, the signal handlers that remove partial outputs.
  * Linked into every binary of tools/ (with tool_cb.c: progress bars).
  */
 #include "tool.h"
@@ -17,17 +16,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blas.h"
 #include "compute.h"
 #include "escape.h"
 #include "xio.h"
-
-/* before OpenBLAS's constructor starts its workers: under an address-space
- * limit none, since one that cannot map its buffer spins forever (blas.h) */
-__attribute__((section(".preinit_array"), used)) static void (*const preinit[])(int, char **,
-                                                                              char **) = {
-    blas_preinit,
-};
 
 const char *cli_progname = "llmkit";
 int cli_verbosity = 1;
