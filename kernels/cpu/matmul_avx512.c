@@ -18,7 +18,7 @@
  *       the same exact integer per lane.  The f32 operations that follow
  *       (scale products, fused multiply-adds in block order, the horizontal
  *       sums) are the AVX2 kernels' own.  Batches: two unpacked rows share
- *       each activation load; batches of 2-16 tokens (a speculative
+ *       each activation load; batches of 2-32 tokens (a speculative
  *       verify) the same arithmetic on blocks decoded in registers, the rows
  *       prefetched (legacy_direct).  Decode: Q8_0 4 rows per pass straight from
  *       the blocks; Q4_1, Q5_0, Q5_1 two rows per 512-bit register (their
@@ -63,7 +63,7 @@
  * from 5: at 4 its 8192-262144-row LM heads took 1.1-1.7x the AVX2 time),
  * the k-quant tiles from 8 (at 4-7 Q6_K's took 1.3-1.9x), and Q4_K's from
  * 128 (its scalar unpack of every row, each call, made 4-64 tokens 1.4-15x
- * slower; at 256 and 512 it is 15-25% faster).  Batches of 2-16 tokens of
+ * slower; at 256 and 512 it is 15-25% faster).  Batches of 2-32 tokens of
  * Q8_0, Q5_0, Q4_1 and Q5_1 take neither: legacy_direct. */
 #define TILE_MIN 4
 #define TILE_MIN_Q8_0 5
@@ -112,7 +112,7 @@ struct vgroup {
 };
 /* per thread: legacy_tiles takes the first, legacy_direct one per group of
  * its batch (so it takes batches of up to DIRECT_GROUPS * TG tokens) */
-#define DIRECT_GROUPS 2
+#define DIRECT_GROUPS 4
 #define DIRECT_PF_PASSES 4      /* legacy_direct prefetches this many row pairs ahead */
 static __thread struct vgroup vgroup_tls[DIRECT_GROUPS];
 
@@ -334,7 +334,9 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
  * loads (prefetched) overlap the arithmetic.  Timed on a Zen 4 (one thread,
  * build/mmbench): 4 tokens of SmolLM2's 49152x576 Q8_0 LM head 3.1 -> 1.9
  * ms, of its 576x576 Q4_1 37 -> 29 us; 8 and 16 tokens 1.2-1.8x faster
- * than the tiles; from 24 tokens the tiles are as fast. */
+ * than the tiles; at 24-32 tokens the Q8_0 rows from memory 1.1-1.3x, the
+ * Q4_1 rows in cache 0.9-1.0x (a 24-token tree's verify of SmolLM2 Q4_1
+ * 16.7 -> 15.0 ms per pass). */
 static void
 legacy_direct(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
               enum act a, const uint8_t *act, size_t arb, int64_t n_tok, int64_t cols, int64_t r0,

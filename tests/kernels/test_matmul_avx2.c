@@ -354,8 +354,8 @@ test_same_bits(const struct kernel_ops *av, const struct kernel_ops *a5)
     /* more rows than one legacy tile holds (256), split anywhere */
     const int64_t rows = 290, max_tok = 130;
     /* each side of every TILE_MIN (matmul_avx512.c), Q4_K's 128 too, and of
-     * legacy_direct's groups (2-8, 9-16 tokens) */
-    static const int64_t ns[] = { 1, 2, 3, 4, 5, 8, 9, 16, 17, 19, 130 };
+     * legacy_direct's groups of 8 tokens and of its 32 */
+    static const int64_t ns[] = { 1, 2, 3, 4, 5, 8, 9, 16, 17, 19, 32, 33, 130 };
     static const int64_t splits[] = { 0, 13, 141 };
 
     for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
