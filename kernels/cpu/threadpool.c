@@ -13,11 +13,18 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "threadpool.h"
 
 #define SPIN_ITERS 4000
+/* A worker's stack, at least.  glibc sizes a thread's stack by RLIMIT_STACK
+ * and carves the thread's static TLS out of it; the kernels' per-thread
+ * tiles make that TLS about 1.5 MiB, so under `ulimit -s 1024` a worker was
+ * left a few KiB and crashed in its first attention call.  The limit binds
+ * the main thread; the workers take this much, or the limit where larger. */
+#define WORKER_STACK ((size_t)8 << 20)
 #define MAX_THREADS THREADPOOL_MAX
 
 struct worker {
@@ -94,6 +101,17 @@ worker_main(void *p)
     }
 }
 
+static size_t
+worker_stack(void)
+{
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur > WORKER_STACK && rl.rlim_cur < ((rlim_t)1 << 32))
+        return (size_t)rl.rlim_cur;
+    return WORKER_STACK;
+}
+
 int
 threadpool_new(struct threadpool **out, int n_threads)
 {
@@ -122,16 +140,26 @@ threadpool_new(struct threadpool **out, int n_threads)
             threadpool_free(tp);
             return -ENOMEM;
         }
+        pthread_attr_t at;
+        int ae = pthread_attr_init(&at);
+        if (ae == 0 && pthread_attr_setstacksize(&at, worker_stack()) != 0) {
+            pthread_attr_destroy(&at);
+            ae = -1;
+        }
         for (int i = 1; i < n_threads; i++) {
             tp->w[i].tp = tp;
             tp->w[i].ith = i;
-            int e = pthread_create(&tp->th[i], NULL, worker_main, &tp->w[i]);
+            int e = pthread_create(&tp->th[i], ae == 0 ? &at : NULL, worker_main, &tp->w[i]);
             if (e != 0) {
+                if (ae == 0)
+                    pthread_attr_destroy(&at);
                 tp->n = i;      /* join the ones started */
                 threadpool_free(tp);
                 return e == EAGAIN ? -EAGAIN : -ENOMEM;
             }
         }
+        if (ae == 0)
+            pthread_attr_destroy(&at);
     }
     *out = tp;
     return 0;
