@@ -1031,7 +1031,8 @@ legacy_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
     for (int64_t rb = r0; rb < r1; rb += R) {
         int64_t nr = r1 - rb < R ? r1 - rb : R;
         for (int64_t i = 0; i < nr; i++) {
-            ops_mm_avx2_unpack_legacy(q + i * cols, d + i * nb, m + i * nb,
+            /* the tile holds mins only for the types that have them */
+            ops_mm_avx2_unpack_legacy(q + i * cols, d + i * nb, has_min ? m + i * nb : NULL,
                                       w + (size_t)(rb + i) * row_bytes, type, nb);
         }
         for (int64_t t0 = 0; t0 < n_tok; t0 += TG) {

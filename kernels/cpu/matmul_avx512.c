@@ -59,14 +59,14 @@
 #define TG 8                    /* tokens per group */
 /* Fewer tokens: the AVX2 paths, whose small-batch kernels (2-7 tokens)
  * stream the rows where a tile unpacks them first.  Timed on a Zen 4 (one
- * thread, the models' shapes): the legacy tiles pay from 4 tokens (Q8_0
- * from 5: at 4 its 8192-262144-row LM heads took 1.1-1.7x the AVX2 time),
- * the k-quant tiles from 8 (at 4-7 Q6_K's took 1.3-1.9x), and Q4_K's from
- * 128 (its scalar unpack of every row, each call, made 4-64 tokens 1.4-15x
- * slower; at 256 and 512 it is 15-25% faster).  Batches of 2-32 tokens of
- * Q8_0, Q5_0, Q4_1 and Q5_1 take neither: legacy_direct. */
+ * thread, the models' shapes): the k-quant tiles pay from 8 tokens (at 4-7
+ * Q6_K's took 1.3-1.9x the AVX2 time), and Q4_K's from 128 (its scalar
+ * unpack of every row, each call, made 4-64 tokens 1.4-15x slower; at 256
+ * and 512 it is 15-25% faster).  Batches of 2-32 tokens of Q8_0, Q5_0,
+ * Q4_1 and Q5_1 take legacy_direct (the legacy tiles had paid from 4 tokens,
+ * Q8_0's from 5), longer ones the legacy tiles; rows of more than 4096
+ * columns fit neither and take the AVX2 kernels. */
 #define TILE_MIN 4
-#define TILE_MIN_Q8_0 5
 #define TILE_MIN_KQ 8
 #define TILE_MIN_Q4_K 128
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
@@ -1103,7 +1103,6 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
             ileave_tiles(y, ldy, w, row_bytes, wtype, work, arb, n_tok, cols, r0, r1))
             return;
         if ((a == ACT_Q8_0 || a == ACT_Q8_1) && wtype != T_Q4_0 && wtype != T_IQ4_NL &&
-            (wtype != T_Q8_0 || n_tok >= TILE_MIN_Q8_0) &&
             legacy_tiles(y, ldy, w, row_bytes, wtype, a, work, arb, n_tok, cols, r0, r1))
             return;
     }

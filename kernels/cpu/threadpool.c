@@ -23,7 +23,9 @@
  * and carves the thread's static TLS out of it; the kernels' per-thread
  * tiles make that TLS about 1.5 MiB, so under `ulimit -s 1024` a worker was
  * left a few KiB and crashed in its first attention call.  The limit binds
- * the main thread; the workers take this much, or the limit where larger. */
+ * the main thread; the workers take this much (TLS included), or a finite
+ * limit below 4 GiB where larger; where that stack cannot be had, glibc's
+ * default. */
 #define WORKER_STACK ((size_t)8 << 20)
 #define MAX_THREADS THREADPOOL_MAX
 
@@ -150,6 +152,8 @@ threadpool_new(struct threadpool **out, int n_threads)
             tp->w[i].tp = tp;
             tp->w[i].ith = i;
             int e = pthread_create(&tp->th[i], ae == 0 ? &at : NULL, worker_main, &tp->w[i]);
+            if (e != 0 && ae == 0)      /* no room for that stack: the default one */
+                e = pthread_create(&tp->th[i], NULL, worker_main, &tp->w[i]);
             if (e != 0) {
                 if (ae == 0)
                     pthread_attr_destroy(&at);

@@ -33,21 +33,21 @@ setup() {
 # exit 0 (OUT written) or 5 (an out-of-memory message, no OUT, no temporary
 # beside it), and both must occur (exit 5 only when NEED_OOM is not 0)
 sweep() {
-    local out=$1 kb st ok=0 oom=0
+    local out=$1 kb st ok=0 oom=0 lim=${LIMIT:--v}
     shift
     for kb in $(seq 102400 25600 921600); do
         rm -rf "$out"
         st=0
-        bash -c "ulimit ${LIMIT:--v} $kb; exec timeout -s KILL 120 \"\$@\"" sweep "$@" \
+        bash -c "ulimit $lim $kb; exec timeout -s KILL 120 \"\$@\"" sweep "$@" \
             > /dev/null 2> err || st=$?
         case $st in
-        0) [ -s "$out" ] || { echo "ulimit -v $kb: exit 0 without '$out'"; return 1; }
+        0) [ -s "$out" ] || { echo "ulimit $lim $kb: exit 0 without '$out'"; return 1; }
            ok=$((ok + 1)) ;;
-        5) grep -q "out of memory" err || { echo "ulimit -v $kb: $(cat err)"; return 1; }
+        5) grep -q "out of memory" err || { echo "ulimit $lim $kb: $(cat err)"; return 1; }
            [ ! -e "$out" ] && [ -z "$(compgen -G "$out.tmp*")" ] ||
-               { echo "ulimit -v $kb: output left behind"; return 1; }
+               { echo "ulimit $lim $kb: output left behind"; return 1; }
            oom=$((oom + 1)) ;;
-        *) echo "ulimit -v $kb: exit $st: $(head -c 300 err)"; return 1 ;;
+        *) echo "ulimit $lim $kb: exit $st: $(head -c 300 err)"; return 1 ;;
         esac
     done
     echo "$oom out of memory, $ok written"
