@@ -263,6 +263,15 @@ eagle_argmax(const float *x, int64_t n)
     return b;
 }
 
+int
+eagle_any_counted(const uint8_t *a, const uint8_t *b, int64_t n)
+{
+    for (int64_t r = 0; r < n; r++)
+        if ((!a || a[r]) && (!b || b[r]))
+            return 1;
+    return 0;
+}
+
 static float *
 grad_of(const struct eagle_head *h, float *grad, int i)
 {
@@ -293,6 +302,8 @@ eagle_loss_backward(const struct backend_backward_ops *bw, const struct eagle_he
         int64_t rows = n - r0 < CE_ROWS ? n - r0 : CE_ROWS;
         const float *o = ws->out + r0 * d, *tg = target + r0 * d;
         const uint8_t *mk = mask ? mask + r0 : NULL;
+        if (!eagle_any_counted(mk, NULL, rows))
+            continue;           /* a prompt's rows: nothing to add */
         bw->smoothl1_fwd(ws->row, o, tg, rows, d);
         for (int64_t r = 0; r < rows; r++)
             reg += !mk || mk[r] ? ws->row[r] : 0;

@@ -119,6 +119,11 @@ const float *eagle_ws_out(const struct eagle_ws *ws);
 /* the index of the largest of x[0 .. n-1] (the first of equals) */
 int64_t eagle_argmax(const float *x, int64_t n);
 
+/* whether any of rows [0, n) counts in a loss: row r counts where a (or
+ * NULL) and b (or NULL) are both nonzero.  The CE loops skip a chunk of
+ * rows none of which counts: its terms and gradients would all be 0. */
+int eagle_any_counted(const uint8_t *a, const uint8_t *b, int64_t n);
+
 struct eagle_loss {
     double reg, cls;            /* mean SmoothL1 and mean soft CE over the positions counted */
     double total;               /* reg + w_cls * cls */

@@ -209,6 +209,10 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
     for (int64_t r0 = 0; r0 < valid; r0 += CE_ROWS) {
         int64_t rows = valid - r0 < CE_ROWS ? valid - r0 : CE_ROWS;
         const float *o = ws->on[s] + r0 * d;
+        /* rows none of which counts (a prompt's): nothing to add, and at
+         * s == 0 the same rows are the ones the agreement counts */
+        if (!eagle_any_counted(keep ? keep + r0 + s : NULL, mask ? mask + r0 + s : NULL, rows))
+            continue;
         bw->matmul_fwd(ws->z, o, lm, NULL, rows, V, d);
         bw->matmul_fwd(ws->t, tgt + (r0 + s) * d, fz->lm, NULL, rows, V, d);
         for (int64_t r = 0; r < rows; r++) {

@@ -167,6 +167,40 @@ main(void)
     }
     fc.mask = NULL;
 
+    /* Rows that do not count add nothing, so a CE chunk (32 rows) none of
+     * whose rows counts is skipped: with NaN targets in such a chunk the
+     * loss and the gradient are those of finite targets, bit for bit (an
+     * uncounted row still weighted 0 x NaN would spread NaN). */
+    {
+        enum { N2 = 40, SKIP = 34 };
+        struct eagle_ws *w2 = NULL;
+        int32_t tk[N2 + 1];
+        uint8_t mk[N2];
+        float *f2 = malloc((size_t)((N2 + 1) * dd) * sizeof(float));
+        float *tg = malloc((size_t)(N2 * dd) * sizeof(float));
+        float *g3 = calloc((size_t)np, sizeof(float));
+        struct eagle_loss l3, l4;
+        CHECK(eagle_ws_new(&w2, &t.c, N2) == 0);
+        for (int i = 0; i <= N2; i++)
+            tk[i] = (int32_t)(rng_next(&r) % (uint64_t)t.c.n_vocab);
+        CHECK(eagle_target_features(&t, tk, N2 + 1, f2, &d) == 0);
+        for (int i = 0; i < N2; i++)
+            mk[i] = i >= SKIP;
+        memcpy(tg, f2 + dd, (size_t)(N2 * dd) * sizeof(float));
+        memset(g2, 0, (size_t)np * sizeof(float));
+        eagle_forward(ref, &h, &t.fz, w2, tk + 1, f2, N2, NULL);
+        eagle_loss_backward(ref, &h, &t.fz, w2, tg, mk, 0.1f, 1.0f, g2, &l3);
+        for (int64_t i = 0; i < 32 * dd; i++)
+            tg[i] = NAN;
+        eagle_loss_backward(ref, &h, &t.fz, w2, tg, mk, 0.1f, 1.0f, g3, &l4);
+        CHECK(l3.n == N2 - SKIP && l4.n == l3.n && l4.correct == l3.correct);
+        CHECK(isfinite(l3.total) && l3.total > 0);
+        CHECK(memcmp(&l3.total, &l4.total, sizeof l3.total) == 0);
+        CHECK(memcmp(g2, g3, (size_t)np * sizeof(float)) == 0);
+        eagle_ws_free(w2);
+        free(f2), free(tg), free(g3);
+    }
+
     /* the head file round trip */
     char path[] = "/tmp/test_eagle.XXXXXX";
     int fd = mkstemp(path);

@@ -347,6 +347,52 @@ main(void)
         }
     }
 
+    /* A CE chunk (32 rows of a step) none of whose rows counts is skipped:
+     * with NaN targets where only such chunks read them, the loss and the
+     * gradient are those of finite targets, bit for bit. */
+    {
+        enum { N2 = 44, SKIP = 32 + STEPS };
+        struct eagle3_ws *w2 = NULL;
+        int32_t tk[N2 + 1];
+        uint8_t mk[N2];
+        float *f32 = malloc((size_t)((N2 + 1) * 3 * dd) * sizeof(float));
+        float *ft = malloc((size_t)((N2 + 1) * dd) * sizeof(float));
+        float *g3 = calloc((size_t)np, sizeof(float));
+        struct eagle_loss l3, l4;
+        CHECK(eagle3_ws_new(&w2, &h.c, N2, STEPS) == 0);
+        for (int i = 0; i <= N2; i++)
+            tk[i] = (int32_t)(rng_next(&r) % (uint64_t)t.c.n_vocab);
+        CHECK(eagle_target_features3(&t, tk, N2 + 1, f32, ft, &d) == 0);
+        for (int i = 0; i < N2; i++)
+            mk[i] = i >= SKIP;
+        memset(g2, 0, (size_t)np * sizeof(float));
+        eagle3_forward(ref, &h, &fz, w2, tk + 1, f32, N2);
+        eagle3_loss_backward(ref, &h, &fz, w2, ft + dd, NULL, mk, 1.0f, g2, &l3);
+        for (int64_t i = 0; i < 32 * dd; i++)
+            ft[dd + i] = NAN;
+        eagle3_loss_backward(ref, &h, &fz, w2, ft + dd, NULL, mk, 1.0f, g3, &l4);
+        CHECK(l3.n == l4.n && l3.n > 0 && l4.correct == l3.correct);
+        CHECK(isfinite(l3.total) && l3.total > 0);
+        CHECK(memcmp(&l3.total, &l4.total, sizeof l3.total) == 0);
+        CHECK(memcmp(g2, g3, (size_t)np * sizeof(float)) == 0);
+        /* and the skipped chunks held nothing that counts: with the
+         * complement's loss (which skips none) it adds up to the whole */
+        uint8_t cm[N2];
+        for (int i = 0; i < N2; i++)
+            cm[i] = !mk[i];
+        CHECK(eagle_target_features3(&t, tk, N2 + 1, f32, ft, &d) == 0);   /* finite again */
+        eagle3_loss_backward(ref, &h, &fz, w2, ft + dd, NULL, cm, 1.0f, g3, &l4);
+        struct eagle_loss lw;
+        memset(g, 0, (size_t)np * sizeof(float));
+        eagle3_loss_backward(ref, &h, &fz, w2, ft + dd, NULL, NULL, 1.0f, g, &lw);
+        CHECK(l3.n + l4.n == lw.n && l3.correct + l4.correct == lw.correct);
+        CHECK_NEAR(l3.total + l4.total, lw.total, 1e-5 * lw.total);
+        double gm3, dm3 = eagle_grad_diff(g, 1.0f, g3, np, &gm3);
+        CHECK(dm3 <= 1e-5 * gm3);
+        eagle3_ws_free(w2);
+        free(f32), free(ft), free(g3);
+    }
+
     free(g), free(g2), free(u), free(f3), free(feat), free(feat1), free(lm);
     eagle3_ws_free(ws);
     eagle3_ws_free(ws1);
