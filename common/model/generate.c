@@ -497,6 +497,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     const int64_t max_draft = !spec ? 0 : spec_auto ? (int64_t)max_levels * width : o->spec_tokens;
     struct spec_cost *cost = &r->spec_cost;
     int64_t acc_levels = 0, rejections = 0;
+    struct spec_probe probe = { 0, 0 };
     struct spec_tree tree = { 0 };
     uint8_t *mask = NULL;
     int64_t *path = NULL;
@@ -602,8 +603,7 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
                 double acc = (double)(acc_levels + 1) / (double)(acc_levels + rejections + 2);
                 double t_draft = g->dm ? spec_dm_level_ms(g->dm, 1)
                                  : g->eh ? eagle_draft_level_ms(g->eh, width) : 0.0;
-                levels = spec_auto_levels(cost, acc, 1, width, t_draft, max_levels,
-                                          r->spec_passes);
+                levels = spec_auto_levels(cost, acc, 1, width, t_draft, max_levels, &probe);
                 bud = (int64_t)levels * width;
                 r->spec_levels += levels;
             }

@@ -92,6 +92,7 @@ struct sched {
     bool hold;                  /* admit only preempted sequences */
     size_t swap_bytes;
     struct sched_totals tot;
+    struct spec_probe probe;    /* --spec-tokens auto: spec_auto_levels()'s probing */
     struct spec_dm_req *dreq;   /* [max_seqs] with a draft model: this step's chains */
     struct seq **dseq;          /* [max_seqs] their sequences (draft model or head) */
     float *hidden;              /* with a head: the step's final hidden states (the head's
@@ -737,7 +738,7 @@ step_draft_size(struct sched *s)
     double a = (double)(s->tot.spec_accepted + 1) /
                (double)(s->tot.spec_accepted + s->tot.spec_rejections + 2);
     int k = spec_auto_levels(s->o.spec_cost, a, n_dec, 1, t_draft, (int)s->o.spec_tokens,
-                             s->tot.spec_auto_steps);
+                             &s->probe);
     s->tot.spec_auto_steps++;
     s->tot.spec_auto_levels += k;
     return k;

@@ -526,13 +526,23 @@ spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, doubl
 
 int
 spec_auto_levels(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
-                 int max_levels, int64_t tick)
+                 int max_levels, struct spec_probe *p)
 {
     int k = spec_choose(c, a, n_seq, width, t_draft, max_levels);
 
-    if (k == 0 && tick % 16 == 15 && spec_choose(c, 1.0, n_seq, width, t_draft, max_levels) > 0)
-        k = 1;
-    return k;
+    if (p->period < SPEC_PROBE_MIN)
+        p->period = SPEC_PROBE_MIN;
+    if (k > 0) {
+        p->wait = 0;
+        p->period = SPEC_PROBE_MIN;
+        return k;
+    }
+    if (spec_choose(c, 1.0, n_seq, width, t_draft, max_levels) == 0 || ++p->wait < p->period)
+        return 0;
+    p->wait = 0;
+    if (p->period < SPEC_PROBE_MAX)
+        p->period *= 2;
+    return 1;
 }
 
 double

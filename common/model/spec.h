@@ -151,12 +151,23 @@ int spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, d
                 int max_levels);
 
 /* spec_auto_levels() : spec_choose(), but where it chooses none, one level
- * on every 16th call (tick: the caller's count of calls) to keep measuring
- * the acceptance, unless drafting would not pay even if every draft were
- * kept (then a probe would only cost: a draft model or head catching up
- * on the tokens since its last draft) */
+ * now and then (a probe) to keep measuring the acceptance, unless drafting
+ * would not pay even if every draft were kept (then a probe would only
+ * cost).  A probe costs more than the 2-token verify: the draft model or
+ * head first catches up on the tokens since its last draft (the whole
+ * prompt at the first one).  So the probes back off: the first comes on
+ * the SPEC_PROBE_MIN-th call in a row where none pays, and each probe
+ * doubles the wait for the next, up to SPEC_PROBE_MAX calls, while none
+ * pays; a call where drafting pays starts over.  p: the caller's probing
+ * state, zeroed before its first call. */
+#define SPEC_PROBE_MIN 16
+#define SPEC_PROBE_MAX 256
+struct spec_probe {
+    int64_t wait;               /* calls since the last probe, or the last call that drafted */
+    int64_t period;             /* calls from one probe to the next (0: SPEC_PROBE_MIN) */
+};
 int spec_auto_levels(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
-                     int max_levels, int64_t tick);
+                     int max_levels, struct spec_probe *p);
 
 /* spec_dm_level_ms() : the draft model's time for one forward pass of n
  * tokens (one level of n streams' chains), measured at spec_dm_open() for

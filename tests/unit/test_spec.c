@@ -199,16 +199,34 @@ main(void)
     CHECK_EQ(spec_choose(&flat, 0.9, 4, 1, 0, 4), 4);
     CHECK_EQ(spec_choose(&flat, 0.9, 16, 1, 0, 4), 4);
     CHECK_EQ(spec_choose(&lin, 0.9, 4, 1, 0, 4), 0);
-    /* probes: one level every 16th call where none pays, unless none
-     * would pay with every draft kept */
+    /* probes: one level where none pays, on the 16th call in a row, then
+     * after 32, 64 ... up to 256 calls, unless none would pay with every
+     * draft kept; a call where drafting pays starts over */
+    struct spec_probe p_lin = { 0, 0 }, p_dear = { 0, 0 }, p = { 0, 0 };
     int probes = 0;
-    for (int64_t tick = 0; tick < 64; tick++) {
-        CHECK_EQ(spec_auto_levels(&lin, 0.9, 1, 1, 0, 4, tick), 0);
-        CHECK_EQ(spec_auto_levels(&cpu, 0.9, 4, 1, 8.0, 4, tick), 0);
-        probes += spec_auto_levels(&cpu, 0.1, 1, 1, 0, 4, tick);
+    int64_t at[16], n_at = 0;
+    for (int64_t tick = 0; tick < 1200; tick++) {
+        CHECK_EQ(spec_auto_levels(&lin, 0.9, 1, 1, 0, 4, &p_lin), 0);
+        CHECK_EQ(spec_auto_levels(&cpu, 0.9, 4, 1, 8.0, 4, &p_dear), 0);
+        int k = spec_auto_levels(&cpu, 0.1, 1, 1, 0, 4, &p);
+        CHECK(k == 0 || k == 1);
+        if (k && n_at < 16)
+            at[n_at++] = tick;
+        probes += k;
     }
-    CHECK_EQ(probes, 4);
-    CHECK_EQ(spec_auto_levels(&flat, 0.9, 4, 1, 0, 4, 3), 4);
+    /* the 16th, 48th, 112th, 240th, 496th call, then every 256th */
+    static const int64_t want_at[] = { 15, 47, 111, 239, 495, 751, 1007 };
+    CHECK_EQ(probes, 7);
+    CHECK_EQ(n_at, 7);
+    for (int64_t j = 0; j < n_at && j < 7; j++)
+        CHECK_EQ(at[j], want_at[j]);
+    /* drafting pays: the size chosen, and the probes start over */
+    CHECK_EQ(spec_auto_levels(&flat, 0.9, 4, 1, 0, 4, &p), 4);
+    CHECK_EQ(p.period, SPEC_PROBE_MIN);
+    probes = 0;
+    for (int tick = 0; tick < 16; tick++)
+        probes += spec_auto_levels(&cpu, 0.1, 1, 1, 0, 4, &p);
+    CHECK_EQ(probes, 1);
     struct spec_cost none = { 0, { 0 }, { 0 } };
     CHECK_EQ(spec_choose(&none, 0.5, 1, 1, 0, 5), 5);
     T_DONE();
