@@ -600,10 +600,10 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             int levels = max_levels;
             int64_t bud = max_draft;
             if (spec_auto) {
-                double acc = (double)(acc_levels + 1) / (double)(acc_levels + rejections + 2);
                 double t_draft = g->dm ? spec_dm_level_ms(g->dm, 1)
                                  : g->eh ? eagle_draft_level_ms(g->eh, width) : 0.0;
-                levels = spec_auto_levels(cost, acc, 1, width, t_draft, max_levels, &probe);
+                levels = spec_auto_levels(cost, acc_levels, rejections, 1, width, t_draft,
+                                          max_levels, &probe);
                 bud = (int64_t)levels * width;
                 r->spec_levels += levels;
             }

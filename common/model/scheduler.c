@@ -734,11 +734,9 @@ step_draft_size(struct sched *s)
     else if (s->o.head)
         t_draft = eagle_draft_level_ms(s->o.head, n_dec);
     /* the per-level acceptance, as generate's: tokens kept per token kept
-     * or rejected, with a prior of one each */
-    double a = (double)(s->tot.spec_accepted + 1) /
-               (double)(s->tot.spec_accepted + s->tot.spec_rejections + 2);
-    int k = spec_auto_levels(s->o.spec_cost, a, n_dec, 1, t_draft, (int)s->o.spec_tokens,
-                             &s->probe);
+     * or rejected, with a prior of one each (spec_acceptance) */
+    int k = spec_auto_levels(s->o.spec_cost, s->tot.spec_accepted, s->tot.spec_rejections, n_dec,
+                             1, t_draft, (int)s->o.spec_tokens, &s->probe);
     s->tot.spec_auto_steps++;
     s->tot.spec_auto_levels += k;
     return k;

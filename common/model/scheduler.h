@@ -115,9 +115,9 @@ struct sched_opts {
      * spec.h; borrowed), each step's draft size is spec_choose()'s for the
      * sequences decoding in it and the acceptance so far, at most
      * spec_tokens (spec_auto_levels: one level now and then where none
-     * pays, to keep measuring, less and less often while it still does not
-     * pay, unless none would pay even with every draft kept); NULL = every
-     * decode drafts up to spec_tokens */
+     * pays, to keep measuring, less and less often, unless none would pay
+     * even were those levels kept); NULL = every decode drafts up to
+     * spec_tokens */
     const struct spec_cost *spec_cost;
 };
 

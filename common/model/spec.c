@@ -524,20 +524,27 @@ spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, doubl
     return k_best;
 }
 
-int
-spec_auto_levels(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
-                 int max_levels, struct spec_probe *p)
+double
+spec_acceptance(int64_t kept, int64_t rejected)
 {
-    int k = spec_choose(c, a, n_seq, width, t_draft, max_levels);
+    return (double)(kept + 1) / (double)(kept + rejected + 2);
+}
+
+int
+spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int64_t n_seq,
+                 int width, double t_draft, int max_levels, struct spec_probe *p)
+{
+    int k = spec_choose(c, spec_acceptance(kept, rejected), n_seq, width, t_draft, max_levels);
 
     if (p->period < SPEC_PROBE_MIN)
         p->period = SPEC_PROBE_MIN;
     if (k > 0) {
         p->wait = 0;
-        p->period = SPEC_PROBE_MIN;
         return k;
     }
-    if (spec_choose(c, 1.0, n_seq, width, t_draft, max_levels) == 0 || ++p->wait < p->period)
+    /* the probe's best outcome: every sequence's level kept */
+    if (spec_choose(c, spec_acceptance(kept + n_seq, rejected), n_seq, width, t_draft,
+                    max_levels) == 0 || ++p->wait < p->period)
         return 0;
     p->wait = 0;
     if (p->period < SPEC_PROBE_MAX)

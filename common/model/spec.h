@@ -150,15 +150,27 @@ double spec_cost_at(const struct spec_cost *c, int64_t n);
 int spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
                 int max_levels);
 
-/* spec_auto_levels() : spec_choose(), but where it chooses none, one level
- * now and then (a probe) to keep measuring the acceptance, unless drafting
- * would not pay even if every draft were kept (then a probe would only
- * cost).  A probe costs more than the 2-token verify: the draft model or
+/* spec_acceptance() : the per-level acceptance rate from the draft levels
+ * kept and the verifies that rejected one (a level), with a prior of one
+ * each: (kept + 1) / (kept + rejected + 2) */
+double spec_acceptance(int64_t kept, int64_t rejected);
+
+/* spec_auto_levels() : spec_choose() at spec_acceptance(kept, rejected),
+ * but where it chooses none, one level now and then (a probe) to keep
+ * measuring the acceptance, unless drafting would not pay even were the
+ * probe's level kept (every sequence's: kept + n_seq): a probe whose best
+ * outcome cannot change the choice would only cost.  With no drafts yet
+ * that is "every draft kept": a drafter that could never pay (a draft
+ * model costing about a decode a level) never probes, and one that has
+ * been rejected often enough stops.  A probe costs more than the 2-token
+ * verify: the draft model or
  * head first catches up on the tokens since its last draft (the whole
- * prompt at the first one).  So the probes back off: the first comes on
- * the SPEC_PROBE_MIN-th call in a row where none pays, and each probe
- * doubles the wait for the next, up to SPEC_PROBE_MAX calls, while none
- * pays; a call where drafting pays starts over.  p: the caller's probing
+ * prompt at the first one), and one kept draft makes the acceptance look
+ * better than it is for a while.  So the probes back off: the first comes
+ * on the SPEC_PROBE_MIN-th call in a row where none pays, and each probe
+ * doubles the wait for the next, up to SPEC_PROBE_MAX calls (a run of n
+ * calls probes about log2(n / 16) + n / 256 times); a call where drafting
+ * pays restarts the wait, not the doubling.  p: the caller's probing
  * state, zeroed before its first call. */
 #define SPEC_PROBE_MIN 16
 #define SPEC_PROBE_MAX 256
@@ -166,8 +178,8 @@ struct spec_probe {
     int64_t wait;               /* calls since the last probe, or the last call that drafted */
     int64_t period;             /* calls from one probe to the next (0: SPEC_PROBE_MIN) */
 };
-int spec_auto_levels(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
-                     int max_levels, struct spec_probe *p);
+int spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int64_t n_seq,
+                     int width, double t_draft, int max_levels, struct spec_probe *p);
 
 /* spec_dm_level_ms() : the draft model's time for one forward pass of n
  * tokens (one level of n streams' chains), measured at spec_dm_open() for

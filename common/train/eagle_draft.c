@@ -513,8 +513,13 @@ eagle_draft_measure(struct eagle_draft *e, int64_t max_n)
             e->lvl.ms[i] = e->lvl.ms[i - 1];
 }
 
-/* the running correction after a draft of `levels` levels in `sec`
- * seconds, the curve predicting n rows a level */
+/* the running correction after a draft's expansions: `levels` levels in
+ * `sec` seconds, the curve predicting n rows a level.  The stable pass
+ * before them (level 1: the positions since the stream's last draft and
+ * the root) is left out: after a gap (the whole prompt at a stream's first
+ * draft) it runs hundreds of rows, and one such catch-up counted as a level
+ * made a head look dear for the rest of the run, so that --spec-tokens auto
+ * never drafted with it again. */
 static void
 level_observed(struct eagle_draft *e, double sec, int levels, int64_t n)
 {
@@ -781,10 +786,10 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
         return 0;
     if (depth > LEVELS_MAX)
         depth = LEVELS_MAX;
-    double t0 = now_seconds();
-    int levels = 1;
+    int levels = 0;             /* expanded after level 1 */
     e->cur = st;
     catch_up(e, hist, n_hist);
+    double t0 = now_seconds();
     e->n_c = e->n_fed = 0;
     /* level 1: the root's children, from its logits (row 0) */
     int64_t nk = top_k(e->logits, e->n_lm, k, id, lp);
@@ -904,8 +909,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
     int64_t root[CHAIN_GROUP], n_root = 0, live[CHAIN_GROUP], n_live = 0;
     int32_t slots[CHAIN_GROUP][LEVELS_MAX];
     float score[CHAIN_GROUP];
-    double t0 = now_seconds();
-    int levels = 1;
+    int levels = 0;             /* run after level 1 */
 
     /* level 0: every stream's stable positions and its root, together */
     struct eagle_stream *sts[CHAIN_GROUP];
@@ -923,6 +927,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
     if (n_root == 0)
         return;
     int64_t lg0 = stable_pass(e, sts, hs, nhs, n_root);
+    double t0 = now_seconds();
     /* the roots' outputs in fed slots 0 .. n_root-1 (never attended to:
      * a root's K/V are its stream's); their children */
     for (int64_t j = 0; j < n_root; j++) {

@@ -148,7 +148,9 @@ const float *eagle_draft_root_out(const struct eagle_draft *e);
 /* eagle_draft_level_ms() : the time of one draft level of n rows (a
  * tree's width, or a batch's chains): the curve measured at open (top_k
  * rows) or by eagle_draft_measure, times a running mean of the drafts'
- * measured cost over the curve's (the catch-up of each draft included) */
+ * measured cost over the curve's (of their levels after the first: the
+ * first is the catch-up on the positions since the last draft, as long
+ * as a level when drafting every step, far longer after a gap) */
 double eagle_draft_level_ms(const struct eagle_draft *e, int64_t n);
 
 /* eagle_draft_measure() : measures the level cost curve for 1, 2, 4 ...

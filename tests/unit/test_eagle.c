@@ -367,6 +367,32 @@ main(void)
             eagle_draft_measure(ed, 40);
             for (int64_t n = 1; n <= 64; n++)
                 CHECK(eagle_draft_level_ms(ed, n) > 0 && isfinite(eagle_draft_level_ms(ed, n)));
+            /* the catch-up (level 1: every position since the stream's
+             * last draft) is not a level's cost: drafts of one level, a
+             * tree's and a batch's chains, each after catching up on all
+             * N positions, leave the cost per level as it was */
+            double l1 = eagle_draft_level_ms(ed, K), l32 = eagle_draft_level_ms(ed, 32);
+            struct eagle_stream *fresh = NULL;
+            CHECK(eagle_stream_new(ed, &fresh, &d) == 0);
+            eagle_stream_feed_rows(ed, fresh, 0, feat, NULL, N);
+            spec_tree_reset(&c8, tok[N]);
+            CHECK(eagle_stream_tree(ed, fresh, tok, N + 1, 1, K, K, 0.0f, &c8, &d) == 0);
+            CHECK_EQ(c8.n, K + 1);
+            eagle_stream_free(fresh);
+            for (int i = 0; i < NS; i++) {
+                eagle_stream_free(many[i]);
+                many[i] = NULL;
+                CHECK(eagle_stream_new(ed, &many[i], &d) == 0);
+                eagle_stream_feed_rows(ed, many[i], 0, feat, NULL, N);
+                mr[i] = (struct eagle_chain_req){ many[i], tok, N + 1, 1, mo[i], -1 };
+            }
+            CHECK(eagle_streams_chains(ed, mr, NS, 0.0f) == 0);
+            CHECK_EQ(mr[0].n_out, 1);
+            CHECK(eagle_draft_level_ms(ed, K) == l1 && eagle_draft_level_ms(ed, 32) == l32);
+            /* a deeper draft does move it (its levels after the first) */
+            spec_tree_reset(&c8, tok[N]);
+            CHECK(eagle_stream_tree(ed, many[0], tok, N + 1, 3, K, 3 * K, 0.0f, &c8, &d) == 0);
+            CHECK(eagle_draft_level_ms(ed, K) != l1);
             for (int i = 0; i < NS; i++)
                 eagle_stream_free(many[i]);
             spec_tree_release(&c8);

@@ -200,15 +200,21 @@ main(void)
     CHECK_EQ(spec_choose(&flat, 0.9, 16, 1, 0, 4), 4);
     CHECK_EQ(spec_choose(&lin, 0.9, 4, 1, 0, 4), 0);
     /* probes: one level where none pays, on the 16th call in a row, then
-     * after 32, 64 ... up to 256 calls, unless none would pay with every
-     * draft kept; a call where drafting pays starts over */
-    struct spec_probe p_lin = { 0, 0 }, p_dear = { 0, 0 }, p = { 0, 0 };
+     * after 32, 64 ... up to 256 calls, unless none would pay even were
+     * the probe kept; a call where drafting pays restarts the wait only.
+     * On the cpu curve 1 kept of 2 (a = 1/2) pays, 0 of 1 (1/3) does not */
+    CHECK(fabs(spec_acceptance(0, 0) - 0.5) < 1e-12 && fabs(spec_acceptance(8, 0) - 0.9) < 1e-12);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 0), 1, 1, 0, 4), 1);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(0, 1), 1, 1, 0, 4), 0);
+    struct spec_probe p_lin = { 0, 0 }, p_dear = { 0, 0 }, p = { 0, 0 }, p_no = { 0, 0 };
     int probes = 0;
     int64_t at[16], n_at = 0;
     for (int64_t tick = 0; tick < 1200; tick++) {
-        CHECK_EQ(spec_auto_levels(&lin, 0.9, 1, 1, 0, 4, &p_lin), 0);
-        CHECK_EQ(spec_auto_levels(&cpu, 0.9, 4, 1, 8.0, 4, &p_dear), 0);
-        int k = spec_auto_levels(&cpu, 0.1, 1, 1, 0, 4, &p);
+        CHECK_EQ(spec_auto_levels(&lin, 8, 0, 1, 1, 0, 4, &p_lin), 0);
+        CHECK_EQ(spec_auto_levels(&cpu, 8, 0, 4, 1, 8.0, 4, &p_dear), 0);
+        /* 0 of 3 (1/5): kept, the probe would give 1/3, no better */
+        CHECK_EQ(spec_auto_levels(&cpu, 0, 3, 1, 1, 0, 4, &p_no), 0);
+        int k = spec_auto_levels(&cpu, 0, 1, 1, 1, 0, 4, &p);
         CHECK(k == 0 || k == 1);
         if (k && n_at < 16)
             at[n_at++] = tick;
@@ -220,13 +226,15 @@ main(void)
     CHECK_EQ(n_at, 7);
     for (int64_t j = 0; j < n_at && j < 7; j++)
         CHECK_EQ(at[j], want_at[j]);
-    /* drafting pays: the size chosen, and the probes start over */
-    CHECK_EQ(spec_auto_levels(&flat, 0.9, 4, 1, 0, 4, &p), 4);
-    CHECK_EQ(p.period, SPEC_PROBE_MIN);
+    /* drafting pays: the size chosen; the next probe a whole period (256)
+     * after it, not 16 */
+    CHECK_EQ(spec_auto_levels(&flat, 8, 0, 4, 1, 0, 4, &p), 4);
+    CHECK_EQ(p.period, SPEC_PROBE_MAX);
     probes = 0;
-    for (int tick = 0; tick < 16; tick++)
-        probes += spec_auto_levels(&cpu, 0.1, 1, 1, 0, 4, &p);
-    CHECK_EQ(probes, 1);
+    for (int tick = 0; tick < 255; tick++)
+        probes += spec_auto_levels(&cpu, 0, 1, 1, 1, 0, 4, &p);
+    CHECK_EQ(probes, 0);
+    CHECK_EQ(spec_auto_levels(&cpu, 0, 1, 1, 1, 0, 4, &p), 1);
     struct spec_cost none = { 0, { 0 }, { 0 } };
     CHECK_EQ(spec_choose(&none, 0.5, 1, 1, 0, 5), 5);
     T_DONE();
