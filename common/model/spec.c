@@ -542,12 +542,14 @@ spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int6
         p->wait = 0;
         return k;
     }
-    /* the probe's best outcome: every sequence's level kept */
-    if (spec_choose(c, spec_acceptance(kept + n_seq, rejected), n_seq, width, t_draft,
-                    max_levels) == 0 || ++p->wait < p->period)
+    /* the probe's best outcome: every draft kept before any rejection (or
+     * with lookup), else this probe's level kept for every sequence */
+    const int dear = t_draft > 0;
+    double best = !dear || rejected == 0 ? 1.0 : spec_acceptance(kept + n_seq, rejected);
+    if (spec_choose(c, best, n_seq, width, t_draft, max_levels) == 0 || ++p->wait < p->period)
         return 0;
     p->wait = 0;
-    if (p->period < SPEC_PROBE_MAX)
+    if (dear && p->period < SPEC_PROBE_MAX)
         p->period *= 2;
     return 1;
 }

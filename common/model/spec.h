@@ -157,21 +157,21 @@ double spec_acceptance(int64_t kept, int64_t rejected);
 
 /* spec_auto_levels() : spec_choose() at spec_acceptance(kept, rejected),
  * but where it chooses none, one level now and then (a probe) to keep
- * measuring the acceptance, unless drafting would not pay even were the
- * probe's level kept (every sequence's: kept + n_seq): a probe whose best
- * outcome cannot change the choice would only cost.  With no drafts yet
- * that is "every draft kept": a drafter that could never pay (a draft
- * model costing about a decode a level) never probes, and one that has
- * been rejected often enough stops.  A probe costs more than the 2-token
- * verify: the draft model or
- * head first catches up on the tokens since its last draft (the whole
- * prompt at the first one), and one kept draft makes the acceptance look
- * better than it is for a while.  So the probes back off: the first comes
- * on the SPEC_PROBE_MIN-th call in a row where none pays, and each probe
- * doubles the wait for the next, up to SPEC_PROBE_MAX calls (a run of n
- * calls probes about log2(n / 16) + n / 256 times); a call where drafting
- * pays restarts the wait, not the doubling.  p: the caller's probing
- * state, zeroed before its first call. */
+ * measuring the acceptance, on the SPEC_PROBE_MIN-th call in a row where
+ * none pays, unless drafting would not pay even if every draft were kept
+ * (a draft model costing about a decode a level never probes).
+ * A drafter whose levels cost time (t_draft > 0: a draft model or head)
+ * pays more for a probe than its 2-token verify: it first catches up on
+ * the tokens since its last draft (the whole prompt at the first one).
+ * So its probes back off, each doubling the wait for the next up to
+ * SPEC_PROBE_MAX calls (probes on calls 15, 47, 111, 239, 495, then every
+ * 256th: about log2(n / 16 + 1) in n calls up to 496, then one each 256),
+ * a call where drafting pays restarting the wait, not the doubling; and
+ * once a draft was rejected they stop when even the probe's level kept
+ * (every sequence's: kept + n_seq) would not make drafting pay, since the
+ * probe could not change the choice.  Lookup (t_draft 0) drafts for
+ * nothing: every SPEC_PROBE_MIN-th call while every draft kept would pay.
+ * p: the caller's probing state, zeroed before its first call. */
 #define SPEC_PROBE_MIN 16
 #define SPEC_PROBE_MAX 256
 struct spec_probe {

@@ -789,7 +789,7 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
     int levels = 0;             /* expanded after level 1 */
     e->cur = st;
     catch_up(e, hist, n_hist);
-    double t0 = now_seconds();
+    double t0 = now_seconds();  /* after the catch-up: level_observed() leaves it out */
     e->n_c = e->n_fed = 0;
     /* level 1: the root's children, from its logits (row 0) */
     int64_t nk = top_k(e->logits, e->n_lm, k, id, lp);
@@ -927,7 +927,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
     if (n_root == 0)
         return;
     int64_t lg0 = stable_pass(e, sts, hs, nhs, n_root);
-    double t0 = now_seconds();
+    double t0 = now_seconds();  /* after the stable pass: level_observed() leaves it out */
     /* the roots' outputs in fed slots 0 .. n_root-1 (never attended to:
      * a root's K/V are its stream's); their children */
     for (int64_t j = 0; j < n_root; j++) {

@@ -200,21 +200,30 @@ main(void)
     CHECK_EQ(spec_choose(&flat, 0.9, 16, 1, 0, 4), 4);
     CHECK_EQ(spec_choose(&lin, 0.9, 4, 1, 0, 4), 0);
     /* probes: one level where none pays, on the 16th call in a row, then
-     * after 32, 64 ... up to 256 calls, unless none would pay even were
-     * the probe kept; a call where drafting pays restarts the wait only.
-     * On the cpu curve 1 kept of 2 (a = 1/2) pays, 0 of 1 (1/3) does not */
+     * (a drafter whose levels cost time) after 32, 64 ... up to 256 calls,
+     * unless none would pay even were the probe kept; a call where
+     * drafting pays restarts the wait only.  On the cpu curve with levels
+     * of 0.05 decode, 1 kept of 2 (a = 1/2) pays, 0 of 1 (1/3) does not */
+    const double tl = 0.05;
     CHECK(fabs(spec_acceptance(0, 0) - 0.5) < 1e-12 && fabs(spec_acceptance(8, 0) - 0.9) < 1e-12);
-    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 0), 1, 1, 0, 4), 1);
-    CHECK_EQ(spec_choose(&cpu, spec_acceptance(0, 1), 1, 1, 0, 4), 0);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 1), 1, 1, tl, 4), 1);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(0, 1), 1, 1, tl, 4), 0);
     struct spec_probe p_lin = { 0, 0 }, p_dear = { 0, 0 }, p = { 0, 0 }, p_no = { 0, 0 };
-    int probes = 0;
+    struct spec_probe p_look = { 0, 0 }, p_new = { 0, 0 };
+    int probes = 0, look = 0, fresh = 0;
     int64_t at[16], n_at = 0;
     for (int64_t tick = 0; tick < 1200; tick++) {
         CHECK_EQ(spec_auto_levels(&lin, 8, 0, 1, 1, 0, 4, &p_lin), 0);
         CHECK_EQ(spec_auto_levels(&cpu, 8, 0, 4, 1, 8.0, 4, &p_dear), 0);
         /* 0 of 3 (1/5): kept, the probe would give 1/3, no better */
-        CHECK_EQ(spec_auto_levels(&cpu, 0, 3, 1, 1, 0, 4, &p_no), 0);
-        int k = spec_auto_levels(&cpu, 0, 1, 1, 1, 0, 4, &p);
+        CHECK_EQ(spec_auto_levels(&cpu, 0, 3, 1, 1, tl, 4, &p_no), 0);
+        /* lookup (no cost per level): every 16th call, never stopping */
+        look += spec_auto_levels(&cpu, 0, 3, 1, 1, 0, 4, &p_look);
+        /* nothing rejected yet: probes as if every draft were kept (a
+         * kept probe, 2/3, would not pay with levels of half a decode) */
+        if (tick < 48)
+            fresh += spec_auto_levels(&cpu, 0, 0, 1, 1, 0.5, 4, &p_new);
+        int k = spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, &p);
         CHECK(k == 0 || k == 1);
         if (k && n_at < 16)
             at[n_at++] = tick;
@@ -223,6 +232,9 @@ main(void)
     /* the 16th, 48th, 112th, 240th, 496th call, then every 256th */
     static const int64_t want_at[] = { 15, 47, 111, 239, 495, 751, 1007 };
     CHECK_EQ(probes, 7);
+    CHECK_EQ(look, 75);
+    CHECK_EQ(fresh, 2);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 0), 1, 1, 0.5, 4), 0);
     CHECK_EQ(n_at, 7);
     for (int64_t j = 0; j < n_at && j < 7; j++)
         CHECK_EQ(at[j], want_at[j]);
@@ -232,9 +244,9 @@ main(void)
     CHECK_EQ(p.period, SPEC_PROBE_MAX);
     probes = 0;
     for (int tick = 0; tick < 255; tick++)
-        probes += spec_auto_levels(&cpu, 0, 1, 1, 1, 0, 4, &p);
+        probes += spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, &p);
     CHECK_EQ(probes, 0);
-    CHECK_EQ(spec_auto_levels(&cpu, 0, 1, 1, 1, 0, 4, &p), 1);
+    CHECK_EQ(spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, &p), 1);
     struct spec_cost none = { 0, { 0 }, { 0 } };
     CHECK_EQ(spec_choose(&none, 0.5, 1, 1, 0, 5), 5);
     T_DONE();
