@@ -106,6 +106,7 @@ struct rows {
     const int64_t *n_anc;
     int fc;
     struct eagle_stream *const *st;     /* row r's stream (NULL: all e->cur's) */
+    int kv_only;                /* the rows' K/V stored, nothing else computed */
 };
 
 static void
@@ -204,7 +205,9 @@ weight(struct eagle_draft *e, int i, const float *src, int64_t rows, int64_t col
 /* the decoder layer from its attention input x, the residual stream e->h0
  * beside it: q/k/v (matrices wt[0..2]), RoPE, the rows' K/V stored,
  * attention, wt[3], the norm ffn_norm and the MLP (wt[4..6]); the output
- * in e->out */
+ * in e->out.  With rw->kv_only the K/V only: a position's keys and values
+ * depend on its inputs alone, and a stable position's output is never read
+ * (the root's is, which runs in full). */
 static void
 layer(struct eagle_draft *e, const struct rows *rw, const float *x, const int wt[7],
       const float *ffn_norm)
@@ -213,13 +216,18 @@ layer(struct eagle_draft *e, const struct rows *rw, const float *x, const int wt
     const struct eagle_config *c = &e->h.c;
     int64_t n = rw->n, d = e->d;
 
-    mm(e, e->q, x, n, wt[0], NULL, wt[1], e->k, wt[2], e->v);
-    bw->rope_fwd(e->q, n, c->n_head, c->head_dim, e->cs, c->rope.n_rot, c->rope.style);
+    if (rw->kv_only)
+        mm(e, e->k, x, n, wt[1], NULL, wt[2], e->v, -1, NULL);
+    else
+        mm(e, e->q, x, n, wt[0], NULL, wt[1], e->k, wt[2], e->v);
     bw->rope_fwd(e->k, n, c->n_head_kv, c->head_dim, e->cs, c->rope.n_rot, c->rope.style);
     for (int64_t r = 0; r < n; r++) {
         memcpy(rw->kdst[r], e->k + r * e->kd, (size_t)e->kd * sizeof(float));
         memcpy(rw->vdst[r], e->v + r * e->kd, (size_t)e->kd * sizeof(float));
     }
+    if (rw->kv_only)
+        return;
+    bw->rope_fwd(e->q, n, c->n_head, c->head_dim, e->cs, c->rope.n_rot, c->rope.style);
     attend(e, rw);
     mm(e, e->h1, e->a, n, wt[3], NULL, -1, NULL, -1, NULL);
     for (int64_t i = 0; i < n * d; i++)
@@ -488,7 +496,7 @@ level_point(struct eagle_draft *e, int64_t n)
         kd_[i] = e->ck + i * e->kd, vd_[i] = e->cv + i * e->kd;
         sts[i] = e->st0;        /* not e->cur: a stream that may be gone */
     }
-    struct rows rw = { n, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, sts };
+    struct rows rw = { n, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, sts, 0 };
     for (int t = 0; t < 2; t++) {
         double t0 = now_seconds();
         run_rows(e, &rw);
@@ -693,21 +701,25 @@ stable_row(struct eagle_draft *e, struct chain_rows *b, struct eagle_stream *st,
     b->st[r] = st;
 }
 
+/* b's rows, their logits from row lg0 on; kv_only: their K/V only
+ * (struct rows) */
 static void
-run_chain_rows(struct eagle_draft *e, struct chain_rows *b, int64_t lg0, int fc)
+run_chain_rows(struct eagle_draft *e, struct chain_rows *b, int64_t lg0, int fc, int kv_only)
 {
     struct rows rw = { b->n, lg0, b->tok, b->fin, b->pos, b->lim, b->kd, b->vd, b->anc, b->na,
-                       fc, b->st };
-    run_rows(e, &rw);
+                       fc, b->st, kv_only };
+    if (b->n > 0)
+        run_rows(e, &rw);
 }
 
 /* the stable positions of the n streams st[i] up to their roots (head
  * position p: token hist[i][p + 1], feature p; root n_hist[i] - 2, whose
  * output is always recomputed), in head passes of at most STABLE_ROWS
- * rows, the n <= STABLE_ROWS roots in the last.  The callers checked 2 <=
- * n_hist <= n_feat + 1.  Returns the roots' first row in e->out; their
- * logits are e->logits' rows 0 .. n-1. */
-static int64_t
+ * rows: the positions before the roots their K/V only, then the n <=
+ * STABLE_ROWS roots in full.  The callers checked 2 <= n_hist <= n_feat +
+ * 1.  The roots' outputs are e->out's rows 0 .. n-1, their logits
+ * e->logits'. */
+static void
 stable_pass(struct eagle_draft *e, struct eagle_stream *const *st, const int32_t *const *hist,
             const int64_t *n_hist, int64_t n)
 {
@@ -727,20 +739,20 @@ stable_pass(struct eagle_draft *e, struct eagle_stream *const *st, const int32_t
         if (st[i]->P > last)
             st[i]->P = last;
         for (int64_t p = st[i]->P; p < last; p++) {
-            if (b.n == STABLE_ROWS - n) {
-                run_chain_rows(e, &b, b.n, 1);
+            if (b.n == STABLE_ROWS) {
+                run_chain_rows(e, &b, b.n, 1, 1);
                 b.n = 0;
             }
             stable_row(e, &b, st[i], hist[i], p);
         }
     }
-    int64_t lg0 = b.n;
+    run_chain_rows(e, &b, b.n, 1, 1);
+    b.n = 0;
     for (int64_t i = 0; i < n; i++) {
         stable_row(e, &b, st[i], hist[i], n_hist[i] - 2);
         st[i]->P = n_hist[i] - 1;
     }
-    run_chain_rows(e, &b, lg0, 1);
-    return lg0;
+    run_chain_rows(e, &b, 0, 1, 0);
 }
 
 /* e->cur's stable positions up to n - 2; e->hroot its root's output, the
@@ -748,8 +760,8 @@ stable_pass(struct eagle_draft *e, struct eagle_stream *const *st, const int32_t
 static void
 catch_up(struct eagle_draft *e, const int32_t *hist, int64_t n)
 {
-    int64_t r = stable_pass(e, &e->cur, &hist, &n, 1);
-    memcpy(e->hroot, e->out + r * e->d, (size_t)e->d * sizeof(float));
+    stable_pass(e, &e->cur, &hist, &n, 1);
+    memcpy(e->hroot, e->out, (size_t)e->d * sizeof(float));
 }
 
 static int
@@ -833,7 +845,7 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
             anc[r] = slots[r];
             kd_[r] = e->ck + (int64_t)c->fed * e->kd, vd_[r] = e->cv + (int64_t)c->fed * e->kd;
         }
-        struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL };
+        struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL, 0 };
         run_rows(e, &rw);
         levels++;
         e->n_fed += nf;
@@ -926,13 +938,13 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
     }
     if (n_root == 0)
         return;
-    int64_t lg0 = stable_pass(e, sts, hs, nhs, n_root);
+    stable_pass(e, sts, hs, nhs, n_root);
     double t0 = now_seconds();  /* after the stable pass: level_observed() leaves it out */
     /* the roots' outputs in fed slots 0 .. n_root-1 (never attended to:
      * a root's K/V are its stream's); their children */
     for (int64_t j = 0; j < n_root; j++) {
         struct eagle_chain_req *q = &rq[root[j]];
-        memcpy(e->ch + j * e->d, e->out + (lg0 + j) * e->d, (size_t)e->d * sizeof(float));
+        memcpy(e->ch + j * e->d, e->out + j * e->d, (size_t)e->d * sizeof(float));
         int32_t t = top1(e, e->logits + j * e->n_lm, &score[j]);
         if (score[j] < floor_lp)
             continue;
@@ -959,7 +971,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
             b.kd[r] = e->ck + f * e->kd, b.vd[r] = e->cv + f * e->kd;
             b.st[r] = q->st;
         }
-        run_chain_rows(e, &b, 0, 0);
+        run_chain_rows(e, &b, 0, 0, 0);
         levels++;
         int64_t n_next = 0;
         for (int64_t k = 0; k < n_live; k++) {

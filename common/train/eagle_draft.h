@@ -126,8 +126,8 @@ struct eagle_chain_req {
 
 /* eagle_streams_chains() : the head's greedy chain (eagle_stream_tree() of
  * width 1 and depth max, the confidence floor p_min) for each of the n
- * requests, the streams' rows batched: their stable positions and roots in
- * one head pass (or several of at most 64 rows), then one pass per level
+ * requests, the streams' rows batched: their stable positions (keys and
+ * values only) in passes of at most 64 rows, the roots in one, then one pass per level
  * for all the chains still growing, so the head's weights are read once
  * per level rather than once per sequence and level.  A request whose
  * features are missing gets no tokens.  Returns 0. */
@@ -150,7 +150,8 @@ const float *eagle_draft_root_out(const struct eagle_draft *e);
  * rows) or by eagle_draft_measure, times a running mean of the drafts'
  * measured cost over the curve's (of their levels after the first: the
  * first is the catch-up on the positions since the last draft, as long
- * as a level when drafting every step, far longer after a gap) */
+ * as a level when drafting every step, longer after a gap, though the
+ * positions before the root cost only their keys and values) */
 double eagle_draft_level_ms(const struct eagle_draft *e, int64_t n);
 
 /* eagle_draft_measure() : measures the level cost curve for 1, 2, 4 ...
