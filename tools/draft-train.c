@@ -20,8 +20,8 @@ static const char usage_line[] =
     "                   [--ttt-steps n] [--epochs n] [--max-time seconds] [--lr x] [--batch n]\n"
     "                   [--seq-len n] [--seed n] [--cache dir] [--checkpoint-every n] [--resume]\n"
     "                   [--draft-vocab n] [--noise x] [--clip x] [--no-fc-bias] [--gen-tokens n]\n"
-    "                   [--gen-temp t] [--train-on-prompts] [--eval file] [-t n]\n"
-    "                   [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
+    "                   [--gen-temp t] [--train-on-prompts] [--eval file] [--init random|target]\n"
+    "                   [-t n] [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
 
 static const char help_text[] =
     "draft-train - train an EAGLE-1 or EAGLE-3 draft head for speculative decoding\n"
@@ -37,6 +37,9 @@ static const char help_text[] =
     "      --arch NAME         eagle1 (default) or eagle3 (features of three layers, own LM head\n"
     "                          over the --draft-vocab tokens, training-time test)\n"
     "      --ttt-steps N       eagle3: steps of the training-time test unrolled (default 7)\n"
+    "      --init NAME         the head's start: random, or target (eagle3 on a llama model:\n"
+    "                          the model's last layer, final norm and LM head rows, the FC\n"
+    "                          passing the deepest feature; the default there)\n"
     "\n"
     "Training:\n"
     "      --epochs N          passes over the training sequences\n"
@@ -86,11 +89,12 @@ enum {
     OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS,
     OPT_EVAL, OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
     OPT_NO_FC_BIAS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
-    OPT_TRAIN_PROMPTS,
+    OPT_TRAIN_PROMPTS, OPT_INIT,
 };
 
 static const struct option longopts[] = {
     { "arch", required_argument, NULL, OPT_ARCH },
+    { "init", required_argument, NULL, OPT_INIT },
     { "batch", required_argument, NULL, OPT_BATCH },
     { "cache", required_argument, NULL, OPT_CACHE },
     { "checkpoint-every", required_argument, NULL, OPT_CKPT },
@@ -143,6 +147,11 @@ main(int argc, char **argv)
                 usage_error(usage_line, "--arch: '%s' is not supported (eagle1, eagle3)",
                             ESC(optarg));
             o.arch = optarg[5] == '3' ? 3 : 1;
+            break;
+        case OPT_INIT:
+            if (strcmp(optarg, "random") != 0 && strcmp(optarg, "target") != 0)
+                usage_error(usage_line, "--init: '%s' is not one of random, target", ESC(optarg));
+            o.init = optarg[0] == 'r' ? DRAFT_INIT_RANDOM : DRAFT_INIT_TARGET;
             break;
         case OPT_BATCH: o.batch = cli_parse_i64(optarg, 1, 4096, "--batch", false); break;
         case OPT_CACHE: o.cache_dir = optarg; break;
@@ -202,6 +211,8 @@ main(int argc, char **argv)
         { o.output && !strcmp(o.output, "-"), "-o: the head is written to a file, not stdout" },
         { o.epochs == 0 && o.max_time == 0, "give --epochs or --max-time" },
         { ttt && o.arch != 3, "--ttt-steps: only with --arch eagle3" },
+        { o.init == DRAFT_INIT_TARGET && o.arch != 3,
+          "--init target: only with --arch eagle3 (an EAGLE-1 head regresses the features)" },
         { o.no_fc_bias && o.arch == 3, "--no-fc-bias: an EAGLE-3 head's FC has no bias anyway" },
         { o.model && o.data && !strcmp(o.model, "-") , "-m: the model must be a file" },
         { o.eval && o.data && !strcmp(o.eval, "-") && !strcmp(o.data, "-"),

@@ -100,6 +100,7 @@ struct run {
     /* --resume: the data the checkpoint's run trained on, repeated whatever
      * the time (eagle_io.h: eagle.ckpt.prompts, .sequences, .train_time) */
     bool pinned;
+    bool init_target;           /* the head started from the target's last layer */
     int64_t pin_prompts, pin_seqs;
     double pin_train_time;
     struct eagle_head ck_h;
@@ -1548,6 +1549,18 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
                       o->model);
         goto out;
     }
+    /* (--resume: the checkpoint's head replaces it; --init is no option
+     * of the run's result then, so run_options leaves it out) */
+    r.init_target = o->init == DRAFT_INIT_TARGET ||
+                    (o->init == DRAFT_INIT_AUTO && o->arch == EAGLE_ARCH_3 &&
+                     r.m->hp.arch == MODEL_ARCH_LLAMA);
+    if (r.init_target && (rc = eagle_target_init_head(&r.tgt, &r.h, r.fz.lm)) < 0) {
+        rc = rc == -ST_NOMEM ? diag_set(d, ST_NOMEM, "out of memory")
+                             : diag_set(d, ST_RANGE, "'%s': --init target: the head starts from "
+                                        "a llama model's last layer, and this is a %s model",
+                                        o->model, r.m->hp.arch_name);
+        goto out;
+    }
     if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)
         memset(r.h.t[EAGLE_FC_B], 0, (size_t)r.d * sizeof(float));
     r.fd = o->arch == EAGLE_ARCH_3 ? 4 * r.d : r.d;
@@ -1594,10 +1607,13 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
                  "counted%s)",
                  100.0 * r.keep_frac, r.keep_hit ? ", from the cache" : "");
     runcb_info(&o->cb, "%lld tokens, %lld sequences of %lld (%lld held out%s%s%s), %s head %lld "
-               "parameters, CE over %lld tokens%s, kernels '%s'", (long long)r.n_tok,
+               "parameters (%s), CE over %lld tokens%s, kernels '%s'", (long long)r.n_tok,
                (long long)r.n_seq, (long long)r.S, (long long)r.n_hold,
                r.n_ev ? ": --eval '" : "", r.n_ev ? o->eval : "", r.n_ev ? "'" : "",
                o->arch == EAGLE_ARCH_3 ? "EAGLE-3" : "EAGLE-1", (long long)r.h.n_param,
+               r.pinned        ? "from the checkpoint"
+               : r.init_target ? "started from the model's last layer"
+                               : "random start",
                (long long)r.fz.n_lm, kept, r.m->be->ops->backward->name);
     if (r.pinned) {
         r.train_time = r.pin_train_time;

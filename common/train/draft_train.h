@@ -90,11 +90,17 @@ struct draft_train_opts {
     const char *eval;          /* NULL, or the held-out text (as data; never trained on) */
     bool train_prompts;        /* the loss over every position, not the responses' only (the
                                 * held-out figures stay the responses') */
+    int init;                  /* enum draft_init */
 };
+
+/* the head's starting point: random, or (EAGLE-3 on a llama model, the
+ * default there) the target's last layer, final norm and LM head rows
+ * (eagle_target_init_head) */
+enum draft_init { DRAFT_INIT_AUTO, DRAFT_INIT_RANDOM, DRAFT_INIT_TARGET };
 
 #define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, 1, 7, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
                                 8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 }, 256, 0.0f, false, \
-                                false, NULL, false }
+                                false, NULL, false, DRAFT_INIT_AUTO }
 
 struct draft_train_report {
     int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */

@@ -179,3 +179,53 @@ eagle_target_features3(struct eagle_target *t, const int32_t *tokens, int64_t n,
 {
     return run(t, tokens, n, feat3, feat, d);
 }
+
+/* (a start, not a copy: the head has no biases and a RoPE without the
+ * target's frequency factors, and its layer reads other inputs) */
+int
+eagle_target_init_head(struct eagle_target *t, struct eagle_head *h, const float *lm)
+{
+    struct model *m = t->m;
+    const struct model_layer *L = &m->layers[m->hp.n_layer - 1];
+    int64_t d = t->c.d;
+    const struct {
+        const struct model_weight *w;
+        int dst;
+        bool half;              /* into the hidden half of a [rows][2d] matrix */
+    } map[] = {
+        { &L->attn_norm, EAGLE3_HID_NORM, false }, { &L->wq, EAGLE3_WQ, true },
+        { &L->wk, EAGLE3_WK, true }, { &L->wv, EAGLE3_WV, true }, { &L->wo, EAGLE3_WO, false },
+        { &L->ffn_norm, EAGLE3_FFN_NORM, false }, { &L->ffn_gate, EAGLE3_GATE, false },
+        { &L->ffn_up, EAGLE3_UP, false }, { &L->ffn_down, EAGLE3_DOWN, false },
+        { &m->output_norm, EAGLE3_OUT_NORM, false },
+    };
+
+    if (h->c.arch != EAGLE_ARCH_3 || m->hp.arch != MODEL_ARCH_LLAMA || h->c.d != d)
+        return -ST_RANGE;
+    /* (a norm may be [1][d] or [d][1]; an absent tensor, 0 x 0, fails) */
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        const struct model_weight *w = map[i].w;
+        int64_t rows = h->rows[map[i].dst], cols = h->cols[map[i].dst];
+        if (map[i].half ? w->rows != rows || 2 * w->cols != cols
+                        : w->rows * w->cols != rows * cols)
+            return -ST_RANGE;
+    }
+    for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
+        const struct model_weight *w = map[i].w;
+        float *y = rows_f32(m, w), *dst = h->t[map[i].dst];
+        if (!y)
+            return -ST_NOMEM;
+        if (map[i].half) {
+            for (int64_t r = 0; r < w->rows; r++)
+                memcpy(dst + r * 2 * d + d, y + r * w->cols, (size_t)w->cols * sizeof(float));
+        } else {
+            memcpy(dst, y, (size_t)(w->rows * w->cols) * sizeof(float));
+        }
+        free(y);
+    }
+    memcpy(h->t[EAGLE3_LM], lm, (size_t)(h->c.n_draft * d) * sizeof(float));
+    float *fc = h->t[EAGLE3_FC];        /* [d][3d]: the third block's diagonal */
+    for (int64_t r = 0; r < d; r++)
+        fc[r * 3 * d + 2 * d + r] += 1.0f;
+    return 0;
+}

@@ -39,6 +39,18 @@ int eagle_target_config(const struct model *m, struct eagle_config *c, struct di
 int eagle_target_init(struct eagle_target *t, struct model *m, int64_t max_n, struct diag *d);
 void eagle_target_release(struct eagle_target *t);
 
+/* eagle_target_init_head() : an EAGLE-3 head h (its random initialisation
+ * made) started from a llama target's last layer: the hidden half of the
+ * q/k/v matrices (the embedding half keeps its random values), the output
+ * projection, the MLP and the norms (attn_norm as the hidden norm), the
+ * target's output_norm as the final norm, lm (the draft vocabulary's rows
+ * of the target's LM head, [n_draft][d]) as its LM head, and the FC passing
+ * the deepest feature through (1 added to the diagonal of its third block):
+ * at the start the head's layer reads roughly what the target's last layer
+ * reads.  Returns 0, -ST_RANGE (an EAGLE-1 head, a target that is no llama
+ * model, shapes that differ), -ST_NOMEM. */
+int eagle_target_init_head(struct eagle_target *t, struct eagle_head *h, const float *lm);
+
 /* eagle_target_features() : feat [n][d] = the final hidden state after the
  * output norm (the LM head's input) of each of the n tokens of one sequence
  * starting at position 0, through model_forward (n <= max_n).  Returns 0 or

@@ -107,6 +107,10 @@ with open(sys.argv[1], 'w') as f:
     [[ $stderr == *"--arch: 'eagle2' is not supported"* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --ttt-steps 3
     [[ $stderr == *"--ttt-steps: only with --arch eagle3"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --init zero
+    [[ $stderr == *"--init: 'zero' is not one of random, target"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --init target
+    [[ $stderr == *"--init target: only with --arch eagle3"* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 1 --arch eagle3 \
         --ttt-steps 17
     run -2 --separate-stderr draft-train -m "$FIX" --data x -o y --epochs 0
@@ -169,7 +173,7 @@ with open(sys.argv[1], 'w') as f:
     run -0 draft-train -m "$FIX" --data text.txt -o e1.gguf --epochs 1 --seq-len 32 --cache c -q
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h1.gguf --epochs 2 \
         --seq-len 32 --cache c --json --arch eagle3 --ttt-steps 3 --draft-vocab 100 -v
-    [[ $stderr == *"EAGLE-3 head"*"CE over 100 tokens"* ]]
+    [[ $stderr == *"EAGLE-3 head"*"(started from the model's last layer), CE over 100 tokens"* ]]
     [[ $stderr == *"(features computed)"* ]]
     [ "$(ls c/*.eaglefeat.zst | wc -l)" -eq 2 ]
     # the training-time test's loss: 3 weighted steps; it falls
@@ -209,6 +213,15 @@ EOF
     run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 -q \
         --cache c --arch eagle3 --ttt-steps 2 --draft-vocab 100
     run -1 cmp -s h1.gguf h3.gguf
+    # the default start of a llama model's EAGLE-3 head is --init target;
+    # a random start trains another head
+    run -0 draft-train -m "$FIX" --data text.txt -o h5.gguf --epochs 2 --seq-len 32 -q \
+        --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100 --init target
+    cmp h1.gguf h5.gguf
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h5.gguf --epochs 2 -f \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100 --init random -v
+    [[ $stderr == *"EAGLE-3 head"*"(random start), CE over 100 tokens"* ]]
+    run -1 cmp -s h1.gguf h5.gguf
     # entries that are not files are neither followed nor opened: symbolic
     # links (to a file the run must not write through) and FIFOs (which
     # would block the read) are removed and the entries written again
@@ -729,6 +742,15 @@ EOF
         --seq-len 32 --draft-vocab 0 -v
     [[ $stderr != *"CE over 40 tokens"* ]]
     run -1 cmp -s a.gguf b.gguf     # differ (1), not missing (2)
+}
+
+@test "draft-train on Gemma 3: --init target (a llama layer's start) is refused (2), nothing written" {
+    need_model GEMMA gemma-3-270m.Q4_K_M.gguf
+    cd "$BATS_TEST_TMPDIR"
+    run -2 --separate-stderr draft-train -m "$GEMMA" --data text.txt -o h.gguf --epochs 1 \
+        --arch eagle3 --seq-len 32 --init target
+    [ "$stderr" = "draft-train: '$GEMMA': --init target: the head starts from a llama model's last layer, and this is a gemma3 model" ]
+    [ ! -e h.gguf ] && [ ! -e h.gguf.ckpt ]
 }
 
 @test "draft-train on Gemma 3: a final logit softcap the head cannot honour is refused (2), nothing written" {

@@ -393,6 +393,61 @@ main(void)
         free(f32), free(ft), free(g3);
     }
 
+    /* a head started from the target's last layer (eagle_target_init_head):
+     * the layer's matrices in the hidden half of q/k/v, in o and the MLP,
+     * its norms (attn_norm as the hidden norm), the model's output norm,
+     * the LM rows given, 1 added to the FC's third block's diagonal; the
+     * rest (the embedding half, the input norm) the random start's */
+    {
+        struct eagle_head hi, hr, h1;
+        const struct model_layer *ll = &m->layers[L - 1];
+        int64_t qd = h.c.n_head * h.c.head_dim, kd = h.c.n_head_kv * h.c.head_dim;
+        CHECK(eagle_head_init(&hi, &c, 11) == 0 && eagle_head_init(&hr, &c, 11) == 0);
+        CHECK(ll->wq.type == GGML_TYPE_F32 && ll->ffn_down.type == GGML_TYPE_F32);
+        CHECK(eagle_target_init_head(&t, &hi, lm) == 0);
+        const struct { const struct model_weight *w; int i; } half[] = {
+            { &ll->wq, EAGLE3_WQ }, { &ll->wk, EAGLE3_WK }, { &ll->wv, EAGLE3_WV },
+        };
+        for (int k = 0; k < 3; k++) {
+            const float *src = half[k].w->data;
+            int64_t rows = half[k].i == EAGLE3_WQ ? qd : kd;
+            CHECK_EQ(half[k].w->rows, rows);
+            for (int64_t r0 = 0; r0 < rows; r0++) {
+                const float *a = hi.t[half[k].i] + r0 * 2 * dd, *b = hr.t[half[k].i] + r0 * 2 * dd;
+                CHECK(memcmp(a, b, (size_t)dd * sizeof(float)) == 0);
+                CHECK(memcmp(a + dd, src + r0 * dd, (size_t)dd * sizeof(float)) == 0);
+            }
+        }
+        const struct { const struct model_weight *w; int i; } whole[] = {
+            { &ll->wo, EAGLE3_WO }, { &ll->ffn_gate, EAGLE3_GATE }, { &ll->ffn_up, EAGLE3_UP },
+            { &ll->ffn_down, EAGLE3_DOWN }, { &ll->attn_norm, EAGLE3_HID_NORM },
+            { &ll->ffn_norm, EAGLE3_FFN_NORM }, { &m->output_norm, EAGLE3_OUT_NORM },
+        };
+        for (int k = 0; k < 7; k++) {
+            int64_t len = hi.rows[whole[k].i] * hi.cols[whole[k].i];
+            CHECK_EQ(whole[k].w->rows * whole[k].w->cols, len);
+            CHECK(memcmp(hi.t[whole[k].i], whole[k].w->data, (size_t)len * sizeof(float)) == 0);
+        }
+        CHECK(memcmp(hi.t[EAGLE3_LM], lm, (size_t)(NDRAFT * dd) * sizeof(float)) == 0);
+        CHECK(memcmp(hi.t[EAGLE3_IN_NORM], hr.t[EAGLE3_IN_NORM], (size_t)dd * sizeof(float)) == 0);
+        int64_t n_diff = 0, n_one = 0;
+        for (int64_t r0 = 0; r0 < dd; r0++)
+            for (int64_t j = 0; j < 3 * dd; j++) {
+                float a = hi.t[EAGLE3_FC][r0 * 3 * dd + j], b = hr.t[EAGLE3_FC][r0 * 3 * dd + j];
+                n_diff += a != b;
+                n_one += j == 2 * dd + r0 && a == b + 1.0f;
+            }
+        CHECK_EQ(n_diff, dd);
+        CHECK_EQ(n_one, dd);
+        /* an EAGLE-1 head is refused, untouched */
+        CHECK(eagle_head_init(&h1, &t.c, 11) == 0);
+        float first = h1.param[0];
+        CHECK(eagle_target_init_head(&t, &h1, lm) == -ST_RANGE && h1.param[0] == first);
+        eagle_head_release(&h1);
+        eagle_head_release(&hi);
+        eagle_head_release(&hr);
+    }
+
     free(g), free(g2), free(u), free(f3), free(feat), free(feat1), free(lm);
     eagle3_ws_free(ws);
     eagle3_ws_free(ws1);
