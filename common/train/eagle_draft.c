@@ -521,19 +521,20 @@ eagle_draft_measure(struct eagle_draft *e, int64_t max_n)
             e->lvl.ms[i] = e->lvl.ms[i - 1];
 }
 
-/* the running correction after a draft's expansions: `levels` levels in
- * `sec` seconds, the curve predicting n rows a level.  The stable pass
+/* the running correction after a draft's expansions: `sec` seconds where
+ * the curve predicted pred_ms (the sum over the levels run of their rows'
+ * cost: a tree's frontier or the chains still growing, often fewer than
+ * the width or the chains drafted).  The stable pass
  * before them (level 1: the positions since the stream's last draft and
  * the root) is left out: after a gap (the whole prompt at a stream's first
  * draft) it runs hundreds of rows, and one such catch-up counted as a level
  * made a head look dear for the rest of the run, so that --spec-tokens auto
  * never drafted with it again. */
 static void
-level_observed(struct eagle_draft *e, double sec, int levels, int64_t n)
+level_observed(struct eagle_draft *e, double sec, double pred_ms)
 {
-    double pred = spec_cost_at(&e->lvl, n);
-    if (pred > 0 && levels > 0)
-        e->lvl_scale = 0.8 * e->lvl_scale + 0.2 * sec * 1000.0 / levels / pred;
+    if (pred_ms > 0)
+        e->lvl_scale = 0.8 * e->lvl_scale + 0.2 * sec * 1000.0 / pred_ms;
 }
 
 const float *
@@ -798,7 +799,7 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
         return 0;
     if (depth > LEVELS_MAX)
         depth = LEVELS_MAX;
-    int levels = 0;             /* expanded after level 1 */
+    double pred = 0;            /* the curve's ms for the levels after level 1 */
     e->cur = st;
     catch_up(e, hist, n_hist);
     double t0 = now_seconds();  /* after the catch-up: level_observed() leaves it out */
@@ -847,7 +848,7 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
         }
         struct rows rw = { nf, 0, tok, fin, pos, lim, kd_, vd_, anc, na, 0, NULL, 0 };
         run_rows(e, &rw);
-        levels++;
+        pred += spec_cost_at(&e->lvl, nf);
         e->n_fed += nf;
         f0 = e->n_c;
         for (int64_t r = 0; r < nf; r++) {
@@ -862,7 +863,7 @@ eagle_stream_tree(struct eagle_draft *e, struct eagle_stream *st, const int32_t 
         f1 = e->n_c;
     }
     /* the cost per level, for the draft size (spec_choose) */
-    level_observed(e, now_seconds() - t0, levels, k);
+    level_observed(e, now_seconds() - t0, pred);
     /* the best budget candidates, in (depth, index) order so that parents come first */
     int64_t ns = 0;
     for (int64_t i = 0; i < e->n_c; i++)
@@ -921,7 +922,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
     int64_t root[CHAIN_GROUP], n_root = 0, live[CHAIN_GROUP], n_live = 0;
     int32_t slots[CHAIN_GROUP][LEVELS_MAX];
     float score[CHAIN_GROUP];
-    int levels = 0;             /* run after level 1 */
+    double pred = 0;            /* the curve's ms for the levels run after level 1 */
 
     /* level 0: every stream's stable positions and its root, together */
     struct eagle_stream *sts[CHAIN_GROUP];
@@ -972,7 +973,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
             b.st[r] = q->st;
         }
         run_chain_rows(e, &b, 0, 0, 0);
-        levels++;
+        pred += spec_cost_at(&e->lvl, b.n);
         int64_t n_next = 0;
         for (int64_t k = 0; k < n_live; k++) {
             int64_t j = live[k];
@@ -989,7 +990,7 @@ chains_group(struct eagle_draft *e, struct eagle_chain_req *rq, int64_t n, float
         }
         n_live = n_next;
     }
-    level_observed(e, now_seconds() - t0, levels, n_root);
+    level_observed(e, now_seconds() - t0, pred);
 }
 
 int
