@@ -1531,6 +1531,17 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         goto out;
     }
     r.d = r.tgt.c.d;
+    /* (before the data's preparation, which may answer prompts for minutes;
+     * --resume: the checkpoint's head replaces the start, and --init is no
+     * option of the run's result then, so run_options leaves it out) */
+    r.init_target = o->init == DRAFT_INIT_TARGET ||
+                    (o->init == DRAFT_INIT_AUTO && o->arch == EAGLE_ARCH_3 &&
+                     r.m->hp.arch == MODEL_ARCH_LLAMA);
+    if (r.init_target && (o->arch != EAGLE_ARCH_3 || r.m->hp.arch != MODEL_ARCH_LLAMA)) {
+        rc = diag_set(d, ST_RANGE, "'%s': --init target: the head starts from a llama model's "
+                      "last layer, and this is a %s model", o->model, r.m->hp.arch_name);
+        goto out;
+    }
     if ((rc = eagle_base_sha256(r.m, r.base_sha)) < 0) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
@@ -1549,16 +1560,10 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
                       o->model);
         goto out;
     }
-    /* (--resume: the checkpoint's head replaces it; --init is no option
-     * of the run's result then, so run_options leaves it out) */
-    r.init_target = o->init == DRAFT_INIT_TARGET ||
-                    (o->init == DRAFT_INIT_AUTO && o->arch == EAGLE_ARCH_3 &&
-                     r.m->hp.arch == MODEL_ARCH_LLAMA);
     if (r.init_target && (rc = eagle_target_init_head(&r.tgt, &r.h, r.fz.lm)) < 0) {
         rc = rc == -ST_NOMEM ? diag_set(d, ST_NOMEM, "out of memory")
-                             : diag_set(d, ST_RANGE, "'%s': --init target: the head starts from "
-                                        "a llama model's last layer, and this is a %s model",
-                                        o->model, r.m->hp.arch_name);
+                             : diag_set(d, ST_RANGE, "'%s': --init target: the model's last layer "
+                                        "does not have the head's shapes", o->model);
         goto out;
     }
     if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)

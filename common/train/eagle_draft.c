@@ -283,6 +283,7 @@ run_rows(struct eagle_draft *e, const struct rows *rw)
     struct backend *be = e->m->be;
     int64_t n = rw->n, d = e->d;
 
+    assert(!rw->kv_only || rw->lg0 == n);       /* no logits from rows not run */
     if (h->c.arch == EAGLE_ARCH_3) {
         run_rows3(e, rw);
         return;
@@ -726,7 +727,7 @@ stable_pass(struct eagle_draft *e, struct eagle_stream *const *st, const int32_t
 {
     struct chain_rows b;
 
-    assert(n <= STABLE_ROWS);
+    assert(n <= CHAIN_GROUP);   /* the roots' logits rows (e->logits holds B >= 32) */
     b.n = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t last = n_hist[i] - 2;

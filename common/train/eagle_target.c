@@ -180,6 +180,16 @@ eagle_target_features3(struct eagle_target *t, const int32_t *tokens, int64_t n,
     return run(t, tokens, n, feat3, feat, d);
 }
 
+int
+eagle_deepest_feature(const struct eagle_config *c)
+{
+    int k = 0;
+    for (int i = 1; i < 3; i++)
+        if (c->feat_layer[i] >= c->feat_layer[k])
+            k = i;
+    return k;
+}
+
 /* (a start, not a copy: the head has no biases and a RoPE without the
  * target's frequency factors, and its layer reads other inputs) */
 int
@@ -224,8 +234,9 @@ eagle_target_init_head(struct eagle_target *t, struct eagle_head *h, const float
         free(y);
     }
     memcpy(h->t[EAGLE3_LM], lm, (size_t)(h->c.n_draft * d) * sizeof(float));
-    float *fc = h->t[EAGLE3_FC];        /* [d][3d]: the third block's diagonal */
+    float *fc = h->t[EAGLE3_FC];        /* [d][3d]: the deepest block's diagonal */
+    int64_t k = eagle_deepest_feature(&h->c);
     for (int64_t r = 0; r < d; r++)
-        fc[r * 3 * d + 2 * d + r] += 1.0f;
+        fc[r * 3 * d + k * d + r] += 1.0f;
     return 0;
 }

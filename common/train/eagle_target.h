@@ -45,11 +45,18 @@ void eagle_target_release(struct eagle_target *t);
  * projection, the MLP and the norms (attn_norm as the hidden norm), the
  * target's output_norm as the final norm, lm (the draft vocabulary's rows
  * of the target's LM head, [n_draft][d]) as its LM head, and the FC passing
- * the deepest feature through (1 added to the diagonal of its third block):
- * at the start the head's layer reads roughly what the target's last layer
- * reads.  Returns 0, -ST_RANGE (an EAGLE-1 head, a target that is no llama
- * model, shapes that differ), -ST_NOMEM. */
+ * the deepest feature through (1 added to the diagonal of its block,
+ * eagle_deepest_feature(): the input of layer L - 3 of L): at the start the
+ * head's layer reads the residual stream a few layers before the target's
+ * last, through that layer's weights.  A start, not a copy: the layer's
+ * biases and RoPE frequency factors, if any, are not taken.  Returns 0,
+ * -ST_RANGE (an EAGLE-1 head, a target that is no llama model, shapes that
+ * differ), -ST_NOMEM. */
 int eagle_target_init_head(struct eagle_target *t, struct eagle_head *h, const float *lm);
+
+/* eagle_deepest_feature() : which of an EAGLE-3 config's three feature
+ * blocks (0-2) enters the deepest layer (the last of equals) */
+int eagle_deepest_feature(const struct eagle_config *c);
 
 /* eagle_target_features() : feat [n][d] = the final hidden state after the
  * output norm (the LM head's input) of each of the n tokens of one sequence

@@ -222,6 +222,25 @@ EOF
         --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100 --init random -v
     [[ $stderr == *"EAGLE-3 head"*"(random start), CE over 100 tokens"* ]]
     run -1 cmp -s h1.gguf h5.gguf
+    # a start from the target, barely trained (--lr 1e-9): its LM head is
+    # the model's rows of the draft vocabulary, its final norm the model's
+    run -0 draft-train -m "$FIX" --data text.txt -o h6.gguf --epochs 1 --seq-len 32 -q \
+        --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100 --lr 1e-9
+    "$PY" - "$FIX" h6.gguf <<'EOF'
+import sys, gguf, numpy as np
+m = gguf.GGUFReader(sys.argv[1]); h = gguf.GGUFReader(sys.argv[2])
+mt = {x.name: x for x in m.tensors}; ht = {x.name: x for x in h.tensors}
+lm = np.array(mt['output.weight' if 'output.weight' in mt else 'token_embd.weight'].data)
+f = h.fields['eagle3.draft_vocab']
+ids = [int(f.parts[i][0]) for i in f.data]
+assert len(ids) == 100 and ids != list(range(100)), ids[:10]
+hl = np.array(ht['output.weight'].data)
+assert hl.shape == (100, lm.shape[1]), hl.shape
+err = np.abs(hl - lm[ids]).max() / np.abs(lm[ids]).max()
+assert err < 1e-5, err
+on = np.array(ht['output_norm.weight'].data); mon = np.array(mt['output_norm.weight'].data)
+assert np.abs(on - mon).max() < 1e-5 * np.abs(mon).max()
+EOF
     # entries that are not files are neither followed nor opened: symbolic
     # links (to a file the run must not write through) and FIFOs (which
     # would block the read) are removed and the entries written again

@@ -430,12 +430,19 @@ main(void)
         }
         CHECK(memcmp(hi.t[EAGLE3_LM], lm, (size_t)(NDRAFT * dd) * sizeof(float)) == 0);
         CHECK(memcmp(hi.t[EAGLE3_IN_NORM], hr.t[EAGLE3_IN_NORM], (size_t)dd * sizeof(float)) == 0);
+        /* the deepest feature's block: the fixture's {1, 1, 0} -> the last
+         * of the two layer-1 inputs; SmolLM2's {2, 15, 27} -> the third */
+        int kd3 = eagle_deepest_feature(&c);
+        CHECK_EQ(kd3, 1);
+        struct eagle_config c30 = c;
+        c30.feat_layer[0] = 2, c30.feat_layer[1] = 15, c30.feat_layer[2] = 27;
+        CHECK_EQ(eagle_deepest_feature(&c30), 2);
         int64_t n_diff = 0, n_one = 0;
         for (int64_t r0 = 0; r0 < dd; r0++)
             for (int64_t j = 0; j < 3 * dd; j++) {
                 float a = hi.t[EAGLE3_FC][r0 * 3 * dd + j], b = hr.t[EAGLE3_FC][r0 * 3 * dd + j];
                 n_diff += a != b;
-                n_one += j == 2 * dd + r0 && a == b + 1.0f;
+                n_one += j == kd3 * dd + r0 && a == b + 1.0f;
             }
         CHECK_EQ(n_diff, dd);
         CHECK_EQ(n_one, dd);
