@@ -396,7 +396,7 @@ main(void)
     /* a head started from the target's last layer (eagle_target_init_head):
      * the layer's matrices in the hidden half of q/k/v, in o and the MLP,
      * its norms (attn_norm as the hidden norm), the model's output norm,
-     * the LM rows given, 1 added to the FC's third block's diagonal; the
+     * the LM rows given, 1 added to the diagonal of the FC's deepest block; the
      * rest (the embedding half, the input norm) the random start's */
     {
         struct eagle_head hi, hr, h1;
