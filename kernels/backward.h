@@ -79,7 +79,7 @@ struct backend_backward_ops {
      * diagonal the unrolled steps add).  p [n_head][n][n + s]: columns
      * 0..n-1 the causal part (0 past i), column n + t - 1 step t's key; s = 0
      * is attn_fwd.  bwd accumulates into dk, dv [s + 1][n][...]; scratch:
-     * n + s floats. */
+     * n * (n + s) floats. */
     void (*attn_ttt_fwd)(float *out, float *p, const float *q, const float *k, const float *v,
                          int64_t n, int64_t s, int64_t n_head, int64_t n_head_kv, int64_t hd,
                          float scale);

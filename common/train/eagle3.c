@@ -31,7 +31,7 @@ struct eagle3_ws {
     float *tmp, *d_on, *d_out, *d_h1, *d_m, *d_g, *d_u, *d_xn, *d_a, *d_q, *d_x, *d_hin, *d_next;
     float *z, *t, *dz, *row;    /* [CE_ROWS][n_draft] x3, [CE_ROWS] */
     float *cs;                  /* [max_n + steps][n_rot] RoPE angles */
-    float *scratch;             /* [max_n + steps] */
+    float *scratch;             /* [max_n][max_n + steps] */
     float *block;
 };
 
@@ -64,7 +64,7 @@ layout(struct eagle3_ws *ws, float *base, const struct eagle_config *c, int64_t 
     TAKE(ws->d_u, n * ff), TAKE(ws->d_xn, n * d), TAKE(ws->d_a, n * qd), TAKE(ws->d_q, n * qd);
     TAKE(ws->d_x, n * 2 * d), TAKE(ws->d_hin, n * d), TAKE(ws->d_next, n * d);
     TAKE(ws->z, CE_ROWS * V), TAKE(ws->t, CE_ROWS * V), TAKE(ws->dz, CE_ROWS * V);
-    TAKE(ws->row, CE_ROWS), TAKE(ws->cs, (n + S) * c->rope.n_rot), TAKE(ws->scratch, n + S);
+    TAKE(ws->row, CE_ROWS), TAKE(ws->cs, (n + S) * c->rope.n_rot), TAKE(ws->scratch, n * (n + S));
 #undef TAKE
     return off;
 }

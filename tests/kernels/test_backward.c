@@ -433,6 +433,38 @@ test_opt(const struct backend_backward_ops *opt, const struct backend_backward_o
     for (int i = 0; i < 3; i++)
         free(g0[i]), free(g1[i]);
 
+    /* the training-time-test attention at step 2: step 0's causal keys and
+     * the two diagonal columns; the gradients accumulate onto nonzero */
+    int64_t st = 2, wt = nt + st;
+    q = fvec(nt * qd, 1), kk = fvec((st + 1) * nt * kd, 1), v = fvec((st + 1) * nt * kd, 1);
+    dout = fvec(nt * qd, 1), o0 = fzeros(nt * qd), o1 = fzeros(nt * qd);
+    p0 = fzeros(h * nt * wt), p1 = fzeros(h * nt * wt), scr = fzeros(nt * wt);
+    int64_t gn[3] = { nt * qd, (st + 1) * nt * kd, (st + 1) * nt * kd };
+    for (int i = 0; i < 3; i++) {
+        g0[i] = fvec(gn[i], 1), g1[i] = fzeros(gn[i]);
+        memcpy(g1[i], g0[i], (size_t)gn[i] * sizeof(float));
+    }
+    ref->attn_ttt_fwd(o0, p0, q, kk, v, nt, st, h, hkv, hd, sc);
+    opt->attn_ttt_fwd(o1, p1, q, kk, v, nt, st, h, hkv, hd, sc);
+    CHECK(fdiff(o1, o0, nt * qd) <= OPT_TOL);
+    CHECK(fdiff(p1, p0, h * nt * wt) <= OPT_TOL);
+    ref->attn_ttt_bwd(g0[0], g0[1], g0[2], dout, p0, q, kk, v, nt, st, h, hkv, hd, sc, scr);
+    opt->attn_ttt_bwd(g1[0], g1[1], g1[2], dout, p1, q, kk, v, nt, st, h, hkv, hd, sc, scr);
+    for (int i = 0; i < 3; i++)
+        CHECK(fdiff(g1[i], g0[i], gn[i]) <= OPT_TOL);
+    printf("attn_ttt   %s vs ref: out %.3g dq %.3g dk %.3g dv %.3g\n", opt->name,
+           fdiff(o1, o0, nt * qd), fdiff(g1[0], g0[0], gn[0]), fdiff(g1[1], g0[1], gn[1]),
+           fdiff(g1[2], g0[2], gn[2]));
+    /* without dq and dk (a frozen input's gradient): dv alone, the same */
+    memset(g1[2], 0, (size_t)gn[2] * sizeof(float));
+    memset(g0[2], 0, (size_t)gn[2] * sizeof(float));
+    ref->attn_ttt_bwd(NULL, NULL, g0[2], dout, p0, q, kk, v, nt, st, h, hkv, hd, sc, scr);
+    opt->attn_ttt_bwd(NULL, NULL, g1[2], dout, p1, q, kk, v, nt, st, h, hkv, hd, sc, scr);
+    CHECK(fdiff(g1[2], g0[2], gn[2]) <= OPT_TOL);
+    free(q), free(kk), free(v), free(dout), free(o0), free(o1), free(p0), free(p1), free(scr);
+    for (int i = 0; i < 3; i++)
+        free(g0[i]), free(g1[i]);
+
     /* the element-wise entries: the same functions, or the same results */
     int64_t ne = 64;
     float *a = fvec(ne, 2), *c = fvec(ne, 2), *e0 = fzeros(ne), *e1 = fzeros(ne);
