@@ -8,7 +8,10 @@
  * the steps in reverse: step s's keys and values collect the gradients of
  * every later step's attention before they go back through their
  * projections, and step s's output collects those of step s + 1's input.
- * The LM head's logits are formed CE_ROWS rows at a time in the backward.
+ * The LM head's logits are formed ce_rows rows at a time in the backward:
+ * as many as CE_ELEMS floats per buffer hold (at least CE_ROWS_MIN, at most
+ * a step's rows), so that a small draft vocabulary's sgemm calls are not
+ * 32 rows each, every one packing the LM heads again.
  */
 #include <assert.h>
 #include <math.h>
@@ -18,7 +21,8 @@
 #include "eagle3.h"
 #include "status.h"
 
-#define CE_ROWS 32
+#define CE_ROWS_MIN 32
+#define CE_ELEMS ((int64_t)1 << 20)
 #define S_MAX EAGLE3_MAX_STEPS
 
 struct eagle3_ws {
@@ -29,7 +33,8 @@ struct eagle3_ws {
         *xn[S_MAX], *g[S_MAX], *u[S_MAX], *m[S_MAX], *out[S_MAX], *on[S_MAX];
     float *k, *v, *dk, *dv;     /* [steps][n][kd] */
     float *tmp, *d_on, *d_out, *d_h1, *d_m, *d_g, *d_u, *d_xn, *d_a, *d_q, *d_x, *d_hin, *d_next;
-    float *z, *t, *dz, *row;    /* [CE_ROWS][n_draft] x3, [CE_ROWS] */
+    int64_t ce_rows, ce_cap;    /* rows of the logits formed at a time; the buffers' */
+    float *z, *t, *dz, *row;    /* [ce_rows][n_draft] x3, [ce_rows] */
     float *cs;                  /* [max_n + steps][n_rot] RoPE angles */
     float *scratch;             /* [max_n][max_n + steps] */
     float *block;
@@ -63,8 +68,10 @@ layout(struct eagle3_ws *ws, float *base, const struct eagle_config *c, int64_t 
     TAKE(ws->d_out, n * d), TAKE(ws->d_h1, n * d), TAKE(ws->d_m, n * ff), TAKE(ws->d_g, n * ff);
     TAKE(ws->d_u, n * ff), TAKE(ws->d_xn, n * d), TAKE(ws->d_a, n * qd), TAKE(ws->d_q, n * qd);
     TAKE(ws->d_x, n * 2 * d), TAKE(ws->d_hin, n * d), TAKE(ws->d_next, n * d);
-    TAKE(ws->z, CE_ROWS * V), TAKE(ws->t, CE_ROWS * V), TAKE(ws->dz, CE_ROWS * V);
-    TAKE(ws->row, CE_ROWS), TAKE(ws->cs, (n + S) * c->rope.n_rot), TAKE(ws->scratch, n * (n + S));
+    int64_t cr = CE_ELEMS / V < CE_ROWS_MIN ? CE_ROWS_MIN : CE_ELEMS / V;
+    ws->ce_rows = ws->ce_cap = cr < n ? cr : n;
+    TAKE(ws->z, ws->ce_rows * V), TAKE(ws->t, ws->ce_rows * V), TAKE(ws->dz, ws->ce_rows * V);
+    TAKE(ws->row, ws->ce_rows), TAKE(ws->cs, (n + S) * c->rope.n_rot), TAKE(ws->scratch, n * (n + S));
 #undef TAKE
     return off;
 }
@@ -101,6 +108,13 @@ eagle3_ws_new(struct eagle3_ws **out, const struct eagle_config *c, int64_t max_
         ops_rope_angles(ws->cs + i * c->rope.n_rot, (int32_t)i, &rp);
     *out = ws;
     return 0;
+}
+
+int64_t
+eagle3_ws_ce_rows(struct eagle3_ws *ws, int64_t rows)
+{
+    ws->ce_rows = rows < 1 ? 1 : rows > ws->ce_cap ? ws->ce_cap : rows;
+    return ws->ce_rows;
 }
 
 void
@@ -206,8 +220,8 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
     int64_t n = ws->n, d = h->c.d, V = h->c.n_draft, valid = n - s;
     const float *lm = h->t[EAGLE3_LM];
 
-    for (int64_t r0 = 0; r0 < valid; r0 += CE_ROWS) {
-        int64_t rows = valid - r0 < CE_ROWS ? valid - r0 : CE_ROWS;
+    for (int64_t r0 = 0; r0 < valid; r0 += ws->ce_rows) {
+        int64_t rows = valid - r0 < ws->ce_rows ? valid - r0 : ws->ce_rows;
         const float *o = ws->on[s] + r0 * d;
         /* rows none of which counts (a prompt's): nothing to add, and at
          * s == 0 the same rows are the ones the agreement counts */

@@ -42,6 +42,11 @@ int eagle3_ws_new(struct eagle3_ws **out, const struct eagle_config *c, int64_t 
                   int steps);
 void eagle3_ws_free(struct eagle3_ws *ws);
 size_t eagle3_ws_bytes(const struct eagle_config *c, int64_t max_n, int steps);
+/* eagle3_ws_ce_rows() : form the LM head's logits at most rows rows at a
+ * time (clamped to 1 .. the rows the buffers hold: ws_new's choice, from
+ * the draft vocabulary); returns the rows now used.  For tests: chunks of
+ * any size give the same loss and gradient. */
+int64_t eagle3_ws_ce_rows(struct eagle3_ws *ws, int64_t rows);
 
 /* eagle3_forward() : the unrolled steps on next[n] (token i + 1 at row i)
  * and features feat [n][3d] (n <= max_n), keeping the activations. */
