@@ -98,6 +98,7 @@ struct sched {
     float *hidden;              /* with a head: the step's final hidden states (the head's
                                  * buffer, eagle_draft_hidden; EAGLE-3 captures its
                                  * features through hooks beside it) */
+    bool own_hidden;            /* hidden is ours (feat_rows) */
     int64_t *rowidx;            /* [max_batch_tokens] with a head: 0, 1, 2 ... */
     struct eagle_chain_req *hreq;       /* [max_seqs] with a head: this step's chains */
     int64_t spec_lim;           /* this step's draft size per sequence, at most spec_tokens */
@@ -233,6 +234,9 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
     if (o->head && (o->draft || o->prefix_cache))
         return diag_set(d, ST_RANGE, "an EAGLE head goes with neither a draft model nor the "
                         "prefix cache");
+    if (o->feat_rows && (o->head || o->draft || o->prefix_cache))
+        return diag_set(d, ST_RANGE, "a feature sink goes with neither a draft model nor an "
+                        "EAGLE head nor the prefix cache");
     if (o->spec_tokens < 0 || o->spec_tokens > 64 || o->lookup_ngram < 1 || o->lookup_ngram > 16)
         return diag_set(d, ST_RANGE, "speculative options out of range");
     if ((size_t)(o->max_seqs + (o->spec_tokens ? o->max_batch_tokens : 0)) >
@@ -267,11 +271,20 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
         s->dseq = malloc((size_t)o->max_seqs * sizeof(*s->dseq));
     if (o->head && eagle_draft_hidden(o->head, o->max_batch_tokens, &s->hidden, NULL) < 0)
         s->hidden = NULL;
+    if (o->feat_rows &&
+        (size_t)o->max_batch_tokens > SIZE_MAX / sizeof(float) / (size_t)m->hp.n_embd) {
+        sched_free(s);
+        return diag_set(d, ST_NOMEM, "too many batch tokens for the features' buffer");
+    }
+    if (o->feat_rows)
+        s->own_hidden = !!(s->hidden = malloc((size_t)(o->max_batch_tokens * m->hp.n_embd) *
+                                              sizeof(float)));
     if (o->head && (s->rowidx = malloc((size_t)o->max_batch_tokens * sizeof(int64_t))))
         for (int64_t i = 0; i < o->max_batch_tokens; i++)
             s->rowidx[i] = i;
     if (!s->run || !s->bt || !s->logits || (o->draft && (!s->dreq || !s->dseq)) ||
-        (o->head && (!s->hidden || !s->rowidx || !s->hreq || !s->dseq))) {
+        (o->head && (!s->hidden || !s->rowidx || !s->hreq || !s->dseq)) ||
+        (o->feat_rows && !s->hidden)) {
         sched_free(s);
         return diag_set(d, ST_NOMEM, "out of memory for %lld sequences",
                         (long long)o->max_seqs);
@@ -298,6 +311,8 @@ sched_free(struct sched *s)
     free(s->dseq);
     free(s->rowidx);
     free(s->hreq);
+    if (s->own_hidden)
+        free(s->hidden);
     free(s);
 }
 
@@ -963,7 +978,7 @@ sched_step(struct sched *s, struct diag *d)
     if (n_tok > 0) {
         struct batch b = { n_tok, s->bt, NULL, 0 };
         struct model_out mo = { s->logits, s->hidden };
-        const struct model_hooks *hk = s->o.head ? eagle_draft_hooks(s->o.head) : NULL;
+        const struct model_hooks *hk = s->o.head ? eagle_draft_hooks(s->o.head) : s->o.feat_hooks;
         if ((rc = model_forward(s->m, s->kv, &b, hk, &mo, d)) < 0)
             return rc;
     }
@@ -1007,6 +1022,9 @@ sched_step(struct sched *s, struct diag *d)
         } else {
             if (s->o.head && q->chunk && (rc = head_feed(s, q, q->chunk, d)) < 0)
                 return rc;
+            if (s->o.feat_rows && q->chunk &&
+                s->o.feat_rows(s->o.feat_ctx, q->tag, q->n_done, s->hidden, q->row0, q->chunk) < 0)
+                return diag_set(d, ST_NOMEM, "out of memory for the features");
             q->n_done += q->chunk;
             if (s->o.prefix_cache && q->chunk)
                 publish(s, q);

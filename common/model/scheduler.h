@@ -119,10 +119,26 @@ struct sched_opts {
      * even were those levels kept); NULL = every decode drafts up to
      * spec_tokens */
     const struct spec_cost *spec_cost;
+    /* a sink for the target's features of every token computed (draft-train's
+     * self-distillation, distill.h; neither with a head nor a draft model nor
+     * the prefix cache, whose blocks are not computed: -ST_RANGE): each
+     * step's forward pass runs with feat_hooks (may be NULL) and its final
+     * hidden states into a buffer of max_batch_tokens rows of n_embd, and
+     * feat_rows(feat_ctx, tag, pos0, hidden, row0, n) is called for each
+     * request's n tokens computed in it, positions pos0 .. pos0 + n - 1 of
+     * its prompt and output, batch rows row0 .. row0 + n - 1 of hidden (the
+     * rows of feat_hooks' buffers too).  A token recomputed after a
+     * preemption is given again.  The last output token is never computed
+     * (the request ends when it is sampled).  < 0 from it ends the step
+     * with -ST_NOMEM. */
+    const struct model_hooks *feat_hooks;
+    int (*feat_rows)(void *ctx, int64_t tag, int64_t pos0, const float *hidden, int64_t row0,
+                     int64_t n);
+    void *feat_ctx;
 };
 
 #define SCHED_OPTS_INIT { 16, 512, SCHED_CONTINUOUS, SCHED_PREEMPT_RECOMPUTE, true, false, 0, 0, 3, \
-                          NULL, 0.0f, NULL, NULL }
+                          NULL, 0.0f, NULL, NULL, NULL, NULL, NULL }
 
 /* One request.  Everything is copied by sched_add(). */
 struct sched_req {

@@ -103,6 +103,7 @@ struct gen_ctx {
     struct tok_ids *resp;
     bool *answered;
     int64_t n_gen;
+    int64_t keep;               /* response tokens kept at most */
 };
 
 static int
@@ -110,10 +111,11 @@ on_result(void *ctx, const struct sched_result *r)
 {
     struct gen_ctx *g = ctx;
 
-    for (int64_t i = 0; i < r->n_tokens; i++)
+    int64_t n = r->n_tokens < g->keep ? r->n_tokens : g->keep;
+    for (int64_t i = 0; i < n; i++)
         if (tok_ids_push(&g->resp[r->tag], r->tokens[i]) < 0)
             return -ST_NOMEM;
-    g->n_gen += r->n_tokens;
+    g->n_gen += n;
     g->answered[r->tag] = true;
     return 0;
 }
@@ -130,7 +132,7 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
                  int64_t *n_gen, struct diag *d)
 {
     struct sched_opts so = SCHED_OPTS_INIT;
-    struct gen_ctx gc = { resp, answered, 0 };
+    struct gen_ctx gc = { resp, answered, 0, g->max_tokens };
     struct sched_callbacks cb = { on_result, NULL, &gc };
     struct kvcache *kv = NULL;
     struct sched *s = NULL;
@@ -145,9 +147,18 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
     for (int64_t i = 0; i < n; i++)
         if ((int64_t)prompts[i].n > longest && (int64_t)prompts[i].n < ctx)
             longest = (int64_t)prompts[i].n;
-    int64_t per_seq = longest + g->max_tokens < ctx ? longest + g->max_tokens : ctx;
+    /* with a feature sink, one token past max_tokens (cut back in on_result) */
+    int64_t gen_max = g->max_tokens + (g->feat_rows != NULL);
+    int64_t per_seq = longest + gen_max < ctx ? longest + gen_max : ctx;
     so.max_seqs = g->max_seqs < n ? g->max_seqs : (n > 0 ? n : 1);
+    so.max_batch_tokens = DISTILL_BATCH_TOKENS;
     so.ctx = ctx;
+    if (g->feat_rows) {
+        so.prefix_cache = false;        /* (its blocks are not computed) */
+        so.feat_hooks = g->feat_hooks;
+        so.feat_rows = g->feat_rows;
+        so.feat_ctx = g->feat_ctx;
+    }
     model_kv_config(m, 0, GGML_TYPE_F16, &c);
     c.mem = (size_t)so.max_seqs * kv_mem_for(&c, per_seq + c.block_size, so.max_batch_tokens);
     if ((rc = kv_new(&kv, &c, d)) < 0)
@@ -159,7 +170,7 @@ distill_generate(struct model *m, const struct tokenizer *tok, struct tok_ids *p
     for (int64_t i = 0; i < n; i++) {
         if ((int64_t)prompts[i].n >= ctx)
             continue;           /* no room for a response: left unanswered */
-        struct sched_req r = { i, prompts[i].v, (int64_t)prompts[i].n, g->max_tokens,
+        struct sched_req r = { i, prompts[i].v, (int64_t)prompts[i].n, gen_max,
                                { 0, 0, 0, 0, 0, 0, 0 }, NULL, 0 };
         sample_params_init(&r.sp);
         r.sp.temp = g->temp;

@@ -62,6 +62,9 @@ struct distill_line {
 int distill_line_parse(const char *line, size_t len, struct distill_line *l, struct diag *d);
 void distill_line_release(struct distill_line *l);
 
+/* the scheduler's tokens per step in distill_generate() */
+#define DISTILL_BATCH_TOKENS 512
+
 /* How responses are generated. */
 struct distill_gen {
     int64_t max_tokens;         /* response tokens per prompt at most, >= 1 (the context
@@ -74,6 +77,15 @@ struct distill_gen {
                                      * checked after every scheduler step */
     double deadline;            /* now_seconds() past which no prompt starts (0 = none;
                                  * checked after every scheduler step) */
+    /* NULL, or a sink for the features of the tokens computed (scheduler.h:
+     * feat_hooks, feat_rows, feat_ctx; the tag is the prompt's index).  Then
+     * no prefix cache, and each response is generated one token past
+     * max_tokens and cut back to it, so that every token of a response cut
+     * by max_tokens was computed (the last token sampled never is). */
+    const struct model_hooks *feat_hooks;
+    int (*feat_rows)(void *ctx, int64_t tag, int64_t pos0, const float *hidden, int64_t row0,
+                     int64_t n);
+    void *feat_ctx;
 };
 
 /* distill_ctx() : the tokens of prompt and response at most, for model m

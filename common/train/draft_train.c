@@ -69,6 +69,8 @@ struct run {
     double mask_frac;           /* the share of the data's rows counted */
     int64_t n_no_resp;          /* the data's sequences without one: left out */
     uint16_t *feat;             /* [n_seq][S + 1][fd] f16, or bf16 when feat_bf16 */
+    uint8_t *have;              /* [n_seq]: 1 when feat's row holds the sequence's features,
+                                 * taken from the self-distillation's forward passes */
     bool feat_bf16;             /* gemma3's EAGLE-3 features: its hidden states between
                                  * layers outgrow f16 (max 65504); bf16 keeps f32's range */
     float *f32;                 /* [S + 1][fd] one sequence's features */
@@ -149,17 +151,98 @@ line_tokens(struct run *r, const struct distill_line *l, struct tok_ids *seg, bo
     return chat_encode(&r->ct, &r->tok, l->msgs, l->n_msgs, false, seg, d);
 }
 
+/* The features the self-distillation's forward passes compute (distill.h's
+ * sink), so that its tokens need no second pass: prompt j's rows, prompt
+ * and response, from row slot[j] of rows (one allocation for every
+ * prompt's rows at most, its pages touched only where a prompt is
+ * answered), its first n_fed[j] positions computed.  Without the room for
+ * it (rows NULL) the features are computed afterwards, as for text. */
+struct capture {
+    const struct run *r;
+    struct eagle_capture cap;   /* EAGLE-3: the hooks' rows, [DISTILL_BATCH_TOKENS][3d] */
+    struct model_hooks hooks;
+    uint16_t *rows;             /* [n_rows][fd] */
+    int64_t *slot, *n_fed, *len;        /* [n prompts] */
+    bool bad;                   /* a feature outside its store's range: computed again */
+};
+
+static int
+capture_rows(void *ctx, int64_t tag, int64_t pos0, const float *hidden, int64_t row0, int64_t n)
+{
+    struct capture *c = ctx;
+    const struct run *r = c->r;
+    int64_t w = r->fd - r->d;   /* EAGLE-3's 3d layer inputs before the final feature */
+
+    for (int64_t i = 0; i < n && pos0 + i < c->len[tag]; i++) {
+        uint16_t *f = c->rows + (c->slot[tag] + pos0 + i) * r->fd;
+        const float *h = hidden + (row0 + i) * r->d;
+        for (int64_t j = 0; j < w; j++)
+            f[j] = feat_enc(r, c->cap.feat3[(row0 + i) * w + j]);
+        for (int64_t j = 0; j < r->d; j++)
+            f[w + j] = feat_enc(r, h[j]);
+        for (int64_t j = 0; j < r->fd; j++)
+            c->bad |= !isfinite(feat_dec(r, f[j]));
+        if (pos0 + i + 1 > c->n_fed[tag])
+            c->n_fed[tag] = pos0 + i + 1;
+    }
+    return 0;
+}
+
+static void
+capture_release(struct capture *c)
+{
+    free(c->cap.feat3), free(c->rows), free(c->slot), free(c->n_fed), free(c->len);
+    memset(c, 0, sizeof *c);
+}
+
+/* c set up for the np prompts pr[] and responses of up to gen tokens:
+ * false (c empty) when there is no room for it */
+static bool
+capture_init(struct capture *c, const struct run *r, const struct tok_ids *pr, int64_t np,
+             int64_t gen)
+{
+    int64_t total = 0, w = r->fd - r->d;
+
+    memset(c, 0, sizeof *c);
+    c->r = r;
+    c->slot = malloc((size_t)(np ? np : 1) * sizeof(int64_t));
+    c->n_fed = calloc((size_t)(np ? np : 1), sizeof(int64_t));
+    c->len = malloc((size_t)(np ? np : 1) * sizeof(int64_t));
+    if (!c->slot || !c->n_fed || !c->len) {
+        capture_release(c);
+        return false;
+    }
+    for (int64_t j = 0; j < np; j++) {
+        c->slot[j] = total;
+        c->len[j] = (int64_t)pr[j].n + gen;
+        total += c->len[j];
+    }
+    if (total > (int64_t)(SIZE_MAX / 4 / sizeof(uint16_t)) / r->fd ||
+        !(c->rows = malloc((size_t)(total * r->fd) * sizeof(uint16_t))) ||
+        (w > 0 && !(c->cap.feat3 = malloc((size_t)(DISTILL_BATCH_TOKENS * w) * sizeof(float))))) {
+        capture_release(c);
+        return false;
+    }
+    if (w > 0) {
+        c->cap = (struct eagle_capture){ r->tgt.c.feat_layer, r->d, c->cap.feat3,
+                                         DISTILL_BATCH_TOKENS };
+        c->hooks = (struct model_hooks){ eagle_capture_hook, &c->cap, EAGLE_CAPTURE_SITES };
+    }
+    return true;
+}
+
 /* the base model's responses to the prompts among segs[0 .. n) (gen[i]),
- * appended to them (distill.h) */
+ * appended to them (distill.h); with cap, the features computed of each
+ * prompt's tokens (capture: its prompts the gen[i] ones, in order) */
 static int
 self_distill(struct run *r, struct dsrc *src, struct tok_ids *segs, const bool *gen, int64_t n,
-             struct diag *d)
+             struct capture *cap, struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
     bool pinned = r->pinned && !src->eval;
     struct distill_gen g = { o->gen_tokens, o->gen_temp, o->seed, DISTILL_SEQS, o->stop,
                              o->max_time > 0 && !pinned && !src->eval
-                                 ? r->t_start + PREP_GEN * o->max_time : 0 };
+                                 ? r->t_start + PREP_GEN * o->max_time : 0, NULL, NULL, NULL };
     struct tok_ids *pr = malloc((size_t)(n ? n : 1) * sizeof(*pr));
     struct tok_ids *resp = calloc((size_t)(n ? n : 1), sizeof(*resp));
     bool *ans = malloc((size_t)(n ? n : 1) * sizeof(*ans));
@@ -173,6 +256,11 @@ self_distill(struct run *r, struct dsrc *src, struct tok_ids *segs, const bool *
     for (int64_t i = 0; i < n; i++)
         if (gen[i])
             pr[np++] = segs[i];
+    if (capture_init(cap, r, pr, np, o->gen_tokens)) {
+        g.feat_hooks = cap->cap.feat3 ? &cap->hooks : NULL;
+        g.feat_rows = capture_rows;
+        g.feat_ctx = cap;
+    }
     /* resumed: the prompts the checkpoint's run answered */
     int64_t n_ask = pinned && r->pin_prompts < np ? r->pin_prompts : np;
     runcb_info(&o->cb, "'%s': generating the model's responses to %lld prompts, up to %lld "
@@ -242,7 +330,7 @@ out:
  * token, whatever follows it). */
 static int
 tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, struct tok_ids *ids,
-              uint8_t **use, struct diag *d)
+              uint8_t **use, struct capture *fc, int64_t **crow, struct diag *d)
 {
     struct tok_ids *segs = NULL;
     bool *gen = NULL;
@@ -252,6 +340,8 @@ tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, stru
     int rc = 0;
 
     *use = NULL;
+    *crow = NULL;
+    memset(fc, 0, sizeof *fc);
     while (i < len && (buf[i] == ' ' || buf[i] == '\t' || buf[i] == '\n' || buf[i] == '\r'))
         i++;
     if (i >= len || buf[i] != '{') {
@@ -300,15 +390,22 @@ tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, stru
         rc = diag_set(d, ST_RANGE, "--gen-tokens and --gen-temp need \"prompt\" or "
                       "\"messages\" lines");
     if (rc == 0 && n_gen > 0)
-        rc = self_distill(r, src, segs, gen, n, d);
+        rc = self_distill(r, src, segs, gen, n, fc, d);
     size_t total = 0;
     for (int64_t k = 0; k < n; k++)
         total += segs[k].n;
     if (rc == 0 && n > 0 && !(*use = malloc(total ? total : 1)))
         rc = diag_set(d, ST_NOMEM, "out of memory");
-    for (int64_t k = 0; k < n && rc == 0; k++)
+    /* each token's captured row, or -1 (text, a token not computed) */
+    if (rc == 0 && fc->rows && !fc->bad && !(*crow = malloc((total ? total : 1) *
+                                                               sizeof(int64_t))))
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+    for (int64_t k = 0, j = 0; k < n && rc == 0; j += gen[k], k++)
         for (size_t t = 0; t < segs[k].n && rc == 0; t++) {
             (*use)[ids->n] = t >= plen[k];
+            if (*crow)
+                (*crow)[ids->n] = gen[k] && (int64_t)t < fc->n_fed[j] ? fc->slot[j] + (int64_t)t
+                                                                       : -1;
             if (tok_ids_push(ids, segs[k].v[t]) < 0)
                 rc = diag_set(d, ST_NOMEM, "out of memory");
         }
@@ -321,6 +418,11 @@ out:
     if (rc < 0) {
         free(*use);
         *use = NULL;
+    }
+    if (rc < 0 || !*crow) {
+        free(*crow);
+        *crow = NULL;
+        capture_release(fc);
     }
     return rc;
 }
@@ -347,22 +449,24 @@ spread_order(int64_t n, int64_t *out)
 }
 
 /* src's file read and tokenized into ids (the model's responses to its
- * prompts appended) and *use (tokenize_data); raw_sha: the SHA-256 of its
- * bytes */
+ * prompts appended), *use, cap and *crow (tokenize_data); raw_sha: the
+ * SHA-256 of its bytes */
 static int
-read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, uint8_t **use, char raw_sha[65],
-         struct diag *d)
+read_src(struct run *r, struct dsrc *src, struct tok_ids *ids, uint8_t **use,
+         struct capture *cap, int64_t **crow, char raw_sha[65], struct diag *d)
 {
     char *buf;
     size_t len;
     int rc;
 
+    *crow = NULL;
+    memset(cap, 0, sizeof *cap);
     if ((rc = read_file_all(src->name, DATA_MAX, &buf, &len, d)) < 0) {
         diag_prefix(d, "%s'%s'", src->eval ? "--eval " : "", src->name);
         return rc;
     }
     if ((rc = quantize_sha256_hex(buf, len, raw_sha)) == 0)
-        rc = tokenize_data(r, src, buf, len, ids, use, d);
+        rc = tokenize_data(r, src, buf, len, ids, use, cap, crow, d);
     free(buf);
     if (rc < 0) {
         tok_ids_release(ids);
@@ -382,13 +486,15 @@ row_trains(const struct run *r, int64_t i)
 /* the sequences ids[order[j] * S ..][S + 1] (j < n) with a row counted in
  * the loss, or all of them (all: --train-on-prompts' training data; a
  * sequence without one has nothing to train or to measure otherwise) into
- * seq_tok and mask from sequence at on, in that order; their number;
- * *counted += their rows counted */
+ * seq_tok and mask from sequence at on, in that order, and with crow (each
+ * token's row of cap, or -1) the features of those whose tokens were all
+ * computed into feat (have); their number; *counted += their rows counted */
 static int64_t
-take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, const int64_t *order,
-          int64_t n, int64_t at, bool all, int64_t *counted)
+take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, const struct capture *cap,
+          const int64_t *crow, const int64_t *order, int64_t n, int64_t at, bool all,
+          int64_t *counted)
 {
-    int64_t k = 0;
+    int64_t k = 0, S1 = r->S + 1;
     for (int64_t j = 0; j < n; j++) {
         int64_t o = order ? order[j] : j, c = 0;
         const uint8_t *u = use + o * r->S + 1;  /* row i reads token i + 1 */
@@ -399,10 +505,35 @@ take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, const in
         memcpy(r->seq_tok + (at + k) * (r->S + 1), ids->v + o * r->S,
                (size_t)(r->S + 1) * sizeof(int32_t));
         memcpy(r->mask + (at + k) * r->S, u, (size_t)r->S);
+        const int64_t *cr = crow ? crow + o * r->S : NULL;
+        bool got = cr != NULL;
+        for (int64_t i = 0; got && i < S1; i++)
+            got = cr[i] >= 0;
+        for (int64_t i = 0; got && i < S1; i++)
+            memcpy(r->feat + ((at + k) * S1 + i) * r->fd, cap->rows + cr[i] * r->fd,
+                   (size_t)r->fd * sizeof(uint16_t));
+        r->have[at + k] = got;
         *counted += c;
         k++;
     }
     return k;
+}
+
+/* r->feat and r->have with room for n sequences */
+static int
+feat_room(struct run *r, int64_t n, struct diag *d)
+{
+    int64_t rows = n * (r->S + 1) * r->fd;
+    uint16_t *f = realloc(r->feat, (size_t)rows * sizeof(uint16_t));
+    if (f)
+        r->feat = f;
+    uint8_t *h = f ? realloc(r->have, (size_t)n) : NULL;
+    if (h)
+        r->have = h;
+    if (!f || !h)
+        return diag_set(d, ST_NOMEM, "out of memory for the features (%lld MiB)",
+                        (long long)((rows * 2) >> 20));
+    return 0;
 }
 
 static int
@@ -410,11 +541,13 @@ load_data(struct run *r, struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
     struct tok_ids ids = { 0 };
+    struct capture cap;
+    int64_t *crow = NULL;
     uint8_t *use = NULL;
     int rc;
 
     r->data.name = o->data;
-    if ((rc = read_src(r, &r->data, &ids, &use, r->data_sha, d)) < 0)
+    if ((rc = read_src(r, &r->data, &ids, &use, &cap, &crow, r->data_sha, d)) < 0)
         return rc;
     memcpy(r->data_raw, r->data_sha, sizeof r->data_raw);
     if (r->data.n_prompts > 0) {
@@ -426,42 +559,45 @@ load_data(struct run *r, struct diag *d)
             snprintf(key + strlen(key), sizeof key - strlen(key), " first %lld",
                      (long long)r->data.n_answered);
         if (quantize_sha256_hex(key, strlen(key), r->data_sha) < 0) {
-            tok_ids_release(&ids);
-            free(use);
-            return diag_set(d, ST_NOMEM, "out of memory");
+            rc = diag_set(d, ST_NOMEM, "out of memory");
+            goto out;
         }
     }
     if (o->train_prompts && r->data.n_prompts == 0) {
-        tok_ids_release(&ids);
-        free(use);
-        return diag_set(d, ST_RANGE, "'%s': --train-on-prompts needs \"prompt\" or \"messages\" "
-                        "lines", o->data);
+        rc = diag_set(d, ST_RANGE, "'%s': --train-on-prompts needs \"prompt\" or \"messages\" "
+                      "lines", o->data);
+        goto out;
     }
     r->n_tok = (int64_t)ids.n;
     r->n_seq = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
     if (r->n_seq < 2) {
-        tok_ids_release(&ids);
-        free(use);
-        return diag_set(d, ST_RANGE, "'%s': %lld tokens: need at least 2 sequences of %lld + 1 "
-                        "(--seq-len)%s", o->data, (long long)r->n_tok, (long long)r->S,
-                        r->data.gen_cut ? "; --max-time left the self-distillation "
-                        "too little time" : "");
+        rc = diag_set(d, ST_RANGE, "'%s': %lld tokens: need at least 2 sequences of %lld + 1 "
+                      "(--seq-len)%s", o->data, (long long)r->n_tok, (long long)r->S,
+                      r->data.gen_cut ? "; --max-time left the self-distillation "
+                      "too little time" : "");
+        goto out;
     }
     int64_t *order = malloc((size_t)r->n_seq * sizeof(int64_t));
     if (!order || !(r->seq_tok = malloc((size_t)(r->n_seq * (r->S + 1)) * sizeof(int32_t))) ||
         !(r->mask = malloc((size_t)(r->n_seq * r->S)))) {
         free(order);
-        free(use);
-        tok_ids_release(&ids);
-        return diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    if ((rc = feat_room(r, r->n_seq, d)) < 0) {
+        free(order);
+        goto out;
     }
     spread_order(r->n_seq, order);
     int64_t counted = 0;
-    r->n_seq = take_seqs(r, &ids, use, order, r->n_seq, 0, o->train_prompts, &counted);
+    r->n_seq = take_seqs(r, &ids, use, &cap, crow, order, r->n_seq, 0, o->train_prompts,
+                         &counted);
     r->n_no_resp = (int64_t)(ids.n - 1) / r->S - r->n_seq;
     r->mask_frac = (double)counted / (double)((r->n_seq + r->n_no_resp) * r->S);
     free(order);
     free(use);
+    free(crow);
+    capture_release(&cap);
     tok_ids_release(&ids);
     if (counted == 0 && !o->train_prompts)
         return diag_set(d, ST_RANGE, "'%s': no position to train on: the loss counts the "
@@ -471,6 +607,12 @@ load_data(struct run *r, struct diag *d)
                         "positions of a response: need at least 2", o->data, (long long)r->S);
     r->n_hold = r->n_seq / 20 > 0 ? r->n_seq / 20 : 1;
     return 0;
+out:
+    free(use);
+    free(crow);
+    capture_release(&cap);
+    tok_ids_release(&ids);
+    return rc;
 }
 
 /* --eval: its text (its prompts answered by the model, as --data's are,
@@ -483,6 +625,8 @@ load_eval(struct run *r, struct diag *d)
 {
     struct dsrc ev = { r->o->eval, true, 0, 0, 0, false };
     struct tok_ids ids = { 0 };
+    struct capture cap;
+    int64_t *crow = NULL;
     uint8_t *use = NULL;
     char sha[65];
     int rc;
@@ -490,20 +634,18 @@ load_eval(struct run *r, struct diag *d)
     if (!ev.name)
         return 0;
     double t0 = now_seconds();
-    if ((rc = read_src(r, &ev, &ids, &use, sha, d)) < 0)
+    if ((rc = read_src(r, &ev, &ids, &use, &cap, &crow, sha, d)) < 0)
         return rc;
     if (r->o->gen_set && r->data.n_prompts == 0 && ev.n_prompts == 0) {
-        tok_ids_release(&ids);
-        free(use);
-        return diag_set(d, ST_RANGE, "'%s', '%s': --gen-tokens and --gen-temp need \"prompt\" "
-                        "or \"messages\" lines", r->o->data, ev.name);
+        rc = diag_set(d, ST_RANGE, "'%s', '%s': --gen-tokens and --gen-temp need \"prompt\" "
+                      "or \"messages\" lines", r->o->data, ev.name);
+        goto out;
     }
     int64_t n = ids.n > 0 ? ((int64_t)ids.n - 1) / r->S : 0;
     if (n < 1) {
-        tok_ids_release(&ids);
-        free(use);
-        return diag_set(d, ST_RANGE, "--eval '%s': %lld tokens: need at least one sequence of "
-                        "%lld + 1 (--seq-len)", ev.name, (long long)ids.n, (long long)r->S);
+        rc = diag_set(d, ST_RANGE, "--eval '%s': %lld tokens: need at least one sequence of "
+                      "%lld + 1 (--seq-len)", ev.name, (long long)ids.n, (long long)r->S);
+        goto out;
     }
     if (strcmp(sha, r->data_raw) == 0)
         runcb_warn(&r->o->cb, "--eval '%s': the same text as --data: the held-out figures are "
@@ -515,29 +657,40 @@ load_eval(struct run *r, struct diag *d)
     if (mk)
         r->mask = mk;
     if (!st || !mk) {
-        tok_ids_release(&ids);
-        free(use);
-        return diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
     }
+    if ((rc = feat_room(r, r->n_seq + n, d)) < 0)
+        goto out;
     int64_t counted = 0;
-    r->n_ev = take_seqs(r, &ids, use, NULL, n, r->n_seq, false, &counted);
+    r->n_ev = take_seqs(r, &ids, use, &cap, crow, NULL, n, r->n_seq, false, &counted);
     tok_ids_release(&ids);
     free(use);
+    free(crow);
+    capture_release(&cap);
     if (r->n_ev == 0)
         return diag_set(d, ST_RANGE, "--eval '%s': no position to measure: the loss counts the "
                         "responses' tokens, and no sequence of --seq-len holds one", ev.name);
     r->t_eval += now_seconds() - t0;
     return 0;
+out:
+    tok_ids_release(&ids);
+    free(use);
+    free(crow);
+    capture_release(&cap);
+    return rc;
 }
 
 /* ---- features and their cache ---- */
 
 #define CACHE_MAGIC "LLMKFEAT"
-#define CACHE_VERSION 5u        /* 2: sequences in spread_order, a prefix of them;
+#define CACHE_VERSION 6u        /* 2: sequences in spread_order, a prefix of them;
                                    3: the zstd frame carries its content checksum;
                                    4: without the sequences of no row counted;
                                    5: a row counted when the token it reads is a
-                                      response's; --train-on-prompts' entries apart */
+                                      response's; --train-on-prompts' entries apart;
+                                   6: the features of answered prompts those of the
+                                      passes that answered them (struct capture) */
 #define CACHE_HDR 32            /* magic, u32 version, u32 d, u64 n_seq (in the entry), u64 seq_len */
 
 #ifdef LLMKIT_HAVE_ZSTD
@@ -843,11 +996,7 @@ features(struct run *r, bool *hit, struct diag *d)
     int rc;
 
     *hit = false;
-    r->n_seq_data = r->n_seq;
-    int64_t rows = (r->n_seq + r->n_ev) * (r->S + 1) * r->fd;     /* --eval's after */
-    if (!(r->feat = malloc((size_t)rows * sizeof(uint16_t))))
-        return diag_set(d, ST_NOMEM, "out of memory for the features (%lld MiB)",
-                        (long long)((rows * 2) >> 20));
+    r->n_seq_data = r->n_seq;   /* (feat has room for --eval's after: load_eval) */
     if (o->cache_dir) {
 #ifdef LLMKIT_HAVE_ZSTD
         if (!(path = cache_path(r)))
@@ -860,9 +1009,12 @@ features(struct run *r, bool *hit, struct diag *d)
         return diag_set(d, ST_RANGE, "--cache: built without zstd");
 #endif
     }
-    int64_t cached = done;
+    int64_t cached = done, computed = 0;
     bool stopped = false;
     for (s = done; s < want; s++) {
+        if (r->have[s])         /* computed while answering */
+            continue;
+        computed++;
         if (deadline > 0 && s >= 2 && now_seconds() >= deadline)
             break;
         runcb_progress(&o->cb, "features", s, want);
@@ -895,6 +1047,14 @@ features(struct run *r, bool *hit, struct diag *d)
     }
     runcb_progress(&o->cb, "features", done, want);
     *hit = done == cached;
+    if (r->data.n_prompts > 0) {
+        char from[64] = "";
+        if (cached)
+            snprintf(from, sizeof from, ", %lld from the cache", (long long)cached);
+        runcb_info(&o->cb, "'%s': the features of %lld sequences taken from the passes that "
+                   "answered its prompts, %lld computed%s", o->data,
+                   (long long)(done - cached - computed), (long long)computed, from);
+    }
     if (done < r->n_seq)
         runcb_info(&o->cb, "'%s': %s: the features of the first %lld of the data's %lld sequences "
                    "(spread over it; %lld from the cache)", o->data,
@@ -927,7 +1087,12 @@ eval_features(struct run *r, struct diag *d)
     memmove(r->seq_tok + r->n_seq * S1, r->seq_tok + r->n_seq_data * S1,
             (size_t)(r->n_ev * S1) * sizeof(int32_t));
     memmove(r->mask + r->n_seq * r->S, r->mask + r->n_seq_data * r->S, (size_t)(r->n_ev * r->S));
+    memmove(r->feat + r->n_seq * S1 * r->fd, r->feat + r->n_seq_data * S1 * r->fd,
+            (size_t)(r->n_ev * S1 * r->fd) * sizeof(uint16_t));
+    memmove(r->have + r->n_seq, r->have + r->n_seq_data, (size_t)r->n_ev);
     for (int64_t e = 0; e < r->n_ev; e++) {
+        if (r->have[r->n_seq + e])
+            continue;
         runcb_progress(&r->o->cb, "held-out features", e, r->n_ev);
         if ((rc = seq_compute(r, r->n_seq + e, e, d)) < 0) {
             diag_prefix(d, "--eval '%s'", r->o->eval);
@@ -1531,6 +1696,8 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         goto out;
     }
     r.d = r.tgt.c.d;
+    r.fd = o->arch == EAGLE_ARCH_3 ? 4 * r.d : r.d;
+    r.feat_bf16 = o->arch == EAGLE_ARCH_3 && r.m->hp.arch == MODEL_ARCH_GEMMA3;
     /* (before the data's preparation, which may answer prompts for minutes;
      * --resume: the checkpoint's head replaces the start, and --init is no
      * option of the run's result then, so run_options leaves it out) */
@@ -1568,8 +1735,6 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     }
     if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)
         memset(r.h.t[EAGLE_FC_B], 0, (size_t)r.d * sizeof(float));
-    r.fd = o->arch == EAGLE_ARCH_3 ? 4 * r.d : r.d;
-    r.feat_bf16 = o->arch == EAGLE_ARCH_3 && r.m->hp.arch == MODEL_ARCH_GEMMA3;
     if (o->arch == EAGLE_ARCH_3 && !(r.fin = malloc((size_t)((r.S + 1) * r.d) * sizeof(float)))) {
         rc = diag_set(d, ST_NOMEM, "out of memory");
         goto out;
@@ -1644,7 +1809,7 @@ out:;
     struct rusage ru;
     if (getrusage(RUSAGE_SELF, &ru) == 0)
         rep->peak_rss = (int64_t)ru.ru_maxrss * 1024;
-    free(r.seq_tok), free(r.feat), free(r.f32), free(r.fin), free(r.noisy), free(r.grad), free(r.am),
+    free(r.seq_tok), free(r.feat), free(r.have), free(r.f32), free(r.fin), free(r.noisy), free(r.grad), free(r.am),
         free(r.av), free(r.ckpt), free(r.lm_red), free(r.lm_ids), free(r.keep);
     free(r.mask);
     ckpt_release(&r);

@@ -4,7 +4,9 @@
  * gradient (training-time test over 3 steps, a reduced draft vocabulary)
  * against central finite differences of its loss, tensor by tensor, the
  * OpenBLAS table's gradient against the reference's, and the head file
- * round trip (eagle_io.h, architecture "eagle3").
+ * round trip (eagle_io.h, architecture "eagle3"), and the features the
+ * self-distillation's own passes give (distill.h's sink) against a
+ * feature run's.
  *
  * As in test_eagle.c the head computes in f32, so each tensor's check is
  * along one direction (eagle_fd.h); attn_ttt's own f64 check is
@@ -18,6 +20,7 @@
 #include <unistd.h>
 
 #include "backward.h"
+#include "distill.h"
 #include "eagle.h"
 #include "eagle3.h"
 #include "eagle_draft.h"
@@ -27,6 +30,7 @@
 #include "model.h"
 #include "qtypes.h"
 #include "rng.h"
+#include "scheduler.h"
 #include "t.h"
 
 #define FIXTURE "tests/fixtures/tiny-llama-f32.gguf"
@@ -46,6 +50,44 @@ struct fd_ctx {
     int64_t d;
     const uint8_t *keep, *mask;
 };
+
+/* the self-distillation's features (distill.h's sink): prompt p's
+ * position i at rows[p * SINK_MAX + i] ([3d] layer inputs, [d] final) */
+#define SINK_MAX 32
+struct sink_ctx {
+    int64_t d;
+    float *x3;                  /* the hooks' rows */
+    float *rows;
+    int64_t n_fed[4], n_calls[4];
+    bool bad;                   /* a position out of range */
+};
+
+static int
+sink_rows(void *ctx, int64_t tag, int64_t pos0, const float *hidden, int64_t row0, int64_t n)
+{
+    struct sink_ctx *c = ctx;
+    int64_t d = c->d;
+    if (tag < 0 || tag >= 4 || pos0 < 0 || pos0 + n > SINK_MAX || pos0 > c->n_fed[tag]) {
+        c->bad = true;
+        return 0;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float *row = c->rows + (tag * SINK_MAX + pos0 + i) * 4 * d;
+        memcpy(row, c->x3 + (row0 + i) * 3 * d, (size_t)(3 * d) * sizeof(float));
+        memcpy(row + 3 * d, hidden + (row0 + i) * d, (size_t)d * sizeof(float));
+    }
+    if (pos0 + n > c->n_fed[tag])
+        c->n_fed[tag] = pos0 + n;
+    c->n_calls[tag]++;
+    return 0;
+}
+
+static int
+sink_result(void *ctx, const struct sched_result *r)
+{
+    (void)ctx, (void)r;
+    return 0;
+}
 
 static double
 fd_loss(void *ctx)
@@ -466,6 +508,73 @@ main(void)
         eagle_head_release(&h1);
         eagle_head_release(&hi);
         eagle_head_release(&hr);
+    }
+
+    /* the features of self-distillation's own passes (distill.h's sink):
+     * every token of prompt and response given once at least, each row as
+     * a feature run over the whole sequence computes it (a pass of
+     * prompt chunks and one-token decodes, batched with the other
+     * prompts, against one prefill: the same values to f32 rounding), a
+     * response cut by max_tokens cut back to it */
+    {
+        enum { NP = 3, GEN = 6 };
+        struct sink_ctx sc = { dd, NULL, NULL, {0}, {0}, 0 };
+        struct eagle_capture cp = { t.c.feat_layer, dd, NULL, DISTILL_BATCH_TOKENS };
+        struct model_hooks hk = { eagle_capture_hook, &cp, EAGLE_CAPTURE_SITES };
+        struct tok_ids pr[NP], resp[NP];
+        bool ans[NP];
+        int64_t n_gen = 0, plen[NP] = { 3, 9, 5 };
+        cp.feat3 = sc.x3 = malloc((size_t)(DISTILL_BATCH_TOKENS * 3 * dd) * sizeof(float));
+        sc.rows = calloc((size_t)(NP * SINK_MAX * 4 * dd), sizeof(float));
+        memset(pr, 0, sizeof pr), memset(resp, 0, sizeof resp);
+        for (int p = 0; p < NP; p++)
+            for (int64_t i = 0; i < plen[p]; i++)
+                CHECK(tok_ids_push(&pr[p], (int32_t)((7 * p + 3 * i + 1) % t.c.n_vocab)) == 0);
+        struct distill_gen gn = { GEN, 0.0f, 1, 2, NULL, 0, &hk, sink_rows, &sc };
+        CHECK_EQ(distill_generate(m, NULL, pr, NP, &gn, resp, ans, &n_gen, &d), 0);
+        CHECK(!sc.bad);
+        int64_t total = 0;
+        double err = 0, big = 0;
+        for (int p = 0; p < NP; p++) {
+            CHECK(ans[p] && resp[p].n == GEN);      /* (no tokenizer: no end of generation) */
+            total += (int64_t)resp[p].n;
+            int64_t n = plen[p] + (int64_t)resp[p].n;
+            CHECK_EQ(sc.n_fed[p], n);               /* the last kept token computed too */
+            int32_t *all = malloc((size_t)n * sizeof(int32_t));
+            float *x3 = malloc((size_t)(n * 3 * dd) * sizeof(float));
+            float *fin = malloc((size_t)(n * dd) * sizeof(float));
+            memcpy(all, pr[p].v, (size_t)plen[p] * sizeof(int32_t));
+            memcpy(all + plen[p], resp[p].v, resp[p].n * sizeof(int32_t));
+            CHECK(eagle_target_features3(&t, all, n, x3, fin, &d) == 0);
+            for (int64_t i = 0; i < n; i++) {
+                const float *row = sc.rows + (p * SINK_MAX + i) * 4 * dd;
+                for (int64_t j = 0; j < 4 * dd; j++) {
+                    float want = j < 3 * dd ? x3[i * 3 * dd + j] : fin[i * dd + j - 3 * dd];
+                    err = fmax(err, fabs(row[j] - want));
+                    big = fmax(big, fabs(want));
+                }
+            }
+            free(all), free(x3), free(fin);
+            tok_ids_release(&pr[p]), tok_ids_release(&resp[p]);
+        }
+        CHECK_EQ(n_gen, total);
+        CHECK(big > 0.1 && err <= 1e-4 * big);
+        /* a sink goes with neither a head nor the prefix cache */
+        struct sched_opts so = SCHED_OPTS_INIT;
+        struct sched_callbacks cb = { sink_result, NULL, NULL };
+        struct sched *sch = NULL;
+        struct kv_config kc;
+        struct kvcache *kv = NULL;
+        model_kv_config(m, 1 << 20, GGML_TYPE_F16, &kc);
+        CHECK(kv_new(&kv, &kc, &d) == 0);
+        so.feat_rows = sink_rows;
+        so.feat_ctx = &sc;
+        CHECK(so.prefix_cache && sched_new(&sch, m, kv, NULL, &so, &cb, &d) == -ST_RANGE && !sch);
+        so.prefix_cache = false;
+        CHECK(sched_new(&sch, m, kv, NULL, &so, &cb, &d) == 0 && sch);
+        sched_free(sch);
+        kv_free(kv);
+        free(sc.x3), free(sc.rows);
     }
 
     free(g), free(g2), free(u), free(f3), free(feat), free(feat1), free(lm);
