@@ -12,10 +12,13 @@
  *      sequence) is held out for evaluation, or, with eval, every one
  *      trains and eval's text (read as data is, its prompts answered
  *      whatever max_time) cut the same way is held out
- *   3. features: each sequence's final hidden states through the shared
- *      forward pass (eagle_target_features; EAGLE-3: also the hidden states
- *      entering its three feature layers, eagle_target_features3), kept in
- *      f16; with cache_dir read from / written to DIR/<key>.eaglefeat.zst
+ *   3. features: each sequence's final hidden states (EAGLE-3: also the
+ *      hidden states entering its three feature layers), kept in f16: those
+ *      of the prompts and responses from the scheduler's passes that
+ *      answered them (its feature sink, scheduler.h), each in its own
+ *      context; a sequence holding other tokens through the shared forward
+ *      pass over it (eagle_target_features, eagle_target_features3); with
+ *      cache_dir read from / written to DIR/<key>.eaglefeat.zst
  *      (zstd), key = SHA-256 of the head's architecture, the base's tensor
  *      data, the text (with prompts: and gen_tokens, gen_temp and seed; the
  *      responses are generated again all the same) and seq_len
