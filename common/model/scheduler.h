@@ -120,8 +120,10 @@ struct sched_opts {
      * spec_tokens */
     const struct spec_cost *spec_cost;
     /* a sink for the target's features of every token computed (draft-train's
-     * self-distillation, distill.h; neither with a head nor a draft model nor
-     * the prefix cache, whose blocks are not computed: -ST_RANGE): each
+     * self-distillation, distill.h; with no drafter (a head, a draft model,
+     * prompt lookup: spec_tokens > 0), whose accepted tokens go by another
+     * path, and not with the prefix cache, whose blocks are not computed:
+     * -ST_RANGE): each
      * step's forward pass runs with feat_hooks (may be NULL) and its final
      * hidden states into a buffer of max_batch_tokens rows of n_embd, and
      * feat_rows(feat_ctx, tag, pos0, hidden, row0, n) is called for each

@@ -559,7 +559,7 @@ main(void)
         }
         CHECK_EQ(n_gen, total);
         CHECK(big > 0.1 && err <= 1e-4 * big);
-        /* a sink goes with neither a head nor the prefix cache */
+        /* a sink goes with no drafter and not the prefix cache */
         struct sched_opts so = SCHED_OPTS_INIT;
         struct sched_callbacks cb = { sink_result, NULL, NULL };
         struct sched *sch = NULL;
@@ -571,6 +571,9 @@ main(void)
         so.feat_ctx = &sc;
         CHECK(so.prefix_cache && sched_new(&sch, m, kv, NULL, &so, &cb, &d) == -ST_RANGE && !sch);
         so.prefix_cache = false;
+        so.spec_tokens = 4;
+        CHECK(sched_new(&sch, m, kv, NULL, &so, &cb, &d) == -ST_RANGE && !sch);
+        so.spec_tokens = 0;
         CHECK(sched_new(&sch, m, kv, NULL, &so, &cb, &d) == 0 && sch);
         sched_free(sch);
         kv_free(kv);
