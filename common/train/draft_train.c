@@ -856,14 +856,23 @@ cache_write(struct run *r, const char *path, int64_t n, struct diag *d)
     return rc;
 }
 
-/* cache_write() into --cache, made when missing */
+/* --cache's directory, made when missing */
 static int
-cache_put(struct run *r, const char *path, int64_t n, struct diag *d)
+cache_mkdir(const struct run *r, struct diag *d)
 {
     if (mkdir(r->o->cache_dir, 0777) < 0 && errno != EEXIST)
         return diag_set(d, ST_IO, "--cache: cannot create '%s': %s", r->o->cache_dir,
                         strerror(errno));
-    return cache_write(r, path, n, d);
+    return 0;
+}
+
+/* cache_write() into --cache, made when missing */
+static int
+cache_put(struct run *r, const char *path, int64_t n, struct diag *d)
+{
+    int rc = cache_mkdir(r, d);
+
+    return rc < 0 ? rc : cache_write(r, path, n, d);
 }
 
 /* The loss mask's entry beside the features' (keep, draft_keep): magic,
@@ -935,6 +944,10 @@ keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
 
     if (!b)
         return diag_set(d, ST_NOMEM, "out of memory");
+    if ((rc = cache_mkdir(r, d)) < 0) {
+        free(b);
+        return rc;
+    }
     char sha[65];
     memcpy(b, KEEP_MAGIC, 8);
     memcpy(b + 8, h, sizeof h);
@@ -983,8 +996,9 @@ seq_compute(struct run *r, int64_t s, int64_t ix, struct diag *d)
  * --max-time as many as are done at PREP_FEAT of the budget (at least 2:
  * one to train on, one held out); resumed, as many as the checkpoint's run
  * had.  With --cache, those of an entry first, and the entry then holds
- * every one this run has (so that runs cut short add up).  r->n_seq
- * becomes their number; *hit when they all came from the cache. */
+ * every one this run has (so that runs cut short add up) when it computed
+ * some.  r->n_seq becomes their number; *hit when they all came from the
+ * cache. */
 static int
 features(struct run *r, bool *hit, struct diag *d)
 {
@@ -1014,9 +1028,9 @@ features(struct run *r, bool *hit, struct diag *d)
     for (s = done; s < want; s++) {
         if (r->have[s])         /* computed while answering */
             continue;
-        computed++;
         if (deadline > 0 && s >= 2 && now_seconds() >= deadline)
             break;
+        computed++;
         runcb_progress(&o->cb, "features", s, want);
         if ((rc = seq_compute(r, s, s, d)) < 0) {
             free(path);
@@ -1064,7 +1078,10 @@ features(struct run *r, bool *hit, struct diag *d)
     r->n_hold = done / 20 > 0 ? done / 20 : 1;
     rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
-    if (path && done > cached)
+    /* an entry of nothing but features taken while answering would save a
+     * later run nothing: it answers again (the entry's key is the tokens of
+     * the answers) and takes them again */
+    if (path && done > cached && computed > 0)
         rc = cache_put(r, path, done, d);
 #endif
     free(path);

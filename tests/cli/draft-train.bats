@@ -435,6 +435,11 @@ assert [o['positions'] for o in log if o['type'] == 'eval'] == [sum(cnt[k] for k
     run -0 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o c2.gguf "${e3[@]}" --cache c \
         --train-on-prompts -v
     [[ $stderr != *"warning"* && $stderr != *"from the cache"* ]]
+    # every feature from the passes that answered: no feature entry (a
+    # later run answers again and takes them again), the loss mask's kept
+    [[ $stderr == *"the features of "*" sequences taken from the passes that answered its prompts, 0 computed"* ]]
+    [ -z "$(compgen -G 'c/*.eaglefeat.zst')" ]
+    [ -n "$(compgen -G 'c/*.eaglekeep')" ]
     cmp n1.gguf c1.gguf
     cmp n2.gguf c2.gguf
     run -1 cmp -s n1.gguf n2.gguf
