@@ -1,8 +1,9 @@
 #!/usr/bin/env bats
 # draft-train: options, bad inputs, a head trained on the tiny fixture (GGUF
 # keys, determinism, the feature cache, --json), self-distillation from
-# prompts, checkpoints on SIGTERM and --resume giving the uninterrupted
-# run's head; a Gemma 3 target with a final logit softcap refused.
+# prompts (and scripts/mkdistill-prompts' own, --self), checkpoints on
+# SIGTERM and --resume giving the uninterrupted run's head; a Gemma 3
+# target with a final logit softcap refused.
 
 load common
 
@@ -615,6 +616,58 @@ print(json.dumps({'prompt': 'more ' * 700}))
     cmp "$TOP/data/distill-prompts.jsonl" "$BATS_TEST_TMPDIR/p.jsonl"
     run -0 jq -e -s 'length > 100 and all(has("prompt") or has("messages"))' "$TOP/data/distill-prompts.jsonl"
     run ! "$TOP/scripts/mkdistill-prompts" --calib "$SHARED/data/wikitext-2-test.raw" -o "$BATS_TEST_TMPDIR/w.jsonl"
+}
+
+@test "mkdistill-prompts --self: questions the model writes itself, one after each calibration line, none of --exclude's" {
+    need_model m SmolLM2-135M-Instruct.Q4_1.gguf
+    cd "$BATS_TEST_TMPDIR"
+    local mk="$TOP/scripts/mkdistill-prompts"
+    "$mk" --calib "$CALIB" -o c.jsonl
+    "$mk" --calib "$CALIB" --self 12 --model "$m" -t 1 -o s.jsonl
+    "$mk" --calib "$CALIB" --self 12 --model "$m" -t 1 -o s2.jsonl
+    cmp s.jsonl s2.jsonl
+    # the first question as a held-out prompt: dropped, the others kept
+    python3 -c "
+import json
+c = open('c.jsonl').read().splitlines()
+q = [json.loads(l) for l in open('s.jsonl').read().splitlines() if l not in c]
+print(json.dumps({'prompt': '  ' + q[0]['messages'][0]['content'].upper()}))" > ex.jsonl
+    "$mk" --calib "$CALIB" --self 12 --model "$m" -t 1 --exclude ex.jsonl -o x.jsonl
+    python3 - <<'PY'
+import json
+rd = lambda f: [json.loads(l) for l in open(f)]
+c, s, x = rd('c.jsonl'), rd('s.jsonl'), rd('x.jsonl')
+ex = json.loads(open('ex.jsonl').read())['prompt']
+q = [o for o in s if o not in c]
+assert 1 <= len(q) <= 12, len(q)
+assert s == [o for i in range(len(c)) for o in [c[i]] + q[i:i + 1]], "not one after each"
+for o in q:
+    m = o['messages']
+    assert len(m) == 1 and m[0]['role'] == 'user' and m[0]['content'].strip() == m[0]['content']
+    assert m[0]['content']
+norm = lambda t: ' '.join(t.lower().split())
+assert len({norm(o['messages'][0]['content']) for o in q}) == len(q), "repeated"
+assert norm(q[0]['messages'][0]['content']) == norm(ex)
+assert [o for o in x if o not in c] == q[1:]
+PY
+    run ! "$mk" --calib "$CALIB" --self -1 -o bad.jsonl
+    run ! "$mk" --calib "$CALIB" --self 2 --model /nonexistent.gguf -o bad.jsonl
+    [[ $output == *"/nonexistent.gguf"* ]]
+    echo '{"prompt": ' > broken.jsonl
+    run ! "$mk" --calib "$CALIB" --self 2 --model "$m" --exclude broken.jsonl -o bad.jsonl
+    [[ $output == *"'broken.jsonl': line 1"* ]]
+    [ ! -e bad.jsonl ]
+    # neither a FIFO nor a symbolic link is replaced or read
+    mkfifo fifo
+    ln -s c.jsonl link
+    run ! "$mk" --calib "$CALIB" -o fifo
+    [[ $output == *"'fifo': not a regular file; not replaced"* ]]
+    [ -p fifo ]
+    run ! "$mk" --calib "$CALIB" -o link
+    [ -L link ]
+    run ! "$mk" --calib "$CALIB" --self 2 --model "$m" --exclude fifo -o bad.jsonl
+    [[ $output == *"--exclude 'fifo': not a regular file"* ]]
+    [ -z "$(compgen -G '*.tmp')" ]
 }
 
 @test "draft-train: SIGTERM writes a checkpoint and no head; --resume ends with the uninterrupted head" {
