@@ -20,8 +20,9 @@ static const char usage_line[] =
     "                   [--ttt-steps n] [--epochs n] [--max-time seconds] [--lr x] [--batch n]\n"
     "                   [--seq-len n] [--seed n] [--cache dir] [--checkpoint-every n] [--resume]\n"
     "                   [--draft-vocab n] [--noise x] [--clip x] [--no-fc-bias] [--gen-tokens n]\n"
-    "                   [--gen-temp t] [--train-on-prompts] [--eval file] [--init random|target]\n"
-    "                   [-t n] [--oversubscribe] [--kernel name] [--json] [--[no-]progress]";
+    "                   [--gen-temp t] [--gen-share x] [--train-on-prompts] [--eval file]\n"
+    "                   [--init random|target] [-t n] [--oversubscribe] [--kernel name] [--json]\n"
+    "                   [--[no-]progress]";
 
 static const char help_text[] =
     "draft-train - train an EAGLE-1 or EAGLE-3 draft head for speculative decoding\n"
@@ -44,9 +45,9 @@ static const char help_text[] =
     "Training:\n"
     "      --epochs N          passes over the training sequences\n"
     "      --max-time SECONDS  wall-clock budget of the whole run: responses start until 1/4\n"
-    "                          of it, features until 1/2, training (its learning rate schedule\n"
-    "                          following the time) until the end, then save; with --epochs,\n"
-    "                          whichever ends first\n"
+    "                          of it (--gen-share), features until 1/4 more, training (its\n"
+    "                          learning rate schedule following the time) until the end,\n"
+    "                          then save; with --epochs, whichever ends first\n"
     "      --lr X              peak learning rate (default 1e-3; 5% warmup, linear decay to 10%)\n"
     "      --batch N           sequences per optimizer step (default 4)\n"
     "      --seq-len N         positions per sequence (default 256)\n"
@@ -65,6 +66,8 @@ static const char help_text[] =
     "      --gen-tokens N      self-distillation: response tokens per prompt at most\n"
     "                          (default 256)\n"
     "      --gen-temp T        self-distillation: sampling temperature (default 0: greedy)\n"
+    "      --gen-share X       self-distillation with --max-time: responses start until X\n"
+    "                          of it, 0 < X <= 0.75 (default 0.25)\n"
     "      --eval FILE         held-out text, read as --data, never trained on: the held-out\n"
     "                          loss and agreement are measured on it and all the data trains\n"
     "                          (default: 1/20 of the data held out); its answers and features\n"
@@ -87,7 +90,7 @@ static const char help_text[] =
 
 enum {
     OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS,
-    OPT_EVAL, OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
+    OPT_EVAL, OPT_GEN_SHARE, OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
     OPT_NO_FC_BIAS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
     OPT_TRAIN_PROMPTS, OPT_INIT,
 };
@@ -103,6 +106,7 @@ static const struct option longopts[] = {
     { "draft-vocab", required_argument, NULL, OPT_DRAFT_VOCAB },
     { "epochs", required_argument, NULL, OPT_EPOCHS },
     { "eval", required_argument, NULL, OPT_EVAL },
+    { "gen-share", required_argument, NULL, OPT_GEN_SHARE },
     { "gen-temp", required_argument, NULL, OPT_GEN_TEMP },
     { "gen-tokens", required_argument, NULL, OPT_GEN_TOKENS },
     { "force", no_argument, NULL, 'f' },
@@ -163,6 +167,10 @@ main(int argc, char **argv)
             break;
         case OPT_EVAL: o.eval = optarg; break;
         case OPT_EPOCHS: o.epochs = cli_parse_i64(optarg, 1, 1000000, "--epochs", false); break;
+        case OPT_GEN_SHARE:
+            o.gen_share = cli_parse_double(optarg, 1e-6, 0.75, "--gen-share");
+            o.gen_share_set = true;
+            break;
         case OPT_GEN_TEMP:
             o.gen_temp = (float)cli_parse_double(optarg, 0, 10, "--gen-temp");
             o.gen_set = true;
@@ -210,6 +218,7 @@ main(int argc, char **argv)
         { !o.output, "no output (-o)" },
         { o.output && !strcmp(o.output, "-"), "-o: the head is written to a file, not stdout" },
         { o.epochs == 0 && o.max_time == 0, "give --epochs or --max-time" },
+        { o.gen_share_set && o.max_time == 0, "--gen-share: only with --max-time" },
         { ttt && o.arch != 3, "--ttt-steps: only with --arch eagle3" },
         { o.init == DRAFT_INIT_TARGET && o.arch != 3,
           "--init target: only with --arch eagle3 (an EAGLE-1 head regresses the features)" },

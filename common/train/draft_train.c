@@ -40,8 +40,8 @@
 #define WARMUP 0.05             /* of the run */
 #define LR_FLOOR 0.1            /* of lr, at the end */
 #define DISTILL_SEQS 8          /* responses generated together */
-#define PREP_GEN 0.25           /* of --max-time: the self-distillation stops there */
-#define PREP_FEAT 0.5           /* the features (after it) stop there */
+#define PREP_FEAT 0.25          /* of --max-time: the features stop this long after
+                                 * the self-distillation (--gen-share) */
 
 /* a file of text or JSON Lines being read: --data's, or --eval's, whose
  * prompts are all answered whatever --max-time and --resume */
@@ -93,7 +93,7 @@ struct run {
     struct dsrc data;            /* --data */
     int64_t n_ev;               /* --eval: its sequences, the last n_hold of seq_tok */
     /* --max-time covers the whole run: no prompt starts its response after
-     * PREP_GEN of it, the features stop at PREP_FEAT (a prefix of the
+     * o->gen_share of it, the features at PREP_FEAT after (a prefix of the
      * sequences in spread order), and training has what is left */
     double t_start;             /* now_seconds() at the start */
     double t_eval;              /* s spent preparing --eval's sequences: outside the budget */
@@ -242,7 +242,7 @@ self_distill(struct run *r, struct dsrc *src, struct tok_ids *segs, const bool *
     bool pinned = r->pinned && !src->eval;
     struct distill_gen g = { o->gen_tokens, o->gen_temp, o->seed, DISTILL_SEQS, o->stop,
                              o->max_time > 0 && !pinned && !src->eval
-                                 ? r->t_start + PREP_GEN * o->max_time : 0, NULL, NULL, NULL };
+                                 ? r->t_start + o->gen_share * o->max_time : 0, NULL, NULL, NULL };
     struct tok_ids *pr = malloc((size_t)(n ? n : 1) * sizeof(*pr));
     struct tok_ids *resp = calloc((size_t)(n ? n : 1), sizeof(*resp));
     bool *ans = malloc((size_t)(n ? n : 1) * sizeof(*ans));
@@ -263,9 +263,13 @@ self_distill(struct run *r, struct dsrc *src, struct tok_ids *segs, const bool *
     }
     /* resumed: the prompts the checkpoint's run answered */
     int64_t n_ask = pinned && r->pin_prompts < np ? r->pin_prompts : np;
+    char until[96] = "";
+    if (g.deadline > 0)
+        snprintf(until, sizeof until, "; none started after %.1f s of --max-time (--gen-share "
+                 "%g)", g.deadline - r->t_start, o->gen_share);
     runcb_info(&o->cb, "'%s': generating the model's responses to %lld prompts, up to %lld "
-               "tokens each (self-distillation)", src->name, (long long)n_ask,
-               (long long)o->gen_tokens);
+               "tokens each (self-distillation%s)", src->name, (long long)n_ask,
+               (long long)o->gen_tokens, until);
     double t0 = now_seconds();
     if ((rc = distill_generate(r->m, &r->tok, pr, n_ask, &g, resp, ans, &n_gen, d)) < 0)
         goto out;
@@ -389,6 +393,8 @@ tokenize_data(struct run *r, struct dsrc *src, const char *buf, size_t len, stru
     if (rc == 0 && r->o->gen_set && n_gen == 0 && !r->o->eval)  /* (load_eval: either file) */
         rc = diag_set(d, ST_RANGE, "--gen-tokens and --gen-temp need \"prompt\" or "
                       "\"messages\" lines");
+    if (rc == 0 && r->o->gen_share_set && n_gen == 0 && !src->eval)
+        rc = diag_set(d, ST_RANGE, "--gen-share needs \"prompt\" or \"messages\" lines");
     if (rc == 0 && n_gen > 0)
         rc = self_distill(r, src, segs, gen, n, fc, d);
     size_t total = 0;
@@ -993,9 +999,9 @@ seq_compute(struct run *r, int64_t s, int64_t ix, struct diag *d)
 }
 
 /* The features of the first sequences (spread_order): all of them; with
- * --max-time as many as are done at PREP_FEAT of the budget (at least 2:
- * one to train on, one held out); resumed, as many as the checkpoint's run
- * had.  With --cache, those of an entry first, and the entry then holds
+ * --max-time as many as are done at gen_share + PREP_FEAT of the budget
+ * (at least 2: one to train on, one held out); resumed, as many as the
+ * checkpoint's run had.  With --cache, those of an entry first, and the entry then holds
  * every one this run has (so that runs cut short add up) when it computed
  * some.  r->n_seq becomes their number; *hit when they all came from the
  * cache. */
@@ -1004,7 +1010,7 @@ features(struct run *r, bool *hit, struct diag *d)
 {
     const struct draft_train_opts *o = r->o;
     double deadline = o->max_time > 0 && !r->pinned
-                          ? r->t_start + r->t_eval + PREP_FEAT * o->max_time : 0;
+                          ? r->t_start + r->t_eval + (o->gen_share + PREP_FEAT) * o->max_time : 0;
     int64_t want = r->pinned && r->pin_seqs < r->n_seq ? r->pin_seqs : r->n_seq, done = 0, s;
     char *path = NULL;
     int rc;

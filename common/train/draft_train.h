@@ -37,9 +37,10 @@
  *      epochs over the training sequences, or what max_time leaves after
  *      steps 1-4 (then the schedule follows the training's elapsed time),
  *      whichever ends first.  max_time is the whole run's budget: no
- *      prompt starts its response after a quarter of it (the first ones
- *      answered), no sequence its features after half (the sequences in
- *      an order whose first ones spread over the data, at least 2 kept;
+ *      prompt starts its response after gen_share of it (the first ones
+ *      answered), no sequence its features after gen_share + 0.25 (the
+ *      sequences in an order whose first ones spread over the data, at
+ *      least 2 kept;
  *      a cache entry holds the ones done, and the next run goes on from
  *      it); a resumed run repeats the checkpoint's data and training time
  *   6. checkpoints (the head + optimizer state, eagle_io.h) to
@@ -94,6 +95,10 @@ struct draft_train_opts {
     bool train_prompts;        /* the loss over every position, not the responses' only (the
                                 * held-out figures stay the responses') */
     int init;                  /* enum draft_init */
+    double gen_share;          /* of max_time: no response starts after it, no sequence's
+                                * features after gen_share + 0.25 (0 < gen_share <= 0.75;
+                                * default 0.25) */
+    bool gen_share_set;        /* given: the data must have prompts */
 };
 
 /* the head's starting point: random, or (EAGLE-3 on a llama model, the
@@ -103,7 +108,7 @@ enum draft_init { DRAFT_INIT_AUTO, DRAFT_INIT_RANDOM, DRAFT_INIT_TARGET };
 
 #define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, 1, 7, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
                                 8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 }, 256, 0.0f, false, \
-                                false, NULL, false, DRAFT_INIT_AUTO }
+                                false, NULL, false, DRAFT_INIT_AUTO, 0.25, false }
 
 struct draft_train_report {
     int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */

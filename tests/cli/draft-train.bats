@@ -518,11 +518,13 @@ import json; print(json.dumps({'prompt': open('text.txt').read()[:300]}))" > lon
 
 @test "draft-train --max-time: the budget covers the data's preparation (responses and features cut, cached, added up, repeated by --resume)" {
     cd "$BATS_TEST_TMPDIR"
-    # responses that would take hours: no prompt starts after a quarter of
-    # the budget; the ones started finish, and the run ends
+    # responses that would take hours: no prompt starts after --gen-share
+    # of the budget (default a quarter); the ones started finish, and the
+    # run ends
     many_prompts many.jsonl
     run -0 --separate-stderr draft-train -m "$FIX" --data many.jsonl -o h1.gguf --seq-len 32 \
-        --gen-tokens 4096 --max-time 8 --cache cache -v
+        --gen-tokens 4096 --max-time 8 --gen-share 0.5 --cache cache -v
+    [[ $stderr == *"none started after 4.0 s of --max-time (--gen-share 0.5))"* ]]
     [[ $stderr == *"--max-time: the model's responses to the first "*" of 4000 prompts"* ]]
     [[ $stderr == *"training for the "*" s left of --max-time"* ]]
     [ -s h1.gguf ]
@@ -550,6 +552,7 @@ import json; print(json.dumps({'prompt': open('text.txt').read()[:300]}))" > lon
     [ "$st" -eq 143 ]
     local first; first=$(sed -n "s/.*responses to the first \([0-9]*\) of 4000.*/\1/p" r.gguf.err)
     [ -n "$first" ]
+    grep -q "none started after 2.0 s of --max-time (--gen-share 0.25))" r.gguf.err
     run -0 --separate-stderr draft-train -m "$FIX" --data many.jsonl -o r.gguf --seq-len 32 \
         --gen-tokens 4096 --max-time 8 --checkpoint-every 2 --resume -v
     [[ $stderr == *"--resume: the model's responses to the first $first of 4000 prompts"* ]]
@@ -598,6 +601,14 @@ print(json.dumps({'prompt': 'more ' * 700}))
     cd "$BATS_TEST_TMPDIR"
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-tokens 8
     [[ $stderr == *'--gen-tokens and --gen-temp need "prompt" or "messages" lines'* ]]
+    # --gen-share: the share of --max-time in which responses start
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-share 0.4
+    [[ $stderr == *"--gen-share: only with --max-time"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --max-time 9 --gen-share 0
+    [[ $stderr == *"--gen-share: '0' is out of range [1e-06, 0.75]"* ]]
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --max-time 9 --gen-share 0.8
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --max-time 9 --gen-share 0.5
+    [[ $stderr == *'--gen-share needs "prompt" or "messages" lines'* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-temp -1
     [[ $stderr == *"--gen-temp: '-1' is out of range [0, 10]"* ]]
     run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf --epochs 1 --gen-tokens 0
