@@ -234,11 +234,11 @@ sched_new(struct sched **out, struct model *m, struct kvcache *kv, const struct 
     if (o->head && (o->draft || o->prefix_cache))
         return diag_set(d, ST_RANGE, "an EAGLE head goes with neither a draft model nor the "
                         "prefix cache");
-    if (o->feat_rows && (o->head || o->draft || o->spec_tokens || o->prefix_cache))
-        return diag_set(d, ST_RANGE, "a feature sink goes with no drafter (draft model, EAGLE "
-                        "head, prompt lookup) and not the prefix cache");
     if (o->spec_tokens < 0 || o->spec_tokens > 64 || o->lookup_ngram < 1 || o->lookup_ngram > 16)
         return diag_set(d, ST_RANGE, "speculative options out of range");
+    if (o->feat_rows && (o->head || o->draft || o->spec_tokens > 0 || o->prefix_cache))
+        return diag_set(d, ST_RANGE, "a feature sink goes with no drafter (draft model, EAGLE "
+                        "head, prompt lookup) and not the prefix cache");
     if ((size_t)(o->max_seqs + (o->spec_tokens ? o->max_batch_tokens : 0)) >
         SIZE_MAX / sizeof(float) / (size_t)m->hp.n_vocab)
         return diag_set(d, ST_NOMEM, "too many sequences for the logits buffer");

@@ -1085,8 +1085,8 @@ features(struct run *r, bool *hit, struct diag *d)
     rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
     /* an entry of nothing but features taken while answering would save a
-     * later run nothing: it answers again (the entry's key is the tokens of
-     * the answers) and takes them again */
+     * later run nothing: it answers the prompts again (its tokens are
+     * checked against the entry's) and takes them again */
     if (path && done > cached && computed > 0)
         rc = cache_put(r, path, done, d);
 #endif

@@ -442,6 +442,10 @@ assert [o['positions'] for o in log if o['type'] == 'eval'] == [sum(cnt[k] for k
     [ -z "$(compgen -G 'c/*.eaglefeat.zst')" ]
     [ -n "$(compgen -G 'c/*.eaglekeep')" ]
     cmp n1.gguf c1.gguf
+    # the loss mask's entry alone serves the next run: the same head
+    run -0 --separate-stderr draft-train -m "$FIX" --data q.jsonl -o c3.gguf "${e3[@]}" --cache c -v
+    [[ $stderr == *"of the positions counted, from the cache)"* ]]
+    cmp n1.gguf c3.gguf
     cmp n2.gguf c2.gguf
     run -1 cmp -s n1.gguf n2.gguf
     # a prompt longer than the sequences cut from it, with a one-token
@@ -662,6 +666,12 @@ assert norm(q[0]['messages'][0]['content']) == norm(ex)
 assert [o for o in x if o not in c] == q[1:]
 PY
     run ! "$mk" --calib "$CALIB" --self -1 -o bad.jsonl
+    run ! "$mk" --calib "$CALIB" --exclude ex.jsonl -o bad.jsonl
+    [[ $output == *"--exclude: only with --self"* ]]
+    # -n bounds the calibration lines, --self the questions
+    "$mk" --calib "$CALIB" -n 5 --self 12 --model "$m" -t 1 -o n5.jsonl
+    [ "$(head -10 n5.jsonl)" = "$(paste -d '\n' <(head -5 c.jsonl) <(grep -vxFf c.jsonl s.jsonl | head -5))" ]
+    [ "$(wc -l < n5.jsonl)" -eq "$((5 + $(grep -cvxFf c.jsonl s.jsonl)))" ]
     run ! "$mk" --calib "$CALIB" --self 2 --model /nonexistent.gguf -o bad.jsonl
     [[ $output == *"/nonexistent.gguf"* ]]
     echo '{"prompt": ' > broken.jsonl
@@ -671,12 +681,12 @@ PY
     # neither a FIFO nor a symbolic link is replaced or read
     mkfifo fifo
     ln -s c.jsonl link
-    run ! "$mk" --calib "$CALIB" -o fifo
+    run ! timeout 60 "$mk" --calib "$CALIB" -o fifo
     [[ $output == *"'fifo': not a regular file; not replaced"* ]]
     [ -p fifo ]
-    run ! "$mk" --calib "$CALIB" -o link
+    run ! timeout 60 "$mk" --calib "$CALIB" -o link
     [ -L link ]
-    run ! "$mk" --calib "$CALIB" --self 2 --model "$m" --exclude fifo -o bad.jsonl
+    run ! timeout 60 "$mk" --calib "$CALIB" --self 2 --model "$m" --exclude fifo -o bad.jsonl
     [[ $output == *"--exclude 'fifo': not a regular file"* ]]
     [ -z "$(compgen -G '*.tmp')" ]
 }

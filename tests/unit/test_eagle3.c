@@ -569,10 +569,14 @@ main(void)
         CHECK(kv_new(&kv, &kc, &d) == 0);
         so.feat_rows = sink_rows;
         so.feat_ctx = &sc;
+        d.msg[0] = 0;
         CHECK(so.prefix_cache && sched_new(&sch, m, kv, NULL, &so, &cb, &d) == -ST_RANGE && !sch);
+        CHECK(strstr(d.msg, "feature sink") != NULL);
         so.prefix_cache = false;
         so.spec_tokens = 4;
+        d.msg[0] = 0;
         CHECK(sched_new(&sch, m, kv, NULL, &so, &cb, &d) == -ST_RANGE && !sch);
+        CHECK(strstr(d.msg, "feature sink") != NULL);
         so.spec_tokens = 0;
         CHECK(sched_new(&sch, m, kv, NULL, &so, &cb, &d) == 0 && sch);
         sched_free(sch);
