@@ -1001,10 +1001,10 @@ seq_compute(struct run *r, int64_t s, int64_t ix, struct diag *d)
 /* The features of the first sequences (spread_order): all of them; with
  * --max-time as many as are done at gen_share + PREP_FEAT of the budget
  * (at least 2: one to train on, one held out); resumed, as many as the
- * checkpoint's run had.  With --cache, those of an entry first, and the entry then holds
- * every one this run has (so that runs cut short add up) when it computed
- * some.  r->n_seq becomes their number; *hit when they all came from the
- * cache. */
+ * checkpoint's run had.  With --cache, those of an entry first, and the
+ * entry then holds every one this run has (so that runs cut short add up)
+ * when it computed some.  r->n_seq becomes their number; *hit when they
+ * all came from the cache. */
 static int
 features(struct run *r, bool *hit, struct diag *d)
 {

@@ -40,9 +40,9 @@
  *      prompt starts its response after gen_share of it (the first ones
  *      answered), no sequence its features after gen_share + 0.25 (the
  *      sequences in an order whose first ones spread over the data, at
- *      least 2 kept;
- *      a cache entry holds the ones done, and the next run goes on from
- *      it); a resumed run repeats the checkpoint's data and training time
+ *      least 2 kept; a cache entry holds the ones done when some were
+ *      computed, and the next run goes on from it); a resumed run repeats
+ *      the checkpoint's data and training time
  *   6. checkpoints (the head + optimizer state, eagle_io.h) to
  *      OUTPUT.ckpt every ckpt_every steps and when *stop becomes nonzero
  *      (then the run returns -ST_FAIL with "interrupted"); resume continues
