@@ -882,11 +882,16 @@ cache_put(struct run *r, const char *path, int64_t n, struct diag *d)
 }
 
 /* The loss mask's entry beside the features' (keep, draft_keep): magic,
- * u64 n_seq, S and draft vocabulary size, the SHA-256 of the rows (64 hex
- * digits), then keep's n_seq * S bytes.  The draft vocabulary follows from
- * the tokens and its size, both in the name. */
-#define KEEP_MAGIC "LLMKKEP3"     /* 3: the draft vocabulary of the rows counted */
-#define KEEP_HDR 96
+ * u64 n_seq, S and draft vocabulary size, the SHA-256 (64 hex digits) of
+ * all after the header, that of the draft vocabulary's token ids; then
+ * the SHA-256 of each sequence's S + 1 tokens, and keep's n_seq * S bytes.
+ * The key names the data and options, not the answers to its prompts or
+ * the draft vocabulary counted from them: a run whose answers or
+ * vocabulary differ (--max-time answering fewer, another machine's
+ * greedy tokens) reads only the rows of the sequences it shares. */
+#define KEEP_MAGIC "LLMKKEP4"     /* 4: the tokens and the draft vocabulary checked */
+#define KEEP_HDR 160
+#define KEEP_SEQ 64               /* a sequence's hash, before the rows */
 
 static char *
 keep_path(const struct run *r)
@@ -900,41 +905,59 @@ keep_path(const struct run *r)
     return p;
 }
 
-/* the rows of r->keep an entry gives: those of the first sequences, as
- * many as it has, at most the data's n_seq - n_ev (an entry of fewer: a run cut short by
- * --max-time, continued); 0 when none (a bad entry: a warning); < 0 (cache_entry) */
+/* the SHA-256 of sequence s's tokens */
+static int
+keep_seq_sha(const struct run *r, int64_t s, char out[65])
+{
+    return quantize_sha256_hex(r->seq_tok + s * (r->S + 1),
+                               (size_t)(r->S + 1) * sizeof(int32_t), out);
+}
+
+/* the rows of r->keep an entry gives: those of the first sequences whose
+ * tokens are the entry's, at most the data's n_seq - n_ev (an entry of
+ * fewer: a run cut short by --max-time, continued); 0 when none (a bad
+ * entry: a warning); < 0 (cache_entry) */
 static int64_t
 keep_read(struct run *r, const char *path, struct diag *d)
 {
     size_t len;
     uint64_t h[3];
-    char *buf;
+    char *buf, sha[65];
     struct diag dd;
     int rc;
 
     if ((rc = cache_entry(r, path, "loss mask cache", "recomputing", d)) <= 0)
         return rc;
-    if (read_file_all(path, KEEP_HDR + (size_t)(r->n_seq_data * r->S), &buf, &len, &dd) < 0) {
+    if (read_file_all(path, KEEP_HDR + (size_t)(r->n_seq_data * (KEEP_SEQ + r->S)), &buf, &len,
+                      &dd) < 0) {
         runcb_warn(&r->o->cb, "loss mask cache '%s': %s; recomputing", path, dd.msg);
         return 0;
     }
     bool ok = len >= KEEP_HDR && memcmp(buf, KEEP_MAGIC, 8) == 0;
-    char sha[65];
     if (ok) {
         memcpy(h, buf + 8, sizeof h);
         ok = h[0] >= 1 && h[0] <= (uint64_t)r->n_seq_data && h[1] == (uint64_t)r->S &&
-             h[2] == (uint64_t)r->fz.n_lm && len == KEEP_HDR + h[0] * h[1] &&
+             h[2] == (uint64_t)r->fz.n_lm && len == KEEP_HDR + h[0] * (KEEP_SEQ + h[1]) &&
              quantize_sha256_hex(buf + KEEP_HDR, len - KEEP_HDR, sha) == 0 &&
-             memcmp(buf + 32, sha, 64) == 0;
+             memcmp(buf + 32, sha, 64) == 0 &&
+             quantize_sha256_hex(r->lm_ids, (size_t)r->fz.n_lm * sizeof(int32_t), sha) == 0 &&
+             memcmp(buf + 96, sha, 64) == 0;
     }
     int64_t nd = r->n_seq - r->n_ev;    /* the data's rows (--eval's are never cached) */
-    int64_t m = !ok ? 0 : (int64_t)h[0] < nd ? (int64_t)h[0] : nd;
-    for (size_t i = 0; ok && i < (size_t)(m * r->S); i++)
-        ok = (uint8_t)buf[KEEP_HDR + i] <= 1;
-    if (ok)
-        memcpy(r->keep, buf + KEEP_HDR, (size_t)(m * r->S));
-    else
+    int64_t top = !ok ? 0 : (int64_t)h[0] < nd ? (int64_t)h[0] : nd, m = 0;
+    const char *rows = buf + KEEP_HDR + (ok ? h[0] : 0) * KEEP_SEQ;
+    for (; m < top && keep_seq_sha(r, m, sha) == 0 &&
+           memcmp(buf + KEEP_HDR + m * KEEP_SEQ, sha, 64) == 0; m++)
+        ;
+    for (size_t i = 0; i < (size_t)(m * r->S); i++)
+        ok &= (uint8_t)rows[i] <= 1;
+    if (ok && m > 0)
+        memcpy(r->keep, rows, (size_t)(m * r->S));
+    if (!ok || m == 0)
         runcb_warn(&r->o->cb, "loss mask cache '%s': not one of this run; recomputing", path);
+    else if (m < top)
+        runcb_warn(&r->o->cb, "loss mask cache '%s': the tokens of its sequence %lld on are not "
+                   "this run's; recomputing those", path, (long long)m + 1);
     free(buf);
     return ok ? m : 0;
 }
@@ -943,10 +966,11 @@ keep_read(struct run *r, const char *path, struct diag *d)
 static int
 keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
 {
-    size_t n = (size_t)(n_seq * r->S);
+    size_t n = (size_t)(n_seq * r->S), nh = (size_t)n_seq * KEEP_SEQ;
     uint64_t h[3] = { (uint64_t)n_seq, (uint64_t)r->S, (uint64_t)r->fz.n_lm };
-    uint8_t *b = malloc(KEEP_HDR + n);
-    int rc;
+    uint8_t *b = malloc(KEEP_HDR + nh + n);
+    char sha[65];
+    int rc = 0;
 
     if (!b)
         return diag_set(d, ST_NOMEM, "out of memory");
@@ -954,17 +978,23 @@ keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
         free(b);
         return rc;
     }
-    char sha[65];
     memcpy(b, KEEP_MAGIC, 8);
     memcpy(b + 8, h, sizeof h);
-    memcpy(b + KEEP_HDR, r->keep, n);
-    if (quantize_sha256_hex(r->keep, n, sha) < 0) {
+    for (int64_t s = 0; s < n_seq && rc == 0; s++)
+        if ((rc = keep_seq_sha(r, s, sha)) == 0)
+            memcpy(b + KEEP_HDR + s * KEEP_SEQ, sha, 64);
+    memcpy(b + KEEP_HDR + nh, r->keep, n);
+    if (rc == 0 && (rc = quantize_sha256_hex(b + KEEP_HDR, nh + n, sha)) == 0)
+        memcpy(b + 32, sha, 64);
+    if (rc == 0 && (rc = quantize_sha256_hex(r->lm_ids, (size_t)r->fz.n_lm * sizeof(int32_t),
+                                             sha)) == 0)
+        memcpy(b + 96, sha, 64);
+    if (rc < 0) {
         free(b);
         return diag_set(d, ST_NOMEM, "out of memory");
     }
-    memcpy(b + 32, sha, 64);
     if ((rc = cache_entry(r, path, "loss mask cache", "written again", d)) >= 0)
-        rc = write_file_atomic(path, b, KEEP_HDR + n, true, d);
+        rc = write_file_atomic(path, b, KEEP_HDR + nh + n, true, d);
     free(b);
     if (rc < 0)
         diag_prefix(d, "loss mask cache '%s'", path);

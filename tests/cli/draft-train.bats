@@ -79,6 +79,25 @@ f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1)
 f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))" "$1" "$2"
 }
 
+# keep_forge ENTRY N|vocab : a loss mask entry whose sequence N's
+# (0-based) token hash, or whose draft vocabulary's, differs, sealed again
+# (the header's SHA-256 of the rest made right); keep_row ENTRY : the
+# offset of a byte of its first row
+keep_forge() {
+    python3 -c "
+import sys, hashlib
+p, what = sys.argv[1], sys.argv[2]
+b = bytearray(open(p, 'rb').read())
+b[96 if what == 'vocab' else 160 + 64 * int(what)] ^= 1
+b[32:96] = hashlib.sha256(b[160:]).hexdigest().encode()
+open(p, 'wb').write(b)" "$1" "$2"
+}
+keep_row() {
+    python3 -c "
+import sys, struct
+print(160 + 64 * struct.unpack_from('<Q', open(sys.argv[1], 'rb').read(), 8)[0] + 4)" "$1"
+}
+
 # many_prompts FILE : 4000 short prompts whose responses (up to the
 # context) would take the tiny model minutes to generate
 many_prompts() {
@@ -205,11 +224,29 @@ EOF
     cmp h1.gguf h2.gguf
     # a damaged loss mask entry is recomputed, with a warning, to the same
     # head: one row's 0/1 flipped (still a valid row: its SHA-256 tells)
-    flip_byte "$(ls c/*.100.eaglekeep)" 100
+    local k; k=$(ls c/*.100.eaglekeep)
+    flip_byte "$k" "$(keep_row "$k")"
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
         --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
     [[ $stderr == *"warning: loss mask cache"*"not one of this run; recomputing"* ]]
     cmp h1.gguf h2.gguf
+    # an entry of other tokens from the third sequence on (other answers
+    # under the same key): the first two sequences' rows serve, the others
+    # are recomputed, to the same head; one of another draft vocabulary of
+    # the same size serves none
+    keep_forge "$k" 2
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"warning: loss mask cache"*"the tokens of its sequence 3 on are not this run's; recomputing those"* ]]
+    cmp h1.gguf h2.gguf
+    keep_forge "$k" vocab
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
+    [[ $stderr == *"warning: loss mask cache"*"not one of this run; recomputing"* ]]
+    cmp h1.gguf h2.gguf
+    run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
+        --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100 -v
+    [[ $stderr != *"warning"* && $stderr == *"of the positions counted, from the cache)"* ]]
     # fewer unrolled steps train another head
     run -0 draft-train -m "$FIX" --data text.txt -o h3.gguf --epochs 2 --seq-len 32 -q \
         --cache c --arch eagle3 --ttt-steps 2 --draft-vocab 100
