@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #ifdef LLMKIT_HAVE_ZSTD
 #include <zstd.h>
@@ -156,12 +158,16 @@ line_tokens(struct run *r, const struct distill_line *l, struct tok_ids *seg, bo
  * and response, from row slot[j] of rows (one allocation for every
  * prompt's rows at most, its pages touched only where a prompt is
  * answered), its first n_fed[j] positions computed.  Without the room for
- * it (rows NULL) the features are computed afterwards, as for text. */
+ * it (rows NULL) the features are computed afterwards, as for text.  rows
+ * is an anonymous mapping of rows_bytes whose first rows_gone (whole
+ * pages) take_seqs unmaps once no later sequence reads them, so that the
+ * rows and the sequences' copies (r->feat) do not both fill memory. */
 struct capture {
     const struct run *r;
     struct eagle_capture cap;   /* EAGLE-3: the hooks' rows, [DISTILL_BATCH_TOKENS][3d] */
     struct model_hooks hooks;
     uint16_t *rows;             /* [n_rows][fd] */
+    size_t rows_bytes, rows_gone;
     int64_t *slot, *n_fed, *len;        /* [n prompts] */
     bool bad;                   /* a feature outside its store's range: computed again */
 };
@@ -191,7 +197,9 @@ capture_rows(void *ctx, int64_t tag, int64_t pos0, const float *hidden, int64_t 
 static void
 capture_release(struct capture *c)
 {
-    free(c->cap.feat3), free(c->rows), free(c->slot), free(c->n_fed), free(c->len);
+    if (c->rows && c->rows_gone < c->rows_bytes)
+        munmap((char *)c->rows + c->rows_gone, c->rows_bytes - c->rows_gone);
+    free(c->cap.feat3), free(c->slot), free(c->n_fed), free(c->len);
     memset(c, 0, sizeof *c);
 }
 
@@ -217,8 +225,15 @@ capture_init(struct capture *c, const struct run *r, const struct tok_ids *pr, i
         c->len[j] = (int64_t)pr[j].n + gen;
         total += c->len[j];
     }
-    if (total > (int64_t)(SIZE_MAX / 4 / sizeof(uint16_t)) / r->fd ||
-        !(c->rows = malloc((size_t)(total * r->fd) * sizeof(uint16_t))) ||
+    if (total > (int64_t)(SIZE_MAX / 4 / sizeof(uint16_t)) / r->fd) {
+        capture_release(c);
+        return false;
+    }
+    size_t bytes = (size_t)((total ? total : 1) * r->fd) * sizeof(uint16_t);
+    void *map = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map != MAP_FAILED)
+        c->rows = map, c->rows_bytes = bytes;
+    if (!c->rows ||
         (w > 0 && !(c->cap.feat3 = malloc((size_t)(DISTILL_BATCH_TOKENS * w) * sizeof(float))))) {
         capture_release(c);
         return false;
@@ -494,34 +509,59 @@ row_trains(const struct run *r, int64_t i)
  * sequence without one has nothing to train or to measure otherwise) into
  * seq_tok and mask from sequence at on, in that order, and with crow (each
  * token's row of cap, or -1) the features of those whose tokens were all
- * computed into feat (have); their number; *counted += their rows counted */
+ * computed into feat (have); their number, or -1 out of memory; *counted
+ * += their rows counted.  The features are copied in the text's order, in
+ * which a token's row only grows (cap's rows are the prompts' in turn), so
+ * that the rows no later sequence reads are given back as it goes. */
 static int64_t
-take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, const struct capture *cap,
+take_seqs(struct run *r, const struct tok_ids *ids, const uint8_t *use, struct capture *cap,
           const int64_t *crow, const int64_t *order, int64_t n, int64_t at, bool all,
           int64_t *counted)
 {
     int64_t k = 0, S1 = r->S + 1;
+    int64_t *dest = malloc((size_t)(n ? n : 1) * sizeof(int64_t));    /* of sequence o, or -1 */
+    if (!dest)
+        return -1;
     for (int64_t j = 0; j < n; j++) {
         int64_t o = order ? order[j] : j, c = 0;
         const uint8_t *u = use + o * r->S + 1;  /* row i reads token i + 1 */
         for (int64_t i = 0; i < r->S; i++)
             c += u[i];
+        dest[o] = -1;
         if (c == 0 && !all)
             continue;
         memcpy(r->seq_tok + (at + k) * (r->S + 1), ids->v + o * r->S,
                (size_t)(r->S + 1) * sizeof(int32_t));
         memcpy(r->mask + (at + k) * r->S, u, (size_t)r->S);
-        const int64_t *cr = crow ? crow + o * r->S : NULL;
-        bool got = cr != NULL;
+        r->have[at + k] = false;
+        *counted += c;
+        dest[o] = at + k++;
+    }
+    const long pg = sysconf(_SC_PAGESIZE);
+    for (int64_t o = 0, next = 0; crow && o < n; o++) {
+        const int64_t *cr = crow + o * r->S;
+        bool got = dest[o] >= 0;
         for (int64_t i = 0; got && i < S1; i++)
             got = cr[i] >= 0;
         for (int64_t i = 0; got && i < S1; i++)
-            memcpy(r->feat + ((at + k) * S1 + i) * r->fd, cap->rows + cr[i] * r->fd,
+            memcpy(r->feat + (dest[o] * S1 + i) * r->fd, cap->rows + cr[i] * r->fd,
                    (size_t)r->fd * sizeof(uint16_t));
-        r->have[at + k] = got;
-        *counted += c;
-        k++;
+        if (dest[o] >= 0)
+            r->have[dest[o]] = got;
+        /* the later sequences read the rows from the first computed token
+         * of the next one's on: the whole pages before it go */
+        if (next < (o + 1) * r->S)
+            next = (o + 1) * r->S;
+        while (next < (int64_t)ids->n && crow[next] < 0)
+            next++;
+        size_t keep = next < (int64_t)ids->n ? (size_t)(crow[next] * r->fd) * sizeof(uint16_t)
+                                             : cap->rows_bytes;
+        keep -= pg > 0 ? keep % (size_t)pg : keep;
+        if (pg > 0 && keep > cap->rows_gone &&
+            munmap((char *)cap->rows + cap->rows_gone, keep - cap->rows_gone) == 0)
+            cap->rows_gone = keep;
     }
+    free(dest);
     return k;
 }
 
@@ -598,6 +638,12 @@ load_data(struct run *r, struct diag *d)
     int64_t counted = 0;
     r->n_seq = take_seqs(r, &ids, use, &cap, crow, order, r->n_seq, 0, o->train_prompts,
                          &counted);
+    if (r->n_seq < 0) {
+        r->n_seq = 0;
+        free(order);
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
     r->n_no_resp = (int64_t)(ids.n - 1) / r->S - r->n_seq;
     r->mask_frac = (double)counted / (double)((r->n_seq + r->n_no_resp) * r->S);
     free(order);
@@ -669,7 +715,12 @@ load_eval(struct run *r, struct diag *d)
     if ((rc = feat_room(r, r->n_seq + n, d)) < 0)
         goto out;
     int64_t counted = 0;
-    r->n_ev = take_seqs(r, &ids, use, &cap, crow, NULL, n, r->n_seq, false, &counted);
+    if ((r->n_ev = take_seqs(r, &ids, use, &cap, crow, NULL, n, r->n_seq, false,
+                             &counted)) < 0) {
+        r->n_ev = 0;
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
     tok_ids_release(&ids);
     free(use);
     free(crow);
