@@ -935,12 +935,16 @@ cache_put(struct run *r, const char *path, int64_t n, struct diag *d)
 /* The loss mask's entry beside the features' (keep, draft_keep): magic,
  * u64 n_seq, S and draft vocabulary size, the SHA-256 (64 hex digits) of
  * all after the header, that of the draft vocabulary's token ids; then
- * the SHA-256 of each sequence's S + 1 tokens, and keep's n_seq * S bytes.
- * The key names the data and options, not the answers to its prompts or
- * the draft vocabulary counted from them: a run whose answers or
- * vocabulary differ (--max-time answering fewer, another machine's
- * greedy tokens) reads only the rows of the sequences it shares. */
-#define KEEP_MAGIC "LLMKKEP4"     /* 4: the tokens and the draft vocabulary checked */
+ * per sequence the SHA-256 of what its rows are taken from, its final
+ * features (positions 1 .. S, as feat stores them), and keep's n_seq * S
+ * bytes.  A sequence whose hash is 64 zeros has no rows (a run
+ * interrupted before it).  The key names the data and options, not the
+ * answers to its prompts (on which the features of a sequence of them
+ * depend, through all before it) or the draft vocabulary counted from them:
+ * a run whose answers or vocabulary differ (--max-time answering fewer,
+ * another machine's greedy tokens) takes the rows of the sequences whose
+ * features are the entry's and computes the others. */
+#define KEEP_MAGIC "LLMKKEP4"     /* 4: each sequence's features and the draft vocabulary checked */
 #define KEEP_HDR 160
 #define KEEP_SEQ 64               /* a sequence's hash, before the rows */
 
@@ -956,20 +960,23 @@ keep_path(const struct run *r)
     return p;
 }
 
-/* the SHA-256 of sequence s's tokens */
+/* the SHA-256 of sequence s's final features, those its loss mask rows
+ * read (keep_fin), in buf's S pointers and sizes */
 static int
-keep_seq_sha(const struct run *r, int64_t s, char out[65])
+keep_seq_sha(const struct run *r, int64_t s, const void **p, size_t *n, char out[65])
 {
-    return quantize_sha256_hex(r->seq_tok + s * (r->S + 1),
-                               (size_t)(r->S + 1) * sizeof(int32_t), out);
+    for (int64_t i = 0; i < r->S; i++) {
+        p[i] = r->feat + (s * (r->S + 1) + i + 1) * r->fd + (r->fd - r->d);
+        n[i] = (size_t)r->d * sizeof(uint16_t);
+    }
+    return quantize_sha256_hexv(p, n, (int)r->S, out);
 }
 
-/* the rows of r->keep an entry gives: those of the first sequences whose
- * tokens are the entry's, at most the data's n_seq - n_ev (an entry of
- * fewer: a run cut short by --max-time, continued); 0 when none (a bad
- * entry: a warning); < 0 (cache_entry) */
+/* the rows of r->keep an entry gives, of the data's sequences (n_seq -
+ * n_ev) whose features are the entry's: got[s] set; their number (0 when
+ * none, a bad entry: a warning); < 0 (cache_entry, out of memory) */
 static int64_t
-keep_read(struct run *r, const char *path, struct diag *d)
+keep_read(struct run *r, const char *path, uint8_t *got, struct diag *d)
 {
     size_t len;
     uint64_t h[3];
@@ -997,44 +1004,70 @@ keep_read(struct run *r, const char *path, struct diag *d)
     int64_t nd = r->n_seq - r->n_ev;    /* the data's rows (--eval's are never cached) */
     int64_t top = !ok ? 0 : (int64_t)h[0] < nd ? (int64_t)h[0] : nd, m = 0;
     const char *rows = buf + KEEP_HDR + (ok ? h[0] : 0) * KEEP_SEQ;
-    for (; m < top && keep_seq_sha(r, m, sha) == 0 &&
-           memcmp(buf + KEEP_HDR + m * KEEP_SEQ, sha, 64) == 0; m++)
-        ;
-    for (size_t i = 0; i < (size_t)(m * r->S); i++)
-        ok &= (uint8_t)rows[i] <= 1;
-    if (ok && m > 0)
-        memcpy(r->keep, rows, (size_t)(m * r->S));
+    for (size_t i = 0; ok && i < (size_t)(top * r->S); i++)
+        ok = (uint8_t)rows[i] <= 1;
+    const void **p = malloc((size_t)r->S * sizeof *p);
+    size_t *n = malloc((size_t)r->S * sizeof *n);
+    int64_t other = 0;  /* sequences of the entry's whose features are not this run's */
+    for (int64_t s = 0; ok && p && n && s < top; s++) {
+        const char *e = buf + KEEP_HDR + s * KEEP_SEQ;
+        if (strspn(e, "0") >= KEEP_SEQ)         /* no rows */
+            continue;
+        if (keep_seq_sha(r, s, p, n, sha) == 0 && memcmp(e, sha, 64) == 0) {
+            memcpy(r->keep + s * r->S, rows + s * r->S, (size_t)r->S);
+            got[s] = 1, m++;
+        } else {
+            other++;
+        }
+    }
+    free(buf);
+    if (ok && (!p || !n)) {
+        free(p), free(n);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    free(p), free(n);
     if (!ok || m == 0)
         runcb_warn(&r->o->cb, "loss mask cache '%s': not one of this run; recomputing", path);
-    else if (m < top)
-        runcb_warn(&r->o->cb, "loss mask cache '%s': the tokens of its sequence %lld on are not "
-                   "this run's; recomputing those", path, (long long)m + 1);
-    free(buf);
+    else if (other > 0)
+        runcb_warn(&r->o->cb, "loss mask cache '%s': %lld of its sequences' features are not "
+                   "this run's; recomputing those", path, (long long)other);
     return ok ? m : 0;
 }
 
-/* the entry of the first n_seq sequences' rows */
+/* the entry of the data's sequences (n_seq - n_ev), those without
+ * done[s] as no rows */
 static int
-keep_write(struct run *r, const char *path, int64_t n_seq, struct diag *d)
+keep_write(struct run *r, const char *path, const uint8_t *done, struct diag *d)
 {
-    size_t n = (size_t)(n_seq * r->S), nh = (size_t)n_seq * KEEP_SEQ;
-    uint64_t h[3] = { (uint64_t)n_seq, (uint64_t)r->S, (uint64_t)r->fz.n_lm };
+    int64_t nd = r->n_seq - r->n_ev;
+    size_t n = (size_t)(nd * r->S), nh = (size_t)nd * KEEP_SEQ;
+    uint64_t h[3] = { (uint64_t)nd, (uint64_t)r->S, (uint64_t)r->fz.n_lm };
     uint8_t *b = malloc(KEEP_HDR + nh + n);
+    const void **p = malloc((size_t)r->S * sizeof *p);
+    size_t *ns = malloc((size_t)r->S * sizeof *ns);
     char sha[65];
     int rc = 0;
 
-    if (!b)
+    if (!b || !p || !ns) {
+        free(b), free(p), free(ns);
         return diag_set(d, ST_NOMEM, "out of memory");
+    }
     if ((rc = cache_mkdir(r, d)) < 0) {
-        free(b);
+        free(b), free(p), free(ns);
         return rc;
     }
     memcpy(b, KEEP_MAGIC, 8);
     memcpy(b + 8, h, sizeof h);
-    for (int64_t s = 0; s < n_seq && rc == 0; s++)
-        if ((rc = keep_seq_sha(r, s, sha)) == 0)
-            memcpy(b + KEEP_HDR + s * KEEP_SEQ, sha, 64);
-    memcpy(b + KEEP_HDR + nh, r->keep, n);
+    for (int64_t s = 0; s < nd && rc == 0; s++) {
+        uint8_t *e = b + KEEP_HDR + s * KEEP_SEQ, *row = b + KEEP_HDR + nh + s * r->S;
+        if (!done[s]) {
+            memset(e, '0', KEEP_SEQ), memset(row, 0, (size_t)r->S);
+        } else if ((rc = keep_seq_sha(r, s, p, ns, sha)) == 0) {
+            memcpy(e, sha, KEEP_SEQ);
+            memcpy(row, r->keep + s * r->S, (size_t)r->S);
+        }
+    }
+    free(p), free(ns);
     if (rc == 0 && (rc = quantize_sha256_hex(b + KEEP_HDR, nh + n, sha)) == 0)
         memcpy(b + 32, sha, 64);
     if (rc == 0 && (rc = quantize_sha256_hex(r->lm_ids, (size_t)r->fz.n_lm * sizeof(int32_t),
@@ -1297,30 +1330,34 @@ draft_keep(struct run *r, struct diag *d)
 
     if (!r->ws3 || !r->lm_ids)
         return 0;
-    uint8_t *in = calloc((size_t)V, 1);
+    uint8_t *in = calloc((size_t)V, 1), *got = calloc((size_t)r->n_seq, 1);
     float *z = malloc((size_t)(KEEP_ROWS * V) * sizeof(float));
     r->keep = malloc((size_t)(r->n_seq * S));
-    if (!in || !z || !r->keep) {
-        free(in), free(z);
+    if (!in || !got || !z || !r->keep) {
+        free(in), free(got), free(z);
         return diag_set(d, ST_NOMEM, "out of memory for the draft vocabulary's loss mask");
     }
     char *path = NULL;
 #ifdef LLMKIT_HAVE_ZSTD
     if (r->o->cache_dir && !(path = keep_path(r))) {
-        free(in), free(z);
+        free(in), free(got), free(z);
         return diag_set(d, ST_NOMEM, "out of memory");
     }
-    if (path && (have = keep_read(r, path, d)) < 0) {
-        free(in), free(z), free(path);
+    if (path && (have = keep_read(r, path, got, d)) < 0) {
+        free(in), free(got), free(z), free(path);
         return (int)have;
     }
 #endif
     r->keep_hit = have == nd;   /* (the data's rows; --eval's are never cached) */
-    for (int64_t i = 0; i < have * S; i++)
-        kept += r->keep[i] & row_trains(r, i);
     for (int64_t i = 0; i < r->fz.n_lm; i++)
         in[r->lm_ids[i]] = 1;
-    for (int64_t s = have; s < r->n_seq; s++) {
+    int64_t fresh = 0;          /* the data's sequences computed */
+    for (int64_t s = 0; s < r->n_seq; s++) {
+        if (got[s]) {
+            for (int64_t i = s * S; i < (s + 1) * S; i++)
+                kept += r->keep[i] & row_trains(r, i);
+            continue;
+        }
         runcb_progress(&r->o->cb, "loss mask", s, r->n_seq);
         seq_features(r, s);
         for (int64_t i0 = 0; i0 < S; i0 += KEEP_ROWS) {
@@ -1331,13 +1368,17 @@ draft_keep(struct run *r, struct diag *d)
                 kept += s < nd ? k & row_trains(r, s * S + i0 + i) : 0;
             }
         }
+        got[s] = 1;
+        fresh += s < nd;
         if (r->o->stop && *r->o->stop) {    /* the data's rows done are kept for the next run */
             int rc = 0;
-            int64_t w = s + 1 < nd ? s + 1 : nd;
-            bool put = path && w > have;
+            int64_t w = 0;
+            for (int64_t j = 0; j < nd; j++)
+                w += got[j];
+            bool put = path && fresh > 0;
 #ifdef LLMKIT_HAVE_ZSTD
             if (put)
-                rc = keep_write(r, path, w, d);
+                rc = keep_write(r, path, got, d);
 #endif
             if (rc == 0 && s < nd)
                 rc = diag_set(d, ST_FAIL, "'%s': interrupted during the loss mask, after %lld of "
@@ -1347,7 +1388,7 @@ draft_keep(struct run *r, struct diag *d)
                 rc = diag_set(d, ST_FAIL, "--eval '%s': interrupted during the loss mask of its "
                               "sequences%s%s%s", r->o->eval, put ? " (the data's cached in '" : "",
                               put ? path : "", put ? "')" : "");
-            free(in), free(z), free(path);
+            free(in), free(got), free(z), free(path);
             return rc;
         }
     }
@@ -1355,13 +1396,12 @@ draft_keep(struct run *r, struct diag *d)
     for (int64_t i = 0; i < nd * S; i++)     /* (the share: of the data's rows trained) */
         c += row_trains(r, i);
     r->keep_frac = (double)kept / (double)(c ? c : 1);
-    free(in), free(z);
     int rc = 0;
 #ifdef LLMKIT_HAVE_ZSTD
-    if (path && have < nd)
-        rc = keep_write(r, path, nd, d);
+    if (path && fresh > 0)
+        rc = keep_write(r, path, got, d);
 #endif
-    free(path);
+    free(in), free(got), free(z), free(path);
     return rc;
 }
 

@@ -71,7 +71,8 @@ layout(struct eagle3_ws *ws, float *base, const struct eagle_config *c, int64_t 
     int64_t cr = CE_ELEMS / V < CE_ROWS_MIN ? CE_ROWS_MIN : CE_ELEMS / V;
     ws->ce_rows = ws->ce_cap = cr < n ? cr : n;
     TAKE(ws->z, ws->ce_rows * V), TAKE(ws->t, ws->ce_rows * V), TAKE(ws->dz, ws->ce_rows * V);
-    TAKE(ws->row, ws->ce_rows), TAKE(ws->cs, (n + S) * c->rope.n_rot), TAKE(ws->scratch, n * (n + S));
+    TAKE(ws->row, ws->ce_rows), TAKE(ws->cs, (n + S) * c->rope.n_rot);
+    TAKE(ws->scratch, n * (n + S));
 #undef TAKE
     return off;
 }

@@ -80,15 +80,20 @@ f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 1]))" "$1" "$2"
 }
 
 # keep_forge ENTRY N|vocab : a loss mask entry whose sequence N's
-# (0-based) token hash, or whose draft vocabulary's, differs, sealed again
-# (the header's SHA-256 of the rest made right); keep_row ENTRY : the
-# offset of a byte of its first row
+# (0-based) features hash and one of its rows' bytes, or whose draft
+# vocabulary's hash, differ, sealed again (the header's SHA-256 of the rest
+# made right); keep_row ENTRY : the offset of a byte of its first row
 keep_forge() {
     python3 -c "
-import sys, hashlib
+import sys, struct, hashlib
 p, what = sys.argv[1], sys.argv[2]
 b = bytearray(open(p, 'rb').read())
-b[96 if what == 'vocab' else 160 + 64 * int(what)] ^= 1
+n, S = struct.unpack_from('<QQ', b, 8)
+if what == 'vocab':
+    b[96] ^= 1
+else:
+    b[160 + 64 * int(what)] ^= 1
+    b[160 + 64 * n + S * int(what) + 3] ^= 1
 b[32:96] = hashlib.sha256(b[160:]).hexdigest().encode()
 open(p, 'wb').write(b)" "$1" "$2"
 }
@@ -230,14 +235,15 @@ EOF
         --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
     [[ $stderr == *"warning: loss mask cache"*"not one of this run; recomputing"* ]]
     cmp h1.gguf h2.gguf
-    # an entry of other tokens from the third sequence on (other answers
-    # under the same key): the first two sequences' rows serve, the others
-    # are recomputed, to the same head; one of another draft vocabulary of
-    # the same size serves none
+    # an entry whose third sequence had other features (other answers
+    # under the same key) and another row: the other sequences' rows serve,
+    # its own are recomputed, to the same head (its stale row taken would
+    # change it); one of another draft vocabulary of the same size serves
+    # none
     keep_forge "$k" 2
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
         --seq-len 32 --cache c --arch eagle3 --ttt-steps 3 --draft-vocab 100
-    [[ $stderr == *"warning: loss mask cache"*"the tokens of its sequence 3 on are not this run's; recomputing those"* ]]
+    [[ $stderr == *"warning: loss mask cache"*": 1 of its sequences' features are not this run's; recomputing those"* ]]
     cmp h1.gguf h2.gguf
     keep_forge "$k" vocab
     run -0 --separate-stderr draft-train -m "$FIX" --data text.txt -o h2.gguf --epochs 2 -f \
