@@ -40,7 +40,7 @@
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
  * Everything else (F32, BF16, the decode of IQ4_NL, F16 and unpacked Q4_0,
- * batches below each type's TILE_MIN: 2-7 of the k-quants, 2-127 of Q4_K;
+ * batches below each type's TILE_MIN: 2-7 of the k-quants, Q4_K's too;
  * rows too long for a tile) is the AVX2 kernels' (ops_mm_rows_avx2).
  */
 #include <immintrin.h>
@@ -60,15 +60,16 @@
 /* Fewer tokens: the AVX2 paths, whose small-batch kernels (2-7 tokens)
  * stream the rows where a tile unpacks them first.  Timed on a Zen 4 (one
  * thread, the models' shapes): the k-quant tiles pay from 8 tokens (at 4-7
- * Q6_K's took 1.3-1.9x the AVX2 time), and Q4_K's from 128 (its scalar
- * unpack of every row, each call, made 4-64 tokens 1.4-15x slower; at 256
- * and 512 it is 15-25% faster).  Batches of 2-32 tokens of Q8_0, Q5_0,
+ * Q6_K's took 1.3-1.9x the AVX2 time), Q4_K's too since their unpack is a
+ * transpose (build/mmbench, 576x1536 and 1536x1536: 8-64 tokens 1.2-1.4x
+ * faster than the AVX2 kernels, 4-7 tokens 1.2-1.7x slower; 128 tokens
+ * 1.4-1.6x and 512 1.13x faster than the scalar unpack that had kept them
+ * to 128 tokens and more).  Batches of 2-32 tokens of Q8_0, Q5_0,
  * Q4_1 and Q5_1 take legacy_direct (the legacy tiles had paid from 4 tokens,
  * Q8_0's from 5), longer ones the legacy tiles; rows of more than 4096
  * columns fit neither and take the AVX2 kernels. */
 #define TILE_MIN 4
 #define TILE_MIN_KQ 8
-#define TILE_MIN_Q4_K 128
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
 /* The batch tiles of the quantized types (legacy_tiles, q4k_tiles and the
@@ -653,38 +654,78 @@ packed_rows(float *y, int64_t ldy, const uint8_t *pk, uint32_t type, const uint8
 #define K4_SB_BYTES (2048 + 8 * 32 + 4 * 32 + 2 * 32)   /* codes, sc, mn pairs, d, dmin */
 #define K4_MAX_SB 16                                    /* super-blocks per row (4096 columns) */
 
+/* v[k] (8 dwords each) transposed: v[i] lane k = the old v[k] lane i */
+static inline __attribute__((always_inline)) void
+transpose8_epi32(__m256i *v)
+{
+    __m256i t[8], u[8];
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+        t[2 * p] = _mm256_unpacklo_epi32(v[2 * p], v[2 * p + 1]);       /* a0 b0 a1 b1 | a4 .. */
+        t[2 * p + 1] = _mm256_unpackhi_epi32(v[2 * p], v[2 * p + 1]);   /* a2 b2 a3 b3 | a6 .. */
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {   /* rows 0-3, then 4-7 */
+        __m256i *a = t + 4 * h;
+        u[4 * h] = _mm256_unpacklo_epi64(a[0], a[2]);                   /* a0 b0 c0 d0 | a4 .. */
+        u[4 * h + 1] = _mm256_unpackhi_epi64(a[0], a[2]);               /* a1 .. | a5 .. */
+        u[4 * h + 2] = _mm256_unpacklo_epi64(a[1], a[3]);               /* a2 .. | a6 .. */
+        u[4 * h + 3] = _mm256_unpackhi_epi64(a[1], a[3]);               /* a3 .. | a7 .. */
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x20);
+        v[4 + i] = _mm256_permute2x128_si256(u[i], u[4 + i], 0x31);
+    }
+}
+
 static void
 q4k_group_unpack(uint8_t *dst, const uint8_t *w, size_t row_bytes, int64_t rows_left, int64_t nsb)
 {
+    const __m256i m15 = _mm256_set1_epi8(15);
+
     for (int64_t b = 0; b < nsb; b++) {
         uint8_t *o = dst + (size_t)b * K4_SB_BYTES;
         int32_t sc[8][8];       /* [sub-block][row] */
         int16_t mn[8][8][2];    /* [pair][row][2] */
         float d[8], dm[8];
+        const struct block_q4_K *x[8];
         for (int k = 0; k < 8; k++) {
             /* rows past the end repeat row 0 (their lanes are not stored) */
-            const struct block_q4_K *x = (const struct block_q4_K *)(const void *)(
+            x[k] = (const struct block_q4_K *)(const void *)(
                 w + (size_t)(k < rows_left ? k : 0) * row_bytes) + b;
-            d[k] = _cvtsh_ss(x->d);
-            dm[k] = _cvtsh_ss(x->dmin);
+            d[k] = _cvtsh_ss(x[k]->d);
+            dm[k] = _cvtsh_ss(x[k]->dmin);
             for (int j = 0; j < 8; j++) {
+                const uint8_t *q = x[k]->scales;
                 int s6, m6;
                 if (j < 4) {
-                    s6 = x->scales[j] & 63;
-                    m6 = x->scales[j + 4] & 63;
+                    s6 = q[j] & 63;
+                    m6 = q[j + 4] & 63;
                 } else {
-                    s6 = (x->scales[j + 4] & 15) | (x->scales[j - 4] >> 6) << 4;
-                    m6 = (x->scales[j + 4] >> 4) | (x->scales[j] >> 6) << 4;
+                    s6 = (q[j + 4] & 15) | (q[j - 4] >> 6) << 4;
+                    m6 = (q[j + 4] >> 4) | (q[j] >> 6) << 4;
                 }
                 sc[j][k] = s6;
                 mn[j / 2][k][j % 2] = (int16_t)m6;
-                for (int i = 0; i < 8; i++)
-                    for (int e = 0; e < 4; e++) {
-                        int el = 32 * j + 4 * i + e;        /* element */
-                        int byte = x->qs[32 * (el / 64) + el % 32];
-                        o[256 * j + 32 * i + 4 * k + e] = (uint8_t)(el % 64 < 32 ? byte & 15 : byte >> 4);
-                    }
             }
+        }
+        /* sub-block j of a row: its 32 codes in element order, the low
+         * (j even) or high nibbles of qs[32 (j / 2) ..]; vector i of the
+         * tile's sub-block j holds in lane k row k's codes 4i .. 4i + 3:
+         * the 8 rows' codes as 8 x 8 dwords, transposed */
+#pragma GCC unroll 1
+        for (int j = 0; j < 8; j++) {
+            __m256i v[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m256i q = _mm256_loadu_si256((const __m256i *)(const void *)(x[k]->qs + 32 * (j / 2)));
+                v[k] = _mm256_and_si256(j % 2 ? _mm256_srli_epi16(q, 4) : q, m15);
+            }
+            transpose8_epi32(v);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++)
+                _mm256_storeu_si256((__m256i *)(void *)(o + 256 * j + 32 * i), v[i]);
         }
         memcpy(o + 2048, sc, sizeof sc);
         memcpy(o + 2048 + 256, mn, 4 * 8 * 2 * sizeof(int16_t));
@@ -1093,7 +1134,7 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     if (n_tok >= TILE_MIN) {
         if (wtype == T_F16 && f16_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;
-        if (wtype == T_Q4_K && n_tok >= TILE_MIN_Q4_K &&
+        if (wtype == T_Q4_K && n_tok >= TILE_MIN_KQ &&
             q4k_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;
         if (a == ACT_Q8_K && wtype != T_Q4_K && n_tok >= TILE_MIN_KQ &&

@@ -295,8 +295,8 @@ static void
 test_invariance(const struct kernel_ops *av)
 {
     const int64_t rows = 37, max_tok = 140;
-    /* 128 and up: the avx512 Q4_K tiles (TILE_MIN_Q4_K), their last token
-     * group of every size */
+    /* 8 and up: the avx512 k-quant tiles (TILE_MIN_KQ); the Q4_K tiles'
+     * last token group of every size */
     static const int64_t ns[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 37, 70, 128, 129, 131, 133, 135 };
     static const int64_t splits[] = { 0, 5, 8, 16, 37 };
 
@@ -356,7 +356,7 @@ test_same_bits(const struct kernel_ops *av, const struct kernel_ops *a5)
 {
     /* more rows than one legacy tile holds (256), split anywhere */
     const int64_t rows = 290, max_tok = 130;
-    /* each side of every TILE_MIN (matmul_avx512.c), Q4_K's 128 too, and of
+    /* each side of every TILE_MIN (matmul_avx512.c), and of
      * legacy_direct's groups of 8 tokens and of its 32 */
     static const int64_t ns[] = { 1, 2, 3, 4, 5, 8, 9, 16, 17, 19, 32, 33, 130 };
     static const int64_t splits[] = { 0, 13, 141 };
