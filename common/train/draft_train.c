@@ -961,7 +961,7 @@ keep_path(const struct run *r)
 }
 
 /* the SHA-256 of sequence s's final features, those its loss mask rows
- * read (keep_fin), in buf's S pointers and sizes */
+ * are computed from (p and n: room for S pointers and sizes) */
 static int
 keep_seq_sha(const struct run *r, int64_t s, const void **p, size_t *n, char out[65])
 {
@@ -1011,7 +1011,10 @@ keep_read(struct run *r, const char *path, uint8_t *got, struct diag *d)
     int64_t other = 0;  /* sequences of the entry's whose features are not this run's */
     for (int64_t s = 0; ok && p && n && s < top; s++) {
         const char *e = buf + KEEP_HDR + s * KEEP_SEQ;
-        if (strspn(e, "0") >= KEEP_SEQ)         /* no rows */
+        int z = 0;
+        while (z < KEEP_SEQ && e[z] == '0')
+            z++;
+        if (z == KEEP_SEQ)      /* no rows */
             continue;
         if (keep_seq_sha(r, s, p, n, sha) == 0 && memcmp(e, sha, 64) == 0) {
             memcpy(r->keep + s * r->S, rows + s * r->S, (size_t)r->S);
