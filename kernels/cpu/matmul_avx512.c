@@ -13,18 +13,21 @@
  *       from sign/maddubs/madd and VPDPBUSD in one instruction.  VPDPBUSD
  *       multiplies unsigned by signed bytes, so the weight codes are offset
  *       to unsigned (u = code + off: 128 for Q8_0 and for Q5_0 in batches,
- *       16 for Q5_0 in decode, 0 for Q4_1/Q5_1) and each lane starts from -off * (the sum of the 4
- *       activation codes of that lane), computed once per token and block:
+ *       16 for Q5_0 in pair_dec, 0 for Q4_1/Q5_1) and each lane starts from
+ *       -off * (the sum of the 4 activation codes of that lane), computed
+ *       once per token and block (per pass of pair_dec's rows):
  *       the same exact integer per lane.  The f32 operations that follow
  *       (scale products, fused multiply-adds in block order, the horizontal
  *       sums) are the AVX2 kernels' own.  Batches: two unpacked rows share
  *       each activation load; batches of 2-32 tokens (a speculative
- *       verify) the same arithmetic on blocks decoded in registers, the rows
- *       prefetched (legacy_direct).  Decode: Q8_0 4 rows per pass straight from
- *       the blocks; Q4_1, Q5_0, Q5_1 two rows per 512-bit register (their
- *       8 + 8 lanes), 8 rows per pass, the 8 rows' scales converted and
- *       multiplied as one vector and the min terms' scalar chains in its
- *       lanes (pair_dec).
+ *       verify; 5-32 of Q4_1, Q5_0, Q5_1) the same arithmetic on blocks
+ *       decoded in registers, the rows prefetched (legacy_direct).
+ *       Decode: Q8_0 4 rows per pass straight from the blocks; Q4_1, Q5_0,
+ *       Q5_1 two rows per 512-bit register (their 8 + 8 lanes), 8 rows per
+ *       pass, the 8 rows' scales converted and multiplied as one vector and
+ *       the min terms' scalar chains in its lanes (pair_dec), which also
+ *       takes their batches of 2-4 tokens (each row pair unpacked once for
+ *       all of them).
  *   Q4_0, IQ4_NL (the repacked gemv chain: one f32 fma per block on the
  *       exact block sum): batches take 8 rows interleaved so that the sums
  *       land in the lanes with no horizontal adds (ileave_tiles).  A model
@@ -64,9 +67,10 @@
  * transpose (build/mmbench, 576x1536 and 1536x1536: 8-64 tokens 1.2-1.4x
  * faster than the AVX2 kernels, 4-7 tokens 1.2-1.7x slower; 128 tokens
  * 1.4-1.6x and 512 1.13x faster than the scalar unpack that had kept them
- * to 128 tokens and more).  Batches of 2-32 tokens of Q8_0, Q5_0,
- * Q4_1 and Q5_1 take legacy_direct (the legacy tiles had paid from 4 tokens,
- * Q8_0's from 5), longer ones the legacy tiles; rows of more than 4096
+ * to 128 tokens and more).  Batches of 2-32 tokens of Q8_0 and 5-32 of
+ * Q5_0, Q4_1 and Q5_1 take legacy_direct (the legacy tiles had paid from 4
+ * tokens, Q8_0's from 5; 2-4 of the others take pair_dec), longer ones the
+ * legacy tiles; rows of more than 4096
  * columns fit neither and take the AVX2 kernels. */
 #define TILE_MIN 4
 #define TILE_MIN_KQ 8
@@ -918,7 +922,7 @@ f16_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
     return 1;
 }
 
-/* ---- decode (one token) ---- */
+/* ---- decode (one token; Q4_1, Q5_0 and Q5_1 up to PD_TOK tokens) ---- */
 
 #define DR 4                    /* rows per pass of the lanes decode */
 #define DEC_MAX_NB 1024         /* blocks per row of the decode paths */
@@ -956,36 +960,45 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
 }
 
 #define PD 4                    /* row pairs per pass of pair_dec */
+/* pair_dec takes 1..PD_TOK tokens (a decode, the smallest verify passes
+ * and batches): each row pair's unpacked codes and each pass's gathered
+ * scales serve them all, where legacy_direct decodes a row's block once
+ * per pair of tokens.  Timed on a Zen 4 (one thread, build/mmbench, the
+ * old kernels -> pair_dec; one token 26 us): Q4_1 576x1536, 2 / 3 / 4
+ * tokens 52.7 / 72.0 / 73.0 -> 40.3 / 54.0 / 69.3 us; Q5_0 1.3 / 1.7 /
+ * 1.1x and Q5_1 1.1x (4 tokens) faster.  More tokens: legacy_direct. */
+#define PD_TOK 4
 
-/* 2 * np (np <= PD) rows of Q4_1, Q5_0 or Q5_1 against one token, two rows
- * per 512-bit register: ggml_vec_dot's eight int32 lanes of row A in
- * register lanes 0..3 and 8..11, row B's in 4..7 and 12..15 (128-bit
- * quarters: A's low nibbles, B's low, A's high, B's high; the token's
- * block as y.lo, y.lo, y.hi, y.hi), from one VPDPBUSD for both rows on the
- * unsigned codes (Q5: the high bits added as 16 by a byte mask in the same
- * order; Q5_0's codes offset by 16, the lanes started from c = -16 * the
- * token's lane sums), and the lane-wise acc = fma(d * da, lanes, acc).  The
- * 8 rows' d (and m) come in one vector per block: d * da for all of them by
- * one multiply, spread to the pairs by a permute, and the min terms' scalar
- * chains sacc = fma(m, s, sacc) in the 8 lanes of one register.  The result
- * is hsum_float_8 of each row's two quarters (+ sacc).  Rows past nr repeat
- * the last row. */
+/* 2 * np (np <= PD) rows of Q4_1, Q5_0 or Q5_1 against nt (<= PD_TOK)
+ * tokens, two rows per 512-bit register: ggml_vec_dot's eight int32 lanes
+ * of row A in register lanes 0..3 and 8..11, row B's in 4..7 and 12..15
+ * (128-bit quarters: A's low nibbles, B's low, A's high, B's high; the
+ * token's block as y.lo, y.lo, y.hi, y.hi), from one VPDPBUSD per token for
+ * both rows on the unsigned codes (Q5: the high bits added as 16 by a byte
+ * mask in the same order; Q5_0's codes offset by 16, the lanes started
+ * from -16 * the token's lane sums), and the lane-wise acc = fma(d * da,
+ * lanes, acc).  The 8 rows' d (and m) come in one vector per block: d * da
+ * for all of them by one multiply per token, spread to the pairs by a
+ * permute, and the min terms' scalar chains sacc = fma(m, s, sacc) in the 8
+ * lanes of one register per token.  The result is hsum_float_8 of each
+ * row's two quarters (+ sacc), token t's into out[t * ldo].  Rows past nr
+ * (2 * np - 1 or 2 * np) repeat the last row. */
 static inline __attribute__((always_inline)) void
-pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const struct act_row *ar,
-         const __m256i *c, int nr, int64_t nb, const char *pf, int64_t pf_lines)
+pair_dec(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes, uint32_t type,
+         const struct act_row *ar, int nt, int np, int nr, int64_t nb, const char *pf,
+         int64_t pf_lines)
 {
     const int has_min = type != T_Q5_0;
     const size_t bsz = type == T_Q4_1 ? sizeof(struct block_q4_1)
                      : type == T_Q5_0 ? sizeof(struct block_q5_0) : sizeof(struct block_q5_1);
     /* offsets of the high bits and the nibbles in a block */
     const size_t oqh = type == T_Q5_0 ? 2 : 4, oqs = type == T_Q4_1 ? 4 : type == T_Q5_0 ? 6 : 8;
-    const int np = (nr + 1) / 2;
     const __m512i m15 = _mm512_set1_epi8(15), b16 = _mm512_set1_epi8(16);
     const __m512i yidx = _mm512_setr_epi64(0, 1, 0, 1, 2, 3, 2, 3);
     const uint8_t *rp[2 * PD];
     __m512i didx[PD];
-    __m512 acc[PD];
-    __m256 sacc = _mm256_setzero_ps();
+    __m512 acc[PD][PD_TOK];
+    __m256 sacc[PD_TOK];
     int64_t pfl = 0, pfa = 0;
 
 #pragma GCC unroll 8
@@ -996,14 +1009,27 @@ pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const
         /* lanes of row 2p: 0..3, 8..11; of row 2p + 1: 4..7, 12..15 */
         didx[p] = _mm512_or_si512(_mm512_set1_epi32(2 * p),
                                   _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1));
-        acc[p] = _mm512_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++)
+            acc[p][t] = _mm512_setzero_ps();
     }
+#pragma GCC unroll 4
+    for (int t = 0; t < nt; t++)
+        sacc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; b++) {
         const size_t o = (size_t)b * bsz;
-        __m512i y = _mm512_permutexvar_epi64(
-            yidx, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(ar->q + 32 * b))));
-        __m512i c0 = type == T_Q5_0 ? _mm512_permutexvar_epi64(yidx, _mm512_castsi256_si512(c[b]))
-                                    : _mm512_setzero_si512();
+        __m512i y[PD_TOK], c0[PD_TOK];
+        __m512 dd16[PD_TOK];
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            y[t] = _mm512_permutexvar_epi64(
+                yidx, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + 32 * b))));
+            /* Q5_0: each lane from -16 * the sum of its 4 codes (exact) */
+            c0[t] = type == T_Q5_0
+                        ? _mm512_sub_epi32(_mm512_setzero_si512(),
+                                           _mm512_dpbusd_epi32(_mm512_setzero_si512(), b16, y[t]))
+                        : _mm512_setzero_si512();
+        }
         pf_spread(pf, &pfl, &pfa, pf_lines, nb);
         /* the 8 rows' first 4 bytes of block b: d (and m) */
         __m128i g0 = _mm_cvtsi32_si128(ld32((const int8_t *)(rp[0] + o)));
@@ -1016,11 +1042,15 @@ pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const
         g0 = _mm_insert_epi32(g0, ld32((const int8_t *)(rp[3] + o)), 3);
         g1 = _mm_insert_epi32(g1, ld32((const int8_t *)(rp[7] + o)), 3);
         __m256i g = _mm256_inserti128_si256(_mm256_castsi128_si256(g0), g1, 1);
-        __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(g)), _mm256_set1_ps(ar->d[b]));
-        if (has_min)
-            sacc = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16))),
-                                   _mm256_set1_ps(ar->s[b]), sacc);
-        __m512 dd16 = _mm512_castps256_ps512(dd);
+        __m256 dh = _mm256_cvtph_ps(_mm256_cvtepi32_epi16(g));
+        __m256 mh = has_min ? _mm256_cvtph_ps(_mm256_cvtepi32_epi16(_mm256_srli_epi32(g, 16)))
+                            : _mm256_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < nt; t++) {
+            dd16[t] = _mm512_castps256_ps512(_mm256_mul_ps(dh, _mm256_set1_ps(ar[t].d[b])));
+            if (has_min)
+                sacc[t] = _mm256_fmadd_ps(mh, _mm256_set1_ps(ar[t].s[b]), sacc[t]);
+        }
 #pragma GCC unroll 4
         for (int p = 0; p < np; p++) {
             const uint8_t *ba = rp[2 * p] + o, *bb = rp[2 * p + 1] + o;
@@ -1038,28 +1068,70 @@ pair_dec(float *out, const uint8_t *row0, size_t row_bytes, uint32_t type, const
                              (uint64_t)(ha >> 16) << 32 | (uint64_t)(hb >> 16) << 48;
                 x = _mm512_mask_add_epi8(x, (__mmask64)k, x, b16);
             }
-            __m512i l = _mm512_dpbusd_epi32(c0, x, y);
-            acc[p] = _mm512_fmadd_ps(_mm512_permutexvar_ps(didx[p], dd16), _mm512_cvtepi32_ps(l), acc[p]);
+#pragma GCC unroll 4
+            for (int t = 0; t < nt; t++) {
+                __m512i l = _mm512_dpbusd_epi32(c0[t], x, y[t]);
+                acc[p][t] = _mm512_fmadd_ps(_mm512_permutexvar_ps(didx[p], dd16[t]),
+                                            _mm512_cvtepi32_ps(l), acc[p][t]);
+            }
         }
     }
-    float sm[8];
-    _mm256_storeu_ps(sm, sacc);
 #pragma GCC unroll 4
-    for (int p = 0; p < np; p++) {
-        /* row A's lanes: quarters 0 (low) and 2 (high); row B's: 1 and 3 */
-        float ra = hsum8_halves(_mm512_castps512_ps128(acc[p]), _mm512_extractf32x4_ps(acc[p], 2));
-        float rb = hsum8_halves(_mm512_extractf32x4_ps(acc[p], 1), _mm512_extractf32x4_ps(acc[p], 3));
-        out[2 * p] = has_min ? ra + sm[2 * p] : ra;
-        if (2 * p + 1 < nr)
-            out[2 * p + 1] = has_min ? rb + sm[2 * p + 1] : rb;
+    for (int t = 0; t < nt; t++) {
+        float sm[8];
+        _mm256_storeu_ps(sm, sacc[t]);
+#pragma GCC unroll 4
+        for (int p = 0; p < np; p++) {
+            /* row A's lanes: quarters 0 (low) and 2 (high); row B's: 1 and 3 */
+            __m512 a = acc[p][t];
+            float ra = hsum8_halves(_mm512_castps512_ps128(a), _mm512_extractf32x4_ps(a, 2));
+            float rb = hsum8_halves(_mm512_extractf32x4_ps(a, 1), _mm512_extractf32x4_ps(a, 3));
+            out[t * ldo + 2 * p] = has_min ? ra + sm[2 * p] : ra;
+            if (2 * p + 1 < nr)
+                out[t * ldo + 2 * p + 1] = has_min ? rb + sm[2 * p + 1] : rb;
+        }
     }
 }
 
-/* rows [r0, r1) of Q8_0, Q4_1, Q5_0 or Q5_1 for one token; 0 when a row is
- * too long (the caller then takes the AVX2 path) */
+/* rows [r0, r1) of Q4_1, Q5_0 or Q5_1 for n_tok (<= PD_TOK) tokens */
+static void
+legacy_pairs(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
+             const uint8_t *act, size_t arb, int n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    struct act_row ar[PD_TOK];
+    const int64_t nb = cols / 32;
+    const int64_t pf_lines = (int64_t)((2 * PD * row_bytes + 63) / 64);
+
+    for (int t = 0; t < n_tok; t++)
+        act_row_at(&ar[t], type == T_Q5_0 ? ACT_Q8_0 : ACT_Q8_1, act + (size_t)t * arb, cols);
+    for (int64_t r = r0; r < r1; r += 2 * PD) {
+        int nr = r1 - r < 2 * PD ? (int)(r1 - r) : 2 * PD;
+        const uint8_t *row0 = w + (size_t)r * row_bytes;
+        const char *pf = (const char *)row0 + 4 * PD * row_bytes;
+        /* instantiated for literal token and row pair counts (and type) */
+#define PDN(ty, k, n) pair_dec(y + r, ldy, row0, row_bytes, ty, ar, k, n, nr, nb, pf, pf_lines)
+#define PD_NP(ty, k) switch ((nr + 1) / 2) { case 1: PDN(ty, k, 1); break; case 2: PDN(ty, k, 2); break; \
+                                             case 3: PDN(ty, k, 3); break; default: PDN(ty, k, 4); break; }
+#define PD_NT(ty) switch (n_tok) { case 1: PD_NP(ty, 1); break; case 2: PD_NP(ty, 2); break; case 3: PD_NP(ty, 3); break; \
+                                   default: PD_NP(ty, 4); break; }
+        if (type == T_Q4_1) {
+            PD_NT(T_Q4_1);
+        } else if (type == T_Q5_0) {
+            PD_NT(T_Q5_0);
+        } else {
+            PD_NT(T_Q5_1);
+        }
+#undef PD_NT
+#undef PD_NP
+#undef PDN
+    }
+}
+
+/* rows [r0, r1) of Q8_0 for one token; 0 when a row is too long (the
+ * caller then takes the AVX2 path) */
 static int
-legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const uint8_t *act,
-              int64_t cols, int64_t r0, int64_t r1)
+q8_0_decode(float *y, const uint8_t *w, size_t row_bytes, const uint8_t *act, int64_t cols,
+            int64_t r0, int64_t r1)
 {
     struct act_row ar;
     const int64_t nb = cols / 32;
@@ -1067,33 +1139,6 @@ legacy_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
 
     if (nb > DEC_MAX_NB)
         return 0;
-    if (type != T_Q8_0) {
-        act_row_at(&ar, type == T_Q5_0 ? ACT_Q8_0 : ACT_Q8_1, act, cols);
-        if (type == T_Q5_0)
-            for (int64_t b = 0; b < nb; b++)
-                c[b] = lane_starts(ar.q + 32 * b, 16);
-        const int64_t pf_lines = (int64_t)((2 * PD * row_bytes + 63) / 64);
-        for (int64_t r = r0; r < r1; r += 2 * PD) {
-            int nr = r1 - r < 2 * PD ? (int)(r1 - r) : 2 * PD;
-            const uint8_t *row0 = w + (size_t)r * row_bytes;
-            const char *pf = (const char *)row0 + 4 * PD * row_bytes;
-#define PDN(ty, n) pair_dec(y + r, row0, row_bytes, ty, &ar, c, n, nb, pf, pf_lines)
-#define PD_NR(ty) switch (nr) { case 1: PDN(ty, 1); break; case 2: PDN(ty, 2); break; \
-                                case 3: PDN(ty, 3); break; case 4: PDN(ty, 4); break; \
-                                case 5: PDN(ty, 5); break; case 6: PDN(ty, 6); break; \
-                                case 7: PDN(ty, 7); break; default: PDN(ty, 8); break; }
-            if (type == T_Q4_1) {
-                PD_NR(T_Q4_1);
-            } else if (type == T_Q5_0) {
-                PD_NR(T_Q5_0);
-            } else {
-                PD_NR(T_Q5_1);
-            }
-#undef PD_NR
-#undef PDN
-        }
-        return 1;
-    }
     act_row_at(&ar, ACT_Q8_0, act, cols);
     for (int64_t b = 0; b < nb; b++)
         c[b] = lane_starts(ar.q + 32 * b, 128);
@@ -1123,8 +1168,11 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     enum act a = act_type(wtype);
     size_t arb = act_row_bytes(a, cols);
 
-    if (n_tok == 1 && (wtype == T_Q8_0 || wtype == T_Q5_0 || wtype == T_Q4_1 || wtype == T_Q5_1) &&
-        legacy_decode(y, w, row_bytes, wtype, work, cols, r0, r1))
+    if (n_tok <= PD_TOK && (wtype == T_Q5_0 || wtype == T_Q4_1 || wtype == T_Q5_1)) {
+        legacy_pairs(y, ldy, w, row_bytes, wtype, work, arb, (int)n_tok, cols, r0, r1);
+        return;
+    }
+    if (n_tok == 1 && wtype == T_Q8_0 && q8_0_decode(y, w, row_bytes, work, cols, r0, r1))
         return;
     if (n_tok >= 2 && n_tok <= DIRECT_GROUPS * TG && cols / 32 <= G_MAX_NB &&
         (wtype == T_Q8_0 || wtype == T_Q5_0 || wtype == T_Q4_1 || wtype == T_Q5_1)) {
