@@ -1112,8 +1112,8 @@ legacy_pairs(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
 #define PDN(ty, k, n) pair_dec(y + r, ldy, row0, row_bytes, ty, ar, k, n, nr, nb, pf, pf_lines)
 #define PD_NP(ty, k) switch ((nr + 1) / 2) { case 1: PDN(ty, k, 1); break; case 2: PDN(ty, k, 2); break; \
                                              case 3: PDN(ty, k, 3); break; default: PDN(ty, k, 4); break; }
-#define PD_NT(ty) switch (n_tok) { case 1: PD_NP(ty, 1); break; case 2: PD_NP(ty, 2); break; case 3: PD_NP(ty, 3); break; \
-                                   default: PD_NP(ty, 4); break; }
+#define PD_NT(ty) switch (n_tok) { case 1: PD_NP(ty, 1); break; case 2: PD_NP(ty, 2); break; \
+                                   case 3: PD_NP(ty, 3); break; default: PD_NP(ty, 4); break; }
         if (type == T_Q4_1) {
             PD_NT(T_Q4_1);
         } else if (type == T_Q5_0) {
