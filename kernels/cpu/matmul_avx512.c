@@ -69,9 +69,9 @@
  * 1.4-1.6x and 512 1.13x faster than the scalar unpack that had kept them
  * to 128 tokens and more).  Batches of 2-32 tokens of Q8_0 and 5-32 of
  * Q5_0, Q4_1 and Q5_1 take legacy_direct (the legacy tiles had paid from 4
- * tokens, Q8_0's from 5; 2-4 of the others take pair_dec), longer ones the
- * legacy tiles; rows of more than 4096
- * columns fit neither and take the AVX2 kernels. */
+ * tokens, Q8_0's from 5), longer ones the legacy tiles; rows of more than
+ * 4096 columns fit neither and take the AVX2 kernels.  1-4 tokens of Q5_0,
+ * Q4_1 and Q5_1 take pair_dec, rows of any length. */
 #define TILE_MIN 4
 #define TILE_MIN_KQ 8
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
@@ -925,7 +925,7 @@ f16_tiles(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, const uint8
 /* ---- decode (one token; Q4_1, Q5_0 and Q5_1 up to PD_TOK tokens) ---- */
 
 #define DR 4                    /* rows per pass of the lanes decode */
-#define DEC_MAX_NB 1024         /* blocks per row of the decode paths */
+#define DEC_MAX_NB 1024         /* blocks per row of q8_0_decode */
 
 /* nr (<= DR) rows of Q8_0 against one token: ggml_vec_dot's lanes (as
  * legacy_rows1 of cpu/matmul_avx2.c), each from one VPDPBUSD on the codes
@@ -961,9 +961,12 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
 
 #define PD 4                    /* row pairs per pass of pair_dec */
 /* pair_dec takes 1..PD_TOK tokens (a decode, the smallest verify passes
- * and batches): each row pair's unpacked codes and each pass's gathered
- * scales serve them all, where legacy_direct decodes a row's block once
- * per pair of tokens.  Timed on a Zen 4 (one thread, build/mmbench, the
+ * and batches): each row pair's unpacked codes (two rows per register) and
+ * each pass's scales (8 rows' gathered and converted at once) serve them
+ * all, and an odd count is not padded to pairs.  legacy_direct, which
+ * takes more tokens, works 2 rows per pass, decodes each row's block on
+ * its own (256 bits, its scales converted one by one) and pads the tokens
+ * to pairs (3 cost it as much as 4).  Timed on a Zen 4 (one thread, build/mmbench, the
  * old kernels -> pair_dec; one token 26 us): Q4_1 576x1536, 2 / 3 / 4
  * tokens 52.7 / 72.0 / 73.0 -> 40.3 / 54.0 / 69.3 us; Q5_0 1.3 / 1.7 /
  * 1.1x and Q5_1 1.1x (4 tokens) faster.  More tokens: legacy_direct. */
@@ -1168,7 +1171,7 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
     enum act a = act_type(wtype);
     size_t arb = act_row_bytes(a, cols);
 
-    if (n_tok <= PD_TOK && (wtype == T_Q5_0 || wtype == T_Q4_1 || wtype == T_Q5_1)) {
+    if (n_tok >= 1 && n_tok <= PD_TOK && (wtype == T_Q5_0 || wtype == T_Q4_1 || wtype == T_Q5_1)) {
         legacy_pairs(y, ldy, w, row_bytes, wtype, work, arb, (int)n_tok, cols, r0, r1);
         return;
     }
