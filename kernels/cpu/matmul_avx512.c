@@ -966,10 +966,11 @@ lanes_dec(float *out, const uint8_t *row0, size_t row_bytes, const struct act_ro
  * all, and an odd count is not padded to pairs.  legacy_direct, which
  * takes more tokens, works 2 rows per pass, decodes each row's block on
  * its own (256 bits, its scales converted one by one) and pads the tokens
- * to pairs (3 cost it as much as 4).  Timed on a Zen 4 (one thread, build/mmbench, the
- * old kernels -> pair_dec; one token 26 us): Q4_1 576x1536, 2 / 3 / 4
- * tokens 52.7 / 72.0 / 73.0 -> 40.3 / 54.0 / 69.3 us; Q5_0 1.3 / 1.7 /
- * 1.1x and Q5_1 1.1x (4 tokens) faster.  More tokens: legacy_direct. */
+ * to pairs (3 cost it as much as 4).  Timed on a Zen 4 (one thread,
+ * build/mmbench, the old kernels -> pair_dec; one token 26 us): Q4_1
+ * 576x1536, 2 / 3 / 4 tokens 52.7 / 72.0 / 73.0 -> 40.3 / 54.0 / 69.3 us;
+ * Q5_0 1.3 / 1.7 / 1.1x and Q5_1 1.1x (4 tokens) faster.  More tokens:
+ * legacy_direct (5-8 here spill registers: 0.9-2.6x its time). */
 #define PD_TOK 4
 
 /* 2 * np (np <= PD) rows of Q4_1, Q5_0 or Q5_1 against nt (<= PD_TOK)
@@ -1025,8 +1026,8 @@ pair_dec(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes, uint32_
         __m512 dd16[PD_TOK];
 #pragma GCC unroll 4
         for (int t = 0; t < nt; t++) {
-            y[t] = _mm512_permutexvar_epi64(
-                yidx, _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(ar[t].q + 32 * b))));
+            const __m256i *q = (const __m256i *)(const void *)(ar[t].q + 32 * b);
+            y[t] = _mm512_permutexvar_epi64(yidx, _mm512_castsi256_si512(_mm256_loadu_si256(q)));
             /* Q5_0: each lane from -16 * the sum of its 4 codes (exact) */
             c0[t] = type == T_Q5_0
                         ? _mm512_sub_epi32(_mm512_setzero_si512(),
@@ -1113,8 +1114,9 @@ legacy_pairs(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
         const char *pf = (const char *)row0 + 4 * PD * row_bytes;
         /* instantiated for literal token and row pair counts (and type) */
 #define PDN(ty, k, n) pair_dec(y + r, ldy, row0, row_bytes, ty, ar, k, n, nr, nb, pf, pf_lines)
-#define PD_NP(ty, k) switch ((nr + 1) / 2) { case 1: PDN(ty, k, 1); break; case 2: PDN(ty, k, 2); break; \
-                                             case 3: PDN(ty, k, 3); break; default: PDN(ty, k, 4); break; }
+#define PD_NP(ty, k) switch ((nr + 1) / 2) { \
+            case 1: PDN(ty, k, 1); break; case 2: PDN(ty, k, 2); break; \
+            case 3: PDN(ty, k, 3); break; default: PDN(ty, k, 4); break; }
 #define PD_NT(ty) switch (n_tok) { case 1: PD_NP(ty, 1); break; case 2: PD_NP(ty, 2); break; \
                                    case 3: PD_NP(ty, 3); break; default: PD_NP(ty, 4); break; }
         if (type == T_Q4_1) {
