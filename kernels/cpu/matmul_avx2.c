@@ -794,6 +794,7 @@ q4_1_rows_small_x(float *out, int64_t ldo, const uint8_t *row0, size_t row_bytes
  * later token groups, and within a chunk in groups of 3 rows (2 tokens) or
  * 2 (3 or 4 tokens). */
 #define SB_TOK_MAX 7
+_Static_assert(SB_TOK_MAX <= OPS_MM_KSMALL_MAX, "kquant_small's token rows");
 #define SB_CHUNK 24
 
 static inline int
@@ -1672,9 +1673,10 @@ kquant_decode(float *y, const uint8_t *w, size_t row_bytes, uint32_t type, const
 }
 
 /* A k-quant or IQ4_XS, 2..SB_TOK_MAX tokens (a verify pass, a batch of a
- * few sequences): q4k_rows8 for groups of 8 Q4_K rows (the rest one row at
- * a time by kquant_row), the other types' one-row kernels (q2k_rows ..
- * iq4xs_rows); each row group against every token group (small_group) while
+ * few sequences; the avx512 table sends up to OPS_MM_KSMALL_MAX through
+ * ops_mm_kquant_small_avx2): q4k_rows8 for groups of 8 Q4_K rows (the rest
+ * one row at a time by kquant_row), the other types' one-row kernels
+ * (q2k_rows .. iq4xs_rows); each row group against every token group (small_group) while
  * it is in L1, every (row, token) with the decode's arithmetic, so that a
  * token's outputs are its outputs alone.  The batch kernel (kquant_row, one
  * row at a time from an unpacked struct) had cost 3-3.6 decodes for 2
@@ -1683,7 +1685,7 @@ static int
 kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t type,
              const uint8_t *act, size_t arb, int n_tok, int64_t cols, int64_t r0, int64_t r1)
 {
-    struct act_row ar[SB_TOK_MAX];
+    struct act_row ar[OPS_MM_KSMALL_MAX];
     const int64_t nb = cols / QK_K;
 
     if (type != T_Q2_K && type != T_Q3_K && type != T_Q4_K && type != T_Q5_K && type != T_Q6_K &&
@@ -1729,6 +1731,16 @@ kquant_small(float *y, int64_t ldy, const uint8_t *w, size_t row_bytes, uint32_t
         r += nr;
     }
     return 1;
+}
+
+int
+ops_mm_kquant_small_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
+                         const void *work, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1)
+{
+    if (n_tok < 2 || n_tok > OPS_MM_KSMALL_MAX)
+        return 0;
+    return kquant_small(y, ldy, w, row_bytes, wtype, work, act_row_bytes(ACT_Q8_K, cols),
+                        (int)n_tok, cols, r0, r1);
 }
 
 /* Rows [r0, r1) of a k-quant for all n_tok tokens from unpacked row tiles

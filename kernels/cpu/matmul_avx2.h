@@ -53,6 +53,17 @@ void ops_mm_avx2_unpack_legacy(int8_t *q, float *d, float *m, const uint8_t *row
 int ops_mm_kmirror_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes, uint32_t wtype,
                         const void *work, int64_t n_tok, int64_t cols, int64_t r0, int64_t r1);
 
+/* ops_mm_kquant_small_avx2() : rows [r0, r1) of a k-quant or IQ4_XS weight
+ * for 2..OPS_MM_KSMALL_MAX tokens (work: their Q8_K activations) through
+ * the small-batch kernel the avx2 table takes for 2-7 tokens (each row
+ * group against the tokens in groups of up to 4; the decode's arithmetic,
+ * so the tables' bits); 0 (nothing written) for other types or counts.
+ * The avx512 table takes it for batches below its k-quant tiles. */
+#define OPS_MM_KSMALL_MAX 8
+int ops_mm_kquant_small_avx2(float *y, int64_t ldy, const void *w, size_t row_bytes,
+                             uint32_t wtype, const void *work, int64_t n_tok, int64_t cols,
+                             int64_t r0, int64_t r1);
+
 /* Which decode forms run: 1 takes the 128-bit-half forms chosen on cores
  * that split 256-bit operations (Q4_1, Q5_0), 0 the 256-bit ones; both give
  * the same bits.  The CPU check sets it; tests call this to run both.

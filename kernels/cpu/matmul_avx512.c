@@ -43,7 +43,7 @@
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
  * Everything else (F32, BF16, the decode of IQ4_NL, F16 and unpacked Q4_0,
- * batches below each type's TILE_MIN: 2-7 of the k-quants, Q4_K's too;
+ * batches below each type's TILE_MIN: 2-8 of the k-quants, Q4_K's too;
  * rows too long for a tile) is the AVX2 kernels' (ops_mm_rows_avx2).
  */
 #include <immintrin.h>
@@ -60,20 +60,24 @@
 #include "cpu/simd_avx2.h"
 
 #define TG 8                    /* tokens per group */
-/* Fewer tokens: the AVX2 paths, whose small-batch kernels (2-7 tokens)
- * stream the rows where a tile unpacks them first.  Timed on a Zen 4 (one
- * thread, the models' shapes): the k-quant tiles pay from 8 tokens (at 4-7
- * Q6_K's took 1.3-1.9x the AVX2 time), Q4_K's too since their unpack is a
- * transpose (build/mmbench, 576x1536 and 1536x1536: 8-64 tokens 1.2-1.4x
- * faster than the AVX2 kernels, 4-7 tokens 1.2-1.7x slower; 128 tokens
- * 1.4-1.6x and 512 1.13x faster than the scalar unpack that had kept them
- * to 128 tokens and more).  Batches of 2-32 tokens of Q8_0 and 5-32 of
- * Q5_0, Q4_1 and Q5_1 take legacy_direct (the legacy tiles had paid from 4
+/* Fewer tokens: the AVX2 paths, whose small-batch kernels stream the rows
+ * where a tile unpacks them first; the k-quants' (ops_mm_kquant_small_avx2)
+ * here up to 8 tokens, where the avx2 table stops at 7.  Timed on a Zen 4
+ * (one thread, the models' shapes): the k-quant tiles pay from 9 tokens (at
+ * 4-7 Q6_K's took 1.3-1.9x the AVX2 time; at 8 tokens, best of 3, Q4_K
+ * 576x1536 / 1536x1536 188.8 / 428.6 -> 137.8 / 364.0 us, Q6_K 149.8 /
+ * 398.4 -> 130.6 / 345.1, Q5_K best of 2 1.24-1.3x with the small kernel;
+ * at 9-12 the two are within this machine's noise), Q4_K's too since their
+ * unpack is a transpose (build/mmbench, 576x1536 and 1536x1536: 8-64 tokens
+ * 1.2-1.4x faster than the AVX2 tiles, 4-7 tokens 1.2-1.7x slower than
+ * the small kernel; 128 tokens 1.4-1.6x and 512 1.13x faster than the
+ * scalar unpack that had kept them to 128 tokens and more).  Batches of
+ * 2-32 tokens of Q8_0 and 5-32 of Q5_0, Q4_1 and Q5_1 take legacy_direct (the legacy tiles had paid from 4
  * tokens, Q8_0's from 5), longer ones the legacy tiles; rows of more than
  * 4096 columns fit neither and take the AVX2 kernels.  1-4 tokens of Q5_0,
  * Q4_1 and Q5_1 take pair_dec, rows of any length. */
 #define TILE_MIN 4
-#define TILE_MIN_KQ 8
+#define TILE_MIN_KQ (OPS_MM_KSMALL_MAX + 1)
 #define TILE_BYTES (40 * 1024)  /* unpacked weight rows per tile */
 #define G_MAX_NB 128            /* blocks per row a group holds (4096 columns) */
 /* The batch tiles of the quantized types (legacy_tiles, q4k_tiles and the
@@ -1184,6 +1188,9 @@ ops_mm_rows_avx512(float *y, int64_t ldy, const void *w, size_t row_bytes, uint3
         legacy_direct(y, ldy, w, row_bytes, wtype, a, work, arb, n_tok, cols, r0, r1);
         return;
     }
+    if (a == ACT_Q8_K && n_tok >= 2 && n_tok < TILE_MIN_KQ &&
+        ops_mm_kquant_small_avx2(y, ldy, w, row_bytes, wtype, work, n_tok, cols, r0, r1))
+        return;
     if (n_tok >= TILE_MIN) {
         if (wtype == T_F16 && f16_tiles(y, ldy, w, row_bytes, work, arb, n_tok, cols, r0, r1))
             return;
