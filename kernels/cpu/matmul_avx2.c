@@ -801,7 +801,8 @@ static inline int
 small_group(int left)
 {
     /* never 1: the kernels are instantiated for 2, 3 and 4 tokens only
-     * (the dispatch sends 2..SB_TOK_MAX) */
+     * (the dispatch sends 2..SB_TOK_MAX, ops_mm_kquant_small_avx2 up to
+     * OPS_MM_KSMALL_MAX) */
     assert(left >= 2);
     return left == 5 ? 3 : left > 4 ? 4 : left;
 }

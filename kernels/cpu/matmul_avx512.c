@@ -43,8 +43,9 @@
  *       the same order, and the reduction is the AVX2 one.  Tiles of 4 rows
  *       x 4 tokens.
  * Everything else (F32, BF16, the decode of IQ4_NL, F16 and unpacked Q4_0,
- * batches below each type's TILE_MIN: 2-8 of the k-quants, Q4_K's too;
- * rows too long for a tile) is the AVX2 kernels' (ops_mm_rows_avx2).
+ * batches below each type's TILE_MIN: 2-8 of the k-quants, Q4_K's too,
+ * through ops_mm_kquant_small_avx2; rows too long for a tile) is the AVX2
+ * kernels' (ops_mm_rows_avx2).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -63,12 +64,13 @@
 /* Fewer tokens: the AVX2 paths, whose small-batch kernels stream the rows
  * where a tile unpacks them first; the k-quants' (ops_mm_kquant_small_avx2)
  * here up to 8 tokens, where the avx2 table stops at 7.  Timed on a Zen 4
- * (one thread, the models' shapes): the k-quant tiles pay from 9 tokens (at
- * 4-7 Q6_K's took 1.3-1.9x the AVX2 time; at 8 tokens, best of 3, Q4_K
+ * (one thread, the models' shapes): the k-quant tiles tie with the small
+ * kernel at 9-12 tokens and win at 16 (at 4-7 Q6_K's took 1.3-1.9x the
+ * small kernel's time; at 8 tokens, best of 3, Q4_K
  * 576x1536 / 1536x1536 188.8 / 428.6 -> 137.8 / 364.0 us, Q6_K 149.8 /
  * 398.4 -> 130.6 / 345.1, Q5_K best of 2 1.24-1.3x with the small kernel;
  * at 9-12 the two are within this machine's noise), Q4_K's too since their
- * unpack is a transpose (build/mmbench, 576x1536 and 1536x1536: 8-64 tokens
+ * unpack is a transpose (6e5838f, against the kernels of then: 8-64 tokens
  * 1.2-1.4x faster than the AVX2 tiles, 4-7 tokens 1.2-1.7x slower than
  * the small kernel; 128 tokens 1.4-1.6x and 512 1.13x faster than the
  * scalar unpack that had kept them to 128 tokens and more).  Batches of

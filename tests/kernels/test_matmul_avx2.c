@@ -18,8 +18,8 @@
  * F/BW/VL/DQ + VNNI, for the "avx512" one; check 2 also runs the avx512
  * table's packed Q4_0 layout (kernel_ops.mm_pack) against its single-token
  * outputs, and 4. requires the avx512 outputs to equal the avx2 ones bit for
- * bit: every type, two widths, batches of 1, 3, 8 and 19 tokens, three row
- * splits (37 rows: partial 8-row groups).
+ * bit: every type, three widths, batches of 1-130 tokens (each side of
+ * every TILE_MIN), three row splits of 290 rows (more than a legacy tile).
  *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
@@ -295,7 +295,8 @@ static void
 test_invariance(const struct kernel_ops *av)
 {
     const int64_t rows = 37, max_tok = 140;
-    /* 8 and up: the avx512 k-quant tiles (TILE_MIN_KQ); the Q4_K tiles'
+    /* 8: the avx512 table's k-quants through the small kernel (4 + 4
+     * tokens); 9 and up its k-quant tiles (TILE_MIN_KQ); the Q4_K tiles'
      * last token group of every size */
     static const int64_t ns[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 37, 70, 128, 129, 131, 133, 135 };
     /* (4: a range ending on 4 rows and one on 1, pair_dec's last passes) */
