@@ -72,6 +72,8 @@ struct backend_config {
     const char *kernel;         /* CPU kernel table (ops_select); NULL = $LLMKIT_KERNEL or auto */
 };
 
+#define BACKEND_PACK_SLICE 64    /* pack(): the rows a slice starts at a multiple of */
+
 /* A weight as the ops see it: rows of row_bytes bytes of ggml type `type`,
  * as GGUF stores them (ops.h), and optionally the backend's own layout of
  * the same values (weight_pack). */
@@ -200,7 +202,11 @@ struct backend_ops {
     /* supports(): 1 when type can be a matmul weight */
     int (*supports)(const struct backend *be, uint32_t type);
     /* pack_size(): bytes of the backend's own layout of a weight (0: the
-     * backend uses the GGUF rows as they are); pack() writes it */
+     * backend uses the GGUF rows as they are); pack() writes it.  The
+     * layout is cut by rows: rows [r, r + n) of a weight (r a multiple of
+     * BACKEND_PACK_SLICE, n too unless the slice ends the weight) packed on
+     * their own are the bytes at pack_size(type, r, cols) of the whole
+     * weight's, so a caller may pack a weight slice by slice. */
     size_t (*pack_size)(const struct backend *be, uint32_t type, int64_t rows, int64_t cols);
     void (*pack)(const struct backend *be, void *dst, const struct backend_weight *w);
 

@@ -378,7 +378,10 @@ typedef int64_t (*ops_attn_tiled_scratch_floats_fn)(int64_t n_q, int64_t head_di
  * matmul weights once at load and passes mm_rows the packed buffer as w
  * with wtype | OPS_MM_PACKED (row_bytes still the GGUF row size;
  * mm_work_size and mm_prepare get the plain type).  A packed matrix gives
- * the same bits as its GGUF form, for any batch and row range. */
+ * the same bits as its GGUF form, for any batch and row range.  Its layout
+ * is cut by rows: rows [r, r + n) packed on their own (r a multiple of 64,
+ * n too unless they end the matrix) are the bytes at mm_pack_size(wtype, r,
+ * cols) of the whole matrix's packed form (backend.h BACKEND_PACK_SLICE). */
 #define OPS_MM_PACKED 0x10000u
 typedef size_t (*ops_mm_pack_size_fn)(uint32_t wtype, int64_t rows, int64_t cols);
 typedef void (*ops_mm_pack_fn)(void *dst, const void *w, size_t row_bytes, uint32_t wtype,

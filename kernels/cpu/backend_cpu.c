@@ -101,10 +101,36 @@ cpu_pack_size(const struct backend *be, uint32_t type, int64_t rows, int64_t col
     return ops->mm_pack_size && ops->mm_pack ? ops->mm_pack_size(type, rows, cols) : 0;
 }
 
+struct pack_job {
+    const struct kernel_ops *ops;
+    uint8_t *dst;
+    const struct backend_weight *w;
+};
+
+/* slices [a, b) of BACKEND_PACK_SLICE rows (the last may be short) */
+static void
+pack_range(void *arg, int64_t a, int64_t b, int ith)
+{
+    const struct pack_job *j = arg;
+    const struct backend_weight *w = j->w;
+    int64_t r0 = a * BACKEND_PACK_SLICE;
+    int64_t r1 = b * BACKEND_PACK_SLICE < w->rows ? b * BACKEND_PACK_SLICE : w->rows;
+
+    (void)ith;
+    j->ops->mm_pack(j->dst + j->ops->mm_pack_size(w->type, r0, w->cols),
+                    (const uint8_t *)w->data + (size_t)r0 * w->row_bytes, w->row_bytes, w->type,
+                    r1 - r0, w->cols);
+}
+
+/* over the workers, in slices of rows (the layout is cut by rows: ops.h) */
 static void
 cpu_pack(const struct backend *be, void *dst, const struct backend_weight *w)
 {
-    ((const struct cpu *)be)->ops->mm_pack(dst, w->data, w->row_bytes, w->type, w->rows, w->cols);
+    const struct cpu *c = (const struct cpu *)be;
+    struct pack_job j = { c->ops, dst, w };
+
+    threadpool_for(c->tp, (w->rows + BACKEND_PACK_SLICE - 1) / BACKEND_PACK_SLICE, 1, pack_range,
+                   &j);
 }
 
 /* ---- matmul over the pool ---- */

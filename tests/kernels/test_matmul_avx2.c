@@ -16,7 +16,7 @@
  *
  * Every check runs for the "avx2" table and, on a CPU that has AVX-512
  * F/BW/VL/DQ + VNNI, for the "avx512" one; check 2 also runs the avx512
- * table's packed Q4_0 layout (kernel_ops.mm_pack) against its single-token
+ * table's packed Q4_0 and IQ4_NL layouts (kernel_ops.mm_pack) against its single-token
  * outputs, and 4. requires the avx512 outputs to equal the avx2 ones bit for
  * bit: every type, three widths, batches of 1-130 tokens (each side of
  * every TILE_MIN), three row splits of 290 rows (more than a legacy tile).
@@ -571,6 +571,41 @@ test_prepare_edges(const struct kernel_ops *av, const struct kernel_ops *ref)
     free(x);
 }
 
+/* A table's packed layout is cut by rows (ops.h): rows [64k, 64k + n)
+ * packed on their own are the whole matrix's bytes at mm_pack_size(64k),
+ * as the model packs a large matrix (slices of 64 rows and a short last
+ * one). */
+static void
+test_pack_slices(const struct kernel_ops *av)
+{
+    const int64_t rows = 150, cols = 576;
+
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        uint32_t t = types[ti];
+        size_t pb = av->mm_pack_size ? av->mm_pack_size(t, rows, cols) : 0;
+        if (!pb)
+            continue;
+        void *w = make_weight(t, rows, cols);
+        size_t rb = qtype_row_bytes(t, cols);
+        uint8_t *whole = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+        uint8_t *cut = aligned_alloc(64, (pb + 63) & ~(size_t)63);
+        memset(whole, 0x11, pb);
+        memset(cut, 0x22, pb);
+        av->mm_pack(whole, w, rb, t, rows, cols);
+        for (int64_t r = 0; r < rows; r += 64) {
+            int64_t n = rows - r < 64 ? rows - r : 64;
+            av->mm_pack(cut + av->mm_pack_size(t, r, cols), (const uint8_t *)w + (size_t)r * rb, rb,
+                        t, n, cols);
+        }
+        if (memcmp(whole, cut, pb) != 0) {
+            fprintf(stderr, "%s: packed in slices of 64 rows differs from packed whole\n",
+                    qtype_get(t)->name);
+            CHECK(0);
+        }
+        free(whole), free(cut), free(w);
+    }
+}
+
 int
 main(int argc, char **argv)
 {
@@ -602,10 +637,13 @@ main(int argc, char **argv)
             CHECK(n > 0);
         }
     ops_mm_avx2_split256(native);
-    /* the avx512 table packs Q4_0 and IQ4_NL (both widths, both decode forms) */
+    /* the avx512 table packs Q4_0 and IQ4_NL (the two widths of up to 4096
+     * columns, both decode forms) */
     CHECK_EQ(n_packed, a5 ? 8 : 0);
-    if (a5)
+    if (a5) {
         test_same_bits(av, a5);
+        test_pack_slices(a5);
+    }
     test_prepare_edges(av, ref);
     test_expf();
     test_attn_paths(av);
