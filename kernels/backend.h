@@ -202,11 +202,14 @@ struct backend_ops {
     /* supports(): 1 when type can be a matmul weight */
     int (*supports)(const struct backend *be, uint32_t type);
     /* pack_size(): bytes of the backend's own layout of a weight (0: the
-     * backend uses the GGUF rows as they are); pack() writes it.  The
-     * layout is cut by rows: rows [r, r + n) of a weight (r a multiple of
-     * BACKEND_PACK_SLICE, n too unless the slice ends the weight) packed on
-     * their own are the bytes at pack_size(type, r, cols) of the whole
-     * weight's, so a caller may pack a weight slice by slice. */
+     * backend uses the GGUF rows as they are; also for 0 rows); pack()
+     * writes it, on the backend's workers (so not while another op runs).
+     * The layout is cut by rows: rows [r, r + n) of a weight (r a multiple
+     * of BACKEND_PACK_SLICE, n too unless the slice ends the weight) packed
+     * on their own are the pack_size(type, n, cols) bytes at
+     * pack_size(type, r, cols) of the whole weight's, so a caller may pack
+     * a weight slice by slice (model.c checks the sizes add up, and packs
+     * whole where they do not). */
     size_t (*pack_size)(const struct backend *be, uint32_t type, int64_t rows, int64_t cols);
     void (*pack)(const struct backend *be, void *dst, const struct backend_weight *w);
 

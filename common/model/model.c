@@ -461,6 +461,8 @@ pack_bytes(const struct model *m, const struct model_weight *w)
     return w->data ? m->be->ops->pack_size(m->be, w->type, w->rows, w->cols) : 0;
 }
 
+#define PACK_SLICE_BYTES ((size_t)4 << 20)
+
 /* The matmul weights the backend keeps in its own layout (its pack),
  * packed once into one buffer, in slices of about PACK_SLICE_BYTES (the
  * layout is cut by rows: backend.h); the GGUF pages of each slice are
@@ -468,7 +470,6 @@ pack_bytes(const struct model *m, const struct model_weight *w)
  * read faults them back in from the file), so the model costs about its
  * file size, not twice it, at the end and while packing (the largest matrix
  * is not held twice: Gemma 3's 94 MB embedding in Q4_0). */
-#define PACK_SLICE_BYTES ((size_t)4 << 20)
 static int
 pack_weights(struct model *m, struct diag *d)
 {
@@ -491,10 +492,15 @@ pack_weights(struct model *m, struct diag *d)
         uint8_t *dst = (uint8_t *)m->pack_buf + at;
         at += (b + 63) & ~(size_t)63;
         struct backend_weight bw = model_weight_view(w);
+        const struct backend_ops *bo = m->be->ops;
         int64_t slice = (int64_t)(PACK_SLICE_BYTES / w->row_bytes) / BACKEND_PACK_SLICE *
                         BACKEND_PACK_SLICE;
         if (slice < BACKEND_PACK_SLICE)
             slice = BACKEND_PACK_SLICE;
+        /* a layout not cut by rows (the sizes do not add up) packs whole */
+        if (slice < w->rows && bo->pack_size(m->be, w->type, slice, w->cols) +
+                                       bo->pack_size(m->be, w->type, w->rows - slice, w->cols) != b)
+            slice = w->rows;
         /* (pages of a large page-cache folio that the tensor covers only in
          * part stay mapped: with 2 MiB folios, about a quarter of the
          * dropped bytes for SmolLM2's small tensors) */
@@ -503,7 +509,7 @@ pack_weights(struct model *m, struct diag *d)
             struct backend_weight sw = bw;
             sw.data = (const uint8_t *)w->data + (size_t)r * w->row_bytes;
             sw.rows = w->rows - r < slice ? w->rows - r : slice;
-            m->be->ops->pack(m->be, dst + m->be->ops->pack_size(m->be, w->type, r, w->cols), &sw);
+            bo->pack(m->be, dst + bo->pack_size(m->be, w->type, r, w->cols), &sw);
             uintptr_t e = ((uintptr_t)sw.data + w->row_bytes * (size_t)sw.rows) &
                           ~((uintptr_t)pg - 1);
             if (pg > 0 && e > a) {

@@ -16,10 +16,13 @@
  *
  * Every check runs for the "avx2" table and, on a CPU that has AVX-512
  * F/BW/VL/DQ + VNNI, for the "avx512" one; check 2 also runs the avx512
- * table's packed Q4_0 and IQ4_NL layouts (kernel_ops.mm_pack) against its single-token
- * outputs, and 4. requires the avx512 outputs to equal the avx2 ones bit for
- * bit: every type, three widths, batches of 1-130 tokens (each side of
- * every TILE_MIN), three row splits of 290 rows (more than a legacy tile).
+ * table's packed Q4_0 and IQ4_NL layouts (kernel_ops.mm_pack) against its
+ * single-token outputs, and 4. requires the avx512 outputs to equal the
+ * avx2 ones bit for bit: every type, three widths, batches of 1-130 tokens
+ * (each side of every TILE_MIN), three row splits of 290 rows (more than a
+ * legacy tile).
+ * 5. A table's packed layout is cut by rows (ops.h): 64-row slices packed
+ *    on their own are the whole matrix's bytes.
  *
  * Exit 77 (skip) on a CPU without AVX2/FMA/F16C.
  */
@@ -573,8 +576,11 @@ test_prepare_edges(const struct kernel_ops *av, const struct kernel_ops *ref)
 
 /* A table's packed layout is cut by rows (ops.h): rows [64k, 64k + n)
  * packed on their own are the whole matrix's bytes at mm_pack_size(64k),
- * as the model packs a large matrix (slices of 64 rows and a short last
- * one). */
+ * and no more of them (mm_pack_size(n) bytes), as the model packs a large
+ * matrix in slices and the CPU backend each slice in runs of 64-row units
+ * on its workers.  The slices are written last to first, so that one
+ * that wrote past its end spoils the next one's bytes, and the bytes past
+ * the matrix are marked. */
 static void
 test_pack_slices(const struct kernel_ops *av)
 {
@@ -587,16 +593,26 @@ test_pack_slices(const struct kernel_ops *av)
             continue;
         void *w = make_weight(t, rows, cols);
         size_t rb = qtype_row_bytes(t, cols);
-        uint8_t *whole = aligned_alloc(64, (pb + 63) & ~(size_t)63);
-        uint8_t *cut = aligned_alloc(64, (pb + 63) & ~(size_t)63);
-        memset(whole, 0x11, pb);
-        memset(cut, 0x22, pb);
+        size_t pad = ((pb + 63) & ~(size_t)63) + 64;
+        uint8_t *whole = aligned_alloc(64, pad), *cut = aligned_alloc(64, pad);
+        memset(whole, 0x11, pad);
+        memset(cut, 0x22, pad);
         av->mm_pack(whole, w, rb, t, rows, cols);
-        for (int64_t r = 0; r < rows; r += 64) {
+        CHECK_EQ(av->mm_pack_size(t, 0, cols), 0);
+        for (int64_t r = (rows - 1) / 64 * 64; r >= 0; r -= 64) {
             int64_t n = rows - r < 64 ? rows - r : 64;
-            av->mm_pack(cut + av->mm_pack_size(t, r, cols), (const uint8_t *)w + (size_t)r * rb, rb,
-                        t, n, cols);
+            size_t at = av->mm_pack_size(t, r, cols);
+            CHECK_EQ(av->mm_pack_size(t, r + n, cols) - at, av->mm_pack_size(t, n, cols));
+            av->mm_pack(cut + at, (const uint8_t *)w + (size_t)r * rb, rb, t, n, cols);
         }
+        /* (a slice that wrote into the next one's bytes, written before it,
+         * differs below; past the matrix, the marks must stay) */
+        for (size_t i = pb; i < pad; i++)
+            if (whole[i] != 0x11 || cut[i] != 0x22) {
+                fprintf(stderr, "%s: packed past the matrix's %zu bytes\n", qtype_get(t)->name, pb);
+                CHECK(0);
+                break;
+            }
         if (memcmp(whole, cut, pb) != 0) {
             fprintf(stderr, "%s: packed in slices of 64 rows differs from packed whole\n",
                     qtype_get(t)->name);
