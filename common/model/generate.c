@@ -403,6 +403,7 @@ write_completion_json(FILE *fp, const struct generate_report *r, const char *tex
                         snprintf(key, sizeof(key), "%lld", (long long)r->spec_cost.n[k]);
                         bad |= json_set(cc, key, json_real(r->spec_cost.ms[k]));
                     }
+                    bad |= json_set(sp, "verify_slot_ms", json_real(r->spec_cost.slot_ms));
                     bad |= json_set(sp, "mean_levels", json_real(r->spec_passes ? (double)r->spec_levels / (double)r->spec_passes : 0.0));
                 }
             }
@@ -600,10 +601,10 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             int levels = max_levels;
             int64_t bud = max_draft;
             if (spec_auto) {
-                double t_draft = g->dm ? spec_dm_level_ms(g->dm, 1)
+                double t_draft = g->dm ? spec_dm_level_ms(g->dm, 1, (double)(root_slot + 1), cost, g->m)
                                  : g->eh ? eagle_draft_level_ms(g->eh, width) : 0.0;
                 levels = spec_auto_levels(cost, acc_levels, rejections, 1, width, t_draft,
-                                          max_levels, &probe);
+                                          max_levels, (double)(root_slot + 1), &probe);
                 bud = (int64_t)levels * width;
                 r->spec_levels += levels;
             }
@@ -642,10 +643,19 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             }
             double t_v = now_seconds();
             rc = model_forward(g->m, g->kv, &b, eh_hooks, &mo, d);
-            r->spec_verify_ms += ms_since(t_v);
+            double v_ms = ms_since(t_v);
+            r->spec_verify_ms += v_ms;
             b.mask = NULL;
             if (rc < 0)
                 goto out;
+            /* auto: the context's share of the pass (spec.h slot_ms); each
+             * node reads the root's slots and its ancestors' */
+            if (spec_auto) {
+                double slots = 0;
+                for (int64_t j = 0; j < tree.n; j++)
+                    slots += (double)(root_slot + 1 + tree.depth[j]);
+                spec_cost_observe(cost, tree.n, slots, v_ms);
+            }
             r->spec_passes++;
             r->spec_drafted += tree.n - 1;
         }

@@ -735,23 +735,25 @@ static int64_t
 step_draft_size(struct sched *s)
 {
     int64_t n_dec = 0;
-    double t_draft = 0;
+    double t_draft = 0, ctx = 0;
 
     if (!s->o.spec_cost)
         return s->o.spec_tokens;
     for (int64_t i = 0; i < s->n_run; i++)
-        if (s->run[i]->chunk == 1 && n_total(s->run[i]) - s->run[i]->n_done == 1)
+        if (s->run[i]->chunk == 1 && n_total(s->run[i]) - s->run[i]->n_done == 1) {
             n_dec++;
+            ctx += (double)n_total(s->run[i]);
+        }
     if (n_dec == 0)
         return 0;
     if (s->o.draft)
-        t_draft = spec_dm_level_ms(s->o.draft, n_dec);
+        t_draft = spec_dm_level_ms(s->o.draft, n_dec, ctx / (double)n_dec, s->o.spec_cost, s->m);
     else if (s->o.head)
         t_draft = eagle_draft_level_ms(s->o.head, n_dec);
     /* the per-level acceptance, as generate's: tokens kept per token kept
      * or rejected, with a prior of one each (spec_acceptance) */
     int k = spec_auto_levels(s->o.spec_cost, s->tot.spec_accepted, s->tot.spec_rejections, n_dec,
-                             1, t_draft, (int)s->o.spec_tokens, &s->probe);
+                             1, t_draft, (int)s->o.spec_tokens, ctx / (double)n_dec, &s->probe);
     s->tot.spec_auto_steps++;
     s->tot.spec_auto_levels += k;
     return k;
@@ -979,8 +981,17 @@ sched_step(struct sched *s, struct diag *d)
         struct batch b = { n_tok, s->bt, NULL, 0 };
         struct model_out mo = { s->logits, s->hidden };
         const struct model_hooks *hk = s->o.head ? eagle_draft_hooks(s->o.head) : s->o.feat_hooks;
+        double t_f = now_seconds();
         if ((rc = model_forward(s->m, s->kv, &b, hk, &mo, d)) < 0)
             return rc;
+        /* a step of decodes and their drafts only: the context's share of
+         * its cost (each token reads the slots before it and itself) */
+        if (s->o.spec_cost && n_prompt_tok == 0) {
+            double slots = 0;
+            for (int64_t j = 0; j < n_tok; j++)
+                slots += (double)s->bt[j].pos + 1;
+            spec_cost_observe(s->o.spec_cost, n_tok, slots, ms_since(t_f));
+        }
     }
 
     /* sample, finish, publish */

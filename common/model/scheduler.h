@@ -116,9 +116,10 @@ struct sched_opts {
      * sequences decoding in it and the acceptance so far, at most
      * spec_tokens (spec_auto_levels: one level now and then where none
      * pays, to keep measuring, less and less often, unless none would pay
-     * even were those levels kept); NULL = every decode drafts up to
-     * spec_tokens */
-    const struct spec_cost *spec_cost;
+     * even were those levels kept), at the decoding sequences' mean
+     * length; steps that only decode fit its slot_ms (spec_cost_observe);
+     * NULL = every decode drafts up to spec_tokens */
+    struct spec_cost *spec_cost;
     /* a sink for the target's features of every token computed (draft-train's
      * self-distillation, distill.h; with no drafter (a head, a draft model,
      * prompt lookup: spec_tokens > 0), whose accepted tokens go by another

@@ -310,9 +310,17 @@ dm_feed(struct spec_dm *dm, const int32_t *idx, const int32_t *const *toks, cons
     }
     struct batch b = { tot, dm->bt, NULL, 0 };
     struct model_out mo = { dm->logits, NULL };
+    double t0 = now_seconds();
     int rc = model_forward(dm->m, dm->kv, &b, NULL, &mo, d);
     if (rc < 0)
         return rc;
+    /* a level's pass (not a catch-up): its context's share (spec_dm_level_ms) */
+    if (tot <= 32) {
+        double slots = 0;
+        for (int64_t i = 0; i < tot; i++)
+            slots += (double)dm->bt[i].pos + 1;
+        spec_cost_observe(&dm->cost, tot, slots, (now_seconds() - t0) * 1000.0);
+    }
     for (int64_t j = 0; j < n_st; j++) {
         struct dm_stream *st = &dm->st[idx[j]];
         memcpy(st->fed + st->n_fed, toks[j], (size_t)n[j] * sizeof(int32_t));
@@ -503,11 +511,30 @@ spec_cost_at(const struct spec_cost *c, int64_t n)
     return c->ms[i - 1] + f * (c->ms[i] - c->ms[i - 1]);
 }
 
+double
+spec_cost_pass(const struct spec_cost *c, int64_t n, double slots)
+{
+    return spec_cost_at(c, n) + slots * c->slot_ms;
+}
+
+void
+spec_cost_observe(struct spec_cost *c, int64_t n, double slots, double ms)
+{
+    if (c->n_meas == 0 || !(slots >= SPEC_OBS_SLOTS))
+        return;
+    double est = (ms - spec_cost_at(c, n)) / slots;
+    if (!(est > 0))
+        est = 0;
+    if (c->n_obs > 0 && est > 4 * c->slot_ms)
+        est = 4 * c->slot_ms;
+    c->slot_ms = c->n_obs++ == 0 ? est : 0.8 * c->slot_ms + 0.2 * est;
+}
+
 int
 spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
-            int max_levels)
+            int max_levels, double ctx)
 {
-    double best = 1.0 / spec_cost_at(c, n_seq), e = 1, ak = 1;
+    double best = 1.0 / spec_cost_pass(c, n_seq, (double)n_seq * ctx), e = 1, ak = 1;
     int k_best = 0;
 
     if (c->n_meas == 0)
@@ -515,7 +542,8 @@ spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, doubl
     for (int k = 1; k <= max_levels; k++) {
         ak *= a;
         e += ak;
-        double v = e / (spec_cost_at(c, n_seq * ((int64_t)k * width + 1)) + k * t_draft);
+        int64_t n = n_seq * ((int64_t)k * width + 1);
+        double v = e / (spec_cost_pass(c, n, (double)n * ctx) + k * t_draft);
         if (v > best) {
             best = v;
             k_best = k;
@@ -532,9 +560,9 @@ spec_acceptance(int64_t kept, int64_t rejected)
 
 int
 spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int64_t n_seq,
-                 int width, double t_draft, int max_levels, struct spec_probe *p)
+                 int width, double t_draft, int max_levels, double ctx, struct spec_probe *p)
 {
-    int k = spec_choose(c, spec_acceptance(kept, rejected), n_seq, width, t_draft, max_levels);
+    int k = spec_choose(c, spec_acceptance(kept, rejected), n_seq, width, t_draft, max_levels, ctx);
 
     if (p->period < SPEC_PROBE_MIN)
         p->period = SPEC_PROBE_MIN;
@@ -546,7 +574,7 @@ spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int6
      * with lookup), else this probe's level kept for every sequence */
     const int dear = t_draft > 0;
     double best = !dear || rejected == 0 ? 1.0 : spec_acceptance(kept + n_seq, rejected);
-    if (spec_choose(c, best, n_seq, width, t_draft, max_levels) == 0 || ++p->wait < p->period)
+    if (spec_choose(c, best, n_seq, width, t_draft, max_levels, ctx) == 0 || ++p->wait < p->period)
         return 0;
     p->wait = 0;
     if (dear && p->period < SPEC_PROBE_MAX)
@@ -555,7 +583,16 @@ spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int6
 }
 
 double
-spec_dm_level_ms(const struct spec_dm *dm, int64_t n)
+spec_dm_level_ms(const struct spec_dm *dm, int64_t n, double ctx, const struct spec_cost *tc,
+                 const struct model *tm)
 {
-    return spec_cost_at(&dm->cost, n);
+    if (dm->cost.n_obs > 0 || !tc || !tm)
+        return spec_cost_pass(&dm->cost, n, (double)n * ctx);
+    /* none of its own passes yet: the target's slot_ms in proportion to the
+     * multiply-adds a slot costs each (layers x query heads x (key + value
+     * width)) */
+    const struct model_hparams *a = &dm->m->hp, *b = &tm->hp;
+    double w = (double)(a->n_layer * a->n_head * (a->head_dim + a->head_dim_v)) /
+               (double)(b->n_layer * b->n_head * (b->head_dim + b->head_dim_v));
+    return spec_cost_at(&dm->cost, n) + (double)n * ctx * tc->slot_ms * w;
 }

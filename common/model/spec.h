@@ -123,13 +123,23 @@ int spec_dm_chains(struct spec_dm *dm, struct spec_dm_req *r, int64_t n_req, flo
  * n_seq * E(k) / (t(n_seq * (k * width + 1)) + k * t_draft), 0 when
  * drafting does not pay: with n_seq > 1 the pass already holds n_seq
  * tokens, so on a compute-bound machine (t(n) close to linear) a draft
- * costs nearly a decode per token. */
+ * costs nearly a decode per token.
+ * t(n) is measured on a new sequence (positions 0 .. n-1), where attention
+ * costs next to nothing; each token's attention costs about the same time
+ * per slot it reads, the tokens of a pass sharing none of it (kernels/ops.h
+ * ops_attn_fn: one query row at a time), so a pass of n tokens over ctx
+ * slots of context costs t(n) + n * ctx * slot_ms.  slot_ms is fitted from
+ * the run's own passes (spec_cost_observe): with SmolLM2-135M on 2 cores
+ * about 0.002 ms, so at 1024 slots 8 tokens cost 2.7x t(8), not t(8). */
 #define SPEC_AUTO_LEVELS 16     /* lookup: levels (tokens) auto may choose */
 #define SPEC_COST_N 6           /* t(n) for n = 1, 2, 4, 8, 16, 32 */
+#define SPEC_OBS_SLOTS 1024     /* passes over fewer token-slots fit nothing (noise) */
 struct spec_cost {
     int n_meas;                 /* points measured */
     int64_t n[SPEC_COST_N];
     double ms[SPEC_COST_N];     /* the fastest of the tries */
+    double slot_ms;             /* a pass's cost per token and slot of context (0 until fitted) */
+    int64_t n_obs;              /* passes that slot_ms was fitted from */
 };
 
 /* spec_cost_measure() : t(n) of model m for n = 1, 2, 4 ... up to max_n
@@ -143,12 +153,25 @@ int spec_cost_measure(struct model *m, struct kvcache *kv, int64_t max_n, struct
  * measured */
 double spec_cost_at(const struct spec_cost *c, int64_t n);
 
+/* spec_cost_pass() : a pass of n tokens reading `slots` slots of context in
+ * all (the sum over its tokens): spec_cost_at(c, n) + slots * c->slot_ms */
+double spec_cost_pass(const struct spec_cost *c, int64_t n, double slots);
+
+/* spec_cost_observe() : a pass of n tokens over `slots` slots of context in
+ * all took ms: where slots >= SPEC_OBS_SLOTS (below, the attention is lost
+ * in the noise), (ms - t(n)) / slots, at least 0 and at most 4 times
+ * slot_ms so far (one pass slowed by the machine moves it little), goes
+ * into slot_ms, a running mean weighting the newest pass 0.2 (the first
+ * sets it).  Nothing when no curve was measured. */
+void spec_cost_observe(struct spec_cost *c, int64_t n, double slots, double ms);
+
 /* spec_choose() : the best number of draft levels in 0 .. max_levels (see
  * above) for acceptance rate a, n_seq >= 1 sequences in the pass, tokens
- * per level width, and t_draft ms per level (all sequences' drafts of that
- * level together) */
+ * per level width, t_draft ms per level (all sequences' drafts of that
+ * level together), and ctx slots of context per token (the sequences'
+ * mean length) */
 int spec_choose(const struct spec_cost *c, double a, int64_t n_seq, int width, double t_draft,
-                int max_levels);
+                int max_levels, double ctx);
 
 /* spec_acceptance() : the per-level acceptance rate from the draft levels
  * kept and the verifies that rejected one (a level), with a prior of one
@@ -179,12 +202,17 @@ struct spec_probe {
     int64_t period;             /* calls from one probe to the next (0: SPEC_PROBE_MIN) */
 };
 int spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int64_t n_seq,
-                     int width, double t_draft, int max_levels, struct spec_probe *p);
+                     int width, double t_draft, int max_levels, double ctx, struct spec_probe *p);
 
 /* spec_dm_level_ms() : the draft model's time for one forward pass of n
- * tokens (one level of n streams' chains), measured at spec_dm_open() for
- * up to n_streams - 1 tokens (at least 1, at most 32) and extrapolated
- * beyond */
-double spec_dm_level_ms(const struct spec_dm *dm, int64_t n);
+ * tokens (one level of n streams' chains) over ctx slots of context each:
+ * its curve, measured at spec_dm_open() for up to n_streams - 1 tokens (at
+ * least 1, at most 32) and extrapolated beyond, plus its slot_ms fitted
+ * from its passes of at most 32 tokens (a draft model's attention grows
+ * with the context as the target's does); until it has run one, the
+ * target's (tc, of model tm; both may be NULL) scaled by the multiply-adds
+ * per slot (layers x heads x key and value width) of each */
+double spec_dm_level_ms(const struct spec_dm *dm, int64_t n, double ctx, const struct spec_cost *tc,
+                        const struct model *tm);
 
 #endif

@@ -1,7 +1,9 @@
 """speccurve - the verify pass's cost curve of `generate --spec-tokens auto`
 (its JSON's speculative.verify_cost_ms: milliseconds per verify pass of n
-tokens) and the best speedup over plain decoding that such a curve allows,
-for scripts/bench-spec and scripts/bench-eagle."""
+tokens, measured at position 0) and the best speedup over plain decoding
+that such a curve allows, for scripts/bench-spec and scripts/bench-eagle;
+with the runs' verify_slot_ms (what a token's pass costs more per slot of
+context it reads, fitted from their own passes), also at longer contexts."""
 
 
 def curve(specs):
@@ -11,6 +13,17 @@ def curve(specs):
         for k, v in s.get('verify_cost_ms', {}).items():
             c.setdefault(int(k), []).append(v)
     return {k: min(v) for k, v in sorted(c.items())}
+
+
+def slot_ms(specs):
+    """the median of the runs' fitted verify_slot_ms (those that fitted one), or 0"""
+    v = sorted(s['verify_slot_ms'] for s in specs if s.get('verify_slot_ms', 0) > 0)
+    return v[len(v) // 2] if v else 0.0
+
+
+def at_context(cost, slot, ctx):
+    """the curve over ctx slots of context: t(n) + n * ctx * slot"""
+    return {k: v + k * ctx * slot for k, v in cost.items()}
 
 
 def bound(cost, a):
@@ -33,7 +46,7 @@ def bound(cost, a):
     return best
 
 
-def report(cost):
+def report(cost, slot=0.0):
     """the lines bench-spec and bench-eagle print under their tables"""
     out = ['verify pass cost (ms, the fastest of the runs): ' +
            ', '.join('t(%d) = %.2f' % (k, v) for k, v in cost.items())]
@@ -42,4 +55,10 @@ def report(cost):
                    ', '.join('%d: %.2fx' % (k, v / cost[1]) for k, v in cost.items()))
         out.append('the best speedup this curve allows at per-token acceptance 0.5 / 0.7 / 0.9: '
                    '%.2fx / %.2fx / %.2fx' % (bound(cost, 0.5), bound(cost, 0.7), bound(cost, 0.9)))
+    if 1 in cost and slot > 0:
+        out.append('a token reads its context at %.4f ms per slot (the runs\' median fit): ' % slot +
+                   'the bound at 0.5 / 0.7 / 0.9 over ' + '; '.join(
+                       '%d slots %.2fx / %.2fx / %.2fx' % ((c,) + tuple(
+                           bound(at_context(cost, slot, c), a) for a in (0.5, 0.7, 0.9)))
+                       for c in (256, 1024, 4096)))
     return out

@@ -192,6 +192,7 @@ PY
     local p="one two three one two three one two three"
     generate -m "$TINY" -p "$p" -n 24 --temp 0 --lookup --json -q > "$BATS_TEST_TMPDIR/a.json"
     jq -e '.speculative.budget == "auto" and (.speculative.verify_cost_ms | has("1") and has("2"))
+           and (.speculative.verify_slot_ms | type == "number" and . >= 0)
            and .speculative.mean_levels >= 0 and .speculative.mean_levels <= 16
            and .speculative.accept_len >= 1' "$BATS_TEST_TMPDIR/a.json"
     generate -m "$TINY" -p "$p" -n 24 --temp 0 --lookup --spec-tokens 4 --json -q > "$BATS_TEST_TMPDIR/b.json"

@@ -175,30 +175,30 @@ main(void)
 
     /* the draft size: a flat cost pays for every level a likely draft
      * brings; a cost linear in the tokens never pays */
-    struct spec_cost flat = { 3, { 1, 2, 4 }, { 10, 10, 10 } };
+    struct spec_cost flat = { 3, { 1, 2, 4 }, { 10, 10, 10 }, 0, 0 };
     CHECK_NEAR(spec_cost_at(&flat, 3), 10, 1e-9);
     CHECK_NEAR(spec_cost_at(&flat, 8), 10, 1e-9);
-    CHECK_EQ(spec_choose(&flat, 0.9, 1, 1, 0, 16), 16);
-    struct spec_cost lin = { 3, { 1, 2, 4 }, { 10, 20, 40 } };
+    CHECK_EQ(spec_choose(&flat, 0.9, 1, 1, 0, 16, 0), 16);
+    struct spec_cost lin = { 3, { 1, 2, 4 }, { 10, 20, 40 }, 0, 0 };
     CHECK_NEAR(spec_cost_at(&lin, 3), 30, 1e-9);
     CHECK_NEAR(spec_cost_at(&lin, 8), 80, 1e-9);
-    CHECK_EQ(spec_choose(&lin, 0.9, 1, 1, 0, 16), 0);
+    CHECK_EQ(spec_choose(&lin, 0.9, 1, 1, 0, 16, 0), 0);
     /* a cheap verify but an expensive draft level: fewer levels */
-    struct spec_cost gentle = { 3, { 1, 2, 4 }, { 10, 11, 13 } };
-    int k_free = spec_choose(&gentle, 0.7, 1, 1, 0, 16), k_dear = spec_choose(&gentle, 0.7, 1, 1, 4, 16);
+    struct spec_cost gentle = { 3, { 1, 2, 4 }, { 10, 11, 13 }, 0, 0 };
+    int k_free = spec_choose(&gentle, 0.7, 1, 1, 0, 16, 0), k_dear = spec_choose(&gentle, 0.7, 1, 1, 4, 16, 0);
     CHECK(k_free > k_dear);
     CHECK(k_dear >= 1);
     /* a batch: the pass already holds a token per sequence.  The curve
      * measured on a 2-core CPU (SmolLM2 Q4_1: 1.00 1.36 2.28 5.02 8.72
      * decode steps for 1 2 4 8 16 tokens) pays for drafts of one sequence
      * at a = 0.9, never for four; a flat one (a GPU) pays for both */
-    struct spec_cost cpu = { 5, { 1, 2, 4, 8, 16 }, { 1.00, 1.36, 2.28, 5.02, 8.72 } };
-    CHECK(spec_choose(&cpu, 0.9, 1, 1, 0, 4) >= 1);
-    CHECK_EQ(spec_choose(&cpu, 0.9, 4, 1, 0, 4), 0);
-    CHECK_EQ(spec_choose(&cpu, 0.5, 1, 1, 0, 4), 1);
-    CHECK_EQ(spec_choose(&flat, 0.9, 4, 1, 0, 4), 4);
-    CHECK_EQ(spec_choose(&flat, 0.9, 16, 1, 0, 4), 4);
-    CHECK_EQ(spec_choose(&lin, 0.9, 4, 1, 0, 4), 0);
+    struct spec_cost cpu = { 5, { 1, 2, 4, 8, 16 }, { 1.00, 1.36, 2.28, 5.02, 8.72 }, 0, 0 };
+    CHECK(spec_choose(&cpu, 0.9, 1, 1, 0, 4, 0) >= 1);
+    CHECK_EQ(spec_choose(&cpu, 0.9, 4, 1, 0, 4, 0), 0);
+    CHECK_EQ(spec_choose(&cpu, 0.5, 1, 1, 0, 4, 0), 1);
+    CHECK_EQ(spec_choose(&flat, 0.9, 4, 1, 0, 4, 0), 4);
+    CHECK_EQ(spec_choose(&flat, 0.9, 16, 1, 0, 4, 0), 4);
+    CHECK_EQ(spec_choose(&lin, 0.9, 4, 1, 0, 4, 0), 0);
     /* probes: one level where none pays, on the 16th call in a row, then
      * (a drafter whose levels cost time) after 32, 64 ... up to 256 calls,
      * unless none would pay even were the probe kept; a call where
@@ -206,24 +206,24 @@ main(void)
      * of 0.05 decode, 1 kept of 2 (a = 1/2) pays, 0 of 1 (1/3) does not */
     const double tl = 0.05;
     CHECK(fabs(spec_acceptance(0, 0) - 0.5) < 1e-12 && fabs(spec_acceptance(8, 0) - 0.9) < 1e-12);
-    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 1), 1, 1, tl, 4), 1);
-    CHECK_EQ(spec_choose(&cpu, spec_acceptance(0, 1), 1, 1, tl, 4), 0);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 1), 1, 1, tl, 4, 0), 1);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(0, 1), 1, 1, tl, 4, 0), 0);
     struct spec_probe p_lin = { 0, 0 }, p_dear = { 0, 0 }, p = { 0, 0 }, p_no = { 0, 0 };
     struct spec_probe p_look = { 0, 0 }, p_new = { 0, 0 };
     int probes = 0, look = 0, fresh = 0;
     int64_t at[16], n_at = 0;
     for (int64_t tick = 0; tick < 1200; tick++) {
-        CHECK_EQ(spec_auto_levels(&lin, 8, 0, 1, 1, 0, 4, &p_lin), 0);
-        CHECK_EQ(spec_auto_levels(&cpu, 8, 0, 4, 1, 8.0, 4, &p_dear), 0);
+        CHECK_EQ(spec_auto_levels(&lin, 8, 0, 1, 1, 0, 4, 0, &p_lin), 0);
+        CHECK_EQ(spec_auto_levels(&cpu, 8, 0, 4, 1, 8.0, 4, 0, &p_dear), 0);
         /* 0 of 3 (1/5): kept, the probe would give 1/3, no better */
-        CHECK_EQ(spec_auto_levels(&cpu, 0, 3, 1, 1, tl, 4, &p_no), 0);
+        CHECK_EQ(spec_auto_levels(&cpu, 0, 3, 1, 1, tl, 4, 0, &p_no), 0);
         /* lookup (no cost per level): every 16th call, never stopping */
-        look += spec_auto_levels(&cpu, 0, 3, 1, 1, 0, 4, &p_look);
+        look += spec_auto_levels(&cpu, 0, 3, 1, 1, 0, 4, 0, &p_look);
         /* nothing rejected yet: probes as if every draft were kept (a
          * kept probe, 2/3, would not pay with levels of half a decode) */
         if (tick < 48)
-            fresh += spec_auto_levels(&cpu, 0, 0, 1, 1, 0.5, 4, &p_new);
-        int k = spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, &p);
+            fresh += spec_auto_levels(&cpu, 0, 0, 1, 1, 0.5, 4, 0, &p_new);
+        int k = spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, 0, &p);
         CHECK(k == 0 || k == 1);
         if (k && n_at < 16)
             at[n_at++] = tick;
@@ -234,20 +234,50 @@ main(void)
     CHECK_EQ(probes, 7);
     CHECK_EQ(look, 75);
     CHECK_EQ(fresh, 2);
-    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 0), 1, 1, 0.5, 4), 0);
+    CHECK_EQ(spec_choose(&cpu, spec_acceptance(1, 0), 1, 1, 0.5, 4, 0), 0);
     CHECK_EQ(n_at, 7);
     for (int64_t j = 0; j < n_at && j < 7; j++)
         CHECK_EQ(at[j], want_at[j]);
     /* drafting pays: the size chosen; the next probe a whole period (256)
      * after it, not 16 */
-    CHECK_EQ(spec_auto_levels(&flat, 8, 0, 4, 1, 0, 4, &p), 4);
+    CHECK_EQ(spec_auto_levels(&flat, 8, 0, 4, 1, 0, 4, 0, &p), 4);
     CHECK_EQ(p.period, SPEC_PROBE_MAX);
     probes = 0;
     for (int tick = 0; tick < 255; tick++)
-        probes += spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, &p);
+        probes += spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, 0, &p);
     CHECK_EQ(probes, 0);
-    CHECK_EQ(spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, &p), 1);
-    struct spec_cost none = { 0, { 0 }, { 0 } };
-    CHECK_EQ(spec_choose(&none, 0.5, 1, 1, 0, 5), 5);
+    CHECK_EQ(spec_auto_levels(&cpu, 0, 1, 1, 1, tl, 4, 0, &p), 1);
+    struct spec_cost none = { 0, { 0 }, { 0 }, 0, 0 };
+    CHECK_EQ(spec_choose(&none, 0.5, 1, 1, 0, 5, 0), 5);
+
+    /* the context: SmolLM2 Q4_1's curve at position 0 on 2 cores (ms) and
+     * its attention, 0.002 ms per token and slot: one sequence at a = 0.5
+     * drafts at 64 slots, not at 2048, where 2 tokens cost 1.6 decodes */
+    struct spec_cost sm = { 5, { 1, 2, 4, 8, 16 }, { 3.53, 4.10, 6.28, 10.47, 20.05 }, 0, 0 };
+    CHECK(spec_choose(&sm, 0.5, 1, 1, 0, 8, 0) >= 1);
+    sm.slot_ms = 0.002;
+    CHECK_NEAR(spec_cost_pass(&sm, 4, 4.0 * 2048), 6.28 + 4 * 2048 * 0.002, 1e-9);
+    CHECK(spec_choose(&sm, 0.5, 1, 1, 0, 8, 64) >= 1);
+    CHECK_EQ(spec_choose(&sm, 0.5, 1, 1, 0, 8, 2048), 0);
+    CHECK(spec_choose(&sm, 0.9, 1, 1, 0, 8, 2048) < spec_choose(&sm, 0.9, 1, 1, 0, 8, 64));
+    /* fitting slot_ms: passes over fewer than SPEC_OBS_SLOTS token-slots
+     * and an unmeasured curve fit nothing; the first pass sets it, later
+     * ones move it by a fifth, a slow one at most 4 times the fit so far,
+     * a pass faster than the curve counts as 0 */
+    struct spec_cost fit = { 5, { 1, 2, 4, 8, 16 }, { 3.53, 4.10, 6.28, 10.47, 20.05 }, 0, 0 };
+    spec_cost_observe(&fit, 8, SPEC_OBS_SLOTS - 1, 100);
+    spec_cost_observe(&none, 8, 8.0 * 2048, 100);
+    CHECK(fit.n_obs == 0 && fit.slot_ms == 0 && none.n_obs == 0 && none.slot_ms == 0);
+    spec_cost_observe(&fit, 8, 8.0 * 1024, 10.47 + 8 * 1024 * 0.002);
+    CHECK_EQ(fit.n_obs, 1);
+    CHECK_NEAR(fit.slot_ms, 0.002, 1e-12);
+    for (int i = 0; i < 40; i++)
+        spec_cost_observe(&fit, 1 + i % 16, (1 + i % 16) * 3000.0,
+                          spec_cost_at(&fit, 1 + i % 16) + (1 + i % 16) * 3000.0 * 0.003);
+    CHECK_NEAR(fit.slot_ms, 0.003, 1e-5);
+    spec_cost_observe(&fit, 4, 4.0 * 4096, 1e6);
+    CHECK_NEAR(fit.slot_ms, 0.8 * 0.003 + 0.2 * 4 * 0.003, 1e-5);
+    spec_cost_observe(&fit, 4, 4.0 * 4096, 1.0);
+    CHECK_NEAR(fit.slot_ms, 0.8 * (0.8 * 0.003 + 0.2 * 4 * 0.003), 1e-5);
     T_DONE();
 }
