@@ -13,6 +13,7 @@
 
 #include "ops.h"
 #include "cpu/matmul_avx2.h"
+#include "cpu/attn_avx512.h"
 #include "cpu/matmul_avx512.h"
 #include "cpu/matmul_mirror_avx2.h"
 
@@ -64,8 +65,9 @@ avx2_available(void)
 #endif
 }
 
-/* the entries the avx2 and avx512 tables share */
-#define AVX2_SET                                                  \
+/* the entries the avx2 and avx512 tables share (all but the one-row
+ * attention: the avx512 table's shares its scratch size and its bits) */
+#define AVX2_SET_BUT_ATTN                                         \
     .mm_supported = ops_mm_supported_ref,                         \
     .mm_work_size = ops_mm_work_size_avx2,                        \
     .mm_prepare = ops_mm_prepare_avx2,                            \
@@ -76,7 +78,6 @@ avx2_available(void)
     .softmax = ops_softmax_ref,                                   \
     .silu_mul = ops_silu_mul_avx2,                                \
     .gelu_mul = ops_gelu_mul_avx2,                                \
-    .attn = ops_attn_avx2,                                        \
     .attn_scratch_floats = ops_attn_scratch_floats_avx2,          \
     .attn_tiled = ops_attn_tiled_avx2,                            \
     .attn_tiled_scratch_floats = ops_attn_tiled_scratch_floats_avx2
@@ -86,7 +87,8 @@ const struct kernel_ops kernel_ops_avx2 = {
     .available = avx2_available,
     .mm_rows = ops_mm_rows_avx2,
     .mm_rows_mirror = ops_mm_rows_mirror_avx2,
-    AVX2_SET,
+    .attn = ops_attn_avx2,
+    AVX2_SET_BUT_ATTN,
 };
 
 /* AVX-512 F/BW/VL/DQ + VNNI on top of the AVX2 set (libgcc's check includes
@@ -143,7 +145,8 @@ const struct kernel_ops kernel_ops_avx512 = {
     .mm_rows_mirror = ops_mm_rows_mirror_avx512,
     .mm_pack_size = ops_mm_pack_size_avx512,
     .mm_pack = ops_mm_pack_avx512,
-    AVX2_SET,
+    .attn = ops_attn_avx512,
+    AVX2_SET_BUT_ATTN,
 };
 
 /* Best first: "auto" takes the first available entry. */

@@ -41,19 +41,9 @@
 #include "ops.h"
 #include "simd_avx2.h"
 #include "cpu/attn_avx2.h"
+#include "cpu/attn_walk.h"
 
 #define AC 64                   /* visible slots per chunk the heads walk in turn */
-#define KV_PF 16                /* slots ahead whose rows are prefetched */
-
-/* slot s's key and value rows (elements of esz bytes) */
-static inline void
-slot_rows(const struct attn_args *a, int64_t s, size_t esz, const uint8_t **k, const uint8_t **v)
-{
-    size_t blk = (size_t)a->table[s / a->block_size] * a->block_stride;
-    size_t i = (size_t)(s % a->block_size);
-    *k = a->k_base + blk + i * (size_t)a->head_dim * esz;
-    *v = a->v_base + blk + i * ops_attn_v_stride(a->kv_type, a->head_dim_v, a->v_stride);
-}
 
 /* the floats the walks use (a split step's partials go after them) */
 static int64_t
@@ -479,39 +469,6 @@ attn_chunk(const uint8_t *const *krows, const uint8_t *const *vrows, int n, int6
 #pragma GCC diagnostic pop
 #endif
 
-static inline void
-prefetch_span(const uint8_t *p, size_t bytes)
-{
-    for (size_t o = 0; o < bytes; o += 64)
-        _mm_prefetch((const char *)p + o, _MM_HINT_T1);
-}
-
-/* slots from s that lie in s's block, at most e - s (their rows are
- * contiguous) */
-static inline int64_t
-block_run(const struct attn_args *a, int64_t s, int64_t e)
-{
-    int64_t r = a->block_size - s % a->block_size;
-    return r < e - s ? r : e - s;
-}
-
-/* into L2: the key and value rows of slots s .. e-1 (below n_kv) */
-static inline void
-prefetch_slots(const struct attn_args *a, int64_t s, int64_t e, size_t esz)
-{
-    if (e > a->n_kv)
-        e = a->n_kv;
-    while (s < e) {
-        int64_t r = block_run(a, s, e);
-        const uint8_t *k, *v;
-        slot_rows(a, s, esz, &k, &v);
-        prefetch_span(k, (size_t)(r * a->head_dim) * esz);
-        prefetch_span(v, (size_t)(r - 1) * ops_attn_v_stride(a->kv_type, a->head_dim_v, a->v_stride) +
-                             (size_t)a->head_dim_v * esz);
-        s += r;
-    }
-}
-
 void
 ops_attn_avx2(const struct attn_args *a, float *scratch)
 {
@@ -526,48 +483,14 @@ ops_attn_avx2(const struct attn_args *a, float *scratch)
     const int f16 = a->kv_type == 1;
     const size_t esz = f16 ? 2 : 4;
     const int nv = (int)(dv / 8);
-    float *accs = scratch, *Ms = accs + nq * dv, *Ss = Ms + nq, *qf = Ss + nq;
+    float *accs, *Ms, *Ss, *qf;
     const uint8_t *krows[AC], *vrows[AC];
 
-    memset(accs, 0, (size_t)(nq * dv) * sizeof(float));
-    for (int64_t h = 0; h < nq; h++) {
-        Ms[h] = -INFINITY;
-        Ss[h] = 0.0f;
-    }
-    /* the query, rounded to f16 for an f16 cache (exact in f32) */
-    for (int64_t i = 0; i < nq * dk; i++)
-        qf[i] = f16 ? _cvtsh_ss(_cvtss_sh(a->q[i], _MM_FROUND_TO_NEAREST_INT)) : a->q[i];
+    attn_state_begin(a, scratch, f16, &accs, &Ms, &Ss, &qf);
 
     for (int64_t s0 = a->s0 > a->lo ? a->s0 : a->lo; s0 < a->n_kv;) {
-        /* the rows of the next AC visible slots, a run of one block's
-         * consecutive visible slots (contiguous rows) at a time */
-        int n = 0;
-        while (s0 < a->n_kv && n < AC) {
-            if (a->vis && !a->vis[s0]) {
-                s0++;
-                continue;
-            }
-            int64_t e = a->n_kv - s0 < AC - n ? a->n_kv : s0 + AC - n;
-            int64_t run = block_run(a, s0, e);
-            if (a->vis)
-                for (int64_t r = 1; r < run; r++)
-                    if (!a->vis[s0 + r]) {
-                        run = r;
-                        break;
-                    }
-            const uint8_t *k, *v;
-            slot_rows(a, s0, esz, &k, &v);
-            /* the rows KV_PF slots ahead, from memory into L2 (a decode
-             * step's cache is out of the caches; into L1, attnbench's
-             * TABLE/step at 1024 slots is about 15% slower) */
-            prefetch_slots(a, s0 + KV_PF, s0 + KV_PF + run, esz);
-            for (int64_t r = 0; r < run; r++) {
-                krows[n + r] = k + (size_t)(r * dk) * esz;
-                vrows[n + r] = v + (size_t)r * ops_attn_v_stride(a->kv_type, dv, a->v_stride);
-            }
-            n += (int)run;
-            s0 += run;
-        }
+        /* the rows of the next AC visible slots (attn_walk.h) */
+        int n = attn_gather(a, &s0, esz, AC, krows, vrows);
         for (int64_t h = 0; h < nq;) {
             int nh = nq - h >= 2 ? 2 : 1;
             float *accm[2] = { accs + h * dv, accs + (h + nh - 1) * dv };

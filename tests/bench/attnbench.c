@@ -148,7 +148,7 @@ main(int argc, char **argv)
             return 1;
         struct attn_args a1 = {
             q, out, nq, dk, dv, 0.125f, (const uint8_t *)pool, (const uint8_t *)pool + kbytes,
-            block, 1, bs, table, nkv, NULL, 0, NULL, 0,
+            block, 1, bs, table, nkv, NULL, 0, NULL, 0, 0,
         };
         best = bench_best(call, &(struct call){ o, NULL, &a1, scr }, 6);
         char nm[32];
