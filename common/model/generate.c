@@ -601,10 +601,10 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             int levels = max_levels;
             int64_t bud = max_draft;
             if (spec_auto) {
-                double t_draft = g->dm ? spec_dm_level_ms(g->dm, 1, (double)(root_slot + 1), cost, g->m)
+                double t_draft = g->dm ? spec_dm_level_ms(g->dm, 1, root_slot, cost, g->m)
                                  : g->eh ? eagle_draft_level_ms(g->eh, width) : 0.0;
                 levels = spec_auto_levels(cost, acc_levels, rejections, 1, width, t_draft,
-                                          max_levels, (double)(root_slot + 1), &probe);
+                                          max_levels, model_attn_slots(g->m, root_slot), &probe);
                 bud = (int64_t)levels * width;
                 r->spec_levels += levels;
             }
@@ -649,11 +649,12 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             if (rc < 0)
                 goto out;
             /* auto: the context's share of the pass (spec.h slot_ms); each
-             * node reads the root's slots and its ancestors' */
+             * node reads the root's slots and its ancestors' (under the mask
+             * what its position would read) */
             if (spec_auto) {
                 double slots = 0;
                 for (int64_t j = 0; j < tree.n; j++)
-                    slots += (double)(root_slot + 1 + tree.depth[j]);
+                    slots += model_attn_slots(g->m, root_slot + tree.depth[j]);
                 spec_cost_observe(cost, tree.n, slots, v_ms);
             }
             r->spec_passes++;

@@ -597,6 +597,18 @@ model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct kv_con
     c->be = m->be->host ? NULL : m->be;
 }
 
+double
+model_attn_slots(const struct model *m, int64_t pos)
+{
+    int64_t n_win = 0, all = pos + 1;
+
+    for (int64_t l = 0; m->hp.n_swa > 0 && l < m->hp.n_layer; l++)
+        n_win += m->layers[l].swa;
+    double win = all < m->hp.n_swa ? (double)all : (double)m->hp.n_swa;
+    return ((double)(m->hp.n_layer - n_win) * (double)all + (double)n_win * win) /
+           (double)m->hp.n_layer;
+}
+
 size_t
 model_kv_bytes_per_token(const struct model *m, uint32_t dtype)
 {

@@ -216,6 +216,11 @@ void model_kv_config(const struct model *m, size_t mem, uint32_t dtype, struct k
  * kvstat's figure). */
 size_t model_kv_bytes_per_token(const struct model *m, uint32_t dtype);
 
+/* model_attn_slots() : the KV slots the attention of a token at position pos
+ * reads, averaged over the layers: pos + 1, and on a sliding-window layer
+ * at most n_swa (what a pass's attention costs grows with it) */
+double model_attn_slots(const struct model *m, int64_t pos);
+
 /* ---- the forward pass (one layer of it: layer_forward, forward.h) ---- */
 
 struct batch_tok {

@@ -735,19 +735,20 @@ static int64_t
 step_draft_size(struct sched *s)
 {
     int64_t n_dec = 0;
-    double t_draft = 0, ctx = 0;
+    double t_draft = 0, ctx = 0, pos = 0;
 
     if (!s->o.spec_cost)
         return s->o.spec_tokens;
     for (int64_t i = 0; i < s->n_run; i++)
         if (s->run[i]->chunk == 1 && n_total(s->run[i]) - s->run[i]->n_done == 1) {
             n_dec++;
-            ctx += (double)n_total(s->run[i]);
+            ctx += model_attn_slots(s->m, n_total(s->run[i]) - 1);
+            pos += (double)(n_total(s->run[i]) - 1);
         }
     if (n_dec == 0)
         return 0;
     if (s->o.draft)
-        t_draft = spec_dm_level_ms(s->o.draft, n_dec, ctx / (double)n_dec, s->o.spec_cost, s->m);
+        t_draft = spec_dm_level_ms(s->o.draft, n_dec, (int64_t)(pos / (double)n_dec), s->o.spec_cost, s->m);
     else if (s->o.head)
         t_draft = eagle_draft_level_ms(s->o.head, n_dec);
     /* the per-level acceptance, as generate's: tokens kept per token kept
@@ -989,7 +990,7 @@ sched_step(struct sched *s, struct diag *d)
         if (s->o.spec_cost && n_prompt_tok == 0) {
             double slots = 0;
             for (int64_t j = 0; j < n_tok; j++)
-                slots += (double)s->bt[j].pos + 1;
+                slots += model_attn_slots(s->m, s->bt[j].pos);
             spec_cost_observe(s->o.spec_cost, n_tok, slots, ms_since(t_f));
         }
     }

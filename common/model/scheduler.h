@@ -112,13 +112,14 @@ struct sched_opts {
      * go with prefix_cache (-ST_RANGE). */
     struct eagle_draft *head;
     /* --spec-tokens auto: with spec_cost (the target's verify cost curve,
-     * spec.h; borrowed), each step's draft size is spec_choose()'s for the
+     * spec.h; the caller's), each step's draft size is spec_choose()'s for the
      * sequences decoding in it and the acceptance so far, at most
      * spec_tokens (spec_auto_levels: one level now and then where none
      * pays, to keep measuring, less and less often, unless none would pay
-     * even were those levels kept), at the decoding sequences' mean
-     * length; steps that only decode fit its slot_ms (spec_cost_observe);
-     * NULL = every decode drafts up to spec_tokens */
+     * even were those levels kept), at the decoding sequences' mean slots
+     * read (model_attn_slots); the scheduler updates its slot_ms from the
+     * steps that only decode (spec_cost_observe); NULL = every decode
+     * drafts up to spec_tokens */
     struct spec_cost *spec_cost;
     /* a sink for the target's features of every token computed (draft-train's
      * self-distillation, distill.h; with no drafter (a head, a draft model,

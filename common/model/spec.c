@@ -277,10 +277,11 @@ dm_rollback(struct spec_dm *dm, struct dm_stream *st, const int32_t *hist, int64
 
 /* one forward pass of the draft: toks[j][0 .. n[j]) after stream j's cache
  * for the n_st streams in idx[], the logits of each stream's last token in
- * row j of dm->logits */
+ * row j of dm->logits; a level's pass (level: not a catch-up) within the
+ * measured curve goes into the fit of its attention (spec_dm_level_ms) */
 static int
 dm_feed(struct spec_dm *dm, const int32_t *idx, const int32_t *const *toks, const int64_t *n,
-        int64_t n_st, struct diag *d)
+        int64_t n_st, int level, struct diag *d)
 {
     int64_t tot = 0;
 
@@ -314,11 +315,10 @@ dm_feed(struct spec_dm *dm, const int32_t *idx, const int32_t *const *toks, cons
     int rc = model_forward(dm->m, dm->kv, &b, NULL, &mo, d);
     if (rc < 0)
         return rc;
-    /* a level's pass (not a catch-up): its context's share (spec_dm_level_ms) */
-    if (tot <= 32) {
+    if (level && dm->cost.n_meas > 0 && tot <= dm->cost.n[dm->cost.n_meas - 1]) {
         double slots = 0;
         for (int64_t i = 0; i < tot; i++)
-            slots += (double)dm->bt[i].pos + 1;
+            slots += model_attn_slots(dm->m, dm->bt[i].pos);
         spec_cost_observe(&dm->cost, tot, slots, (now_seconds() - t0) * 1000.0);
     }
     for (int64_t j = 0; j < n_st; j++) {
@@ -366,7 +366,7 @@ spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth
     spec_tree_reset(t, hist[n_hist - 1]);
     int64_t n = dm_rollback(dm, st, hist, n_hist);
     const int32_t *feed = hist + n_hist - n;
-    if ((rc = dm_feed(dm, &idx, &feed, &n, 1, d)) < 0)
+    if ((rc = dm_feed(dm, &idx, &feed, &n, 1, 0, d)) < 0)
         return rc;
     int64_t cur = 0;
     for (int lv = 0; lv < depth && t->n - 1 < budget; lv++) {
@@ -385,7 +385,7 @@ spec_dm_draft(struct spec_dm *dm, const int32_t *hist, int64_t n_hist, int depth
         cur = main_child;
         feed = &t->tok[cur];
         n = 1;
-        if (lv + 1 < depth && t->n - 1 < budget && (rc = dm_feed(dm, &idx, &feed, &n, 1, d)) < 0)
+        if (lv + 1 < depth && t->n - 1 < budget && (rc = dm_feed(dm, &idx, &feed, &n, 1, 1, d)) < 0)
             return rc;
     }
     return 0;
@@ -427,8 +427,8 @@ spec_dm_chains(struct spec_dm *dm, struct spec_dm_req *r, int64_t n_req, float p
     }
     /* one level a pass: each stream's most likely token, while it is
      * likely enough, fed for the next level */
-    while (n_act > 0) {
-        if ((rc = dm_feed(dm, idx, feed, nf, n_act, d)) < 0)
+    for (int lv = 0; n_act > 0; lv++) {
+        if ((rc = dm_feed(dm, idx, feed, nf, n_act, lv > 0, d)) < 0)
             return rc;
         int64_t k = 0;
         for (int64_t j = 0; j < n_act; j++) {
@@ -520,12 +520,12 @@ spec_cost_pass(const struct spec_cost *c, int64_t n, double slots)
 void
 spec_cost_observe(struct spec_cost *c, int64_t n, double slots, double ms)
 {
-    if (c->n_meas == 0 || !(slots >= SPEC_OBS_SLOTS))
+    if (c->n_meas == 0 || !(slots >= SPEC_OBS_SLOTS) || !(slots >= (double)n * SPEC_OBS_CTX))
         return;
     double est = (ms - spec_cost_at(c, n)) / slots;
     if (!(est > 0))
         est = 0;
-    if (c->n_obs > 0 && est > 4 * c->slot_ms)
+    if (c->slot_ms > 0 && est > 4 * c->slot_ms)
         est = 4 * c->slot_ms;
     c->slot_ms = c->n_obs++ == 0 ? est : 0.8 * c->slot_ms + 0.2 * est;
 }
@@ -583,9 +583,10 @@ spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, int6
 }
 
 double
-spec_dm_level_ms(const struct spec_dm *dm, int64_t n, double ctx, const struct spec_cost *tc,
+spec_dm_level_ms(const struct spec_dm *dm, int64_t n, int64_t pos, const struct spec_cost *tc,
                  const struct model *tm)
 {
+    double ctx = model_attn_slots(dm->m, pos);
     if (dm->cost.n_obs > 0 || !tc || !tm)
         return spec_cost_pass(&dm->cost, n, (double)n * ctx);
     /* none of its own passes yet: the target's slot_ms in proportion to the

@@ -127,13 +127,18 @@ int spec_dm_chains(struct spec_dm *dm, struct spec_dm_req *r, int64_t n_req, flo
  * t(n) is measured on a new sequence (positions 0 .. n-1), where attention
  * costs next to nothing; each token's attention costs about the same time
  * per slot it reads, the tokens of a pass sharing none of it (kernels/ops.h
- * ops_attn_fn: one query row at a time), so a pass of n tokens over ctx
- * slots of context costs t(n) + n * ctx * slot_ms.  slot_ms is fitted from
- * the run's own passes (spec_cost_observe): with SmolLM2-135M on 2 cores
- * about 0.002 ms, so at 1024 slots 8 tokens cost 2.7x t(8), not t(8). */
+ * ops_attn_fn: one query row at a time), so a pass of n tokens reading ctx
+ * slots each (model_attn_slots: the mean over the layers, a sliding window
+ * counted as what it keeps) costs t(n) + n * ctx * slot_ms.  slot_ms is
+ * fitted from the run's own passes (spec_cost_observe): with SmolLM2-135M
+ * on 2 cores about 0.002 ms, so at 1024 slots 8 tokens cost 2.6 t(8).
+ * The timed passes carry what the measured ones do not (an EAGLE-3 head's
+ * feature hooks, the hidden states it reads): that per-token cost goes into
+ * slot_ms too, small beside the attention of 256 slots and more. */
 #define SPEC_AUTO_LEVELS 16     /* lookup: levels (tokens) auto may choose */
 #define SPEC_COST_N 6           /* t(n) for n = 1, 2, 4, 8, 16, 32 */
-#define SPEC_OBS_SLOTS 1024     /* passes over fewer token-slots fit nothing (noise) */
+#define SPEC_OBS_SLOTS 1024     /* passes over fewer token-slots fit nothing (noise), */
+#define SPEC_OBS_CTX 256        /* nor those over fewer slots a token */
 struct spec_cost {
     int n_meas;                 /* points measured */
     int64_t n[SPEC_COST_N];
@@ -158,11 +163,12 @@ double spec_cost_at(const struct spec_cost *c, int64_t n);
 double spec_cost_pass(const struct spec_cost *c, int64_t n, double slots);
 
 /* spec_cost_observe() : a pass of n tokens over `slots` slots of context in
- * all took ms: where slots >= SPEC_OBS_SLOTS (below, the attention is lost
- * in the noise), (ms - t(n)) / slots, at least 0 and at most 4 times
- * slot_ms so far (one pass slowed by the machine moves it little), goes
- * into slot_ms, a running mean weighting the newest pass 0.2 (the first
- * sets it).  Nothing when no curve was measured. */
+ * all took ms: where slots >= SPEC_OBS_SLOTS and slots >= n * SPEC_OBS_CTX
+ * (below, the attention is lost in the noise), (ms - t(n)) / slots, at
+ * least 0 and, once slot_ms is above 0, at most 4 times it (one pass slowed
+ * by the machine moves it little), goes into slot_ms, a running mean
+ * weighting the newest pass 0.2 (the first sets it).  Nothing when no curve
+ * was measured. */
 void spec_cost_observe(struct spec_cost *c, int64_t n, double slots, double ms);
 
 /* spec_choose() : the best number of draft levels in 0 .. max_levels (see
@@ -205,14 +211,16 @@ int spec_auto_levels(const struct spec_cost *c, int64_t kept, int64_t rejected, 
                      int width, double t_draft, int max_levels, double ctx, struct spec_probe *p);
 
 /* spec_dm_level_ms() : the draft model's time for one forward pass of n
- * tokens (one level of n streams' chains) over ctx slots of context each:
- * its curve, measured at spec_dm_open() for up to n_streams - 1 tokens (at
- * least 1, at most 32) and extrapolated beyond, plus its slot_ms fitted
- * from its passes of at most 32 tokens (a draft model's attention grows
- * with the context as the target's does); until it has run one, the
- * target's (tc, of model tm; both may be NULL) scaled by the multiply-adds
- * per slot (layers x heads x key and value width) of each */
-double spec_dm_level_ms(const struct spec_dm *dm, int64_t n, double ctx, const struct spec_cost *tc,
+ * tokens (one level of n streams' chains) at position pos each: its curve,
+ * measured at spec_dm_open() for up to n_streams - 1 tokens (at least 1, at
+ * most 32) and extrapolated beyond, plus n * model_attn_slots(its model,
+ * pos) * its slot_ms, fitted from its level passes within the measured
+ * curve (not the catch-ups on the tokens since its last draft: a draft
+ * model's attention grows with the context as the target's does); until
+ * one of them was fitted, the target's (tc, of model tm; both may be NULL)
+ * scaled by the multiply-adds per slot (layers x query heads x key and
+ * value width) of each */
+double spec_dm_level_ms(const struct spec_dm *dm, int64_t n, int64_t pos, const struct spec_cost *tc,
                         const struct model *tm);
 
 #endif

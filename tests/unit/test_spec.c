@@ -11,6 +11,7 @@
 #include "qtypes.h"
 #include "spec.h"
 #include "t.h"
+#include "tokenizer.h"
 
 #define TREE_PREFIX 20
 
@@ -106,6 +107,66 @@ tree_in_window(void)
     model_free(m);
 }
 
+/* The slots a token reads (model_attn_slots: a sliding window counts what
+ * it keeps), and a draft model's level cost (spec_dm_level_ms): the
+ * target's slot_ms scaled by the attention widths until a level pass of its
+ * own was fitted, and catch-ups fitting nothing. */
+static void
+dm_cost(void)
+{
+    struct model_opts mo = MODEL_OPTS_INIT;
+    struct model *m = NULL;
+    struct spec_dm *dm = NULL;
+    struct tokenizer tok;
+    struct diag d;
+
+    mo.n_threads = 1;
+    if (model_open(&m, "tests/fixtures/tiny-llama-f32.gguf", &mo, &d)) {
+        CHECK(!"tiny fixture (make fixtures)");
+        return;
+    }
+    CHECK_NEAR(model_attn_slots(m, 0), 1, 1e-12);
+    CHECK_NEAR(model_attn_slots(m, 99), 100, 1e-12);
+    m->hp.n_swa = 6;
+    m->layers[0].swa = true;            /* one layer of n_layer windowed */
+    double L = (double)m->hp.n_layer;
+    CHECK_NEAR(model_attn_slots(m, 3), 4, 1e-12);
+    CHECK_NEAR(model_attn_slots(m, 99), ((L - 1) * 100 + 6) / L, 1e-9);
+    m->layers[0].swa = false;
+    m->hp.n_swa = 0;
+    CHECK_EQ(tok_load(&tok, &m->gguf, &d), 0);
+    CHECK_EQ(spec_dm_open(&dm, "tests/fixtures/tiny-llama-f16.gguf", &mo, &tok, 2048, 1, 2048, &d), 0);
+    if (dm) {
+        struct spec_cost tc = { 1, { 1 }, { 1.0 }, 0.01, 1 };
+        double base = spec_dm_level_ms(dm, 1, 49, NULL, NULL);
+        /* the same shape: the target's slot_ms as it is, over 50 slots */
+        CHECK_NEAR(spec_dm_level_ms(dm, 1, 49, &tc, m) - base, 50 * 0.01, 1e-9);
+        CHECK_NEAR(spec_dm_level_ms(dm, 2, 49, &tc, m) - spec_dm_level_ms(dm, 2, 49, NULL, NULL),
+                   2 * 50 * 0.01, 1e-9);
+        /* catch-ups on 1100 tokens and then on one (drafts of one level:
+         * no level pass) fit nothing, so the prior stays; a draft of two levels feeds one
+         * level pass at position 1100 (1101 slots), which is fitted: the
+         * draft's own slot_ms from then on, whatever the target's */
+        int32_t hist[1100];
+        for (int i = 0; i < 1100; i++)
+            hist[i] = (int32_t)(5 + 3 * i) % (int32_t)m->hp.n_vocab;
+        struct spec_tree t;
+        CHECK_EQ(spec_tree_init(&t, 8, NULL), 0);
+        CHECK_EQ(spec_dm_draft(dm, hist, 1100, 1, 1, 4, 0.0f, &t, &d), 0);
+        /* again: a catch-up of one token (the last, rolled back), 1100 slots */
+        CHECK_EQ(spec_dm_draft(dm, hist, 1100, 1, 1, 4, 0.0f, &t, &d), 0);
+        CHECK_NEAR(spec_dm_level_ms(dm, 1, 49, &tc, m) - spec_dm_level_ms(dm, 1, 49, NULL, NULL),
+                   50 * 0.01, 1e-9);
+        CHECK_EQ(spec_dm_draft(dm, hist, 1100, 2, 1, 4, 0.0f, &t, &d), 0);
+        CHECK_EQ(t.n, 3);
+        CHECK(spec_dm_level_ms(dm, 1, 49, &tc, m) == spec_dm_level_ms(dm, 1, 49, NULL, NULL));
+        spec_tree_release(&t);
+        spec_dm_free(dm);
+    }
+    tok_release(&tok);
+    model_free(m);
+}
+
 static int
 eq(const int32_t *a, const int32_t *b, int64_t n)
 {
@@ -121,6 +182,7 @@ main(void)
     int32_t d[8];
 
     tree_in_window();
+    dm_cost();
 
     /* the last 3 tokens (7 8 9) occurred at 1..3, followed by 4 5 6 7 8 9 */
     int32_t h1[] = { 1, 7, 8, 9, 4, 5, 6, 7, 8, 9 };
@@ -279,5 +341,16 @@ main(void)
     CHECK_NEAR(fit.slot_ms, 0.8 * 0.003 + 0.2 * 4 * 0.003, 1e-5);
     spec_cost_observe(&fit, 4, 4.0 * 4096, 1.0);
     CHECK_NEAR(fit.slot_ms, 0.8 * (0.8 * 0.003 + 0.2 * 4 * 0.003), 1e-5);
+    /* a first pass faster than the curve fits 0, and the passes after it
+     * still move the fit (no cap at 4 x 0); a 16-token pass over 64 slots
+     * each (1024 in all) fits nothing: under SPEC_OBS_CTX a token */
+    struct spec_cost z = { 5, { 1, 2, 4, 8, 16 }, { 3.53, 4.10, 6.28, 10.47, 20.05 }, 0, 0 };
+    spec_cost_observe(&z, 1, 2048, 3.0);
+    CHECK(z.n_obs == 1 && z.slot_ms == 0);
+    for (int i = 0; i < 60; i++)
+        spec_cost_observe(&z, 1, 2048, 3.53 + 2048 * 0.002);
+    CHECK_NEAR(z.slot_ms, 0.002, 1e-6);
+    spec_cost_observe(&z, 16, 16.0 * 64, 1000.0);
+    CHECK_EQ(z.n_obs, 61);
     T_DONE();
 }
