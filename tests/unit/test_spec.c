@@ -34,22 +34,34 @@ feed(struct model *m, struct kvcache *kv, int32_t seq, int64_t pos0, const int32
  * every layer attends over a 6-token sliding window: each node's logits are
  * bit for bit those of plain decoding along its path (the window counted
  * from the node's position, not its slot past the other nodes') */
+/* the tiny f32 fixture on one thread (mo: its options), or NULL */
+static struct model *
+open_tiny(struct model_opts *mo)
+{
+    struct model *m = NULL;
+    struct diag d;
+
+    mo->n_threads = 1;
+    if (model_open(&m, "tests/fixtures/tiny-llama-f32.gguf", mo, &d)) {
+        CHECK(!"tiny fixture (make fixtures)");
+        return NULL;
+    }
+    return m;
+}
+
 static void
 tree_in_window(void)
 {
     struct model_opts mo = MODEL_OPTS_INIT;
-    struct model *m = NULL;
+    struct model *m = open_tiny(&mo);
     struct kvcache *kv = NULL;
     struct kv_config c;
     struct diag d;
     struct spec_tree t;
     int32_t seq, prefix[TREE_PREFIX];
 
-    mo.n_threads = 1;
-    if (model_open(&m, "tests/fixtures/tiny-llama-f32.gguf", &mo, &d)) {
-        CHECK(!"tiny fixture (make fixtures)");
+    if (!m)
         return;
-    }
     m->hp.n_swa = 6;
     for (int64_t l = 0; l < m->hp.n_layer; l++)
         m->layers[l].swa = true;
@@ -115,16 +127,13 @@ static void
 dm_cost(void)
 {
     struct model_opts mo = MODEL_OPTS_INIT;
-    struct model *m = NULL;
+    struct model *m = open_tiny(&mo);
     struct spec_dm *dm = NULL;
     struct tokenizer tok;
     struct diag d;
 
-    mo.n_threads = 1;
-    if (model_open(&m, "tests/fixtures/tiny-llama-f32.gguf", &mo, &d)) {
-        CHECK(!"tiny fixture (make fixtures)");
+    if (!m)
         return;
-    }
     CHECK_NEAR(model_attn_slots(m, 0), 1, 1e-12);
     CHECK_NEAR(model_attn_slots(m, 99), 100, 1e-12);
     m->hp.n_swa = 6;
