@@ -648,15 +648,9 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
             b.mask = NULL;
             if (rc < 0)
                 goto out;
-            /* auto: the context's share of the pass (spec.h slot_ms); each
-             * node reads the root's slots and its ancestors' (under the mask
-             * what its position would read) */
-            if (spec_auto) {
-                double slots = 0;
-                for (int64_t j = 0; j < tree.n; j++)
-                    slots += model_attn_slots(g->m, root_slot + tree.depth[j]);
-                spec_cost_observe(cost, tree.n, slots, v_ms);
-            }
+            /* auto: the context's share of the pass (spec.h slot_ms) */
+            if (spec_auto)
+                spec_cost_observe(cost, tree.n, spec_tree_attn_slots(&tree, g->m, root_slot), v_ms);
             r->spec_passes++;
             r->spec_drafted += tree.n - 1;
         }

@@ -88,6 +88,15 @@ spec_tree_child(const struct spec_tree *t, int64_t p, int32_t tok)
     return -1;
 }
 
+double
+spec_tree_attn_slots(const struct spec_tree *t, const struct model *m, int64_t root_pos)
+{
+    double slots = 0;
+    for (int64_t j = 0; j < t->n; j++)
+        slots += model_attn_slots(m, root_pos + t->depth[j]);
+    return slots;
+}
+
 void
 spec_tree_mask(const struct spec_tree *t, uint8_t *mask)
 {

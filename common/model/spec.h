@@ -53,6 +53,11 @@ void spec_tree_reset(struct spec_tree *t, int32_t root);
 int64_t spec_tree_add(struct spec_tree *t, int32_t tok, int64_t parent);
 /* spec_tree_child() : the first child of node p holding token tok, or -1 */
 int64_t spec_tree_child(const struct spec_tree *t, int64_t p, int32_t tok);
+/* spec_tree_attn_slots() : the slots the nodes of t read in all when its
+ * root is at position root_pos of model m: each node what a token at its
+ * position reads (model_attn_slots; under the mask, the root's context and
+ * its ancestors) */
+double spec_tree_attn_slots(const struct spec_tree *t, const struct model *m, int64_t root_pos);
 /* spec_tree_mask() : mask[i * n + j] = 1 when node j is node i or one of
  * its ancestors (struct batch's mask) */
 void spec_tree_mask(const struct spec_tree *t, uint8_t *mask);

@@ -7,7 +7,7 @@
  * operations in the same order as there (see that file's header).
  *
  * This file is compiled with -mavx512f -mavx512bw -mavx512vl -mavx512dq
- * -mfma -mf16c and is only entered through kernel_ops_avx512 after the
+ * -mavx512vnni -mfma -mf16c and is only entered through kernel_ops_avx512 after the
  * run-time CPU check in kernels/dispatch.c.
  *
  * What changes is the work the heads of a call share.  With an f16 cache

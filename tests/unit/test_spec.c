@@ -30,10 +30,6 @@ feed(struct model *m, struct kvcache *kv, int32_t seq, int64_t pos0, const int32
     return model_forward(m, kv, &b, NULL, &mo, &d);
 }
 
-/* a token tree verified in one masked pass after a prefix, on a model whose
- * every layer attends over a 6-token sliding window: each node's logits are
- * bit for bit those of plain decoding along its path (the window counted
- * from the node's position, not its slot past the other nodes') */
 /* the tiny f32 fixture on one thread (mo: its options), or NULL */
 static struct model *
 open_tiny(struct model_opts *mo)
@@ -49,6 +45,10 @@ open_tiny(struct model_opts *mo)
     return m;
 }
 
+/* a token tree verified in one masked pass after a prefix, on a model whose
+ * every layer attends over a 6-token sliding window: each node's logits are
+ * bit for bit those of plain decoding along its path (the window counted
+ * from the node's position, not its slot past the other nodes') */
 static void
 tree_in_window(void)
 {
@@ -141,8 +141,18 @@ dm_cost(void)
     double L = (double)m->hp.n_layer;
     CHECK_NEAR(model_attn_slots(m, 3), 4, 1e-12);
     CHECK_NEAR(model_attn_slots(m, 99), ((L - 1) * 100 + 6) / L, 1e-9);
+    /* a tree's nodes at depths 0 1 1 2 after a root at position 99:
+     * 100 + 101 + 101 + 102 slots, with the window (L - 1) x that + 4 x 6 */
+    struct spec_tree tr;
+    CHECK_EQ(spec_tree_init(&tr, 4, NULL), 0);
+    spec_tree_reset(&tr, 1);
+    spec_tree_add(&tr, 2, spec_tree_add(&tr, 3, 0));
+    spec_tree_add(&tr, 4, 0);
+    CHECK_NEAR(spec_tree_attn_slots(&tr, m, 99), ((L - 1) * 404 + 24) / L, 1e-9);
     m->layers[0].swa = false;
     m->hp.n_swa = 0;
+    CHECK_NEAR(spec_tree_attn_slots(&tr, m, 99), 404, 1e-9);
+    spec_tree_release(&tr);
     CHECK_EQ(tok_load(&tok, &m->gguf, &d), 0);
     CHECK_EQ(spec_dm_open(&dm, "tests/fixtures/tiny-llama-f16.gguf", &mo, &tok, 2048, 1, 2048, &d), 0);
     if (dm) {
