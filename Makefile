@@ -161,6 +161,12 @@ $(BUILD)/attnbench: $(BUILD)/tests/bench/attnbench.o $(LIBS)
 	@mkdir -p $(@D)
 	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
 
+# A speculative verify pass of 1-32 tokens at 0-4000 slots of context
+# (tests/bench/verifybench.c): build/verifybench MODEL.gguf [threads [kernel]].
+$(BUILD)/verifybench: $(BUILD)/tests/bench/verifybench.o $(LIBS)
+	@mkdir -p $(@D)
+	$(CC) $(LDFLAGS) -o $@ $< $(LIBS) $(LDLIBS)
+
 bench: all $(BUILD)/membw
 	@scripts/bench --depth 1024
 

@@ -986,7 +986,8 @@ sched_step(struct sched *s, struct diag *d)
         if ((rc = model_forward(s->m, s->kv, &b, hk, &mo, d)) < 0)
             return rc;
         /* a step of decodes and their drafts only: the context's share of
-         * its cost (each token reads the slots before it and itself) */
+         * its cost (each token reads the slots before it and itself, a
+         * window what it keeps: model_attn_slots) */
         if (s->o.spec_cost && n_prompt_tok == 0) {
             double slots = 0;
             for (int64_t j = 0; j < n_tok; j++)
