@@ -1140,6 +1140,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     r->spec_accepted = t.spec_accepted;
     r->spec_levels = !so.spec_cost ? -1.0 : t.spec_auto_steps ? (double)t.spec_auto_levels /
                      (double)t.spec_auto_steps : 0.0;
+    r->spec_slot_ms = so.spec_cost ? so.spec_cost->slot_ms : 0.0;
     r->prompt_tokens = t.prompt_tokens;
     r->preemptions = t.preemptions;
     r->prefix_hits = t.prefix_hits;
@@ -1214,7 +1215,8 @@ batch_report_print(const struct batch_report *r, const char *prefix, FILE *fp)
                 prefix, r->spec, (long long)r->spec_accepted, (long long)r->spec_drafted,
                 (long long)r->spec_passes);
     if (r->spec && r->spec_levels >= 0)
-        fprintf(fp, "; auto draft size %.2f per sequence and step", r->spec_levels);
+        fprintf(fp, "; auto draft size %.2f per sequence and step, verify cost %.4f ms per token "
+                "and slot of context", r->spec_levels, r->spec_slot_ms);
     if (r->spec)
         fputc('\n', fp);
 }

@@ -133,6 +133,8 @@ struct batch_report {
     int64_t spec_passes, spec_drafted, spec_accepted;   /* sched_totals */
     double spec_levels;         /* --spec-tokens auto: the mean draft size chosen per
                                  * sequence and step; -1 when fixed */
+    double spec_slot_ms;        /* auto: the verify cost per token and slot of context
+                                 * fitted (spec.h slot_ms; 0: none) */
 };
 
 /* --spec-tokens auto with --batch: each step's draft size per sequence is

@@ -261,7 +261,7 @@ batch_same() {
     done > "$BATS_TEST_TMPDIR/reqs.jsonl"
     # auto: whether drafts pay depends on the machine's verify cost curve
     SPEC="" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2
-    grep -q 'speculative (lookup): .*; auto draft size [0-9.]* per sequence' "$BATS_TEST_TMPDIR/stats"
+    grep -q 'speculative (lookup): .*; auto draft size [0-9.]* per sequence and step, verify cost [0-9.]* ms per token and slot' "$BATS_TEST_TMPDIR/stats"
     SPEC="--spec-tokens 8" batch_same "$m" --batch "$BATS_TEST_TMPDIR/reqs.jsonl" -t 2 --kv-mem 2MiB \
         --max-seqs 12 --block-size 4
     grep -q '[1-9][0-9]* preemptions' "$BATS_TEST_TMPDIR/stats"
