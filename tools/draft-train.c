@@ -19,10 +19,10 @@ static const char usage_line[] =
     "usage: draft-train [-fhqVv] -m model --data file -o head [--arch eagle1|eagle3]\n"
     "                   [--ttt-steps n] [--epochs n] [--max-time seconds] [--lr x] [--batch n]\n"
     "                   [--seq-len n] [--seed n] [--cache dir] [--checkpoint-every n] [--resume]\n"
-    "                   [--draft-vocab n] [--noise x] [--clip x] [--no-fc-bias] [--gen-tokens n]\n"
-    "                   [--gen-temp t] [--gen-share x] [--train-on-prompts] [--eval file]\n"
-    "                   [--init random|target] [-t n] [--oversubscribe] [--kernel name] [--json]\n"
-    "                   [--[no-]progress]";
+    "                   [--draft-vocab n] [--noise x] [--clip x] [--weight-decay x] [--no-fc-bias]\n"
+    "                   [--gen-tokens n] [--gen-temp t] [--gen-share x] [--train-on-prompts]\n"
+    "                   [--eval file] [--init random|target] [-t n] [--oversubscribe]\n"
+    "                   [--kernel name] [--json] [--[no-]progress]";
 
 static const char help_text[] =
     "draft-train - train an EAGLE-1 or EAGLE-3 draft head for speculative decoding\n"
@@ -57,6 +57,7 @@ static const char help_text[] =
     "                          (default 8192; 0 = the whole vocabulary)\n"
     "      --noise X           uniform noise U(-X, X) on the input features (default 0.1)\n"
     "      --clip X            clip the gradient's norm to X (default 0.5)\n"
+    "      --weight-decay X    AdamW's decoupled weight decay (default 0.01)\n"
     "      --no-fc-bias        eagle1: an FC layer without bias (held at zero; exported as\n"
     "                          \"bias\": false, the layout vLLM's EAGLE-1 model loads)\n"
     "      --cache DIR         keep the features in DIR (zstd), reused by runs on the same model,\n"
@@ -92,7 +93,7 @@ enum {
     OPT_ARCH = 256, OPT_BATCH, OPT_CACHE, OPT_CKPT, OPT_CLIP, OPT_DATA, OPT_DRAFT_VOCAB, OPT_EPOCHS,
     OPT_EVAL, OPT_GEN_SHARE, OPT_GEN_TEMP, OPT_GEN_TOKENS, OPT_JSON, OPT_KERNEL, OPT_LR, OPT_MAX_TIME, OPT_NO_PROGRESS,
     OPT_NO_FC_BIAS, OPT_NOISE, OPT_OVERSUB, OPT_PROGRESS, OPT_RESUME, OPT_SEED, OPT_SEQ_LEN, OPT_TTT,
-    OPT_TRAIN_PROMPTS, OPT_INIT,
+    OPT_TRAIN_PROMPTS, OPT_INIT, OPT_WEIGHT_DECAY,
 };
 
 static const struct option longopts[] = {
@@ -102,6 +103,7 @@ static const struct option longopts[] = {
     { "cache", required_argument, NULL, OPT_CACHE },
     { "checkpoint-every", required_argument, NULL, OPT_CKPT },
     { "clip", required_argument, NULL, OPT_CLIP },
+    { "weight-decay", required_argument, NULL, OPT_WEIGHT_DECAY },
     { "data", required_argument, NULL, OPT_DATA },
     { "draft-vocab", required_argument, NULL, OPT_DRAFT_VOCAB },
     { "epochs", required_argument, NULL, OPT_EPOCHS },
@@ -161,6 +163,9 @@ main(int argc, char **argv)
         case OPT_CACHE: o.cache_dir = optarg; break;
         case OPT_CKPT: o.ckpt_every = cli_parse_i64(optarg, 1, INT32_MAX, "--checkpoint-every", false); break;
         case OPT_CLIP: o.clip = (float)cli_parse_double(optarg, 1e-6, 1e6, "--clip"); break;
+        case OPT_WEIGHT_DECAY:
+            o.weight_decay = cli_parse_double(optarg, 0, 10, "--weight-decay");
+            break;
         case OPT_DATA: o.data = optarg; break;
         case OPT_DRAFT_VOCAB:
             o.draft_vocab = cli_parse_i64(optarg, 0, INT32_MAX, "--draft-vocab", false);

@@ -38,7 +38,6 @@
 #define BETA1 0.9
 #define BETA2 0.95
 #define ADAM_EPS 1e-8
-#define WEIGHT_DECAY 0.01
 #define WARMUP 0.05             /* of the run */
 #define LR_FLOOR 0.1            /* of lr, at the end */
 #define DISTILL_SEQS 8          /* responses generated together */
@@ -1511,12 +1510,13 @@ static void
 adamw(struct run *r, double lr, int64_t t)
 {
     double c1 = 1 - pow(BETA1, (double)t), c2 = 1 - pow(BETA2, (double)t);
+    double wd = r->o->weight_decay;
     for (int64_t j = 0; j < r->h.n_param; j++) {
         double g = r->grad[j];
         r->am[j] = (float)(BETA1 * r->am[j] + (1 - BETA1) * g);
         r->av[j] = (float)(BETA2 * r->av[j] + (1 - BETA2) * g * g);
         double upd = (r->am[j] / c1) / (sqrt(r->av[j] / c2) + ADAM_EPS);
-        r->h.param[j] -= (float)(lr * (upd + WEIGHT_DECAY * r->h.param[j]));
+        r->h.param[j] -= (float)(lr * (upd + wd * r->h.param[j]));
     }
 }
 
@@ -1536,6 +1536,10 @@ run_options(const struct run *r, char *buf, size_t cap)
     if (o->no_fc_bias) {
         size_t n = strlen(buf);
         snprintf(buf + n, cap - n, " fc_bias=no");
+    }
+    if (o->weight_decay != DRAFT_WEIGHT_DECAY) {  /* the default's runs: as before the option */
+        size_t n = strlen(buf);
+        snprintf(buf + n, cap - n, " weight_decay=%.9g", o->weight_decay);
     }
     if (o->eval) {      /* every data sequence trains: another split */
         size_t n = strlen(buf);

@@ -27,7 +27,8 @@
  *      (the LM head's rows of them; the target's distribution renormalised
  *      over them), as EAGLE-3 trains over a reduced vocabulary: the LM
  *      head's products are most of the cost of a step
- *   5. AdamW (beta 0.9/0.95, eps 1e-8, weight decay 0.01) on the EAGLE-1
+ *   5. AdamW (beta 0.9/0.95, eps 1e-8, decoupled weight decay
+ *      weight_decay, on every trained parameter) on the EAGLE-1
  *      loss (or EAGLE-3's, eagle3.h: features entering three layers, the
  *      training-time test unrolled ttt_steps steps, the head's own LM head
  *      over that vocabulary) with U(-noise, noise) noise on the input
@@ -99,6 +100,7 @@ struct draft_train_opts {
                                 * features after gen_share + 0.25 (0 < gen_share <= 0.75;
                                 * default 0.25) */
     bool gen_share_set;        /* given: the data must have prompts */
+    double weight_decay;       /* AdamW's decoupled weight decay (default 0.01) */
 };
 
 /* the head's starting point: random, or (EAGLE-3 on a llama model, the
@@ -106,9 +108,12 @@ struct draft_train_opts {
  * (eagle_target_init_head) */
 enum draft_init { DRAFT_INIT_AUTO, DRAFT_INIT_RANDOM, DRAFT_INIT_TARGET };
 
+#define DRAFT_WEIGHT_DECAY 0.01
+
 #define DRAFT_TRAIN_OPTS_INIT { NULL, NULL, NULL, NULL, 1, 7, false, false, 0, 0, 1e-3, 4, 256, 1, 0, \
                                 8192, 0.1f, 0.5f, 0, NULL, NULL, NULL, { 0 }, 256, 0.0f, false, \
-                                false, NULL, false, DRAFT_INIT_AUTO, 0.25, false }
+                                false, NULL, false, DRAFT_INIT_AUTO, 0.25, false, \
+                                DRAFT_WEIGHT_DECAY }
 
 struct draft_train_report {
     int64_t steps, tokens;      /* optimizer steps taken (in all), head positions trained */

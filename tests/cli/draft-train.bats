@@ -755,6 +755,9 @@ PY
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
         --seq-len 32 --lr 0.01 --resume
     [[ $stderr == *"written with other options"* ]]
+    run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
+        --seq-len 32 --weight-decay 0.5 --resume
+    [[ $stderr == *"written with other options"* ]]
     # a checkpoint whose optimizer state or weights were overwritten, even
     # with finite numbers, is refused, naming it (its SHA-256)
     local off
@@ -872,6 +875,23 @@ EOF
     run -0 draft-train -m "$FIX" --data text.txt --eval ev.txt -o part.gguf --epochs 12 \
         --seq-len 32 --checkpoint-every 5 --resume -q
     cmp full.gguf part.gguf
+}
+
+@test "draft-train --weight-decay: AdamW's decay; 0.01 is the default's run, another value another head" {
+    cd "$BATS_TEST_TMPDIR"
+    run -0 draft-train -m "$FIX" --data text.txt -o a.gguf --epochs 1 --seq-len 32 -q
+    run -0 draft-train -m "$FIX" --data text.txt -o b.gguf --epochs 1 --seq-len 32 -q \
+        --weight-decay 0.01
+    cmp a.gguf b.gguf
+    run -0 draft-train -m "$FIX" --data text.txt -o c.gguf --epochs 1 --seq-len 32 -q \
+        --weight-decay 0
+    run -1 cmp -s a.gguf c.gguf     # differ (1), not missing (2)
+    for x in -0.1 10.5 nan 1e400 0x1 ""; do
+        run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o d.gguf --epochs 1 \
+            --weight-decay "$x"
+        [[ $stderr == *"--weight-decay"* ]]
+    done
+    [ ! -e d.gguf ]
 }
 
 @test "draft-train: --draft-vocab restricts the cross-entropy to the text's most frequent tokens" {

@@ -45,6 +45,29 @@ open_tiny(struct model_opts *mo)
     return m;
 }
 
+/* the tiny model (mo: its options) with its tokenizer and the f16
+ * fixture as a draft model of n_streams streams over a pool of pool
+ * tokens (2048 a stream), or NULL */
+static struct model *
+open_with_dm(struct model_opts *mo, struct tokenizer *tok, struct spec_dm **dm,
+             int64_t n_streams, int64_t pool)
+{
+    struct model *m = open_tiny(mo);
+    struct diag d;
+
+    *dm = NULL;
+    if (!m)
+        return NULL;
+    if (tok_load(tok, &m->gguf, &d) != 0) {
+        CHECK(!"the tiny fixture's tokenizer");
+        model_free(m);
+        return NULL;
+    }
+    CHECK_EQ(spec_dm_open(dm, "tests/fixtures/tiny-llama-f16.gguf", mo, tok, 2048, n_streams,
+                          pool, &d), 0);
+    return m;
+}
+
 /* a token tree verified in one masked pass after a prefix, on a model whose
  * every layer attends over a 6-token sliding window: each node's logits are
  * bit for bit those of plain decoding along its path (the window counted
@@ -127,9 +150,9 @@ static void
 dm_cost(void)
 {
     struct model_opts mo = MODEL_OPTS_INIT;
-    struct model *m = open_tiny(&mo);
-    struct spec_dm *dm = NULL;
+    struct spec_dm *dm;
     struct tokenizer tok;
+    struct model *m = open_with_dm(&mo, &tok, &dm, 1, 2048);
     struct diag d;
 
     if (!m)
@@ -153,8 +176,6 @@ dm_cost(void)
     m->hp.n_swa = 0;
     CHECK_NEAR(spec_tree_attn_slots(&tr, m, 99), 404, 1e-9);
     spec_tree_release(&tr);
-    CHECK_EQ(tok_load(&tok, &m->gguf, &d), 0);
-    CHECK_EQ(spec_dm_open(&dm, "tests/fixtures/tiny-llama-f16.gguf", &mo, &tok, 2048, 1, 2048, &d), 0);
     if (dm) {
         struct spec_cost tc = { 1, { 1 }, { 1.0 }, 0.01, 1 };
         double base = spec_dm_level_ms(dm, 1, 49, NULL, NULL);
@@ -186,6 +207,48 @@ dm_cost(void)
     model_free(m);
 }
 
+/* A draft model fits only the level passes its measured curve covers: with
+ * 4 streams (3 for chains) spec_dm_open measures t(1) and t(2), so a level
+ * pass of 3 chains (t(3) extrapolated) fits nothing and one of 2 does. */
+static void
+dm_cost_chains(void)
+{
+    struct model_opts mo = MODEL_OPTS_INIT;
+    struct spec_dm *dm;
+    struct tokenizer tok;
+    struct model *m = open_with_dm(&mo, &tok, &dm, 4, 4096);
+    struct diag d;
+
+    if (!m)
+        return;
+    if (dm) {
+        struct spec_cost tc = { 1, { 1 }, { 1.0 }, 0.01, 1 };
+        enum { H = 600 };
+        static int32_t hist[3][H];
+        int32_t out[3][2];
+        struct spec_dm_req r[3];
+        for (int j = 0; j < 3; j++) {
+            for (int i = 0; i < H; i++)
+                hist[j][i] = (int32_t)(5 + 3 * i + 7 * j) % (int32_t)m->hp.n_vocab;
+            r[j] = (struct spec_dm_req){ .stream = spec_dm_stream_new(dm), .hist = hist[j],
+                                         .n_hist = H, .max = 2, .out = out[j] };
+            CHECK(r[j].stream >= 1);
+        }
+        /* the level pass: 3 tokens over 601 slots each, past t(2) */
+        CHECK_EQ(spec_dm_chains(dm, r, 3, 0.0f, &d), 0);
+        CHECK(r[0].n_out == 2 && r[1].n_out == 2 && r[2].n_out == 2);
+        CHECK_NEAR(spec_dm_level_ms(dm, 1, 49, &tc, m) - spec_dm_level_ms(dm, 1, 49, NULL, NULL),
+                   50 * 0.01, 1e-9);
+        /* two of them again: 2 tokens over 601 slots, within the curve */
+        CHECK_EQ(spec_dm_chains(dm, r, 2, 0.0f, &d), 0);
+        CHECK(r[0].n_out == 2 && r[1].n_out == 2);
+        CHECK(spec_dm_level_ms(dm, 1, 49, &tc, m) == spec_dm_level_ms(dm, 1, 49, NULL, NULL));
+        spec_dm_free(dm);
+    }
+    tok_release(&tok);
+    model_free(m);
+}
+
 static int
 eq(const int32_t *a, const int32_t *b, int64_t n)
 {
@@ -202,6 +265,7 @@ main(void)
 
     tree_in_window();
     dm_cost();
+    dm_cost_chains();
 
     /* the last 3 tokens (7 8 9) occurred at 1..3, followed by 4 5 6 7 8 9 */
     int32_t h1[] = { 1, 7, 8, 9, 4, 5, 6, 7, 8, 9 };
