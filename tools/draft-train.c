@@ -164,7 +164,8 @@ main(int argc, char **argv)
         case OPT_CKPT: o.ckpt_every = cli_parse_i64(optarg, 1, INT32_MAX, "--checkpoint-every", false); break;
         case OPT_CLIP: o.clip = (float)cli_parse_double(optarg, 1e-6, 1e6, "--clip"); break;
         case OPT_WEIGHT_DECAY:
-            o.weight_decay = cli_parse_double(optarg, 0, 10, "--weight-decay");
+            /* + 0.0: "-0" is the run 0 is (the checkpoint's options) */
+            o.weight_decay = cli_parse_double(optarg, 0, 10, "--weight-decay") + 0.0;
             break;
         case OPT_DATA: o.data = optarg; break;
         case OPT_DRAFT_VOCAB:

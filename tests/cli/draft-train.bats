@@ -758,6 +758,11 @@ PY
     run -3 --separate-stderr draft-train -m "$FIX" --data text.txt -o opt.gguf --epochs 12 \
         --seq-len 32 --weight-decay 0.5 --resume
     [[ $stderr == *"written with other options"* ]]
+    # a run of --weight-decay -0 resumes as the run of 0 it is
+    term_at_checkpoint z.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q \
+        --weight-decay 0
+    run -0 draft-train -m "$FIX" --data text.txt -o z.gguf --epochs 12 --seq-len 32 \
+        --checkpoint-every 5 --weight-decay -0 --resume -q
     # a checkpoint whose optimizer state or weights were overwritten, even
     # with finite numbers, is refused, naming it (its SHA-256)
     local off
