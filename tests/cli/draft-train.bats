@@ -676,6 +676,49 @@ print(json.dumps({'prompt': 'more ' * 700}))
     run ! "$TOP/scripts/mkdistill-prompts" --calib "$SHARED/data/wikitext-2-test.raw" -o "$BATS_TEST_TMPDIR/w.jsonl"
 }
 
+@test "mkdistill-prompts --plain: 200-word passages from sentence starts, one after every two lines, seeded" {
+    cd "$BATS_TEST_TMPDIR"
+    local mk="$TOP/scripts/mkdistill-prompts"
+    "$mk" --calib "$CALIB" -n 7 -o c.jsonl
+    "$mk" --calib "$CALIB" -n 7 --plain 5 -o p.jsonl
+    "$mk" --calib "$CALIB" -n 7 --plain 5 --seed 1 -o p1.jsonl
+    "$mk" --calib "$CALIB" -n 7 --plain 5 --seed 2 -o p2.jsonl
+    cmp p.jsonl p1.jsonl
+    ! cmp -s p.jsonl p2.jsonl
+    python3 - "$CALIB" <<'PY'
+import json, sys
+rd = lambda f: [json.loads(l) for l in open(f)]
+c, p = rd('c.jsonl'), rd('p.jsonl')
+q = [o for o in p if o not in c]
+assert len(q) == 5 and len(p) == 12, (len(q), len(p))
+# two lines, a passage, ..., the passages past the last pair after them
+assert p == c[0:2] + q[0:1] + c[2:4] + q[1:2] + c[4:6] + q[2:3] + c[6:7] + q[3:5], "order"
+words = open(sys.argv[1], encoding='utf-8').read().split()
+text = ' '.join(words)
+for o in q:
+    w = o['prompt'].split()
+    assert list(o) == ['prompt'] and len(w) == 200, len(w)
+    assert '<|endoftext|>' not in o['prompt']
+    assert o['prompt'] in text
+    i = text.index(o['prompt'])
+    assert i == 0 or text[:i].rstrip()[-1] in '.!?"\')]', text[i - 20:i]
+assert len({o['prompt'] for o in q}) == 5, "repeated"
+PY
+    # every passage the text has: none crosses a separator, none repeats
+    run -0 "$mk" --calib "$CALIB" -n 0 --plain 100000 -o all.jsonl
+    [[ $output == *"--plain: "*" of 100000 passages"* ]]
+    [ "$(grep -c . all.jsonl)" -gt 1000 ]
+    ! grep -q 'endoftext' all.jsonl
+    [ "$(sort all.jsonl | uniq -d | wc -l)" -eq 0 ]
+    run ! "$mk" --calib "$CALIB" --plain -1 -o bad.jsonl
+    [[ $output == *"--plain must be 0 to 100000"* ]]
+    run ! "$mk" --calib "$CALIB" --seed 2 -o bad.jsonl
+    [[ $output == *"--seed: only with --self or --plain"* ]]
+    run ! "$mk" --calib "$CALIB" --plain 2 --model x.gguf -o bad.jsonl
+    [[ $output == *"--model: only with --self"* ]]
+    [ ! -e bad.jsonl ]
+}
+
 @test "mkdistill-prompts --self: questions the model writes itself, one after each calibration line, none of --exclude's" {
     need_model m SmolLM2-135M-Instruct.Q4_1.gguf
     cd "$BATS_TEST_TMPDIR"
