@@ -11,10 +11,15 @@
  * The LM head's logits are formed ce_rows rows at a time in the backward:
  * as many as CE_ELEMS floats per buffer hold (at least CE_ROWS_MIN, at most
  * a step's rows), so that a small draft vocabulary's sgemm calls are not
- * 32 rows each, every one packing the LM heads again.
+ * 32 rows each, every one packing the LM heads again.  The target's
+ * distribution over the draft vocabulary, which every step reads (step s
+ * row r that of row r + s), is formed once per call for all rows where
+ * they take at most T_ELEMS floats (a 256-row sequence over up to 16384
+ * draft tokens), and per step's chunk otherwise: the same values.
  */
 #include <assert.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -23,6 +28,7 @@
 
 #define CE_ROWS_MIN 32
 #define CE_ELEMS ((int64_t)1 << 20)
+#define T_ELEMS ((int64_t)1 << 22)
 #define S_MAX EAGLE3_MAX_STEPS
 
 struct eagle3_ws {
@@ -35,6 +41,9 @@ struct eagle3_ws {
     float *tmp, *d_on, *d_out, *d_h1, *d_m, *d_g, *d_u, *d_xn, *d_a, *d_q, *d_x, *d_hin, *d_next;
     int64_t ce_rows, ce_cap;    /* rows of the logits formed at a time; the buffers' */
     float *z, *t, *dz, *row;    /* [ce_rows][n_draft] x3, [ce_rows] */
+    float *tall;                /* NULL, or [max_n][n_draft]: the target's distribution */
+    bool once;                  /* tall used (eagle3_ws_target_once) */
+    int32_t *targ;              /* [max_n]: the target's argmax (tall's, or a chunk's) */
     float *cs;                  /* [max_n + steps][n_rot] RoPE angles */
     float *scratch;             /* [max_n][max_n + steps] */
     float *block;
@@ -72,6 +81,11 @@ layout(struct eagle3_ws *ws, float *base, const struct eagle_config *c, int64_t 
     ws->ce_rows = ws->ce_cap = cr < n ? cr : n;
     TAKE(ws->z, ws->ce_rows * V), TAKE(ws->t, ws->ce_rows * V), TAKE(ws->dz, ws->ce_rows * V);
     TAKE(ws->row, ws->ce_rows), TAKE(ws->cs, (n + S) * c->rope.n_rot);
+    ws->targ = (int32_t *)take(base, &off, n);    /* (as many bytes as n floats) */
+    if (n * V <= T_ELEMS)
+        TAKE(ws->tall, n * V);
+    else
+        ws->tall = NULL;
     TAKE(ws->scratch, n * (n + S));
 #undef TAKE
     return off;
@@ -101,6 +115,7 @@ eagle3_ws_new(struct eagle3_ws **out, const struct eagle_config *c, int64_t max_
         return -ST_NOMEM;
     }
     layout(ws, ws->block, c, max_n, steps);
+    ws->once = ws->tall != NULL;
     ws->max_n = max_n;
     ws->steps = steps;
     struct rope_params rp = c->rope;
@@ -116,6 +131,13 @@ eagle3_ws_ce_rows(struct eagle3_ws *ws, int64_t rows)
 {
     ws->ce_rows = rows < 1 ? 1 : rows > ws->ce_cap ? ws->ce_cap : rows;
     return ws->ce_rows;
+}
+
+bool
+eagle3_ws_target_once(struct eagle3_ws *ws, bool on)
+{
+    ws->once = on && ws->tall;
+    return ws->once;
 }
 
 void
@@ -210,11 +232,26 @@ grad_of(const struct eagle_head *h, float *grad, int i)
     return grad + (h->t[i] - h->param);
 }
 
+/* the target's distribution over the draft vocabulary of rows x[0 ..
+ * rows) (the final features) into t [rows][V], and its argmax into arg */
+static void
+target_rows(const struct backend_backward_ops *bw, const struct eagle_frozen *fz, float *t,
+            int32_t *arg, const float *x, int64_t rows, int64_t V, int64_t d)
+{
+    bw->matmul_fwd(t, x, fz->lm, NULL, rows, V, d);
+    for (int64_t r = 0; r < rows; r++) {
+        arg[r] = (int32_t)eagle_argmax(t + r * V, V);
+        ops_softmax_ref(t + r * V, V);
+    }
+}
+
 /* the CE of step s's rows (added to *cls, weighted w / n) and, with
- * grad, its gradient (weighted gw / n) into d_on and the LM head's */
+ * grad, its gradient (weighted gw / n) into d_on and the LM head's; the
+ * target's distribution from tall (row r0 + r + s) when formed, else
+ * formed here per chunk */
 static void
 step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
-        const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt,
+        const struct eagle_frozen *fz, struct eagle3_ws *ws, const float *tgt, bool tall,
         const uint8_t *keep, const uint8_t *mask, int s, float w, float gw, float *grad,
         double *cls, int64_t *correct)
 {
@@ -229,13 +266,15 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
         if (!eagle_any_counted(keep ? keep + r0 + s : NULL, mask ? mask + r0 + s : NULL, rows))
             continue;
         bw->matmul_fwd(ws->z, o, lm, NULL, rows, V, d);
-        bw->matmul_fwd(ws->t, tgt + (r0 + s) * d, fz->lm, NULL, rows, V, d);
-        for (int64_t r = 0; r < rows; r++) {
-            if (s == 0 && (!mask || mask[r0 + r]) && (!keep || keep[r0 + r]))
-                *correct += eagle_argmax(ws->z + r * V, V) == eagle_argmax(ws->t + r * V, V);
-            ops_softmax_ref(ws->t + r * V, V);
-        }
-        bw->xent_fwd(ws->row, ws->z, ws->t, rows, V);
+        const float *t = tall ? ws->tall + (r0 + s) * V : ws->t;
+        const int32_t *arg = tall ? ws->targ + r0 + s : ws->targ;
+        if (!tall)
+            target_rows(bw, fz, ws->t, ws->targ, tgt + (r0 + s) * d, rows, V, d);
+        if (s == 0)
+            for (int64_t r = 0; r < rows; r++)
+                if ((!mask || mask[r0 + r]) && (!keep || keep[r0 + r]))
+                    *correct += eagle_argmax(ws->z + r * V, V) == (int64_t)arg[r];
+        bw->xent_fwd(ws->row, ws->z, t, rows, V);
         for (int64_t r = 0; r < rows; r++)
             if ((!keep || keep[r0 + r + s]) && (!mask || mask[r0 + r + s]))
                 *cls += (double)w * ws->row[r] / (double)n;
@@ -245,7 +284,7 @@ step_ce(const struct backend_backward_ops *bw, const struct eagle_head *h,
             ws->row[r] = (!keep || keep[r0 + r + s]) && (!mask || mask[r0 + r + s])
                              ? gw / (float)n : 0.0f;
         memset(ws->dz, 0, (size_t)(rows * V) * sizeof(float));
-        bw->xent_bwd(ws->dz, ws->z, ws->t, ws->row, rows, V);
+        bw->xent_bwd(ws->dz, ws->z, t, ws->row, rows, V);
         bw->matmul_bwd(ws->d_on + r0 * d, grad_of(h, grad, EAGLE3_LM), NULL, ws->dz, o, lm, rows,
                        V, d);
     }
@@ -266,6 +305,11 @@ eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_h
     int64_t correct = 0;
 
     assert(fz->n_lm == c->n_draft);
+    /* the target's distribution of every row at once, which each step
+     * reads shifted by one more row */
+    bool tall = ws->once && eagle_any_counted(keep, mask, n);
+    if (tall)
+        target_rows(bw, fz, ws->tall, ws->targ, tgt, n, c->n_draft, d);
     if (grad) {
         memset(ws->dk, 0, (size_t)(ws->steps * n * kd) * sizeof(float));
         memset(ws->dv, 0, (size_t)(ws->steps * n * kd) * sizeof(float));
@@ -276,7 +320,7 @@ eagle3_loss_backward(const struct backend_backward_ops *bw, const struct eagle_h
         float *dks = ws->dk + s * n * kd, *dvs = ws->dv + s * n * kd;
         if (grad)
             memset(ws->d_on, 0, nd);
-        step_ce(bw, h, fz, ws, tgt, keep, mask, s, w, w * scale, grad, &cls, &correct);
+        step_ce(bw, h, fz, ws, tgt, tall, keep, mask, s, w, w * scale, grad, &cls, &correct);
         if (!grad)
             continue;
         /* on = rmsnorm(out): out also feeds step s + 1 (d_next) */

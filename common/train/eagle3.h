@@ -26,6 +26,7 @@
 #ifndef LLMKIT_EAGLE3_H
 #define LLMKIT_EAGLE3_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,6 +48,12 @@ size_t eagle3_ws_bytes(const struct eagle_config *c, int64_t max_n, int steps);
  * the draft vocabulary); returns the rows now used.  For tests: chunks of
  * any size give the same loss and gradient. */
 int64_t eagle3_ws_ce_rows(struct eagle3_ws *ws, int64_t rows);
+/* eagle3_ws_target_once() : whether the target's distribution over the
+ * draft vocabulary is formed once for all rows of a loss (where ws_new
+ * found room: n_draft x max_n <= 2^22 floats; the default there) or for
+ * each step's chunk of rows again; returns the choice now in force.  For
+ * tests: both give the same loss and gradient. */
+bool eagle3_ws_target_once(struct eagle3_ws *ws, bool on);
 
 /* eagle3_forward() : the unrolled steps on next[n] (token i + 1 at row i)
  * and features feat [n][3d] (n <= max_n), keeping the activations. */

@@ -196,18 +196,22 @@ main(void)
     printf("blas vs ref: max |dg| %.3g of max |g| %.3g\n", dm, gm);
     CHECK(dm <= 1e-4 * gm);
 
-    /* the logits formed 3 rows at a time (the last chunk short) give the
-     * loss and gradient of one chunk of all N rows */
+    /* the logits formed 3 rows at a time (the last chunk short), and the
+     * target's distribution formed for each chunk of each step instead of
+     * once, give the loss and gradient of one chunk of all N rows */
     CHECK(eagle3_ws_ce_rows(ws, 1000) == N && eagle3_ws_ce_rows(ws, 0) == 1);
     CHECK(eagle3_ws_ce_rows(ws, 3) == 3);
-    memset(g2, 0, (size_t)np * sizeof(float));
-    eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
-    eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, NULL, 1.0f, g2, &l2);
-    CHECK_NEAR(l2.total, l.total, 1e-6 * l.total);
-    CHECK(l2.correct == l.correct && l2.n == l.n);
-    dm = eagle_grad_diff(g, 1.0f, g2, np, &gm);
-    CHECK(dm <= 1e-5 * gm);
-    CHECK(eagle3_ws_ce_rows(ws, N) == N);
+    for (int once = 1; once >= 0; once--) {
+        CHECK(eagle3_ws_target_once(ws, once) == once);
+        memset(g2, 0, (size_t)np * sizeof(float));
+        eagle3_forward(ref, &h, &fz, ws, tok + 1, f3, N);
+        eagle3_loss_backward(ref, &h, &fz, ws, feat + dd, NULL, NULL, 1.0f, g2, &l2);
+        CHECK_NEAR(l2.total, l.total, 1e-6 * l.total);
+        CHECK(l2.correct == l.correct && l2.n == l.n);
+        dm = eagle_grad_diff(g, 1.0f, g2, np, &gm);
+        CHECK(dm <= 1e-5 * gm);
+    }
+    CHECK(eagle3_ws_ce_rows(ws, N) == N && eagle3_ws_target_once(ws, true));
 
     /* the keep mask (target argmax outside the draft vocabulary): all kept
      * is no mask; none kept is no loss and no gradient; dropping target row
