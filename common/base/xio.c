@@ -534,6 +534,57 @@ lock_tmp(int fd, const char *path)
 
 enum dst_kind { DST_NEW, DST_FILE, DST_DIR, DST_DIRECT };
 
+/* checkpoint_name() : whether an entry of that name is one a Hugging Face
+ * checkpoint directory holds (what --force may replace with it) */
+static bool
+checkpoint_name(const char *n)
+{
+    static const char *const names[] = { "tokenizer.model", "merges.txt", "vocab.txt",
+                                         "README.md", ".gitattributes" };
+    size_t k = strlen(n);
+
+    if ((k > 12 && !strcmp(n + k - 12, ".safetensors")) || (k > 5 && !strcmp(n + k - 5, ".json")))
+        return true;
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(n, names[i]))
+            return true;
+    return false;
+}
+
+/* replaceable_dir() : 0 when --force may replace the directory path with a
+ * new checkpoint: it holds only files a checkpoint has (no folder, device,
+ * or other file: never anything this run reads); else -ST_RANGE naming the
+ * entry */
+static int
+replaceable_dir(const char *path, struct diag *d)
+{
+    DIR *dp = opendir(path);
+    struct dirent *de;
+    int rc = 0;
+
+    if (!dp)
+        return diag_set(d, ST_IO, "cannot read the directory: %s", strerror(errno));
+    while (rc == 0 && (de = readdir(dp))) {
+        struct stat st;
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, ".."))
+            continue;
+        if (fstatat(dirfd(dp), n, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            rc = diag_set(d, ST_IO, "cannot stat '%s' in it: %s", n, strerror(errno));
+        else if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
+            rc = diag_set(d, ST_RANGE, "holds %s '%s', which no checkpoint has: refusing to replace "
+                          "the directory", S_ISDIR(st.st_mode) ? "the folder" : "the special file", n);
+        else if (S_ISREG(st.st_mode) && is_input(&st))
+            rc = diag_set(d, ST_RANGE, "holds '%s', an input of this run: refusing to replace the "
+                          "directory", n);
+        else if (!checkpoint_name(n))
+            rc = diag_set(d, ST_RANGE, "holds '%s', which no checkpoint has: refusing to replace "
+                          "the directory (remove it first)", n);
+    }
+    closedir(dp);
+    return rc;
+}
+
 /* classify() : where path leads (see xio.h), the final path to write in
  * *final (malloc'd: a symlink is resolved), and its canonical name.  Checks
  * force, inputs and other outputs. */
@@ -604,6 +655,11 @@ classify(const char *path, bool force, bool want_dir, enum dst_kind *kind, char 
             rc = diag_set(d, ST_RANGE, "already exists (use --force to overwrite)");
             goto fail;
         }
+        if (*kind == DST_DIR && (inputs_lost || (rc = replaceable_dir(f, d)) < 0)) {
+            if (inputs_lost)
+                rc = diag_set(d, ST_RANGE, "may hold an input of this run: refusing to replace it");
+            goto fail;
+        }
     }
     if (*kind != DST_DIRECT) {
         c = canonical(f);
@@ -625,19 +681,32 @@ fail:
     return rc;
 }
 
-int
-xout_check(const char *path, bool force, struct diag *d)
+/* the checks of xout_check (dir: xout_open_dir's) */
+static int
+check_out(const char *path, bool force, bool dir, struct diag *d)
 {
     enum dst_kind k;
     char *f, *c;
     int rc;
 
-    if (!strcmp(path, "-"))
+    if (!dir && !strcmp(path, "-"))
         return 0;
-    rc = classify(path, force, false, &k, &f, &c, d);
+    rc = classify(path, force, dir, &k, &f, &c, d);
     free(f);
     free(c);
     return rc;
+}
+
+int
+xout_check(const char *path, bool force, struct diag *d)
+{
+    return check_out(path, force, false, d);
+}
+
+int
+xout_check_dir(const char *path, bool force, struct diag *d)
+{
+    return check_out(path, force, true, d);
 }
 
 static void
@@ -897,8 +966,11 @@ publish(struct xout *o, struct diag *d)
             return diag_set(d, ST_NOMEM, "out of memory");
         }
         sprintf(old, "%s.old.XXXXXX", o->dst);
-        if (!mkdtemp(old) || rename(o->dst, old) != 0) {
+        bool made = mkdtemp(old) != NULL;
+        if (!made || rename(o->dst, old) != 0) {
             e = errno;
+            if (made)
+                rmdir(old);
             free(old);
             xout_abort(o);
             return diag_set(d, ST_IO, "cannot replace directory: %s", strerror(e));

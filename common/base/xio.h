@@ -105,6 +105,8 @@ struct xout {
  * above), for a tool that wants to fail before a long computation.  0 when
  * xout_open would accept path, else -ST_RANGE / -ST_IO with the reason. */
 int xout_check(const char *path, bool force, struct diag *d);
+/* xout_check_dir() : the same for xout_open_dir's directory output */
+int xout_check_dir(const char *path, bool force, struct diag *d);
 
 /* xout_open() : opens an output file.  "-" = stdout.  Refuses to replace an
  * existing dst unless force.  Returns 0, -ST_IO or -ST_RANGE ("exists"). */
@@ -129,7 +131,10 @@ void xout_abort(struct xout *o);
 
 /* xout_open_dir() : creates a temporary directory next to dst; o->tmp is its
  * path, to be filled by the caller; fp is NULL.  xout_commit renames it over
- * dst (an existing dst directory is replaced only with force). */
+ * dst (an existing dst directory is replaced only with force, and only
+ * one that holds nothing but the files a Hugging Face checkpoint has:
+ * *.safetensors, *.json, tokenizer.model, merges.txt, vocab.txt, README.md,
+ * .gitattributes; no folder, and none of this run's inputs). */
 int xout_open_dir(struct xout *o, const char *path, bool force, struct diag *d);
 
 /* xio_cleanup_all() : removes every registered temporary (async-signal-safe

@@ -241,6 +241,7 @@ kv_model_from_hparams(const struct arch_hparams *hp, struct kv_model *m, struct 
     }
 
     m->n_ctx_train = hp->n_ctx_train > KV_MAX_LEN ? KV_MAX_LEN : hp->n_ctx_train;
+    m->n_ctx_stated = hp->n_ctx_train > KV_MAX_LEN ? hp->n_ctx_train : 0;
     m->sliding_window = hp->sliding_window > 0 ? hp->sliding_window : 0;
     m->n_swa_layers = m->sliding_window ? hp->n_swa_layers : 0;
     free(m->layer_window);

@@ -93,7 +93,8 @@ struct kv_model {
     int64_t head_dim_v;      /* V head size (MLA: 0 = unknown) */
     int64_t kv_lora_rank;    /* MLA latent size d_c; 0 = not MLA */
     int64_t rope_dim;        /* MLA decoupled RoPE key size d_h^R */
-    int64_t n_ctx_train;     /* trained context, 0 = unknown */
+    int64_t n_ctx_train;     /* trained context, 0 = unknown (at most KV_MAX_LEN) */
+    int64_t n_ctx_stated;    /* the model's own figure where it passed KV_MAX_LEN, else 0 */
     int64_t sliding_window;  /* tokens, 0 = none */
     int64_t n_swa_layers;    /* layers that use the window */
     int64_t *layer_kv_heads; /* per-layer K/V heads (n_layers), or NULL = uniform; owned */

@@ -1522,6 +1522,10 @@ run_kvstat(const struct kvstat_opts *o, struct diag *d)
                        disp(mi->input));
         if (o->mem > 0 && kv_budget(o, mi) == 0)
             runcb_warn(&o->cb, "'%s': the weights take all of --mem", disp(mi->input));
+        if (o->ctx <= 0 && mi->m.n_ctx_stated > 0)
+            runcb_warn(&o->cb, "'%s': its context of %lld tokens counted as %lld, the most kvstat "
+                       "counts (--ctx sets another)", disp(mi->input),
+                       (long long)mi->m.n_ctx_stated, (long long)mi->m.n_ctx_train);
         if (mi->m.sliding_window > 0 && (o->compare || o->lengths || o->dist >= 0))
             runcb_warn(&o->cb, "'%s': %lld of %lld layers use a %lld-token sliding window; the "
                        "attention comparison and workload figures count every layer in full",

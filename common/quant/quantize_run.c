@@ -311,7 +311,9 @@ run_method(const struct quantize_run_opts *o, struct diag *d)
     xio_note_input(o->calib);
     xio_note_input(o->eval);
     /* refuse an output that cannot be written before the long part */
-    if ((rc = xout_check(o->q.output, o->q.force, d)) < 0) {
+    rc = o->format == QF_GGUF ? xout_check(o->q.output, o->q.force, d)
+                              : xout_check_dir(o->q.output, o->q.force, d);
+    if (rc < 0) {
         diag_prefix(d, "'%s'", o->q.output);
         return rc;
     }

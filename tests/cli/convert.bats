@@ -246,16 +246,35 @@ pyenv_python() {
     "$PY" "$TOP/tests/cli/lib/gguf_equiv.py" "$BATS_TEST_TMPDIR/s16.gguf" "$BATS_TEST_TMPDIR/back.gguf"
 }
 
-@test "an existing output directory is kept unless -f, and replaced with -f" {
-    mkdir "$BATS_TEST_TMPDIR/hf"
-    touch "$BATS_TEST_TMPDIR/hf/keep"
-    run -2 --separate-stderr convert "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
+@test "an existing output directory is kept unless -f; -f replaces only a checkpoint's files" {
+    T=$BATS_TEST_TMPDIR
+    mkdir "$T/hf"
+    touch "$T/hf/keep"
+    run -2 --separate-stderr convert "$FIX/tiny-llama-f32.gguf" "$T/hf"
     [[ "$stderr" == *"already exists"* ]]
-    [ -f "$BATS_TEST_TMPDIR/hf/keep" ]
-    run -0 convert -f "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/hf"
-    [ ! -e "$BATS_TEST_TMPDIR/hf/keep" ]
-    [ -f "$BATS_TEST_TMPDIR/hf/config.json" ]
-    [ "$(ls "$BATS_TEST_TMPDIR" | grep -c tmp)" -eq 0 ]
+    [ -f "$T/hf/keep" ]
+    # a file no checkpoint has, a folder, this run's input: refused (2), all kept
+    run -2 --separate-stderr convert -f "$FIX/tiny-llama-f32.gguf" "$T/hf"
+    [[ "$stderr" == *"'$T/hf': holds 'keep', which no checkpoint has: refusing"* ]]
+    [ -f "$T/hf/keep" ]
+    rm "$T/hf/keep"
+    mkdir "$T/hf/sub"
+    run -2 --separate-stderr convert -f "$FIX/tiny-llama-f32.gguf" "$T/hf"
+    [[ "$stderr" == *"holds the folder 'sub'"* ]]
+    [ -d "$T/hf/sub" ]
+    rmdir "$T/hf/sub"
+    cp "$FIX/tiny-llama-f32.gguf" "$T/hf/in.gguf"
+    run -2 --separate-stderr convert -f "$T/hf/in.gguf" "$T/hf"
+    [[ "$stderr" == *"holds 'in.gguf', an input of this run"* ]]
+    cmp "$T/hf/in.gguf" "$FIX/tiny-llama-f32.gguf"
+    rm "$T/hf/in.gguf"
+    # an earlier checkpoint (a shard the new one lacks among its files): replaced whole
+    echo '{}' > "$T/hf/config.json"
+    touch "$T/hf/model-00002-of-00002.safetensors" "$T/hf/README.md"
+    run -0 convert -f "$FIX/tiny-llama-f32.gguf" "$T/hf"
+    [ ! -e "$T/hf/model-00002-of-00002.safetensors" ] && [ ! -e "$T/hf/README.md" ]
+    [ -f "$T/hf/model.safetensors" ] && [ "$(cat "$T/hf/config.json")" != '{}' ]
+    [ "$(ls -a "$T" | grep -c -e tmp -e '\.old\.')" -eq 0 ]
 }
 
 # mkhf DIR : a converted tiny HF directory to corrupt.

@@ -197,6 +197,20 @@ EOF
     assert_line --regexp '^bytes_per_seq +2 GiB$'
 }
 
+@test "a context past 2^30 tokens is counted as 2^30, with a warning; --ctx sets another" {
+    sed 's/"max_position_embeddings": *[0-9]*/"max_position_embeddings": 4294967295/' \
+        "$G/llama-2-7b.json" > "$BATS_TEST_TMPDIR/big.json"
+    grep -q 4294967295 "$BATS_TEST_TMPDIR/big.json"
+    run -0 --separate-stderr kvstat --json "$BATS_TEST_TMPDIR/big.json"
+    [ "$(jfield model ctx <<<"$output")" = 1073741824 ]
+    [[ "$stderr" == *"big.json': its context of 4294967295 tokens counted as 1073741824"* ]]
+    run -0 --separate-stderr kvstat --json --ctx 4096 "$BATS_TEST_TMPDIR/big.json"
+    [ "$(jfield model ctx <<<"$output")" = 4096 ]
+    [ -z "$stderr" ]
+    run -0 --separate-stderr kvstat --json "$G/llama-2-7b.json"
+    [ -z "$stderr" ]
+}
+
 @test "config.json: every fixture's bytes per token (hand-computed)" {
     # falcon-7b MQA 2*32*1*64*2; starcoder MQA 2*40*1*128*2; Llama-2-70B 2*80*8*128*2;
     # Mistral 2*32*8*128*2; Qwen2-7B 2*28*4*128*2; Gemma-3-4B (text_config) 2*34*4*256*2;

@@ -92,6 +92,21 @@ EOF
     [ "$(cat o.gguf)" = keep ]
 }
 
+@test "-f replaces a checkpoint directory of an earlier run, never a folder with other files" {
+    cd "$BATS_TEST_TMPDIR"
+    quantize -q --method rtn --format gptq "$TINY" g
+    run -2 --separate-stderr quantize -q --method rtn --format gptq "$TINY" g
+    [[ "$stderr" == *"'g': already exists"* ]]
+    echo '{}' > g/config.json
+    run -0 quantize -q -f --method rtn --format gptq "$TINY" g
+    [ "$(cat g/config.json)" != '{}' ] && [ -f g/quantize_config.json ]
+    echo keep > g/notes.txt
+    run -2 --separate-stderr quantize -q -f --method rtn --format awq "$TINY" g
+    [[ "$stderr" == *"'g': holds 'notes.txt', which no checkpoint has"* ]]
+    [ "$(cat g/notes.txt)" = keep ]
+    [ "$(ls -a | grep -c -e tmp -e '\.old\.')" -eq 0 ]
+}
+
 @test "GPTQ and RTN GGUF outputs run in generate; provenance in the metadata" {
     cd "$BATS_TEST_TMPDIR"
     gq g.gguf --bits 4 --group-size 32 --sym
