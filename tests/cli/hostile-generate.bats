@@ -1,7 +1,7 @@
 #!/usr/bin/env bats
 # generate under hostile input and conditions: error messages that name the
 # file (full disk, a directory as input), duplicate request ids in --batch,
-# the drain after SIGTERM cut by --drain-timeout, -t above the usable CPUs,
+# out of memory while --merge reads its requests, the drain after SIGTERM cut by --drain-timeout, -t above the usable CPUs,
 # special-token texts in --chat user text, and the end of the streamed text
 # on a terminal.  No test depends on timing: waits poll a file with a
 # generous bound, and every run that could hang is under timeout(1).
@@ -106,7 +106,54 @@ wait_for() {
     [[ "$stderr" == *"7 requests: 3 completed, 4 errors"* ]]
 }
 
-# ---- 3. the drain after SIGTERM ----
+# ---- 3. out of memory in the request readers ----
+
+# floor_kb CMD... : the smallest address-space limit (KiB, in 2 MiB steps
+# from 16 MiB) under which CMD exits 0: where the tool starts at all
+floor_kb() {
+    local kb
+    for ((kb = 16384; kb <= 1048576; kb += 2048)); do
+        if bash -c 'ulimit -v "$1"; shift; exec "$@"' floor "$kb" "$@" >/dev/null 2>&1; then
+            echo "$kb"
+            return 0
+        fi
+    done
+    echo "no limit up to 1 GiB lets '$*' run" >&2
+    return 1
+}
+
+@test "--merge under ulimit -v: out of memory is exit 5 with nothing written, never the end of the requests" {
+    [ "${LLMKIT_SAN:-}" != address ] || skip "ulimit -v under AddressSanitizer"
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' '{"id":"a","prompt":"x"}' '{"id":"b","prompt":"y"}' >two.jsonl
+    generate -q -m "$TINY" --batch two.jsonl -n 1 --temp 0 -o res.jsonl
+    # the two answered requests, a line of 15 MB (under the 16 MiB limit),
+    # and request c: read to the end, two requests have no result
+    { cat two.jsonl; head -c 15000000 /dev/zero | tr '\0' x; echo; echo '{"id":"c","prompt":"z"}'; } >req.jsonl
+    run -6 --separate-stderr generate --merge req.jsonl res.jsonl
+    [[ "$stderr" == *"2 of 4 requests have no result"* ]]
+    # from the smallest limit the tool runs under, up by 96 MiB: a failed
+    # allocation on the long line is exit 5, never a merge of a and b
+    local lo kb st oom=0 whole=0
+    lo=$(floor_kb generate -q --merge two.jsonl res.jsonl)
+    for ((kb = lo; kb <= lo + 98304; kb += 2048)); do
+        st=0
+        bash -c 'ulimit -v "$1"; shift; exec timeout 120 "$@"' oom "$kb" \
+            generate -q --merge req.jsonl -o out.jsonl res.jsonl >/dev/null 2>err || st=$?
+        case $st in
+        5) grep -q "out of memory" err || { echo "ulimit -v $kb: $(cat err)"; return 1; }
+           oom=$((oom + 1)) ;;
+        6) whole=$((whole + 1)) ;;
+        *) echo "ulimit -v $kb: exit $st: $(head -c 300 err)"; return 1 ;;
+        esac
+        [ ! -e out.jsonl ] && [ -z "$(compgen -G 'out.jsonl.tmp*')" ] ||
+            { echo "ulimit -v $kb: output left behind"; return 1; }
+    done
+    echo "from $lo KiB: $oom out of memory, $whole read to the end"
+    [ "$oom" -gt 0 ] && [ "$whole" -gt 0 ]
+}
+
+# ---- 4. the drain after SIGTERM ----
 
 # a short request that finishes at once, and one without a token limit
 # that would run for many minutes (--ignore-eos, a 200000-token context)
@@ -164,7 +211,7 @@ mklong() {
     assert_output --partial "--drain-timeout"
 }
 
-# ---- 4. threads ----
+# ---- 5. threads ----
 
 @test "-t above the usable CPUs is capped with a warning; --oversubscribe keeps it" {
     ncpu=$(nproc)
@@ -180,7 +227,7 @@ mklong() {
     [[ "$stderr" != *"warning"* ]]
 }
 
-# ---- 5. special-token texts in chat user text ----
+# ---- 6. special-token texts in chat user text ----
 
 @test "SmolLM2 --chat: <|im_start|> typed by the user stays text unless --parse-special" {
     need_model M SmolLM2-135M-Instruct.Q4_1.gguf
@@ -218,7 +265,7 @@ mklong() {
     [[ "$stderr" == *"--parse-special needs --chat"* ]]
 }
 
-# ---- 6. the end of the streamed text ----
+# ---- 7. the end of the streamed text ----
 
 @test "on a terminal the text ends with a newline; a pipe or a file gets the exact bytes" {
     cd "$BATS_TEST_TMPDIR"
