@@ -767,6 +767,8 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, struct di
         } else {
             rc = tok_encode(&g->tok, q.prompt, q.prompt_len, true, true, &ids, &e);
         }
+        if (rc == -ST_NOMEM)
+            goto nomem;         /* the run's failure, not the request's */
         if (rc < 0)
             goto bad;
     }

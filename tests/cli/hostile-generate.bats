@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # generate under hostile input and conditions: error messages that name the
 # file (full disk, a directory as input), duplicate request ids in --batch,
-# out of memory while --merge reads its requests, the drain after SIGTERM cut by --drain-timeout, -t above the usable CPUs,
+# out of memory while --merge and --batch read their requests, the drain
+# after SIGTERM cut by --drain-timeout, -t above the usable CPUs,
 # special-token texts in --chat user text, and the end of the streamed text
 # on a terminal.  No test depends on timing: waits poll a file with a
 # generous bound, and every run that could hang is under timeout(1).
@@ -148,6 +149,39 @@ floor_kb() {
         esac
         [ ! -e out.jsonl ] && [ -z "$(compgen -G 'out.jsonl.tmp*')" ] ||
             { echo "ulimit -v $kb: output left behind"; return 1; }
+    done
+    echo "from $lo KiB: $oom out of memory, $whole read to the end"
+    [ "$oom" -gt 0 ] && [ "$whole" -gt 0 ]
+}
+
+@test "--batch under ulimit -v: out of memory is exit 5, never an error result, bad JSON or a crash" {
+    [ "${LLMKIT_SAN:-}" != address ] || skip "ulimit -v under AddressSanitizer"
+    cd "$BATS_TEST_TMPDIR"
+    # a request of 1.2 MB (600000 tokens, more than the context), then a
+    # short one: read to the end, an error result and a completion
+    python3 -c 'import json
+print(json.dumps({"id": "big", "prompt": "the cat sat " * 100000}))
+print(json.dumps({"id": "s", "prompt": "hi", "max_tokens": 2}))' >req.jsonl
+    local want='map(.type) == ["error", "completion"] and (.[0].error | test("more than the context"))'
+    run -1 --separate-stderr generate -m "$TINY" --batch req.jsonl -n 2 --temp 0 --kv-mem 4MiB
+    jq -e -s "$want" <<<"$output"
+    # up by 64 MiB from the smallest limit it runs under: its JSON parsed
+    # (jansson's lexer crashed on a failed allocation, or called it an
+    # invalid token) and tokenized (an error result said "out of memory")
+    printf '%s\n' '{"id": "s", "prompt": "hi", "max_tokens": 2}' >small.jsonl
+    local lo kb st oom=0 whole=0
+    lo=$(floor_kb generate -q -m "$TINY" --batch small.jsonl --kv-mem 4MiB)
+    for ((kb = lo; kb <= lo + 65536; kb += 2048)); do
+        st=0
+        bash -c 'ulimit -v "$1"; shift; exec timeout 120 "$@"' oom "$kb" \
+            generate -q -m "$TINY" --batch req.jsonl -n 2 --temp 0 --kv-mem 4MiB >out 2>err || st=$?
+        case $st in
+        5) grep -q "out of memory" err || { echo "ulimit -v $kb: $(cat err)"; return 1; }
+           oom=$((oom + 1)) ;;
+        1) jq -e -s "$want" out >/dev/null || { echo "ulimit -v $kb: $(cut -c 1-200 out)"; return 1; }
+           whole=$((whole + 1)) ;;
+        *) echo "ulimit -v $kb: exit $st: $(head -c 300 err) $(cut -c 1-200 out)"; return 1 ;;
+        esac
     done
     echo "from $lo KiB: $oom out of memory, $whole read to the end"
     [ "$oom" -gt 0 ] && [ "$whole" -gt 0 ]
