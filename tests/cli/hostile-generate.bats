@@ -3,9 +3,10 @@
 # file (full disk, a directory as input), duplicate request ids in --batch,
 # out of memory while --merge and --batch read their requests, the drain
 # after SIGTERM cut by --drain-timeout, -t above the usable CPUs,
-# special-token texts in --chat user text, and the end of the streamed text
-# on a terminal.  No test depends on timing: waits poll a file with a
-# generous bound, and every run that could hang is under timeout(1).
+# special-token texts in --chat user text, and the streamed text on a
+# terminal (escaped, with every drafter; a newline at its end).  No test
+# depends on timing: waits poll a file with a generous bound, and every run
+# that could hang is under timeout(1).
 
 load common
 
@@ -311,14 +312,84 @@ mklong() {
     cmp pipe.bin file.bin
     generate -q "${args[@]}" | cat >cat.bin
     cmp pipe.bin cat.bin
-    # a terminal (script(1) runs it on a pty, which writes \n as \r\n)
+    # a terminal (script(1) runs it on a pty, which writes \n as \r\n): the
+    # text escaped as --detokenize escapes it there (this model writes bytes
+    # that are not UTF-8), then a newline
     script -qec "generate -q ${args[*]@Q}" /dev/null </dev/null >tty.raw
     tr -d '\r' <tty.raw >tty.bin
-    { tr -d '\r' <pipe.bin; printf '\n'; } >want.bin
+    ids=$(generate -q "${args[@]}" --json | jq -r '.tokens | join(" ")')
+    script -qec "generate -m '$TINY' --detokenize -p '$ids'" /dev/null </dev/null | tr -d '\r' >want.bin
+    [ "$(wc -l <want.bin)" -eq 1 ]
     cmp want.bin tty.bin
     # with the statistics, they start on a line of their own
     script -qec "generate ${args[*]@Q}" /dev/null </dev/null >tty2.raw
     tr -d '\r' <tty2.raw >tty2.bin
     grep -q '^generate: prompt' tty2.bin
     [ "$(grep -c . tty2.bin)" -eq 2 ]
+}
+
+# mkesc OUT : the tiny fixture with the texts of the tokens it generates
+# for "hello" (greedy) swapped with those of the byte tokens ESC, BEL and
+# space (all 2-byte characters in GPT-2's byte-level alphabet: no offset
+# moves); "hello" has none of these bytes, so it gives the same tokens
+mkesc() {
+    local ids
+    ids=$(generate -q -m "$TINY" -p hello -n 8 --temp 0 --json | jq -c '.tokens | unique')
+    python3 - "$TINY" "$1" "$ids" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+key = b"tokenizer.ggml.tokens"
+p = b.index(key) + len(key)
+assert struct.unpack_from("<II", b, p) == (9, 8)
+n = struct.unpack_from("<Q", b, p + 8)[0]
+p += 16
+where, text = [], []
+for i in range(n):
+    ln = struct.unpack_from("<Q", b, p)[0]
+    where.append(p + 8)
+    text.append(bytes(b[p + 8:p + 8 + ln]))
+    p += 8 + ln
+# GPT-2's byte-level characters of ESC, BEL and space
+for k, t in enumerate(json.loads(sys.argv[3])):
+    u = text.index(chr(0x100 + [0x1b, 0x07, 0x20][k % 3]).encode())
+    assert len(text[t]) == len(text[u]) == 2, (t, u)
+    b[where[t]:where[t] + 2], b[where[u]:where[u] + 2] = text[u], text[t]
+open(sys.argv[2], "wb").write(b)
+PY
+}
+
+@test "terminal escapes from the vocabulary are escaped on a terminal, with every drafter; a pipe or a file gets them as they are" {
+    command -v script >/dev/null || skip "no script(1)"
+    cd "$BATS_TEST_TMPDIR"
+    mkesc esc.gguf
+    head -c 6000 "$SHARED/data/calibration-groups-merged.txt" >calib.txt
+    draft-train -m "$TINY" --data calib.txt --seq-len 32 --epochs 1 -o head.gguf -q
+    local args=(-m esc.gguf -p hello -n 8 --temp 0) spec
+    generate -q "${args[@]}" >pipe.bin
+    # nothing but ESC, BEL and space, and all of them
+    [ -z "$(tr -d '\033\007 ' <pipe.bin)" ]
+    grep -q $'\e' pipe.bin
+    grep -q $'\a' pipe.bin
+    grep -q ' ' pipe.bin
+    want=$(python3 -c 'import sys
+sys.stdout.write(open(sys.argv[1], "rb").read().decode().replace("\x1b", "\\x1b").replace("\x07", "\\x07"))' pipe.bin)
+    # fixed draft sizes: drafts are made and verified (auto drafts nothing here)
+    for spec in "" "--lookup --spec-tokens 4" "--draft esc.gguf --spec-tokens 4 --draft-p-min 0" \
+        "--draft-head head.gguf --spec-tokens 4 --draft-p-min 0" \
+        "--draft-head head.gguf --spec-width 2 --spec-tokens 6 --draft-p-min 0"; do
+        # a pipe and a file: the same bytes
+        generate -q "${args[@]}" $spec | cmp - pipe.bin
+        rm -f file.bin
+        generate -q "${args[@]}" $spec -o file.bin
+        cmp file.bin pipe.bin
+        # a terminal: no ESC or BEL byte, the text escaped, then a newline
+        script -qec "generate -q ${args[*]@Q} $spec" /dev/null </dev/null >tty.raw
+        [ -z "$(tr -dc '\033\007' <tty.raw)" ]
+        [ "$(tr -d '\r' <tty.raw)" = "$want" ] || { echo "$spec: $(od -c tty.raw | head)"; return 1; }
+        [ "$(tail -c 2 tty.raw | od -An -c | tr -d ' ')" = '\r\n' ]
+    done
+    # --json escapes them as JSON does, wherever it goes
+    script -qec "generate -q ${args[*]@Q} --json" /dev/null </dev/null >json.raw
+    [ -z "$(tr -dc '\033\007' <json.raw)" ]
+    jq -e '.text | test("\u001b")' <(tr -d '\r' <json.raw)
 }
