@@ -210,7 +210,7 @@ write_text(FILE *fp, bool tty, const char *s, size_t n, struct diag *d)
     esc_fwrite(fp, s, n, SIZE_MAX, ESC_KEEP_NEWLINE);
     if (n && s[n - 1] != '\n')
         fputc('\n', fp);            /* end the line on a terminal */
-    return ferror(fp) ? diag_set(d, ST_IO, "stdout: write failed") : 0;
+    return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO)) : 0;
 }
 
 static int
@@ -222,7 +222,7 @@ write_ids(FILE *fp, const struct tok_ids *ids, bool count, struct diag *d)
         fprintf(fp, "%zu\n", ids->n);
     for (i = 0; !count && i < ids->n; i++)
         fprintf(fp, "%d\n", ids->v[i]);
-    return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno)) : 0;
+    return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO)) : 0;
 }
 
 int
@@ -294,11 +294,15 @@ run_gentok(const struct gentok_opts *t0, const struct generate_opts *o, struct d
         rc = write_text(out.fp, isatty(fileno(out.fp)), dec, dec_len, d);
     else
         rc = write_ids(out.fp, &ids, t0->mode == GENTOK_COUNT, d);
-    if (rc < 0) {
+    if (rc < 0)
         xout_abort(&out);
-        goto out;
-    }
-    rc = xout_commit(&out, d);
+    else
+        rc = xout_commit(&out, d);
+    /* a write error names the output, as in every other mode */
+    if (rc == -ST_IO && to_stdout)
+        diag_prefix(d, "stdout");
+    else if (rc == -ST_IO)
+        diag_prefix(d, "'%s'", o->output);
 out:
     free(text);
     free(dec);

@@ -61,7 +61,7 @@ struct gentok_opts {
  * Returns 0, -ST_FORMAT (the vocabulary cannot be loaded: its tokenizer is
  * named in d; an input id that is not a number or out of range), -ST_RANGE
  * (an output that exists without force), -ST_IO, -ST_NOMEM; the message in d
- * names the file. */
+ * names the file (a write error the output: the -o file, or "stdout"). */
 int run_gentok(const struct gentok_opts *t, const struct generate_opts *g, struct diag *d);
 
 #endif
