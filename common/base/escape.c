@@ -65,7 +65,10 @@ unit(const unsigned char *s, size_t n, unsigned flags, char t[8], size_t *adv)
         if (flags & ESC_KEEP_BACKSLASH)
             break;
         return (size_t)snprintf(t, 8, "\\\\");
-    case '\n': return (size_t)snprintf(t, 8, "\\n");
+    case '\n':
+        if (flags & ESC_KEEP_NEWLINE)
+            return (size_t)snprintf(t, 8, "\n");
+        return (size_t)snprintf(t, 8, "\\n");
     case '\r': return (size_t)snprintf(t, 8, "\\r");
     case '\t': return (size_t)snprintf(t, 8, "\\t");
     case '"':

@@ -25,6 +25,9 @@
 /* Leave the backslash as it is: for a whole message whose quoted names were
  * escaped already (a second pass must not double their backslashes). */
 #define ESC_KEEP_BACKSLASH 4u
+/* Leave the newline as it is: for text shown on a terminal line by line
+ * (generated or decoded text). */
+#define ESC_KEEP_NEWLINE 8u
 
 /* esc_fwrite() : writes the n bytes at s to fp, escaped.  At most max input
  * bytes are shown, cut before a character that would cross the limit

@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,12 +7,96 @@
 #include "json.h"
 #include "xio.h"
 
+/* ---- parsing that survives a failed allocation ----
+ *
+ * jansson 2.14 does not survive an allocation that fails while it lexes
+ * (akheron/jansson#362: lex_save() drops the failure, and the string
+ * scanner then reads past its buffer): a long request line under a memory
+ * limit crashed generate --batch, or came out as "invalid token".  So
+ * jansson allocates through parse_malloc(), which is malloc() except
+ * during json_load_mem(): there it records each block, and on a failure
+ * jumps back out of the parse, which frees the blocks the parse made and
+ * fails with -ST_NOMEM.  parse_free() is free(), so a block from jansson
+ * may still be released with free() (json_dumps()'s text). */
+
+struct parse_guard {
+    jmp_buf *jmp;               /* set while this thread parses */
+    void **v;                   /* [n] blocks the parse holds */
+    size_t n, cap;
+};
+
+static _Thread_local struct parse_guard guard;
+
+static void *
+parse_malloc(size_t n)
+{
+    void *p = malloc(n);
+
+    if (!guard.jmp)
+        return p;
+    if (p && guard.n == guard.cap) {
+        size_t c = guard.cap ? guard.cap * 2 : 256;
+        void **v = realloc(guard.v, c * sizeof(*v));
+        if (v) {
+            guard.v = v;
+            guard.cap = c;
+        } else {
+            free(p);
+            p = NULL;
+        }
+    }
+    if (!p)
+        longjmp(*guard.jmp, 1);
+    guard.v[guard.n++] = p;
+    return p;
+}
+
+static void
+parse_free(void *p)
+{
+    /* the blocks a parse frees are mostly its latest */
+    for (size_t i = guard.jmp && p ? guard.n : 0; i-- > 0;) {
+        if (guard.v[i] == p) {
+            guard.v[i] = guard.v[--guard.n];
+            break;
+        }
+    }
+    free(p);
+}
+
+__attribute__((constructor)) static void
+parse_alloc_init(void)
+{
+    json_set_alloc_funcs(parse_malloc, parse_free);
+}
+
+static void
+guard_end(void)
+{
+    guard.jmp = NULL;
+    free(guard.v);
+    guard.v = NULL;
+    guard.n = guard.cap = 0;
+}
+
 int
 json_load_mem(const char *buf, size_t len, json_t **out, struct diag *d)
 {
     json_error_t err;
+    jmp_buf jb;
 
+    *out = NULL;
+    if (setjmp(jb)) {
+        for (size_t i = 0; i < guard.n; i++)
+            free(guard.v[i]);
+        guard_end();
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    guard.jmp = &jb;
     *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+    guard_end();
+    if (!*out && json_error_code(&err) == json_error_out_of_memory)
+        return diag_set(d, ST_NOMEM, "out of memory");
     if (!*out)
         return diag_set(d, ST_FORMAT, "invalid JSON at line %d column %d: %s",
                         err.line, err.column, err.text);

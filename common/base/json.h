@@ -18,7 +18,9 @@
 
 /* json_load_path() : parses a whole file ("-" = stdin) of at most max bytes.
  * Duplicate object keys and invalid UTF-8 are rejected.  Returns 0,
- * -ST_IO, or -ST_FORMAT with "line L column C: <jansson's reason>" in d. */
+ * -ST_IO, -ST_FORMAT with "line L column C: <jansson's reason>" in d, or
+ * -ST_NOMEM (a failed allocation is never taken for bad JSON, and never
+ * reaches jansson's lexer, which does not survive one: json.c). */
 int json_load_path(const char *path, size_t max, json_t **out, struct diag *d);
 
 /* json_load_mem() : the same over a buffer. */

@@ -293,22 +293,51 @@ batch_req_parse(const char *line, size_t len, int64_t lineno,
 
 /* ---- input ---- */
 
-struct reader {
-    int fd;
-    const char *name;           /* for messages: the path or "<stdin>" */
-    bool own, eof;
-    char *buf;
-    size_t start, end, cap;
-    bool skipping;              /* inside an over-long line */
-    int64_t lineno;
-};
-
 #define STOP_POLL_MS 100
 
-/* Reads what is available (with block, waiting up to STOP_POLL_MS for it);
- * 0, or -ST_IO. */
-static int
-reader_fill(struct reader *rd, bool block, struct diag *d)
+int
+batch_reader_open(struct batch_reader *rd, const char *path, struct diag *d)
+{
+    struct stat st;
+
+    memset(rd, 0, sizeof(*rd));
+    rd->fd = -1;
+    if (!path || !strcmp(path, "-")) {
+        rd->fd = STDIN_FILENO;
+        rd->name = "<stdin>";
+    } else {
+        rd->name = path;
+        rd->fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (rd->fd < 0)
+            return diag_set(d, ST_IO, "cannot open '%s': %s", path, strerror(errno));
+        rd->own = true;
+        if (fstat(rd->fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+            batch_reader_release(rd);
+            return diag_set(d, ST_IO, "'%s': is a directory", path);
+        }
+    }
+    rd->cap = 1 << 16;
+    if (!(rd->buf = malloc(rd->cap))) {
+        batch_reader_release(rd);
+        return diag_set(d, ST_NOMEM, "out of memory");
+    }
+    return 0;
+}
+
+void
+batch_reader_release(struct batch_reader *rd)
+{
+    if (!rd)
+        return;
+    if (rd->own && rd->fd >= 0)
+        close(rd->fd);
+    free(rd->buf);
+    memset(rd, 0, sizeof(*rd));
+    rd->fd = -1;
+}
+
+int
+batch_reader_fill(struct batch_reader *rd, bool block, struct diag *d)
 {
     if (rd->eof)
         return 0;
@@ -324,18 +353,21 @@ reader_fill(struct reader *rd, bool block, struct diag *d)
         rd->start = 0;
     }
     if (rd->end == rd->cap) {
-        /* a line longer than the buffer: grow up to the limit, then skip */
-        if (rd->cap < BATCH_LINE_MAX + 1) {
-            size_t c = rd->cap * 2 > BATCH_LINE_MAX + 1 ? BATCH_LINE_MAX + 1 : rd->cap * 2;
-            char *b = realloc(rd->buf, c);
-            if (!b)
-                return diag_set(d, ST_NOMEM, "out of memory");
-            rd->buf = b;
-            rd->cap = c;
-        } else {
-            rd->skipping = true;
-            rd->end = 0;
-        }
+        /* a full buffer with no "\n" holds the start of one line: it grows
+         * up to the limit; one that fills the limit is longer than it */
+        if (memchr(rd->buf, '\n', rd->end))
+            return 0;           /* lines to take first */
+        if (rd->cap > BATCH_LINE_MAX)
+            return diag_set(d, ST_FORMAT, "'%s' line %lld: longer than %zu bytes (16 MiB), "
+                            "the most a request line may have", rd->name,
+                            (long long)rd->lineno + 1, BATCH_LINE_MAX);
+        size_t c = rd->cap * 2 > BATCH_LINE_MAX + 1 ? BATCH_LINE_MAX + 1 : rd->cap * 2;
+        char *b = realloc(rd->buf, c);
+        if (!b)
+            return diag_set(d, ST_NOMEM, "'%s' line %lld: out of memory", rd->name,
+                            (long long)rd->lineno + 1);
+        rd->buf = b;
+        rd->cap = c;
     }
     ssize_t got = read(rd->fd, rd->buf + rd->end, rd->cap - rd->end);
     if (got < 0) {
@@ -349,37 +381,40 @@ reader_fill(struct reader *rd, bool block, struct diag *d)
     return 0;
 }
 
-/* The next complete line (the last one may lack its "\n" at EOF): 1 with
- * *line and *len (valid until the next call; *too_long for a line over the
- * limit, whose bytes are not given), 0 when none is buffered. */
-static int
-reader_line(struct reader *rd, const char **line, size_t *len, bool *too_long)
+int
+batch_reader_line(struct batch_reader *rd, const char **line, size_t *len)
 {
-    char *nl;
+    char *nl = memchr(rd->buf + rd->start, '\n', rd->end - rd->start);
 
-    for (;;) {
-        *too_long = false;
-        nl = memchr(rd->buf + rd->start, '\n', rd->end - rd->start);
-        if (!nl && !(rd->eof && rd->end > rd->start))
-            return 0;
-        size_t n = nl ? (size_t)(nl - (rd->buf + rd->start)) : rd->end - rd->start;
-        *line = rd->buf + rd->start;
-        *len = n;
-        rd->start += n + (nl != NULL);
-        rd->lineno++;
-        if (rd->skipping || n > BATCH_LINE_MAX) {
-            rd->skipping = false;
-            *too_long = true;
-        }
-        return 1;
-    }
+    if (!nl && !(rd->eof && rd->end > rd->start))
+        return 0;
+    size_t n = nl ? (size_t)(nl - (rd->buf + rd->start)) : rd->end - rd->start;
+    *line = rd->buf + rd->start;
+    *len = n;
+    rd->start += n + (nl != NULL);
+    rd->lineno++;
+    return 1;
 }
 
-static bool
-reader_has_line(const struct reader *rd)
+bool
+batch_reader_has_line(const struct batch_reader *rd)
 {
     return memchr(rd->buf + rd->start, '\n', rd->end - rd->start) != NULL ||
            (rd->eof && rd->end > rd->start);
+}
+
+int
+batch_reader_next(struct batch_reader *rd, const char **line, size_t *len, struct diag *d)
+{
+    int rc;
+
+    while (!batch_reader_line(rd, line, len)) {
+        if (rd->eof)
+            return 0;
+        if ((rc = batch_reader_fill(rd, true, d)) < 0)
+            return rc;
+    }
+    return 1;
 }
 
 /* ---- output ---- */
@@ -686,8 +721,7 @@ request_mine(struct run *g, const json_t *id, int64_t first, int64_t lineno, str
  * id an earlier line used, become error lines; returns < 0 only for
  * failures that end the run. */
 static int
-take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_long,
-          struct diag *d)
+take_line(struct run *g, const char *line, size_t len, int64_t lineno, struct diag *d)
 {
     const struct generate_opts *go = g->o->g;
     struct batch_req_defaults def;
@@ -699,18 +733,6 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
 
     def.max_tokens = go->n_predict;
     def.sp = go->sp;
-    if (too_long) {
-        json_t *id = json_integer(lineno);
-        char msg[96];
-        snprintf(msg, sizeof(msg), "line longer than %zu bytes", BATCH_LINE_MAX);
-        if (!id || (first = id_set_add(&g->seen, id, lineno)) < 0)
-            rc = diag_set(d, ST_NOMEM, "out of memory");
-        else if ((rc = request_mine(g, id, first, lineno, d)) > 0)
-            rc = write_error(g, id, lineno, msg) == -ST_NOMEM ?
-                 diag_set(d, ST_NOMEM, "out of memory") : 0;
-        json_decref(id);
-        return rc;
-    }
     rc = batch_req_parse(line, len, lineno, &def, &q, &e);
     if (rc == 1) {
         batch_req_release(&q);
@@ -745,6 +767,8 @@ take_line(struct run *g, const char *line, size_t len, int64_t lineno, bool too_
         } else {
             rc = tok_encode(&g->tok, q.prompt, q.prompt_len, true, true, &ids, &e);
         }
+        if (rc == -ST_NOMEM)
+            goto nomem;         /* the run's failure, not the request's */
         if (rc < 0)
             goto bad;
     }
@@ -883,7 +907,7 @@ cancel_started(struct run *g, struct diag *d)
 }
 
 static int
-main_loop(struct run *g, struct reader *rd, struct diag *d)
+main_loop(struct run *g, struct batch_reader *rd, struct diag *d)
 {
     const struct batch_opts *o = g->o;
     int64_t lookahead = o->max_seqs * 2 > 64 ? o->max_seqs * 2 : 64;
@@ -903,9 +927,8 @@ main_loop(struct run *g, struct reader *rd, struct diag *d)
         while (!stop_level(o) && sched_waiting(g->s) < lookahead) {
             const char *line;
             size_t len;
-            bool too_long;
-            if (reader_line(rd, &line, &len, &too_long)) {
-                if ((rc = take_line(g, line, len, rd->lineno, too_long, d)) < 0)
+            if (batch_reader_line(rd, &line, &len)) {
+                if ((rc = take_line(g, line, len, rd->lineno, d)) < 0)
                     return rc;
                 continue;
             }
@@ -916,7 +939,7 @@ main_loop(struct run *g, struct reader *rd, struct diag *d)
             /* about to wait for input: what is written is made durable first */
             if (idle && g->resuming && (rc = resume_sync(&g->rf, d)) < 0)
                 return rc;
-            if ((rc = reader_fill(rd, idle, d)) < 0)
+            if ((rc = batch_reader_fill(rd, idle, d)) < 0)
                 return rc;
             if (stop_level(o))
                 break;
@@ -930,7 +953,7 @@ main_loop(struct run *g, struct reader *rd, struct diag *d)
         }
         if (rc < 0)
             return rc;
-        if (rc == 0 && (rd->eof || stop_level(o)) && !reader_has_line(rd))
+        if (rc == 0 && (rd->eof || stop_level(o)) && !batch_reader_has_line(rd))
             return 0;
     }
 }
@@ -942,7 +965,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     struct model_opts mopt = MODEL_OPTS_INIT;
     struct sched_opts so = SCHED_OPTS_INIT;
     struct sched_callbacks cb;
-    struct reader rd;
+    struct batch_reader rd;
     struct run g;
     struct xout xo[2];          /* -o and --kv-trace, committed together */
     struct kv_stats ks;
@@ -978,28 +1001,10 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     }
 
     /* input first: a missing request file fails before the model loads */
-    if (!o->input || !strcmp(o->input, "-")) {
-        rd.fd = STDIN_FILENO;
-        rd.name = "<stdin>";
-    } else {
-        struct stat st;
-
-        rd.name = o->input;
-        rd.fd = open(o->input, O_RDONLY | O_CLOEXEC);
-        if (rd.fd < 0)
-            return diag_set(d, ST_IO, "cannot open '%s': %s", o->input, strerror(errno));
-        rd.own = true;
+    if ((rc = batch_reader_open(&rd, o->input, d)) < 0)
+        return rc;
+    if (rd.own)
         xio_note_input(o->input);   /* no output of this run may replace it */
-        if (fstat(rd.fd, &st) == 0 && S_ISDIR(st.st_mode)) {
-            rc = diag_set(d, ST_IO, "'%s': is a directory", o->input);
-            goto out;
-        }
-    }
-    rd.cap = 1 << 16;
-    if (!(rd.buf = malloc(rd.cap))) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
-        goto out;
-    }
     if (o->resume) {
         /* after the input is noted: the request file cannot be the results */
         if ((rc = resume_open(&g.rf, o->resume, o->sync_lines, o->sync_seconds, d)) < 0)
@@ -1185,9 +1190,7 @@ out:
     free(g.lines);
     free(g.free_tags);
     id_set_release(&g.seen);
-    if (rd.own)
-        close(rd.fd);
-    free(rd.buf);
+    batch_reader_release(&rd);
     return rc;
 }
 

@@ -4,7 +4,8 @@
  * as soon as it finishes.
  *
  * Input: one request per line (JSON Lines; at most BATCH_LINE_MAX bytes a
- * line; "\r\n" accepted; blank lines skipped).  A line whose first
+ * line, a longer one ends the run: struct batch_reader; "\r\n" accepted;
+ * blank lines skipped).  A line whose first
  * non-blank byte is '{' is a JSON object:
  *
  *   {"id": "a1" | 7, "prompt": "text" | "tokens": [1, 2, ...],
@@ -57,6 +58,53 @@
 #include "status.h"
 
 #define BATCH_LINE_MAX ((size_t)16 << 20)
+
+/* A request file or stream (--batch, --merge), read with read(2) into a
+ * buffer of its own, so that --batch can look for more requests without
+ * blocking while sequences run.  A line has at most BATCH_LINE_MAX bytes
+ * (its "\n" aside): the buffer grows to that and no further, and a line
+ * that does not end there fails the read as soon as its first
+ * BATCH_LINE_MAX + 1 bytes are in, the rest of it unread (an endless
+ * input with no newline, such as /dev/zero, ends at once). */
+struct batch_reader {
+    int fd;
+    const char *name;           /* for messages: the path or "<stdin>" */
+    bool own, eof;
+    char *buf;
+    size_t start, end, cap;
+    int64_t lineno;             /* lines given so far */
+};
+
+/* batch_reader_open() : path, or standard input for NULL or "-" (not
+ * closed).  0; -ST_IO (cannot open, a directory: the message names it);
+ * -ST_NOMEM.  rd is released on failure. */
+int batch_reader_open(struct batch_reader *rd, const char *path, struct diag *d);
+
+/* batch_reader_fill() : reads what is available, waiting up to 100 ms for
+ * it when block (so that a caller sees a stop request soon).  0 (rd->eof
+ * set at the end of the input); -ST_FORMAT for a line longer than
+ * BATCH_LINE_MAX ("'<name>' line N: longer than ..."); -ST_IO; -ST_NOMEM.
+ * Call it when batch_reader_line() has no line to give. */
+int batch_reader_fill(struct batch_reader *rd, bool block, struct diag *d);
+
+/* batch_reader_line() : the next complete line (the last one may lack its
+ * "\n" at the end of the input), without its "\n": 1 with *line and *len
+ * (valid until the next call; rd->lineno is its number), 0 when none is
+ * buffered. */
+int batch_reader_line(struct batch_reader *rd, const char **line, size_t *len);
+
+/* batch_reader_has_line() : whether batch_reader_line() would give one. */
+bool batch_reader_has_line(const struct batch_reader *rd);
+
+/* batch_reader_next() : the next line, waiting for it: 1 as
+ * batch_reader_line(), 0 at the end of the input, or batch_reader_fill()'s
+ * error.  Never takes a failed read for the end of the input. */
+int batch_reader_next(struct batch_reader *rd, const char **line, size_t *len,
+                      struct diag *d);
+
+/* batch_reader_release() : closes what batch_reader_open() opened and frees
+ * the buffer; NULL and a released reader are fine. */
+void batch_reader_release(struct batch_reader *rd);
 
 /* A share of the requests: request k (counting from 0 the lines that are
  * requests, i.e. not blank) is this run's when k mod count == index, or,

@@ -5,14 +5,17 @@
 #include "generate.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
 #include "chat.h"
 #include "cli.h"
+#include "escape.h"
 #include "json.h"
 #include "kvcache.h"
 #include "model.h"
@@ -67,35 +70,49 @@ utf8_complete_len(const unsigned char *s, size_t n)
     return n - j < need ? j : n;
 }
 
+/* Writes n bytes that end on a character boundary: as they are, or escaped
+ * for a terminal. */
+static int
+stream_write(const struct utf8_stream *u, FILE *fp, const void *s, size_t n, struct diag *d)
+{
+    if (!u->escape)
+        return write_all(fp, s, n, d);
+    esc_fwrite(fp, s, n, SIZE_MAX, ESC_KEEP_NEWLINE);
+    return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO)) : 0;
+}
+
 int
 utf8_stream_push(struct utf8_stream *u, const char *s, size_t len, FILE *fp, struct diag *d)
 {
     const unsigned char *us = (const unsigned char *)s;
+    bool wrote = false;
     size_t k;
     int rc;
 
-    if (len >= 4) {
-        /* The end of pend + s lies in s: cut s alone. */
-        k = utf8_complete_len(us, len);
-        if (u->n && (rc = write_all(fp, u->pend, (size_t)u->n, d)) < 0)
+    /* a pending character is completed from the front of s first, so that
+     * it is written (and escaped) whole */
+    while (u->n > 0 && len > 0) {
+        u->pend[u->n++] = *us++;
+        len--;
+        k = utf8_complete_len(u->pend, (size_t)u->n);
+        if (k == 0)
+            continue;
+        if ((rc = stream_write(u, fp, u->pend, k, d)) < 0)
             return rc;
-        if (k && (rc = write_all(fp, s, k, d)) < 0)
+        memmove(u->pend, u->pend + k, (size_t)u->n - k);
+        u->n -= (int)k;
+        wrote = true;
+    }
+    if (len > 0) {
+        /* nothing pending: the end of s alone may be incomplete */
+        k = utf8_complete_len(us, len);
+        if (k && (rc = stream_write(u, fp, us, k, d)) < 0)
             return rc;
         memcpy(u->pend, us + k, len - k);
         u->n = (int)(len - k);
-    } else {
-        unsigned char buf[sizeof(u->pend) + 4];
-        size_t n = (size_t)u->n + len;
-
-        memcpy(buf, u->pend, (size_t)u->n);
-        memcpy(buf + u->n, us, len);
-        k = utf8_complete_len(buf, n);
-        if (k && (rc = write_all(fp, buf, k, d)) < 0)
-            return rc;
-        memcpy(u->pend, buf + k, n - k);
-        u->n = (int)(n - k);
+        wrote |= k > 0;
     }
-    if (k && fflush(fp) != 0)
+    if (wrote && fflush(fp) != 0)
         return diag_set(d, ST_IO, "write failed: %s", strerror(errno));
     return 0;
 }
@@ -105,7 +122,7 @@ utf8_stream_flush(struct utf8_stream *u, FILE *fp, struct diag *d)
 {
     int rc;
 
-    if (u->n && (rc = write_all(fp, u->pend, (size_t)u->n, d)) < 0)
+    if (u->n && (rc = stream_write(u, fp, u->pend, (size_t)u->n, d)) < 0)
         return rc;
     u->n = 0;
     if (fflush(fp) != 0)
@@ -481,7 +498,9 @@ run_text(struct gen_run *g, const int32_t *prompt, int64_t n_prompt, struct gene
     const int64_t n_vocab = g->m->hp.n_vocab;
     struct sample_params sp = o->sp;
     struct sampler *smp = NULL;
-    struct utf8_stream us = { { 0 }, 0 };
+    /* on a terminal the text is escaped (utf8_stream); a pipe or a file
+     * gets its bytes as they are */
+    struct utf8_stream us = { { 0 }, 0, !o->json && isatty(fileno(g->fp)) };
     struct batch_tok *bt = NULL;
     struct batch b;
     struct model_out mo = { NULL, NULL };

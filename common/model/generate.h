@@ -152,15 +152,21 @@ void generate_report_print(const struct generate_report *r, const char *prefix, 
 
 /* UTF-8 streaming: bytes are appended to a small pending buffer, and the
  * longest prefix that does not end inside a multibyte sequence is released.
- * Invalid bytes are released as they are (they can never complete). */
+ * Invalid bytes are released as they are (they can never complete).  With
+ * escape (the text goes to a terminal), what is released is written through
+ * esc_fwrite() (escape.h) with its line breaks kept, as --detokenize writes
+ * to a terminal: a character split between tokens is escaped whole, and no
+ * control sequence from the vocabulary reaches the terminal.  Without it the
+ * bytes are written as they are. */
 struct utf8_stream {
     unsigned char pend[8];
     int n;
+    bool escape;
 };
 
 /* utf8_stream_push() : appends len bytes of s, writes every complete
- * prefix to fp and keeps an incomplete tail (at most 3 bytes).  0 or
- * -ST_IO (write error, message in d). */
+ * prefix to fp (escaped with u->escape) and keeps an incomplete tail (at
+ * most 3 bytes).  0 or -ST_IO (write error, message in d). */
 int utf8_stream_push(struct utf8_stream *u, const char *s, size_t len, FILE *fp, struct diag *d);
 
 /* utf8_stream_flush() : writes whatever is pending (end of generation). */

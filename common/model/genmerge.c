@@ -89,66 +89,37 @@ add_request(struct merge *m, json_t *id)
 }
 
 /* read_requests() : the id of every line of the request file (NULL for a
- * blank one), as `generate --batch` gives them. */
+ * blank one), as `generate --batch` gives them, through its reader: a line
+ * over BATCH_LINE_MAX ends the merge as it ends the batch (nothing past it
+ * can have a result), and a failed allocation or read ends it too, never
+ * taken for the end of the file. */
 static int
 read_requests(struct merge *m, struct diag *d)
 {
-    const char *path = m->o->requests;
-    bool is_stdin = !strcmp(path, "-");
-    const char *name = is_stdin ? "<stdin>" : path;
     struct batch_req_defaults def;
-    FILE *fp = is_stdin ? stdin : fopen(path, "rb");
-    char *line = NULL;
-    size_t cap = 0;
-    ssize_t n;
-    int rc = 0;
+    struct batch_reader rd;
+    const char *line;
+    size_t len;
+    int rc;
 
-    if (!fp)
-        return diag_set(d, ST_IO, "cannot open '%s': %s", name, strerror(errno));
-    if (!is_stdin && path_is_dir(path)) {
-        fclose(fp);
-        return diag_set(d, ST_IO, "'%s': is a directory", name);
-    }
+    if ((rc = batch_reader_open(&rd, m->o->requests, d)) < 0)
+        return rc;
     memset(&def, 0, sizeof(def));
-    errno = 0;
-    while ((n = getline(&line, &cap, fp)) >= 0) {
+    while ((rc = batch_reader_next(&rd, &line, &len, d)) > 0) {
         struct batch_req q;
-        json_t *id = NULL;
-        int64_t lineno = m->n_lines + 1;
-        size_t len = (size_t)n;
+        int prc = batch_req_parse(line, len, rd.lineno, &def, &q, NULL);
+        json_t *id = prc != 1 && prc != -ST_NOMEM ? json_incref(q.id) : NULL;
 
-        if (len > 0 && line[len - 1] == '\n')
-            len--;
-        if (len > BATCH_LINE_MAX) {
-            id = json_integer(lineno);      /* as generate --batch names it */
-        } else {
-            int prc = batch_req_parse(line, len, lineno, &def, &q, NULL);
-            if (prc != 1 && prc != -ST_NOMEM)
-                id = json_incref(q.id);
-            batch_req_release(&q);
-            if (prc == -ST_NOMEM) {
-                rc = diag_set(d, ST_NOMEM, "out of memory");
-                break;
-            }
-            if (prc == 1) {
-                if ((rc = add_request(m, NULL)) < 0)
-                    break;
-                continue;
-            }
-        }
-        if (!id || add_request(m, id) < 0) {
+        batch_req_release(&q);
+        if (prc == 1 ? add_request(m, NULL) < 0 : !id || add_request(m, id) < 0) {
             json_decref(id);
-            rc = diag_set(d, ST_NOMEM, "out of memory");
+            rc = diag_set(d, ST_NOMEM, "'%s' line %lld: out of memory", rd.name,
+                          (long long)rd.lineno);
             break;
         }
-        m->r->requests++;
-        errno = 0;
+        m->r->requests += prc != 1;
     }
-    if (rc == 0 && ferror(fp))
-        rc = diag_set(d, ST_IO, "'%s': read failed: %s", name, strerror(errno ? errno : EIO));
-    free(line);
-    if (!is_stdin)
-        fclose(fp);
+    batch_reader_release(&rd);
     return rc;
 }
 

@@ -4,7 +4,9 @@
  * request file and joined into one file in request order.
  *
  * A request is a line of the request file that is not blank, with the id
- * `generate --batch` gives it (genbatch.h: its "id", or its line number).
+ * `generate --batch` gives it (genbatch.h: its "id", or its line number);
+ * the file is read by --batch's reader (struct batch_reader), so a line
+ * over BATCH_LINE_MAX fails the merge with -ST_FORMAT.
  * A result is a line of a results file (resume.h: resume_line_parse); it
  * names its request by "line" and "id", and both must match.  Every request
  * must have exactly one result - a completion or an error line; a
@@ -57,7 +59,7 @@ struct merge_report {
 /* run_generate_merge() : the merge described above.  Returns 0 (output
  * written), -ST_CHECK (missing, repeated or stray results; counts in r,
  * details through o->cb.warn, nothing written), -ST_FORMAT (a line that is not
- * a result: file and line named), -ST_IO, -ST_RANGE (an output that may not
+ * a result, a request line over BATCH_LINE_MAX: file and line named), -ST_IO, -ST_RANGE (an output that may not
  * be written, e.g. one of the inputs), -ST_NOMEM. */
 int run_generate_merge(const struct merge_opts *o, struct merge_report *r, struct diag *d);
 

@@ -200,26 +200,17 @@ write_json(FILE *fp, enum gentok_mode mode, const char *model, const struct toke
     return rc;
 }
 
-/* The decoded text: as it is, or on a terminal escaped line by line. */
+/* The decoded text: as it is, or on a terminal escaped but for its line
+ * breaks (as generated text is: utf8_stream). */
 static int
 write_text(FILE *fp, bool tty, const char *s, size_t n, struct diag *d)
 {
-    size_t i = 0;
-
     if (!tty)
         return write_all(fp, s, n, d);
-    while (i < n) {
-        const char *nl = memchr(s + i, '\n', n - i);
-        size_t k = nl ? (size_t)(nl - (s + i)) : n - i;
-
-        esc_fwrite(fp, s + i, k, SIZE_MAX, 0);
-        if (nl)
-            fputc('\n', fp);
-        i += k + (nl != NULL);
-    }
+    esc_fwrite(fp, s, n, SIZE_MAX, ESC_KEEP_NEWLINE);
     if (n && s[n - 1] != '\n')
         fputc('\n', fp);            /* end the line on a terminal */
-    return ferror(fp) ? diag_set(d, ST_IO, "stdout: write failed") : 0;
+    return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO)) : 0;
 }
 
 static int
@@ -231,7 +222,7 @@ write_ids(FILE *fp, const struct tok_ids *ids, bool count, struct diag *d)
         fprintf(fp, "%zu\n", ids->n);
     for (i = 0; !count && i < ids->n; i++)
         fprintf(fp, "%d\n", ids->v[i]);
-    return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno)) : 0;
+    return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO)) : 0;
 }
 
 int
@@ -300,14 +291,18 @@ run_gentok(const struct gentok_opts *t0, const struct generate_opts *o, struct d
     if (o->json)
         rc = write_json(out.fp, t0->mode, o->model, &t, &ids, text, len, added_bos, added_eos, dec, dec_len, d);
     else if (t0->mode == GENTOK_DETOKENIZE)
-        rc = write_text(out.fp, to_stdout && isatty(STDOUT_FILENO), dec, dec_len, d);
+        rc = write_text(out.fp, isatty(fileno(out.fp)), dec, dec_len, d);
     else
         rc = write_ids(out.fp, &ids, t0->mode == GENTOK_COUNT, d);
-    if (rc < 0) {
+    if (rc < 0)
         xout_abort(&out);
-        goto out;
-    }
-    rc = xout_commit(&out, d);
+    else
+        rc = xout_commit(&out, d);
+    /* a write error names the output, as in every other mode */
+    if (rc == -ST_IO && to_stdout)
+        diag_prefix(d, "stdout");
+    else if (rc == -ST_IO)
+        diag_prefix(d, "'%s'", o->output);
 out:
     free(text);
     free(dec);

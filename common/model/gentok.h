@@ -26,8 +26,9 @@
  * the vocabulary adds are dropped and control tokens print their text
  * (unparse_special), then the text is tok_decode() without remove_special,
  * so that SentencePiece's prefix space goes too: tokenize | detokenize
- * gives the text back.  On a terminal the text is
- * escaped (escape.h) line by line; to a pipe or file it is written as is.
+ * gives the text back.  When the output is a terminal the text is escaped
+ * as generated text is (escape.h, ESC_KEEP_NEWLINE: its line breaks kept);
+ * to a pipe or file it is written as is.
  * json: {"schema":"generate/1","type":"text","model":PATH,"n_tokens":N,
  * "text":TEXT} (invalid UTF-8 as U+FFFD).
  */
@@ -60,7 +61,7 @@ struct gentok_opts {
  * Returns 0, -ST_FORMAT (the vocabulary cannot be loaded: its tokenizer is
  * named in d; an input id that is not a number or out of range), -ST_RANGE
  * (an output that exists without force), -ST_IO, -ST_NOMEM; the message in d
- * names the file. */
+ * names the file (a write error the output: the -o file, or "stdout"). */
 int run_gentok(const struct gentok_opts *t, const struct generate_opts *g, struct diag *d);
 
 #endif

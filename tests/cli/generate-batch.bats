@@ -165,6 +165,33 @@ batch_tokens() {
         jq -s -e 'length == 3 and all(.completion_tokens <= 4) and (map(.id) | sort == [1, 2, 3])'
 }
 
+# padded N JSON : JSON padded with spaces to a line of exactly N bytes
+padded() {
+    python3 -c 'import sys; n, j = int(sys.argv[1]), sys.argv[2]
+sys.stdout.write(j + " " * (n - len(j)) + "\n")' "$1" "$2"
+}
+
+@test "a request line over 16 MiB ends the run with exit 3 naming it, the rest unread (/dev/zero too)" {
+    cd "$BATS_TEST_TMPDIR"
+    # an endless line ends the run once 16 MiB of it are in (timeout only
+    # turns a hang into a failure)
+    run -3 --separate-stderr timeout 120 generate -m "$TINY" --batch /dev/zero -n 2
+    [ "$stderr" = "generate: '/dev/zero' line 1: longer than 16777216 bytes (16 MiB), the most a request line may have" ]
+    [ -z "$output" ]
+    run -3 --separate-stderr bash -c "timeout 120 generate -m '$TINY' --batch - -n 2 -o out.jsonl </dev/zero"
+    [[ "$stderr" == "generate: '<stdin>' line 1: longer than 16777216 bytes"* ]]
+    [ ! -e out.jsonl ]
+    # 16 MiB is a line; one byte more is not
+    { echo one; padded 16777216 '{"id":"max","prompt":"two"}'; echo three; } >ok.jsonl
+    run -0 --separate-stderr generate -m "$TINY" --batch ok.jsonl -n 2 --temp 0
+    jq -e -s 'map(.id | tostring) | sort == ["1", "3", "max"]' <<<"$output"
+    { echo one; padded 16777217 '{"id":"over","prompt":"two"}'; echo three; } >long.jsonl
+    run -3 --separate-stderr generate -m "$TINY" --batch long.jsonl -n 2 -o out.jsonl
+    [ "$stderr" = "generate: 'long.jsonl' line 2: longer than 16777216 bytes (16 MiB), the most a request line may have" ]
+    [ ! -e out.jsonl ]
+    [ -z "$(ls | grep tmp)" ]
+}
+
 # out_tmp_lines N : the output's temporary (out.jsonl.tmp.*, where results are
 # written as they end) holds N lines
 out_tmp_lines() {

@@ -330,6 +330,26 @@ EOF
     [ -z "$(ls | grep tmp)" ]
 }
 
+@test "--merge: a request line over 16 MiB exits 3 naming it, as in --batch (/dev/zero too); nothing written" {
+    cd "$BATS_TEST_TMPDIR"
+    mkreqs 4 req.jsonl
+    generate -q -m "$TINY" --batch req.jsonl --temp 0 -o all.jsonl
+    # an endless line: 16 MiB of it are read, no more (the address-space
+    # limit, where AddressSanitizer allows one, and timeout are safety nets)
+    local lim=
+    [ "${LLMKIT_SAN:-}" = address ] || lim="ulimit -v 1048576;"
+    run -3 --separate-stderr bash -c "$lim timeout 120 generate --merge /dev/zero -o out.jsonl all.jsonl"
+    [ "$stderr" = "generate: '/dev/zero' line 1: longer than 16777216 bytes (16 MiB), the most a request line may have" ]
+    run -3 --separate-stderr bash -c "$lim timeout 120 generate --merge - all.jsonl </dev/zero"
+    [[ "$stderr" == "generate: '<stdin>' line 1: longer than 16777216 bytes"* ]]
+    [ -z "$output" ]
+    { head -n 2 req.jsonl; head -c 16777217 /dev/zero | tr '\0' x; echo; tail -n 2 req.jsonl; } >long.jsonl
+    run -3 --separate-stderr generate --merge long.jsonl -o out.jsonl all.jsonl
+    [ "$stderr" = "generate: 'long.jsonl' line 3: longer than 16777216 bytes (16 MiB), the most a request line may have" ]
+    [ ! -e out.jsonl ]
+    [ -z "$(ls | grep tmp)" ]
+}
+
 @test "GNU parallel: the shards as parallel jobs, merged, equal one run" {
     if ! command -v parallel >/dev/null || ! parallel --version 2>/dev/null | grep -q 'GNU parallel'; then
         [ "${CI:-}" != true ] || { echo "GNU parallel is missing (scripts/install-deps installs it)"; return 1; }

@@ -2,12 +2,16 @@
 # generate --tokenize / --count / --detokenize: llama.cpp's vocabulary test
 # files (vocabulary-only GGUFs: no weights) against their .out ids, SmolLM2
 # against llama.cpp's golden tokenizations, round trips, --json pieces and
-# offsets, bad input and usage.
+# offsets, bad input, write errors and usage.
 
 load common
 
 VOCAB="$SHARED/vocab"
 GOLD="$TOP/tests/golden/tokenizer"
+
+teardown() {
+    unmount_full
+}
 
 # vcase NAME I [DIR] : writes case I (from 0) of ggml-vocab-NAME's .inp to
 # $BATS_TEST_TMPDIR/in and its ids (.out line I, one per line) to .../want
@@ -201,6 +205,25 @@ PY
     run -4 --separate-stderr generate -m "$BATS_TEST_TMPDIR/none.gguf" --tokenize -p hi
     run -4 --separate-stderr generate -m "$m" --tokenize -f "$BATS_TEST_TMPDIR/none.txt"
     [[ $stderr == *none.txt* ]]
+}
+
+@test "tokenize: a write error names the output: stdout, -o FILE on a full disk, -o /dev/full" {
+    cd "$BATS_TEST_TMPDIR"
+    local tiny="$TOP/tests/fixtures/tiny-llama-f16.gguf" mode json p
+    mount_full
+    for mode in --tokenize --count --detokenize; do
+        p="the cat"
+        [ "$mode" != --detokenize ] || p="40 41 42"
+        for json in "" --json; do
+            run -4 --separate-stderr bash -c "generate -m '$tiny' $mode $json -p '$p' >/dev/full"
+            [ "$stderr" = "generate: stdout: write failed: No space left on device" ]
+            run -4 --separate-stderr generate -m "$tiny" $mode $json -p "$p" -o "$FULL/out.txt"
+            [ "$stderr" = "generate: '$FULL/out.txt': write failed: No space left on device" ]
+            [ -z "$(ls "$FULL" | grep -v '^fill$')" ]
+            run -4 --separate-stderr generate -m "$tiny" $mode $json -p "$p" -o /dev/full
+            [ "$stderr" = "generate: '/dev/full': write failed: No space left on device" ]
+        done
+    done
 }
 
 @test "tokenize: usage errors" {

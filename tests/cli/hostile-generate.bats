@@ -1,10 +1,12 @@
 #!/usr/bin/env bats
 # generate under hostile input and conditions: error messages that name the
 # file (full disk, a directory as input), duplicate request ids in --batch,
-# the drain after SIGTERM cut by --drain-timeout, -t above the usable CPUs,
-# special-token texts in --chat user text, and the end of the streamed text
-# on a terminal.  No test depends on timing: waits poll a file with a
-# generous bound, and every run that could hang is under timeout(1).
+# out of memory while --merge and --batch read their requests, the drain
+# after SIGTERM cut by --drain-timeout, -t above the usable CPUs,
+# special-token texts in --chat user text, and the streamed text on a
+# terminal (escaped, with every drafter; a newline at its end).  No test
+# depends on timing: waits poll a file with a generous bound, and every run
+# that could hang is under timeout(1).
 
 load common
 
@@ -106,7 +108,87 @@ wait_for() {
     [[ "$stderr" == *"7 requests: 3 completed, 4 errors"* ]]
 }
 
-# ---- 3. the drain after SIGTERM ----
+# ---- 3. out of memory in the request readers ----
+
+# floor_kb CMD... : the smallest address-space limit (KiB, in 2 MiB steps
+# from 16 MiB) under which CMD exits 0: where the tool starts at all
+floor_kb() {
+    local kb
+    for ((kb = 16384; kb <= 1048576; kb += 2048)); do
+        if bash -c 'ulimit -v "$1"; shift; exec "$@"' floor "$kb" "$@" >/dev/null 2>&1; then
+            echo "$kb"
+            return 0
+        fi
+    done
+    echo "no limit up to 1 GiB lets '$*' run" >&2
+    return 1
+}
+
+@test "--merge under ulimit -v: out of memory is exit 5 with nothing written, never the end of the requests" {
+    [ "${LLMKIT_SAN:-}" != address ] || skip "ulimit -v under AddressSanitizer"
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' '{"id":"a","prompt":"x"}' '{"id":"b","prompt":"y"}' >two.jsonl
+    generate -q -m "$TINY" --batch two.jsonl -n 1 --temp 0 -o res.jsonl
+    # the two answered requests, a line of 15 MB (under the 16 MiB limit),
+    # and request c: read to the end, two requests have no result
+    { cat two.jsonl; head -c 15000000 /dev/zero | tr '\0' x; echo; echo '{"id":"c","prompt":"z"}'; } >req.jsonl
+    run -6 --separate-stderr generate --merge req.jsonl res.jsonl
+    [[ "$stderr" == *"2 of 4 requests have no result"* ]]
+    # from the smallest limit the tool runs under, up by 96 MiB: a failed
+    # allocation on the long line is exit 5, never a merge of a and b
+    local lo kb st oom=0 whole=0
+    lo=$(floor_kb generate -q --merge two.jsonl res.jsonl)
+    for ((kb = lo; kb <= lo + 98304; kb += 2048)); do
+        st=0
+        bash -c 'ulimit -v "$1"; shift; exec timeout 120 "$@"' oom "$kb" \
+            generate -q --merge req.jsonl -o out.jsonl res.jsonl >/dev/null 2>err || st=$?
+        case $st in
+        5) grep -q "out of memory" err || { echo "ulimit -v $kb: $(cat err)"; return 1; }
+           oom=$((oom + 1)) ;;
+        6) whole=$((whole + 1)) ;;
+        *) echo "ulimit -v $kb: exit $st: $(head -c 300 err)"; return 1 ;;
+        esac
+        [ ! -e out.jsonl ] && [ -z "$(compgen -G 'out.jsonl.tmp*')" ] ||
+            { echo "ulimit -v $kb: output left behind"; return 1; }
+    done
+    echo "from $lo KiB: $oom out of memory, $whole read to the end"
+    [ "$oom" -gt 0 ] && [ "$whole" -gt 0 ]
+}
+
+@test "--batch under ulimit -v: out of memory is exit 5, never an error result, bad JSON or a crash" {
+    [ "${LLMKIT_SAN:-}" != address ] || skip "ulimit -v under AddressSanitizer"
+    cd "$BATS_TEST_TMPDIR"
+    # a request of 1.2 MB (600000 tokens, more than the context), then a
+    # short one: read to the end, an error result and a completion
+    python3 -c 'import json
+print(json.dumps({"id": "big", "prompt": "the cat sat " * 100000}))
+print(json.dumps({"id": "s", "prompt": "hi", "max_tokens": 2}))' >req.jsonl
+    local want='map(.type) == ["error", "completion"] and (.[0].error | test("more than the context"))'
+    run -1 --separate-stderr generate -m "$TINY" --batch req.jsonl -n 2 --temp 0 --kv-mem 4MiB
+    jq -e -s "$want" <<<"$output"
+    # up by 64 MiB from the smallest limit it runs under: its JSON parsed
+    # (jansson's lexer crashed on a failed allocation, or called it an
+    # invalid token) and tokenized (an error result said "out of memory")
+    printf '%s\n' '{"id": "s", "prompt": "hi", "max_tokens": 2}' >small.jsonl
+    local lo kb st oom=0 whole=0
+    lo=$(floor_kb generate -q -m "$TINY" --batch small.jsonl --kv-mem 4MiB)
+    for ((kb = lo; kb <= lo + 65536; kb += 2048)); do
+        st=0
+        bash -c 'ulimit -v "$1"; shift; exec timeout 120 "$@"' oom "$kb" \
+            generate -q -m "$TINY" --batch req.jsonl -n 2 --temp 0 --kv-mem 4MiB >out 2>err || st=$?
+        case $st in
+        5) grep -q "out of memory" err || { echo "ulimit -v $kb: $(cat err)"; return 1; }
+           oom=$((oom + 1)) ;;
+        1) jq -e -s "$want" out >/dev/null || { echo "ulimit -v $kb: $(cut -c 1-200 out)"; return 1; }
+           whole=$((whole + 1)) ;;
+        *) echo "ulimit -v $kb: exit $st: $(head -c 300 err) $(cut -c 1-200 out)"; return 1 ;;
+        esac
+    done
+    echo "from $lo KiB: $oom out of memory, $whole read to the end"
+    [ "$oom" -gt 0 ] && [ "$whole" -gt 0 ]
+}
+
+# ---- 4. the drain after SIGTERM ----
 
 # a short request that finishes at once, and one without a token limit
 # that would run for many minutes (--ignore-eos, a 200000-token context)
@@ -164,7 +246,7 @@ mklong() {
     assert_output --partial "--drain-timeout"
 }
 
-# ---- 4. threads ----
+# ---- 5. threads ----
 
 @test "-t above the usable CPUs is capped with a warning; --oversubscribe keeps it" {
     ncpu=$(nproc)
@@ -180,7 +262,7 @@ mklong() {
     [[ "$stderr" != *"warning"* ]]
 }
 
-# ---- 5. special-token texts in chat user text ----
+# ---- 6. special-token texts in chat user text ----
 
 @test "SmolLM2 --chat: <|im_start|> typed by the user stays text unless --parse-special" {
     need_model M SmolLM2-135M-Instruct.Q4_1.gguf
@@ -218,7 +300,7 @@ mklong() {
     [[ "$stderr" == *"--parse-special needs --chat"* ]]
 }
 
-# ---- 6. the end of the streamed text ----
+# ---- 7. the end of the streamed text ----
 
 @test "on a terminal the text ends with a newline; a pipe or a file gets the exact bytes" {
     cd "$BATS_TEST_TMPDIR"
@@ -230,14 +312,84 @@ mklong() {
     cmp pipe.bin file.bin
     generate -q "${args[@]}" | cat >cat.bin
     cmp pipe.bin cat.bin
-    # a terminal (script(1) runs it on a pty, which writes \n as \r\n)
+    # a terminal (script(1) runs it on a pty, which writes \n as \r\n): the
+    # text escaped as --detokenize escapes it there (this model writes bytes
+    # that are not UTF-8), then a newline
     script -qec "generate -q ${args[*]@Q}" /dev/null </dev/null >tty.raw
     tr -d '\r' <tty.raw >tty.bin
-    { tr -d '\r' <pipe.bin; printf '\n'; } >want.bin
+    ids=$(generate -q "${args[@]}" --json | jq -r '.tokens | join(" ")')
+    script -qec "generate -m '$TINY' --detokenize -p '$ids'" /dev/null </dev/null | tr -d '\r' >want.bin
+    [ "$(wc -l <want.bin)" -eq 1 ]
     cmp want.bin tty.bin
     # with the statistics, they start on a line of their own
     script -qec "generate ${args[*]@Q}" /dev/null </dev/null >tty2.raw
     tr -d '\r' <tty2.raw >tty2.bin
     grep -q '^generate: prompt' tty2.bin
     [ "$(grep -c . tty2.bin)" -eq 2 ]
+}
+
+# mkesc OUT : the tiny fixture with the texts of the tokens it generates
+# for "hello" (greedy) swapped with those of the byte tokens ESC, BEL and
+# space (all 2-byte characters in GPT-2's byte-level alphabet: no offset
+# moves); "hello" has none of these bytes, so it gives the same tokens
+mkesc() {
+    local ids
+    ids=$(generate -q -m "$TINY" -p hello -n 8 --temp 0 --json | jq -c '.tokens | unique')
+    python3 - "$TINY" "$1" "$ids" <<'PY'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+key = b"tokenizer.ggml.tokens"
+p = b.index(key) + len(key)
+assert struct.unpack_from("<II", b, p) == (9, 8)
+n = struct.unpack_from("<Q", b, p + 8)[0]
+p += 16
+where, text = [], []
+for i in range(n):
+    ln = struct.unpack_from("<Q", b, p)[0]
+    where.append(p + 8)
+    text.append(bytes(b[p + 8:p + 8 + ln]))
+    p += 8 + ln
+# GPT-2's byte-level characters of ESC, BEL and space
+for k, t in enumerate(json.loads(sys.argv[3])):
+    u = text.index(chr(0x100 + [0x1b, 0x07, 0x20][k % 3]).encode())
+    assert len(text[t]) == len(text[u]) == 2, (t, u)
+    b[where[t]:where[t] + 2], b[where[u]:where[u] + 2] = text[u], text[t]
+open(sys.argv[2], "wb").write(b)
+PY
+}
+
+@test "terminal escapes from the vocabulary are escaped on a terminal, with every drafter; a pipe or a file gets them as they are" {
+    command -v script >/dev/null || skip "no script(1)"
+    cd "$BATS_TEST_TMPDIR"
+    mkesc esc.gguf
+    head -c 6000 "$SHARED/data/calibration-groups-merged.txt" >calib.txt
+    draft-train -m "$TINY" --data calib.txt --seq-len 32 --epochs 1 -o head.gguf -q
+    local args=(-m esc.gguf -p hello -n 8 --temp 0) spec
+    generate -q "${args[@]}" >pipe.bin
+    # nothing but ESC, BEL and space, and all of them
+    [ -z "$(tr -d '\033\007 ' <pipe.bin)" ]
+    grep -q $'\e' pipe.bin
+    grep -q $'\a' pipe.bin
+    grep -q ' ' pipe.bin
+    want=$(python3 -c 'import sys
+sys.stdout.write(open(sys.argv[1], "rb").read().decode().replace("\x1b", "\\x1b").replace("\x07", "\\x07"))' pipe.bin)
+    # fixed draft sizes: drafts are made and verified (auto drafts nothing here)
+    for spec in "" "--lookup --spec-tokens 4" "--draft esc.gguf --spec-tokens 4 --draft-p-min 0" \
+        "--draft-head head.gguf --spec-tokens 4 --draft-p-min 0" \
+        "--draft-head head.gguf --spec-width 2 --spec-tokens 6 --draft-p-min 0"; do
+        # a pipe and a file: the same bytes
+        generate -q "${args[@]}" $spec | cmp - pipe.bin
+        rm -f file.bin
+        generate -q "${args[@]}" $spec -o file.bin
+        cmp file.bin pipe.bin
+        # a terminal: no ESC or BEL byte, the text escaped, then a newline
+        script -qec "generate -q ${args[*]@Q} $spec" /dev/null </dev/null >tty.raw
+        [ -z "$(tr -dc '\033\007' <tty.raw)" ]
+        [ "$(tr -d '\r' <tty.raw)" = "$want" ] || { echo "$spec: $(od -c tty.raw | head)"; return 1; }
+        [ "$(tail -c 2 tty.raw | od -An -c | tr -d ' ')" = '\r\n' ]
+    done
+    # --json escapes them as JSON does, wherever it goes
+    script -qec "generate -q ${args[*]@Q} --json" /dev/null </dev/null >json.raw
+    [ -z "$(tr -dc '\033\007' <json.raw)" ]
+    jq -e '.text | test("\u001b")' <(tr -d '\r' <json.raw)
 }

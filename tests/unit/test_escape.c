@@ -103,6 +103,9 @@ test_fwrite(void)
     CHECK_STR(fw("ab\xe4\xb9\x89" "c", 6, 5, ESC_DQUOTE, &shown), "ab\xe4\xb9\x89");
     CHECK_EQ(shown, 5);
     CHECK_STR(fw("\"\n", 2, SIZE_MAX, ESC_DQUOTE, &shown), "\\\"\\n");
+    /* text for a terminal: its line breaks stay, other controls do not */
+    CHECK_STR(fw("a\nb\r\x1b", 5, SIZE_MAX, ESC_KEEP_NEWLINE, &shown), "a\nb\\r\\x1b");
+    CHECK_EQ(shown, 5);
 }
 
 static void

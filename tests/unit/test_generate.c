@@ -1,7 +1,7 @@
 /*
  * test_generate.c - the pieces of generate that need no model: UTF-8
  * streaming (never cut a multibyte character, whatever the token
- * boundaries) and the perplexity arithmetic (per-token NLL, PPL and its
+ * boundaries; escaped for a terminal) and the perplexity arithmetic (per-token NLL, PPL and its
  * standard error, worked out by hand).
  */
 #include <math.h>
@@ -34,12 +34,14 @@ test_complete_len(void)
     CHECK_EQ(utf8_complete_len((const unsigned char *)"\xFF", 1), 1);
 }
 
-/* Feeds text to a stream in pieces of the given sizes and checks that every
- * flush point is a character boundary and that everything comes out. */
+/* Feeds text to a stream in pieces of the given sizes and checks that
+ * everything comes out: the text itself, every flush point a character
+ * boundary; or, with want (the stream escapes, as on a terminal), want,
+ * whatever the pieces. */
 static void
-split_and_check(const char *text, const size_t *sizes, size_t n_sizes)
+split_and_check(const char *text, const size_t *sizes, size_t n_sizes, const char *want)
 {
-    struct utf8_stream u = { { 0 }, 0 };
+    struct utf8_stream u = { { 0 }, 0, want != NULL };
     char *buf = NULL;
     size_t len = 0, off = 0, i, total = strlen(text);
     FILE *fp = open_memstream(&buf, &len);
@@ -54,30 +56,52 @@ split_and_check(const char *text, const size_t *sizes, size_t n_sizes)
         fflush(fp);
         off += n;
         /* what is out so far ends on a boundary of the text */
-        CHECK(len == 0 || (((unsigned char)text[len] & 0xC0) != 0x80));
-        CHECK(len <= off && off - len <= 3);
+        CHECK(want || len == 0 || (((unsigned char)text[len] & 0xC0) != 0x80));
+        CHECK(want || (len <= off && off - len <= 3));
     }
     CHECK_EQ(utf8_stream_flush(&u, fp, NULL), 0);
     fclose(fp);
-    CHECK_EQ(len, total);
-    CHECK(buf && memcmp(buf, text, total) == 0);
+    if (!want)
+        want = text;
+    CHECK_EQ(len, strlen(want));
+    CHECK(buf && memcmp(buf, want, len) == 0);
     free(buf);
 }
+
+#define N(a) (sizeof(a) / sizeof((a)[0]))
+
+static const size_t ones[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+                               1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
+static const size_t mixed[] = { 2, 5, 1, 3, 6, 2, 4, 100 };
 
 static void
 test_stream(void)
 {
     /* "héllo €uro 😀 done" */
     const char *t = "h\xC3\xA9llo \xE2\x82\xAC" "uro \xF0\x9F\x98\x80 done";
-    const size_t ones[] = { 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1 };
-    const size_t mixed[] = { 2, 5, 1, 3, 6, 2, 4, 100 };
     const size_t whole[] = { 100 };
     const size_t odd[] = { 7, 1, 1, 1, 9, 100 };
 
-    split_and_check(t, ones, sizeof(ones) / sizeof(ones[0]));
-    split_and_check(t, mixed, sizeof(mixed) / sizeof(mixed[0]));
-    split_and_check(t, whole, 1);
-    split_and_check(t, odd, sizeof(odd) / sizeof(odd[0]));
+    split_and_check(t, ones, N(ones), NULL);
+    split_and_check(t, mixed, N(mixed), NULL);
+    split_and_check(t, whole, 1, NULL);
+    split_and_check(t, odd, N(odd), NULL);
+}
+
+/* On a terminal: a character split between pieces is escaped whole (U+202E
+ * as \u202e, not as three \xHH). */
+static void
+test_stream_escape(void)
+{
+    /* an OSC title, a clear screen, RLO (U+202E), é, tab, backslash, a lone
+     * 0xFF; the line break stays */
+    const char *t = "a\x1B]0;x\a\x1B[2J\xE2\x80\xAE" "b\n\xC3\xA9\t\\\xFF.";
+    const char *want = "a\\x1b]0;x\\x07\\x1b[2J\\u202eb\n\xC3\xA9\\t\\\\\\xff.";
+    const size_t cut[] = { 13, 100 };  /* two bytes of U+202E, then a long piece */
+
+    split_and_check(t, ones, N(ones), want);
+    split_and_check(t, mixed, N(mixed), want);
+    split_and_check(t, cut, N(cut), want);
 }
 
 static void
@@ -129,6 +153,7 @@ main(void)
 {
     test_complete_len();
     test_stream();
+    test_stream_escape();
     test_nll();
     test_ppl_acc();
     T_DONE();
