@@ -62,15 +62,18 @@ unit(const unsigned char *s, size_t n, unsigned flags, char t[8], size_t *adv)
     *adv = 1;
     switch (c) {
     case '\\':
-        if (flags & ESC_KEEP_BACKSLASH)
+        if (flags & (ESC_KEEP_BACKSLASH | ESC_TEXT))
             break;
         return (size_t)snprintf(t, 8, "\\\\");
     case '\n':
-        if (flags & ESC_KEEP_NEWLINE)
+        if (flags & ESC_TEXT)
             return (size_t)snprintf(t, 8, "\n");
         return (size_t)snprintf(t, 8, "\\n");
     case '\r': return (size_t)snprintf(t, 8, "\\r");
-    case '\t': return (size_t)snprintf(t, 8, "\\t");
+    case '\t':
+        if (flags & ESC_TEXT)
+            return (size_t)snprintf(t, 8, "\t");
+        return (size_t)snprintf(t, 8, "\\t");
     case '"':
         if (flags & ESC_CSVQ)
             return (size_t)snprintf(t, 8, "\"\"");

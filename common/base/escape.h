@@ -25,9 +25,10 @@
 /* Leave the backslash as it is: for a whole message whose quoted names were
  * escaped already (a second pass must not double their backslashes). */
 #define ESC_KEEP_BACKSLASH 4u
-/* Leave the newline as it is: for text shown on a terminal line by line
- * (generated or decoded text). */
-#define ESC_KEEP_NEWLINE 8u
+/* Text shown on a terminal as text (generated or decoded text): the
+ * newline, the tab and the backslash stay as they are; only what a
+ * terminal would act on unseen is escaped. */
+#define ESC_TEXT 8u
 
 /* esc_fwrite() : writes the n bytes at s to fp, escaped.  At most max input
  * bytes are shown, cut before a character that would cross the limit

@@ -77,7 +77,7 @@ stream_write(const struct utf8_stream *u, FILE *fp, const void *s, size_t n, str
 {
     if (!u->escape)
         return write_all(fp, s, n, d);
-    esc_fwrite(fp, s, n, SIZE_MAX, ESC_KEEP_NEWLINE);
+    esc_fwrite(fp, s, n, SIZE_MAX, ESC_TEXT);
     return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO)) : 0;
 }
 

@@ -207,7 +207,7 @@ write_text(FILE *fp, bool tty, const char *s, size_t n, struct diag *d)
 {
     if (!tty)
         return write_all(fp, s, n, d);
-    esc_fwrite(fp, s, n, SIZE_MAX, ESC_KEEP_NEWLINE);
+    esc_fwrite(fp, s, n, SIZE_MAX, ESC_TEXT);
     if (n && s[n - 1] != '\n')
         fputc('\n', fp);            /* end the line on a terminal */
     return ferror(fp) ? diag_set(d, ST_IO, "write failed: %s", strerror(errno ? errno : EIO)) : 0;

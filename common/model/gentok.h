@@ -27,7 +27,7 @@
  * (unparse_special), then the text is tok_decode() without remove_special,
  * so that SentencePiece's prefix space goes too: tokenize | detokenize
  * gives the text back.  When the output is a terminal the text is escaped
- * as generated text is (escape.h, ESC_KEEP_NEWLINE: its line breaks kept);
+ * as generated text is (escape.h, ESC_TEXT: its line breaks, tabs and backslashes kept);
  * to a pipe or file it is written as is.
  * json: {"schema":"generate/1","type":"text","model":PATH,"n_tokens":N,
  * "text":TEXT} (invalid UTF-8 as U+FFFD).

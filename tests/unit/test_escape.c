@@ -104,8 +104,11 @@ test_fwrite(void)
     CHECK_EQ(shown, 5);
     CHECK_STR(fw("\"\n", 2, SIZE_MAX, ESC_DQUOTE, &shown), "\\\"\\n");
     /* text for a terminal: its line breaks stay, other controls do not */
-    CHECK_STR(fw("a\nb\r\x1b", 5, SIZE_MAX, ESC_KEEP_NEWLINE, &shown), "a\nb\\r\\x1b");
+    CHECK_STR(fw("a\nb\r\x1b", 5, SIZE_MAX, ESC_TEXT, &shown), "a\nb\\r\\x1b");
     CHECK_EQ(shown, 5);
+    /* and its tabs and backslashes */
+    CHECK_STR(fw("\tc:\\x\x07", 6, SIZE_MAX, ESC_TEXT, &shown), "\tc:\\x\\x07");
+    CHECK_EQ(shown, 6);
 }
 
 static void
