@@ -1,4 +1,5 @@
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,16 +7,59 @@
 #include "json.h"
 #include "xio.h"
 
+/* jansson reports an allocation that fails while it parses as a syntax
+ * error where it happened (an "invalid token" in a string cut short), or
+ * with no reason at all.  Its allocations go through json_malloc, which
+ * notes a failure, so that json_load_mem says out of memory instead.
+ * Memory from malloc is freed with free either way, so objects made before
+ * the allocator was installed are released alike. */
+static _Thread_local bool json_alloc_failed;
+static pthread_once_t json_alloc_once = PTHREAD_ONCE_INIT;
+
+static void *
+json_malloc(size_t n)
+{
+    void *p = malloc(n);
+
+    if (!p)
+        json_alloc_failed = true;
+    return p;
+}
+
+static void
+json_alloc_init(void)
+{
+    json_set_alloc_funcs(json_malloc, free);
+}
+
 int
 json_load_mem(const char *buf, size_t len, json_t **out, struct diag *d)
 {
     json_error_t err;
 
+    pthread_once(&json_alloc_once, json_alloc_init);
+    json_alloc_failed = false;
     *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
+    if (!*out && (json_alloc_failed || json_error_code(&err) == json_error_out_of_memory))
+        return diag_set(d, ST_NOMEM, "out of memory parsing %zu bytes of JSON", len);
     if (!*out)
         return diag_set(d, ST_FORMAT, "invalid JSON at line %d column %d: %s",
                         err.line, err.column, err.text);
     return 0;
+}
+
+int
+json_stringn_new(const char *s, size_t n, json_t **out)
+{
+    json_t *raw;
+
+    if ((*out = json_stringn(s, n)))
+        return 0;
+    /* the same without the UTF-8 check: made, so the check failed */
+    if (!(raw = json_stringn_nocheck(s, n)))
+        return -ST_NOMEM;
+    json_decref(raw);
+    return -ST_RANGE;
 }
 
 int

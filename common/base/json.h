@@ -18,11 +18,17 @@
 
 /* json_load_path() : parses a whole file ("-" = stdin) of at most max bytes.
  * Duplicate object keys and invalid UTF-8 are rejected.  Returns 0,
- * -ST_IO, or -ST_FORMAT with "line L column C: <jansson's reason>" in d. */
+ * -ST_IO, -ST_NOMEM (memory ran out while parsing), or -ST_FORMAT with
+ * "line L column C: <jansson's reason>" in d. */
 int json_load_path(const char *path, size_t max, json_t **out, struct diag *d);
 
 /* json_load_mem() : the same over a buffer. */
 int json_load_mem(const char *buf, size_t len, json_t **out, struct diag *d);
+
+/* json_stringn_new() : *out = json_stringn(s, n) (caller owns it): 0, or
+ * -ST_RANGE when s is not valid UTF-8, -ST_NOMEM when memory ran out
+ * (jansson returns NULL for both).  Sets no message. */
+int json_stringn_new(const char *s, size_t n, json_t **out);
 
 /* Member access on an object (NULL-safe).  Return 1 when absent (or null),
  * 0 when found, -ST_FORMAT when of the wrong type (message names the key). */

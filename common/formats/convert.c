@@ -91,32 +91,32 @@ convert_detect(const char *path, enum model_fmt *out, struct diag *d)
 
 struct gguf_fetch {
     struct gguf *in;
-    const char *path;
     void *buf;
     uint64_t cap;
 };
 
-/* Tensor i of a streamed GGUF, read in file order into one reused buffer. */
-static const void *
-fetch_gguf(void *ctx, size_t i, struct diag *d)
+/* Tensor i of a streamed GGUF, read in file order into one reused buffer
+ * (the writer names the input in messages). */
+static int
+fetch_gguf(void *ctx, size_t i, const void **data, struct diag *d)
 {
     struct gguf_fetch *f = ctx;
-    const void *p;
     uint64_t nb = f->in->t[i].nbytes;
 
     if (nb > f->cap) {
         free(f->buf);
-        f->buf = malloc(nb ? nb : 1);
+        f->buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
         f->cap = f->buf ? nb : 0;
-        if (!f->buf) {
-            diag_set(d, ST_NOMEM, "out of memory");
-            return NULL;
-        }
+        if (!f->buf)
+            return diag_set(d, ST_NOMEM, "tensor '%s': out of memory for its %llu bytes",
+                            f->in->t[i].name.p, (unsigned long long)nb);
     }
-    p = gguf_tensor_bytes(f->in, i, f->buf, d);
-    if (!p)
-        diag_prefix(d, "'%s'", f->path);
-    return p;
+    *data = gguf_tensor_bytes(f->in, i, f->buf, d);
+    if (!*data) {
+        const struct src *s = f->in->src;
+        return s && s->fp && ferror(s->fp) ? -ST_IO : -ST_FORMAT;
+    }
+    return 0;
 }
 
 static int
@@ -138,14 +138,18 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
     outg.version = in.version;
     for (uint64_t i = 0; i < in.n_kv; i++)
         if (gguf_set_kv_copy(&outg, &in.kv[i])) {
-            rc = diag_set(d, ST_NOMEM, "out of memory");
+            rc = diag_set(d, ST_NOMEM, "'%s': out of memory copying its metadata", o->input);
             goto out;
         }
-    if (o->out_type >= 0 && gguf_find(&outg, "general.file_type") >= 0)
-        gguf_set_u32(&outg, "general.file_type", ftype_for_type(o->out_type));
+    if (o->out_type >= 0 && gguf_find(&outg, "general.file_type") >= 0 &&
+        gguf_set_u32(&outg, "general.file_type", ftype_for_type(o->out_type))) {
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory copying its metadata", o->input);
+        goto out;
+    }
     ts = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*ts));
     if (!ts) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory for its %llu tensors", o->input,
+                      (unsigned long long)in.n_tensors);
         goto out;
     }
     for (uint64_t i = 0; i < in.n_tensors; i++) {
@@ -170,7 +174,6 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
         }
     }
     f.in = &in;
-    f.path = o->input;
     rc = write_gguf_out(&outg, ts, in.n_tensors, fetch_gguf, &f, &wo, d);
 out:
     free(f.buf);

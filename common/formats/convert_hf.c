@@ -112,8 +112,8 @@ struct grid_fetch {
     size_t cap;                 /* floats */
 };
 
-static const void *
-fetch_grid(void *ctx, size_t i, struct diag *d)
+static int
+fetch_grid(void *ctx, size_t i, const void **data, struct diag *d)
 {
     struct grid_fetch *f = ctx;
     const struct qgrid *g = f->qm->t[f->grid_of[i]].g;
@@ -122,15 +122,14 @@ fetch_grid(void *ctx, size_t i, struct diag *d)
     if (n > f->cap) {
         free(f->buf);
         f->cap = 0;
-        if (!(f->buf = malloc(n * sizeof(float)))) {
-            diag_set(d, ST_NOMEM, "out of memory");
-            return NULL;
-        }
+        if (!(f->buf = malloc(n * sizeof(float))))
+            return diag_set(d, ST_NOMEM, "tensor '%s': out of memory", f->qm->t[f->grid_of[i]].name);
         f->cap = n;
     }
     for (int64_t r = 0; r < g->rows; r++)
         qgrid_dequant_row(g, r, f->buf + r * g->cols);
-    return f->buf;
+    *data = f->buf;
+    return 0;
 }
 
 /* Lossless: the GGUF is written with the grids in F16 (which holds the
@@ -154,7 +153,7 @@ write_quant_gguf(struct gguf *g, const struct out_tensor *flat, size_t n, struct
     else if ((tmp = malloc(strlen(o->output) + 8)))
         sprintf(tmp, "%s.f16src", o->output);
     if (!tmp)
-        return diag_set(d, ST_NOMEM, "out of memory");
+        return diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
     /* never committed: force only lets an existing file of that name be */
     if ((rc = xout_open(&tx, tmp, true, d)) < 0) {
         diag_prefix(d, "'%s'", tmp);
@@ -201,7 +200,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     gguf_init(&g);
     path = path_join(o->input, "config.json");
     if (!path) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     rc = hf_config_load(&cfg, path, d);
@@ -229,7 +228,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     ts = calloc(sm.n_tensors + (quant ? (size_t)qm.n : 0) + 1, sizeof(*ts));
     layer_count = calloc((size_t)cfg.n_layer, sizeof(*layer_count));
     if (!ts || !layer_count) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     /* --type auto: the type of the first matrix in file order (bf16 or f16), else f16. */
@@ -330,12 +329,14 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         int64_t nf = cfg.head_dim / 2;
         rope_freqs = malloc((size_t)nf * sizeof(float));
         if (!rope_freqs) {
-            rc = diag_set(d, ST_NOMEM, "out of memory");
+            rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
             goto out;
         }
         rc = hf_rope_freqs(&cfg, rope_freqs, nf, d);
-        if (rc)
+        if (rc) {
+            diag_prefix(d, "'%s'", o->input);
             goto out;
+        }
         snprintf(ot->name, sizeof(ot->name), "rope_freqs.weight");
         ot->n_dims = 1;
         ot->ne[0] = nf;
@@ -352,7 +353,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     flat = calloc(n ? n : 1, sizeof(*flat));
     grid_of = calloc(n ? n : 1, sizeof(*grid_of));
     if (!flat || !grid_of) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -363,12 +364,14 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     name = dir_basename(o->input);
     if (!name || gguf_set_str(&g, "general.architecture", cfg.arch_name) ||
         gguf_set_str(&g, "general.type", "model") || gguf_set_str(&g, "general.name", name)) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     if ((rc = hf_config_to_gguf(&g, &cfg, ftype_for_type(want), d)) ||
-        (rc = hf_vocab_to_gguf(&g, &voc, d)))
+        (rc = hf_vocab_to_gguf(&g, &voc, d))) {
+        diag_prefix(d, "'%s'", o->input);
         goto out;
+    }
     gf.qm = &qm;
     gf.grid_of = grid_of;
     if (quant && o->out_type < 0)
@@ -433,7 +436,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     srcs = calloc(g.n_tensors + 1, sizeof(*srcs));
     maps = calloc(g.n_tensors + 1, sizeof(*maps));
     if (!specs || !srcs || !maps) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     for (uint64_t i = 0; i < g.n_tensors; i++) {
@@ -482,8 +485,10 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
                   : n_f16 >= n_f32 && n_f16 ? "float16" : "float32";
     rc = sft_plan_init(&plan, specs, n, o->shard_size ? o->shard_size : SFT_DEFAULT_SHARD, NULL,
                        0, d);
-    if (rc)
+    if (rc) {
+        diag_prefix(d, "'%s'", o->input);
         goto out;
+    }
     rc = xout_open_dir(&xo, o->output, o->force, d);
     if (rc) {
         diag_prefix(d, "'%s'", o->output);
@@ -491,7 +496,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     }
     dir_open = true;
     /* From here on a write error names the output directory (and the file
-     * in it, where the writer says which). */
+     * in it, where the writer says which), any other error the input. */
     rc = hf_write_dir(xo.tmp, &cfg, &voc, torch_dtype, d);
     if (rc)
         goto out_dir;
@@ -524,8 +529,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         diag_prefix(d, "'%s'", o->output);
     goto out;
 out_dir:
-    if (rc == -ST_IO)
-        diag_prefix(d, "'%s'", o->output);
+    diag_prefix(d, "'%s'", rc == -ST_IO ? o->output : o->input);
 out:
     if (writer_open)
         sft_writer_abort(&w);

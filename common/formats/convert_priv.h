@@ -21,7 +21,8 @@ struct diag;
 /* The output part of convert_opts, as write_gguf_out() takes it:
  * struct gguf_write_opts w = CONVERT_WRITE_OPTS(o); */
 #define CONVERT_WRITE_OPTS(o) \
-    { .output = (o)->output, .force = (o)->force, .cb = (o)->cb, .out = (o)->out }
+    { .output = (o)->output, .input = (o)->input, .force = (o)->force, .cb = (o)->cb, \
+      .out = (o)->out }
 
 /* ---- convert_hf.c ---- */
 int convert_gguf_to_hf(const struct convert_opts *o, struct diag *d);
