@@ -50,7 +50,9 @@ convert_detect(const char *path, enum model_fmt *out, struct diag *d)
     size_t n;
 
     *out = FMT_AUTO;
-    if (!strcmp(path, "-")) {
+    /* A stream cannot be peeked at and opened again: reading its first
+     * bytes here would take them from the reader that follows. */
+    if (path_is_stream(path)) {
         *out = FMT_GGUF;
         return 0;
     }
@@ -192,8 +194,8 @@ gguf_is_eagle(const char *path, struct diag *d)
     const char *arch = NULL;
     int rc;
 
-    if (!strcmp(path, "-"))
-        return 0;
+    if (path_is_stream(path))
+        return 0;       /* read once, by the conversion (which refuses it for HF) */
     if ((rc = gguf_open(&g, path, d)) < 0) {
         diag_prefix(d, "'%s'", path);
         return rc;
@@ -274,8 +276,9 @@ run_convert(const struct convert_opts *o, struct diag *d)
         return diag_set(d, ST_RANGE, "writing llama2.c checkpoints is not supported; use --to gguf or hf");
     if (to == FMT_HF && !strcmp(o->output, "-"))
         return diag_set(d, ST_RANGE, "a Hugging Face directory cannot be written to stdout");
-    if (from != FMT_GGUF && !strcmp(o->input, "-"))
-        return diag_set(d, ST_RANGE, "only GGUF can be read from stdin");
+    if (from != FMT_GGUF && path_is_stream(o->input))
+        return diag_set(d, ST_RANGE, "'%s': only GGUF can be read from a pipe or device, "
+                        "not --from %s", o->input, model_fmt_name(from));
     rc = convert_eagle(o, from, to, &done, d);
     if (rc || done)
         return rc;

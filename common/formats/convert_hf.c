@@ -21,6 +21,7 @@
 #include "qgrid.h"
 #include "qtypes.h"
 #include "safetensors.h"
+#include "xio.h"
 
 /* ggml type of a safetensors dtype we can convert, or -1. */
 static int
@@ -417,8 +418,9 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     memset(&plan, 0, sizeof(plan));
     memset(&xo, 0, sizeof(xo));
     hf_vocab_init(&voc);
-    if (!strcmp(o->input, "-"))
-        return diag_set(d, ST_RANGE, "GGUF to HF needs a GGUF file, not a pipe (tensors are written in another order)");
+    if (path_is_stream(o->input))
+        return diag_set(d, ST_RANGE, "'%s': GGUF to HF needs a GGUF file, not a pipe or device "
+                        "(tensors are written in another order)", o->input);
     rc = gguf_open(&g, o->input, d);
     if (rc) {
         diag_prefix(d, "'%s'", o->input);

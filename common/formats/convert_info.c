@@ -16,6 +16,7 @@
 #include "gguf.h"
 #include "json.h"
 #include "qtypes.h"
+#include "xio.h"
 
 #define INFO_SCHEMA "convert-info/1"
 #define ARR_SHOW 4        /* array elements shown in text */
@@ -235,6 +236,9 @@ convert_info(const char *path, enum model_fmt fmt, bool json, FILE *out, struct 
 
     if (fmt == FMT_AUTO && (rc = convert_detect(path, &fmt, d)))
         return rc;
+    if (fmt != FMT_GGUF && path_is_stream(path))
+        return diag_set(d, ST_RANGE, "only GGUF can be read from a pipe or device, not --from %s",
+                        model_fmt_name(fmt));
     switch (fmt) {
     case FMT_GGUF: return info_gguf(path, json, out, d);
     case FMT_HF: return info_hf(path, json, out, d);

@@ -50,6 +50,40 @@ GEMMA=gemma-3-270m.Q4_K_M.gguf
     cmp "$FIX/tiny-llama-f16.gguf" "$BATS_TEST_TMPDIR/b.gguf"
 }
 
+@test "a named pipe, FIFO or /dev/stdin reads as '-' does; what needs a file says so" {
+    local src=$FIX/tiny-llama-f32.gguf T=$BATS_TEST_TMPDIR
+    convert --info "$src" | tail -n +2 > "$T/info.want"
+    convert --type f16 "$src" "$T/want.gguf"
+    # process substitution (/dev/fd/N) and /dev/stdin on a pipe
+    run -0 --separate-stderr convert --info <(cat "$src")
+    diff <(tail -n +2 <<<"$output") "$T/info.want"
+    run -0 --separate-stderr bash -c "cat '$src' | convert --info /dev/stdin"
+    diff <(tail -n +2 <<<"$output") "$T/info.want"
+    convert --type f16 <(cat "$src") "$T/a.gguf"
+    cmp "$T/a.gguf" "$T/want.gguf"
+    cat "$src" | convert --type f16 /dev/stdin "$T/b.gguf"
+    cmp "$T/b.gguf" "$T/want.gguf"
+    # a FIFO: opened once (a second open would wait for a writer forever;
+    # the writer's timeout only keeps a broken convert from hanging the test)
+    mkfifo "$T/fifo"
+    timeout 60 cp "$src" "$T/fifo" &
+    timeout 60 convert --type f16 "$T/fifo" "$T/c.gguf"
+    wait
+    cmp "$T/c.gguf" "$T/want.gguf"
+    timeout 60 cp "$src" "$T/fifo" &
+    run -0 --separate-stderr timeout 60 convert --info "$T/fifo"
+    wait
+    diff <(tail -n +2 <<<"$output") "$T/info.want"
+    # what a stream cannot be: say so (the FIFO is never opened)
+    run -2 --separate-stderr timeout 60 convert --from llama2c "$T/fifo" "$T/d.gguf"
+    [ "$stderr" = "convert: '$T/fifo': only GGUF can be read from a pipe or device, not --from llama2c" ]
+    run -2 --separate-stderr timeout 60 convert --info --from llama2c "$T/fifo"
+    [ "$stderr" = "convert: '$T/fifo': only GGUF can be read from a pipe or device, not --from llama2c" ]
+    run -2 --separate-stderr timeout 60 convert "$T/fifo" "$T/hf"
+    [[ "$stderr" == "convert: '$T/fifo': GGUF to HF needs a GGUF file, not a pipe or device"* ]]
+    [ ! -e "$T/d.gguf" ] && [ ! -e "$T/hf" ]
+}
+
 @test "an existing output is kept unless -f" {
     echo keep > "$BATS_TEST_TMPDIR/out.gguf"
     run -2 --separate-stderr convert "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/out.gguf"
