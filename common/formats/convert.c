@@ -279,6 +279,10 @@ run_convert(const struct convert_opts *o, struct diag *d)
     if (from != FMT_GGUF && path_is_stream(o->input))
         return diag_set(d, ST_RANGE, "'%s': only GGUF can be read from a pipe or device, "
                         "not --from %s", o->input, model_fmt_name(from));
+    if (from == FMT_HF && (rc = hf_dir_check_files(o->input, d)) < 0) {
+        diag_prefix(d, "'%s'", o->input);
+        return rc;
+    }
     rc = convert_eagle(o, from, to, &done, d);
     if (rc || done)
         return rc;

@@ -88,6 +88,27 @@ dir_basename(const char *dir)
     return out;
 }
 
+int
+hf_dir_check_files(const char *dir, struct diag *d)
+{
+    static const char *const names[] = {
+        "config.json", SFT_INDEX_NAME, SFT_SINGLE_NAME, "tokenizer.json", "tokenizer_config.json",
+        "tokenizer.model", "added_tokens.json", "merges.txt", "chat_template.jinja",
+        "quantize_config.json", "quant_config.json",
+    };
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char *p = path_join(dir, names[i]);
+        bool stream = p && path_is_stream(p);
+        free(p);
+        if (!p)
+            return diag_set(d, ST_NOMEM, "out of memory");
+        if (stream)
+            return diag_set(d, ST_RANGE, "'%s' is a pipe or device, not a regular file", names[i]);
+    }
+    return 0;
+}
+
 /* ---- GPTQ / AWQ directories ---- */
 
 /* The parts of a quantized linear, which qmodel_read_hf reads as a grid. */

@@ -239,6 +239,8 @@ convert_info(const char *path, enum model_fmt fmt, bool json, FILE *out, struct 
     if (fmt != FMT_GGUF && path_is_stream(path))
         return diag_set(d, ST_RANGE, "only GGUF can be read from a pipe or device, not --from %s",
                         model_fmt_name(fmt));
+    if (fmt == FMT_HF && (rc = hf_dir_check_files(path, d)) < 0)
+        return rc;
     switch (fmt) {
     case FMT_GGUF: return info_gguf(path, json, out, d);
     case FMT_HF: return info_hf(path, json, out, d);

@@ -25,6 +25,14 @@ struct diag;
       .out = (o)->out }
 
 /* ---- convert_hf.c ---- */
+
+/* hf_dir_check_files() : -ST_RANGE ("'config.json' is a pipe or device, not
+ * a regular file"; the caller names dir) when a file of the HF directory
+ * that convert reads is a FIFO, a device or a socket: some are read twice
+ * (config.json by the configuration and the GPTQ/AWQ reader, the index by
+ * the EAGLE check and the loader), and a FIFO's second open would wait for
+ * ever.  0 otherwise, -ST_NOMEM. */
+int hf_dir_check_files(const char *dir, struct diag *d);
 int convert_gguf_to_hf(const struct convert_opts *o, struct diag *d);
 int convert_hf_to_gguf(const struct convert_opts *o, struct diag *d);
 int info_hf(const char *dir, bool json, FILE *out, struct diag *d);

@@ -295,6 +295,24 @@ pyenv_python() {
 # mkhf DIR : a converted tiny HF directory to corrupt.
 mkhf() { convert "$FIX/tiny-llama-f32.gguf" "$1" >/dev/null 2>&1; }
 
+@test "an HF directory whose config.json is a FIFO is refused (2), not read twice" {
+    local T=$BATS_TEST_TMPDIR
+    mkhf "$T/hf"
+    mv "$T/hf/config.json" "$T/config.json"
+    mkfifo "$T/hf/config.json"
+    # a writer, so that a convert that reads it twice waits for a second one
+    # (the timeouts only keep that from hanging the test)
+    timeout 60 cp "$T/config.json" "$T/hf/config.json" &
+    run -2 --separate-stderr timeout 60 convert "$T/hf" "$T/o.gguf"
+    [ "$stderr" = "convert: '$T/hf': 'config.json' is a pipe or device, not a regular file" ]
+    run -2 --separate-stderr timeout 60 convert --info "$T/hf"
+    [ "$stderr" = "convert: '$T/hf': 'config.json' is a pipe or device, not a regular file" ]
+    # the refusals never opened it: let the writer finish
+    cat "$T/hf/config.json" > /dev/null
+    wait
+    [ ! -e "$T/o.gguf" ]
+}
+
 @test "bad HF inputs exit 3 with a message and leave no output" {
     out="$BATS_TEST_TMPDIR/out.gguf"
     mkdir "$BATS_TEST_TMPDIR/empty"
