@@ -192,6 +192,8 @@ write_quant_gguf(struct gguf *g, const struct out_tensor *flat, size_t n, struct
         qm->src_path = tx.tmp;
         rc = qmodel_write_gguf(qm, o->output, o->force, &o->cb, d);
         qm->src_path = NULL;
+        if (rc < 0 && rc != -ST_IO)     /* (an I/O error names its file: qgrid.h) */
+            diag_prefix(d, "'%s'", o->input);
     }
     xout_abort(&tx);
     return rc;

@@ -343,7 +343,8 @@ run_method(const struct quantize_run_opts *o, struct diag *d)
         return rc;
     }
     if ((rc = qmodel_write(&qm, o->q.output, o->format, o->q.force, &o->q.cb, d)) < 0) {
-        diag_prefix(d, "'%s'", o->q.output);
+        if (rc != -ST_IO)       /* (an I/O error names its file: qgrid.h) */
+            diag_prefix(d, "'%s'", o->q.output);
         goto out;
     }
     written = true;

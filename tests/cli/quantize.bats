@@ -107,6 +107,31 @@ need_py() {
     [ ! -e o.gguf ]
 }
 
+@test "bad weights name the model, bad imatrix entries the imatrix file (3)" {
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama-f32.gguf off
+    # a NaN in blk.0.attn_q.weight
+    cp "$m" nan.gguf
+    off=$(convert --info --json nan.gguf |
+          jq -r 'select(.name == "blk.0.attn_q.weight") | .file_offset')
+    printf '\x00\x00\xc0\x7f' | dd of=nan.gguf bs=1 seek=$((off + 40)) conv=notrunc 2>/dev/null
+    run -3 --separate-stderr quantize --type Q8_0 nan.gguf o.gguf
+    [ "$stderr" = "quantize: 'nan.gguf': tensor 'blk.0.attn_q.weight': non-finite weights (NaN or infinity)" ]
+    run -3 --separate-stderr quantize --type Q8_0 - o.gguf < nan.gguf
+    [ "$stderr" = "quantize: '-': tensor 'blk.0.attn_q.weight': non-finite weights (NaN or infinity)" ]
+    # an entry one value short (legacy .dat: 1 entry, name, ncall 1, 63 values)
+    python3 -c '
+import struct, sys
+n = b"blk.0.attn_q.weight"
+sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1, 63) + b"\0\0\x80\x3f" * 63)' > short.dat
+    run -3 --separate-stderr quantize --type Q4_0 --imatrix short.dat "$m" o.gguf
+    [ "$stderr" = "quantize: 'short.dat': entry 'blk.0.attn_q.weight' has 63 values, the tensor's rows in '$m' have 64" ]
+    # a NaN in an entry
+    run -3 --separate-stderr quantize --type Q4_0 --imatrix "$TOP/tests/fuzz/corpus/imatrix/dat-nan.dat" "$m" o.gguf
+    [[ "$stderr" == "quantize: '$TOP/tests/fuzz/corpus/imatrix/dat-nan.dat': imatrix entry '"*"' contains a non-finite value" ]]
+    [ ! -e o.gguf ]
+}
+
 @test "--imatrix and --calib from a FIFO or a pipe are read once, as a file is" {
     cd "$BATS_TEST_TMPDIR"
     local m=$FIX/tiny-llama256-f32.gguf im=$GOLD/tiny-llama256-f32.imatrix.gguf
