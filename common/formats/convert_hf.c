@@ -109,6 +109,57 @@ hf_dir_check_files(const char *dir, struct diag *d)
     return 0;
 }
 
+/* ---- shapes ---- */
+
+/* "[a, b, ...]" of n dims into buf; a dimension <= 0 is the vocabulary,
+ * which config.json did not give */
+static const char *
+shape_str(char *buf, size_t size, int n, const int64_t *shape)
+{
+    size_t k = (size_t)snprintf(buf, size, "[");
+
+    for (int i = 0; i < n && k < size; i++) {
+        if (shape[i] > 0)
+            k += (size_t)snprintf(buf + k, size - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        else
+            k += (size_t)snprintf(buf + k, size - k, "%svocab", i ? ", " : "");
+    }
+    if (k < size)
+        snprintf(buf + k, size - k, "]");
+    return buf;
+}
+
+/* Whether HF tensor t has the shape config.json implies for it (m, from
+ * hf_name_to_gguf): a matrix [rows, cols], a vector [cols].  The
+ * vocabulary, when config.json does not give it, is the first tensor's
+ * that has one (*vocab, 0 until then), so that the embedding and the LM
+ * head agree.  0, or -ST_FORMAT naming the tensor (the caller names its
+ * file). */
+static int
+check_shape(const struct sft_tensor *t, const struct hf_tensor_map *m, int64_t *vocab,
+            struct diag *d)
+{
+    const int n = t->n_dims;
+    const int64_t *shape = t->shape;
+    int64_t want[2] = { m->matrix ? m->rows : m->cols, m->cols };
+    int want_n = m->matrix ? 2 : 1;
+    bool ok = n == want_n;
+    char got_s[96], want_s[64];
+
+    if (m->matrix && m->rows <= 0)
+        want[0] = *vocab;
+    for (int i = 0; ok && i < want_n; i++)
+        ok = want[i] <= 0 || shape[i] == want[i];
+    if (ok) {
+        if (m->matrix && m->rows <= 0)
+            *vocab = shape[0];
+        return 0;
+    }
+    return diag_set(d, ST_FORMAT, "tensor '%s' has shape %s, config.json implies %s", t->name,
+                    shape_str(got_s, sizeof(got_s), n, shape),
+                    shape_str(want_s, sizeof(want_s), want_n, want));
+}
+
 /* ---- GPTQ / AWQ directories ---- */
 
 /* The parts of a quantized linear, which qmodel_read_hf reads as a grid. */
@@ -218,6 +269,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     struct qmodel qm = {0};
     struct grid_fetch gf = {0};
     int64_t *grid_of = NULL;
+    int64_t vocab = 0;          /* rows of a vocabulary matrix (check_shape) */
 
     memset(&sm, 0, sizeof(sm));
     hf_vocab_init(&voc);
@@ -291,6 +343,10 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         }
         if (t->n_dims < 1 || t->n_dims > 4 || strlen(m.name) > GGUF_MAX_NAME) {
             rc = diag_set(d, ST_FORMAT, "'%s': tensor '%s' has %d dimensions", o->input, t->name, t->n_dims);
+            goto out;
+        }
+        if ((rc = check_shape(t, &m, &vocab, d)) < 0) {
+            diag_prefix(d, "'%s/%s'", o->input, sm.file_names[sm.tensors[i].file]);
             goto out;
         }
         snprintf(ot->name, sizeof(ot->name), "%s", m.name);

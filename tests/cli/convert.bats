@@ -295,6 +295,43 @@ pyenv_python() {
 # mkhf DIR : a converted tiny HF directory to corrupt.
 mkhf() { convert "$FIX/tiny-llama-f32.gguf" "$1" >/dev/null 2>&1; }
 
+@test "HF tensors whose shapes config.json does not imply exit 3 naming the file and tensor" {
+    local T=$BATS_TEST_TMPDIR name shape want
+    mkhf "$T/hf"
+    # NAME, the shape given (same bytes), the shape config.json implies
+    # (hidden 64, 4 heads of 16, 2 KV heads, FFN 128, vocabulary 281)
+    while read -r name shape want; do
+        rm -rf "$T/c"
+        cp -r "$T/hf" "$T/c"
+        sft_shape "$T/c" "$name" ${shape//,/ }
+        run -3 --separate-stderr convert "$T/c" "$T/o.gguf"
+        [ "$stderr" = "convert: '$T/c/model.safetensors': tensor '$name' has shape [${shape//,/, }], config.json implies [${want//,/, }]" ] ||
+            { echo "$name: $stderr"; false; }
+        [ ! -e "$T/o.gguf" ]
+    done <<'CASES'
+model.embed_tokens.weight 64,281 281,64
+model.layers.1.self_attn.k_proj.weight 64,32 32,64
+model.layers.0.self_attn.q_proj.weight 32,128 64,64
+model.layers.0.self_attn.v_proj.weight 16,128 32,64
+model.layers.1.self_attn.o_proj.weight 64,32,2 64,64
+model.layers.0.mlp.down_proj.weight 128,64 64,128
+model.layers.1.mlp.gate_proj.weight 64,128 128,64
+model.layers.0.mlp.up_proj.weight 256,32 128,64
+model.layers.0.input_layernorm.weight 1,64 64
+model.norm.weight 32,2 64
+CASES
+    # without vocab_size the embedding's rows are free, its columns are not
+    rm -rf "$T/c"
+    cp -r "$T/hf" "$T/c"
+    jq 'del(.vocab_size)' "$T/hf/config.json" > "$T/c/config.json"
+    run -0 convert "$T/c" "$T/o.gguf"
+    rm "$T/o.gguf"
+    sft_shape "$T/c" model.embed_tokens.weight 64 281
+    run -3 --separate-stderr convert "$T/c" "$T/o.gguf"
+    [ "$stderr" = "convert: '$T/c/model.safetensors': tensor 'model.embed_tokens.weight' has shape [64, 281], config.json implies [vocab, 64]" ]
+    [ ! -e "$T/o.gguf" ]
+}
+
 @test "an HF directory whose config.json is a FIFO is refused (2), not read twice" {
     local T=$BATS_TEST_TMPDIR
     mkhf "$T/hf"
