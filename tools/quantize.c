@@ -16,6 +16,7 @@
 #include "quantize_run.h"
 #include "tool.h"
 #include "tool_cb.h"
+#include "xio.h"
 
 #include "quantize_opts.h"
 
@@ -142,6 +143,9 @@ main(int argc, char **argv)
         usage_error(usage_line, argc < 2 ? "missing %s" : "too many operands%s",
                     argc == 0 ? "input and output" : argc == 1 ? "output" : "");
     struct diag gd;
+    /* an input read twice (by the calibration or the evaluation, then the
+     * quantization) must be a file: a pipe or FIFO can be read only once */
+    const bool in_stream = path_is_stream(argv[0]);
     const bool meth = r.use_method, gptq = meth && r.m.method == QM_GPTQ;
     const bool awq = meth && r.m.method == QM_AWQ;
     const struct usage_rule rules[] = {
@@ -164,7 +168,7 @@ main(int argc, char **argv)
         { meth && (r.imatrix_in || r.imatrix_out || n_ov || n_inc || n_exc || o->mix.pure ||
                    o->mix.keep_output || o->mix.output_type >= 0 || o->mix.embd_type >= 0),
           "--method takes none of the llama.cpp type options (--imatrix, --tensor-type, --pure ...)" },
-        { meth && !strcmp(argv[0], "-"), "--method needs INPUT as a file, not '-'" },
+        { meth && in_stream, "--method reads INPUT twice: it must be a file, not '-', a pipe or a device" },
         { meth && r.format != QF_GGUF && !strcmp(argv[1], "-"),
           "--format gptq/gptq_v2/awq writes a directory: OUTPUT cannot be '-'" },
         { r.eval && meth && r.format != QF_GGUF, "--eval needs --format gguf" },
@@ -174,7 +178,10 @@ main(int argc, char **argv)
         { (n_inc || n_exc) && !r.imatrix_in && !r.calib,
           "--include-weights/--exclude-weights need an importance matrix" },
         { n_inc && n_exc, "--include-weights and --exclude-weights exclude each other" },
-        { (r.calib || r.eval) && !strcmp(argv[0], "-"), "--calib and --eval need INPUT as a file, not '-'" },
+        { (r.calib || r.eval) && in_stream,
+          "--calib and --eval read INPUT twice: it must be a file, not '-', a pipe or a device" },
+        { r.imatrix_in && !strcmp(r.imatrix_in, "-") && !strcmp(argv[0], "-"),
+          "--imatrix and INPUT cannot both read stdin" },
         { r.eval && !strcmp(argv[1], "-"), "--eval needs OUTPUT as a file, not '-'" },
         { r.json && !strcmp(argv[1], "-"), "--json writes to stdout: OUTPUT cannot be '-'" },
         { r.calib && r.eval && !strcmp(r.calib, "-") && !strcmp(r.eval, "-"),

@@ -90,17 +90,31 @@ json_load_mem(const char *buf, size_t len, json_t **out, struct diag *d)
         for (size_t i = 0; i < guard.n; i++)
             free(guard.v[i]);
         guard_end();
-        return diag_set(d, ST_NOMEM, "out of memory");
+        return diag_set(d, ST_NOMEM, "out of memory parsing %zu bytes of JSON", len);
     }
     guard.jmp = &jb;
     *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
     guard_end();
     if (!*out && json_error_code(&err) == json_error_out_of_memory)
-        return diag_set(d, ST_NOMEM, "out of memory");
+        return diag_set(d, ST_NOMEM, "out of memory parsing %zu bytes of JSON", len);
     if (!*out)
         return diag_set(d, ST_FORMAT, "invalid JSON at line %d column %d: %s",
                         err.line, err.column, err.text);
     return 0;
+}
+
+int
+json_stringn_new(const char *s, size_t n, json_t **out)
+{
+    json_t *raw;
+
+    if ((*out = json_stringn(s, n)))
+        return 0;
+    /* the same without the UTF-8 check: made, so the check failed */
+    if (!(raw = json_stringn_nocheck(s, n)))
+        return -ST_NOMEM;
+    json_decref(raw);
+    return -ST_RANGE;
 }
 
 int

@@ -26,6 +26,11 @@ int json_load_path(const char *path, size_t max, json_t **out, struct diag *d);
 /* json_load_mem() : the same over a buffer. */
 int json_load_mem(const char *buf, size_t len, json_t **out, struct diag *d);
 
+/* json_stringn_new() : *out = json_stringn(s, n) (caller owns it): 0, or
+ * -ST_RANGE when s is not valid UTF-8, -ST_NOMEM when memory ran out
+ * (jansson returns NULL for both).  Sets no message. */
+int json_stringn_new(const char *s, size_t n, json_t **out);
+
 /* Member access on an object (NULL-safe).  Return 1 when absent (or null),
  * 0 when found, -ST_FORMAT when of the wrong type (message names the key). */
 int json_obj_str(const json_t *o, const char *key, const char **out, struct diag *d);

@@ -1177,6 +1177,16 @@ path_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+bool
+path_is_stream(const char *path)
+{
+    struct stat st;
+
+    if (!strcmp(path, "-"))
+        return true;
+    return stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
+}
+
 char *
 path_join(const char *a, const char *b)
 {

@@ -160,6 +160,13 @@ void xio_note_input(const char *path);
 bool path_is_dir(const char *path);
 bool path_exists(const char *path);
 
+/* path_is_stream() : whether an input path can be read only once, from its
+ * start to its end: "-" (standard input, even when it is a file), or an
+ * existing path that is neither a regular file nor a directory (a FIFO,
+ * /dev/stdin or /dev/fd/N on a pipe, a character device, a socket).  Such
+ * an input cannot be opened a second time to read it again. */
+bool path_is_stream(const char *path);
+
 /* path_join() : malloc'd "a/b". */
 char *path_join(const char *a, const char *b);
 

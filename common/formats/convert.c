@@ -50,7 +50,9 @@ convert_detect(const char *path, enum model_fmt *out, struct diag *d)
     size_t n;
 
     *out = FMT_AUTO;
-    if (!strcmp(path, "-")) {
+    /* A stream cannot be peeked at and opened again: reading its first
+     * bytes here would take them from the reader that follows. */
+    if (path_is_stream(path)) {
         *out = FMT_GGUF;
         return 0;
     }
@@ -91,32 +93,32 @@ convert_detect(const char *path, enum model_fmt *out, struct diag *d)
 
 struct gguf_fetch {
     struct gguf *in;
-    const char *path;
     void *buf;
     uint64_t cap;
 };
 
-/* Tensor i of a streamed GGUF, read in file order into one reused buffer. */
-static const void *
-fetch_gguf(void *ctx, size_t i, struct diag *d)
+/* Tensor i of a streamed GGUF, read in file order into one reused buffer
+ * (the writer names the input in messages). */
+static int
+fetch_gguf(void *ctx, size_t i, const void **data, struct diag *d)
 {
     struct gguf_fetch *f = ctx;
-    const void *p;
     uint64_t nb = f->in->t[i].nbytes;
 
     if (nb > f->cap) {
         free(f->buf);
-        f->buf = malloc(nb ? nb : 1);
+        f->buf = nb <= SIZE_MAX ? malloc(nb ? (size_t)nb : 1) : NULL;
         f->cap = f->buf ? nb : 0;
-        if (!f->buf) {
-            diag_set(d, ST_NOMEM, "out of memory");
-            return NULL;
-        }
+        if (!f->buf)
+            return diag_set(d, ST_NOMEM, "tensor '%s': out of memory for its %llu bytes",
+                            f->in->t[i].name.p, (unsigned long long)nb);
     }
-    p = gguf_tensor_bytes(f->in, i, f->buf, d);
-    if (!p)
-        diag_prefix(d, "'%s'", f->path);
-    return p;
+    *data = gguf_tensor_bytes(f->in, i, f->buf, d);
+    if (!*data) {
+        const struct src *s = f->in->src;
+        return s && s->fp && ferror(s->fp) ? -ST_IO : -ST_FORMAT;
+    }
+    return 0;
 }
 
 static int
@@ -138,14 +140,18 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
     outg.version = in.version;
     for (uint64_t i = 0; i < in.n_kv; i++)
         if (gguf_set_kv_copy(&outg, &in.kv[i])) {
-            rc = diag_set(d, ST_NOMEM, "out of memory");
+            rc = diag_set(d, ST_NOMEM, "'%s': out of memory copying its metadata", o->input);
             goto out;
         }
-    if (o->out_type >= 0 && gguf_find(&outg, "general.file_type") >= 0)
-        gguf_set_u32(&outg, "general.file_type", ftype_for_type(o->out_type));
+    if (o->out_type >= 0 && gguf_find(&outg, "general.file_type") >= 0 &&
+        gguf_set_u32(&outg, "general.file_type", ftype_for_type(o->out_type))) {
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory copying its metadata", o->input);
+        goto out;
+    }
     ts = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*ts));
     if (!ts) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory for its %llu tensors", o->input,
+                      (unsigned long long)in.n_tensors);
         goto out;
     }
     for (uint64_t i = 0; i < in.n_tensors; i++) {
@@ -170,7 +176,6 @@ gguf_to_gguf(const struct convert_opts *o, struct diag *d)
         }
     }
     f.in = &in;
-    f.path = o->input;
     rc = write_gguf_out(&outg, ts, in.n_tensors, fetch_gguf, &f, &wo, d);
 out:
     free(f.buf);
@@ -189,8 +194,8 @@ gguf_is_eagle(const char *path, struct diag *d)
     const char *arch = NULL;
     int rc;
 
-    if (!strcmp(path, "-"))
-        return 0;
+    if (path_is_stream(path))
+        return 0;       /* read once, by the conversion (which refuses it for HF) */
     if ((rc = gguf_open(&g, path, d)) < 0) {
         diag_prefix(d, "'%s'", path);
         return rc;
@@ -271,8 +276,13 @@ run_convert(const struct convert_opts *o, struct diag *d)
         return diag_set(d, ST_RANGE, "writing llama2.c checkpoints is not supported; use --to gguf or hf");
     if (to == FMT_HF && !strcmp(o->output, "-"))
         return diag_set(d, ST_RANGE, "a Hugging Face directory cannot be written to stdout");
-    if (from != FMT_GGUF && !strcmp(o->input, "-"))
-        return diag_set(d, ST_RANGE, "only GGUF can be read from stdin");
+    if (from != FMT_GGUF && path_is_stream(o->input))
+        return diag_set(d, ST_RANGE, "'%s': only GGUF can be read from a pipe or device, "
+                        "not --from %s", o->input, model_fmt_name(from));
+    if (from == FMT_HF && (rc = hf_dir_check_files(o->input, d)) < 0) {
+        diag_prefix(d, "'%s'", o->input);
+        return rc;
+    }
     rc = convert_eagle(o, from, to, &done, d);
     if (rc || done)
         return rc;

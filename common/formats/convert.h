@@ -30,7 +30,10 @@ enum model_fmt model_fmt_parse(const char *s);
 const char *model_fmt_name(enum model_fmt f);
 
 /* convert_detect() : the format of an input from its magic bytes or its
- * directory contents.  "-" is read as GGUF.  -ST_FORMAT when unrecognised. */
+ * directory contents.  A stream ("-", a FIFO, /dev/stdin on a pipe, a
+ * device: path_is_stream) is GGUF, the one format read from a stream, and
+ * is not read here: it can be read only once.  -ST_FORMAT when
+ * unrecognised. */
 int convert_detect(const char *path, enum model_fmt *out, struct diag *d);
 
 struct convert_opts {

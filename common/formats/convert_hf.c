@@ -21,6 +21,7 @@
 #include "qgrid.h"
 #include "qtypes.h"
 #include "safetensors.h"
+#include "xio.h"
 
 /* ggml type of a safetensors dtype we can convert, or -1. */
 static int
@@ -87,6 +88,78 @@ dir_basename(const char *dir)
     return out;
 }
 
+int
+hf_dir_check_files(const char *dir, struct diag *d)
+{
+    static const char *const names[] = {
+        "config.json", SFT_INDEX_NAME, SFT_SINGLE_NAME, "tokenizer.json", "tokenizer_config.json",
+        "tokenizer.model", "added_tokens.json", "merges.txt", "chat_template.jinja",
+        "quantize_config.json", "quant_config.json",
+    };
+
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        char *p = path_join(dir, names[i]);
+        bool stream = p && path_is_stream(p);
+        free(p);
+        if (!p)
+            return diag_set(d, ST_NOMEM, "out of memory");
+        if (stream)
+            return diag_set(d, ST_RANGE, "'%s' is a pipe or device, not a regular file", names[i]);
+    }
+    return 0;
+}
+
+/* ---- shapes ---- */
+
+/* "[a, b, ...]" of n dims into buf; a dimension <= 0 is the vocabulary,
+ * which config.json did not give */
+static const char *
+shape_str(char *buf, size_t size, int n, const int64_t *shape)
+{
+    size_t k = (size_t)snprintf(buf, size, "[");
+
+    for (int i = 0; i < n && k < size; i++) {
+        if (shape[i] > 0)
+            k += (size_t)snprintf(buf + k, size - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+        else
+            k += (size_t)snprintf(buf + k, size - k, "%svocab", i ? ", " : "");
+    }
+    if (k < size)
+        snprintf(buf + k, size - k, "]");
+    return buf;
+}
+
+/* Whether HF tensor t has the shape config.json implies for it (m, from
+ * hf_name_to_gguf): a matrix [rows, cols], a vector [cols].  The
+ * vocabulary, when config.json does not give it, is the first tensor's
+ * that has one (*vocab, 0 until then), so that the embedding and the LM
+ * head agree.  0, or -ST_FORMAT naming the tensor (the caller names its
+ * file). */
+static int
+check_shape(const struct sft_tensor *t, const struct hf_tensor_map *m, int64_t *vocab,
+            struct diag *d)
+{
+    const int n = t->n_dims;
+    const int64_t *shape = t->shape;
+    int64_t want[2] = { m->matrix ? m->rows : m->cols, m->cols };
+    int want_n = m->matrix ? 2 : 1;
+    bool ok = n == want_n;
+    char got_s[96], want_s[64];
+
+    if (m->matrix && m->rows <= 0)
+        want[0] = *vocab;
+    for (int i = 0; ok && i < want_n; i++)
+        ok = want[i] <= 0 || shape[i] == want[i];
+    if (ok) {
+        if (m->matrix && m->rows <= 0)
+            *vocab = shape[0];
+        return 0;
+    }
+    return diag_set(d, ST_FORMAT, "tensor '%s' has shape %s, config.json implies %s", t->name,
+                    shape_str(got_s, sizeof(got_s), n, shape),
+                    shape_str(want_s, sizeof(want_s), want_n, want));
+}
+
 /* ---- GPTQ / AWQ directories ---- */
 
 /* The parts of a quantized linear, which qmodel_read_hf reads as a grid. */
@@ -112,8 +185,8 @@ struct grid_fetch {
     size_t cap;                 /* floats */
 };
 
-static const void *
-fetch_grid(void *ctx, size_t i, struct diag *d)
+static int
+fetch_grid(void *ctx, size_t i, const void **data, struct diag *d)
 {
     struct grid_fetch *f = ctx;
     const struct qgrid *g = f->qm->t[f->grid_of[i]].g;
@@ -122,15 +195,14 @@ fetch_grid(void *ctx, size_t i, struct diag *d)
     if (n > f->cap) {
         free(f->buf);
         f->cap = 0;
-        if (!(f->buf = malloc(n * sizeof(float)))) {
-            diag_set(d, ST_NOMEM, "out of memory");
-            return NULL;
-        }
+        if (!(f->buf = malloc(n * sizeof(float))))
+            return diag_set(d, ST_NOMEM, "tensor '%s': out of memory", f->qm->t[f->grid_of[i]].name);
         f->cap = n;
     }
     for (int64_t r = 0; r < g->rows; r++)
         qgrid_dequant_row(g, r, f->buf + r * g->cols);
-    return f->buf;
+    *data = f->buf;
+    return 0;
 }
 
 /* Lossless: the GGUF is written with the grids in F16 (which holds the
@@ -154,7 +226,7 @@ write_quant_gguf(struct gguf *g, const struct out_tensor *flat, size_t n, struct
     else if ((tmp = malloc(strlen(o->output) + 8)))
         sprintf(tmp, "%s.f16src", o->output);
     if (!tmp)
-        return diag_set(d, ST_NOMEM, "out of memory");
+        return diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
     /* never committed: force only lets an existing file of that name be */
     if ((rc = xout_open(&tx, tmp, true, d)) < 0) {
         diag_prefix(d, "'%s'", tmp);
@@ -171,6 +243,8 @@ write_quant_gguf(struct gguf *g, const struct out_tensor *flat, size_t n, struct
         qm->src_path = tx.tmp;
         rc = qmodel_write_gguf(qm, o->output, o->force, &o->cb, d);
         qm->src_path = NULL;
+        if (rc < 0 && rc != -ST_IO)     /* (an I/O error names its file: qgrid.h) */
+            diag_prefix(d, "'%s'", o->input);
     }
     xout_abort(&tx);
     return rc;
@@ -195,13 +269,14 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     struct qmodel qm = {0};
     struct grid_fetch gf = {0};
     int64_t *grid_of = NULL;
+    int64_t vocab = 0;          /* rows of a vocabulary matrix (check_shape) */
 
     memset(&sm, 0, sizeof(sm));
     hf_vocab_init(&voc);
     gguf_init(&g);
     path = path_join(o->input, "config.json");
     if (!path) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     rc = hf_config_load(&cfg, path, d);
@@ -229,7 +304,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     ts = calloc(sm.n_tensors + (quant ? (size_t)qm.n : 0) + 1, sizeof(*ts));
     layer_count = calloc((size_t)cfg.n_layer, sizeof(*layer_count));
     if (!ts || !layer_count) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     /* --type auto: the type of the first matrix in file order (bf16 or f16), else f16. */
@@ -268,6 +343,10 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         }
         if (t->n_dims < 1 || t->n_dims > 4 || strlen(m.name) > GGUF_MAX_NAME) {
             rc = diag_set(d, ST_FORMAT, "'%s': tensor '%s' has %d dimensions", o->input, t->name, t->n_dims);
+            goto out;
+        }
+        if ((rc = check_shape(t, &m, &vocab, d)) < 0) {
+            diag_prefix(d, "'%s/%s'", o->input, sm.file_names[sm.tensors[i].file]);
             goto out;
         }
         snprintf(ot->name, sizeof(ot->name), "%s", m.name);
@@ -330,12 +409,14 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
         int64_t nf = cfg.head_dim / 2;
         rope_freqs = malloc((size_t)nf * sizeof(float));
         if (!rope_freqs) {
-            rc = diag_set(d, ST_NOMEM, "out of memory");
+            rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
             goto out;
         }
         rc = hf_rope_freqs(&cfg, rope_freqs, nf, d);
-        if (rc)
+        if (rc) {
+            diag_prefix(d, "'%s'", o->input);
             goto out;
+        }
         snprintf(ot->name, sizeof(ot->name), "rope_freqs.weight");
         ot->n_dims = 1;
         ot->ne[0] = nf;
@@ -352,7 +433,7 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     flat = calloc(n ? n : 1, sizeof(*flat));
     grid_of = calloc(n ? n : 1, sizeof(*grid_of));
     if (!flat || !grid_of) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     for (size_t i = 0; i < n; i++) {
@@ -363,12 +444,14 @@ convert_hf_to_gguf(const struct convert_opts *o, struct diag *d)
     name = dir_basename(o->input);
     if (!name || gguf_set_str(&g, "general.architecture", cfg.arch_name) ||
         gguf_set_str(&g, "general.type", "model") || gguf_set_str(&g, "general.name", name)) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     if ((rc = hf_config_to_gguf(&g, &cfg, ftype_for_type(want), d)) ||
-        (rc = hf_vocab_to_gguf(&g, &voc, d)))
+        (rc = hf_vocab_to_gguf(&g, &voc, d))) {
+        diag_prefix(d, "'%s'", o->input);
         goto out;
+    }
     gf.qm = &qm;
     gf.grid_of = grid_of;
     if (quant && o->out_type < 0)
@@ -414,8 +497,9 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     memset(&plan, 0, sizeof(plan));
     memset(&xo, 0, sizeof(xo));
     hf_vocab_init(&voc);
-    if (!strcmp(o->input, "-"))
-        return diag_set(d, ST_RANGE, "GGUF to HF needs a GGUF file, not a pipe (tensors are written in another order)");
+    if (path_is_stream(o->input))
+        return diag_set(d, ST_RANGE, "'%s': GGUF to HF needs a GGUF file, not a pipe or device "
+                        "(tensors are written in another order)", o->input);
     rc = gguf_open(&g, o->input, d);
     if (rc) {
         diag_prefix(d, "'%s'", o->input);
@@ -433,7 +517,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     srcs = calloc(g.n_tensors + 1, sizeof(*srcs));
     maps = calloc(g.n_tensors + 1, sizeof(*maps));
     if (!specs || !srcs || !maps) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     for (uint64_t i = 0; i < g.n_tensors; i++) {
@@ -482,8 +566,10 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
                   : n_f16 >= n_f32 && n_f16 ? "float16" : "float32";
     rc = sft_plan_init(&plan, specs, n, o->shard_size ? o->shard_size : SFT_DEFAULT_SHARD, NULL,
                        0, d);
-    if (rc)
+    if (rc) {
+        diag_prefix(d, "'%s'", o->input);
         goto out;
+    }
     rc = xout_open_dir(&xo, o->output, o->force, d);
     if (rc) {
         diag_prefix(d, "'%s'", o->output);
@@ -491,7 +577,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
     }
     dir_open = true;
     /* From here on a write error names the output directory (and the file
-     * in it, where the writer says which). */
+     * in it, where the writer says which), any other error the input. */
     rc = hf_write_dir(xo.tmp, &cfg, &voc, torch_dtype, d);
     if (rc)
         goto out_dir;
@@ -524,8 +610,7 @@ convert_gguf_to_hf(const struct convert_opts *o, struct diag *d)
         diag_prefix(d, "'%s'", o->output);
     goto out;
 out_dir:
-    if (rc == -ST_IO)
-        diag_prefix(d, "'%s'", o->output);
+    diag_prefix(d, "'%s'", rc == -ST_IO ? o->output : o->input);
 out:
     if (writer_open)
         sft_writer_abort(&w);

@@ -16,6 +16,7 @@
 #include "gguf.h"
 #include "json.h"
 #include "qtypes.h"
+#include "xio.h"
 
 #define INFO_SCHEMA "convert-info/1"
 #define ARR_SHOW 4        /* array elements shown in text */
@@ -234,6 +235,11 @@ convert_info(const char *path, enum model_fmt fmt, bool json, FILE *out, struct 
     int rc;
 
     if (fmt == FMT_AUTO && (rc = convert_detect(path, &fmt, d)))
+        return rc;
+    if (fmt != FMT_GGUF && path_is_stream(path))
+        return diag_set(d, ST_RANGE, "only GGUF can be read from a pipe or device, not --from %s",
+                        model_fmt_name(fmt));
+    if (fmt == FMT_HF && (rc = hf_dir_check_files(path, d)) < 0)
         return rc;
     switch (fmt) {
     case FMT_GGUF: return info_gguf(path, json, out, d);

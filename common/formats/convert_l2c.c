@@ -166,7 +166,7 @@ convert_l2c_to_gguf(const struct convert_opts *o, struct diag *d)
     }
     tokpath = o->tokenizer ? strdup(o->tokenizer) : default_tokenizer_path(o->input);
     if (!tokpath) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     rc = llama2c_tokenizer_open(&v, tokpath, m.c.vocab_size, d);
@@ -189,16 +189,18 @@ convert_l2c_to_gguf(const struct convert_opts *o, struct diag *d)
         gguf_set_u32(&g, "llama.vocab_size", (uint32_t)m.c.vocab_size) ||
         gguf_set_u32(&g, "llama.rope.dimension_count", (uint32_t)m.head_size) ||
         gguf_set_u32(&g, "general.quantization_version", 2)) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
-    if ((rc = l2c_vocab_to_gguf(&g, &v, d)))
+    if ((rc = l2c_vocab_to_gguf(&g, &v, d))) {
+        diag_prefix(d, "'%s'", tokpath);
         goto out;
+    }
     nv = llama2c_views(&m, NULL, 0);
     views = calloc(nv, sizeof(*views));
     ts = calloc(nv, sizeof(*ts));
     if (!views || !ts) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     llama2c_views(&m, views, nv);

@@ -21,9 +21,18 @@ struct diag;
 /* The output part of convert_opts, as write_gguf_out() takes it:
  * struct gguf_write_opts w = CONVERT_WRITE_OPTS(o); */
 #define CONVERT_WRITE_OPTS(o) \
-    { .output = (o)->output, .force = (o)->force, .cb = (o)->cb, .out = (o)->out }
+    { .output = (o)->output, .input = (o)->input, .force = (o)->force, .cb = (o)->cb, \
+      .out = (o)->out }
 
 /* ---- convert_hf.c ---- */
+
+/* hf_dir_check_files() : -ST_RANGE ("'config.json' is a pipe or device, not
+ * a regular file"; the caller names dir) when a file of the HF directory
+ * that convert reads is a FIFO, a device or a socket: some are read twice
+ * (config.json by the configuration and the GPTQ/AWQ reader, the index by
+ * the EAGLE check and the loader), and a FIFO's second open would wait for
+ * ever.  0 otherwise, -ST_NOMEM. */
+int hf_dir_check_files(const char *dir, struct diag *d);
 int convert_gguf_to_hf(const struct convert_opts *o, struct diag *d);
 int convert_hf_to_gguf(const struct convert_opts *o, struct diag *d);
 int info_hf(const char *dir, bool json, FILE *out, struct diag *d);

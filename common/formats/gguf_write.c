@@ -154,8 +154,11 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
 
     for (size_t i = 0; i < n; i++) {
         int64_t k = gguf_add_tensor(meta, ts[i].name, ts[i].type, ts[i].n_dims, ts[i].ne, NULL, d);
-        if (k < 0)
+        if (k < 0) {
+            if (o->input)
+                diag_prefix(d, "'%s'", o->input);
             return (int)k;
+        }
         total += meta->t[k].nbytes;
     }
     if (!o->out && (rc = xout_open(&xo, o->output, o->force, d)) < 0) {
@@ -171,12 +174,10 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
     for (size_t i = 0; i < n; i++) {
         struct tsrc s = ts[i].src;
         const struct gguf_tensor *t = &meta->t[meta->n_tensors - n + i];
-        if (!s.data) {
-            s.data = fetch(fetch_ctx, i, d);
-            if (!s.data) {
-                rc = -ST_FORMAT;
-                goto fail;
-            }
+        if (!s.data && (rc = fetch(fetch_ctx, i, &s.data, d)) < 0) {
+            if (o->input)
+                diag_prefix(d, "'%s'", o->input);
+            goto fail_named;
         }
         rc = emit ? emit(emit_ctx, i, &s, t->type, sink_file, out->fp, d)
                   : tensor_emit(&s, t->type, sink_file, out->fp, d);
@@ -184,6 +185,8 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
             rc = gguf_write_padding(meta, out->fp, t->nbytes, d);
         if (rc) {
             diag_prefix(d, "tensor '%s'", t->name.p);
+            if (rc != -ST_IO && o->input)
+                diag_prefix(d, "'%s'", o->input);
             goto fail;
         }
         done += t->nbytes;
@@ -198,6 +201,7 @@ write_gguf_emit(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor
 fail:
     if (rc == -ST_IO)
         diag_prefix_output(d, o->output);
+fail_named:
     if (!o->out)
         xout_abort(&xo);
     return rc;

@@ -65,11 +65,15 @@ struct out_tensor {
     struct tsrc src;
 };
 
-typedef const void *(*tensor_fetch_fn)(void *ctx, size_t i, struct diag *d);
+/* Sets *data to the bytes of output tensor i (asked for in index order);
+ * returns 0, or -ST_* with the reason in d (the writer names the input). */
+typedef int (*tensor_fetch_fn)(void *ctx, size_t i, const void **data, struct diag *d);
 
 /* Where and how a GGUF is written. */
 struct gguf_write_opts {
     const char *output;         /* path or "-" (named in messages) */
+    const char *input;          /* the file the tensors come from, named in
+                                 * messages about them (NULL: none named) */
     bool force;                 /* replace an existing output */
     struct run_callbacks cb;    /* progress: bytes of tensor data written */
     struct xout *out;           /* written into this open output and left for
@@ -79,7 +83,10 @@ struct gguf_write_opts {
 
 /* write_gguf_out() : adds ts[0..n) to meta (whose KVs are set), writes the
  * GGUF atomically to o->output, reporting progress (o->cb), converting each tensor
- * with tensor_emit.  Leaves no output on failure. */
+ * with tensor_emit.  Leaves no output on failure.  Returns 0 or -ST_* with
+ * the reason in d: an I/O error writing names the output ("stdout" for
+ * "-"), any other error about a tensor (fetching or converting it, out of
+ * memory) names o->input when it is set, then the tensor. */
 int write_gguf_out(struct gguf *meta, const struct out_tensor *ts, size_t n, tensor_fetch_fn fetch,
                    void *fetch_ctx, const struct gguf_write_opts *o, struct diag *d);
 

@@ -277,10 +277,14 @@ struct hf_tensor_map {
     int64_t perm_heads;     /* n_head or n_head_kv when perm != NONE, else 0 */
     float shift;            /* added to every value on the way (gemma3 RMSNorm weights:
                              * +1 HF -> GGUF, -1 GGUF -> HF), else 0 */
+    bool matrix;            /* the shape the hyperparameters imply (arch.h's table): */
+    int64_t rows, cols;     /* HF [rows, cols] (GGUF ne {cols, rows}) for a matrix, [cols]
+                             * for a vector; <= 0 where they do not say (the
+                             * vocabulary, when config.json has no vocab_size) */
 };
 
 /* hf_name_to_gguf() : maps an HF tensor name to its GGUF name (gguf-py
- * tensor_mapping.py).
+ * tensor_mapping.py), with the shape c implies for it.
  * Layer indices must be plain decimal (no sign, no leading zeros, < n_layer).
  * Returns 1 (mapped, m filled), 0 (a tensor the converter drops:
  * *.rotary_emb.inv_freq, *.attention.masked_bias, *.attention.bias), or

@@ -931,6 +931,24 @@ fill_perm(const struct hf_config *c, unsigned flags, struct hf_tensor_map *m)
     m->perm_heads = m->perm == HF_PERM_Q ? c->n_head : m->perm == HF_PERM_K ? c->n_head_kv : 0;
 }
 
+/* The shape the table gives tensor t (arch_dim) with c's hyperparameters:
+ * the converted architectures have V and O heads of head_dim and rotate
+ * whole heads; a dimension c does not give (the vocabulary without
+ * vocab_size; MLA's, of no architecture that converts) comes out <= 0. */
+static void
+fill_shape(const struct hf_config *c, const struct arch_tensor *t, struct hf_tensor_map *m)
+{
+    const struct arch_hparams hp = {
+        .n_embd = c->n_embd, .n_vocab = c->n_vocab, .n_ff = c->n_ff, .n_head = c->n_head,
+        .n_head_kv = c->n_head_kv, .head_dim = c->head_dim, .head_dim_v = c->head_dim,
+        .n_rot = c->head_dim,
+    };
+
+    m->matrix = (t->flags & ARCH_T_MATRIX) != 0;
+    m->rows = m->matrix ? arch_dim(&hp, t->rows) : 1;
+    m->cols = arch_dim(&hp, t->cols);
+}
+
 int
 hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor_map *m,
                 struct diag *d)
@@ -949,6 +967,7 @@ hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor
         if (!(t->flags & ARCH_T_LAYER) && t->hf && !strcmp(hf_name, t->hf)) {
             snprintf(m->name, sizeof(m->name), "%s", t->gguf);
             m->shift = norm_shift(c, hf_name);
+            fill_shape(c, t, m);
             return 1;
         }
     if (strncmp(hf_name, prefix, sizeof(prefix) - 1))
@@ -963,6 +982,7 @@ hf_name_to_gguf(const struct hf_config *c, const char *hf_name, struct hf_tensor
             m->layer = layer;
             fill_perm(c, t->flags, m);
             m->shift = norm_shift(c, hf_name);
+            fill_shape(c, t, m);
             return 1;
         }
     return diag_set(d, ST_FORMAT, "unknown tensor '%.128s'", hf_name);
@@ -985,6 +1005,7 @@ hf_name_from_gguf(const struct hf_config *c, const char *gguf_name, struct hf_te
                 return 0;       /* rope_freqs.weight: carried by rope_scaling */
             snprintf(m->name, sizeof(m->name), "%s", t->hf);
             m->shift = -norm_shift(c, gguf_name);
+            fill_shape(c, t, m);
             return 1;
         }
     if (strncmp(gguf_name, prefix, sizeof(prefix) - 1))
@@ -999,6 +1020,7 @@ hf_name_from_gguf(const struct hf_config *c, const char *gguf_name, struct hf_te
             m->layer = layer;
             fill_perm(c, t->flags, m);
             m->shift = -norm_shift(c, gguf_name);
+            fill_shape(c, t, m);
             return 1;
         }
     return diag_set(d, ST_FORMAT, "tensor '%.128s' has no HF llama name", gguf_name);

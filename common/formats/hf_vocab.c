@@ -2280,10 +2280,12 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
             goto out;
         }
         if (memchr(v->tokens[i], 0, v->token_len[i]) ||
-            !(x = json_stringn(v->tokens[i], v->token_len[i]))) {
+            (rc = json_stringn_new(v->tokens[i], v->token_len[i], &x)) == -ST_RANGE) {
             rc = diag_set(d, ST_RANGE, "token %lld is not valid UTF-8 text", (long long)i);
             goto out;
         }
+        if (rc < 0)
+            goto nomem;
         json_decref(x);
         if (!(spm ? false : gpt2_omitted(v, i)) &&
             json_object_setn_new(vocab, v->tokens[i], v->token_len[i], json_integer(i)))
@@ -2307,11 +2309,13 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
             goto out;
     } else {
         for (i = 0; i < v->n_merges; i++) {
-            x = v->merges[i] ? json_string(v->merges[i]) : NULL;
-            if (!x) {
+            rc = v->merges[i] ? json_stringn_new(v->merges[i], strlen(v->merges[i]), &x) : -ST_RANGE;
+            if (rc == -ST_RANGE) {
                 rc = diag_set(d, ST_RANGE, "merge %lld is not valid UTF-8 text", (long long)i);
                 goto out;
             }
+            if (rc < 0)
+                goto nomem;
             if (json_array_append_new(merges, x))
                 goto nomem;
         }
@@ -2388,11 +2392,13 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
         rc |= json_object_set_new(tc, key, json_stringn(v->tokens[id], v->token_len[id]));
     }
     if (v->chat_template) {
-        x = json_string(v->chat_template);
-        if (!x) {
+        int xr = json_stringn_new(v->chat_template, strlen(v->chat_template), &x);
+        if (xr == -ST_RANGE) {
             rc = diag_set(d, ST_RANGE, "chat template is not valid UTF-8");
             goto out;
         }
+        if (xr < 0)
+            goto nomem;
         rc |= json_object_set_new(tc, "chat_template", x);
     }
     rc |= json_object_set_new(tc, "clean_up_tokenization_spaces", json_false());

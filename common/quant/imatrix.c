@@ -6,6 +6,7 @@
  */
 #include "imatrix.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -326,19 +327,141 @@ imatrix_read_mem(struct imatrix *im, const void *p, size_t len, struct diag *d)
     return rc;
 }
 
+/* The first bytes of a stream, checked before the rest is read: a GGUF's
+ * magic, version and counts (each metadata record takes at least 13 bytes,
+ * each tensor record 28), or a legacy file's entry count (an entry takes at
+ * least 17 bytes), against what an imatrix file may hold. */
+#define IMATRIX_HEAD 24
+
+static int
+check_head(const uint8_t *h, size_t n, struct diag *d)
+{
+    uint64_t n_tensors, n_kv;
+    uint32_t version;
+    int32_t n_entries;
+
+    if (n >= 4 && !memcmp(h, "GGUF", 4)) {
+        if (n < IMATRIX_HEAD)
+            return diag_set(d, ST_FORMAT, "unexpected end of file after %zu bytes of the GGUF header", n);
+        memcpy(&version, h + 4, 4);
+        memcpy(&n_tensors, h + 8, 8);
+        memcpy(&n_kv, h + 16, 8);
+        if (version != 2 && version != 3)
+            return diag_set(d, ST_FORMAT, "unsupported GGUF version %u", version);
+        if (n_tensors < 1)
+            return diag_set(d, ST_FORMAT, "no data in imatrix file");
+        if (n_tensors > IMATRIX_FILE_MAX / 28 || n_kv > IMATRIX_FILE_MAX / 13)
+            return diag_set(d, ST_FORMAT, "corrupt GGUF header: %llu tensors and %llu metadata "
+                            "records cannot fit in an imatrix file (at most %zu bytes)",
+                            (unsigned long long)n_tensors, (unsigned long long)n_kv,
+                            IMATRIX_FILE_MAX);
+        return 0;
+    }
+    if (n >= 4)
+        memcpy(&n_entries, h, 4);
+    if (n < 4 || n_entries < 1)
+        return diag_set(d, ST_FORMAT, "not an imatrix file (neither GGUF nor a legacy .dat with entries)");
+    if ((uint64_t)n_entries > IMATRIX_FILE_MAX / 17)
+        return diag_set(d, ST_FORMAT, "corrupt legacy header: %d entries cannot fit in an imatrix "
+                        "file (at most %zu bytes)", n_entries, IMATRIX_FILE_MAX);
+    return 0;
+}
+
+/* A stream read to its end into f->buf, its first bytes checked first. */
+static int
+read_stream(struct imatrix_file *f, struct diag *d)
+{
+    FILE *fp = f->src.fp;
+    size_t n, cap = (size_t)1 << 16;
+    uint8_t *buf = malloc(cap);
+    int rc;
+
+    if (!buf)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    n = fread(buf, 1, IMATRIX_HEAD, fp);
+    if (ferror(fp)) {
+        rc = diag_set(d, ST_IO, "read error: %s", strerror(errno));
+        goto fail;
+    }
+    if ((rc = check_head(buf, n, d)) < 0)
+        goto fail;
+    for (;;) {
+        size_t k;
+        if (n == cap) {
+            size_t nc = cap > IMATRIX_FILE_MAX / 2 ? IMATRIX_FILE_MAX + 1 : cap * 2;
+            uint8_t *nb;
+            if (nc <= cap) {
+                rc = diag_set(d, ST_FORMAT, "larger than %zu bytes (not an imatrix file)",
+                              IMATRIX_FILE_MAX);
+                goto fail;
+            }
+            if (!(nb = realloc(buf, nc))) {
+                rc = diag_set(d, ST_NOMEM, "out of memory after %zu bytes", n);
+                goto fail;
+            }
+            buf = nb;
+            cap = nc;
+        }
+        k = fread(buf + n, 1, cap - n, fp);
+        n += k;
+        if (n > IMATRIX_FILE_MAX) {
+            rc = diag_set(d, ST_FORMAT, "larger than %zu bytes (not an imatrix file)",
+                          IMATRIX_FILE_MAX);
+            goto fail;
+        }
+        if (n < cap)
+            break;
+    }
+    if (ferror(fp)) {
+        rc = diag_set(d, ST_IO, "read error: %s", strerror(errno));
+        goto fail;
+    }
+    f->buf = buf;
+    f->p = buf;
+    f->n = n;
+    return 0;
+fail:
+    free(buf);
+    return rc;
+}
+
+int
+imatrix_file_open(struct imatrix_file *f, const char *path, struct diag *d)
+{
+    int rc;
+
+    memset(f, 0, sizeof(*f));
+    if ((rc = src_open(&f->src, path, d)) < 0)
+        return rc;
+    if (f->src.map) {
+        f->p = f->src.map;
+        f->n = (size_t)f->src.size;
+        return 0;
+    }
+    if ((rc = read_stream(f, d)) < 0)
+        imatrix_file_close(f);
+    return rc;
+}
+
+void
+imatrix_file_close(struct imatrix_file *f)
+{
+    src_close(&f->src);
+    free(f->buf);
+    memset(f, 0, sizeof(*f));
+}
+
 int
 imatrix_read(struct imatrix *im, const char *path, struct diag *d)
 {
-    char *buf;
-    size_t len;
+    struct imatrix_file f;
     int rc;
 
     imatrix_init(im);
-    rc = read_file_all(path, IMATRIX_FILE_MAX, &buf, &len, d);
-    if (rc)
+    if ((rc = imatrix_file_open(&f, path, d)) < 0)
         return rc;
-    rc = imatrix_read_mem(im, buf, len, d);
-    free(buf);
+    rc = imatrix_read_mem(im, f.p, f.n, d);
+    imatrix_file_close(&f);
     return rc;
 }
 
@@ -660,9 +783,9 @@ out:
 }
 
 int
-imatrix_from_text(struct imatrix *im, const char *model_path, const char *text_path,
-                  const struct imatrix_collect_opts *o, int n_threads, const char *kernel,
-                  int64_t *n_tokens, struct diag *d)
+imatrix_from_text(struct imatrix *im, const char *model_path, const char *text, size_t len,
+                  const char *text_name, const struct imatrix_collect_opts *o, int n_threads,
+                  const char *kernel, int64_t *n_tokens, struct diag *d)
 {
     struct model_opts mo = MODEL_OPTS_INIT;
     struct imatrix_collect_opts co = *o;
@@ -672,8 +795,7 @@ imatrix_from_text(struct imatrix *im, const char *model_path, const char *text_p
     struct tokenizer tok;
     struct tok_ids ids = { NULL, 0, 0 };
     bool tok_ok = false;
-    char *text = NULL;
-    size_t len, bb;
+    size_t bb;
     int rc;
 
     mo.n_threads = n_threads;
@@ -687,10 +809,6 @@ imatrix_from_text(struct imatrix *im, const char *model_path, const char *text_p
         goto out;
     }
     tok_ok = true;
-    if ((rc = read_file_all(text_path, (size_t)1 << 30, &text, &len, d)) < 0) {
-        diag_prefix(d, "'%s'", text_path);
-        goto out;
-    }
     if ((rc = tok_encode(&tok, text, len, true, false, &ids, d)) < 0)
         goto out;
     if (n_tokens)
@@ -707,12 +825,11 @@ imatrix_from_text(struct imatrix *im, const char *model_path, const char *text_p
         goto out;
     co.bos = tok.add_bos ? tok.bos : -1;
     if (!co.dataset)
-        co.dataset = text_path;
+        co.dataset = text_name;
     rc = imatrix_collect(im, m, kv, ids.v, (int64_t)ids.n, &co, d);
     if (rc == -ST_RANGE)
-        diag_prefix(d, "'%s'", text_path);
+        diag_prefix(d, "'%s'", text_name);
 out:
-    free(text);
     tok_ids_release(&ids);
     if (tok_ok)
         tok_release(&tok);

@@ -28,6 +28,7 @@
 
 #include "runcb.h"
 #include "status.h"
+#include "xio.h"
 
 struct model;
 struct kvcache;
@@ -59,10 +60,30 @@ void imatrix_init(struct imatrix *im);
  * released matrix. */
 void imatrix_release(struct imatrix *im);
 
-/* imatrix_read() : reads an imatrix file: GGUF when it starts with the GGUF
- * magic, else the legacy format.  Every count and length is checked against
- * the bytes present.  "-" reads standard input.  Returns 0, -ST_IO,
- * -ST_FORMAT (message in d), -ST_NOMEM. */
+/* The bytes of an imatrix file, read once (imatrix_file_open). */
+struct imatrix_file {
+    const uint8_t *p;           /* the whole file */
+    size_t n;
+    struct src src;             /* the file, mapped when it is a regular one */
+    uint8_t *buf;               /* a stream's bytes, owned */
+};
+
+/* imatrix_file_open() : the bytes of the imatrix file at path ("-" = standard
+ * input), opened and read once, so that a pipe or FIFO works as a file
+ * does: a regular file is mapped; a stream (pipe, FIFO, device) is read to
+ * its end, at most 4 GiB, after its first bytes are checked (the GGUF magic,
+ * version and counts, or the legacy entry count), so that /dev/zero or any
+ * other stream that is no imatrix fails at once.  Release with
+ * imatrix_file_close.  Returns 0, -ST_IO, -ST_FORMAT, -ST_NOMEM. */
+int imatrix_file_open(struct imatrix_file *f, const char *path, struct diag *d);
+
+/* imatrix_file_close() : releases f; safe on a zeroed or closed one. */
+void imatrix_file_close(struct imatrix_file *f);
+
+/* imatrix_read() : reads an imatrix file (imatrix_file_open): GGUF when it
+ * starts with the GGUF magic, else the legacy format.  Every count and
+ * length is checked against the bytes present.  "-" reads standard input.
+ * Returns 0, -ST_IO, -ST_FORMAT (message in d), -ST_NOMEM. */
 int imatrix_read(struct imatrix *im, const char *path, struct diag *d);
 
 /* imatrix_read_mem() : the same from len bytes at p (tests, fuzzers). */
@@ -122,15 +143,19 @@ struct imatrix_collect_opts {
 int imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const int32_t *tokens,
                     int64_t n_tokens, const struct imatrix_collect_opts *o, struct diag *d);
 
-/* imatrix_from_text() : opens the model at model_path (a GGUF file), tokenizes
- * the text at text_path ("-" = stdin) with the model's tokenizer as
- * llama-imatrix does (special tokens added as the vocabulary says, special
- * texts not parsed), and collects into im (o->bos is taken from the
- * vocabulary; o->dataset defaults to text_path).  n_threads and kernel go to
- * model_open.  *n_tokens (may be NULL) receives the text's token count.
- * Returns what model_open, the tokenizer or imatrix_collect return. */
-int imatrix_from_text(struct imatrix *im, const char *model_path, const char *text_path,
-                      const struct imatrix_collect_opts *o, int n_threads, const char *kernel,
-                      int64_t *n_tokens, struct diag *d);
+/* IMATRIX_TEXT_MAX : the largest calibration text (bytes). */
+#define IMATRIX_TEXT_MAX ((size_t)1 << 30)
+
+/* imatrix_from_text() : opens the model at model_path (a GGUF file),
+ * tokenizes text[0..len) (the calibration text, read by the caller, named
+ * text_name in messages) with the model's tokenizer as llama-imatrix does
+ * (special tokens added as the vocabulary says, special texts not parsed),
+ * and collects into im (o->bos is taken from the vocabulary; o->dataset
+ * defaults to text_name).  n_threads and kernel go to model_open.
+ * *n_tokens (may be NULL) receives the text's token count.  Returns what
+ * model_open, the tokenizer or imatrix_collect return. */
+int imatrix_from_text(struct imatrix *im, const char *model_path, const char *text, size_t len,
+                      const char *text_name, const struct imatrix_collect_opts *o, int n_threads,
+                      const char *kernel, int64_t *n_tokens, struct diag *d);
 
 #endif

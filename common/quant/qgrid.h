@@ -98,7 +98,10 @@ int qformat_parse(const char *s);
  * format f, atomically (nothing left behind on failure); force replaces an
  * existing output (never a device or a symlink).  cb->info receives one line
  * per tensor whose GGUF type does not hold its grid exactly, with the extra
- * error measured.  Returns 0 or -ST_* with the reason in d. */
+ * error measured.  Returns 0 or -ST_* with the reason in d: an -ST_IO
+ * message names the file it is about (out, and the file in an HF
+ * directory, or qm->src_path); other messages do not name out, which the
+ * caller adds. */
 int qmodel_write(const struct qmodel *qm, const char *out, enum qformat f, bool force,
                  const struct run_callbacks *cb, struct diag *d);
 

@@ -197,17 +197,15 @@ emit_tensor(void *ctx, size_t i, const struct tsrc *s, uint32_t out_type, tensor
         threadpool_for(q->tp, nrows, 1, job_dequant, q);
         src32 = q->f32;
     }
-    /* importance matrix: llama-quantize looks the tensor up by name */
+    /* importance matrix: llama-quantize looks the tensor up by name; an
+     * entry of another size is token_embd.weight's, which it ignores
+     * (quantize_model refused any other) */
     q->job_imx = NULL;
     if (q->o->imatrix) {
         const struct imatrix_entry *e = imatrix_find(q->o->imatrix, ti->name);
         if (!e) {
             q->r->imatrix_missing++;
-        } else if (e->ne0 * e->n_mat != ne0 * s->ne[2]) {
-            if (strcmp(ti->name, "token_embd.weight"))
-                return diag_set(d, ST_FORMAT, "imatrix entry has %lld values, tensor rows have %lld",
-                                (long long)(e->ne0 * e->n_mat), (long long)(ne0 * s->ne[2]));
-        } else {
+        } else if (e->ne0 * e->n_mat == ne0 * s->ne[2]) {
             if (grow((void **)&q->imx, &q->imx_cap, (size_t)(e->ne0 * e->n_mat), sizeof(float)) < 0)
                 return diag_set(d, ST_NOMEM, "out of memory");
             if ((rc = imatrix_values(q->o->imatrix, e, q->imx, d)) < 0)
@@ -312,6 +310,33 @@ n_dims_of(const int64_t *ne)
     return n;
 }
 
+/* Names the importance matrix in the message in d: its file, else the
+ * model it was collected from. */
+static void
+prefix_imatrix(const struct quantize_opts *o, struct diag *d)
+{
+    if (o->imatrix_file)
+        diag_prefix(d, "'%s'", o->imatrix_file);
+    else
+        diag_prefix(d, "'%s': importance matrix", o->input);
+}
+
+/* An entry for t, which is quantized, must match its rows (as
+ * llama-quantize checks), but for token_embd.weight, whose entry it
+ * ignores: -ST_FORMAT naming both files. */
+static int
+check_imatrix_entry(const struct quantize_opts *o, const struct gguf_tensor *t, struct diag *d)
+{
+    const struct imatrix_entry *e = imatrix_find(o->imatrix, t->name.p);
+
+    if (!e || e->ne0 * e->n_mat == t->ne[0] * t->ne[2] || !strcmp(t->name.p, "token_embd.weight"))
+        return 0;
+    diag_set(d, ST_FORMAT, "entry '%s' has %lld values, the tensor's rows in '%s' have %lld",
+             t->name.p, (long long)(e->ne0 * e->n_mat), o->input, (long long)(t->ne[0] * t->ne[2]));
+    prefix_imatrix(o, d);
+    return -ST_FORMAT;
+}
+
 int
 quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct diag *d)
 {
@@ -350,11 +375,13 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
         for (size_t i = 0; i < im->n; i++) {
             const struct imatrix_entry *e = &im->e[i];
             if (grow((void **)&q.imx, &q.imx_cap, (size_t)(e->ne0 * e->n_mat), sizeof(float)) < 0) {
-                rc = diag_set(d, ST_NOMEM, "out of memory");
+                rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
                 goto out;
             }
-            if ((rc = imatrix_values(im, e, q.imx, d)) < 0)
+            if ((rc = imatrix_values(im, e, q.imx, d)) < 0) {
+                prefix_imatrix(o, d);
                 goto out;
+            }
         }
     }
     if ((rc = quant_mix_init(&mix, &in, &o->mix, d)) < 0) {
@@ -367,7 +394,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     ts = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*ts));
     r->t = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*r->t));
     if (!ord || !ts || !r->t) {
-        rc = diag_set(d, ST_NOMEM, "out of memory");
+        rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     for (uint64_t i = 0; i < in.n_tensors; i++) {
@@ -377,7 +404,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     qsort(ord, in.n_tensors, sizeof(*ord), cmp_order);
 
     if ((rc = set_metadata(&outg, &in, o, ftype_name)) < 0) {
-        diag_set(d, ST_NOMEM, "out of memory");
+        diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
     for (uint64_t k = 0; k < in.n_tensors; k++) {
@@ -405,6 +432,8 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
         ti->src_bytes = t->nbytes;
         ti->quantized = (uint32_t)ty != t->type;
         ti->fallback = fb;
+        if (ti->quantized && o->imatrix && (rc = check_imatrix_entry(o, t, d)) < 0)
+            goto out;
         if (ti->quantized) {
             const struct qtype *sq = qtype_get(t->type);
             if (!quant_supported((uint32_t)ty)) {
@@ -436,6 +465,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     q.o = o;
     q.r = r;
     wo.output = o->output;
+    wo.input = o->input;        /* named in a tensor's errors: non-finite weights ... */
     wo.force = o->force;
     wo.cb = o->cb;
     wo.out = o->out;

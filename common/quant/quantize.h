@@ -152,7 +152,9 @@ struct quantize_opts {
  * are dequantized first (a warning tells).  Returns 0; -ST_IO; -ST_FORMAT
  * (bad input, non-finite weights or imatrix values, an imatrix entry of the
  * wrong size); -ST_RANGE (unsupported type or file type, no fallback);
- * -ST_NOMEM. */
+ * -ST_NOMEM.  Messages about the model or its tensors name o->input, those
+ * about the matrix's entries o->imatrix_file (else the model it was
+ * collected from), I/O errors writing o->output. */
 int quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct diag *d);
 
 void quantize_report_release(struct quantize_report *r);

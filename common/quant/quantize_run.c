@@ -19,24 +19,17 @@
 #include "qtypes.h"
 #include "xio.h"
 
-/* The SHA-256 of a file as hex (malloc'd), or NULL when it cannot be read:
- * provenance is best effort. */
+/* The SHA-256 of n bytes as hex (malloc'd), or NULL when it cannot be
+ * computed: provenance is best effort. */
 static char *
-file_sha256(const char *path)
+sha256_dup(const void *p, size_t n)
 {
-    struct diag d;
-    char *buf, *hex = malloc(65);
-    size_t len;
+    char *hex = malloc(65);
 
-    if (!hex || read_file_all(path, (size_t)1 << 34, &buf, &len, &d) < 0) {
-        free(hex);
-        return NULL;
-    }
-    if (quantize_sha256_hex(buf, len, hex) < 0) {
+    if (hex && quantize_sha256_hex(p, n, hex) < 0) {
         free(hex);
         hex = NULL;
     }
-    free(buf);
     return hex;
 }
 
@@ -128,25 +121,40 @@ get_imatrix(const struct quantize_run_opts *o, struct quantize_opts *q, struct i
 {
     int rc;
 
+    /* each file is read once (a pipe or FIFO cannot be read again), and
+     * its provenance hashed from the bytes read */
     if (o->imatrix_in) {
-        if ((rc = imatrix_read(im, o->imatrix_in, d)) < 0) {
+        struct imatrix_file f;
+        if ((rc = imatrix_file_open(&f, o->imatrix_in, d)) < 0 ||
+            (rc = imatrix_read_mem(im, f.p, f.n, d)) < 0) {
+            imatrix_file_close(&f);
             diag_prefix(d, "'%s'", o->imatrix_in);
             return rc;
         }
+        shas[0] = sha256_dup(f.p, f.n);
+        imatrix_file_close(&f);
         if (!im->legacy && !im->has_metadata)
             return diag_set(d, ST_FORMAT, "'%s': missing imatrix metadata (imatrix.datasets, "
                             "chunk_count, chunk_size)", o->imatrix_in);
-        shas[0] = strcmp(o->imatrix_in, "-") ? file_sha256(o->imatrix_in) : NULL;
         q->imatrix_file = o->imatrix_in;
     } else if (o->calib) {
         struct imatrix_collect_opts co = { .ctx = o->calib_ctx, .max_chunks = o->calib_chunks,
                                            .bos = -1, .cb = q->cb };
         int64_t ntok = 0;
-        if ((rc = imatrix_from_text(im, q->input, o->calib, &co, q->n_threads, o->kernel, &ntok, d)) < 0)
+        char *text;
+        size_t len;
+        if ((rc = read_file_all(o->calib, IMATRIX_TEXT_MAX, &text, &len, d)) < 0) {
+            diag_prefix(d, "'%s'", o->calib);
+            return rc;
+        }
+        shas[1] = sha256_dup(text, len);
+        rc = imatrix_from_text(im, q->input, text, len, o->calib, &co, q->n_threads, o->kernel,
+                               &ntok, d);
+        free(text);
+        if (rc < 0)
             return rc;
         runcb_info(&q->cb, "'%s': %lld tokens, %lld chunks of %lld", o->calib, (long long)ntok,
                    (long long)im->chunk_count, (long long)o->calib_ctx);
-        shas[1] = strcmp(o->calib, "-") ? file_sha256(o->calib) : NULL;
         if (o->imatrix_out) {
             if ((rc = xout_open(imatrix_out, o->imatrix_out, q->force, d)) < 0 ||
                 (rc = imatrix_write_fp(im, imatrix_out->fp, o->imatrix_dat, d)) < 0) {
@@ -337,7 +345,8 @@ run_method(const struct quantize_run_opts *o, struct diag *d)
         return rc;
     }
     if ((rc = qmodel_write(&qm, o->q.output, o->format, o->q.force, &o->q.cb, d)) < 0) {
-        diag_prefix(d, "'%s'", o->q.output);
+        if (rc != -ST_IO)       /* (an I/O error names its file: qgrid.h) */
+            diag_prefix(d, "'%s'", o->q.output);
         goto out;
     }
     written = true;

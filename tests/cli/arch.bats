@@ -250,6 +250,37 @@ PY
     done
 }
 
+@test "convert qwen2 and qwen3: an HF tensor of another shape than config.json implies is refused (3), biases and QK norms too" {
+    local a f T=$BATS_TEST_TMPDIR name shape want
+    for a in qwen2 qwen3; do
+        f="$FIX/$a-tiny-f16.gguf"
+        [ -f "$f" ] || missing_input "no $a F16 fixture (scripts/mkfixture-arch --f16)" || return 1
+        rm -rf "$T/hf"
+        convert -q "$f" "$T/hf"
+        # (qwen2: n_embd 128, 4 heads of 32, 2 KV heads, FFN 320, q/k/v biases;
+        # qwen3: 8 heads of 32, 2 KV heads, per-head Q/K norms of 32)
+        while read -r b name shape want; do
+            [ "$b" = "$a" ] || continue
+            sft_shape "$T/hf" "$name" ${shape//,/ }
+            run -3 --separate-stderr convert "$T/hf" "$T/o.gguf"
+            [ "$stderr" = "convert: '$T/hf/model.safetensors': tensor '$name' has shape [${shape//,/, }], config.json implies [${want//,/, }]" ] ||
+                { echo "$a $name: $stderr"; false; }
+            [ ! -e "$T/o.gguf" ]
+            sft_shape "$T/hf" "$name" ${want//,/ }
+        done <<'CASES'
+qwen2 model.layers.0.self_attn.k_proj.bias 32,2 64
+qwen2 model.layers.1.self_attn.q_proj.weight 64,256 128,128
+qwen2 lm_head.weight 128,151936 151936,128
+qwen3 model.layers.0.self_attn.q_norm.weight 16,2 32
+qwen3 model.layers.2.self_attn.q_proj.weight 128,256 256,128
+qwen3 model.layers.1.self_attn.o_proj.weight 256,128 128,256
+CASES
+        # the shapes put back, it converts
+        run -0 --separate-stderr convert "$T/hf" "$T/o.gguf"
+        rm "$T/o.gguf"
+    done
+}
+
 @test "--top-logits: needs --json and a prompt, 1..64, largest first, the first the greedy token" {
     local m="$TOP/tests/fixtures/tiny-llama-f32.gguf"
     run -2 --separate-stderr generate -m "$m" -p hi -n 1 --top-logits 4

@@ -170,6 +170,23 @@ unmount_full() {
     fi
 }
 
+# sft_shape DIR NAME DIM... : gives tensor NAME of DIR/model.safetensors the
+# shape DIM... (its bytes unchanged)
+sft_shape() {
+    python3 - "$@" <<'EOF'
+import json, struct, sys
+d, name, shape = sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3:]]
+p = d + "/model.safetensors"
+b = open(p, "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+h[name]["shape"] = shape
+raw = json.dumps(h).encode()
+raw += b" " * (-len(raw) % 8)
+open(p, "wb").write(struct.pack("<Q", len(raw)) + raw + b[8 + n:])
+EOF
+}
+
 # grid_quant METHOD OUT ARGS... : quantize --method METHOD of the tiny
 # fixture into OUT, calibrated on 4 chunks of 32 tokens of the calibration
 # text (quantize-gptq.bats, quantize-awq.bats)

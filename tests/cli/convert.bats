@@ -50,6 +50,40 @@ GEMMA=gemma-3-270m.Q4_K_M.gguf
     cmp "$FIX/tiny-llama-f16.gguf" "$BATS_TEST_TMPDIR/b.gguf"
 }
 
+@test "a named pipe, FIFO or /dev/stdin reads as '-' does; what needs a file says so" {
+    local src=$FIX/tiny-llama-f32.gguf T=$BATS_TEST_TMPDIR
+    convert --info "$src" | tail -n +2 > "$T/info.want"
+    convert --type f16 "$src" "$T/want.gguf"
+    # process substitution (/dev/fd/N) and /dev/stdin on a pipe
+    run -0 --separate-stderr convert --info <(cat "$src")
+    diff <(tail -n +2 <<<"$output") "$T/info.want"
+    run -0 --separate-stderr bash -c "cat '$src' | convert --info /dev/stdin"
+    diff <(tail -n +2 <<<"$output") "$T/info.want"
+    convert --type f16 <(cat "$src") "$T/a.gguf"
+    cmp "$T/a.gguf" "$T/want.gguf"
+    cat "$src" | convert --type f16 /dev/stdin "$T/b.gguf"
+    cmp "$T/b.gguf" "$T/want.gguf"
+    # a FIFO: opened once (a second open would wait for a writer forever;
+    # the writer's timeout only keeps a broken convert from hanging the test)
+    mkfifo "$T/fifo"
+    timeout 60 cp "$src" "$T/fifo" &
+    timeout 60 convert --type f16 "$T/fifo" "$T/c.gguf"
+    wait
+    cmp "$T/c.gguf" "$T/want.gguf"
+    timeout 60 cp "$src" "$T/fifo" &
+    run -0 --separate-stderr timeout 60 convert --info "$T/fifo"
+    wait
+    diff <(tail -n +2 <<<"$output") "$T/info.want"
+    # what a stream cannot be: say so (the FIFO is never opened)
+    run -2 --separate-stderr timeout 60 convert --from llama2c "$T/fifo" "$T/d.gguf"
+    [ "$stderr" = "convert: '$T/fifo': only GGUF can be read from a pipe or device, not --from llama2c" ]
+    run -2 --separate-stderr timeout 60 convert --info --from llama2c "$T/fifo"
+    [ "$stderr" = "convert: '$T/fifo': only GGUF can be read from a pipe or device, not --from llama2c" ]
+    run -2 --separate-stderr timeout 60 convert "$T/fifo" "$T/hf"
+    [[ "$stderr" == "convert: '$T/fifo': GGUF to HF needs a GGUF file, not a pipe or device"* ]]
+    [ ! -e "$T/d.gguf" ] && [ ! -e "$T/hf" ]
+}
+
 @test "an existing output is kept unless -f" {
     echo keep > "$BATS_TEST_TMPDIR/out.gguf"
     run -2 --separate-stderr convert "$FIX/tiny-llama-f32.gguf" "$BATS_TEST_TMPDIR/out.gguf"
@@ -279,6 +313,61 @@ pyenv_python() {
 
 # mkhf DIR : a converted tiny HF directory to corrupt.
 mkhf() { convert "$FIX/tiny-llama-f32.gguf" "$1" >/dev/null 2>&1; }
+
+@test "HF tensors whose shapes config.json does not imply exit 3 naming the file and tensor" {
+    local T=$BATS_TEST_TMPDIR name shape want
+    mkhf "$T/hf"
+    # NAME, the shape given (same bytes), the shape config.json implies
+    # (hidden 64, 4 heads of 16, 2 KV heads, FFN 128, vocabulary 281)
+    while read -r name shape want; do
+        rm -rf "$T/c"
+        cp -r "$T/hf" "$T/c"
+        sft_shape "$T/c" "$name" ${shape//,/ }
+        run -3 --separate-stderr convert "$T/c" "$T/o.gguf"
+        [ "$stderr" = "convert: '$T/c/model.safetensors': tensor '$name' has shape [${shape//,/, }], config.json implies [${want//,/, }]" ] ||
+            { echo "$name: $stderr"; false; }
+        [ ! -e "$T/o.gguf" ]
+    done <<'CASES'
+model.embed_tokens.weight 64,281 281,64
+model.layers.1.self_attn.k_proj.weight 64,32 32,64
+model.layers.0.self_attn.q_proj.weight 32,128 64,64
+model.layers.0.self_attn.v_proj.weight 16,128 32,64
+model.layers.1.self_attn.o_proj.weight 64,32,2 64,64
+model.layers.0.mlp.down_proj.weight 128,64 64,128
+model.layers.1.mlp.gate_proj.weight 64,128 128,64
+model.layers.0.mlp.up_proj.weight 256,32 128,64
+model.layers.0.input_layernorm.weight 1,64 64
+model.norm.weight 32,2 64
+CASES
+    # without vocab_size the embedding's rows are free, its columns are not
+    rm -rf "$T/c"
+    cp -r "$T/hf" "$T/c"
+    jq 'del(.vocab_size)' "$T/hf/config.json" > "$T/c/config.json"
+    run -0 convert "$T/c" "$T/o.gguf"
+    rm "$T/o.gguf"
+    sft_shape "$T/c" model.embed_tokens.weight 64 281
+    run -3 --separate-stderr convert "$T/c" "$T/o.gguf"
+    [ "$stderr" = "convert: '$T/c/model.safetensors': tensor 'model.embed_tokens.weight' has shape [64, 281], config.json implies [vocab, 64]" ]
+    [ ! -e "$T/o.gguf" ]
+}
+
+@test "an HF directory whose config.json is a FIFO is refused (2), not read twice" {
+    local T=$BATS_TEST_TMPDIR
+    mkhf "$T/hf"
+    mv "$T/hf/config.json" "$T/config.json"
+    mkfifo "$T/hf/config.json"
+    # a writer, so that a convert that reads it twice waits for a second one
+    # (the timeouts only keep that from hanging the test)
+    timeout 60 cp "$T/config.json" "$T/hf/config.json" &
+    run -2 --separate-stderr timeout 60 convert "$T/hf" "$T/o.gguf"
+    [ "$stderr" = "convert: '$T/hf': 'config.json' is a pipe or device, not a regular file" ]
+    run -2 --separate-stderr timeout 60 convert --info "$T/hf"
+    [ "$stderr" = "convert: '$T/hf': 'config.json' is a pipe or device, not a regular file" ]
+    # the refusals never opened it: let the writer finish
+    cat "$T/hf/config.json" > /dev/null
+    wait
+    [ ! -e "$T/o.gguf" ]
+}
 
 @test "bad HF inputs exit 3 with a message and leave no output" {
     out="$BATS_TEST_TMPDIR/out.gguf"

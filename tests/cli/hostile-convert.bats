@@ -144,3 +144,33 @@ EOF
     [[ "$stderr" == "convert: '$FULL/out.gguf': "*"No space left on device" ]]
     [ "$(ls -A "$FULL")" = fill ]
 }
+
+# ---- out of memory is exit 5 and names the input ----
+
+# mkhuge OUT : a GGUF header without its data: one F32 tensor 'x' of
+# 550,000,000 elements (2.2 GB), which cannot be held under ulimit -v 1000000
+mkhuge() {
+    python3 - "$1" <<'EOF2'
+import struct, sys
+def s(b):
+    return struct.pack("<Q", len(b)) + b
+kv = s(b"general.architecture") + struct.pack("<I", 8) + s(b"llama")
+ti = s(b"x") + struct.pack("<IQIQ", 1, 550000000, 0, 0)
+hdr = b"GGUF" + struct.pack("<IQQ", 3, 1, 1) + kv + ti
+open(sys.argv[1], "wb").write(hdr + b"\0" * (-len(hdr) % 32))
+EOF2
+}
+
+@test "a tensor too large for memory on a pipe is exit 5 naming '-'" {
+    [ "${LLMKIT_SAN:-}" != address ] || skip "ulimit -v under AddressSanitizer"
+    cd "$BATS_TEST_TMPDIR"
+    mkhuge huge.gguf
+    for ty in "" "--type f16"; do
+        # its data would follow: zeros without end, of which nothing is read
+        run -5 --separate-stderr bash -c "ulimit -v 1000000
+            (cat huge.gguf; exec cat /dev/zero) | timeout 120 convert $ty - o.gguf"
+        [ "$stderr" = "convert: '-': tensor 'x': out of memory for its 2200000000 bytes" ] ||
+            { echo "'$ty': $stderr"; false; }
+        [ -z "$(ls | grep '^o\.gguf')" ]
+    done
+}

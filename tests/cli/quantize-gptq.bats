@@ -11,6 +11,10 @@ TINY="$FIX/tiny-llama-f32.gguf"
 CALIB="$SHARED/data/calibration-groups-merged.txt"
 EVAL="$SHARED/data/wikitext-2-test.raw"
 
+teardown() {
+    unmount_full
+}
+
 # gq OUT ARGS... : GPTQ of the tiny model (grid_quant)
 gq() {
     grid_quant gptq "$@"
@@ -83,6 +87,15 @@ EOF
     [[ "$stderr" == *"block_count"* ]]
     [ ! -e o.gguf ]
     [ -z "$(ls | grep tmp)" ]
+}
+
+@test "a full disk is exit 4 naming the output once, for a GGUF file and a directory" {
+    mount_full
+    run -4 --separate-stderr quantize -q -t 1 --method rtn "$TINY" "$FULL/o.gguf"
+    [ "$stderr" = "quantize: '$FULL/o.gguf': write failed: No space left on device" ]
+    run -4 --separate-stderr quantize -q -t 1 --method rtn --format gptq "$TINY" "$FULL/gptq"
+    [ "$stderr" = "quantize: '$FULL/gptq': 'config.json': write failed: No space left on device" ]
+    [ "$(ls -A "$FULL")" = fill ]
 }
 
 @test "an existing output is kept without -f" {

@@ -107,6 +107,95 @@ need_py() {
     [ ! -e o.gguf ]
 }
 
+@test "bad weights name the model, bad imatrix entries the imatrix file (3)" {
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama-f32.gguf off
+    # a NaN in blk.0.attn_q.weight
+    cp "$m" nan.gguf
+    off=$(convert --info --json nan.gguf |
+          jq -r 'select(.name == "blk.0.attn_q.weight") | .file_offset')
+    printf '\x00\x00\xc0\x7f' | dd of=nan.gguf bs=1 seek=$((off + 40)) conv=notrunc 2>/dev/null
+    run -3 --separate-stderr quantize --type Q8_0 nan.gguf o.gguf
+    [ "$stderr" = "quantize: 'nan.gguf': tensor 'blk.0.attn_q.weight': non-finite weights (NaN or infinity)" ]
+    run -3 --separate-stderr quantize --type Q8_0 - o.gguf < nan.gguf
+    [ "$stderr" = "quantize: '-': tensor 'blk.0.attn_q.weight': non-finite weights (NaN or infinity)" ]
+    # an entry one value short (legacy .dat: 1 entry, name, ncall 1, 63 values)
+    python3 -c '
+import struct, sys
+n = b"blk.0.attn_q.weight"
+sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1, 63) + b"\0\0\x80\x3f" * 63)' > short.dat
+    run -3 --separate-stderr quantize --type Q4_0 --imatrix short.dat "$m" o.gguf
+    [ "$stderr" = "quantize: 'short.dat': entry 'blk.0.attn_q.weight' has 63 values, the tensor's rows in '$m' have 64" ]
+    # a NaN in an entry
+    run -3 --separate-stderr quantize --type Q4_0 --imatrix "$TOP/tests/fuzz/corpus/imatrix/dat-nan.dat" "$m" o.gguf
+    [[ "$stderr" == "quantize: '$TOP/tests/fuzz/corpus/imatrix/dat-nan.dat': imatrix entry '"*"' contains a non-finite value" ]]
+    [ ! -e o.gguf ]
+}
+
+@test "--imatrix and --calib from a FIFO or a pipe are read once, as a file is" {
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama256-f32.gguf im=$GOLD/tiny-llama256-f32.imatrix.gguf
+    local cal=(--calib-ctx 64 --calib-chunks 2)
+    head -c 20000 "$CALIB" > calib.txt
+    mkfifo fifo
+    # (a writer's timeout only keeps a quantize that opens the FIFO twice,
+    # and waits for a second writer, from hanging the test)
+    quantize -q --json --type Q4_K_M --imatrix "$im" "$m" a.gguf > a.json
+    timeout 60 cp "$im" fifo &
+    timeout 60 quantize -q --json --type Q4_K_M --imatrix fifo "$m" b.gguf > b.json
+    wait
+    quantize -q --json --type Q4_K_M --imatrix - "$m" c.gguf < "$im" > c.json
+    diff <(listing < a.json) <(listing < b.json)
+    diff <(listing < a.json) <(listing < c.json)
+    # provenance: the hash of the bytes read, for a stream too
+    for f in b c; do
+        convert --info --json $f.gguf |
+            jq -r 'select(.key == "llmkit.quantize.imatrix_sha256") | .value' > $f.sha
+        [ "$(cat $f.sha)" = "$(sha256sum < "$im" | cut -c1-64)" ]
+    done
+    quantize -q --json --type Q4_K_M --calib calib.txt "${cal[@]}" "$m" d.gguf > d.json
+    timeout 60 cp calib.txt fifo &
+    timeout 60 quantize -q --json --type Q4_K_M --calib fifo "${cal[@]}" "$m" e.gguf > e.json
+    wait
+    diff <(listing < d.json) <(listing < e.json)
+    convert --info --json e.gguf |
+        jq -r 'select(.key == "llmkit.quantize.calib_sha256") | .value' > e.sha
+    [ "$(cat e.sha)" = "$(sha256sum < calib.txt | cut -c1-64)" ]
+}
+
+@test "an imatrix stream is checked at its first bytes: /dev/zero fails at once (3)" {
+    cd "$BATS_TEST_TMPDIR"
+    local lim="ulimit -v 2000000;"
+    [ "${LLMKIT_SAN:-}" != address ] || lim=    # ASan cannot start under an address-space limit
+    # (it was read whole, 4 GiB, before it was refused)
+    run -3 --separate-stderr bash -c "$lim timeout 60 quantize --type Q8_0 --imatrix /dev/zero \
+        '$FIX/tiny-llama-f32.gguf' o.gguf"
+    [ "$stderr" = "quantize: '/dev/zero': not an imatrix file (neither GGUF nor a legacy .dat with entries)" ]
+    # a GGUF header with more tensors than an imatrix file can hold, then zeros
+    run -3 --separate-stderr bash -c "$lim (printf 'GGUF\x03\0\0\0\0\0\0\0\0\x01\0\0\x01\0\0\0\0\0\0\0'
+        exec cat /dev/zero) | timeout 60 quantize --type Q8_0 --imatrix - '$FIX/tiny-llama-f32.gguf' o.gguf"
+    [[ "$stderr" == "quantize: '-': corrupt GGUF header: 1099511627776 tensors and 1 metadata records cannot fit"* ]]
+    [ ! -e o.gguf ]
+}
+
+@test "an INPUT read twice (--calib, --eval, --method) must be a file, not a pipe or FIFO (2)" {
+    cd "$BATS_TEST_TMPDIR"
+    head -c 20000 "$CALIB" > calib.txt
+    mkfifo fifo         # no writer: a quantize that opens it waits (the timeout ends it)
+    local want="--calib and --eval read INPUT twice: it must be a file, not '-', a pipe or a device"
+    run -2 --separate-stderr timeout 60 quantize --type Q4_K_M --calib calib.txt fifo o.gguf
+    [[ "$stderr" == "quantize: $want"* ]]
+    run -2 --separate-stderr timeout 60 quantize --type Q4_K_M --eval calib.txt fifo o.gguf
+    [[ "$stderr" == "quantize: $want"* ]]
+    run -2 --separate-stderr timeout 60 quantize --type Q4_K_M --calib calib.txt - o.gguf < /dev/null
+    [[ "$stderr" == "quantize: $want"* ]]
+    run -2 --separate-stderr timeout 60 quantize --method rtn fifo o.gguf
+    [[ "$stderr" == "quantize: --method reads INPUT twice: it must be a file, not '-', a pipe or a device"* ]]
+    run -2 --separate-stderr timeout 60 quantize --type Q8_0 --imatrix - - o.gguf < /dev/null
+    [[ "$stderr" == "quantize: --imatrix and INPUT cannot both read stdin"* ]]
+    [ ! -e o.gguf ]
+}
+
 @test "binary output to a terminal is refused without -f" {
     command -v script >/dev/null || skip "script(1) not installed"
     run script -qec "$LLMKIT_BIN/quantize --type Q8_0 $FIX/tiny-llama-f32.gguf -" /dev/null
