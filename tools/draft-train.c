@@ -244,7 +244,9 @@ main(int argc, char **argv)
     tool_catch_stop();
     o.stop = &tool_stop_count;
     rc = run_draft_train(&o, &r, &d);
-    if (rc == -ST_FAIL && tool_stop_count) {    /* interrupted (else: what failed) */
+    /* interrupted: whatever failed after a stop signal (a blocking open or
+     * read cut short by it too) is the signal's doing */
+    if (rc && tool_stop_count) {
         notemsg("%s", ESC(d.msg));
         return 128 + tool_stop_sig;
     }

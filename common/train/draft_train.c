@@ -1457,7 +1457,8 @@ seq_weight(const struct run *r, int64_t cs, int64_t c, int64_t n_seqs)
     return c > 0 ? (double)cs / (double)c : 0;
 }
 
-/* the held-out loss and top-1 agreement, over the rows counted */
+/* the held-out loss and top-1 agreement, over the rows counted (cut short
+ * by a stop signal: the caller sees *r->o->stop) */
 static void
 evaluate(struct run *r, const struct backend_backward_ops *bw, double *loss, double *acc,
          int64_t *counted)
@@ -1471,6 +1472,8 @@ evaluate(struct run *r, const struct backend_backward_ops *bw, double *loss, dou
     }
     for (int64_t s = r->n_seq - r->n_hold; s < r->n_seq; s++) {
         struct eagle_loss l;
+        if (r->o->stop && *r->o->stop)
+            break;
         seq_step(r, bw, s, NULL, 1, NULL, &l);
         sl += seq_weight(r, seq_counted(r, s, false), c, nz) * l.total;
         ok += l.correct;
@@ -1620,7 +1623,9 @@ pin_data(struct run *r, struct diag *d)
     if (strcmp(r->ck_mt.ckpt_options, opts) != 0)
         return diag_set(d, ST_FORMAT, "--resume: '%s' was written with other options (%s)",
                         r->ckpt, r->ck_mt.ckpt_options);
-    if (r->ck_mt.ckpt_sequences < 2 || !(r->ck_mt.ckpt_train_time >= 0))
+    /* (the training's share of this run's --max-time, 0 without one) */
+    if (r->ck_mt.ckpt_sequences < 2 || !(r->ck_mt.ckpt_train_time >= 0) ||
+        r->ck_mt.ckpt_train_time > (r->o->max_time > 0 ? r->o->max_time : 0))
         return diag_set(d, ST_FORMAT, "--resume: '%s': the run's data or time is out of range "
                         "(%llu sequences, %g s)", r->ckpt,
                         (unsigned long long)r->ck_mt.ckpt_sequences,
@@ -1648,10 +1653,19 @@ ckpt_release(struct run *r)
 
 /* the checkpoint's head and optimizer state into r, when it is one of this run */
 static int
-resume(struct run *r, int64_t *step, double *elapsed, struct diag *d)
+resume(struct run *r, int64_t total, int64_t *step, double *elapsed, struct diag *d)
 {
     const struct eagle_head *h = &r->ck_h;
     const struct eagle_meta *mt = &r->ck_mt;
+    /* the steps a run can reach: those of its epochs, and at most what the
+     * positions' count (steps x batch x rows) holds */
+    uint64_t most = (uint64_t)INT64_MAX / ((uint64_t)r->o->batch * (uint64_t)(r->S + 1));
+
+    if ((total < INT64_MAX && mt->ckpt_step > (uint64_t)total) || mt->ckpt_step > most ||
+        !(mt->ckpt_elapsed >= 0) || !isfinite(mt->ckpt_elapsed))
+        return diag_set(d, ST_FORMAT, "--resume: '%s': its step or time is out of range "
+                        "(step %llu, %g s)", r->ckpt, (unsigned long long)mt->ckpt_step,
+                        (double)mt->ckpt_elapsed);
 
     /* (arch, seed and options: pin_data, before the data) */
     if (strcmp(mt->base_sha256, r->base_sha) != 0 || strcmp(mt->data_sha256, r->data_sha) != 0 ||
@@ -1682,7 +1696,7 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
     if (!order)
         return diag_set(d, ST_NOMEM, "out of memory");
     if (o->resume)
-        rc = resume(r, &step, &elapsed0, d);
+        rc = resume(r, total, &step, &elapsed0, d);
     ckpt_release(r);
     if (rc < 0) {
         free(order);
@@ -1798,6 +1812,10 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     r.t_start = now_seconds();
     if (o->epochs <= 0 && o->max_time <= 0)
         return diag_set(d, ST_RANGE, "give --epochs or --max-time");
+    /* no output may replace an input, --force or not */
+    xio_note_input(o->model);
+    xio_note_input(o->data);
+    xio_note_input(o->eval);
     if ((rc = xout_check(o->output, o->force, d)) < 0) {
         diag_prefix_output(d, o->output);
         return rc;
@@ -1813,7 +1831,13 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         return diag_set(d, ST_NOMEM, "out of memory");
     snprintf(r.ckpt, plen, "%s.ckpt", o->output);
     /* a checkpoint already there is another run's: continued (--resume)
-     * or replaced (--force), never overwritten unasked */
+     * or replaced (--force), never overwritten unasked; a link, device,
+     * FIFO or folder of that name is no checkpoint, and left alone */
+    if (!r.no_ckpt && lstat(r.ckpt, &st) == 0 && !S_ISREG(st.st_mode)) {
+        rc = diag_set(d, ST_RANGE, "'%s' is not a regular file: refusing to write the "
+                      "checkpoint there", r.ckpt);
+        goto out;
+    }
     if (!o->resume && !r.no_ckpt && lstat(r.ckpt, &st) == 0 && !o->force) {
         rc = diag_set(d, ST_RANGE, "'%s' already exists (--resume continues that run, --force "
                       "overwrites it)", r.ckpt);
@@ -1948,6 +1972,17 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     if ((rc = train(&r, rep, d)) < 0)
         goto out;
     evaluate(&r, r.m->be->ops->backward, &rep->hold_loss, &rep->hold_acc, &rep->hold_n);
+    if (o->stop && *o->stop) {
+        /* the steps are done: a checkpoint of them, which --resume finishes */
+        if (r.no_ckpt)
+            rc = diag_set(d, ST_FAIL, "interrupted during the held-out evaluation after step "
+                          "%lld (no checkpoint beside '%s')", (long long)rep->steps, o->output);
+        else if ((rc = checkpoint(&r, rep->steps, rep->seconds, d)) == 0)
+            rc = diag_set(d, ST_FAIL, "interrupted during the held-out evaluation after step "
+                          "%lld; checkpoint '%s' written (--resume finishes the run)",
+                          (long long)rep->steps, r.ckpt);
+        goto out;
+    }
     json_step(&r, "eval", rep->steps, 0, rep->hold_loss, 0, 0, rep->hold_acc, rep->hold_n,
               rep->seconds);
     struct eagle_meta mt;

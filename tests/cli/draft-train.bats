@@ -863,6 +863,100 @@ EOF
     [[ $stderr == *"eagle.ckpt.step"* ]]
 }
 
+# ckpt_set FILE KEY FMT VALUE : the checkpoint's metadata value KEY (after
+# "eagle.") packed as FMT, sealed again with the SHA-256 of the weights and
+# optimizer state alone (the form of checkpoints before the metadata was
+# hashed, which --resume still accepts): its numbers must be checked anyway
+ckpt_set() {
+    "$PY" - "$@" <<'EOF'
+import hashlib, struct, sys, gguf
+p, key, fmt, val = sys.argv[1:5]
+val = float(val) if fmt in 'fd' else int(val, 0)
+b = bytearray(open(p, 'rb').read())
+k = b'eagle.' + key.encode()
+i = b.index(struct.pack('<Q', len(k)) + k) + 8 + len(k) + 4
+struct.pack_into('<' + fmt, b, i, val)
+open(p, 'wb').write(b)
+r = gguf.GGUFReader(p)
+t = [x for x in r.tensors if not x.name.startswith('opt.')]
+t += [x for n in ('opt.m', 'opt.v') for x in r.tensors if x.name == n]
+sha = hashlib.sha256(b''.join(x.data.tobytes() for x in t)).hexdigest().encode()
+i = b.index(b'eagle.ckpt.sha256')
+i = b.index(b'\x40\x00\x00\x00\x00\x00\x00\x00', i) + 8
+b[i:i + 64] = sha
+open(p, 'wb').write(b)
+EOF
+}
+
+@test "draft-train --resume: a checkpoint's step and times out of range are refused (3), not run" {
+    cd "$BATS_TEST_TMPDIR"
+    term_at_checkpoint c.gguf --data text.txt --epochs 12 --seq-len 32 --checkpoint-every 5 -q
+    [ "$st" -eq 143 ]
+    cp c.gguf.ckpt c.orig
+    local args=(-m "$FIX" --data text.txt -o c.gguf --epochs 12 --seq-len 32 --checkpoint-every 5
+                --resume)
+    for bad in "ckpt.step Q 0xffffffffffffffff" "ckpt.step Q 0x8000000000000000" \
+               "ckpt.step Q 100000" "ckpt.elapsed f -1e30" "ckpt.elapsed f inf" \
+               "ckpt.train_time f 1e30"; do
+        cp c.orig c.gguf.ckpt
+        ckpt_set c.gguf.ckpt $bad
+        run -3 --separate-stderr timeout 120 draft-train "${args[@]}"
+        [[ $stderr == *"c.gguf.ckpt"*@(out of range|not a finite number)* ]] ||
+            { echo "$bad: $stderr"; return 1; }
+        [ ! -e c.gguf ]
+    done
+    # the same sealing of the checkpoint as it was still resumes
+    cp c.orig c.gguf.ckpt
+    ckpt_set c.gguf.ckpt ckpt.step Q "$("$PY" -c "import sys, gguf; r = gguf.GGUFReader(sys.argv[1]); f = r.fields['eagle.ckpt.step']; print(int(f.parts[f.data[0]][0]))" c.orig)"
+    run -0 draft-train "${args[@]}" -q
+}
+
+@test "draft-train: -o never replaces an input (--data, --eval), --force or not; nor a link or device named OUTPUT.ckpt" {
+    cd "$BATS_TEST_TMPDIR"
+    cp text.txt keep.txt
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o text.txt -f --epochs 1 --seq-len 32
+    [[ $stderr == *"'text.txt'"*"is also an input"* ]]
+    ln -s text.txt alias.txt
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o alias.txt -f --epochs 1 --seq-len 32
+    [[ $stderr == *"is also an input"* ]]
+    head -c 3000 text.txt > ev.txt
+    cp ev.txt ev.keep
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt --eval ev.txt -o ev.txt -f \
+        --epochs 1 --seq-len 32
+    [[ $stderr == *"is also an input"* ]]
+    cmp text.txt keep.txt && cmp ev.txt ev.keep
+    # OUTPUT.ckpt a symbolic link (its target kept) or a device (never written)
+    echo victim > victim.txt
+    ln -s victim.txt h.gguf.ckpt
+    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf -f --epochs 1 \
+        --seq-len 32 --checkpoint-every 1
+    [[ $stderr == *"'h.gguf.ckpt' is not a regular file"* ]]
+    [ "$(cat victim.txt)" = victim ] && [ -L h.gguf.ckpt ] && [ ! -e h.gguf ]
+    rm h.gguf.ckpt
+    if mknod h.gguf.ckpt c 1 3 2>/dev/null; then
+        run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf -f --epochs 1 \
+            --seq-len 32 --checkpoint-every 1
+        [[ $stderr == *"'h.gguf.ckpt' is not a regular file"* ]]
+        [ -c h.gguf.ckpt ]
+    fi
+}
+
+@test "draft-train: a stop signal while an input blocks (a FIFO without a writer) exits 128 + N, not 4" {
+    cd "$BATS_TEST_TMPDIR"
+    mkfifo ff
+    draft-train -m "$FIX" --data ff -o h.gguf --epochs 1 --seq-len 32 2> err &
+    local pid=$! i
+    for ((i = 0; i < 2400; i++)); do
+        [ "$(cat /proc/$pid/wchan 2> /dev/null)" = wait_for_partner ] && break
+        sleep 0.05
+    done
+    kill -INT $pid
+    st=0
+    wait $pid || st=$?
+    [ "$st" -eq 130 ]
+    [ ! -e h.gguf ]
+}
+
 @test "draft-train --eval: held out from its own file (never trained on); all the data trains; the cache stays the data's" {
     cd "$BATS_TEST_TMPDIR"
     # a missing --data or --eval file is named
