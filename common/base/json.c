@@ -1,5 +1,6 @@
 #include <errno.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +17,38 @@
  * jansson allocates through parse_malloc(), which is malloc() except
  * during json_load_mem(): there it records each block, and on a failure
  * jumps back out of the parse, which frees the blocks the parse made and
- * fails with -ST_NOMEM.  parse_free() is free(), so a block from jansson
- * may still be released with free() (json_dumps()'s text). */
+ * fails with -ST_NOMEM.  A block the parse frees meanwhile is only noted,
+ * and freed when the parse ends (a failed parse frees its partial tree
+ * oldest first: looking each block up among those recorded would be
+ * quadratic), so the recorded blocks are all still allocated when the
+ * parse jumps out, each recorded once (a block not freed is not handed
+ * out again).  Outside a parse parse_free() is free(), so a block from
+ * jansson may be released with free() (json_dumps()'s text). */
 
 struct parse_guard {
     jmp_buf *jmp;               /* set while this thread parses */
-    void **v;                   /* [n] blocks the parse holds */
-    size_t n, cap;
+    void **v;                   /* [n] blocks the parse made */
+    void **f;                   /* [nf] of those it freed (free() deferred) */
+    size_t n, cap, nf, fcap;
 };
 
 static _Thread_local struct parse_guard guard;
+
+/* appends p to *v ([*n], room for *cap); false when out of memory */
+static bool
+note_block(void ***v, size_t *n, size_t *cap, void *p)
+{
+    if (*n == *cap) {
+        size_t c = *cap ? *cap * 2 : 256;
+        void **nv = realloc(*v, c * sizeof(**v));
+        if (!nv)
+            return false;
+        *v = nv;
+        *cap = c;
+    }
+    (*v)[(*n)++] = p;
+    return true;
+}
 
 static void *
 parse_malloc(size_t n)
@@ -34,28 +57,24 @@ parse_malloc(size_t n)
 
     if (!guard.jmp)
         return p;
-    if (p && guard.n == guard.cap) {
-        size_t c = guard.cap ? guard.cap * 2 : 256;
-        void **v = realloc(guard.v, c * sizeof(*v));
-        if (v) {
-            guard.v = v;
-            guard.cap = c;
-        } else {
-            free(p);
-            p = NULL;
-        }
-    }
-    if (!p)
+    if (!p || !note_block(&guard.v, &guard.n, &guard.cap, p)) {
+        free(p);
         longjmp(*guard.jmp, 1);
-    guard.v[guard.n++] = p;
+    }
     return p;
 }
 
 static void
 parse_free(void *p)
 {
-    /* the blocks a parse frees are mostly its latest */
-    for (size_t i = guard.jmp && p ? guard.n : 0; i-- > 0;) {
+    if (!guard.jmp || !p) {
+        free(p);
+        return;
+    }
+    if (note_block(&guard.f, &guard.nf, &guard.fcap, p))
+        return;
+    /* no room to note it: out of the records, then freed now */
+    for (size_t i = guard.n; i-- > 0;) {
         if (guard.v[i] == p) {
             guard.v[i] = guard.v[--guard.n];
             break;
@@ -70,13 +89,22 @@ parse_alloc_init(void)
     json_set_alloc_funcs(parse_malloc, parse_free);
 }
 
+/* the parse's end: the blocks it freed are freed, and with all, also
+ * those it still held (a parse jumped out of) */
 static void
-guard_end(void)
+guard_end(bool all)
 {
+    if (all)
+        for (size_t i = 0; i < guard.n; i++)
+            free(guard.v[i]);
+    else
+        for (size_t i = 0; i < guard.nf; i++)
+            free(guard.f[i]);
     guard.jmp = NULL;
     free(guard.v);
-    guard.v = NULL;
-    guard.n = guard.cap = 0;
+    free(guard.f);
+    guard.v = guard.f = NULL;
+    guard.n = guard.cap = guard.nf = guard.fcap = 0;
 }
 
 int
@@ -87,14 +115,12 @@ json_load_mem(const char *buf, size_t len, json_t **out, struct diag *d)
 
     *out = NULL;
     if (setjmp(jb)) {
-        for (size_t i = 0; i < guard.n; i++)
-            free(guard.v[i]);
-        guard_end();
+        guard_end(true);
         return diag_set(d, ST_NOMEM, "out of memory parsing %zu bytes of JSON", len);
     }
     guard.jmp = &jb;
     *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &err);
-    guard_end();
+    guard_end(false);
     if (!*out && json_error_code(&err) == json_error_out_of_memory)
         return diag_set(d, ST_NOMEM, "out of memory parsing %zu bytes of JSON", len);
     if (!*out)

@@ -540,7 +540,7 @@ static bool
 checkpoint_name(const char *n)
 {
     static const char *const names[] = { "tokenizer.model", "merges.txt", "vocab.txt",
-                                         "README.md", ".gitattributes" };
+                                         "chat_template.jinja", "README.md", ".gitattributes" };
     size_t k = strlen(n);
 
     if ((k > 12 && !strcmp(n + k - 12, ".safetensors")) || (k > 5 && !strcmp(n + k - 5, ".json")))
@@ -974,6 +974,14 @@ publish(struct xout *o, struct diag *d)
             free(old);
             xout_abort(o);
             return diag_set(d, ST_IO, "cannot replace directory: %s", strerror(e));
+        }
+        /* what it holds now, moved aside, is what goes: checked again (it
+         * may have changed since the open, or appeared only since) */
+        if ((rc = replaceable_dir(old, d)) < 0) {
+            rename(old, o->dst);
+            free(old);
+            xout_abort(o);
+            return rc;
         }
         if (rename(o->tmp, o->dst) != 0) {
             e = errno;

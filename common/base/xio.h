@@ -133,8 +133,9 @@ void xout_abort(struct xout *o);
  * path, to be filled by the caller; fp is NULL.  xout_commit renames it over
  * dst (an existing dst directory is replaced only with force, and only
  * one that holds nothing but the files a Hugging Face checkpoint has:
- * *.safetensors, *.json, tokenizer.model, merges.txt, vocab.txt, README.md,
- * .gitattributes; no folder, and none of this run's inputs). */
+ * *.safetensors, *.json, tokenizer.model, merges.txt, vocab.txt,
+ * chat_template.jinja, README.md, .gitattributes; no folder, and none of
+ * this run's inputs; checked at the open and again at the commit). */
 int xout_open_dir(struct xout *o, const char *path, bool force, struct diag *d);
 
 /* xio_cleanup_all() : removes every registered temporary (async-signal-safe

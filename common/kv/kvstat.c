@@ -417,7 +417,6 @@ kvtrace_add_line(struct kvtrace *t, const char *line, size_t len, struct diag *d
     double time_ms, waste;
     const char *s;
     json_t *o;
-    json_error_t err;
     struct kvtrace_phase_stats *ph;
     struct kvtrace_point pt;
     enum kvtrace_phase phase;
@@ -428,10 +427,12 @@ kvtrace_add_line(struct kvtrace *t, const char *line, size_t len, struct diag *d
         ;
     if (i == len)
         return 0;
-    o = json_loadb(line, len, JSON_REJECT_DUPLICATES, &err);
-    if (!o)
-        return diag_set(d, ST_FORMAT, "line %lld: invalid JSON at column %d: %s", (long long)ln,
-                        err.column, err.text);
+    /* (json_load_mem: jansson's parse guarded against a failed allocation) */
+    if ((rc = json_load_mem(line, len, &o, d)) < 0) {
+        diag_prefix(d, "line %lld", (long long)ln);
+        return rc;
+    }
+    rc = -ST_FORMAT;
     if (!json_is_object(o)) {
         diag_set(d, ST_FORMAT, "line %lld: not a JSON object", (long long)ln);
         goto out;

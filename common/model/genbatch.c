@@ -800,7 +800,9 @@ bad:
         *d = g->werr;
     goto out;
 nomem:
-    rc = diag_set(d, ST_NOMEM, "out of memory");
+    rc = diag_set(d, ST_NOMEM, "'%s' line %lld: out of memory",
+                  g->o->input && strcmp(g->o->input, "-") ? g->o->input : "<stdin>",
+                  (long long)lineno);
 out:
     tok_ids_release(&ids);
     batch_req_release(&q);

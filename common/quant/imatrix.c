@@ -431,8 +431,10 @@ imatrix_file_open(struct imatrix_file *f, const char *path, struct diag *d)
     int rc;
 
     memset(f, 0, sizeof(*f));
-    if ((rc = src_open(&f->src, path, d)) < 0)
+    if ((rc = src_open(&f->src, path, d)) < 0) {
+        src_close(&f->src);
         return rc;
+    }
     if (f->src.map) {
         f->p = f->src.map;
         f->n = (size_t)f->src.size;

@@ -302,3 +302,13 @@ drain_on() {
         kvstat --trace tr-$mode.jsonl >/dev/null
     done
 }
+
+@test "a malformed request of a million values is an error result at once (the failed parse's frees are not quadratic)" {
+    cd "$BATS_TEST_TMPDIR"
+    python3 -c "import sys; sys.stdout.write('{\"prompt\": [' + '0,' * 1000000 + '\n{\"prompt\": \"hi\"}\n')" > req.jsonl
+    # (timeout: only a safety net; the old parser took minutes here)
+    run -1 --separate-stderr timeout 300 generate -m "$TINY" --batch req.jsonl -n 1 --temp 0
+    [ "$(jq -r 'select(.id == 1) | .finish_reason' <<< "$output")" = error ]
+    [[ "$(jq -r 'select(.id == 1) | .error' <<< "$output")" == *"invalid JSON"* ]]
+    [ "$(jq -r 'select(.id == 2) | .finish_reason' <<< "$output")" = length ]
+}
