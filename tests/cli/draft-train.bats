@@ -16,6 +16,10 @@ setup() {
     head -c 12000 "$CALIB" > "$BATS_TEST_TMPDIR/text.txt"
 }
 
+teardown() {
+    unmount_full
+}
+
 # gguf_key FILE KEY : the value of a string or integer key (gguf-py)
 gguf_key() {
     "$PY" - "$1" "$2" <<'EOF'
@@ -764,17 +768,200 @@ PY
     run ! "$mk" --calib "$CALIB" --self 2 --model "$m" --exclude broken.jsonl -o bad.jsonl
     [[ $output == *"'broken.jsonl': line 1"* ]]
     [ ! -e bad.jsonl ]
-    # neither a FIFO nor a symbolic link is replaced or read
+    # a FIFO is not read as --exclude (standard input is: --exclude -)
     mkfifo fifo
-    ln -s c.jsonl link
-    run ! timeout 60 "$mk" --calib "$CALIB" -o fifo
-    [[ $output == *"'fifo': not a regular file; not replaced"* ]]
-    [ -p fifo ]
-    run ! timeout 60 "$mk" --calib "$CALIB" -o link
-    [ -L link ]
-    run ! timeout 60 "$mk" --calib "$CALIB" --self 2 --model "$m" --exclude fifo -o bad.jsonl
+    run -4 timeout 60 "$mk" --calib "$CALIB" --self 2 --model "$m" --exclude fifo -o bad.jsonl
     [[ $output == *"--exclude 'fifo': not a regular file"* ]]
-    [ -z "$(compgen -G '*.tmp')" ]
+    [ -p fifo ]
+    [ -z "$(compgen -G '*.tmp*')" ]
+}
+
+# mk_one_line RC ARGS... : scripts/mkdistill-prompts ARGS exits RC with one
+# line on stderr (no Python traceback) and nothing on stdout
+mk_one_line() {
+    local rc=$1
+    shift
+    run "-$rc" --separate-stderr "$TOP/scripts/mkdistill-prompts" "$@"
+    [ "${#stderr_lines[@]}" -eq 1 ] || { echo "stderr: $stderr"; return 1; }
+    [[ $stderr == "mkdistill-prompts: "* ]]
+    [ -z "$output" ]
+}
+
+@test "mkdistill-prompts: an output that is an input is refused even with -f; one that exists only with -f" {
+    cd "$BATS_TEST_TMPDIR"
+    local mk="$TOP/scripts/mkdistill-prompts"
+    head -c 20000 "$CALIB" > c.txt
+    cp c.txt c0.txt
+    ln -s c.txt c-link
+    ln c.txt c-hard
+    for o in c.txt c-link c-hard; do
+        for f in "" -f; do
+            mk_one_line 2 --calib c.txt -n 5 $f -o "$o"
+            [[ $stderr == *"'$o': is also an input of this run (--calib): refusing to overwrite it"* ]]
+        done
+    done
+    "$mk" --calib - -n 5 -o - < c.txt > from-stdin.jsonl
+    mk_one_line 2 --calib - -n 5 -f -o c-link < c.txt
+    [[ $stderr == *"'c-link': is also an input of this run (--calib)"* ]]
+    # --exclude too (refused before the model runs: no model needed)
+    echo '{"prompt": "x"}' > ex.jsonl
+    cp ex.jsonl ex0.jsonl
+    mk_one_line 2 --calib c.txt --self 2 --model none.gguf --exclude ex.jsonl -f -o ex.jsonl
+    [[ $stderr == *"'ex.jsonl': is also an input of this run (--exclude)"* ]]
+    cmp c.txt c0.txt
+    cmp ex.jsonl ex0.jsonl
+    [ -L c-link ]
+    # an existing output: refused, then replaced with -f (or --force)
+    "$mk" --calib c.txt -n 5 -o out.jsonl
+    mk_one_line 2 --calib c.txt -n 3 -o out.jsonl
+    [[ $stderr == *"'out.jsonl': already exists (use --force to overwrite)"* ]]
+    [ "$(wc -l < out.jsonl)" -eq 5 ]
+    "$mk" --calib c.txt -n 3 -f -o out.jsonl
+    [ "$(wc -l < out.jsonl)" -eq 3 ]
+    "$mk" --calib c.txt -n 4 --force -o out.jsonl
+    [ "$(wc -l < out.jsonl)" -eq 4 ]
+    # a symbolic link is followed: its target replaced with -f, the link kept
+    ln -s out.jsonl out-link
+    mk_one_line 2 --calib c.txt -n 2 -o out-link
+    [[ $stderr == *"'out-link': already exists (use --force to overwrite)"* ]]
+    "$mk" --calib c.txt -n 2 -f -o out-link
+    [ -L out-link ] && [ "$(readlink out-link)" = out.jsonl ]
+    [ "$(wc -l < out.jsonl)" -eq 2 ]
+    ln -s nowhere.jsonl dangling
+    mk_one_line 4 --calib c.txt -n 2 -f -o dangling
+    [[ $stderr == *"'dangling': is a symbolic link to nothing"* ]]
+    # a FIFO is written in place, a directory refused
+    mkfifo fifo
+    local rd
+    cat fifo > got.jsonl &
+    rd=$!
+    timeout 60 "$mk" --calib c.txt -n 5 -o fifo
+    wait "$rd"
+    [ -p fifo ]
+    cmp got.jsonl <(head -5 from-stdin.jsonl)
+    mkdir dir.jsonl
+    mk_one_line 4 --calib c.txt -n 2 -f -o dir.jsonl
+    [[ $stderr == *"'dir.jsonl': is a directory"* ]]
+    [ -z "$(compgen -G '*.tmp*')" ]
+}
+
+@test "mkdistill-prompts: bad input is one line, exit 3 (data) or 4 (I/O); out of memory exit 5" {
+    cd "$BATS_TEST_TMPDIR"
+    head -c 20000 "$CALIB" > c.txt
+    printf 'fine words\n\nthen a \377 byte\n' > bad.txt
+    mk_one_line 3 --calib bad.txt -o o.jsonl
+    [[ $stderr == *"--calib 'bad.txt': line 3: not UTF-8 (byte 0xff)"* ]]
+    mk_one_line 3 --calib - -o o.jsonl < bad.txt
+    mk_one_line 4 --calib missing.txt -o o.jsonl
+    [[ $stderr == *"--calib 'missing.txt': No such file or directory"* ]]
+    mk_one_line 4 --calib . -o o.jsonl
+    [[ $stderr == *"--calib '.': not a regular file"* ]]
+    for bad in '{"prompt": ' '[1, 2]' '{"messages": 3}' $'{"prompt": "\377"}'; do
+        printf '{"prompt": "fine"}\n%s\n' "$bad" > ex.jsonl
+        mk_one_line 3 --calib c.txt --self 2 --model none.gguf --exclude ex.jsonl -o o.jsonl
+        [[ $stderr == *"'ex.jsonl': line 2: "* ]]
+    done
+    mk_one_line 4 --calib c.txt --self 2 --model none.gguf --exclude missing.jsonl -o o.jsonl
+    [[ $stderr == *"--exclude 'missing.jsonl': No such file or directory"* ]]
+    # 30 MB of address space: Python starts and makes c.txt's lines, big.txt
+    # (8 MB) does not fit
+    run -0 --separate-stderr bash -c 'ulimit -v 30000 && exec "$@"' sh \
+        "$TOP/scripts/mkdistill-prompts" --calib c.txt -o small.jsonl
+    [ -s small.jsonl ]
+    for i in $(seq 20); do cat "$CALIB"; done > big.txt
+    run -5 --separate-stderr bash -c 'ulimit -v 30000 && exec "$@"' sh \
+        "$TOP/scripts/mkdistill-prompts" --calib big.txt -o o.jsonl
+    [ "$stderr" = "mkdistill-prompts: out of memory" ]
+    [ ! -e o.jsonl ]
+    [ -z "$(compgen -G '*.tmp*')" ]
+}
+
+@test "mkdistill-prompts: bad option values are usage errors (exit 2)" {
+    cd "$BATS_TEST_TMPDIR"
+    local args
+    for args in "--every 0" "--variants 7" "--variants 0" "-n -1" "-n x" "--self -1" "--plain 100001" \
+                "--seed 1" "--plain 1 --seed -1" "-t 2" "--model m.gguf" "--self 1 -t 0" "--bogus" \
+                "--calib - --self 1 --exclude -"; do
+        run -2 --separate-stderr "$TOP/scripts/mkdistill-prompts" --calib "$CALIB" $args -o o.jsonl
+        [[ $stderr == "mkdistill-prompts: "* ]]
+        [[ $stderr == *"usage: mkdistill-prompts "* ]]
+    done
+    run -2 --separate-stderr "$TOP/scripts/mkdistill-prompts" --calib "$SHARED/data/wikitext-2-test.raw" -o o.jsonl
+    [[ $stderr == *"never make prompts from evaluation text"* ]]
+    run -0 --separate-stderr "$TOP/scripts/mkdistill-prompts" --help
+    [[ $output == *"-f, --force"* ]]
+    [ ! -e o.jsonl ]
+}
+
+@test "mkdistill-prompts: -o - writes standard output; a full disk is exit 4 and leaves nothing" {
+    cd "$BATS_TEST_TMPDIR"
+    local mk="$TOP/scripts/mkdistill-prompts"
+    "$mk" --calib "$CALIB" -n 9 -o file.jsonl
+    run -0 --separate-stderr "$mk" --calib "$CALIB" -n 9 -o -
+    [ "$output" = "$(cat file.jsonl)" ]
+    [ ! -e - ]
+    "$mk" --calib "$CALIB" -n 9 -o - | cmp - file.jsonl
+    mk_one_line 4 --calib "$CALIB" -o /dev/full
+    [[ $stderr == *"'/dev/full': No space left on device"* ]]
+    run -4 --separate-stderr bash -c '"$@" > /dev/full' sh "$mk" --calib "$CALIB" -o -
+    [[ $stderr == *"standard output: No space left on device"* ]]
+    mount_full
+    mk_one_line 4 --calib "$CALIB" -o "$FULL/o.jsonl"
+    [[ $stderr == *"No space left on device"* ]]
+    [ "$(ls "$FULL")" = fill ]
+}
+
+# with_stop_signals CMD ARGS... & : CMD with SIGINT and SIGHUP at their
+# default actions (a background job of a non-interactive shell ignores
+# SIGINT, a run under nohup SIGHUP, and the script keeps what is ignored
+# ignored); it execs, so that $! is CMD's pid
+with_stop_signals() {
+    exec python3 -c 'import os, signal, sys
+for s in (signal.SIGINT, signal.SIGHUP):
+    signal.signal(s, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' "$@"
+}
+
+@test "mkdistill-prompts: SIGINT, SIGTERM, SIGHUP exit 130, 143, 129 and leave no file" {
+    # No race: the text comes from a FIFO held open and never written, so
+    # the script has made its temporary output and waits to read when the
+    # signal comes.
+    cd "$BATS_TEST_TMPDIR"
+    local sig code pid w rc
+    mkfifo in
+    mkdir o
+    for sig in INT:130 TERM:143 HUP:129; do
+        code=${sig#*:} sig=${sig%:*}
+        exec {w}<>in
+        with_stop_signals timeout 120 "$TOP/scripts/mkdistill-prompts" --calib - -o o/p.jsonl \
+            < in 2> err.txt {w}>&- 3>&- &
+        pid=$!
+        wait_for_tmp o "$pid"
+        kill -"$sig" "$pid"
+        rc=0
+        wait "$pid" || rc=$?
+        exec {w}>&-
+        [ "$rc" -eq "$code" ] || { echo "SIG$sig: exit $rc"; cat err.txt; return 1; }
+        grep -q "stopped by SIG$sig" err.txt
+        [ -z "$(ls -A o)" ]
+    done
+}
+
+@test "mkdistill-prompts --self: a failing generate's exit status is passed on, in one line" {
+    # a copy of the script beside a generate that fails as one out of memory
+    mkdir -p "$BATS_TEST_TMPDIR/t/scripts" "$BATS_TEST_TMPDIR/t/bin"
+    cp "$TOP/scripts/mkdistill-prompts" "$BATS_TEST_TMPDIR/t/scripts/"
+    cd "$BATS_TEST_TMPDIR"
+    local rc
+    for rc in 3 4 5; do
+        printf '#!/bin/sh\necho "generate: failed as %s" >&2\nexit %s\n' "$rc" "$rc" > t/bin/generate
+        chmod +x t/bin/generate
+        run "-$rc" --separate-stderr t/scripts/mkdistill-prompts --calib "$CALIB" --self 2 \
+            --model none.gguf -t 1 -o o.jsonl
+        [ "$stderr" = "mkdistill-prompts: generate: failed as $rc" ]
+        [ ! -e o.jsonl ]
+    done
+    [ -z "$(compgen -G '*.tmp*')" ]
 }
 
 @test "draft-train: SIGTERM writes a checkpoint and no head; --resume ends with the uninterrupted head" {
