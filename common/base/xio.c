@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <libgen.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -662,6 +663,14 @@ classify(const char *path, bool force, bool want_dir, enum dst_kind *kind, char 
         }
     }
     if (*kind != DST_DIRECT) {
+        /* its temporary's name (NAME.tmp.llmkit-XXXXXX) must fit too, so
+         * that a long run does not find out only when it writes */
+        const char *base = strrchr(f, '/') ? strrchr(f, '/') + 1 : f;
+        if (strlen(base) + strlen(TMP_INFIX) + 6 > NAME_MAX) {
+            rc = diag_set(d, ST_IO, "file name too long for its temporary (%zu bytes; at most "
+                          "%zu)", strlen(base), (size_t)NAME_MAX - strlen(TMP_INFIX) - 6);
+            goto fail;
+        }
         c = canonical(f);
         if (!c) {
             rc = diag_set(d, ST_IO, "cannot resolve the folder: %s", strerror(errno));

@@ -270,3 +270,21 @@ open(sys.argv[2], 'wb').write(g.render()[0])" "$TOP/tests/cli/lib" "$1"
     run -2 --separate-stderr quantize --type Q8_0 --eval "$T/e.txt" "$TINY" "$T/null.gguf"
     [[ "$stderr" == *"--eval reads OUTPUT back"* ]]
 }
+
+@test "an output name too long for its temporary (NAME.tmp.llmkit-XXXXXX) fails at once (4), nothing left" {
+    cd "$BATS_TEST_TMPDIR"
+    local long ok
+    long=$(printf 'a%.0s' {1..240}).gguf
+    ok=$(printf 'a%.0s' {1..232}).gguf
+    run -4 --separate-stderr convert --type f16 "$TINY" "$long"
+    [[ "$stderr" == *"file name too long for its temporary"* ]]
+    run -4 --separate-stderr quantize --type Q8_0 "$TINY" "$long"
+    [[ "$stderr" == *"file name too long for its temporary"* ]]
+    run -4 --separate-stderr draft-train -m "$TINY" --data "$SHARED/data/calibration-groups-merged.txt" \
+        -o "$long" --epochs 1 --seq-len 32
+    [[ "$stderr" == *"file name too long for its temporary"* ]]
+    [ -z "$(ls | grep -e '\.gguf' -e tmp)" ] || { ls; return 1; }
+    # the longest that fits is written
+    run -0 convert --type f16 "$TINY" "$ok"
+    [ -f "$ok" ]
+}
