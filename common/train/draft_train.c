@@ -1832,8 +1832,9 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     snprintf(r.ckpt, plen, "%s.ckpt", o->output);
     /* a checkpoint already there is another run's: continued (--resume)
      * or replaced (--force), never overwritten unasked; a link, device,
-     * FIFO or folder of that name is no checkpoint, and left alone */
-    if (!r.no_ckpt && lstat(r.ckpt, &st) == 0 && !S_ISREG(st.st_mode)) {
+     * FIFO or folder of that name is no checkpoint, and left alone
+     * (--resume reads it: not a regular file there is bad input, 3) */
+    if (!o->resume && !r.no_ckpt && lstat(r.ckpt, &st) == 0 && !S_ISREG(st.st_mode)) {
         rc = diag_set(d, ST_RANGE, "'%s' is not a regular file: refusing to write the "
                       "checkpoint there", r.ckpt);
         goto out;
