@@ -11,6 +11,7 @@
 #include "json.h"
 #include "t.h"
 
+#if !defined(__SANITIZE_ADDRESS__)
 /* Bytes of address space this process maps now (/proc/self/statm), or 0. */
 static uint64_t
 mapped_bytes(void)
@@ -25,6 +26,7 @@ mapped_bytes(void)
     fclose(fp);
     return (uint64_t)pages * 4096u;
 }
+#endif
 
 static void
 test_strings(void)
