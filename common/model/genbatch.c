@@ -336,6 +336,17 @@ batch_reader_release(struct batch_reader *rd)
     rd->fd = -1;
 }
 
+/* a line may end "\r\n": the buffer holds BATCH_LINE_MAX bytes and both */
+#define BATCH_BUF_MAX (BATCH_LINE_MAX + 2)
+
+static int
+too_long(const struct batch_reader *rd, int64_t lineno, struct diag *d)
+{
+    return diag_set(d, ST_FORMAT, "'%s' line %lld: longer than %zu bytes (16 MiB), "
+                    "the most a request line may have", rd->name, (long long)lineno,
+                    BATCH_LINE_MAX);
+}
+
 int
 batch_reader_fill(struct batch_reader *rd, bool block, struct diag *d)
 {
@@ -357,11 +368,9 @@ batch_reader_fill(struct batch_reader *rd, bool block, struct diag *d)
          * up to the limit; one that fills the limit is longer than it */
         if (memchr(rd->buf, '\n', rd->end))
             return 0;           /* lines to take first */
-        if (rd->cap > BATCH_LINE_MAX)
-            return diag_set(d, ST_FORMAT, "'%s' line %lld: longer than %zu bytes (16 MiB), "
-                            "the most a request line may have", rd->name,
-                            (long long)rd->lineno + 1, BATCH_LINE_MAX);
-        size_t c = rd->cap * 2 > BATCH_LINE_MAX + 1 ? BATCH_LINE_MAX + 1 : rd->cap * 2;
+        if (rd->cap >= BATCH_BUF_MAX)
+            return too_long(rd, rd->lineno + 1, d);
+        size_t c = rd->cap * 2 > BATCH_BUF_MAX ? BATCH_BUF_MAX : rd->cap * 2;
         char *b = realloc(rd->buf, c);
         if (!b)
             return diag_set(d, ST_NOMEM, "'%s' line %lld: out of memory", rd->name,
@@ -382,13 +391,16 @@ batch_reader_fill(struct batch_reader *rd, bool block, struct diag *d)
 }
 
 int
-batch_reader_line(struct batch_reader *rd, const char **line, size_t *len)
+batch_reader_line(struct batch_reader *rd, const char **line, size_t *len, struct diag *d)
 {
     char *nl = memchr(rd->buf + rd->start, '\n', rd->end - rd->start);
 
     if (!nl && !(rd->eof && rd->end > rd->start))
         return 0;
     size_t n = nl ? (size_t)(nl - (rd->buf + rd->start)) : rd->end - rd->start;
+    /* the buffer's two spare bytes are for "\r\n" only */
+    if (n > BATCH_LINE_MAX && !(n == BATCH_LINE_MAX + 1 && rd->buf[rd->start + n - 1] == '\r'))
+        return too_long(rd, rd->lineno + 1, d);
     *line = rd->buf + rd->start;
     *len = n;
     rd->start += n + (nl != NULL);
@@ -408,13 +420,13 @@ batch_reader_next(struct batch_reader *rd, const char **line, size_t *len, struc
 {
     int rc;
 
-    while (!batch_reader_line(rd, line, len)) {
+    while (!(rc = batch_reader_line(rd, line, len, d))) {
         if (rd->eof)
             return 0;
         if ((rc = batch_reader_fill(rd, true, d)) < 0)
             return rc;
     }
-    return 1;
+    return rc;
 }
 
 /* ---- output ---- */
@@ -929,7 +941,9 @@ main_loop(struct run *g, struct batch_reader *rd, struct diag *d)
         while (!stop_level(o) && sched_waiting(g->s) < lookahead) {
             const char *line;
             size_t len;
-            if (batch_reader_line(rd, &line, &len)) {
+            if ((rc = batch_reader_line(rd, &line, &len, d)) < 0)
+                return rc;
+            if (rc) {
                 if ((rc = take_line(g, line, len, rd->lineno, d)) < 0)
                     return rc;
                 continue;

@@ -62,10 +62,10 @@
 /* A request file or stream (--batch, --merge), read with read(2) into a
  * buffer of its own, so that --batch can look for more requests without
  * blocking while sequences run.  A line has at most BATCH_LINE_MAX bytes
- * (its "\n" aside): the buffer grows to that and no further, and a line
- * that does not end there fails the read as soon as its first
- * BATCH_LINE_MAX + 1 bytes are in, the rest of it unread (an endless
- * input with no newline, such as /dev/zero, ends at once). */
+ * (its "\n" or "\r\n" aside): the buffer grows to that and its ending
+ * and no further, and a line that does not end there fails the read as
+ * soon as its first BATCH_LINE_MAX + 2 bytes are in, the rest of it unread
+ * (an endless input with no newline, such as /dev/zero, ends at once). */
 struct batch_reader {
     int fd;
     const char *name;           /* for messages: the path or "<stdin>" */
@@ -90,8 +90,9 @@ int batch_reader_fill(struct batch_reader *rd, bool block, struct diag *d);
 /* batch_reader_line() : the next complete line (the last one may lack its
  * "\n" at the end of the input), without its "\n": 1 with *line and *len
  * (valid until the next call; rd->lineno is its number), 0 when none is
- * buffered. */
-int batch_reader_line(struct batch_reader *rd, const char **line, size_t *len);
+ * buffered, -ST_FORMAT for a line over BATCH_LINE_MAX (a last "\r" aside:
+ * a line may end "\r\n"). */
+int batch_reader_line(struct batch_reader *rd, const char **line, size_t *len, struct diag *d);
 
 /* batch_reader_has_line() : whether batch_reader_line() would give one. */
 bool batch_reader_has_line(const struct batch_reader *rd);

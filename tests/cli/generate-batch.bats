@@ -185,6 +185,20 @@ sys.stdout.write(j + " " * (n - len(j)) + "\n")' "$1" "$2"
     { echo one; padded 16777216 '{"id":"max","prompt":"two"}'; echo three; } >ok.jsonl
     run -0 --separate-stderr generate -m "$TINY" --batch ok.jsonl -n 2 --temp 0
     jq -e -s 'map(.id | tostring) | sort == ["1", "3", "max"]' <<<"$output"
+    # so is 16 MiB ending "\r\n", also as the last line with no "\n"
+    { echo one; padded 16777216 '{"id":"crlf","prompt":"two"}' | sed 's/$/\r/'; echo three; } >crlf.jsonl
+    run -0 --separate-stderr generate -m "$TINY" --batch crlf.jsonl -n 2 --temp 0
+    jq -e -s 'map(.id | tostring) | sort == ["1", "3", "crlf"]' <<<"$output"
+    { echo one; padded 16777216 '{"id":"crlf","prompt":"two"}' | sed 's/$/\r/' | head -c -1; } >crlf.jsonl
+    run -0 --separate-stderr generate -m "$TINY" --batch crlf.jsonl -n 2 --temp 0
+    jq -e -s 'map(.id | tostring) | sort == ["1", "crlf"]' <<<"$output"
+    # one byte more before the "\r" is over, and so is a last "\r" not before "\n" when the line is over
+    { echo one; padded 16777217 '{"id":"over","prompt":"two"}' | sed 's/$/\r/'; } >long.jsonl
+    run -3 --separate-stderr generate -m "$TINY" --batch long.jsonl -n 2
+    [ "$stderr" = "generate: 'long.jsonl' line 2: longer than 16777216 bytes (16 MiB), the most a request line may have" ]
+    { echo one; padded 16777216 '{"id":"over","prompt":"two"}' | head -c -1; printf 'x\n'; } >long.jsonl
+    run -3 --separate-stderr generate -m "$TINY" --batch long.jsonl -n 2
+    [ "$stderr" = "generate: 'long.jsonl' line 2: longer than 16777216 bytes (16 MiB), the most a request line may have" ]
     { echo one; padded 16777217 '{"id":"over","prompt":"two"}'; echo three; } >long.jsonl
     run -3 --separate-stderr generate -m "$TINY" --batch long.jsonl -n 2 -o out.jsonl
     [ "$stderr" = "generate: 'long.jsonl' line 2: longer than 16777216 bytes (16 MiB), the most a request line may have" ]
