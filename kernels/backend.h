@@ -31,8 +31,8 @@
  *
  * Training (the EAGLE draft trainer, common/train) uses the backward table
  * beside this one, struct backend_ops.backward (backward.h): the CPU
- * backend's is OpenBLAS's (backward_ops_blas), or with the ref kernels the
- * scalar reference.
+ * backend's is OpenBLAS's (backward_ops_blas_avx2: backward_ops_blas with
+ * the cross-entropy in AVX2), or with the ref kernels the scalar reference.
  *
  * Buffers handed to the ops (activations, weights, the KV pool) are the
  * backend's: for the CPU backend any host memory is one.  A device backend

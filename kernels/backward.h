@@ -109,6 +109,9 @@ extern const struct backend_backward_ops backward_ops_ref;
  * ops; when built without OpenBLAS its matmul and attention are the
  * reference's too (name "ref"). */
 extern const struct backend_backward_ops backward_ops_blas;
+/* backward_ops_blas with the soft cross-entropy in AVX2 (cpu/backward_avx2.c):
+ * the CPU backend's table where its kernels are avx2 or avx512 */
+extern const struct backend_backward_ops backward_ops_blas_avx2;
 
 /* ---- the reference in double, for the finite-difference tests ---- */
 void bw_matmul_fwd_ref64(double *y, const double *x, const double *w, const double *b, int64_t n,

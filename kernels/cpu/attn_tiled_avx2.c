@@ -82,10 +82,7 @@ max64(const float *sc)
             t = t > sc[j] ? t : sc[j];
         return t;
     }
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
+    return hmax8(m);
 }
 
 /* ggml_vec_soft_max_f32 over the 64 scores, in place; returns the sum */

@@ -955,6 +955,8 @@ backend_cpu_open(struct backend **out, const struct backend_config *cfg, char *w
     c->table = cpu_ops;
     if (ops == &kernel_ops_ref)
         c->table.backward = &backward_ops_ref;
+    else    /* the avx2 and avx512 kernels: AVX2 and FMA are there */
+        c->table.backward = &backward_ops_blas_avx2;
     c->base.ops = &c->table;
     c->base.device = "cpu";
     c->base.kernel = ops->name;

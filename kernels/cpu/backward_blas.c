@@ -1,14 +1,17 @@
 /*
  * backward_blas.c - the trainer's kernel table over OpenBLAS (backward.h):
  * matmul and attention as sgemm calls, the element-wise ops the
- * reference's.  OpenBLAS runs its own threads; callers must not call this
- * table from inside a threadpool job (threadpool.h).  Built without
- * OpenBLAS, the table is the reference under another name.
+ * reference's; backward_ops_blas_avx2 the same with the soft cross-entropy
+ * of backward_avx2.c (for CPUs with AVX2 and FMA).  OpenBLAS runs its own
+ * threads; callers must not call these tables from inside a threadpool job
+ * (threadpool.h).  Built without OpenBLAS, matmul and attention are the
+ * reference's.
  */
 #include <math.h>
 #include <stdint.h>
 
 #include "backward.h"
+#include "backward_avx2.h"
 #include "backward_ref.h"
 #include "ops.h"
 
@@ -176,22 +179,18 @@ attn_bwd_blas(float *dq, float *dk, float *dv, const float *dout, const float *p
 #define BLAS_NAME "ref"
 #endif
 
-const struct backend_backward_ops backward_ops_blas = {
-    .name = BLAS_NAME,
-    .matmul_fwd = matmul_fwd_blas,
-    .matmul_bwd = matmul_bwd_blas,
-    .rmsnorm_fwd = bw_rmsnorm_fwd_ref,
-    .rmsnorm_bwd = bw_rmsnorm_bwd_ref,
-    .silu_mul_fwd = bw_silu_mul_fwd_ref,
-    .silu_mul_bwd = bw_silu_mul_bwd_ref,
-    .rope_fwd = bw_rope_fwd_ref,
-    .rope_bwd = bw_rope_bwd_ref,
-    .attn_fwd = attn_fwd_blas,
-    .attn_bwd = attn_bwd_blas,
-    .attn_ttt_fwd = attn_ttt_fwd_blas,
-    .attn_ttt_bwd = attn_ttt_bwd_blas,
-    .xent_fwd = bw_xent_fwd_ref,
-    .xent_bwd = bw_xent_bwd_ref,
-    .smoothl1_fwd = bw_smoothl1_fwd_ref,
-    .smoothl1_bwd = bw_smoothl1_bwd_ref,
-};
+#define BLAS_TABLE(NAME, XENT_FWD, XENT_BWD)                                                     \
+    {                                                                                              \
+        .name = NAME, .matmul_fwd = matmul_fwd_blas, .matmul_bwd = matmul_bwd_blas,               \
+        .rmsnorm_fwd = bw_rmsnorm_fwd_ref, .rmsnorm_bwd = bw_rmsnorm_bwd_ref,                      \
+        .silu_mul_fwd = bw_silu_mul_fwd_ref, .silu_mul_bwd = bw_silu_mul_bwd_ref,                  \
+        .rope_fwd = bw_rope_fwd_ref, .rope_bwd = bw_rope_bwd_ref, .attn_fwd = attn_fwd_blas,       \
+        .attn_bwd = attn_bwd_blas, .attn_ttt_fwd = attn_ttt_fwd_blas,                             \
+        .attn_ttt_bwd = attn_ttt_bwd_blas, .xent_fwd = XENT_FWD, .xent_bwd = XENT_BWD,            \
+        .smoothl1_fwd = bw_smoothl1_fwd_ref, .smoothl1_bwd = bw_smoothl1_bwd_ref,                  \
+    }
+
+const struct backend_backward_ops backward_ops_blas =
+    BLAS_TABLE(BLAS_NAME, bw_xent_fwd_ref, bw_xent_bwd_ref);
+const struct backend_backward_ops backward_ops_blas_avx2 =
+    BLAS_TABLE(BLAS_NAME "+avx2", bw_xent_fwd_avx2, bw_xent_bwd_avx2);

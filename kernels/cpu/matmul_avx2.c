@@ -147,10 +147,7 @@ quantize_q8_01_avx2(const float *x, int8_t *q, float *dd, float *ss, int64_t n)
         __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
         __m256 m = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
                                  _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float amax = _mm_cvtss_f32(m4);
+        float amax = hmax8(m);
         float d = amax / 127.0f;
         __m256 id = _mm256_set1_ps(amax != 0.0f ? 127.0f / amax : 0.0f);
         __m256i i0 = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -185,10 +182,7 @@ quantize_q8_k_avx2(const float *x, int8_t *q, float *dd, int16_t *bsums, int64_t
         __m256 m = _mm256_setzero_ps();
         for (int j = 0; j < QK_K; j += 8)
             m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
-        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-        float amax = _mm_cvtss_f32(m4);
+        float amax = hmax8(m);
         if (amax == 0.0f) {
             memset(q, 0, QK_K);
             memset(bsums, 0, 16 * sizeof(int16_t));

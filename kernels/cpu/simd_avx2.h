@@ -72,6 +72,17 @@ hsum8(__m256 x)
     return hsum8_halves(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
 }
 
+/* the largest of 8 lanes, by the same pairings (as ggml's quantize_row_q8
+ * and softmax take it) */
+static inline float
+hmax8(__m256 x)
+{
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
 /* The 8 horizontal sums of v[0..7] in one vector (lane t = sum of v[t]'s
  * lanes); exact integer sums. */
 static inline __m256i

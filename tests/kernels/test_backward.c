@@ -478,6 +478,50 @@ test_opt(const struct backend_backward_ops *opt, const struct backend_backward_o
     opt->smoothl1_fwd(e1, a, c, 4, 16);
     CHECK(fdiff(e1, e0, 4) <= OPT_TOL);
     free(a), free(c), free(e0), free(e1);
+
+    /* the soft cross-entropy over rows of several widths (a SIMD table's
+     * tails: 8 and 16 lanes and what is left), logits up to +-40 (the
+     * exp's reduction over a wide range), targets softmaxed or one-hot,
+     * the gradient weighted and accumulated onto nonzero */
+    int64_t vs[] = { 1, 7, 8, 17, 37, 4096 + 13 }, nr = 5;
+    for (size_t iv = 0; iv < sizeof vs / sizeof vs[0]; iv++) {
+        int64_t V = vs[iv];
+        float *z = fvec(nr * V, 40), *t = fvec(nr * V, 1), *wr = fvec(nr, 1);
+        float *l0 = fzeros(nr), *l1 = fzeros(nr), *d0 = fvec(nr * V, 1), *d1 = fzeros(nr * V);
+        memcpy(d1, d0, (size_t)(nr * V) * sizeof(float));
+        for (int64_t r = 0; r < nr; r++) {
+            float *tr = t + r * V;
+            if (r == 1) {           /* one-hot */
+                memset(tr, 0, (size_t)V * sizeof(float));
+                tr[V / 2] = 1;
+            } else {
+                ops_softmax_ref(tr, V);
+            }
+        }
+        ref->xent_fwd(l0, z, t, nr, V);
+        opt->xent_fwd(l1, z, t, nr, V);
+        CHECK(fdiff(l1, l0, nr) <= OPT_TOL);
+        ref->xent_bwd(d0, z, t, wr, nr, V);
+        opt->xent_bwd(d1, z, t, wr, nr, V);
+        CHECK(fdiff(d1, d0, nr * V) <= OPT_TOL);
+        ref->xent_bwd(d0, z, t, NULL, nr, V);
+        opt->xent_bwd(d1, z, t, NULL, nr, V);
+        CHECK(fdiff(d1, d0, nr * V) <= OPT_TOL);
+        if (V == 4096 + 13)
+            printf("xent       %s vs ref: loss %.3g dz %.3g (%lld logits)\n", opt->name,
+                   fdiff(l1, l0, nr), fdiff(d1, d0, nr * V), (long long)V);
+        free(z), free(t), free(wr), free(l0), free(l1), free(d0), free(d1);
+    }
+    /* logits of -inf (masked entries) get a gradient of 0, as the
+     * reference's (whose loss is NaN then: 0 x inf) */
+    float zi[19], ti[19], di[19] = { 0 }, dr[19] = { 0 };
+    for (int j = 0; j < 19; j++)
+        zi[j] = j % 3 ? (float)j / 7 : -INFINITY, ti[j] = j % 3 ? 1.0f / 12 : 0;
+    ref->xent_bwd(dr, zi, ti, NULL, 1, 19);
+    opt->xent_bwd(di, zi, ti, NULL, 1, 19);
+    CHECK(fdiff(di, dr, 19) <= OPT_TOL);
+    for (int j = 0; j < 19; j += 3)
+        CHECK(di[j] == 0.0f);
 }
 
 /* the float reference agrees with the double one (the template compiled
@@ -517,6 +561,8 @@ main(void)
     test_fd();
     test_f32_vs_f64();
     test_opt(&backward_ops_blas, &backward_ops_ref);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        test_opt(&backward_ops_blas_avx2, &backward_ops_ref);
 
     /* the CPU backend hands out the table by kernel */
     struct backend_config cfg = { 1, "ref" };
@@ -528,7 +574,8 @@ main(void)
     cfg.kernel = "auto";
     CHECK(backend_cpu_open(&be, &cfg, why, sizeof why) == 0);
     if (be) {
-        CHECK(be->ops->backward == &backward_ops_blas);
+        CHECK(be->ops->backward ==
+              (strcmp(be->kernel, "ref") ? &backward_ops_blas_avx2 : &backward_ops_ref));
         backend_close(be);
     }
     T_DONE();
