@@ -145,8 +145,16 @@ xio_note_input(const char *path)
 
 /* ---- sources ---- */
 
-int
-src_open(struct src *s, const char *path, struct diag *d)
+const char *
+file_kind_name(mode_t m)
+{
+    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
+           S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
+}
+
+/* open_src() : src_open(), and src_open_file() when st_not_file is not 0. */
+static int
+open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
 {
     struct stat st;
     int fd;
@@ -158,8 +166,10 @@ src_open(struct src *s, const char *path, struct diag *d)
         s->is_stdin = true;
         fd = STDIN_FILENO;
     } else {
+        /* O_NONBLOCK: open() of a FIFO would wait for a writer, before
+         * fstat() could tell that it is one */
         s->name = strdup(path);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (st_not_file ? O_NONBLOCK : 0));
         if (fd < 0)
             return diag_set(d, ST_IO, "cannot open: %s", strerror(errno));
     }
@@ -172,6 +182,22 @@ src_open(struct src *s, const char *path, struct diag *d)
         if (!s->is_stdin)
             close(fd);
         return diag_set(d, ST_IO, "is a directory");
+    }
+    if (st_not_file) {
+        if (fstat(fd, &st) != 0) {
+            int e = errno;
+            if (!s->is_stdin)
+                close(fd);
+            return diag_set(d, ST_IO, "cannot stat: %s", strerror(e));
+        }
+        if (!S_ISREG(st.st_mode)) {
+            if (!s->is_stdin)
+                close(fd);
+            return diag_set(d, st_not_file, "is %s, not a regular file",
+                            S_ISFIFO(st.st_mode) && s->is_stdin ? "a pipe" : file_kind_name(st.st_mode));
+        }
+        if (!s->is_stdin)
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
     }
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         s->in_slot = input_add(fd, NULL, false);
@@ -203,6 +229,18 @@ src_open(struct src *s, const char *path, struct diag *d)
         return diag_set(d, ST_IO, "cannot open: %s", strerror(errno));
     }
     return 0;
+}
+
+int
+src_open(struct src *s, const char *path, struct diag *d)
+{
+    return open_src(s, path, 0, d);
+}
+
+int
+src_open_file(struct src *s, const char *path, int st, struct diag *d)
+{
+    return open_src(s, path, st > 0 ? st : ST_RANGE, d);
 }
 
 void

@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 #include "status.h"
 
@@ -37,6 +38,19 @@ struct src {
 /* src_open() : opens path ("-" = stdin) for reading.  Regular files are
  * mmapped.  Returns 0 or -ST_IO with the reason in d. */
 int src_open(struct src *s, const char *path, struct diag *d);
+
+/* src_open_file() : src_open() for an input that is mapped, never streamed.
+ * A FIFO, a device or a socket (or "-" on a pipe) is refused before anything
+ * is read, and without waiting: a plain open() of a FIFO waits for a writer.
+ * Returns 0, -st with "is a FIFO, not a regular file" ("a character device",
+ * "a block device", "a socket", "a pipe") in d (st: the caller's status for
+ * an input that is not a file, ST_IO or ST_RANGE), or what src_open()
+ * returns.  The source is mapped unless the file is empty. */
+int src_open_file(struct src *s, const char *path, int st, struct diag *d);
+
+/* file_kind_name() : "a directory", "a FIFO", "a character device", "a block
+ * device", "a socket" or "a special file", for messages about mode m. */
+const char *file_kind_name(mode_t m);
 
 /* src_open_mem() : a source over caller-owned bytes (tests, fuzzers). */
 void src_open_mem(struct src *s, const void *data, size_t len, const char *name);

@@ -541,7 +541,8 @@ model_load(struct model **out, const char *path, const struct model_opts *o, str
         free(m);
         return diag_errno(d, rc, why);
     }
-    rc = gguf_open(&m->gguf, path, d);
+    /* a FIFO, device or socket: refused (4, as for a directory), not waited on */
+    rc = gguf_open_file(&m->gguf, path, ST_IO, d);
     if (rc < 0) {
         backend_close(m->be);
         free(m);

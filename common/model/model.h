@@ -185,10 +185,11 @@ struct model_opts {
 
 /* model_open() : maps the GGUF at path, reads the hyperparameters, checks
  * every tensor and opens the backend of o->device (its kernels and thread
- * pool).  The file
- * must be a regular (mappable) file.  The caller frees *out with
- * model_free().  o may be NULL (defaults).
- * Returns 0; -ST_IO (cannot open/map); -ST_FORMAT (not GGUF, unknown or
+ * pool).  The file must be a regular (mappable) file: a FIFO, device or
+ * socket is refused at once (-ST_IO "is a FIFO, not a regular file"), never
+ * waited on.  The caller frees *out with model_free().  o may be NULL
+ * (defaults).
+ * Returns 0; -ST_IO (cannot open/map, not a regular file); -ST_FORMAT (not GGUF, unknown or
  * unsupported architecture, missing/mistyped key, missing tensor, wrong
  * shape, unsupported tensor type; the message names it); -ST_RANGE (unknown
  * kernel or device name, bad option); -ST_DEVICE (the device cannot be

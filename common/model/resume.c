@@ -89,13 +89,6 @@ out:
 
 /* ---- opening ---- */
 
-static const char *
-kind_name(mode_t m)
-{
-    return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
-           S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
-}
-
 struct span {
     size_t off, len;
 };
@@ -163,7 +156,7 @@ open_locked(struct resume_file *rf, struct diag *d)
     }
     if (!S_ISREG(st.st_mode))
         return diag_set(d, ST_IO, "'%s': is %s: --resume needs a regular file", rf->path,
-                        kind_name(st.st_mode));
+                        file_kind_name(st.st_mode));
     if ((rc = xout_check(rf->path, true, d)) < 0) {
         diag_prefix(d, "'%s'", rf->path);
         return rc;
@@ -175,7 +168,7 @@ open_locked(struct resume_file *rf, struct diag *d)
         return diag_set(d, ST_IO, "cannot open '%s': %s", rf->path, strerror(errno));
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         rc = diag_set(d, ST_IO, "'%s': is %s: --resume needs a regular file", rf->path,
-                      kind_name(st.st_mode));
+                      file_kind_name(st.st_mode));
         close(fd);
         return rc;
     }

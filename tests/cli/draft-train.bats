@@ -160,6 +160,14 @@ with open(sys.argv[1], 'w') as f:
     [ ! -e "$BATS_TEST_TMPDIR/h.gguf" ]
 }
 
+@test "draft-train: a model that is a FIFO is refused at once (4), not waited on" {
+    mkfifo "$BATS_TEST_TMPDIR/fifo"
+    run -4 --separate-stderr timeout 20 draft-train -m "$BATS_TEST_TMPDIR/fifo" \
+        --data "$BATS_TEST_TMPDIR/text.txt" -o "$BATS_TEST_TMPDIR/h.gguf" --epochs 1
+    [ "$stderr" = "draft-train: '$BATS_TEST_TMPDIR/fifo': is a FIFO, not a regular file" ]
+    [ ! -e "$BATS_TEST_TMPDIR/h.gguf" ]
+}
+
 @test "draft-train: too little text for two sequences is refused" {
     printf 'hello world' > "$BATS_TEST_TMPDIR/tiny.txt"
     run -2 --separate-stderr draft-train -m "$FIX" --data "$BATS_TEST_TMPDIR/tiny.txt" \

@@ -125,6 +125,25 @@ EOF
     assert_output ''
 }
 
+@test "a model that is a FIFO, a device or a pipe is refused at once (4), not waited on" {
+    # open() of a FIFO waits for a writer: the model is opened without
+    # waiting and refused (timeout only keeps a regression from hanging)
+    mkfifo "$BATS_TEST_TMPDIR/fifo"
+    run -4 --separate-stderr timeout 20 generate -m "$BATS_TEST_TMPDIR/fifo" -p hi
+    [ "$stderr" = "generate: '$BATS_TEST_TMPDIR/fifo': is a FIFO, not a regular file" ]
+    assert_output ''
+    run -4 --separate-stderr timeout 20 generate -m "$BATS_TEST_TMPDIR/fifo" --batch /dev/null
+    [ "$stderr" = "generate: '$BATS_TEST_TMPDIR/fifo': is a FIFO, not a regular file" ]
+    run -4 --separate-stderr timeout 20 generate -m "$TINY" --draft "$BATS_TEST_TMPDIR/fifo" -p hi
+    [ "$stderr" = "generate: '$BATS_TEST_TMPDIR/fifo': is a FIFO, not a regular file" ]
+    run -4 --separate-stderr timeout 20 generate -m /dev/zero -p hi
+    [ "$stderr" = "generate: '/dev/zero': is a character device, not a regular file" ]
+    run -4 --separate-stderr bash -c "cat '$TINY' | timeout 20 generate -m - -p hi"
+    [ "$stderr" = "generate: '-': is a pipe, not a regular file" ]
+    # a regular file on standard input is mapped
+    run -0 --separate-stderr generate -m - -p hi -n 2 < "$TINY"
+}
+
 @test "bad models exit 3 with a message naming the problem" {
     local m="$BATS_TEST_TMPDIR/m.gguf"
     mkmodel "$m" same
