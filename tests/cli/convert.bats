@@ -369,6 +369,19 @@ CASES
     [ ! -e "$T/o.gguf" ]
 }
 
+@test "a shard named by the index that is a FIFO is refused (2) at once, not waited on" {
+    local T=$BATS_TEST_TMPDIR s=model-00002-of-00004.safetensors
+    convert --shard-size 100K "$FIX/tiny-llama-f32.gguf" "$T/hf"
+    rm "$T/hf/$s"
+    mkfifo "$T/hf/$s"
+    # no writer: opening it plainly would wait for ever (timeout: a hang fails)
+    run -2 --separate-stderr timeout 20 convert "$T/hf" "$T/o.gguf"
+    [ "$stderr" = "convert: '$T/hf': '$s': is a FIFO, not a regular file" ]
+    run -2 --separate-stderr timeout 20 convert --info "$T/hf"
+    [ "$stderr" = "convert: '$T/hf': '$s': is a FIFO, not a regular file" ]
+    [ ! -e "$T/o.gguf" ]
+}
+
 @test "bad HF inputs exit 3 with a message and leave no output" {
     out="$BATS_TEST_TMPDIR/out.gguf"
     mkdir "$BATS_TEST_TMPDIR/empty"
