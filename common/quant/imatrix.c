@@ -332,14 +332,49 @@ imatrix_read_mem(struct imatrix *im, const void *p, size_t len, struct diag *d)
  * each tensor record 28), or a legacy file's entry count (an entry takes at
  * least 17 bytes), against what an imatrix file may hold. */
 #define IMATRIX_HEAD 24
+#define IMATRIX_NAME_MAX (GGUF_MAX_NAME * 4)    /* a legacy entry's name, bytes */
+#define IMATRIX_TAIL_MAX ((size_t)1 << 16)      /* a legacy file's chunk count and dataset name */
+#define IMATRIX_META_MAX ((size_t)1 << 20)      /* a GGUF's header and metadata */
+#define IMATRIX_TINFO_MAX 128                   /* a GGUF tensor record, bytes */
+#define IMATRIX_ALIGN_MAX 256                   /* a GGUF tensor's padding, bytes */
 
+void
+imatrix_limits_of(struct imatrix_limits *lim, const struct gguf *g)
+{
+    lim->n_entries = g->n_tensors;
+    lim->n_values = 0;
+    for (uint64_t i = 0; i < g->n_tensors; i++) {
+        const struct gguf_tensor *t = &g->t[i];
+        if (t->ne[0] * t->ne[2] > lim->n_values)
+            lim->n_values = t->ne[0] * t->ne[2];
+    }
+}
+
+int
+imatrix_check_limits(const struct imatrix *im, const struct imatrix_limits *lim, struct diag *d)
+{
+    if (im->n > lim->n_entries)
+        return diag_set(d, ST_FORMAT, "%zu entries, but the model has only %llu tensors", im->n,
+                        (unsigned long long)lim->n_entries);
+    for (size_t i = 0; i < im->n; i++)
+        if (im->e[i].ne0 * im->e[i].n_mat > lim->n_values)
+            return diag_set(d, ST_FORMAT, "entry '%s' has %lld values, more than any tensor's row "
+                            "of the model (%lld)", im->e[i].name,
+                            (long long)(im->e[i].ne0 * im->e[i].n_mat), (long long)lim->n_values);
+    return 0;
+}
+
+/* check_head() : the first n bytes h of a stream, checked against lim (may be
+ * NULL); *max gets the most bytes an imatrix that starts so can have. */
 static int
-check_head(const uint8_t *h, size_t n, struct diag *d)
+check_head(const uint8_t *h, size_t n, const struct imatrix_limits *lim, size_t *max,
+           struct diag *d)
 {
     uint64_t n_tensors, n_kv;
     uint32_t version;
     int32_t n_entries;
 
+    *max = IMATRIX_FILE_MAX;
     if (n >= 4 && !memcmp(h, "GGUF", 4)) {
         if (n < IMATRIX_HEAD)
             return diag_set(d, ST_FORMAT, "unexpected end of file after %zu bytes of the GGUF header", n);
@@ -355,6 +390,21 @@ check_head(const uint8_t *h, size_t n, struct diag *d)
                             "records cannot fit in an imatrix file (at most %zu bytes)",
                             (unsigned long long)n_tensors, (unsigned long long)n_kv,
                             IMATRIX_FILE_MAX);
+        if (!lim)
+            return 0;
+        /* two tensors per entry: the sums and the counts */
+        if (n_tensors > 2 * lim->n_entries)
+            return diag_set(d, ST_FORMAT, "%llu tensors, but an imatrix of the model has at most %llu "
+                            "(two per tensor of the model)", (unsigned long long)n_tensors,
+                            (unsigned long long)(2 * lim->n_entries));
+        if (n_kv > IMATRIX_META_MAX / 13)
+            return diag_set(d, ST_FORMAT, "%llu metadata records: more than an imatrix file holds",
+                            (unsigned long long)n_kv);
+        /* bounded by the checks above: no overflow */
+        *max = IMATRIX_META_MAX + n_tensors * (IMATRIX_TINFO_MAX + IMATRIX_ALIGN_MAX +
+                                              (uint64_t)lim->n_values * sizeof(float));
+        if (*max > IMATRIX_FILE_MAX)
+            *max = IMATRIX_FILE_MAX;
         return 0;
     }
     if (n >= 4)
@@ -364,16 +414,61 @@ check_head(const uint8_t *h, size_t n, struct diag *d)
     if ((uint64_t)n_entries > IMATRIX_FILE_MAX / 17)
         return diag_set(d, ST_FORMAT, "corrupt legacy header: %d entries cannot fit in an imatrix "
                         "file (at most %zu bytes)", n_entries, IMATRIX_FILE_MAX);
+    if (!lim)
+        return 0;
+    if ((uint64_t)n_entries > lim->n_entries)
+        return diag_set(d, ST_FORMAT, "%d entries, but the model has only %llu tensors", n_entries,
+                        (unsigned long long)lim->n_entries);
+    *max = 4 + IMATRIX_TAIL_MAX + (uint64_t)n_entries * (12 + IMATRIX_NAME_MAX +
+                                                          (uint64_t)lim->n_values * sizeof(float));
+    if (*max > IMATRIX_FILE_MAX)
+        *max = IMATRIX_FILE_MAX;
     return 0;
 }
 
-/* A stream read to its end into f->buf, its first bytes checked first. */
+/* Where a legacy stream's scan stands: the next entry's offset and number. */
+struct legacy_scan {
+    size_t pos;
+    int32_t next, n_entries;
+};
+
+/* scan_legacy() : checks each legacy entry of p[0..n) whose name length and
+ * value count have arrived (against lim), so that a stream that goes wrong
+ * stops there, not at its end. */
 static int
-read_stream(struct imatrix_file *f, struct diag *d)
+scan_legacy(struct legacy_scan *sc, const uint8_t *p, size_t n, const struct imatrix_limits *lim,
+            struct diag *d)
+{
+    int32_t nlen, nval;
+
+    while (sc->next < sc->n_entries && n >= 4 && sc->pos <= n - 4) {
+        memcpy(&nlen, p + sc->pos, 4);
+        if (nlen < 1 || nlen > IMATRIX_NAME_MAX)
+            return diag_set(d, ST_FORMAT, "entry %d: bad name length", sc->next + 1);
+        if (n - sc->pos < 4 + (size_t)nlen + 8)
+            break;
+        memcpy(&nval, p + sc->pos + 4 + nlen + 4, 4);
+        if (nval < 1)
+            return diag_set(d, ST_FORMAT, "entry %d: bad number of values", sc->next + 1);
+        if (nval > lim->n_values)
+            return diag_set(d, ST_FORMAT, "entry '%.*s' has %d values, more than any tensor's row "
+                            "of the model (%lld)", (int)nlen, (const char *)p + sc->pos + 4, nval,
+                            (long long)lim->n_values);
+        sc->pos += 4 + (size_t)nlen + 8 + (size_t)nval * sizeof(float);
+        sc->next++;
+    }
+    return 0;
+}
+
+/* A stream read to its end into f->buf, its first bytes checked first,
+ * then (with lim) each legacy entry's as it arrives. */
+static int
+read_stream(struct imatrix_file *f, const struct imatrix_limits *lim, struct diag *d)
 {
     FILE *fp = f->src.fp;
-    size_t n, cap = (size_t)1 << 16;
+    size_t n, max, cap = (size_t)1 << 16;
     uint8_t *buf = malloc(cap);
+    struct legacy_scan sc = { 4, 0, 0 };
     int rc;
 
     if (!buf)
@@ -383,16 +478,20 @@ read_stream(struct imatrix_file *f, struct diag *d)
         rc = diag_set(d, ST_IO, "read error: %s", strerror(errno));
         goto fail;
     }
-    if ((rc = check_head(buf, n, d)) < 0)
+    if ((rc = check_head(buf, n, lim, &max, d)) < 0)
         goto fail;
+    if (lim && memcmp(buf, "GGUF", 4))
+        memcpy(&sc.n_entries, buf, 4);
     for (;;) {
         size_t k;
+        if (lim && (rc = scan_legacy(&sc, buf, n, lim, d)) < 0)
+            goto fail;
         if (n == cap) {
-            size_t nc = cap > IMATRIX_FILE_MAX / 2 ? IMATRIX_FILE_MAX + 1 : cap * 2;
+            size_t nc = cap > max / 2 ? max + 1 : cap * 2;
             uint8_t *nb;
             if (nc <= cap) {
-                rc = diag_set(d, ST_FORMAT, "larger than %zu bytes (not an imatrix file)",
-                              IMATRIX_FILE_MAX);
+                rc = diag_set(d, ST_FORMAT, "larger than %zu bytes (not an imatrix file%s)", max,
+                              lim ? " of the model" : "");
                 goto fail;
             }
             if (!(nb = realloc(buf, nc))) {
@@ -404,9 +503,9 @@ read_stream(struct imatrix_file *f, struct diag *d)
         }
         k = fread(buf + n, 1, cap - n, fp);
         n += k;
-        if (n > IMATRIX_FILE_MAX) {
-            rc = diag_set(d, ST_FORMAT, "larger than %zu bytes (not an imatrix file)",
-                          IMATRIX_FILE_MAX);
+        if (n > max) {
+            rc = diag_set(d, ST_FORMAT, "larger than %zu bytes (not an imatrix file%s)", max,
+                          lim ? " of the model" : "");
             goto fail;
         }
         if (n < cap)
@@ -416,6 +515,8 @@ read_stream(struct imatrix_file *f, struct diag *d)
         rc = diag_set(d, ST_IO, "read error: %s", strerror(errno));
         goto fail;
     }
+    if (lim && (rc = scan_legacy(&sc, buf, n, lim, d)) < 0)
+        goto fail;
     f->buf = buf;
     f->p = buf;
     f->n = n;
@@ -426,7 +527,8 @@ fail:
 }
 
 int
-imatrix_file_open(struct imatrix_file *f, const char *path, struct diag *d)
+imatrix_file_open(struct imatrix_file *f, const char *path, const struct imatrix_limits *lim,
+                  struct diag *d)
 {
     int rc;
 
@@ -440,7 +542,7 @@ imatrix_file_open(struct imatrix_file *f, const char *path, struct diag *d)
         f->n = (size_t)f->src.size;
         return 0;
     }
-    if ((rc = read_stream(f, d)) < 0)
+    if ((rc = read_stream(f, lim, d)) < 0)
         imatrix_file_close(f);
     return rc;
 }
@@ -460,7 +562,7 @@ imatrix_read(struct imatrix *im, const char *path, struct diag *d)
     int rc;
 
     imatrix_init(im);
-    if ((rc = imatrix_file_open(&f, path, d)) < 0)
+    if ((rc = imatrix_file_open(&f, path, NULL, d)) < 0)
         return rc;
     rc = imatrix_read_mem(im, f.p, f.n, d);
     imatrix_file_close(&f);

@@ -60,6 +60,25 @@ void imatrix_init(struct imatrix *im);
  * released matrix. */
 void imatrix_release(struct imatrix *im);
 
+/* What an imatrix for a given model can hold (imatrix_limits_of): at most
+ * one entry per tensor of the model, each of at most n_values values (the
+ * widest tensor's row: columns times expert slices). */
+struct imatrix_limits {
+    uint64_t n_entries;
+    int64_t n_values;
+};
+
+struct gguf;
+
+/* imatrix_limits_of() : the limits of an imatrix for the model g. */
+void imatrix_limits_of(struct imatrix_limits *lim, const struct gguf *g);
+
+/* imatrix_check_limits() : 0, or -ST_FORMAT when im has more entries than
+ * lim allows, or an entry with more values ("entry 'x' has 9000 values, more
+ * than any tensor's row of the model (256)"). */
+int imatrix_check_limits(const struct imatrix *im, const struct imatrix_limits *lim,
+                         struct diag *d);
+
 /* The bytes of an imatrix file, read once (imatrix_file_open). */
 struct imatrix_file {
     const uint8_t *p;           /* the whole file */
@@ -71,11 +90,15 @@ struct imatrix_file {
 /* imatrix_file_open() : the bytes of the imatrix file at path ("-" = standard
  * input), opened and read once, so that a pipe or FIFO works as a file
  * does: a regular file is mapped; a stream (pipe, FIFO, device) is read to
- * its end, at most 4 GiB, after its first bytes are checked (the GGUF magic,
- * version and counts, or the legacy entry count), so that /dev/zero or any
- * other stream that is no imatrix fails at once.  Release with
+ * its end after its first bytes are checked (the GGUF magic, version and
+ * counts, or the legacy entry count), so that /dev/zero or any other stream
+ * that is no imatrix fails at once.  With lim (the model's, may be NULL) the
+ * counts must be within it, a legacy entry's name length and value count are
+ * checked as each arrives, and a stream is read no further than an imatrix
+ * of lim can reach; without it, at most 4 GiB.  Release with
  * imatrix_file_close.  Returns 0, -ST_IO, -ST_FORMAT, -ST_NOMEM. */
-int imatrix_file_open(struct imatrix_file *f, const char *path, struct diag *d);
+int imatrix_file_open(struct imatrix_file *f, const char *path, const struct imatrix_limits *lim,
+                      struct diag *d);
 
 /* imatrix_file_close() : releases f; safe on a zeroed or closed one. */
 void imatrix_file_close(struct imatrix_file *f);

@@ -112,6 +112,22 @@ text_summary(const struct quantize_run_opts *o, const struct quantize_report *re
     eval_table(fp, ev);
 }
 
+/* imatrix_limits_input() : the limits of an imatrix for the model at path,
+ * when it is a file whose header reads (a stream can be read only once,
+ * and an input that does not read fails later, with its own message). */
+static bool
+imatrix_limits_input(const char *path, struct imatrix_limits *lim)
+{
+    struct gguf g;
+    struct diag d;
+
+    if (path_is_stream(path) || gguf_open_file(&g, path, ST_RANGE, &d) < 0)
+        return false;
+    imatrix_limits_of(lim, &g);
+    gguf_release(&g);
+    return true;
+}
+
 /* The importance matrix of the run into im: read (--imatrix) or collected
  * (--calib, written to outs[1] with --imatrix-out), then filtered; q gets
  * it with its provenance (*shas, freed by the caller). */
@@ -125,8 +141,11 @@ get_imatrix(const struct quantize_run_opts *o, struct quantize_opts *q, struct i
      * its provenance hashed from the bytes read */
     if (o->imatrix_in) {
         struct imatrix_file f;
-        if ((rc = imatrix_file_open(&f, o->imatrix_in, d)) < 0 ||
-            (rc = imatrix_read_mem(im, f.p, f.n, d)) < 0) {
+        struct imatrix_limits lim;
+        bool have_lim = imatrix_limits_input(q->input, &lim);
+        if ((rc = imatrix_file_open(&f, o->imatrix_in, have_lim ? &lim : NULL, d)) < 0 ||
+            (rc = imatrix_read_mem(im, f.p, f.n, d)) < 0 ||
+            (have_lim && (rc = imatrix_check_limits(im, &lim, d)) < 0)) {
             imatrix_file_close(&f);
             diag_prefix(d, "'%s'", o->imatrix_in);
             return rc;

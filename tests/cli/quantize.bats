@@ -178,6 +178,48 @@ sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1
     [ ! -e o.gguf ]
 }
 
+@test "an imatrix is bounded by the model: too many entries or values fail (3) before an endless stream is read on" {
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama-f32.gguf lim="ulimit -v 2000000;" q
+    [ "${LLMKIT_SAN:-}" != address ] || lim=    # ASan cannot start under an address-space limit
+    # (each stream was read up to 4 GiB before it was refused: the timeout and
+    # the memory limit only make a regression fail instead of hang or swap;
+    # the tiny model has 20 tensors, its widest row 128 values)
+    q="timeout 20 quantize --type Q8_0 --imatrix - '$m' o.gguf"
+    local name='\x13\0\0\0blk.0.attn_q.weight'
+    # legacy: 5 entries, then zeros (a name of length 0)
+    run -3 --separate-stderr bash -c "$lim { printf '\x05\0\0\0'; exec cat /dev/zero; } | $q"
+    [ "$stderr" = "quantize: '-': entry 1: bad name length" ]
+    # legacy: more entries than the model has tensors
+    run -3 --separate-stderr bash -c "$lim { printf '\xe8\x03\0\0'; exec cat /dev/zero; } | $q"
+    [ "$stderr" = "quantize: '-': 1000 entries, but the model has only 20 tensors" ]
+    # legacy: an entry with more values than any row
+    run -3 --separate-stderr bash -c "$lim { printf '\x01\0\0\0$name\x01\0\0\0\xff\xff\xff\x0f'
+        exec cat /dev/zero; } | $q"
+    [ "$stderr" = "quantize: '-': entry 'blk.0.attn_q.weight' has 268435455 values, more than any tensor's row of the model (128)" ]
+    # legacy: one believable entry, then no end
+    run -3 --separate-stderr bash -c "$lim { printf '\x01\0\0\0$name\x01\0\0\0\x40\0\0\0'
+        exec cat /dev/zero; } | $q"
+    [[ "$stderr" == "quantize: '-': larger than "*" bytes (not an imatrix file of the model)" ]]
+    # GGUF: more tensors than two per tensor of the model; a believable count, then no end
+    run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\xff\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
+        exec yes; } | $q"
+    [ "$stderr" = "quantize: '-': 255 tensors, but an imatrix of the model has at most 40 (two per tensor of the model)" ]
+    run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\x04\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
+        exec yes; } | $q"
+    [[ "$stderr" == "quantize: '-': larger than "*" bytes (not an imatrix file of the model)" ]]
+    # a file is held to the same bounds (an entry of 200 values, read whole)
+    python3 -c '
+import struct, sys
+n = b"blk.0.attn_q.weight"
+sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1, 200) + b"\0\0\x80\x3f" * 200)' > wide.dat
+    run -3 --separate-stderr quantize --type Q8_0 --imatrix wide.dat "$m" o.gguf
+    [ "$stderr" = "quantize: 'wide.dat': entry 'blk.0.attn_q.weight' has 200 values, more than any tensor's row of the model (128)" ]
+    run -3 --separate-stderr bash -c "cat wide.dat | $q"
+    [ "$stderr" = "quantize: '-': entry 'blk.0.attn_q.weight' has 200 values, more than any tensor's row of the model (128)" ]
+    [ ! -e o.gguf ]
+}
+
 @test "an INPUT read twice (--calib, --eval, --method) must be a file, not a pipe or FIFO (2)" {
     cd "$BATS_TEST_TMPDIR"
     head -c 20000 "$CALIB" > calib.txt
