@@ -166,7 +166,12 @@ open_locked(struct resume_file *rf, struct diag *d)
     fd = open(rf->path, O_RDWR | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
         return diag_set(d, ST_IO, "cannot open '%s': %s", rf->path, strerror(errno));
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(fd, &st) != 0) {
+        rc = diag_set(d, ST_IO, "'%s': cannot stat: %s", rf->path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    if (!S_ISREG(st.st_mode)) {
         rc = diag_set(d, ST_IO, "'%s': is %s: --resume needs a regular file", rf->path,
                       file_kind_name(st.st_mode));
         close(fd);
