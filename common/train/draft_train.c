@@ -1681,6 +1681,28 @@ resume(struct run *r, int64_t total, int64_t *step, double *elapsed, struct diag
     return 0;
 }
 
+/* a stop signal in training after step steps (at elapsed s; in_step: it
+ * came during the next, dropped): their checkpoint, which --resume
+ * continues, and ST_FAIL saying so */
+static int
+stopped(struct run *r, int64_t step, double elapsed, bool in_step, struct diag *d)
+{
+    char when[64];
+    int rc;
+
+    if (in_step)
+        snprintf(when, sizeof when, "in step %lld (dropped)", (long long)step + 1);
+    else
+        snprintf(when, sizeof when, "at step %lld", (long long)step);
+    if (r->no_ckpt)
+        return diag_set(d, ST_FAIL, "interrupted %s (no checkpoint beside '%s')", when,
+                        r->o->output);
+    if ((rc = checkpoint(r, step, elapsed, d)) < 0)
+        return rc;
+    return diag_set(d, ST_FAIL, "interrupted %s; checkpoint '%s' %swritten (--resume "
+                    "continues)", when, r->ckpt, in_step ? "of the steps before it " : "");
+}
+
 static int
 train(struct run *r, struct draft_train_report *rep, struct diag *d)
 {
@@ -1713,12 +1735,7 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
         if (step >= total || (r->train_time > 0 && elapsed >= r->train_time))
             break;
         if (o->stop && *o->stop) {
-            if (r->no_ckpt)
-                rc = diag_set(d, ST_FAIL, "interrupted at step %lld (no checkpoint beside '%s')",
-                              (long long)step, o->output);
-            else if ((rc = checkpoint(r, step, elapsed, d)) == 0)
-                rc = diag_set(d, ST_FAIL, "interrupted at step %lld; checkpoint '%s' written "
-                              "(--resume continues)", (long long)step, r->ckpt);
+            rc = stopped(r, step, elapsed, false, d);
             break;
         }
         int64_t epoch = step / per_epoch, pos = step % per_epoch;
@@ -1742,10 +1759,21 @@ train(struct run *r, struct draft_train_report *rep, struct diag *d)
         for (int64_t b = 0; b < nb; b++) {
             struct eagle_loss l;
             int64_t s = order[pos * o->batch + b];
+            /* a step can take minutes (--batch 4096 --ttt-steps 16): a
+             * stop signal is heeded between its sequences */
+            if (o->stop && *o->stop)
+                break;
             double w = seq_weight(r, seq_counted(r, s, true), c, nb);
             seq_step(r, bw, s, &rng, (float)w, r->grad, &l);
             sl += w * l.total, sr += w * l.reg, sc += w * l.cls;
             ok += l.correct, np += l.n;
+        }
+        if (o->stop && *o->stop) {
+            /* the step under way is dropped (its gradient unused, the
+             * optimizer untouched): the checkpoint is of the steps before
+             * it, at their time, and --resume does this one again */
+            rc = stopped(r, step, elapsed, true, d);
+            break;
         }
         if (o->no_fc_bias && o->arch != EAGLE_ARCH_3)     /* held at zero: no step, no decay */
             memset(r->grad + (r->h.t[EAGLE_FC_B] - r->h.param), 0, (size_t)r->d * sizeof(float));

@@ -1058,6 +1058,27 @@ EOF
     [[ $stderr == *"eagle.ckpt.step"* ]]
 }
 
+@test "draft-train: a stop signal in a long step drops that step (143), the checkpoint holds the steps before it; --resume ends with the uninterrupted head" {
+    # One step of all the data's 3000-odd sequences of 3 at --ttt-steps 16
+    # takes seconds.  SIGTERM goes once step 1's --json line is out, so
+    # step 2 is under way (or about to start, which checkpoints the same);
+    # it used to be heeded only after step 2, with its checkpoint.
+    cd "$BATS_TEST_TMPDIR"
+    local a=(--data text.txt --epochs 2 --seq-len 3 --batch 4096 --arch eagle3 --ttt-steps 16)
+    draft-train -m "$FIX" -o full.gguf "${a[@]}" -q
+    ready() { grep -q '"type":"step","step":1,' out.json 2> /dev/null; }
+    term_once err -m "$FIX" -o part.gguf "${a[@]}" --json > out.json
+    [ "$st" -eq 143 ] || { echo "exit $st"; cat err; return 1; }
+    grep -Eq "interrupted (in step 2 \(dropped\)|at step 1); checkpoint 'part.gguf.ckpt' " err
+    [ "$(gguf_key part.gguf.ckpt eagle3.ckpt.step)" -eq 1 ]
+    run ! grep -q '"step":2' out.json
+    [ ! -e part.gguf ]
+    [ -z "$(compgen -G '*.tmp.*')" ]
+    run -0 draft-train -m "$FIX" -o part.gguf "${a[@]}" --resume -q
+    [ ! -e part.gguf.ckpt ]
+    cmp full.gguf part.gguf
+}
+
 # ckpt_set FILE KEY FMT VALUE : the checkpoint's metadata value KEY (after
 # "eagle.") packed as FMT, sealed again with the SHA-256 of the weights and
 # optimizer state alone (the form of checkpoints before the metadata was
