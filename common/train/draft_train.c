@@ -1874,6 +1874,14 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     }
     if (o->resume && (rc = pin_data(&r, d)) < 0)
         goto out;
+    /* the checkpoint is written through a temporary too, whose name
+     * (OUTPUT.ckpt.tmp.llmkit-XXXXXX) is 5 bytes longer than the output's:
+     * checked now, as the output was, so that a signal or the first
+     * --checkpoint-every does not find it too long after the work */
+    if (!r.no_ckpt && (rc = xout_check(r.ckpt, true, d)) < 0) {
+        diag_prefix(d, "checkpoint '%s'", r.ckpt);
+        goto out;
+    }
     /* the trainer's products are OpenBLAS's: its buffer mapped before the
      * model and the data take the room, or out of memory now (blas.h) */
     if (blas_prime(0) < 0) {

@@ -288,3 +288,21 @@ open(sys.argv[2], 'wb').write(g.render()[0])" "$TOP/tests/cli/lib" "$1"
     run -0 convert --type f16 "$TINY" "$ok"
     [ -f "$ok" ]
 }
+
+@test "draft-train: an output name too long for its checkpoint's temporary (NAME.ckpt.tmp.llmkit-XXXXXX) fails at once (4), nothing left" {
+    cd "$BATS_TEST_TMPDIR"
+    local long ok
+    head -c 12000 "$SHARED/data/calibration-groups-merged.txt" > text.txt
+    # the output's own temporary fits; its checkpoint's, 5 bytes longer, not
+    long=$(printf 'a%.0s' {1..232}).gguf
+    ok=$(printf 'a%.0s' {1..227}).gguf
+    run -4 --separate-stderr draft-train -m "$TINY" --data text.txt -o "$long" --epochs 1 \
+        --seq-len 32 --checkpoint-every 1 --json
+    [[ "$stderr" == *"checkpoint '$long.ckpt': file name too long for its temporary"* ]]
+    [ -z "$output" ]        # no step trained
+    [ -z "$(ls | grep -e '\.gguf' -e tmp)" ] || { ls; return 1; }
+    # the longest whose checkpoint fits is trained and checkpointed
+    run -0 draft-train -m "$TINY" --data text.txt -o "$ok" --epochs 2 --seq-len 32 \
+        --checkpoint-every 1 -q
+    [ -f "$ok" ]
+}
