@@ -972,6 +972,36 @@ os.execvp(sys.argv[1], sys.argv[1:])' "$@"
     [ -z "$(compgen -G '*.tmp*')" ]
 }
 
+@test "mkdistill-prompts --self: a generate killed by signal N exits 128+N, in one line" {
+    # a copy of the script beside a generate that kills itself (it used to
+    # exit 1)
+    mkdir -p "$BATS_TEST_TMPDIR/t/scripts" "$BATS_TEST_TMPDIR/t/bin"
+    cp "$TOP/scripts/mkdistill-prompts" "$BATS_TEST_TMPDIR/t/scripts/"
+    cd "$BATS_TEST_TMPDIR"
+    local sig
+    for sig in TERM:143 KILL:137 USR1:138; do
+        printf '#!/bin/sh
+echo "generate: about to die" >&2
+kill -%s $$
+' "${sig%:*}" \
+            > t/bin/generate
+        chmod +x t/bin/generate
+        run "-${sig#*:}" --separate-stderr timeout 120 t/scripts/mkdistill-prompts \
+            --calib "$CALIB" --self 2 --model none.gguf -t 1 -o o.jsonl
+        [ "$stderr" = "mkdistill-prompts: generate: killed by SIG${sig%:*}" ]
+        [ ! -e o.jsonl ]
+    done
+    # one that caught the signal and exits 128+N itself is passed on too
+    printf '#!/bin/sh
+echo "generate: stopped by signal 15" >&2
+exit 143
+' > t/bin/generate
+    run -143 --separate-stderr t/scripts/mkdistill-prompts --calib "$CALIB" --self 2 \
+        --model none.gguf -t 1 -o o.jsonl
+    [ "$stderr" = "mkdistill-prompts: generate: stopped by signal 15" ]
+    [ -z "$(compgen -G '*.tmp*')" ]
+}
+
 @test "draft-train: SIGTERM writes a checkpoint and no head; --resume ends with the uninterrupted head" {
     cd "$BATS_TEST_TMPDIR"
     draft-train -m "$FIX" --data text.txt -o full.gguf --epochs 12 --seq-len 32 -q
