@@ -166,9 +166,15 @@ open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
         s->is_stdin = true;
         fd = STDIN_FILENO;
     } else {
-        /* O_NONBLOCK: open() of a FIFO would wait for a writer, before
-         * fstat() could tell that it is one */
         s->name = strdup(path);
+        /* what is not a file is named before it is opened (a socket cannot
+         * be, a device need not be); O_NONBLOCK for what changes in between:
+         * open() of a FIFO would wait for a writer, before fstat() could
+         * tell that it is one */
+        if (st_not_file && s->name && stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+            !S_ISDIR(st.st_mode))
+            return diag_set(d, st_not_file, "is %s, not a regular file",
+                            file_kind_name(st.st_mode));
         fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (st_not_file ? O_NONBLOCK : 0));
         if (fd < 0)
             return diag_set(d, ST_IO, "cannot open: %s", strerror(errno));
@@ -196,8 +202,12 @@ open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
             return diag_set(d, st_not_file, "is %s, not a regular file",
                             S_ISFIFO(st.st_mode) && s->is_stdin ? "a pipe" : file_kind_name(st.st_mode));
         }
-        if (!s->is_stdin)
-            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+        int fl = s->is_stdin ? 0 : fcntl(fd, F_GETFL);
+        if (fl < 0 || (!s->is_stdin && fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)) {
+            int e = errno;
+            close(fd);
+            return diag_set(d, ST_IO, "cannot clear O_NONBLOCK: %s", strerror(e));
+        }
     }
     if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) {
         s->in_slot = input_add(fd, NULL, false);

@@ -337,6 +337,7 @@ imatrix_read_mem(struct imatrix *im, const void *p, size_t len, struct diag *d)
 #define IMATRIX_META_MAX ((size_t)1 << 20)      /* a GGUF's header and metadata */
 #define IMATRIX_TINFO_MAX 128                   /* a GGUF tensor record, bytes */
 #define IMATRIX_ALIGN_MAX 256                   /* a GGUF tensor's padding, bytes */
+#define IMATRIX_GGUF_PER 4                      /* a GGUF's tensors per entry, at most */
 
 void
 imatrix_limits_of(struct imatrix_limits *lim, const struct gguf *g)
@@ -345,8 +346,9 @@ imatrix_limits_of(struct imatrix_limits *lim, const struct gguf *g)
     lim->n_values = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const struct gguf_tensor *t = &g->t[i];
-        if (t->ne[0] * t->ne[2] > lim->n_values)
-            lim->n_values = t->ne[0] * t->ne[2];
+        /* llama-imatrix's entry: a row's values for each matrix (ne0 x ne2 x ne3) */
+        if (t->ne[0] * t->ne[2] * t->ne[3] > lim->n_values)
+            lim->n_values = t->ne[0] * t->ne[2] * t->ne[3];
     }
 }
 
@@ -392,11 +394,14 @@ check_head(const uint8_t *h, size_t n, const struct imatrix_limits *lim, size_t 
                             IMATRIX_FILE_MAX);
         if (!lim)
             return 0;
-        /* two tensors per entry: the sums and the counts */
-        if (n_tensors > 2 * lim->n_entries)
+        /* at most IMATRIX_GGUF_PER tensors an entry: llama-imatrix writes
+         * NAME.in_sum2 and NAME.counts, newer ones NAME.in_sum too, and some
+         * forks NAME.stats */
+        if (n_tensors > IMATRIX_GGUF_PER * lim->n_entries)
             return diag_set(d, ST_FORMAT, "%llu tensors, but an imatrix of the model has at most %llu "
-                            "(two per tensor of the model)", (unsigned long long)n_tensors,
-                            (unsigned long long)(2 * lim->n_entries));
+                            "(%d per tensor of the model)", (unsigned long long)n_tensors,
+                            (unsigned long long)(IMATRIX_GGUF_PER * lim->n_entries),
+                            IMATRIX_GGUF_PER);
         if (n_kv > IMATRIX_META_MAX / 13)
             return diag_set(d, ST_FORMAT, "%llu metadata records: more than an imatrix file holds",
                             (unsigned long long)n_kv);
@@ -443,13 +448,16 @@ scan_legacy(struct legacy_scan *sc, const uint8_t *p, size_t n, const struct ima
 
     while (sc->next < sc->n_entries && n >= 4 && sc->pos <= n - 4) {
         memcpy(&nlen, p + sc->pos, 4);
-        if (nlen < 1 || nlen > IMATRIX_NAME_MAX)
+        if (nlen < 1)
             return diag_set(d, ST_FORMAT, "entry %d: bad name length", sc->next + 1);
+        if (nlen > IMATRIX_NAME_MAX)    /* as the reader has it: too long a name */
+            return diag_set(d, ST_FORMAT, "entry %d: bad name", sc->next + 1);
         if (n - sc->pos < 4 + (size_t)nlen + 8)
             break;
         memcpy(&nval, p + sc->pos + 4 + nlen + 4, 4);
         if (nval < 1)
-            return diag_set(d, ST_FORMAT, "entry %d: bad number of values", sc->next + 1);
+            return diag_set(d, ST_FORMAT, "entry '%.*s': bad number of values", (int)nlen,
+                            (const char *)p + sc->pos + 4);
         if (nval > lim->n_values)
             return diag_set(d, ST_FORMAT, "entry '%.*s' has %d values, more than any tensor's row "
                             "of the model (%lld)", (int)nlen, (const char *)p + sc->pos + 4, nval,

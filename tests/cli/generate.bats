@@ -140,6 +140,11 @@ EOF
     [ "$stderr" = "generate: '/dev/zero': is a character device, not a regular file" ]
     run -4 --separate-stderr bash -c "cat '$TINY' | timeout 20 generate -m - -p hi"
     [ "$stderr" = "generate: '-': is a pipe, not a regular file" ]
+    # a socket (which open() cannot open) is named too
+    python3 -c 'import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])' \
+        "$BATS_TEST_TMPDIR/sock"
+    run -4 --separate-stderr timeout 20 generate -m "$BATS_TEST_TMPDIR/sock" -p hi
+    [ "$stderr" = "generate: '$BATS_TEST_TMPDIR/sock': is a socket, not a regular file" ]
     # a regular file on standard input is mapped
     run -0 --separate-stderr generate -m - -p hi -n 2 < "$TINY"
 }

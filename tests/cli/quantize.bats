@@ -178,6 +178,38 @@ sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1
     [ ! -e o.gguf ]
 }
 
+@test "a GGUF imatrix with llama-imatrix's newer NAME.in_sum tensors reads from a pipe as from a file" {
+    need_py
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama-f32.gguf
+    # the golden's entries (NAME.in_sum2, NAME.counts) with NAME.in_sum added:
+    # three tensors an entry, as llama-imatrix writes them now
+    "$PY" - "$GOLD/tiny-llama-f32.imatrix.gguf" im.gguf <<'PY'
+import sys, gguf, numpy as np
+r = gguf.GGUFReader(sys.argv[1])
+w = gguf.GGUFWriter(sys.argv[2], "imatrix")
+w.add_type("imatrix")
+w.add_array("imatrix.datasets", [str(x) for x in r.fields["imatrix.datasets"].contents()])
+for k in ("imatrix.chunk_count", "imatrix.chunk_size"):
+    w.add_uint32(k, int(r.fields[k].contents()))
+for t in r.tensors:
+    a = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+    w.add_tensor(t.name, a)
+    if t.name.endswith(".in_sum2"):
+        w.add_tensor(t.name[:-len("in_sum2")] + "in_sum", np.sqrt(a))
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+    [ "$("$PY" -c 'import gguf, sys; print(len(gguf.GGUFReader(sys.argv[1]).tensors))' im.gguf)" = 42 ]
+    quantize -q --type Q4_K_M --imatrix "$GOLD/tiny-llama-f32.imatrix.gguf" "$m" gold.gguf
+    run -0 --separate-stderr bash -c "cat im.gguf | quantize -q --type Q4_K_M --imatrix - '$m' pipe.gguf"
+    quantize -q --type Q4_K_M --imatrix im.gguf "$m" file.gguf
+    # the same weights all three ways (in_sum is not used; the metadata names the file)
+    "$PY" -c 'import gguf, sys, numpy as np
+a, b, c = (gguf.GGUFReader(f).tensors for f in sys.argv[1:])
+assert all(np.array_equal(x.data, y.data) and np.array_equal(x.data, z.data) for x, y, z in zip(a, b, c))' \
+        gold.gguf pipe.gguf file.gguf
+}
+
 @test "an imatrix is bounded by the model: too many entries or values fail (3) before an endless stream is read on" {
     cd "$BATS_TEST_TMPDIR"
     local m=$FIX/tiny-llama-f32.gguf lim="ulimit -v 2000000;" q
@@ -201,10 +233,10 @@ sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1
     run -3 --separate-stderr bash -c "$lim { printf '\x01\0\0\0$name\x01\0\0\0\x40\0\0\0'
         exec cat /dev/zero; } | $q"
     [[ "$stderr" == "quantize: '-': larger than "*" bytes (not an imatrix file of the model)" ]]
-    # GGUF: more tensors than two per tensor of the model; a believable count, then no end
+    # GGUF: more tensors than four per tensor of the model; a believable count, then no end
     run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\xff\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
         exec yes; } | $q"
-    [ "$stderr" = "quantize: '-': 255 tensors, but an imatrix of the model has at most 40 (two per tensor of the model)" ]
+    [ "$stderr" = "quantize: '-': 255 tensors, but an imatrix of the model has at most 80 (4 per tensor of the model)" ]
     run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\x04\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
         exec yes; } | $q"
     [[ "$stderr" == "quantize: '-': larger than "*" bytes (not an imatrix file of the model)" ]]
