@@ -137,7 +137,8 @@ parse_weights(const char *s, struct kvstat_opts *o)
     o->weights_name = s;
     if (stat(s, &st) == 0) {
         if (!S_ISREG(st.st_mode))
-            die(RC_USAGE, "--weights: '%s' is not a regular file", ESC(s));
+            die(RC_IO, "--weights: '%s': is %s, not a regular file", ESC(s),
+                file_kind_name(st.st_mode));
         o->weights = (int64_t)st.st_size;
         xio_note_input(s);
         return;

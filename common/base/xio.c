@@ -149,12 +149,13 @@ const char *
 file_kind_name(mode_t m)
 {
     return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
-           S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "a special file";
+           S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" :
+           S_ISLNK(m) ? "a symbolic link" : "a special file";
 }
 
-/* open_src() : src_open(), and src_open_file() when st_not_file is not 0. */
+/* open_src() : src_open(), and src_open_file() when file_only. */
 static int
-open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
+open_src(struct src *s, const char *path, bool file_only, struct diag *d)
 {
     struct stat st;
     int fd;
@@ -171,11 +172,11 @@ open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
          * be, a device need not be); O_NONBLOCK for what changes in between:
          * open() of a FIFO would wait for a writer, before fstat() could
          * tell that it is one */
-        if (st_not_file && s->name && stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
+        if (file_only && s->name && stat(path, &st) == 0 && !S_ISREG(st.st_mode) &&
             !S_ISDIR(st.st_mode))
-            return diag_set(d, st_not_file, "is %s, not a regular file",
+            return diag_set(d, ST_IO, "is %s, not a regular file",
                             file_kind_name(st.st_mode));
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (st_not_file ? O_NONBLOCK : 0));
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | (file_only ? O_NONBLOCK : 0));
         if (fd < 0)
             return diag_set(d, ST_IO, "cannot open: %s", strerror(errno));
     }
@@ -189,7 +190,7 @@ open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
             close(fd);
         return diag_set(d, ST_IO, "is a directory");
     }
-    if (st_not_file) {
+    if (file_only) {
         if (fstat(fd, &st) != 0) {
             int e = errno;
             if (!s->is_stdin)
@@ -199,7 +200,7 @@ open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
         if (!S_ISREG(st.st_mode)) {
             if (!s->is_stdin)
                 close(fd);
-            return diag_set(d, st_not_file, "is %s, not a regular file",
+            return diag_set(d, ST_IO, "is %s, not a regular file",
                             S_ISFIFO(st.st_mode) && s->is_stdin ? "a pipe" : file_kind_name(st.st_mode));
         }
         int fl = s->is_stdin ? 0 : fcntl(fd, F_GETFL);
@@ -244,13 +245,13 @@ open_src(struct src *s, const char *path, int st_not_file, struct diag *d)
 int
 src_open(struct src *s, const char *path, struct diag *d)
 {
-    return open_src(s, path, 0, d);
+    return open_src(s, path, false, d);
 }
 
 int
-src_open_file(struct src *s, const char *path, int st, struct diag *d)
+src_open_file(struct src *s, const char *path, struct diag *d)
 {
-    return open_src(s, path, st > 0 ? st : ST_RANGE, d);
+    return open_src(s, path, true, d);
 }
 
 void

@@ -42,14 +42,16 @@ int src_open(struct src *s, const char *path, struct diag *d);
 /* src_open_file() : src_open() for an input that is mapped, never streamed.
  * A FIFO, a device or a socket (or "-" on a pipe) is refused before anything
  * is read, and without waiting: a plain open() of a FIFO waits for a writer.
- * Returns 0, -st with "is a FIFO, not a regular file" ("a character device",
- * "a block device", "a socket", "a pipe") in d (st: the caller's status for
- * an input that is not a file, ST_IO or ST_RANGE), or what src_open()
- * returns.  The source is mapped unless the file is empty. */
-int src_open_file(struct src *s, const char *path, int st, struct diag *d);
+ * Returns 0, -ST_IO with "is a FIFO, not a regular file" ("a character
+ * device", "a block device", "a socket", "a pipe") in d, or what src_open()
+ * returns (-ST_IO "is a directory"): a path that must be a regular file and
+ * names something else is an I/O error, exit 4, in every tool.  The source
+ * is mapped unless the file is empty. */
+int src_open_file(struct src *s, const char *path, struct diag *d);
 
 /* file_kind_name() : "a directory", "a FIFO", "a character device", "a block
- * device", "a socket" or "a special file", for messages about mode m. */
+ * device", "a socket", "a symbolic link" (a mode from lstat()) or "a special
+ * file", for messages about mode m. */
 const char *file_kind_name(mode_t m);
 
 /* src_open_mem() : a source over caller-owned bytes (tests, fuzzers). */

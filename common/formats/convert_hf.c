@@ -9,6 +9,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "convert.h"
 #include "convert_priv.h"
@@ -99,12 +100,14 @@ hf_dir_check_files(const char *dir, struct diag *d)
 
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         char *p = path_join(dir, names[i]);
-        bool stream = p && path_is_stream(p);
+        struct stat st;
+        bool special = p && stat(p, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode);
         free(p);
         if (!p)
             return diag_set(d, ST_NOMEM, "out of memory");
-        if (stream)
-            return diag_set(d, ST_RANGE, "'%s' is a pipe or device, not a regular file", names[i]);
+        if (special)
+            return diag_set(d, ST_IO, "'%s': is %s, not a regular file", names[i],
+                            file_kind_name(st.st_mode));
     }
     return 0;
 }

@@ -26,9 +26,9 @@ struct diag;
 
 /* ---- convert_hf.c ---- */
 
-/* hf_dir_check_files() : -ST_RANGE ("'config.json' is a pipe or device, not
- * a regular file"; the caller names dir) when a file of the HF directory
- * that convert reads is a FIFO, a device or a socket: some are read twice
+/* hf_dir_check_files() : -ST_IO ("'config.json': is a FIFO, not a regular
+ * file"; the caller names dir) when a file of the HF directory that convert
+ * reads is a FIFO, a device or a socket: some are read twice
  * (config.json by the configuration and the GPTQ/AWQ reader, the index by
  * the EAGLE check and the loader), and a FIFO's second open would wait for
  * ever.  0 otherwise, -ST_NOMEM. */

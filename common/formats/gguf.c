@@ -650,9 +650,9 @@ gguf_load_stream(struct gguf *g, struct diag *d)
     return 0;
 }
 
-/* open_path() : gguf_open(), or gguf_open_file() when st_not_file is not 0. */
+/* open_path() : gguf_open(), or gguf_open_file() when file_only. */
 static int
-open_path(struct gguf *g, const char *path, int st_not_file, struct diag *d)
+open_path(struct gguf *g, const char *path, bool file_only, struct diag *d)
 {
     struct src *s = calloc(1, sizeof(*s));
     int rc;
@@ -660,7 +660,7 @@ open_path(struct gguf *g, const char *path, int st_not_file, struct diag *d)
     memset(g, 0, sizeof(*g));
     if (!s)
         return diag_set(d, ST_NOMEM, "out of memory");
-    rc = st_not_file ? src_open_file(s, path, st_not_file, d) : src_open(s, path, d);
+    rc = file_only ? src_open_file(s, path, d) : src_open(s, path, d);
     if (rc) {
         src_close(s);
         free(s);
@@ -680,13 +680,13 @@ open_path(struct gguf *g, const char *path, int st_not_file, struct diag *d)
 int
 gguf_open(struct gguf *g, const char *path, struct diag *d)
 {
-    return open_path(g, path, 0, d);
+    return open_path(g, path, false, d);
 }
 
 int
-gguf_open_file(struct gguf *g, const char *path, int st, struct diag *d)
+gguf_open_file(struct gguf *g, const char *path, struct diag *d)
 {
-    return open_path(g, path, st > 0 ? st : ST_RANGE, d);
+    return open_path(g, path, true, d);
 }
 
 const void *

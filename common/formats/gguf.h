@@ -120,9 +120,9 @@ int gguf_load_stream(struct gguf *g, struct diag *d);
 int gguf_open(struct gguf *g, const char *path, struct diag *d);
 
 /* gguf_open_file() : gguf_open() for a model that is mapped, never streamed:
- * src_open_file(path, st), so that a FIFO, device or socket is refused with
- * -st ("is a FIFO, not a regular file") at once, never waited on. */
-int gguf_open_file(struct gguf *g, const char *path, int st, struct diag *d);
+ * src_open_file(path), so that a FIFO, device or socket is refused with
+ * -ST_IO ("is a FIFO, not a regular file") at once, never waited on. */
+int gguf_open_file(struct gguf *g, const char *path, struct diag *d);
 
 /* gguf_tensor_bytes() : the data of tensor i.  On a mapped source returns a
  * pointer into the mapping (buf unused).  On a stream, tensors must be asked

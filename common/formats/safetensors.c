@@ -605,9 +605,9 @@ sft_open(struct sft_file *f, const char *path, struct diag *d)
     memset(f, 0, sizeof(*f));
     if (!s)
         return diag_set(d, ST_NOMEM, "out of memory");
-    /* a FIFO, device or socket: refused as sft_read() refuses a stream
-     * (ST_RANGE), and at once: opening a FIFO would wait for a writer */
-    rc = src_open_file(s, path, ST_RANGE, d);
+    /* a FIFO, device or socket: refused (ST_IO, as a directory is), and
+     * at once: opening a FIFO would wait for a writer */
+    rc = src_open_file(s, path, d);
     if (rc) {
         src_close(s);
         free(s);

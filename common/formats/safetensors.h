@@ -130,9 +130,9 @@ struct sft_file {
  * -ST_NOMEM.  On failure f is released. */
 int sft_read(struct sft_file *f, struct src *s, struct diag *d);
 
-/* sft_open() : src_open_file(path, ST_RANGE) + sft_read(); f owns the
- * source.  A FIFO, device or socket is refused at once (-ST_RANGE "is a FIFO,
- * not a regular file"), never waited on. */
+/* sft_open() : src_open_file(path) + sft_read(); f owns the source.  A
+ * FIFO, device or socket is refused at once (-ST_IO "is a FIFO, not a
+ * regular file"), never waited on. */
 int sft_open(struct sft_file *f, const char *path, struct diag *d);
 
 /* sft_close() : frees what f owns (and its source when owned).  Accepts a

@@ -542,7 +542,7 @@ model_load(struct model **out, const char *path, const struct model_opts *o, str
         return diag_errno(d, rc, why);
     }
     /* a FIFO, device or socket: refused (4, as for a directory), not waited on */
-    rc = gguf_open_file(&m->gguf, path, ST_IO, d);
+    rc = gguf_open_file(&m->gguf, path, d);
     if (rc < 0) {
         backend_close(m->be);
         free(m);

@@ -121,7 +121,7 @@ imatrix_limits_input(const char *path, struct imatrix_limits *lim)
     struct gguf g;
     struct diag d;
 
-    if (path_is_stream(path) || gguf_open_file(&g, path, ST_RANGE, &d) < 0)
+    if (path_is_stream(path) || gguf_open_file(&g, path, &d) < 0)
         return false;
     imatrix_limits_of(lim, &g);
     gguf_release(&g);

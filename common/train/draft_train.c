@@ -1607,7 +1607,8 @@ pin_data(struct run *r, struct diag *d)
 
     /* (a FIFO would block the open until a writer came) */
     if (stat(r->ckpt, &st) == 0 && !S_ISREG(st.st_mode))
-        return diag_set(d, ST_FORMAT, "--resume: '%s': not a regular file", r->ckpt);
+        return diag_set(d, ST_IO, "--resume: '%s': is %s, not a regular file", r->ckpt,
+                        file_kind_name(st.st_mode));
     if ((rc = eagle_head_read(&r->ck_h, &r->ck_mt, &r->ck_m, &r->ck_v, r->ckpt, d)) < 0) {
         diag_prefix(d, "--resume: '%s'", r->ckpt);
         return rc;
@@ -1848,7 +1849,9 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
         diag_prefix_output(d, o->output);
         return rc;
     }
-    /* the checkpoint goes beside the output: none beside a device or a FIFO */
+    /* the checkpoint goes beside the output: none beside a device or a FIFO
+     * (such an output is allowed: asking for a checkpoint with it is the
+     * usage error, 2) */
     struct stat st;
     r.no_ckpt = stat(o->output, &st) == 0 && !S_ISREG(st.st_mode);
     if (r.no_ckpt && (o->ckpt_every > 0 || o->resume))
@@ -1860,11 +1863,11 @@ run_draft_train(const struct draft_train_opts *o, struct draft_train_report *rep
     snprintf(r.ckpt, plen, "%s.ckpt", o->output);
     /* a checkpoint already there is another run's: continued (--resume)
      * or replaced (--force), never overwritten unasked; a link, device,
-     * FIFO or folder of that name is no checkpoint, and left alone
-     * (--resume reads it: not a regular file there is bad input, 3) */
+     * FIFO or folder of that name is no checkpoint, and left alone (an
+     * I/O error, 4, as when --resume would read it: pin_data()) */
     if (!o->resume && !r.no_ckpt && lstat(r.ckpt, &st) == 0 && !S_ISREG(st.st_mode)) {
-        rc = diag_set(d, ST_RANGE, "'%s' is not a regular file: refusing to write the "
-                      "checkpoint there", r.ckpt);
+        rc = diag_set(d, ST_IO, "'%s': is %s, not a regular file: refusing to write the "
+                      "checkpoint there", r.ckpt, file_kind_name(st.st_mode));
         goto out;
     }
     if (!o->resume && !r.no_ckpt && lstat(r.ckpt, &st) == 0 && !o->force) {

@@ -351,7 +351,7 @@ CASES
     [ ! -e "$T/o.gguf" ]
 }
 
-@test "an HF directory whose config.json is a FIFO is refused (2), not read twice" {
+@test "an HF directory whose config.json is a FIFO is refused (4), not read twice" {
     local T=$BATS_TEST_TMPDIR
     mkhf "$T/hf"
     mv "$T/hf/config.json" "$T/config.json"
@@ -359,25 +359,25 @@ CASES
     # a writer, so that a convert that reads it twice waits for a second one
     # (the timeouts only keep that from hanging the test)
     timeout 60 cp "$T/config.json" "$T/hf/config.json" &
-    run -2 --separate-stderr timeout 60 convert "$T/hf" "$T/o.gguf"
-    [ "$stderr" = "convert: '$T/hf': 'config.json' is a pipe or device, not a regular file" ]
-    run -2 --separate-stderr timeout 60 convert --info "$T/hf"
-    [ "$stderr" = "convert: '$T/hf': 'config.json' is a pipe or device, not a regular file" ]
+    run -4 --separate-stderr timeout 60 convert "$T/hf" "$T/o.gguf"
+    [ "$stderr" = "convert: '$T/hf': 'config.json': is a FIFO, not a regular file" ]
+    run -4 --separate-stderr timeout 60 convert --info "$T/hf"
+    [ "$stderr" = "convert: '$T/hf': 'config.json': is a FIFO, not a regular file" ]
     # the refusals never opened it: let the writer finish
     cat "$T/hf/config.json" > /dev/null
     wait
     [ ! -e "$T/o.gguf" ]
 }
 
-@test "a shard named by the index that is a FIFO is refused (2) at once, not waited on" {
+@test "a shard named by the index that is a FIFO is refused (4) at once, not waited on" {
     local T=$BATS_TEST_TMPDIR s=model-00002-of-00004.safetensors
     convert --shard-size 100K "$FIX/tiny-llama-f32.gguf" "$T/hf"
     rm "$T/hf/$s"
     mkfifo "$T/hf/$s"
     # no writer: opening it plainly would wait for ever (timeout: a hang fails)
-    run -2 --separate-stderr timeout 20 convert "$T/hf" "$T/o.gguf"
+    run -4 --separate-stderr timeout 20 convert "$T/hf" "$T/o.gguf"
     [ "$stderr" = "convert: '$T/hf': '$s': is a FIFO, not a regular file" ]
-    run -2 --separate-stderr timeout 20 convert --info "$T/hf"
+    run -4 --separate-stderr timeout 20 convert --info "$T/hf"
     [ "$stderr" = "convert: '$T/hf': '$s': is a FIFO, not a regular file" ]
     [ ! -e "$T/o.gguf" ]
 }

@@ -649,11 +649,15 @@ print(json.dumps({'prompt': 'more ' * 700}))
         --checkpoint-every 5 -f
     [[ $stderr == *"'fifo' is not a regular file: no checkpoint can go beside it"* ]]
     [ ! -e fifo.ckpt ]
-    # a checkpoint that is a FIFO is refused, not waited on
+    # a checkpoint that is a FIFO is refused (an I/O error), not waited on
     mkfifo f2.gguf.ckpt
-    run -3 --separate-stderr timeout 60 draft-train -m "$FIX" --data text.txt -o f2.gguf \
+    run -4 --separate-stderr timeout 60 draft-train -m "$FIX" --data text.txt -o f2.gguf \
         --seq-len 32 --epochs 1 --resume
-    [[ $stderr == *"--resume: 'f2.gguf.ckpt': not a regular file"* ]]
+    [[ $stderr == *"--resume: 'f2.gguf.ckpt': is a FIFO, not a regular file"* ]]
+    mkdir f3.gguf.ckpt
+    run -4 --separate-stderr draft-train -m "$FIX" --data text.txt -o f3.gguf --seq-len 32 \
+        --epochs 1 --resume
+    [[ $stderr == *"--resume: 'f3.gguf.ckpt': is a directory, not a regular file"* ]]
 }
 
 @test "draft-train: self-distillation options and bad prompt lines" {
@@ -1174,17 +1178,30 @@ EOF
     # OUTPUT.ckpt a symbolic link (its target kept) or a device (never written)
     echo victim > victim.txt
     ln -s victim.txt h.gguf.ckpt
-    run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf -f --epochs 1 \
+    run -4 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf -f --epochs 1 \
         --seq-len 32 --checkpoint-every 1
-    [[ $stderr == *"'h.gguf.ckpt' is not a regular file"* ]]
+    [[ $stderr == *"'h.gguf.ckpt': is a symbolic link, not a regular file: refusing to write the checkpoint there"* ]]
     [ "$(cat victim.txt)" = victim ] && [ -L h.gguf.ckpt ] && [ ! -e h.gguf ]
     rm h.gguf.ckpt
     if mknod h.gguf.ckpt c 1 3 2>/dev/null; then
-        run -2 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf -f --epochs 1 \
+        run -4 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf -f --epochs 1 \
             --seq-len 32 --checkpoint-every 1
-        [[ $stderr == *"'h.gguf.ckpt' is not a regular file"* ]]
+        [[ $stderr == *"'h.gguf.ckpt': is a character device, not a regular file"* ]]
         [ -c h.gguf.ckpt ]
     fi
+    rm -f h.gguf.ckpt
+    # or a FIFO (never opened: no writer waits) or a folder
+    mkfifo h.gguf.ckpt
+    run -4 --separate-stderr timeout 60 draft-train -m "$FIX" --data text.txt -o h.gguf -f \
+        --epochs 1 --seq-len 32 --checkpoint-every 1
+    [[ $stderr == *"'h.gguf.ckpt': is a FIFO, not a regular file: refusing to write the checkpoint there"* ]]
+    [ -p h.gguf.ckpt ] && [ ! -e h.gguf ]
+    rm h.gguf.ckpt
+    mkdir h.gguf.ckpt
+    run -4 --separate-stderr draft-train -m "$FIX" --data text.txt -o h.gguf -f --epochs 1 \
+        --seq-len 32 --checkpoint-every 1
+    [[ $stderr == *"'h.gguf.ckpt': is a directory, not a regular file"* ]]
+    [ -d h.gguf.ckpt ] && [ ! -e h.gguf ]
 }
 
 @test "draft-train: a stop signal while an input blocks (a FIFO without a writer) exits 128 + N, not 4" {

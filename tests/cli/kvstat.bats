@@ -312,6 +312,12 @@ EOF
     # 1 MiB / (16 x 8 KiB) = 8 blocks; a 2048-token sequence needs 128
     [ "$(jfield model max_seqs <<<"$output")" = 0 ]
     [ "$(jfield model max_ctx <<<"$output")" = 128 ]
+    # a --weights FILE that is no regular file: an I/O error (4), naming what it is
+    mkfifo "$BATS_TEST_TMPDIR/w.fifo"
+    run -4 --separate-stderr kvstat --json "$G/falcon-7b.json" --mem 2MiB --weights "$BATS_TEST_TMPDIR/w.fifo"
+    [ "$stderr" = "kvstat: --weights: '$BATS_TEST_TMPDIR/w.fifo': is a FIFO, not a regular file" ]
+    run -4 --separate-stderr kvstat --json "$G/falcon-7b.json" --mem 2MiB --weights "$BATS_TEST_TMPDIR"
+    [ "$stderr" = "kvstat: --weights: '$BATS_TEST_TMPDIR': is a directory, not a regular file" ]
 }
 
 # ---- --compare ----
