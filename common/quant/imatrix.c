@@ -338,6 +338,7 @@ imatrix_read_mem(struct imatrix *im, const void *p, size_t len, struct diag *d)
 #define IMATRIX_TINFO_MAX 128                   /* a GGUF tensor record, bytes */
 #define IMATRIX_ALIGN_MAX 256                   /* a GGUF tensor's padding, bytes */
 #define IMATRIX_GGUF_PER 4                      /* a GGUF's tensors per entry, at most */
+#define IMATRIX_KEY_MAX 65535                   /* a GGUF metadata key, bytes (gguf.c's limit) */
 
 void
 imatrix_limits_of(struct imatrix_limits *lim, const struct gguf *g)
@@ -431,27 +432,32 @@ check_head(const uint8_t *h, size_t n, const struct imatrix_limits *lim, size_t 
     return 0;
 }
 
-/* Where a legacy stream's scan stands: the next entry's offset and number. */
-struct legacy_scan {
+/* Where a stream's scan stands: the next record's offset and number, of
+ * n_records (a legacy file's entries; a GGUF's n_kv metadata records, then
+ * its tensor records). */
+struct stream_scan {
+    bool gguf;
     size_t pos;
-    int32_t next, n_entries;
+    uint64_t next, n_kv, n_records;
 };
 
 /* scan_legacy() : checks each legacy entry of p[0..n) whose name length and
  * value count have arrived (against lim), so that a stream that goes wrong
  * stops there, not at its end. */
 static int
-scan_legacy(struct legacy_scan *sc, const uint8_t *p, size_t n, const struct imatrix_limits *lim,
+scan_legacy(struct stream_scan *sc, const uint8_t *p, size_t n, const struct imatrix_limits *lim,
             struct diag *d)
 {
     int32_t nlen, nval;
+    int e;
 
-    while (sc->next < sc->n_entries && n >= 4 && sc->pos <= n - 4) {
+    while (sc->next < sc->n_records && n >= 4 && sc->pos <= n - 4) {
+        e = (int)sc->next + 1;
         memcpy(&nlen, p + sc->pos, 4);
         if (nlen < 1)
-            return diag_set(d, ST_FORMAT, "entry %d: bad name length", sc->next + 1);
+            return diag_set(d, ST_FORMAT, "entry %d: bad name length", e);
         if (nlen > IMATRIX_NAME_MAX)    /* as the reader has it: too long a name */
-            return diag_set(d, ST_FORMAT, "entry %d: bad name", sc->next + 1);
+            return diag_set(d, ST_FORMAT, "entry %d: bad name", e);
         if (n - sc->pos < 4 + (size_t)nlen + 8)
             break;
         memcpy(&nval, p + sc->pos + 4 + nlen + 4, 4);
@@ -468,15 +474,183 @@ scan_legacy(struct legacy_scan *sc, const uint8_t *p, size_t n, const struct ima
     return 0;
 }
 
+/* take() : whether k more bytes of p[0..n) have arrived at *at; moves *at
+ * past them (and copies them to v, when not NULL) if so. */
+static bool
+take(const uint8_t *p, size_t n, size_t *at, void *v, size_t k)
+{
+    if (n - *at < k)
+        return false;
+    if (v)
+        memcpy(v, p + *at, k);
+    *at += k;
+    return true;
+}
+
+/* meta_room() : 0 when len bytes at offset at end within the
+ * IMATRIX_META_MAX bytes of header and metadata a GGUF imatrix has, else
+ * -ST_FORMAT naming metadata record i (by its key, once that has arrived). */
+static int
+meta_room(uint64_t i, const uint8_t *key, uint64_t klen, size_t at, uint64_t len, struct diag *d)
+{
+    if (at <= IMATRIX_META_MAX && len <= IMATRIX_META_MAX - at)
+        return 0;
+    if (!key)
+        return diag_set(d, ST_FORMAT, "metadata record %llu: key of %llu bytes, more metadata than "
+                        "an imatrix file has (%zu bytes)", (unsigned long long)i,
+                        (unsigned long long)len, IMATRIX_META_MAX);
+    return diag_set(d, ST_FORMAT, "key '%.*s': value of %llu bytes at offset %zu, more metadata than "
+                    "an imatrix file has (%zu bytes)", (int)klen, (const char *)key,
+                    (unsigned long long)len, at, IMATRIX_META_MAX);
+}
+
+/* scan_gguf_kv() : GGUF metadata record i at *at of p[0..n): 1 when it has
+ * arrived whole and fits the metadata an imatrix file has (*at moved past
+ * it), 0 when more must arrive, or -ST_FORMAT (the reader's words where it
+ * would refuse the record too). */
+static int
+scan_gguf_kv(const uint8_t *p, size_t n, size_t *at, uint64_t i, struct diag *d)
+{
+    uint64_t klen, len, cnt;
+    uint32_t type, et;
+    const uint8_t *key;
+    int rc;
+
+    if (!take(p, n, at, &klen, 8))
+        return 0;
+    if (klen == 0)
+        return diag_set(d, ST_FORMAT, "metadata key at offset %zu is empty or contains NUL", *at - 8);
+    if (klen > IMATRIX_KEY_MAX)
+        return diag_set(d, ST_FORMAT, "metadata record %llu: key at offset %zu: length %llu exceeds "
+                        "limit %d", (unsigned long long)i, *at - 8, (unsigned long long)klen,
+                        IMATRIX_KEY_MAX);
+    if ((rc = meta_room(i, NULL, 0, *at, klen, d)) < 0)
+        return rc;
+    key = p + *at;
+    if (!take(p, n, at, NULL, (size_t)klen) || !take(p, n, at, &type, 4))
+        return 0;
+    if (type >= GGUF_TYPE_COUNT)
+        return diag_set(d, ST_FORMAT, "key '%.*s' has invalid type %u", (int)klen, (const char *)key,
+                        type);
+    if (type != GGUF_TYPE_STRING && type != GGUF_TYPE_ARRAY)
+        return take(p, n, at, NULL, gguf_type_size((enum gguf_type)type));
+    if (type == GGUF_TYPE_STRING) {
+        if (!take(p, n, at, &len, 8))
+            return 0;
+        if ((rc = meta_room(i, key, klen, *at, len, d)) < 0)
+            return rc;
+        return take(p, n, at, NULL, (size_t)len);
+    }
+    if (!take(p, n, at, &et, 4) || !take(p, n, at, &cnt, 8))
+        return 0;
+    if (et >= GGUF_TYPE_COUNT || et == GGUF_TYPE_ARRAY)
+        return diag_set(d, ST_FORMAT, "key '%.*s': invalid array element type %u", (int)klen,
+                        (const char *)key, et);
+    if (et != GGUF_TYPE_STRING) {
+        /* cnt * size within the metadata: no overflow past the check */
+        size_t es = gguf_type_size((enum gguf_type)et);
+        if ((rc = meta_room(i, key, klen, *at, cnt > IMATRIX_META_MAX ? cnt : cnt * es, d)) < 0)
+            return rc;
+        return take(p, n, at, NULL, (size_t)cnt * es);
+    }
+    /* each string of the array takes at least its 8-byte length */
+    if ((rc = meta_room(i, key, klen, *at, cnt > IMATRIX_META_MAX ? cnt : cnt * 8, d)) < 0)
+        return rc;
+    for (uint64_t k = 0; k < cnt; k++) {
+        if (!take(p, n, at, &len, 8))
+            return 0;
+        if ((rc = meta_room(i, key, klen, *at, len, d)) < 0)
+            return rc;
+        if (!take(p, n, at, NULL, (size_t)len))
+            return 0;
+    }
+    return 1;
+}
+
+/* scan_gguf_tensor() : GGUF tensor record i at *at of p[0..n), as
+ * scan_gguf_kv(): its name as the reader takes it, at most GGUF_MAX_DIMS
+ * dimensions, and no more values than the widest row of lim's model. */
+static int
+scan_gguf_tensor(const uint8_t *p, size_t n, size_t *at, uint64_t i,
+                 const struct imatrix_limits *lim, struct diag *d)
+{
+    uint64_t len, ne;
+    uint32_t nd;
+    int64_t nel = 1;
+    const uint8_t *name;
+
+    if (!take(p, n, at, &len, 8))
+        return 0;
+    if (len > GGUF_MAX_NAME)
+        return diag_set(d, ST_FORMAT, "tensor %llu: tensor name at offset %zu: length %llu exceeds "
+                        "limit %d", (unsigned long long)i, *at - 8, (unsigned long long)len,
+                        GGUF_MAX_NAME);
+    if (len == 0)
+        return diag_set(d, ST_FORMAT, "tensor %llu has an empty name", (unsigned long long)i);
+    name = p + *at;
+    if (!take(p, n, at, NULL, (size_t)len) || !take(p, n, at, &nd, 4))
+        return 0;
+    if (nd > GGUF_MAX_DIMS)
+        return diag_set(d, ST_FORMAT, "tensor '%.*s' has %u dimensions (at most 4)", (int)len,
+                        (const char *)name, nd);
+    for (uint32_t j = 0; j < nd; j++) {
+        if (!take(p, n, at, &ne, 8))
+            return 0;
+        if (ne == 0 || ne > INT64_MAX)
+            return diag_set(d, ST_FORMAT, "tensor '%.*s': dimension %u is %lld", (int)len,
+                            (const char *)name, j, (long long)ne);
+        /* nel <= n_values before, so nel * ne cannot overflow past the check */
+        if ((int64_t)ne > lim->n_values || (nel *= (int64_t)ne) > lim->n_values)
+            return diag_set(d, ST_FORMAT, "tensor '%.*s' has more values than any tensor's row of "
+                            "the model (%lld)", (int)len, (const char *)name,
+                            (long long)lim->n_values);
+    }
+    return take(p, n, at, NULL, 4 + 8);        /* type, offset: the reader's */
+}
+
+/* scan_gguf() : checks each GGUF metadata and tensor record of p[0..n)
+ * as it arrives (scan_gguf_kv, scan_gguf_tensor), so that a stream that
+ * goes wrong stops at its first record that no imatrix of lim's model has,
+ * not at the size bound. */
+static int
+scan_gguf(struct stream_scan *sc, const uint8_t *p, size_t n, const struct imatrix_limits *lim,
+          struct diag *d)
+{
+    while (sc->next < sc->n_records) {
+        size_t at = sc->pos;
+        int rc = sc->next < sc->n_kv ? scan_gguf_kv(p, n, &at, sc->next, d)
+                                     : scan_gguf_tensor(p, n, &at, sc->next - sc->n_kv, lim, d);
+        if (rc <= 0)
+            return rc;
+        if (sc->next < sc->n_kv && at > IMATRIX_META_MAX)
+            return diag_set(d, ST_FORMAT, "metadata record %llu ends at offset %zu, past the %zu "
+                            "bytes of metadata an imatrix file has", (unsigned long long)sc->next,
+                            at, IMATRIX_META_MAX);
+        sc->pos = at;
+        sc->next++;
+    }
+    return 0;
+}
+
+/* scan_stream() : scan_gguf() or scan_legacy(), with lim (else nothing). */
+static int
+scan_stream(struct stream_scan *sc, const uint8_t *p, size_t n, const struct imatrix_limits *lim,
+            struct diag *d)
+{
+    if (!lim)
+        return 0;
+    return sc->gguf ? scan_gguf(sc, p, n, lim, d) : scan_legacy(sc, p, n, lim, d);
+}
+
 /* A stream read to its end into f->buf, its first bytes checked first,
- * then (with lim) each legacy entry's as it arrives. */
+ * then (with lim) each record as it arrives (scan_stream). */
 static int
 read_stream(struct imatrix_file *f, const struct imatrix_limits *lim, struct diag *d)
 {
     FILE *fp = f->src.fp;
     size_t n, max, cap = (size_t)1 << 16;
     uint8_t *buf = malloc(cap);
-    struct legacy_scan sc = { 4, 0, 0 };
+    struct stream_scan sc = { 0 };
     int rc;
 
     if (!buf)
@@ -488,11 +662,21 @@ read_stream(struct imatrix_file *f, const struct imatrix_limits *lim, struct dia
     }
     if ((rc = check_head(buf, n, lim, &max, d)) < 0)
         goto fail;
-    if (lim && memcmp(buf, "GGUF", 4))
-        memcpy(&sc.n_entries, buf, 4);
+    /* (check_head read and checked the counts) */
+    if ((sc.gguf = !memcmp(buf, "GGUF", 4))) {
+        sc.pos = IMATRIX_HEAD;
+        memcpy(&sc.n_records, buf + 8, 8);
+        memcpy(&sc.n_kv, buf + 16, 8);
+        sc.n_records += sc.n_kv;
+    } else {
+        int32_t n_entries;
+        memcpy(&n_entries, buf, 4);
+        sc.pos = 4;
+        sc.n_records = (uint64_t)n_entries;
+    }
     for (;;) {
         size_t k;
-        if (lim && (rc = scan_legacy(&sc, buf, n, lim, d)) < 0)
+        if ((rc = scan_stream(&sc, buf, n, lim, d)) < 0)
             goto fail;
         if (n == cap) {
             size_t nc = cap > max / 2 ? max + 1 : cap * 2;
@@ -523,7 +707,7 @@ read_stream(struct imatrix_file *f, const struct imatrix_limits *lim, struct dia
         rc = diag_set(d, ST_IO, "read error: %s", strerror(errno));
         goto fail;
     }
-    if (lim && (rc = scan_legacy(&sc, buf, n, lim, d)) < 0)
+    if ((rc = scan_stream(&sc, buf, n, lim, d)) < 0)
         goto fail;
     f->buf = buf;
     f->p = buf;

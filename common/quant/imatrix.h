@@ -93,9 +93,12 @@ struct imatrix_file {
  * its end after its first bytes are checked (the GGUF magic, version and
  * counts, or the legacy entry count), so that /dev/zero or any other stream
  * that is no imatrix fails at once.  With lim (the model's, may be NULL) the
- * counts must be within it, a legacy entry's name length and value count are
- * checked as each arrives, and a stream is read no further than an imatrix
- * of lim can reach; without it, at most 4 GiB.  Release with
+ * counts must be within it, each record is checked as it arrives (a legacy
+ * entry's name length and value count; a GGUF metadata record within the
+ * 1 MiB of metadata an imatrix has, a GGUF tensor record's name, dimensions
+ * and value count), so that a stream fails at its first record that no
+ * imatrix of the model has, and a stream is read no further than an
+ * imatrix of lim can reach; without it, at most 4 GiB.  Release with
  * imatrix_file_close.  Returns 0, -ST_IO, -ST_FORMAT, -ST_NOMEM. */
 int imatrix_file_open(struct imatrix_file *f, const char *path, const struct imatrix_limits *lim,
                       struct diag *d);

@@ -340,7 +340,7 @@ check_imatrix_entry(const struct quantize_opts *o, const struct gguf_tensor *t, 
 int
 quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct diag *d)
 {
-    struct gguf in, outg;
+    struct gguf own, *in = o->in ? o->in : &own, outg;
     struct quant_mix mix;
     struct order_ent *ord = NULL;
     struct out_tensor *ts = NULL;
@@ -361,14 +361,15 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
             ftype_name = ftl[i].name;
     /* Tensors are written in another order than they are stored: a stream's
      * data section is read whole, but only after its header has been read and
-     * checked as it streams (an endless or foreign stream fails at once). */
-    if ((rc = gguf_open(&in, o->input, d)) < 0 || (rc = gguf_load_stream(&in, d)) < 0) {
-        if (rc < 0 && in.src)
-            gguf_release(&in);
+     * checked as it streams (an endless or foreign stream fails at once), here
+     * or by the caller (o->in). */
+    if ((!o->in && (rc = gguf_open(&own, o->input, d)) < 0) || (rc = gguf_load_stream(in, d)) < 0) {
+        if (rc < 0 && !o->in && own.src)
+            gguf_release(&own);
         diag_prefix(d, "'%s'", o->input);
         goto out;
     }
-    in_open = true;
+    in_open = !o->in;
     if (o->imatrix) {
         /* llama-quantize refuses a matrix with any non-finite value, used or not */
         const struct imatrix *im = o->imatrix;
@@ -384,31 +385,31 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
             }
         }
     }
-    if ((rc = quant_mix_init(&mix, &in, &o->mix, d)) < 0) {
+    if ((rc = quant_mix_init(&mix, in, &o->mix, d)) < 0) {
         diag_prefix(d, "'%s'", o->input);
         goto out;
     }
     mix_open = true;
 
-    ord = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*ord));
-    ts = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*ts));
-    r->t = calloc(in.n_tensors ? in.n_tensors : 1, sizeof(*r->t));
+    ord = calloc(in->n_tensors ? in->n_tensors : 1, sizeof(*ord));
+    ts = calloc(in->n_tensors ? in->n_tensors : 1, sizeof(*ts));
+    r->t = calloc(in->n_tensors ? in->n_tensors : 1, sizeof(*r->t));
     if (!ord || !ts || !r->t) {
         rc = diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
-    for (uint64_t i = 0; i < in.n_tensors; i++) {
-        ord[i].name = in.t[i].name.p;
+    for (uint64_t i = 0; i < in->n_tensors; i++) {
+        ord[i].name = in->t[i].name.p;
         ord[i].idx = i;
     }
-    qsort(ord, in.n_tensors, sizeof(*ord), cmp_order);
+    qsort(ord, in->n_tensors, sizeof(*ord), cmp_order);
 
-    if ((rc = set_metadata(&outg, &in, o, ftype_name)) < 0) {
+    if ((rc = set_metadata(&outg, in, o, ftype_name)) < 0) {
         diag_set(d, ST_NOMEM, "'%s': out of memory", o->input);
         goto out;
     }
-    for (uint64_t k = 0; k < in.n_tensors; k++) {
-        const struct gguf_tensor *t = &in.t[ord[k].idx];
+    for (uint64_t k = 0; k < in->n_tensors; k++) {
+        const struct gguf_tensor *t = &in->t[ord[k].idx];
         struct quantize_tensor_info *ti = &r->t[k];
         struct out_tensor *ot = &ts[k];
         bool fb = false;
@@ -457,7 +458,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
         r->src_bytes += t->nbytes;
         r->n_params += (uint64_t)gguf_tensor_nelements(t);
     }
-    r->n = in.n_tensors;
+    r->n = in->n_tensors;
     r->n_fallback = mix.n_fallback;
 
     if ((rc = quantize_threadpool(&q.tp, o->n_threads, d)) < 0)
@@ -469,7 +470,7 @@ quantize_model(const struct quantize_opts *o, struct quantize_report *r, struct 
     wo.force = o->force;
     wo.cb = o->cb;
     wo.out = o->out;
-    rc = write_gguf_emit(&outg, ts, in.n_tensors, NULL, NULL, emit_tensor, &q, "quantizing", &wo, d);
+    rc = write_gguf_emit(&outg, ts, in->n_tensors, NULL, NULL, emit_tensor, &q, "quantizing", &wo, d);
     if (rc)
         goto out;
     for (size_t k = 0; k < r->n; k++) {
@@ -486,7 +487,7 @@ out:
     if (mix_open)
         quant_mix_release(&mix);
     if (in_open)
-        gguf_release(&in);
+        gguf_release(&own);
     gguf_release(&outg);
     free(ord);
     free(ts);

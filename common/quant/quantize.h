@@ -132,6 +132,10 @@ struct quantize_report {
 
 struct quantize_opts {
     const char *input;          /* GGUF path or "-" */
+    struct gguf *in;            /* NULL: quantize_model opens input; else input's
+                                 * header, already read by gguf_open(input)
+                                 * (borrowed: its data section is read, and on
+                                 * a stream loaded, here; the caller releases it) */
     const char *output;         /* path or "-" */
     struct quant_mix_opts mix;
     const struct imatrix *imatrix;      /* NULL: none */

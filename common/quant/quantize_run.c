@@ -112,25 +112,10 @@ text_summary(const struct quantize_run_opts *o, const struct quantize_report *re
     eval_table(fp, ev);
 }
 
-/* imatrix_limits_input() : the limits of an imatrix for the model at path,
- * when it is a file whose header reads (a stream can be read only once,
- * and an input that does not read fails later, with its own message). */
-static bool
-imatrix_limits_input(const char *path, struct imatrix_limits *lim)
-{
-    struct gguf g;
-    struct diag d;
-
-    if (path_is_stream(path) || gguf_open_file(&g, path, &d) < 0)
-        return false;
-    imatrix_limits_of(lim, &g);
-    gguf_release(&g);
-    return true;
-}
-
-/* The importance matrix of the run into im: read (--imatrix) or collected
- * (--calib, written to outs[1] with --imatrix-out), then filtered; q gets
- * it with its provenance (*shas, freed by the caller). */
+/* The importance matrix of the run into im: read (--imatrix; held to the
+ * limits of q->in, INPUT's header, read first) or collected (--calib,
+ * written to outs[1] with --imatrix-out), then filtered; q gets it with
+ * its provenance (*shas, freed by the caller). */
 static int
 get_imatrix(const struct quantize_run_opts *o, struct quantize_opts *q, struct imatrix *im,
             struct xout *imatrix_out, char **shas, struct diag *d)
@@ -142,10 +127,10 @@ get_imatrix(const struct quantize_run_opts *o, struct quantize_opts *q, struct i
     if (o->imatrix_in) {
         struct imatrix_file f;
         struct imatrix_limits lim;
-        bool have_lim = imatrix_limits_input(q->input, &lim);
-        if ((rc = imatrix_file_open(&f, o->imatrix_in, have_lim ? &lim : NULL, d)) < 0 ||
+        imatrix_limits_of(&lim, q->in);
+        if ((rc = imatrix_file_open(&f, o->imatrix_in, &lim, d)) < 0 ||
             (rc = imatrix_read_mem(im, f.p, f.n, d)) < 0 ||
-            (have_lim && (rc = imatrix_check_limits(im, &lim, d)) < 0)) {
+            (rc = imatrix_check_limits(im, &lim, d)) < 0) {
             imatrix_file_close(&f);
             diag_prefix(d, "'%s'", o->imatrix_in);
             return rc;
@@ -437,6 +422,8 @@ static int
 run_quantize_type(const struct quantize_run_opts *o, struct diag *d)
 {
     struct quantize_opts q = o->q;
+    struct gguf in;
+    bool in_open = false;
     struct imatrix im;
     struct quantize_report rep = { 0 };
     struct qeval_result ev = { 0 };
@@ -457,6 +444,18 @@ run_quantize_type(const struct quantize_run_opts *o, struct diag *d)
         goto out;
     }
     q.out = &outs[2];
+    /* INPUT's header before the imatrix, so that the imatrix is held to the
+     * model's bounds when INPUT is a pipe too: on a stream the header (and
+     * its tensor records) comes before any tensor data, which
+     * quantize_model reads after */
+    if (o->imatrix_in) {
+        if ((rc = gguf_open(&in, q.input, d)) < 0) {
+            diag_prefix(d, "'%s'", q.input);
+            goto out;
+        }
+        in_open = true;
+        q.in = &in;
+    }
     if ((rc = get_imatrix(o, &q, &im, &outs[1], shas, d)) < 0)
         goto out;
     if ((rc = quantize_model(&q, &rep, d)) < 0)
@@ -497,6 +496,8 @@ out:
             if (outs[i].fp || outs[i].tmp)
                 xout_abort(&outs[i]);
     }
+    if (in_open)
+        gguf_release(&in);
     quantize_report_release(&rep);
     imatrix_release(&im);
     free(shas[0]);

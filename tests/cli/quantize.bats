@@ -45,6 +45,51 @@ need_py() {
     fi
 }
 
+# rewrite_imatrix SRC DST IN_SUM N_NAMES : the GGUF imatrix SRC written
+# again by gguf-py to DST; with IN_SUM "in_sum", a NAME.in_sum beside each
+# NAME.in_sum2 (llama-imatrix's newer files); with N_NAMES > 0, that many
+# made-up dataset names in place of SRC's
+rewrite_imatrix() {
+    "$PY" - "$@" <<'PY'
+import sys, gguf, numpy as np
+r = gguf.GGUFReader(sys.argv[1])
+in_sum, n_names = sys.argv[3] == "in_sum", int(sys.argv[4])
+w = gguf.GGUFWriter(sys.argv[2], "imatrix")
+w.add_type("imatrix")
+w.add_array("imatrix.datasets",
+            ["calibration text %05d, %s" % (i, "x" * (i % 50)) for i in range(n_names)] if n_names
+            else [str(x) for x in r.fields["imatrix.datasets"].contents()])
+for k in ("imatrix.chunk_count", "imatrix.chunk_size"):
+    w.add_uint32(k, int(r.fields[k].contents()))
+for t in r.tensors:
+    a = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
+    w.add_tensor(t.name, a)
+    if in_sum and t.name.endswith(".in_sum2"):
+        w.add_tensor(t.name[:-len("in_sum2")] + "in_sum", np.sqrt(a))
+w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+}
+
+# feed FIFO CMD... : runs CMD in the background, its output into FIFO.  A
+# quantize that fails before it opens the FIFO leaves the writer blocked in
+# open(2), one that stops reading leaves it to SIGPIPE: teardown kills and
+# reaps whatever is left, so no test leaves a process behind.
+FEEDS=()
+feed() {
+    local fifo=$1
+    shift
+    "$@" >"$fifo" 2>/dev/null 3>&- &
+    FEEDS+=($!)
+}
+
+teardown() {
+    local p
+    for p in "${FEEDS[@]}"; do
+        kill "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
+}
+
 # ---- usage and errors ----
 
 @test "--help prints the usage and every file type on stdout, exit 0" {
@@ -184,21 +229,7 @@ sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1
     local m=$FIX/tiny-llama-f32.gguf
     # the golden's entries (NAME.in_sum2, NAME.counts) with NAME.in_sum added:
     # three tensors an entry, as llama-imatrix writes them now
-    "$PY" - "$GOLD/tiny-llama-f32.imatrix.gguf" im.gguf <<'PY'
-import sys, gguf, numpy as np
-r = gguf.GGUFReader(sys.argv[1])
-w = gguf.GGUFWriter(sys.argv[2], "imatrix")
-w.add_type("imatrix")
-w.add_array("imatrix.datasets", [str(x) for x in r.fields["imatrix.datasets"].contents()])
-for k in ("imatrix.chunk_count", "imatrix.chunk_size"):
-    w.add_uint32(k, int(r.fields[k].contents()))
-for t in r.tensors:
-    a = np.array(t.data, dtype=np.float32).reshape([int(x) for x in reversed(t.shape)])
-    w.add_tensor(t.name, a)
-    if t.name.endswith(".in_sum2"):
-        w.add_tensor(t.name[:-len("in_sum2")] + "in_sum", np.sqrt(a))
-w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
-PY
+    rewrite_imatrix "$GOLD/tiny-llama-f32.imatrix.gguf" im.gguf in_sum 0
     [ "$("$PY" -c 'import gguf, sys; print(len(gguf.GGUFReader(sys.argv[1]).tensors))' im.gguf)" = 42 ]
     quantize -q --type Q4_K_M --imatrix "$GOLD/tiny-llama-f32.imatrix.gguf" "$m" gold.gguf
     run -0 --separate-stderr bash -c "cat im.gguf | quantize -q --type Q4_K_M --imatrix - '$m' pipe.gguf"
@@ -208,6 +239,18 @@ PY
 a, b, c = (gguf.GGUFReader(f).tensors for f in sys.argv[1:])
 assert all(np.array_equal(x.data, y.data) and np.array_equal(x.data, z.data) for x, y, z in zip(a, b, c))' \
         gold.gguf pipe.gguf file.gguf
+}
+
+@test "a GGUF imatrix stream whose metadata spans several reads is checked record by record as it arrives" {
+    need_py
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama-f32.gguf
+    # 6000 dataset names: about 290 KB of metadata, so that records are cut
+    # at the ends of the stream's first reads (64 KiB, then doubling)
+    rewrite_imatrix "$GOLD/tiny-llama-f32.imatrix.gguf" big.gguf - 6000
+    quantize -q --type Q4_K_M --imatrix - "$m" file.gguf < big.gguf
+    cat big.gguf | quantize -q --type Q4_K_M --imatrix - "$m" pipe.gguf
+    cmp file.gguf pipe.gguf
 }
 
 @test "an imatrix is bounded by the model: too many entries or values fail (3) before an endless stream is read on" {
@@ -237,9 +280,20 @@ assert all(np.array_equal(x.data, y.data) and np.array_equal(x.data, z.data) for
     run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\xff\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
         exec yes; } | $q"
     [ "$stderr" = "quantize: '-': 255 tensors, but an imatrix of the model has at most 80 (4 per tensor of the model)" ]
+    # (a believable count: each record is checked as it arrives, and the first
+    # that no imatrix of the model has fails there, not at the size bound)
     run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\x04\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
         exec yes; } | $q"
-    [[ "$stderr" == "quantize: '-': larger than "*" bytes (not an imatrix file of the model)" ]]
+    [ "$stderr" = "quantize: '-': metadata record 0: key at offset 24: length 754645927544294009 exceeds limit 65535" ]
+    # GGUF: a string longer than the metadata an imatrix file has
+    run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\x04\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
+        printf '\x10\0\0\0\0\0\0\0imatrix.datasets\x08\0\0\0\0\0\x10\0\0\0\0\0'; exec yes; } | $q"
+    [ "$stderr" = "quantize: '-': key 'imatrix.datasets': value of 1048576 bytes at offset 60, more metadata than an imatrix file has (1048576 bytes)" ]
+    # GGUF: a tensor with more values than any row of the model
+    local ts='\x1b\0\0\0\0\0\0\0blk.0.attn_q.weight.in_sum2\x01\0\0\0\xa0\x86\x01\0\0\0\0\0'
+    run -3 --separate-stderr bash -c "$lim { printf 'GGUF\x03\0\0\0\x02\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0$ts'
+        exec cat /dev/zero; } | $q"
+    [ "$stderr" = "quantize: '-': tensor 'blk.0.attn_q.weight.in_sum2' has more values than any tensor's row of the model (128)" ]
     # a file is held to the same bounds (an entry of 200 values, read whole)
     python3 -c '
 import struct, sys
@@ -250,6 +304,96 @@ sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1
     run -3 --separate-stderr bash -c "cat wide.dat | $q"
     [ "$stderr" = "quantize: '-': entry 'blk.0.attn_q.weight' has 200 values, more than any tensor's row of the model (128)" ]
     [ ! -e o.gguf ]
+}
+
+@test "INPUT from a pipe or FIFO: the imatrix is held to the model's bounds as with a file (3), and read no further" {
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama-f32.gguf name='\x13\0\0\0blk.0.attn_q.weight'
+    mkfifo in.fifo
+    # INPUT's header is read before the imatrix (it was read after, so that
+    # with INPUT a stream the imatrix had no bound but 4 GiB).  Each imatrix
+    # below is followed by 64 MiB: w.rc, the status of head(1) that writes
+    # them, is not 0 when quantize stopped reading before their end (it read
+    # all 64 MiB before).
+    local zeros='head -c 64M /dev/zero 2>/dev/null; echo $? >w.rc'
+    # legacy: more entries than the model has tensors
+    feed in.fifo cat "$m"
+    run -3 --separate-stderr bash -c "{ printf '\xe8\x03\0\0'; $zeros; } |
+        quantize --type Q8_0 --imatrix - in.fifo o.gguf"
+    [ "$stderr" = "quantize: '-': 1000 entries, but the model has only 20 tensors" ]
+    [ "$(cat w.rc)" != 0 ]
+    # legacy: one believable entry, then no end: no further than the model's bound
+    feed in.fifo cat "$m"
+    run -3 --separate-stderr bash -c "{ printf '\x01\0\0\0$name\x01\0\0\0\x40\0\0\0'; $zeros; } |
+        quantize --type Q8_0 --imatrix - in.fifo o.gguf"
+    [[ "$stderr" == "quantize: '-': larger than "*" bytes (not an imatrix file of the model)" ]]
+    [ "$(cat w.rc)" != 0 ]
+    # GGUF: a believable header, then a first record that is no imatrix's
+    feed in.fifo cat "$m"
+    run -3 --separate-stderr bash -c "{ printf 'GGUF\x03\0\0\0\x04\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'
+        yes | head -c 64M 2>/dev/null; echo \${PIPESTATUS[1]} >w.rc; } | quantize --type Q8_0 --imatrix - in.fifo o.gguf"
+    [ "$stderr" = "quantize: '-': metadata record 0: key at offset 24: length 754645927544294009 exceeds limit 65535" ]
+    [ "$(cat w.rc)" != 0 ]
+    # a whole legacy file with an entry wider than any row, INPUT a pipe
+    python3 -c '
+import struct, sys
+n = b"blk.0.attn_q.weight"
+sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1, 200) + b"\0\0\x80\x3f" * 200)' > wide.dat
+    run -3 --separate-stderr bash -c "cat '$m' | quantize --type Q8_0 --imatrix wide.dat - o.gguf"
+    [ "$stderr" = "quantize: 'wide.dat': entry 'blk.0.attn_q.weight' has 200 values, more than any tensor's row of the model (128)" ]
+    [ ! -e o.gguf ]
+}
+
+@test "INPUT from a pipe: an --imatrix FIFO whose writer never stops fails (3) at the model's bound" {
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama-f32.gguf lim="ulimit -v 2000000;" q
+    [ "${LLMKIT_SAN:-}" != address ] || lim=    # ASan cannot start under an address-space limit
+    # (the timeout and the memory limit only make a regression fail instead
+    # of hang or swap: it read up to 4 GiB)
+    q="$lim cat '$m' | timeout 60 quantize --type Q8_0 --imatrix im.fifo - o.gguf"
+    mkfifo im.fifo
+    # yes: a legacy count of 175704697 entries ("y\ny\n")
+    feed im.fifo yes
+    run -3 --separate-stderr bash -c "$q"
+    [ "$stderr" = "quantize: 'im.fifo': 175704697 entries, but the model has only 20 tensors" ]
+    feed im.fifo bash -c "printf 'GGUF\x03\0\0\0\x04\0\0\0\0\0\0\0\x04\0\0\0\0\0\0\0'; exec yes"
+    run -3 --separate-stderr bash -c "$q"
+    [ "$stderr" = "quantize: 'im.fifo': metadata record 0: key at offset 24: length 754645927544294009 exceeds limit 65535" ]
+    feed im.fifo bash -c "printf '\x01\0\0\0\x13\0\0\0blk.0.attn_q.weight\x01\0\0\0\x40\0\0\0'; exec cat /dev/zero"
+    run -3 --separate-stderr bash -c "$q"
+    [[ "$stderr" == "quantize: 'im.fifo': larger than "*" bytes (not an imatrix file of the model)" ]]
+    [ ! -e o.gguf ]
+}
+
+@test "a valid imatrix with INPUT from a pipe or FIFO gives the bytes it gives with INPUT a file" {
+    cd "$BATS_TEST_TMPDIR"
+    local m=$FIX/tiny-llama256-f32.gguf im=$GOLD/tiny-llama256-f32.imatrix.gguf
+    mkfifo in.fifo im.fifo
+    # (the same --imatrix name each time: the output records it)
+    quantize -q --type Q4_K_M --imatrix - "$m" file.gguf < "$im"
+    feed in.fifo cat "$m"
+    quantize -q --type Q4_K_M --imatrix - in.fifo fifo.gguf < "$im"
+    cmp file.gguf fifo.gguf
+    quantize -q --type Q4_K_M --imatrix "$im" "$m" file2.gguf
+    quantize -q --type Q4_K_M --imatrix "$im" - pipe.gguf < "$m"
+    cmp file2.gguf pipe.gguf
+    # both streams, the imatrix a FIFO (GGUF), then a legacy .dat
+    feed im.fifo cat "$im"
+    cat "$m" | quantize -q --type Q4_K_M --imatrix im.fifo - a.gguf
+    feed im.fifo cat "$im"
+    quantize -q --type Q4_K_M --imatrix im.fifo "$m" b.gguf
+    cmp a.gguf b.gguf
+    python3 -c '
+import struct, sys
+n = b"blk.0.attn_q.weight"
+sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1, 256) +
+                        struct.pack("<256f", *[1.0 + i / 64 for i in range(256)]) + struct.pack("<ii", 2, 0))' > one.dat
+    feed im.fifo cat one.dat
+    cat "$m" | quantize -q --type Q4_K_M --imatrix im.fifo - c.gguf
+    feed im.fifo cat one.dat
+    quantize -q --type Q4_K_M --imatrix im.fifo "$m" d.gguf
+    cmp c.gguf d.gguf
+    if cmp -s c.gguf a.gguf; then echo "the .dat entry changed nothing"; return 1; fi
 }
 
 @test "an INPUT read twice (--calib, --eval, --method) must be a file, not a pipe or FIFO (2)" {
