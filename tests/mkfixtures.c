@@ -379,22 +379,22 @@ main(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},
         {NULL, 0, NULL, 0},
     };
+    static const char usage[] = "usage: mkfixtures [--seed N] dir";
     uint64_t seed = 1;
     struct vocab v;
     char path[4096];
     int c, rc = 0;
 
     cli_init(argv[0]);
-    while ((c = getopt_long(argc, argv, "s:", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "s:", longopts, usage)) != -1) {
         if (c == 's')
             seed = (uint64_t)cli_parse_i64(optarg, 0, INT64_MAX, "--seed", false);
         else
-            return RC_USAGE;
+            cli_exit_usage(usage);
     }
-    if (optind != argc - 1) {
-        fprintf(stderr, "usage: mkfixtures [--seed N] dir\n");
-        return RC_USAGE;
-    }
+    if (optind != argc - 1)
+        cli_exit_usage(usage);
+    cli_path(usage, "dir", argv[optind]);
     if (mkdir(argv[optind], 0755) != 0 && errno != EEXIST)
         die(RC_IO, "cannot create '%s':", argv[optind]);
     memset(&v, 0, sizeof(v));

@@ -154,6 +154,8 @@ main(int argc, char **argv)
         {"sym", no_argument, NULL, 's'},
         {NULL, 0, NULL, 0},
     };
+    static const char usage[] = "usage: mkqgrid [--bits B] [--group-size G] [--sym] [--act-order] "
+                                "[--dequant OUT.f32] --format gguf|gptq|gptq_v2|awq SRC.gguf OUT";
     int bits = 4, fmt = -1, c;
     int64_t gs = 128;
     bool sym = false, act = false;
@@ -164,7 +166,7 @@ main(int argc, char **argv)
     FILE *df = NULL;
 
     cli_init(argv[0]);
-    while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "", longopts, usage)) != -1) {
         switch (c) {
         case 'a': act = true; break;
         case 'b': bits = (int)cli_parse_i64(optarg, 2, 8, "--bits", false); break;
@@ -173,16 +175,13 @@ main(int argc, char **argv)
         case 'g': gs = cli_parse_i64(optarg, -1, 1 << 20, "--group-size", false); break;
         case 'l': ids = optarg; break;
         case 's': sym = true; break;
-        default: return RC_USAGE;
+        default: cli_exit_usage(usage);
         }
     }
     if (ids && optind == argc - 2)
         return logits(ids, argv[optind], argv[optind + 1]);
-    if (optind != argc - 2 || fmt < 0) {
-        fprintf(stderr, "usage: mkqgrid [--bits B] [--group-size G] [--sym] [--act-order] "
-                        "[--dequant OUT.f32] --format gguf|gptq|gptq_v2|awq SRC.gguf OUT\n");
-        return RC_USAGE;
-    }
+    if (optind != argc - 2 || fmt < 0)
+        cli_exit_usage(usage);
     /* qmodel_write opens the source again: a file, not a pipe */
     if (!strcmp(argv[optind], "-"))
         die(RC_USAGE, "SRC.gguf must be a file, not '-'");

@@ -88,14 +88,14 @@ main(int argc, char **argv)
     int c, rc;
 
     cli_init(argv[0]);
-    while ((c = getopt_long(argc, argv, "fhqvV", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "fhqvV", longopts, usage_line)) != -1) {
         switch (c) {
         case 'f': o.force = true; break;
         case 'h': help(); cli_finish_stdout(); return RC_OK;
         case 'q': cli_verbosity = 0; break;
         case 'v': cli_verbosity = 2; break;
         case 'V': cli_exit_version("convert");
-        case O_BASE: o.base = optarg; break;
+        case O_BASE: o.base = cli_path(usage_line, "--base", optarg); break;
         case O_LAYOUT:
             if (eagle_hf_layout_parse(optarg) < 0)
                 usage_error(usage_line, "--layout: unknown layout '%s' (eagle, speculators)", ESC(optarg));
@@ -115,8 +115,12 @@ main(int argc, char **argv)
                 usage_error(usage_line, "--type: '%s' is not f32, f16 or bf16 (use quantize for other types)",
                             ESC(optarg));
             break;
-        case O_TOKENIZER: o.tokenizer = optarg; break;
-        case O_VERIFIER: o.verifier = optarg; break;
+        case O_TOKENIZER: o.tokenizer = cli_path(usage_line, "--tokenizer", optarg); break;
+        case O_VERIFIER:
+            if (!*optarg)
+                usage_error(usage_line, "--verifier: empty name");
+            o.verifier = optarg;
+            break;
         case O_SHARD: o.shard_size = (uint64_t)cli_parse_i64(optarg, 1, INT64_MAX, "--shard-size", true); break;
         case O_INFO: info = true; break;
         case O_JSON: o.json = true; break;
@@ -140,9 +144,13 @@ main(int argc, char **argv)
         if (argc != 2)
             usage_error(usage_line, argc < 2 ? "missing %s" : "too many operands%s",
                         argc == 0 ? "input and output" : argc == 1 ? "output" : "");
-        o.output = argv[1];
+        o.output = cli_path(usage_line, "OUTPUT", argv[1]);
     }
-    o.input = argv[0];
+    o.input = cli_path(usage_line, "INPUT", argv[0]);
+    const struct stdin_use in[] = {
+        { "INPUT", o.input }, { "--tokenizer", o.tokenizer }, { "--base", o.base },
+    };
+    cli_check_stdin(usage_line, in, sizeof(in) / sizeof(in[0]));
     if (!strcmp(o.input, "-") && isatty(STDIN_FILENO) && !o.force)
         die(RC_USAGE, "refusing to read binary input from a terminal (use -f to force)");
     if (!info && !strcmp(o.output, "-") && isatty(STDOUT_FILENO) && !o.force)

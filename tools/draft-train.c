@@ -146,7 +146,7 @@ main(int argc, char **argv)
     int c, rc;
 
     cli_init(argv[0]);
-    while ((c = getopt_long(argc, argv, "fhm:o:qt:Vv", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "fhm:o:qt:Vv", longopts, usage_line)) != -1) {
         switch (c) {
         case OPT_ARCH:
             if (strcmp(optarg, "eagle1") != 0 && strcmp(optarg, "eagle3") != 0)
@@ -160,18 +160,18 @@ main(int argc, char **argv)
             o.init = optarg[0] == 'r' ? DRAFT_INIT_RANDOM : DRAFT_INIT_TARGET;
             break;
         case OPT_BATCH: o.batch = cli_parse_i64(optarg, 1, 4096, "--batch", false); break;
-        case OPT_CACHE: o.cache_dir = optarg; break;
+        case OPT_CACHE: o.cache_dir = cli_path(usage_line, "--cache", optarg); break;
         case OPT_CKPT: o.ckpt_every = cli_parse_i64(optarg, 1, INT32_MAX, "--checkpoint-every", false); break;
         case OPT_CLIP: o.clip = (float)cli_parse_double(optarg, 1e-6, 1e6, "--clip"); break;
         case OPT_WEIGHT_DECAY:
             /* + 0.0: "-0" is the run 0 is (the checkpoint's options) */
             o.weight_decay = cli_parse_double(optarg, 0, 10, "--weight-decay") + 0.0;
             break;
-        case OPT_DATA: o.data = optarg; break;
+        case OPT_DATA: o.data = cli_path(usage_line, "--data", optarg); break;
         case OPT_DRAFT_VOCAB:
             o.draft_vocab = cli_parse_i64(optarg, 0, INT32_MAX, "--draft-vocab", false);
             break;
-        case OPT_EVAL: o.eval = optarg; break;
+        case OPT_EVAL: o.eval = cli_path(usage_line, "--eval", optarg); break;
         case OPT_EPOCHS: o.epochs = cli_parse_i64(optarg, 1, 1000000, "--epochs", false); break;
         case OPT_GEN_SHARE:
             o.gen_share = cli_parse_double(optarg, 1e-6, 0.75, "--gen-share");
@@ -194,13 +194,13 @@ main(int argc, char **argv)
             o.kernel = optarg;
             break;
         case OPT_LR: o.lr = cli_parse_double(optarg, 1e-9, 1, "--lr"); break;
-        case 'm': o.model = optarg; break;
+        case 'm': o.model = cli_path(usage_line, "-m", optarg); break;
         case OPT_MAX_TIME: o.max_time = cli_parse_double(optarg, 0.001, 1e9, "--max-time"); break;
         case OPT_NO_FC_BIAS: o.no_fc_bias = true; break;
         case OPT_TRAIN_PROMPTS: o.train_prompts = true; break;
         case OPT_NO_PROGRESS: tool_progress_mode = 0; break;
         case OPT_NOISE: o.noise = (float)cli_parse_double(optarg, 0, 100, "--noise"); break;
-        case 'o': o.output = optarg; break;
+        case 'o': o.output = cli_path(usage_line, "-o", optarg); break;
         case OPT_OVERSUB: oversubscribe = true; break;
         case OPT_PROGRESS: tool_progress_mode = 1; break;
         case 'q': cli_verbosity = 0; break;
@@ -230,10 +230,10 @@ main(int argc, char **argv)
           "--init target: only with --arch eagle3 (an EAGLE-1 head regresses the features)" },
         { o.no_fc_bias && o.arch == 3, "--no-fc-bias: an EAGLE-3 head's FC has no bias anyway" },
         { o.model && o.data && !strcmp(o.model, "-") , "-m: the model must be a file" },
-        { o.eval && o.data && !strcmp(o.eval, "-") && !strcmp(o.data, "-"),
-          "--eval and --data cannot both be stdin (-)" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
+    const struct stdin_use in[] = { { "--data", o.data }, { "--eval", o.eval } };
+    cli_check_stdin(usage_line, in, sizeof(in) / sizeof(in[0]));
     o.n_threads = cli_cap_threads(o.n_threads, oversubscribe);
     if (json) {
         o.json = stdout;

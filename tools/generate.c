@@ -102,7 +102,7 @@ main(int argc, char **argv)
     generate_opts_init(&o);
     batch_opts_init(&b, &o);
     o.sp.seed = sample_random_seed();     /* unless --seed */
-    while ((c = getopt_long(argc, argv, "f:hm:n:o:p:qt:Vv", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "f:hm:n:o:p:qt:Vv", longopts, usage_line)) != -1) {
         if (c >= OPT_BLOCK_SIZE && c <= OPT_SCHEDULE)
             batch_opt = true;
         tk_other |= c < OPT_TOKENIZE && !(c < 128 && strchr("mpfoqv", c)) && c != OPT_FORCE &&
@@ -117,9 +117,9 @@ main(int argc, char **argv)
         case OPT_NO_PARSE_SPECIAL: tk.no_parse_special = true; break;
         case OPT_BATCH: batch = true; break;
         case OPT_BLOCK_SIZE: b.block_size = cli_parse_i64(optarg, 1, 4096, "--block-size", false); break;
-        case OPT_KV_TRACE: b.trace = optarg; break;
-        case OPT_MERGE: mo.requests = optarg; break;
-        case OPT_RESUME: b.resume = optarg; break;
+        case OPT_KV_TRACE: b.trace = cli_path(usage_line, "--kv-trace", optarg); break;
+        case OPT_MERGE: mo.requests = cli_path(usage_line, "--merge", optarg); break;
+        case OPT_RESUME: b.resume = cli_path(usage_line, "--resume", optarg); break;
         case OPT_SHARD:
             if (batch_shard_parse(optarg, &b.shard, &d) < 0)
                 usage_error(usage_line, "--shard: %s", d.msg);
@@ -160,7 +160,7 @@ main(int argc, char **argv)
         case OPT_CHUNKS: o.chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--chunks", false); break;
         case OPT_CTX: o.ctx = cli_parse_i64(optarg, 1, (int64_t)1 << 24, "--ctx", true); break;
         case OPT_DRAIN_TIMEOUT: b.drain_timeout = cli_parse_double(optarg, 0, 1e9, "--drain-timeout"); break;
-        case 'f': o.prompt_file = optarg; break;
+        case 'f': o.prompt_file = cli_path(usage_line, "-f", optarg); break;
         case OPT_FORCE: o.force = true; break;
         case OPT_IGNORE_EOS: o.ignore_eos = true; break;
         case 'h': cli_exit_help(help_text, usage_line);
@@ -186,8 +186,8 @@ main(int argc, char **argv)
                           : cli_parse_i64(optarg, 1, 64, "--spec-tokens", false);
             have_spec = true;
             break;
-        case OPT_DRAFT: o.draft = optarg; break;
-        case OPT_DRAFT_HEAD: o.draft_head = optarg; break;
+        case OPT_DRAFT: o.draft = cli_path(usage_line, "--draft", optarg); break;
+        case OPT_DRAFT_HEAD: o.draft_head = cli_path(usage_line, "--draft-head", optarg); break;
         case OPT_SPEC_COMPARE: o.spec_compare = true; have_spec = true; break;
         case OPT_SPEC_DEPTH:
             o.spec_depth = (int)cli_parse_i64(optarg, 1, 64, "--spec-depth", false);
@@ -203,15 +203,15 @@ main(int argc, char **argv)
             break;
         case OPT_KV_MEM: o.kv_mem = cli_parse_i64(optarg, 1, INT64_MAX, "--kv-mem", true); break;
         case OPT_MIN_P: o.sp.min_p = (float)cli_parse_double(optarg, 0, 1, "--min-p"); break;
-        case 'm': o.model = optarg; break;
+        case 'm': o.model = cli_path(usage_line, "-m", optarg); break;
         case 'n':
             o.n_predict = cli_parse_i64(optarg, -1, (int64_t)1 << 30, "--n-predict", false);
             have_n = true;
             break;
-        case 'o': o.output = optarg; break;
+        case 'o': o.output = cli_path(usage_line, "-o", optarg); break;
         case OPT_OVERSUBSCRIBE: oversubscribe = true; break;
         case OPT_PARSE_SPECIAL: o.parse_special = true; break;
-        case OPT_PERPLEXITY: o.perplexity = optarg; break;
+        case OPT_PERPLEXITY: o.perplexity = cli_path(usage_line, "--perplexity", optarg); break;
         case 'p': o.prompt = optarg; break;
         case 'q': cli_verbosity = 0; break;
         case OPT_REPEAT_LAST_N:
@@ -236,12 +236,14 @@ main(int argc, char **argv)
             usage_error(usage_line, "--merge takes only -o, --force and the results files");
         if (optind == argc)
             usage_error(usage_line, "--merge: no results files given");
+        for (int i = optind; i < argc; i++)
+            cli_path(usage_line, "--merge: a results file", argv[i]);
         mo.output = o.output;
         mo.force = o.force;
         return run_merge(&mo, argc - optind, argv + optind);
     }
     if (batch && optind < argc)
-        b.input = argv[optind++];
+        b.input = cli_path(usage_line, "--batch", argv[optind++]);
     if (optind < argc)
         usage_error(usage_line, "unexpected operand '%s' (the prompt goes after -p)", argv[optind]);
     const struct usage_rule rules[] = {
@@ -282,6 +284,18 @@ main(int argc, char **argv)
         { o.spec_compare && batch, "--spec-compare works with one prompt (-p, -f)" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
+    /* the prompt (or the text of --tokenize): -p, else -f, else stdin */
+    const bool prompt_read = !batch && !o.perplexity && !o.prompt;
+    const struct stdin_use in[] = {
+        { "-m", o.model },
+        { "--draft", o.draft },
+        { "--draft-head", o.draft_head },
+        { "--batch", batch ? (b.input ? b.input : "-") : NULL },
+        { "--perplexity", o.perplexity },
+        { o.prompt_file ? "-f" : "the prompt (no -p or -f)",
+          prompt_read ? (o.prompt_file ? o.prompt_file : "-") : NULL },
+    };
+    cli_check_stdin(usage_line, in, sizeof(in) / sizeof(in[0]));
     if (o.draft_head && !have_pmin)
         o.draft_p_min = 0.0f;   /* a head's confidence floor is off unless asked for */
     o.threads = cli_cap_threads(o.threads, oversubscribe);

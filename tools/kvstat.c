@@ -134,7 +134,7 @@ parse_weights(const char *s, struct kvstat_opts *o)
 {
     struct stat st;
 
-    o->weights_name = s;
+    o->weights_name = cli_path(usage_line, "--weights", s);
     if (stat(s, &st) == 0) {
         if (!S_ISREG(st.st_mode))
             die(RC_IO, "--weights: '%s': is %s, not a regular file", ESC(s),
@@ -159,7 +159,7 @@ main(int argc, char **argv)
     cli_init(argv[0]);
     kvstat_opts_init(&o);
     o.cb = tool_callbacks(true);
-    while ((c = getopt_long(argc, argv, "fho:qVv", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "fho:qVv", longopts, usage_line)) != -1) {
         switch (c) {
         case OPT_BATCH: o.batch = cli_parse_i64(optarg, 1, 1 << 24, "--batch", false); break;
         case OPT_BLOCK_SIZE: o.block_size = cli_parse_i64(optarg, 1, 65536, "--block-size", false); break;
@@ -188,7 +188,7 @@ main(int argc, char **argv)
             o.kv_type = (enum kv_dtype)t;
             break;
         case OPT_LAYERS: o.layers = cli_parse_i64(optarg, 1, KV_MAX_LAYERS, "--layers", false); break;
-        case OPT_LENGTHS: o.lengths = optarg; break;
+        case OPT_LENGTHS: o.lengths = cli_path(usage_line, "--lengths", optarg); break;
         case OPT_MAX:
             o.max_len = cli_parse_i64(optarg, 2, KV_MAX_LEN, "--max", true);
             have_max = true;
@@ -199,7 +199,7 @@ main(int argc, char **argv)
             o.n = cli_parse_i64(optarg, 1, 10000000, "--n", false);
             have_dist_opt = true;
             break;
-        case 'o': o.output = optarg; break;
+        case 'o': o.output = cli_path(usage_line, "-o", optarg); break;
         case 'q': cli_verbosity = 0; break;
         case OPT_ROPE_DIM: o.rope_dim = cli_parse_i64(optarg, 1, KV_MAX_HEAD_DIM, "--rope-dim", false); break;
         case OPT_SEED:
@@ -210,8 +210,8 @@ main(int argc, char **argv)
             o.shape = cli_parse_double(optarg, 0.01, 100, "--shape");
             have_dist_opt = true;
             break;
-        case OPT_SVG: o.svg = optarg; break;
-        case OPT_TRACE: o.trace = optarg; break;
+        case OPT_SVG: o.svg = cli_path(usage_line, "--svg", optarg); break;
+        case OPT_TRACE: o.trace = cli_path(usage_line, "--trace", optarg); break;
         case 'v': cli_verbosity = 2; break;
         case 'V': cli_exit_version("kvstat");
         case OPT_WEIGHTS: parse_weights(optarg, &o); break;
@@ -222,11 +222,19 @@ main(int argc, char **argv)
     o.n_inputs = (size_t)(argc - optind);
 
     {
-        size_t i, n_stdin = (o.trace && !strcmp(o.trace, "-")) + (o.lengths && !strcmp(o.lengths, "-"));
-        for (i = 0; i < o.n_inputs; i++)
-            n_stdin += !strcmp(o.inputs[i], "-");
-        if (n_stdin > 1)
-            usage_error(usage_line, "standard input ('-') can be read only once");
+        /* --trace, --lengths and the FILE operands: one at most reads stdin */
+        const char *file_stdin = NULL;
+        for (size_t i = 0; i < o.n_inputs; i++) {
+            const struct stdin_use twice[] = { { "FILE", file_stdin }, { "FILE", o.inputs[i] } };
+            cli_path(usage_line, "FILE", o.inputs[i]);
+            cli_check_stdin(usage_line, twice, 2);
+            if (!strcmp(o.inputs[i], "-"))
+                file_stdin = "-";
+        }
+        const struct stdin_use in[] = {
+            { "--trace", o.trace }, { "--lengths", o.lengths }, { "FILE", file_stdin },
+        };
+        cli_check_stdin(usage_line, in, sizeof(in) / sizeof(in[0]));
     }
     const struct usage_rule rules[] = {
         { json && csv, "--json and --csv are exclusive" },

@@ -51,7 +51,7 @@ main(int argc, char **argv)
     int c, rc;
 
     cli_init(argv[0]);
-    while ((c = getopt_long(argc, argv, "fhqt:vV", longopts, NULL)) != -1) {
+    while ((c = cli_getopt(argc, argv, "fhqt:vV", longopts, usage_line)) != -1) {
         switch (c) {
         case 'f': o->force = true; break;
         case 'h': help(); cli_finish_stdout(); return RC_OK;
@@ -79,8 +79,8 @@ main(int argc, char **argv)
         case O_KEEP: o->mix.keep_output = true; break;
         case O_OTYPE: o->mix.output_type = parse_type(optarg, "--output-type"); break;
         case O_ETYPE: o->mix.embd_type = parse_type(optarg, "--embd-type"); break;
-        case O_IMATRIX: r.imatrix_in = optarg; break;
-        case O_CALIB: r.calib = optarg; break;
+        case O_IMATRIX: r.imatrix_in = cli_path(usage_line, "--imatrix", optarg); break;
+        case O_CALIB: r.calib = cli_path(usage_line, "--calib", optarg); break;
         case O_CCTX: r.calib_ctx = cli_parse_i64(optarg, 16, 1 << 20, "--calib-ctx", false); break;
         case O_CCHUNKS: r.calib_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--calib-chunks", false); break;
         case O_INC:
@@ -92,13 +92,13 @@ main(int argc, char **argv)
             else
                 exc[n_exc++] = optarg;
             break;
-        case O_IMOUT: r.imatrix_out = optarg; break;
+        case O_IMOUT: r.imatrix_out = cli_path(usage_line, "--imatrix-out", optarg); break;
         case O_IMFMT:
             if (strcmp(optarg, "gguf") && strcmp(optarg, "dat"))
                 usage_error(usage_line, "--imatrix-format: '%s' is not gguf or dat", optarg);
             r.imatrix_dat = !strcmp(optarg, "dat");
             break;
-        case O_EVAL: r.eval = optarg; break;
+        case O_EVAL: r.eval = cli_path(usage_line, "--eval", optarg); break;
         case O_ECTX: r.eval_ctx = cli_parse_i64(optarg, 4, 1 << 20, "--eval-ctx", false); break;
         case O_ECHUNKS: r.eval_chunks = cli_parse_i64(optarg, 1, INT32_MAX, "--eval-chunks", false); break;
         case O_EVONLY: r.eval_only = true; break;
@@ -142,6 +142,8 @@ main(int argc, char **argv)
     if (argc != 2)
         usage_error(usage_line, argc < 2 ? "missing %s" : "too many operands%s",
                     argc == 0 ? "input and output" : argc == 1 ? "output" : "");
+    cli_path(usage_line, "INPUT", argv[0]);
+    cli_path(usage_line, "OUTPUT", argv[1]);
     struct diag gd;
     /* an input read twice (by the calibration or the evaluation, then the
      * quantization) must be a file: a pipe or FIFO can be read only once */
@@ -180,14 +182,14 @@ main(int argc, char **argv)
         { n_inc && n_exc, "--include-weights and --exclude-weights exclude each other" },
         { (r.calib || r.eval) && in_stream,
           "--calib and --eval read INPUT twice: it must be a file, not '-', a pipe or a device" },
-        { r.imatrix_in && !strcmp(r.imatrix_in, "-") && !strcmp(argv[0], "-"),
-          "--imatrix and INPUT cannot both read stdin" },
         { r.eval && !strcmp(argv[1], "-"), "--eval needs OUTPUT as a file, not '-'" },
         { r.json && !strcmp(argv[1], "-"), "--json writes to stdout: OUTPUT cannot be '-'" },
-        { r.calib && r.eval && !strcmp(r.calib, "-") && !strcmp(r.eval, "-"),
-          "--calib and --eval cannot both read stdin" },
     };
     cli_check_usage(usage_line, rules, sizeof(rules) / sizeof(rules[0]));
+    const struct stdin_use in[] = {
+        { "--imatrix", r.imatrix_in }, { "--calib", r.calib }, { "--eval", r.eval }, { "INPUT", argv[0] },
+    };
+    cli_check_stdin(usage_line, in, sizeof(in) / sizeof(in[0]));
     o->input = argv[0];
     o->output = argv[1];
     o->mix.ftype = r.ft ? r.ft->ftype : 0;

@@ -8,6 +8,7 @@
 #ifndef LLMKIT_TOOL_H
 #define LLMKIT_TOOL_H
 
+#include <getopt.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -25,6 +26,10 @@ extern bool cli_line_open;     /* a progress bar's line is open on stderr (no ne
  * registered partial outputs (xio.h) and re-raises the signal (SIGHUP left
  * ignored when it came so: nohup). */
 void cli_init(const char *argv0);
+
+/* Every message below (die, usage_error, warnmsg, notemsg, infomsg) reaches
+ * stderr as one write(2) of the whole line (the usage line included), so
+ * that the messages of processes sharing a log do not interleave. */
 
 /* die() : prints "prog: message" on stderr, removes partial outputs and exits
  * with rc.  A format ending in ':' appends ": strerror(errno)". */
@@ -57,9 +62,39 @@ void cli_check_usage(const char *usage, const struct usage_rule *rules, size_t n
  * stdout, exit 0 (RC_IO when stdout fails). */
 _Noreturn void cli_exit_help(const char *text, const char *usage);
 
-/* cli_exit_usage() : a bad option (getopt said why): the usage line on
- * stderr, exit RC_USAGE. */
+/* cli_getopt() : getopt_long() (longopts may be NULL) that reports a bad
+ * option itself, in the tools' words, with the short program name and the
+ * option escaped (escape.h): "prog: unrecognized option '--x'", "option
+ * '--x' is ambiguous (--xa, --xb)", "option '--x' doesn't allow an
+ * argument", "option '--x' requires an argument", "invalid option -- 'x'",
+ * "option requires an argument -- 'x'"; then the usage line, exit RC_USAGE
+ * (usage_error).  getopt itself prints nothing (opterr = 0).  Returns the
+ * option as getopt_long() does, -1 after the last one. */
+int cli_getopt(int argc, char *const argv[], const char *shortopts, const struct option *longopts,
+               const char *usage);
+
+/* cli_exit_usage() : an option the table has and the caller's switch does
+ * not (cli_getopt reports the others): the usage line on stderr, exit
+ * RC_USAGE. */
 _Noreturn void cli_exit_usage(const char *usage);
+
+/* cli_path() : path, after usage_error(usage, "WHAT: empty file name") when
+ * it is "" (an option's FILE or an operand: nothing can be opened or
+ * created under that name, and an output would be found out only at the
+ * end of the work). */
+const char *cli_path(const char *usage, const char *what, const char *path);
+
+/* One file name that may be "-" (standard input) and the option or
+ * operand it came from; path NULL = not given. */
+struct stdin_use {
+    const char *what;
+    const char *path;
+};
+
+/* cli_check_stdin() : usage_error(usage, "A and B cannot both read standard
+ * input") for the first two of uses[0..n) whose path is "-"; returns when
+ * at most one is. */
+void cli_check_stdin(const char *usage, const struct stdin_use *uses, size_t n);
 
 /* cli_exit_version() : --version: "tool (llmkit) VERSION" on stdout, exit 0. */
 _Noreturn void cli_exit_version(const char *tool);

@@ -9,7 +9,6 @@
  *   {"schema":"membw/1","threads":T,"bytes":B,"seconds":S,"gbps":G}
  * where gbps is 1e9 bytes per second.
  */
-#include <getopt.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +63,7 @@ worker(void *arg)
 int
 main(int argc, char **argv)
 {
+    static const char usage[] = "usage: membw [-t threads] [-s size_mib] [-r repeats]";
     int threads = 2, repeats = 5, c;
     int64_t mib = 1024;
     uint64_t *buf, total = 0;
@@ -74,12 +74,12 @@ main(int argc, char **argv)
     double best = 0;
 
     cli_init(argv[0]);
-    while ((c = getopt(argc, argv, "t:s:r:")) != -1) {
+    while ((c = cli_getopt(argc, argv, "t:s:r:", NULL, usage)) != -1) {
         switch (c) {
         case 't': threads = (int)cli_parse_i64(optarg, 1, 256, "-t", false); break;
         case 's': mib = cli_parse_i64(optarg, 16, 65536, "-s", false); break;
         case 'r': repeats = (int)cli_parse_i64(optarg, 1, 1000, "-r", false); break;
-        default: fprintf(stderr, "usage: membw [-t threads] [-s size_mib] [-r repeats]\n"); return RC_USAGE;
+        default: cli_exit_usage(usage);
         }
     }
     words = (size_t)mib << 17;

@@ -1228,7 +1228,7 @@ EOF
     run -4 --separate-stderr draft-train -m "$FIX" --data text.txt --eval nope.txt -o x.gguf --epochs 1
     [ "$stderr" = "draft-train: --eval 'nope.txt': cannot open: No such file or directory" ]
     run -2 --separate-stderr draft-train -m "$FIX" --data - --eval - -o x.gguf --epochs 1
-    [[ $stderr == *"--eval and --data cannot both be stdin (-)"* ]]
+    [[ $stderr == *"--data and --eval cannot both read standard input"* ]]
     [ ! -e x.gguf ]
     # without it 1/20 of the data's sequences are held out; with it, none
     tail -c 3000 "$CALIB" > ev.txt

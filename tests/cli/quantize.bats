@@ -410,7 +410,7 @@ sys.stdout.buffer.write(struct.pack("<ii", 1, len(n)) + n + struct.pack("<ii", 1
     run -2 --separate-stderr timeout 60 quantize --method rtn fifo o.gguf
     [[ "$stderr" == "quantize: --method reads INPUT twice: it must be a file, not '-', a pipe or a device"* ]]
     run -2 --separate-stderr timeout 60 quantize --type Q8_0 --imatrix - - o.gguf < /dev/null
-    [[ "$stderr" == "quantize: --imatrix and INPUT cannot both read stdin"* ]]
+    [[ "$stderr" == "quantize: --imatrix and INPUT cannot both read standard input"* ]]
     [ ! -e o.gguf ]
 }
 
