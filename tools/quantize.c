@@ -128,7 +128,8 @@ main(int argc, char **argv)
             char *e;
             g->damp = strtod(optarg, &e);
             if (e == optarg || *e || !(g->damp > 0 && g->damp < 1))
-                usage_error(usage_line, "--damp: '%s' is not a number between 0 and 1", optarg);
+                usage_error(usage_line, "--damp: '%s' is not a number greater than 0 and less than 1",
+                            optarg);
             gptq_opt = true;
             break;
         }

@@ -122,7 +122,8 @@ gptq_check_opts(const struct gptq_opts *o, struct diag *d)
         return diag_set(d, ST_RANGE, "--group-size %lld: need -1, 16, 32, 64, 128, 256, 512 or 1024",
                         (long long)g);
     if (!(o->damp > 0 && o->damp < 1))
-        return diag_set(d, ST_RANGE, "--damp %g: need a fraction between 0 and 1", o->damp);
+        return diag_set(d, ST_RANGE, "--damp %g: need a fraction greater than 0 and less than 1",
+                        o->damp);
     return 0;
 }
 

@@ -27,6 +27,22 @@ gq() {
     assert_output --partial '--resume'
 }
 
+@test "--damp lies strictly between 0 and 1: the message, --help and quantize(1) say so" {
+    mkdir "$BATS_TEST_TMPDIR/w" && cd "$BATS_TEST_TMPDIR/w"
+    local d
+    for d in 0 -0 1 1.5 -0.1; do
+        run -2 --separate-stderr quantize --method gptq --calib "$CALIB" --damp "$d" "$TINY" o.gguf
+        [ "${stderr_lines[0]}" = "quantize: --damp: '$d' is not a number greater than 0 and less than 1" ]
+    done
+    run -0 --separate-stderr quantize --help
+    assert_output --partial '0 < F < 1'
+    # the --damp item of the man page
+    run -0 awk '/^\.It Fl \\-damp/ { p = 1; next } /^\.It/ { p = 0 } p' "$TOP/man/quantize.1"
+    assert_output --partial 'greater than 0 and less than 1, both excluded'
+    refute_output --partial 'between 0 and 1'
+    run ls -A; assert_output ""
+}
+
 @test "usage errors exit 2 and leave no output" {
     mkdir "$BATS_TEST_TMPDIR/w" && cd "$BATS_TEST_TMPDIR/w"
     run -2 --separate-stderr quantize --method bogus "$TINY" o.gguf
