@@ -278,6 +278,22 @@ drain_on() {
     [ ! -e tr.jsonl ]
 }
 
+@test "--kv-type q8_0 runs in batch mode (64-wide heads), and generate(1) says so" {
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' '{"id":"a","prompt":"the cat sat","max_tokens":4}' \
+        '{"id":"b","prompt":"on the mat","max_tokens":3}' >req.jsonl
+    run -0 --separate-stderr generate -q -m "$TOP/tests/fixtures/tiny-llama256-f32.gguf" \
+        --batch req.jsonl --temp 0 --kv-type q8_0 --kv-trace tr.jsonl
+    [ "$(jq -s '[.[] | select(.error == null and (.tokens | length) > 0)] | length' <<<"$output")" -eq 2 ]
+    [ "$(head -1 tr.jsonl | jq -r .kv_type)" = q8_0 ]
+    # the man page and docs/generate.md no longer call it refused
+    run -0 awk '/^\.It Fl \\-kv-type/ { p = 1; next } /^\.It/ { p = 0 } p' "$TOP/man/generate.1"
+    assert_output --partial 'needs heads whose widths are multiples of 32'
+    refute_output --partial 'refused'
+    run grep -n 'refused until the forward pass' "$TOP/docs/generate.md"
+    [ "$status" -eq 1 ]
+}
+
 @test "q8_0 KV needs heads that are whole q8_0 blocks; SmolLM2 runs with it" {
     # the tiny fixture's heads are 16 wide: not a multiple of 32
     run --separate-stderr generate -m "$TINY" --batch --kv-type q8_0 /dev/null
