@@ -243,7 +243,10 @@ write_merged(struct merge *m, struct diag *d)
             return diag_set(d, ST_IO, "stdout: write failed: %s", strerror(errno));
         return 0;
     }
-    return xout_commit(&xo, d);
+    /* the flush at the commit is where a full disk shows */
+    if ((rc = xout_commit(&xo, d)) < 0)
+        diag_prefix(d, "'%s'", o->output);
+    return rc;
 }
 
 int

@@ -122,8 +122,10 @@ ckpt_write(const char *dir, const char *key, int64_t layer, struct qmodel_tensor
     int rc;
 
     ckpt_path(path, sizeof path, dir, layer);
-    if ((rc = xout_open(&xo, path, true, d)) < 0)
+    if ((rc = xout_open(&xo, path, true, d)) < 0) {
+        diag_prefix(d, "'%s'", path);
         return rc;
+    }
     FILE *fp = xo.fp;
     fwrite(CKPT_MAGIC, 1, 8, fp);
     fwrite(key, 1, 64, fp);
@@ -149,8 +151,8 @@ ckpt_write(const char *dir, const char *key, int64_t layer, struct qmodel_tensor
         fwrite(g->zero, 4, (size_t)(g->n_groups * g->rows), fp);
         fwrite(g->g_idx, 4, (size_t)g->cols, fp);
     }
-    if ((rc = xout_commit(&xo, d)) < 0)
-        diag_prefix(d, "checkpoint");
+    if ((rc = xout_commit(&xo, d)) < 0)  /* a failed fwrite shows here (ferror) */
+        diag_prefix(d, "'%s'", path);
     return rc;
 }
 
@@ -386,6 +388,7 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
     struct calib *c = NULL;
     struct threadpool *tp = NULL;
     char key[65];
+    bool made_dir = false;
     int rc;
 
     if (!o->calib)
@@ -410,7 +413,9 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
     if (o->checkpoint_dir) {
         if ((rc = qmethod_key(o, c->sha256, key, d)) < 0)
             goto out;
-        if (mkdir(o->checkpoint_dir, 0777) < 0 && errno != EEXIST) {
+        if (mkdir(o->checkpoint_dir, 0777) == 0) {
+            made_dir = true;
+        } else if (errno != EEXIST) {
             rc = diag_set(d, ST_IO, "'%s': %s", o->checkpoint_dir, strerror(errno));
             goto out;
         }
@@ -465,6 +470,10 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
         runcb_info(&o->cb, "resumed %lld of %lld blocks from '%s'", (long long)rep->resumed_blocks,
                    (long long)L, o->checkpoint_dir);
 out:
+    /* a directory this run made and filled with nothing (a failure in the
+     * first block, a full disk) is no checkpoint: rmdir takes only an empty one */
+    if (rc < 0 && made_dir)
+        rmdir(o->checkpoint_dir);
     threadpool_free(tp);
     calib_free(c);
     return rc;

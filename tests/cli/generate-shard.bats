@@ -255,6 +255,16 @@ EOF
     results_by_line "$FULL/res.jsonl" | diff want.txt -
 }
 
+@test "--merge -o on a full disk: exit 4 naming the output, nothing left" {
+    mount_full
+    cd "$BATS_TEST_TMPDIR"
+    mkreqs 4 req.jsonl
+    generate -q -m "$TINY" --batch req.jsonl --temp 0 -o all.jsonl
+    run -4 --separate-stderr generate --merge req.jsonl all.jsonl -o "$FULL/m.jsonl"
+    [ "$stderr" = "generate: '$FULL/m.jsonl': write failed: No space left on device" ]
+    [ "$(ls -A "$FULL")" = fill ]
+}
+
 @test "--merge: missing, repeated and stray results exit 6 with the ids listed; nothing is written" {
     cd "$BATS_TEST_TMPDIR"
     mkreqs 8 req.jsonl

@@ -114,6 +114,17 @@ EOF
     [ "$(ls -A "$FULL")" = fill ]
 }
 
+@test "--resume on a full disk: exit 4 naming the checkpoint file; no empty checkpoint directory left" {
+    mount_full
+    run -4 --separate-stderr gq "$FULL/o.gguf" --resume
+    [ "$stderr" = "quantize: '$FULL/o.gguf.ckpt/blk.0.grid': write failed: No space left on device" ]
+    [ "$(ls -A "$FULL")" = fill ]
+    # a directory that was there before the run stays
+    mkdir "$FULL/o.gguf.ckpt"
+    run -4 --separate-stderr gq "$FULL/o.gguf" --resume
+    [ -d "$FULL/o.gguf.ckpt" ]
+}
+
 @test "an existing output is kept without -f" {
     cd "$BATS_TEST_TMPDIR"
     echo keep >o.gguf
