@@ -4,14 +4,17 @@
  *
  * Checkpoint file <dir>/blk.<L>.grid (host byte order; a run resumes on the
  * machine that wrote it):
- *   "LLMKGRD1"  magic
+ *   "LLMKGRD2"  magic
  *   char key[64]   hex SHA-256 of what determines the grids (qmethod_key)
  *   int64 layer, int64 n  linears
  *   n x { char name[64]; int32 bits, sym; int64 group_size, rows, cols,
  *         n_groups; double damp; int64 dead; double loss;
  *         uint8 q[rows * cols]; float scale[n_groups * rows];
  *         int32 zero[n_groups * rows]; int32 g_idx[cols] }
- * Every count is checked against the model and the file's size.
+ *   char seal[64]  hex SHA-256 of every byte before it
+ * The seal is checked first (a flipped byte inside the valid ranges would
+ * otherwise resume into another model), then every count against the model
+ * and the file's size.  "LLMKGRD1" files (no seal) are refused.
  */
 #include "qmethod.h"
 
@@ -38,7 +41,9 @@
 #include <cblas.h>
 #endif
 
-#define CKPT_MAGIC "LLMKGRD1"
+#define CKPT_MAGIC "LLMKGRD2"
+#define CKPT_MAGIC_V1 "LLMKGRD1"   /* unsealed: refused */
+#define CKPT_SEAL 64
 #define N_LIN_MAX 8
 
 int
@@ -113,45 +118,58 @@ ckpt_path(char *p, size_t n, const char *dir, int64_t layer)
     snprintf(p, n, "%s/blk.%lld.grid", dir, (long long)layer);
 }
 
+/* ckpt_write() : block layer's grids to <dir>/blk.<layer>.grid, atomically,
+ * sealed with the SHA-256 of its bytes.  Errors name the file. */
 static int
 ckpt_write(const char *dir, const char *key, int64_t layer, struct qmodel_tensor *t,
            const struct qmethod_linear *lin, int64_t n, struct diag *d)
 {
-    char path[4096];
+    enum { N_PIECE = 4 + 13 * N_LIN_MAX };
+    char path[4096], seal[65];
+    char name[N_LIN_MAX][64];
+    int32_t bits[N_LIN_MAX], sym[N_LIN_MAX];
+    const void *p[N_PIECE];
+    size_t len[N_PIECE];
     struct xout xo = { 0 };
-    int rc;
+    int k = 0, rc;
 
-    ckpt_path(path, sizeof path, dir, layer);
-    if ((rc = xout_open(&xo, path, true, d)) < 0) {
-        diag_prefix(d, "'%s'", path);
-        return rc;
-    }
-    FILE *fp = xo.fp;
-    fwrite(CKPT_MAGIC, 1, 8, fp);
-    fwrite(key, 1, 64, fp);
-    fwrite(&layer, sizeof layer, 1, fp);
-    fwrite(&n, sizeof n, 1, fp);
-    for (int64_t i = 0; i < n; i++) {
+#define PIECE(ptr, n_) (p[k] = (ptr), len[k] = (size_t)(n_), k++)
+    PIECE(CKPT_MAGIC, 8);
+    PIECE(key, 64);
+    PIECE(&layer, sizeof layer);
+    PIECE(&n, sizeof n);
+    for (int64_t i = 0; i < n && i < N_LIN_MAX; i++) {
         const struct qgrid *g = t[i].g;
-        char name[64] = { 0 };
-        int32_t bits = g->bits, sym = g->sym;
-        snprintf(name, sizeof name, "%s", t[i].name);
-        fwrite(name, 1, 64, fp);
-        fwrite(&bits, 4, 1, fp);
-        fwrite(&sym, 4, 1, fp);
-        fwrite(&g->group_size, 8, 1, fp);
-        fwrite(&g->rows, 8, 1, fp);
-        fwrite(&g->cols, 8, 1, fp);
-        fwrite(&g->n_groups, 8, 1, fp);
-        fwrite(&lin[i].st.damp, 8, 1, fp);
-        fwrite(&lin[i].st.dead, 8, 1, fp);
-        fwrite(&lin[i].st.loss, 8, 1, fp);
-        fwrite(g->q, 1, (size_t)(g->rows * g->cols), fp);
-        fwrite(g->scale, 4, (size_t)(g->n_groups * g->rows), fp);
-        fwrite(g->zero, 4, (size_t)(g->n_groups * g->rows), fp);
-        fwrite(g->g_idx, 4, (size_t)g->cols, fp);
+        memset(name[i], 0, 64);
+        snprintf(name[i], 64, "%s", t[i].name);
+        bits[i] = g->bits;
+        sym[i] = g->sym;
+        PIECE(name[i], 64);
+        PIECE(&bits[i], 4);
+        PIECE(&sym[i], 4);
+        PIECE(&g->group_size, 8);
+        PIECE(&g->rows, 8);
+        PIECE(&g->cols, 8);
+        PIECE(&g->n_groups, 8);
+        PIECE(&lin[i].st.damp, 8);
+        PIECE(&lin[i].st.dead, 8);
+        PIECE(&lin[i].st.loss, 8);
+        PIECE(g->q, g->rows * g->cols);
+        PIECE(g->scale, 4 * g->n_groups * g->rows);
+        PIECE(g->zero, 4 * g->n_groups * g->rows);
+        PIECE(g->g_idx, 4 * g->cols);
     }
-    if ((rc = xout_commit(&xo, d)) < 0)  /* a failed fwrite shows here (ferror) */
+#undef PIECE
+    if (quantize_sha256_hexv(p, len, k, seal) < 0)
+        return diag_set(d, ST_NOMEM, "out of memory");
+    ckpt_path(path, sizeof path, dir, layer);
+    if ((rc = xout_open(&xo, path, true, d)) == 0) {
+        for (int i = 0; i < k; i++)
+            fwrite(p[i], 1, len[i], xo.fp);
+        fwrite(seal, 1, CKPT_SEAL, xo.fp);
+        rc = xout_commit(&xo, d);   /* a failed fwrite shows here (ferror) */
+    }
+    if (rc < 0)
         diag_prefix(d, "'%s'", path);
     return rc;
 }
@@ -175,7 +193,7 @@ ckpt_read(const char *dir, const char *key, int64_t layer, const struct model *m
           const char *const *names, int n, const struct gptq_opts *go, struct qmodel_tensor *t,
           struct qmethod_linear *lin, struct diag *d)
 {
-    char path[4096], magic[8], fkey[64];
+    char path[4096], magic[8], fkey[64], seal[65];
     char *buf = NULL;
     const uint8_t *p;
     size_t len, left;
@@ -192,8 +210,22 @@ ckpt_read(const char *dir, const char *key, int64_t layer, const struct model *m
     p = (const uint8_t *)buf;
     left = len;
 #define BAD(...) do { rc = diag_set(d, ST_FORMAT, __VA_ARGS__); goto out; } while (0)
-    if (!take(&p, &left, magic, 8) || memcmp(magic, CKPT_MAGIC, 8))
+    if (!take(&p, &left, magic, 8) || (memcmp(magic, CKPT_MAGIC, 8) &&
+                                       memcmp(magic, CKPT_MAGIC_V1, 8)))
         BAD("'%s': not a grid checkpoint", path);
+    if (!memcmp(magic, CKPT_MAGIC_V1, 8))
+        BAD("'%s': a checkpoint of an earlier llmkit, without a checksum (remove the "
+            "directory to start afresh)", path);
+    if (left < CKPT_SEAL)
+        BAD("'%s': truncated", path);
+    left -= CKPT_SEAL;
+    if ((rc = quantize_sha256_hex(buf, len - CKPT_SEAL, seal)) < 0) {
+        rc = diag_set(d, ST_NOMEM, "out of memory");
+        goto out;
+    }
+    if (memcmp(seal, buf + len - CKPT_SEAL, CKPT_SEAL))
+        BAD("'%s': checksum mismatch: the checkpoint is corrupt or truncated (remove it "
+            "to recompute its block)", path);
     if (!take(&p, &left, fkey, 64) || !take(&p, &left, &fl, 8) || !take(&p, &left, &fn, 8))
         BAD("'%s': truncated", path);
     if (memcmp(fkey, key, 64)) {

@@ -17,7 +17,8 @@
  *
  * Checkpoints (o->checkpoint_dir): after each finished block its grids are
  * written atomically to <dir>/blk.<L>.grid, with a key of everything that
- * determines them (model and text hashes, options).  A run given the same
+ * determines them (model and text hashes, options), sealed with a SHA-256
+ * of the file's bytes (a mismatch, or no seal, is -ST_FORMAT).  A run given the same
  * directory takes the blocks found there (checked against the key) and
  * recomputes the calibration states by running those blocks on their
  * grids, which is the arithmetic of an uninterrupted run, so the result is

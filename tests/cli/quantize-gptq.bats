@@ -227,6 +227,32 @@ print(sorted({t.tensor_type.name for t in r.tensors if ".attn_q." in t.name}))' 
     [ ! -e o.gguf ]
 }
 
+@test "--resume: every checkpoint file is sealed; a changed byte, or no seal (an earlier version), is exit 3 naming it" {
+    cd "$BATS_TEST_TMPDIR"
+    run -4 quantize --method gptq --calib "$CALIB" --calib-ctx 32 --calib-chunks 4 \
+        --group-size 32 --resume --eval missing.txt "$TINY" o.gguf
+    cp -r o.gguf.ckpt keep.ckpt
+    # bytes inside the grid values' valid range (every check but the seal passes)
+    printf '\1\2\3\4\5\6\7\10' | dd of=o.gguf.ckpt/blk.1.grid bs=1 seek=20000 conv=notrunc 2>/dev/null
+    run -3 --separate-stderr gq o.gguf --group-size 32 --resume
+    [[ "$stderr" == *"'o.gguf.ckpt/blk.1.grid': checksum mismatch: the checkpoint is corrupt"* ]]
+    [ ! -e o.gguf ]
+    # removed, its block is recomputed: the output of an uninterrupted run
+    rm o.gguf.ckpt/blk.1.grid
+    gq o.gguf --group-size 32 --resume -v 2>err
+    grep -q 'resumed 1 of 2 blocks' err
+    gq want.gguf --group-size 32
+    cmp want.gguf o.gguf
+    # a checkpoint of the earlier format (magic LLMKGRD1, no seal)
+    rm o.gguf
+    mv keep.ckpt o.gguf.ckpt
+    printf 'LLMKGRD1' | dd of=o.gguf.ckpt/blk.0.grid bs=1 conv=notrunc 2>/dev/null
+    run -3 --separate-stderr quantize --method gptq --calib "$CALIB" --calib-ctx 32 --calib-chunks 4 \
+        --group-size 32 --resume "$TINY" o.gguf
+    [[ "$stderr" == *"'o.gguf.ckpt/blk.0.grid': a checkpoint of an earlier llmkit, without a checksum"* ]]
+    [ ! -e o.gguf ]
+}
+
 @test "SmolLM2: GPTQ 4-bit g128 (576-wide rows: a partial last group) runs in generate" {
     local smol
     model_f32 smol SmolLM2-135M-Instruct.Q4_1.gguf SmolLM2-135M-Instruct.F32.gguf
