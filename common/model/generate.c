@@ -258,33 +258,32 @@ build_prompt(const struct generate_opts *o, const struct model *m, const struct 
     return rc;
 }
 
-/* KV pool for one sequence of ctx tokens; with a budget, ctx shrinks to what
- * it holds. */
+/* The KV pool for one sequence of ctx tokens, into *c (nothing allocated:
+ * kv_new makes it); with a budget, ctx shrinks to what it holds. */
 static int
-open_kv(const struct generate_opts *o, const struct model *m, int64_t *ctx, struct kvcache **kv,
+plan_kv(const struct generate_opts *o, const struct model *m, int64_t *ctx, struct kv_config *c,
         struct diag *d)
 {
-    struct kv_config c;
     size_t bb, mem;
     int64_t cap;
 
-    model_kv_config(m, 0, GGML_TYPE_F16, &c);
-    bb = kv_block_bytes(&c);
+    model_kv_config(m, 0, GGML_TYPE_F16, c);
+    bb = kv_block_bytes(c);
     if (!bb)
         return diag_set(d, ST_FORMAT, "model has invalid KV dimensions");
     if (o->kv_mem > 0) {
         mem = (size_t)o->kv_mem;
-        cap = kv_tokens_for(&c, mem, m->max_batch);
+        cap = kv_tokens_for(c, mem, m->max_batch);
         if (cap > 0 && cap < *ctx) {
             runcb_info(&o->cb, "--kv-mem %zu bytes holds %lld tokens: context cut from %lld", mem,
                        (long long)cap, (long long)*ctx);
             *ctx = cap;
         }
-    } else if (!(mem = kv_mem_for(&c, *ctx, m->max_batch))) {
+    } else if (!(mem = kv_mem_for(c, *ctx, m->max_batch))) {
         return diag_set(d, ST_NOMEM, "a KV cache for %lld tokens is too large", (long long)*ctx);
     }
-    c.mem = mem;
-    return kv_new(kv, &c, d);
+    c->mem = mem;
+    return 0;
 }
 
 static int
@@ -791,25 +790,35 @@ out:
 
 /* ---- perplexity ---- */
 
+/* the --perplexity text's tokens into *ids */
 static int
-run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
+ppl_tokens(const struct generate_opts *o, const struct tokenizer *tok, struct tok_ids *ids,
+           struct diag *d)
 {
-    const struct generate_opts *o = g->o;
-    struct tok_ids ids = { NULL, 0, 0 };
-    struct ppl_result pr = { 0 };
     char *text = NULL;
     size_t len;
-    double t0;
     int rc;
 
     if ((rc = read_text(o->perplexity, PPL_TEXT_MAX, &text, &len, d)) < 0)
         return rc;
     /* llama-perplexity: common_tokenize(text, add_special = true, parse_special = false) */
-    if ((rc = tok_encode(g->tok, text, len, true, false, &ids, d)) < 0)
-        goto out;
-    runcb_info(&o->cb, "'%s': %zu bytes, %zu tokens", o->perplexity, len, ids.n);
+    if ((rc = tok_encode(tok, text, len, true, false, ids, d)) == 0)
+        runcb_info(&o->cb, "'%s': %zu bytes, %zu tokens", o->perplexity, len, ids->n);
+    free(text);
+    return rc;
+}
+
+/* the perplexity of ids (ppl_tokens, checked against the context) */
+static int
+run_ppl(struct gen_run *g, const struct tok_ids *ids, struct generate_report *r, struct diag *d)
+{
+    const struct generate_opts *o = g->o;
+    struct ppl_result pr = { 0 };
+    double t0;
+    int rc;
+
     t0 = now_seconds();
-    rc = perplexity_run(g->m, g->kv, ids.v, (int64_t)ids.n, g->ctx, o->chunks,
+    rc = perplexity_run(g->m, g->kv, ids->v, (int64_t)ids->n, g->ctx, o->chunks,
                         g->tok->add_bos ? g->tok->bos : -1, &o->cb, &pr, d);
     if (rc < 0)
         goto out;
@@ -817,7 +826,7 @@ run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
     r->ppl = pr.ppl;
     r->ppl_err = pr.err;
     r->ppl_chunks = pr.n_chunks;
-    r->ppl_file_tokens = (int64_t)ids.n;
+    r->ppl_file_tokens = (int64_t)ids->n;
     r->ppl_scored = pr.n_scored;
     r->ppl_tok_s = r->ppl_ms > 0 ? (double)(pr.n_chunks * g->ctx) / (r->ppl_ms / 1000.0) : 0.0;
     r->max_rss_bytes = max_rss_bytes();
@@ -836,7 +845,7 @@ run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
             bad |= json_set(j, "nll_mean", json_real(pr.nll_mean));
             bad |= json_set(j, "ctx", json_integer(g->ctx));
             bad |= json_set(j, "chunks", json_integer(pr.n_chunks));
-            bad |= json_set(j, "file_tokens", json_integer((json_int_t)ids.n));
+            bad |= json_set(j, "file_tokens", json_integer((json_int_t)ids->n));
             bad |= json_set(j, "scored_tokens", json_integer(pr.n_scored));
             bad |= json_set(j, "chunk_ppl", a);
             a = NULL;
@@ -860,8 +869,6 @@ run_ppl(struct gen_run *g, struct generate_report *r, struct diag *d)
     }
 out:
     free(pr.chunk_ppl);
-    tok_ids_release(&ids);
-    free(text);
     return rc;
 }
 
@@ -874,6 +881,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     struct model *m = NULL;
     struct tokenizer tok;
     struct kvcache *kv = NULL;
+    struct kv_config kc;
     struct tok_ids ids = { NULL, 0, 0 };
     struct xout out;
     struct gen_run g = { .dm = NULL };
@@ -923,12 +931,12 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
     r->ctx = o->ctx > 0 ? o->ctx : o->perplexity ? 512
            : m->hp.n_ctx_train > 0 ? m->hp.n_ctx_train : DEFAULT_CTX;
 
-    /* the prompt, before anything is written */
-    if (!o->perplexity) {
-        if ((rc = build_prompt(o, m, &tok, &ids, d)) < 0)
-            goto out;
-    }
-    if ((rc = open_kv(o, m, &r->ctx, &kv, d)) < 0)
+    /* the prompt or the text, before anything is written; a text too short
+     * for the context is refused before the pool for it is allocated */
+    rc = o->perplexity ? ppl_tokens(o, &tok, &ids, d) : build_prompt(o, m, &tok, &ids, d);
+    if (rc < 0 || (rc = plan_kv(o, m, &r->ctx, &kc, d)) < 0 ||
+        (o->perplexity && (rc = perplexity_check((int64_t)ids.n, r->ctx, d)) < 0) ||
+        (rc = kv_new(&kv, &kc, d)) < 0)
         goto out;
     r->kv_bytes = (int64_t)kv_config_get(kv)->mem;
     runcb_info(&o->cb, "'%s': %s, %lld layers, vocabulary %lld; context %lld, %d threads, kernel %s, "
@@ -969,7 +977,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
         g.plain = false;
         r->spec_plain_tok_s = pr.gen_tok_s;
     }
-    rc = o->perplexity ? run_ppl(&g, r, d) : run_text(&g, ids.v, (int64_t)ids.n, r, d);
+    rc = o->perplexity ? run_ppl(&g, &ids, r, d) : run_text(&g, ids.v, (int64_t)ids.n, r, d);
     if (out_open) {
         if (rc < 0) {
             xout_abort(&out);

@@ -82,6 +82,19 @@ ppl_acc_result(const struct ppl_acc *a, double *ppl, double *err)
 }
 
 int
+perplexity_check(int64_t n_tokens, int64_t ctx, struct diag *d)
+{
+    if (ctx < 4)
+        return diag_set(d, ST_RANGE, "perplexity needs a context of at least 4 tokens, not %lld",
+                        (long long)ctx);
+    if (n_tokens < 2 * ctx)
+        return diag_set(d, ST_RANGE, "perplexity with a context of %lld needs at least %lld tokens; "
+                        "the text has %lld", (long long)ctx, (long long)(2 * ctx),
+                        (long long)n_tokens);
+    return 0;
+}
+
+int
 perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64_t n_tokens,
                int64_t ctx, int64_t max_chunks, int32_t bos, const struct run_callbacks *cb,
                struct ppl_result *r, struct diag *d)
@@ -95,13 +108,8 @@ perplexity_run(struct model *m, struct kvcache *kv, const int32_t *tokens, int64
     int rc = 0;
 
     memset(r, 0, sizeof(*r));
-    if (ctx < 4)
-        return diag_set(d, ST_RANGE, "perplexity needs a context of at least 4 tokens, not %lld",
-                        (long long)ctx);
-    if (n_tokens < 2 * ctx)
-        return diag_set(d, ST_RANGE, "perplexity with a context of %lld needs at least %lld tokens; "
-                        "the text has %lld", (long long)ctx, (long long)(2 * ctx),
-                        (long long)n_tokens);
+    if ((rc = perplexity_check(n_tokens, ctx, d)) < 0)
+        return rc;
     n_chunk = n_tokens / ctx;
     if (max_chunks >= 0 && max_chunks < n_chunk)
         n_chunk = max_chunks;

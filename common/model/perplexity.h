@@ -73,6 +73,11 @@ struct ppl_result {
                                  * the caller frees it) */
 };
 
+/* perplexity_check() : -ST_RANGE when ctx < 4 or n_tokens < 2 * ctx (the
+ * message says how many are needed), else 0: perplexity_run()'s refusals,
+ * for a caller to make before it allocates a KV pool for ctx tokens. */
+int perplexity_check(int64_t n_tokens, int64_t ctx, struct diag *d);
+
 /* perplexity_run() : evaluates tokens[0..n_tokens) as described above with
  * m, using kv (configured for m and able to hold ctx tokens) for one
  * sequence at a time.  bos is the BOS id that replaces each chunk's first

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec.h"
 #include "forward.h"
 #include "kvcache.h"
 #include "model.h"
@@ -209,9 +210,11 @@ calib_open(struct calib **out, const char *model_path, const char *text_path,
         return diag_set(d, ST_NOMEM, "out of memory");
     mo.n_threads = o->n_threads;
     mo.kernel = o->kernel;
-    /* one chunk per layer_forward call, in one internal chunk */
+    /* one chunk per layer_forward call, in one internal chunk; the scratch
+     * for it comes after the text's length is checked (forward_state_new),
+     * so a text too short is exit 2 whatever memory a chunk would need */
     mo.max_batch = o->ctx > 512 ? o->ctx : 512;
-    if ((rc = model_open(&c->m, model_path, &mo, d)) < 0) {
+    if ((rc = model_load(&c->m, model_path, &mo, d)) < 0) {
         diag_prefix(d, "'%s'", model_path);
         goto err;
     }
@@ -238,6 +241,10 @@ calib_open(struct calib **out, const char *model_path, const char *text_path,
         rc = diag_set(d, ST_RANGE, "'%s': text too short: %lld tokens, %lld chunks of %lld need %lld",
                       text_path, (long long)c->n_text_tokens, (long long)want, (long long)o->ctx,
                       (long long)(want * o->ctx));
+        goto err;
+    }
+    if ((rc = forward_state_new(c->m, d)) < 0) {
+        diag_prefix(d, "'%s'", model_path);
         goto err;
     }
     c->ctx = o->ctx;

@@ -88,7 +88,8 @@ struct calib {
 /* calib_open() : opens the GGUF model at model_path (model_open with
  * o->n_threads and o->kernel), tokenizes the text at text_path ("-" =
  * stdin) and computes the token embeddings of every chunk: *out is at
- * layer 0.  Freed with calib_free().
+ * layer 0.  The text's length is checked before the forward pass's scratch
+ * (ctx tokens) or any state is allocated.  Freed with calib_free().
  * Returns 0; model_open's errors; -ST_IO (text unreadable); -ST_RANGE
  * (ctx < 2, or a text too short for one chunk or for the chunks asked: the
  * message gives the token counts); -ST_NOMEM. */

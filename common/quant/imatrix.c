@@ -1012,6 +1012,19 @@ collect_hook(void *ctx, const struct model_hook_event *ev)
     return 0;
 }
 
+/* a text of fewer than two chunks is refused (as llama-imatrix); checked
+ * before the KV pool for a chunk is allocated */
+static int
+collect_check(int64_t n_tokens, int64_t ctx, struct diag *d)
+{
+    if (ctx < 1)
+        return diag_set(d, ST_RANGE, "calibration context must be positive");
+    if (n_tokens < 2 * ctx)
+        return diag_set(d, ST_RANGE, "calibration with a context of %lld needs at least %lld tokens; "
+                        "the text has %lld", (long long)ctx, (long long)(2 * ctx), (long long)n_tokens);
+    return 0;
+}
+
 int
 imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const int32_t *tokens,
                 int64_t n_tokens, const struct imatrix_collect_opts *o, struct diag *d)
@@ -1024,11 +1037,8 @@ imatrix_collect(struct imatrix *im, struct model *m, struct kvcache *kv, const i
     int32_t seq = -1;
     int rc = 0;
 
-    if (ctx < 1)
-        return diag_set(d, ST_RANGE, "calibration context must be positive");
-    if (n_tokens < 2 * ctx)
-        return diag_set(d, ST_RANGE, "calibration with a context of %lld needs at least %lld tokens; "
-                        "the text has %lld", (long long)ctx, (long long)(2 * ctx), (long long)n_tokens);
+    if ((rc = collect_check(n_tokens, ctx, d)) < 0)
+        return rc;
     n_chunk = n_tokens / ctx;
     if (o->max_chunks >= 0 && o->max_chunks < n_chunk)
         n_chunk = o->max_chunks;
@@ -1109,11 +1119,14 @@ imatrix_from_text(struct imatrix *im, const char *model_path, const char *text, 
         goto out;
     if (n_tokens)
         *n_tokens = (int64_t)ids.n;
+    /* the length first: a text too short is exit 2 whatever the pool costs */
+    if ((rc = collect_check((int64_t)ids.n, co.ctx, d)) < 0) {
+        diag_prefix(d, "'%s'", text_name);
+        goto out;
+    }
     model_kv_config(m, 0, GGML_TYPE_F16, &c);
-    bb = kv_block_bytes(&c);
-    if (!bb || co.ctx < 1) {
-        rc = diag_set(d, bb ? ST_RANGE : ST_FORMAT, bb ? "calibration context must be positive"
-                                                       : "model has invalid KV dimensions");
+    if (!(bb = kv_block_bytes(&c))) {
+        rc = diag_set(d, ST_FORMAT, "model has invalid KV dimensions");
         goto out;
     }
     c.mem = (size_t)((co.ctx + c.block_size - 1) / c.block_size) * bb;

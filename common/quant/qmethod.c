@@ -413,10 +413,35 @@ replay_block(struct calib *c, struct qmodel_tensor *t, int n, struct diag *d)
     return rc;
 }
 
+/* calib_start() : the calibration states of o->calib (calib_open, which
+ * checks the text's length before it allocates anything for the chunks),
+ * then OpenBLAS's buffer: GPTQ and AWQ call BLAS, so it is mapped now, or
+ * an out-of-memory error comes now, rather than a BLAS call spinning on it
+ * later (blas.h); both after the cheap checks, so that a text too short is
+ * exit 2 whatever memory the run would take. */
+static int
+calib_start(const struct qmethod_opts *o, struct calib **c, struct qmethod_report *rep,
+            struct diag *d)
+{
+    struct calib_opts co = { o->calib_ctx, o->calib_chunks, o->n_threads, o->kernel };
+    int rc;
+
+    if ((rc = calib_open(c, o->input, o->calib, &co, d)) < 0)
+        return rc;
+    if (blas_prime(o->n_threads) < 0) {
+        calib_free(*c);
+        *c = NULL;
+        return diag_set(d, ST_NOMEM, "out of memory for OpenBLAS's work buffer");
+    }
+    rep->calib_text_tokens = (*c)->n_text_tokens;
+    runcb_info(&o->cb, "'%s': %lld tokens, %lld chunks of %lld", o->calib,
+               (long long)(*c)->n_text_tokens, (long long)(*c)->n_chunks, (long long)(*c)->ctx);
+    return 0;
+}
+
 static int
 run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report *rep, struct diag *d)
 {
-    struct calib_opts co = { o->calib_ctx, o->calib_chunks, o->n_threads, o->kernel };
     struct calib *c = NULL;
     struct threadpool *tp = NULL;
     char key[65];
@@ -425,7 +450,7 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
 
     if (!o->calib)
         return diag_set(d, ST_RANGE, "GPTQ needs calibration text (--calib)");
-    if ((rc = calib_open(&c, o->input, o->calib, &co, d)) < 0)
+    if ((rc = calib_start(o, &c, rep, d)) < 0)
         return rc;
     /* the solve's rows over a pool of our own and its BLAS calls on one
      * thread each: OpenBLAS's idle workers would spin (sched_yield) on
@@ -439,9 +464,6 @@ run_gptq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report 
     const int64_t L = m->hp.n_layer;
     snprintf(qm->prov.calib_sha256, sizeof qm->prov.calib_sha256, "%s", c->sha256);
     rep->calib_tokens = qm->prov.calib_tokens = calib_tokens(c);
-    rep->calib_text_tokens = c->n_text_tokens;
-    runcb_info(&o->cb, "'%s': %lld tokens, %lld chunks of %lld", o->calib,
-               (long long)c->n_text_tokens, (long long)c->n_chunks, (long long)c->ctx);
     if (o->checkpoint_dir) {
         if ((rc = qmethod_key(o, c->sha256, key, d)) < 0)
             goto out;
@@ -514,7 +536,6 @@ out:
 static int
 run_awq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report *rep, struct diag *d)
 {
-    struct calib_opts co = { o->calib_ctx, o->calib_chunks, o->n_threads, o->kernel };
     struct awq_opts ao = AWQ_OPTS_INIT;
     struct calib *c = NULL;
     int rc;
@@ -523,11 +544,8 @@ run_awq(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_report *
         return diag_set(d, ST_RANGE, "AWQ needs calibration text (--calib)");
     if (o->g.sym)
         return diag_set(d, ST_RANGE, "AWQ quantizes with a zero point per group (--asym)");
-    if ((rc = calib_open(&c, o->input, o->calib, &co, d)) < 0)
+    if ((rc = calib_start(o, &c, rep, d)) < 0)
         return rc;
-    rep->calib_text_tokens = c->n_text_tokens;
-    runcb_info(&o->cb, "'%s': %lld tokens, %lld chunks of %lld", o->calib,
-               (long long)c->n_text_tokens, (long long)c->n_chunks, (long long)c->ctx);
     ao.bits = o->g.bits;
     ao.group_size = o->g.group_size;
     ao.n_threads = o->n_threads;
@@ -649,12 +667,6 @@ qmethod_run(const struct qmethod_opts *o, struct qmodel *qm, struct qmethod_repo
         qm->prov.static_groups = o->g.static_groups;
         qm->prov.true_sequential = true;
         qm->prov.damp = o->g.damp;
-    }
-    /* GPTQ and AWQ call BLAS: its buffer mapped now, or an out-of-memory
-     * error now, rather than a BLAS call spinning on it later (blas.h) */
-    if (o->method != QM_RTN && blas_prime(o->n_threads) < 0) {
-        rc = diag_set(d, ST_NOMEM, "out of memory for OpenBLAS's work buffer");
-        goto out;
     }
     if (o->method == QM_RTN) {
         rc = run_rtn(o, m, qm, rep, d);

@@ -326,6 +326,18 @@ EOF
     [[ "$stderr" == *'needs at least 8192 tokens'* ]]
 }
 
+@test "--perplexity: a text too short for the context is exit 2 under a memory limit too: checked before the KV pool" {
+    cd "$BATS_TEST_TMPDIR"
+    printf 'a short text\n' >short.txt
+    # 250 MB: the KV pool of 10^7 tokens (2.5 GB) does not fit
+    run -2 --separate-stderr bash -c 'ulimit -v 250000 && exec "$@"' sh generate -m "$TINY" \
+        --perplexity short.txt --ctx 10000000
+    [[ "$stderr" == *'perplexity with a context of 10000000 needs at least 20000000 tokens'* ]]
+    # with --kv-mem, against the context it leaves
+    run -2 --separate-stderr generate -m "$TINY" --perplexity short.txt --ctx 10000000 --kv-mem 1M
+    [[ "$stderr" == *'perplexity with a context of 4096 needs at least 8192 tokens'* ]]
+}
+
 # ---- SmolLM2 against llama.cpp ----
 
 # have_avx2 : the CPU runs the avx2 kernels (AVX2, FMA and F16C).

@@ -54,6 +54,14 @@ aq() {
     [ -z "$(ls | grep -v -e short.txt -e bad.gguf)" ]
 }
 
+@test "a text too short for one chunk is exit 2 under a memory limit too: checked before the chunk's scratch" {
+    mkdir "$BATS_TEST_TMPDIR/w" && cd "$BATS_TEST_TMPDIR/w"
+    run -2 --separate-stderr bash -c 'ulimit -v 250000 && exec "$@"' sh quantize --method awq \
+        --calib "$CALIB" --calib-ctx 1048576 "$TINY" o.gguf
+    [[ "$stderr" == *"text too short"*"1 chunks of 1048576 need 1048576"* ]]
+    [ -z "$(ls -A)" ]
+}
+
 @test "AWQ GGUF output: grids, rescaled norms, provenance; runs in generate; -v says what was skipped" {
     cd "$BATS_TEST_TMPDIR"
     quantize -v --method awq --calib "$CALIB" --calib-ctx 32 --calib-chunks 4 -t 2 --group-size 32 \

@@ -88,6 +88,17 @@ gq() {
     run ls -A; assert_output "short.txt"
 }
 
+@test "a text too short for one chunk is exit 2 under a memory limit too: checked before the chunk's scratch" {
+    mkdir "$BATS_TEST_TMPDIR/w" && cd "$BATS_TEST_TMPDIR/w"
+    # 250 MB: a small run fits; the scratch for a chunk of 2^20 tokens does not
+    (ulimit -v 250000 && gq o.gguf)
+    rm o.gguf
+    run -2 --separate-stderr bash -c 'ulimit -v 250000 && exec "$@"' sh quantize --method gptq \
+        --calib "$CALIB" --calib-ctx 1048576 "$TINY" o.gguf
+    [[ "$stderr" == *"text too short"*"1 chunks of 1048576 need 1048576"* ]]
+    [ -z "$(ls -A)" ]
+}
+
 @test "bad models: missing 4, bad magic 3, a model without blocks 3; nothing left" {
     cd "$BATS_TEST_TMPDIR"
     run -4 --separate-stderr quantize --method rtn nope.gguf o.gguf

@@ -604,6 +604,14 @@ EOF
     assert_output --partial '56 tensors compared'
 }
 
+@test "--calib: a text too short for two chunks is exit 2 under a memory limit too: checked before the KV pool" {
+    mkdir "$BATS_TEST_TMPDIR/w" && cd "$BATS_TEST_TMPDIR/w"
+    run -2 --separate-stderr bash -c 'ulimit -v 250000 && exec "$@"' sh quantize --type q4_0 \
+        --calib "$CALIB" --calib-ctx 1048576 "$FIX/tiny-llama-f32.gguf" o.gguf
+    [[ "$stderr" == *"calibration with a context of 1048576 needs at least 2097152 tokens"* ]]
+    [ -z "$(ls -A)" ]
+}
+
 @test "--calib on SmolLM2 matches llama-imatrix (2 chunks of 128)" {
     not_under_sanitizer
     need_py
