@@ -404,9 +404,15 @@ write_completion_json(FILE *fp, const struct generate_report *r, const char *tex
                 bad |= json_set(sp, "tokens_per_pass", json_real(r->spec_passes ? (double)(r->completion_tokens - 1) / (double)r->spec_passes : 0.0));
                 bad |= json_set(sp, "accept_len", json_real(spec_accept_len(r)));
                 bad |= json_set(sp, "draft_ms", json_real(r->spec_draft_ms));
-                if (r->spec_plain_tok_s > 0) {
-                    bad |= json_set(sp, "plain_tok_s", json_real(r->spec_plain_tok_s));
-                    bad |= json_set(sp, "speedup", json_real(r->gen_tok_s / r->spec_plain_tok_s));
+                /* --spec-compare: the keys always, null when a run had no
+                 * decoding step to time (-n 1, or an EOS at once) */
+                if (r->spec_compared) {
+                    bool timed = r->spec_plain_tok_s > 0 && r->gen_tok_s > 0;
+                    bad |= json_set(sp, "plain_tok_s", r->spec_plain_tok_s > 0
+                                    ? json_real(r->spec_plain_tok_s) : json_null());
+                    bad |= json_set(sp, "speedup", timed ? json_real(r->gen_tok_s /
+                                                                     r->spec_plain_tok_s)
+                                                         : json_null());
                 }
                 bad |= json_set(sp, "verify_ms", json_real(r->spec_verify_ms));
                 bad |= json_set(sp, "budget", r->spec_auto ? json_string("auto")
@@ -975,6 +981,7 @@ run_generate(const struct generate_opts *o, struct generate_report *r, struct di
         if ((rc = run_text(&g, ids.v, (int64_t)ids.n, &pr, d)) < 0)
             goto out;
         g.plain = false;
+        r->spec_compared = true;
         r->spec_plain_tok_s = pr.gen_tok_s;
     }
     rc = o->perplexity ? run_ppl(&g, &ids, r, d) : run_text(&g, ids.v, (int64_t)ids.n, r, d);
@@ -1018,7 +1025,11 @@ generate_report_print(const struct generate_report *r, const char *prefix, FILE 
                 r->spec_draft_ms, r->spec_verify_ms, r->spec_auto ? "auto, mean " : "",
                 r->spec_auto ? (r->spec_passes ? (double)r->spec_levels / (double)r->spec_passes : 0.0)
                              : (double)r->spec_budget);
-    if (!r->perplexity && r->drafter && r->spec_plain_tok_s > 0)
-        fprintf(fp, "%s: plain decoding %.1f tok/s, the same tokens: speedup %.2fx\n", prefix,
-                r->spec_plain_tok_s, r->gen_tok_s / r->spec_plain_tok_s);
+    if (!r->perplexity && r->drafter && r->spec_compared) {
+        if (r->spec_plain_tok_s > 0 && r->gen_tok_s > 0)
+            fprintf(fp, "%s: plain decoding %.1f tok/s, the same tokens: speedup %.2fx\n", prefix,
+                    r->spec_plain_tok_s, r->gen_tok_s / r->spec_plain_tok_s);
+        else
+            fprintf(fp, "%s: plain decoding: the same tokens; no decoding step to time\n", prefix);
+    }
 }

@@ -123,7 +123,8 @@ struct generate_report {
     int64_t spec_budget;        /* the fixed draft size (spec_tokens) */
     int64_t spec_levels;        /* auto: the levels chosen, summed over the passes */
     double spec_draft_ms, spec_verify_ms;
-    double spec_plain_tok_s;    /* --spec-compare: plain decoding's speed (0: not run) */
+    bool spec_compared;         /* --spec-compare ran the plain decoding */
+    double spec_plain_tok_s;    /* its speed (0: not run, or nothing to time: one token) */
     struct spec_cost spec_cost; /* auto: the verify pass's measured cost */
     /* perplexity (perplexity.h) */
     double ppl, ppl_err;

@@ -206,6 +206,21 @@ PY
     run -2 --separate-stderr generate -m "$TINY" -p x --lookup --spec-tokens automatic
 }
 
+@test "--spec-compare --json: plain_tok_s and speedup always there, null when one token left nothing to time" {
+    local p="1 2 3 1 2 3 1 2"
+    run -0 --separate-stderr generate -m "$TINY" -q --temp 0 -n 1 -p "$p" --lookup --spec-compare --json
+    jq -e '.speculative | has("plain_tok_s") and has("speedup") and .plain_tok_s == null
+           and .speedup == null' <<<"$output"
+    run -0 --separate-stderr generate -m "$TINY" --temp 0 -n 1 -p "$p" --lookup --spec-compare
+    [[ "$stderr" == *'plain decoding: the same tokens; no decoding step to time'* ]]
+    run -0 --separate-stderr generate -m "$TINY" -q --temp 0 -n 8 --ignore-eos -p "$p" --lookup \
+        --spec-compare --json
+    jq -e '.speculative.plain_tok_s > 0 and .speculative.speedup > 0' <<<"$output"
+    # without --spec-compare, neither key
+    run -0 --separate-stderr generate -m "$TINY" -q --temp 0 -n 8 -p "$p" --lookup --json
+    jq -e '.speculative | has("plain_tok_s") or has("speedup") | not' <<<"$output"
+}
+
 @test "sampled speculative output follows the target's distribution: chi-square of 1500 seeded draws against a numpy forward pass" {
     not_under_sanitizer
     local PY="${LLMKIT_CACHE}/venv/bin/python" prompt s
