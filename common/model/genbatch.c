@@ -429,6 +429,34 @@ batch_reader_next(struct batch_reader *rd, const char **line, size_t *len, struc
     return rc;
 }
 
+int
+batch_read_ids(const char *path, int (*fn)(void *ctx, json_t *id, int64_t line), void *ctx,
+               struct diag *d)
+{
+    struct batch_req_defaults def;
+    struct batch_reader rd;
+    const char *line;
+    size_t len;
+    int rc;
+
+    if ((rc = batch_reader_open(&rd, path, d)) < 0)
+        return rc;
+    memset(&def, 0, sizeof(def));
+    while ((rc = batch_reader_next(&rd, &line, &len, d)) > 0) {
+        struct batch_req q;
+        int prc = batch_req_parse(line, len, rd.lineno, &def, &q, NULL);
+
+        if (prc == -ST_NOMEM || fn(ctx, prc == 1 ? NULL : q.id, rd.lineno) < 0)
+            rc = diag_set(d, ST_NOMEM, "'%s' line %lld: out of memory", rd.name,
+                          (long long)rd.lineno);
+        batch_req_release(&q);
+        if (rc < 0)
+            break;
+    }
+    batch_reader_release(&rd);
+    return rc;
+}
+
 /* ---- output ---- */
 
 /* a copy of s[0..n) with ill-formed UTF-8 replaced by U+FFFD (one per
@@ -729,6 +757,14 @@ request_mine(struct run *g, const json_t *id, int64_t first, int64_t lineno, str
     return 0;
 }
 
+/* batch_read_ids's callback: a request's id into the set (with the line
+ * that has it first) */
+static int
+add_request_id(void *ctx, json_t *id, int64_t line)
+{
+    return !id || id_set_add(ctx, id, line) >= 0 ? 0 : -ST_NOMEM;
+}
+
 /* Parses, tokenizes and queues one line.  Bad requests, and requests whose
  * id an earlier line used, become error lines; returns < 0 only for
  * failures that end the run. */
@@ -986,7 +1022,7 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     struct xout xo[2];          /* -o and --kv-trace, committed together */
     struct kv_stats ks;
     struct sched_totals t;
-    bool out_open = false, tr_open = false;
+    bool out_open = false, tr_open = false, checked = false;
     bool to_stdout = !o->resume && (!go->output || !strcmp(go->output, "-"));
     int64_t ctx;
     int rc;
@@ -1022,8 +1058,25 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
     if (rd.own)
         xio_note_input(o->input);   /* no output of this run may replace it */
     if (o->resume) {
+        struct id_set reqs = { 0 };
+        struct stat st;
+
+        /* a request file that can be read twice: its ids now, so that a
+         * results file of other requests is refused at once; from a pipe
+         * they are known when it ends (checked then, below) */
+        checked = rd.own && fstat(rd.fd, &st) == 0 && S_ISREG(st.st_mode);
+        if (checked && (rc = batch_read_ids(o->input, add_request_id, &reqs, d)) < 0 &&
+            rc != -ST_FORMAT) {
+            id_set_release(&reqs);
+            goto out;
+        }
+        /* (-ST_FORMAT: a line over BATCH_LINE_MAX, where the run will end
+         * and say so: the ids before it are the requests) */
         /* after the input is noted: the request file cannot be the results */
-        if ((rc = resume_open(&g.rf, o->resume, o->sync_lines, o->sync_seconds, d)) < 0)
+        rc = resume_open(&g.rf, o->resume, o->sync_lines, o->sync_seconds,
+                         checked ? &reqs : NULL, rd.name, d);
+        id_set_release(&reqs);
+        if (rc < 0)
             goto out;
         g.resuming = true;
         r->resume_kept = g.rf.kept;
@@ -1149,6 +1202,10 @@ run_generate_batch(const struct batch_opts *o, struct batch_report *r, struct di
 
     rc = main_loop(&g, &rd, d);
     if (rc < 0)
+        goto out;
+    /* requests from a pipe: every id is known once it has ended */
+    if (g.resuming && !checked && rd.eof && !stop_level(o) &&
+        (rc = resume_check_requests(&g.rf, &g.seen, rd.name, d)) < 0)
         goto out;
 
     sched_get_totals(g.s, &t);

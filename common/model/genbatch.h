@@ -241,4 +241,14 @@ int batch_req_parse(const char *line, size_t len, int64_t lineno,
 
 void batch_req_release(struct batch_req *r);
 
+/* batch_read_ids() : reads the requests at path ("-" = standard input)
+ * through struct batch_reader, as --batch does, and calls fn(ctx, id, line)
+ * for every line: id is the request's id as batch_req_parse gives it (a bad
+ * request has one too), NULL for a blank line, borrowed for the call; fn
+ * returns 0 or -ST_NOMEM.  Returns 0; the reader's errors (a line over
+ * BATCH_LINE_MAX ends it, as it ends a batch); -ST_NOMEM ("'<name>' line N:
+ * out of memory"). */
+int batch_read_ids(const char *path, int (*fn)(void *ctx, json_t *id, int64_t line),
+                   void *ctx, struct diag *d);
+
 #endif

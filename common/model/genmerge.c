@@ -88,39 +88,30 @@ add_request(struct merge *m, json_t *id)
     return 0;
 }
 
+/* a request line's id (NULL: blank) kept in m->ids */
+static int
+keep_id(void *ctx, json_t *id, int64_t line)
+{
+    struct merge *m = ctx;
+
+    (void)line;
+    if (add_request(m, json_incref(id)) < 0) {
+        json_decref(id);
+        return -ST_NOMEM;
+    }
+    m->r->requests += id != NULL;
+    return 0;
+}
+
 /* read_requests() : the id of every line of the request file (NULL for a
- * blank one), as `generate --batch` gives them, through its reader: a line
- * over BATCH_LINE_MAX ends the merge as it ends the batch (nothing past it
- * can have a result), and a failed allocation or read ends it too, never
- * taken for the end of the file. */
+ * blank one), as `generate --batch` gives them, through its reader
+ * (batch_read_ids): a line over BATCH_LINE_MAX ends the merge as it ends
+ * the batch (nothing past it can have a result), and a failed allocation
+ * or read ends it too, never taken for the end of the file. */
 static int
 read_requests(struct merge *m, struct diag *d)
 {
-    struct batch_req_defaults def;
-    struct batch_reader rd;
-    const char *line;
-    size_t len;
-    int rc;
-
-    if ((rc = batch_reader_open(&rd, m->o->requests, d)) < 0)
-        return rc;
-    memset(&def, 0, sizeof(def));
-    while ((rc = batch_reader_next(&rd, &line, &len, d)) > 0) {
-        struct batch_req q;
-        int prc = batch_req_parse(line, len, rd.lineno, &def, &q, NULL);
-        json_t *id = prc != 1 && prc != -ST_NOMEM ? json_incref(q.id) : NULL;
-
-        batch_req_release(&q);
-        if (prc == 1 ? add_request(m, NULL) < 0 : !id || add_request(m, id) < 0) {
-            json_decref(id);
-            rc = diag_set(d, ST_NOMEM, "'%s' line %lld: out of memory", rd.name,
-                          (long long)rd.lineno);
-            break;
-        }
-        m->r->requests += prc != 1;
-    }
-    batch_reader_release(&rd);
-    return rc;
+    return batch_read_ids(m->o->requests, keep_id, m, d);
 }
 
 /* take_results() : places the result lines of results file i. */

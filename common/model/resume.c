@@ -212,10 +212,27 @@ add_span(struct span **sp, size_t *n, size_t *cap, size_t off, size_t len)
     return 0;
 }
 
-/* scan() : reads the locked file (see resume.h): fills rf->done, cuts off
- * a torn last line, rewrites the file without the lines it drops. */
+/* add_result() : ri (a success on line at of the file) into rf->res */
 static int
-scan(struct resume_file *rf, struct diag *d)
+add_result(struct resume_file *rf, const struct result_info *ri, int64_t at)
+{
+    if (rf->kept == rf->cap_res) {
+        int64_t c = rf->cap_res ? rf->cap_res * 2 : 16;
+        struct resume_result *v = realloc(rf->res, (size_t)c * sizeof(*v));
+        if (!v)
+            return -ST_NOMEM;
+        rf->res = v;
+        rf->cap_res = c;
+    }
+    rf->res[rf->kept++] = (struct resume_result){ json_incref(ri->id), ri->line, at };
+    return 0;
+}
+
+/* scan() : reads the locked file (see resume.h): fills rf->done, checks
+ * the successes against reqs (when given), then cuts off a torn last line
+ * and rewrites the file without the lines it drops. */
+static int
+scan(struct resume_file *rf, const struct id_set *reqs, const char *req_name, struct diag *d)
 {
     struct stat st;
     struct span *sp = NULL;
@@ -265,7 +282,11 @@ scan(struct resume_file *rf, struct diag *d)
                 goto out;
             }
             keep = keep && first == 0;
-            rf->kept += keep;
+            if (keep && add_result(rf, &ri, lineno) < 0) {
+                result_info_release(&ri);
+                rc = diag_set(d, ST_NOMEM, "out of memory");
+                goto out;
+            }
             rf->dropped += !keep;
             result_info_release(&ri);
         }
@@ -276,6 +297,9 @@ scan(struct resume_file *rf, struct diag *d)
         rewrite |= !keep;
         pos += len + 1;
     }
+    /* a file refused is left as it is: nothing cut off or rewritten */
+    if (reqs && (rc = resume_check_requests(rf, reqs, req_name, d)) < 0)
+        goto out;
     rc = 0;
     if (rewrite) {
         rc = publish(rf, map, sp, n_sp, true, d);
@@ -293,7 +317,7 @@ out:
 
 int
 resume_open(struct resume_file *rf, const char *path, int64_t sync_lines, double sync_seconds,
-            struct diag *d)
+            const struct id_set *reqs, const char *req_name, struct diag *d)
 {
     int rc = 0, flags;
 
@@ -310,7 +334,7 @@ resume_open(struct resume_file *rf, const char *path, int64_t sync_lines, double
             break;
         }
     }
-    if (rc < 0 || (rc = scan(rf, d)) < 0)
+    if (rc < 0 || (rc = scan(rf, reqs, req_name, d)) < 0)
         goto fail;
     flags = fcntl(rf->fd, F_GETFL);
     if (flags < 0 || fcntl(rf->fd, F_SETFL, flags | O_APPEND) != 0 ||
@@ -325,6 +349,33 @@ resume_open(struct resume_file *rf, const char *path, int64_t sync_lines, double
 fail:
     resume_close(rf, false, NULL);
     return rc;
+}
+
+int
+resume_check_requests(const struct resume_file *rf, const struct id_set *reqs,
+                      const char *req_name, struct diag *d)
+{
+    for (int64_t i = 0; i < rf->kept; i++) {
+        const struct resume_result *x = &rf->res[i];
+        int64_t first = id_set_find(reqs, x->id);
+        char *js;
+
+        if (first == x->line)
+            continue;
+        js = json_dumps(x->id, JSON_ENCODE_ANY | JSON_ENSURE_ASCII);
+        if (first == 0)
+            diag_set(d, ST_FORMAT, "'%s' line %lld: a result for id %.80s, which no request of "
+                     "'%s' has (results of another request file?)", rf->path, (long long)x->at,
+                     js ? js : "?", req_name);
+        else
+            diag_set(d, ST_FORMAT, "'%s' line %lld: the result for id %.80s is for line %lld, but "
+                     "line %lld of '%s' has that id (results of another request file?)",
+                     rf->path, (long long)x->at, js ? js : "?", (long long)x->line,
+                     (long long)first, req_name);
+        free(js);
+        return -ST_FORMAT;
+    }
+    return 0;
 }
 
 /* ---- appending ---- */
@@ -391,6 +442,9 @@ resume_close(struct resume_file *rf, bool ok, struct diag *d)
         close(rf->fd);
     }
     id_set_release(&rf->done);
+    for (int64_t i = 0; i < rf->kept; i++)
+        json_decref(rf->res[i].id);
+    free(rf->res);
     free(rf->path);
     memset(rf, 0, sizeof(*rf));
     rf->fd = -1;

@@ -14,7 +14,8 @@
  *     except the last line when it has no "\n": that is the torn end of a
  *     run that died while writing it, and it is cut off (ftruncate).
  *   - A completion whose finish_reason is not "cancelled" is a success: its
- *     id goes into `done` with its line.  Error and cancelled results, and a
+ *     id goes into `done` with its line, and into `res` with the line of
+ *     the file it is on, for resume_check_requests.  Error and cancelled results, and a
  *     second success for an id, are dropped: the file is rewritten without
  *     them through xio's temporary + fsync + rename (a crash leaves the old
  *     file or the new one, never a mix), and the lock goes with the new
@@ -45,11 +46,20 @@
 #define RESUME_SYNC_LINES 32        /* default --sync-lines */
 #define RESUME_SYNC_SECONDS 5.0     /* default --sync-seconds */
 
+/* a success kept from the file */
+struct resume_result {
+    json_t *id;                 /* a reference is held */
+    int64_t line;               /* the request's line it names */
+    int64_t at;                 /* its own line in the results file */
+};
+
 struct resume_file {
     int fd;                     /* O_APPEND, locked; -1 = closed */
     char *path;
     bool created;               /* resume_open made the file */
     struct id_set done;         /* ids with a successful result -> the result's line */
+    struct resume_result *res;  /* [kept] the successes, in file order */
+    int64_t cap_res;
     int64_t kept;               /* result lines kept (successes) */
     int64_t dropped;            /* error, cancelled and repeated results dropped */
     size_t torn;                /* bytes of a torn last line cut off (0 = none) */
@@ -62,11 +72,24 @@ struct resume_file {
 };
 
 /* resume_open() : opens (or creates) path as described above; sync_lines
- * < 1 and sync_seconds < 0 mean the defaults.  Returns 0, -ST_IO, -ST_RANGE,
- * -ST_FORMAT (a line that is not a result), -ST_NOMEM; the message names
- * the file.  Close with resume_close() after a 0 return. */
+ * < 1 and sync_seconds < 0 mean the defaults.  reqs (may be NULL: the
+ * caller checks later, resume_check_requests) holds the ids of the request
+ * file named req_name: a file with a success for none of them is refused
+ * before anything in it changes.  Returns 0, -ST_IO, -ST_RANGE, -ST_FORMAT
+ * (a line that is not a result, a result of another request file),
+ * -ST_NOMEM; the message names the file.  Close with resume_close() after
+ * a 0 return. */
 int resume_open(struct resume_file *rf, const char *path, int64_t sync_lines, double sync_seconds,
-                struct diag *d);
+                const struct id_set *reqs, const char *req_name, struct diag *d);
+
+/* resume_check_requests() : every success kept from the file must be the
+ * result of a request: reqs holds each request id of the request file
+ * (named req_name) with the line that has it first.  A result whose id is
+ * no request's, or is the id of another line, is results of another request
+ * file: -ST_FORMAT naming the results file, the line and the id.  0 when
+ * all match. */
+int resume_check_requests(const struct resume_file *rf, const struct id_set *reqs,
+                          const char *req_name, struct diag *d);
 
 /* resume_append() : appends the n bytes at line (one result line, ending in
  * "\n").  Returns 0 or -ST_IO (named; the file still ends in a whole line). */

@@ -185,6 +185,31 @@ EOF
     [[ "$stderr" == *"the result for id \"a\" is for line 3, but line 1 of 'req.jsonl' has that id"* ]]
 }
 
+@test "--resume refuses a results file with a result no request has (exit 3, file, line and id named): at start, untouched; from a pipe when it ends" {
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' '{"id":"r1","prompt":"one","max_tokens":3}' '{"id":"r2","prompt":"two","max_tokens":3}' \
+        '{"id":"r3","prompt":"three","max_tokens":3}' >req.jsonl
+    generate -q -m "$TINY" --batch req.jsonl --temp 0 -o good.jsonl
+    # an error line too, which a file taken up would have dropped (rewritten)
+    { sed 's/"id":"r2"/"id":"zzz"/' good.jsonl
+      echo '{"schema":"generate/1","type":"error","id":"r1","line":1,"finish_reason":"error","error":"x"}'; } >stray.jsonl
+    cp stray.jsonl keep
+    run -3 --separate-stderr generate -m "$TINY" --batch req.jsonl --temp 0 --resume stray.jsonl
+    [ "$stderr" = "generate: 'stray.jsonl' line 2: a result for id \"zzz\", which no request of 'req.jsonl' has (results of another request file?)" ]
+    cmp keep stray.jsonl
+    # an integer id (a line without one has its line number) of no request
+    { head -n 1 good.jsonl; jq -c '.id = 7 | .line = 7' <<<"$(sed -n 2p good.jsonl)"; } >int.jsonl
+    run -3 --separate-stderr generate -m "$TINY" --batch req.jsonl --temp 0 --resume int.jsonl
+    [[ "$stderr" == *"'int.jsonl' line 2: a result for id 7, which no request of 'req.jsonl' has"* ]]
+    # requests from a pipe: known when it ends; the run's results are kept
+    run -3 --separate-stderr generate -m "$TINY" --batch - --temp 0 --resume stray.jsonl <req.jsonl
+    [[ "$stderr" == *"'stray.jsonl' line 2: a result for id \"zzz\", which no request of '<stdin>' has"* ]]
+    jq -e -s 'map(select(.id == "r2")) | length == 1' stray.jsonl
+    # --merge agrees: the file holds a stray result
+    run -6 --separate-stderr generate --merge req.jsonl stray.jsonl
+    [[ "$stderr" == *'a result for id "zzz" on line 2, but line 2 of'* ]]
+}
+
 @test "--resume refuses /dev/null, a directory, a FIFO, its inputs, a locked file, lines that are not results" {
     cd "$BATS_TEST_TMPDIR"
     printf 'one\ntwo\n' >req.txt
