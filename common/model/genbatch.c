@@ -183,7 +183,11 @@ parse_object(const json_t *o, struct batch_req *r, struct diag *d)
     int64_t v;
     int rc;
 
-    if (id && !json_is_null(id)) {
+    /* null is no id (generate.1): refused as 1.5 is, not taken for none */
+    if (id) {
+        if (json_is_null(id))
+            return diag_set(d, ST_FORMAT, "'id' must be a string or an integer, not null "
+                            "(without 'id' a request's id is its line number)");
         if (!json_is_string(id) && !json_is_integer(id))
             return diag_set(d, ST_FORMAT, "'id' must be a string or an integer");
         json_decref(r->id);

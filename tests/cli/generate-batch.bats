@@ -75,6 +75,21 @@ batch_tokens() {
     [[ "$stderr" == *"10 requests: 5 completed, 5 errors"* ]]
 }
 
+@test "an id of null is refused as 1.5 is: an error line whose id is its line number, not a request without id" {
+    cd "$BATS_TEST_TMPDIR"
+    printf '%s\n' '{"id":1.5,"prompt":"hi","max_tokens":4}' '{"id":null,"prompt":"hi","max_tokens":4}' \
+        '{"prompt":"hi","max_tokens":4}' >req.jsonl
+    run -1 --separate-stderr generate -m "$TINY" --batch req.jsonl --temp 0
+    jq -e -s 'map(.type) == ["error", "error", "completion"] and map(.id) == [1, 2, 3]' <<<"$output"
+    local m="'id' must be a string or an integer"
+    jq -e -s --arg m "$m" '.[0].error == $m' <<<"$output"
+    jq -e -s --arg m "$m, not null" '.[1].error | startswith($m)' <<<"$output"
+    [[ "$stderr" == *"3 requests: 1 completed, 2 errors"* ]]
+    # --merge takes the error lines as the results of those lines
+    printf '%s\n' "$output" >res.jsonl
+    generate --merge req.jsonl res.jsonl >/dev/null
+}
+
 @test "64 requests give the same tokens batched as alone (greedy)" {
     cd "$BATS_TEST_TMPDIR"
     mkreqs 64 req.jsonl
