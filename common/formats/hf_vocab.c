@@ -2261,9 +2261,9 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
 
     *tokenizer = *tokenizer_config = NULL;
     if (strcmp(v->model, "gpt2") && !spm)
-        return diag_set(d, ST_RANGE, "tokenizer model '%s' cannot be written as HF", v->model);
+        return diag_set(d, ST_FORMAT, "tokenizer model '%s' cannot be written as HF", v->model);
     if (v->n_tokens <= 0)
-        return diag_set(d, ST_RANGE, "empty vocabulary");
+        return diag_set(d, ST_FORMAT, "empty vocabulary");
     if (smap_init(&m, v->n_tokens, v->tokens, v->token_len))
         return diag_set(d, ST_NOMEM, "out of memory");
     vocab = json_object();
@@ -2275,13 +2275,13 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
     for (i = 0; i < v->n_tokens; i++) {
         int32_t t = v->types ? v->types[i] : HF_TOK_NORMAL;
         if ((dup = smap_insert(&m, i)) >= 0) {
-            rc = diag_set(d, ST_RANGE, "tokens %lld and %lld have the same text", (long long)dup,
+            rc = diag_set(d, ST_FORMAT, "tokens %lld and %lld have the same text", (long long)dup,
                           (long long)i);
             goto out;
         }
         if (memchr(v->tokens[i], 0, v->token_len[i]) ||
             (rc = json_stringn_new(v->tokens[i], v->token_len[i], &x)) == -ST_RANGE) {
-            rc = diag_set(d, ST_RANGE, "token %lld is not valid UTF-8 text", (long long)i);
+            rc = diag_set(d, ST_FORMAT, "token %lld is not valid UTF-8 text", (long long)i);
             goto out;
         }
         if (rc < 0)
@@ -2311,7 +2311,7 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
         for (i = 0; i < v->n_merges; i++) {
             rc = v->merges[i] ? json_stringn_new(v->merges[i], strlen(v->merges[i]), &x) : -ST_RANGE;
             if (rc == -ST_RANGE) {
-                rc = diag_set(d, ST_RANGE, "merge %lld is not valid UTF-8 text", (long long)i);
+                rc = diag_set(d, ST_FORMAT, "merge %lld is not valid UTF-8 text", (long long)i);
                 goto out;
             }
             if (rc < 0)
@@ -2394,7 +2394,7 @@ hf_vocab_to_json(const struct hf_vocab *v, int64_t model_max_length, json_t **to
     if (v->chat_template) {
         int xr = json_stringn_new(v->chat_template, strlen(v->chat_template), &x);
         if (xr == -ST_RANGE) {
-            rc = diag_set(d, ST_RANGE, "chat template is not valid UTF-8");
+            rc = diag_set(d, ST_FORMAT, "chat template is not valid UTF-8");
             goto out;
         }
         if (xr < 0)

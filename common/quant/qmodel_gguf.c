@@ -227,7 +227,7 @@ emit_grid(struct gwrite *w, const struct qplan *p, tensor_sink_fn sink, void *si
         if (p->kind == GK_DEQUANT) {
             for (int64_t c = 0; c < g->cols; c++)
                 if (!isfinite(w->w[c]))
-                    return diag_set(d, ST_RANGE, "row %lld: dequantized weight not finite in fp16",
+                    return diag_set(d, ST_FORMAT, "row %lld: dequantized weight not finite in fp16",
                                     (long long)r);
             if (quant_chunk(p->type, w->w, dst, 1, g->cols, NULL) != drow)
                 return diag_set(d, ST_RANGE, "quantizing to %s failed", ot->name);

@@ -431,6 +431,50 @@ open(sys.argv[2], "wb").write(b.replace(k + b"llama", k + b"mamba"))' "$FIX/tiny
     [ ! -e "$BATS_TEST_TMPDIR/hf" ]
 }
 
+# Rewrites bytes of the tiny llama's vocabulary in place: token 3's text, token 4's text
+# (made token 3's), the chat template's first byte or merge 0's first byte.
+badvocab() {
+    python3 - "$FIX/tiny-llama-f32.gguf" "$2" "$1" <<'PY'
+import struct, sys
+b = bytearray(open(sys.argv[1], 'rb').read())
+def arr(key):
+    i = b.index(key) + len(key) + 16
+    return i
+def nth(i, n):
+    for _ in range(n):
+        i += 8 + struct.unpack_from('<Q', b, i)[0]
+    return i + 8
+what = sys.argv[3]
+if what == 'token':
+    b[nth(arr(b'tokenizer.ggml.tokens'), 3)] = 0xff
+elif what == 'dup':
+    t3 = nth(arr(b'tokenizer.ggml.tokens'), 3)
+    t4 = nth(arr(b'tokenizer.ggml.tokens'), 4)
+    b[t4:t4 + 2] = b[t3:t3 + 2]
+elif what == 'merge':
+    b[nth(arr(b'tokenizer.ggml.merges'), 0)] = 0xff
+else:
+    k = b'tokenizer.chat_template'
+    b[b.index(k) + len(k) + 4 + 8] = 0xff
+open(sys.argv[2], 'wb').write(b)
+PY
+}
+
+@test "GGUF -> HF: a vocabulary that is not valid UTF-8 or repeats a token is bad data (3)" {
+    for what in token dup merge template; do
+        badvocab $what "$BATS_TEST_TMPDIR/$what.gguf"
+        run -3 --separate-stderr convert "$BATS_TEST_TMPDIR/$what.gguf" "$BATS_TEST_TMPDIR/hf-$what"
+        [[ "$stderr" == *"'$BATS_TEST_TMPDIR/$what.gguf': "* ]]
+        case $what in
+        token) [[ "$stderr" == *"token 3 is not valid UTF-8 text"* ]] ;;
+        dup) [[ "$stderr" == *"tokens 3 and 4 have the same text"* ]] ;;
+        merge) [[ "$stderr" == *"merge 0 is not valid UTF-8 text"* ]] ;;
+        template) [[ "$stderr" == *"chat template is not valid UTF-8"* ]] ;;
+        esac
+        [ ! -e "$BATS_TEST_TMPDIR/hf-$what" ]
+    done
+}
+
 # ---- llama2.c ----
 
 @test "llama2.c checkpoint -> GGUF: weights and vocabulary carried over" {
