@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <libgen.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -202,8 +203,17 @@ fetch_grid(void *ctx, size_t i, const void **data, struct diag *d)
             return diag_set(d, ST_NOMEM, "tensor '%s': out of memory", f->qm->t[f->grid_of[i]].name);
         f->cap = n;
     }
-    for (int64_t r = 0; r < g->rows; r++)
+    /* A NaN or Inf scale (or one whose product overflows fp16) is bad data
+     * whatever the output type: f16, bf16 and f32 would hold it silently. */
+    for (int64_t r = 0; r < g->rows; r++) {
+        const float *w = f->buf + r * g->cols;
         qgrid_dequant_row(g, r, f->buf + r * g->cols);
+        for (int64_t c = 0; c < g->cols; c++)
+            if (!isfinite(w[c]))
+                return diag_set(d, ST_FORMAT,
+                                "tensor '%s': row %lld: dequantized weight not finite in fp16",
+                                f->qm->t[f->grid_of[i]].name, (long long)r);
+    }
     *data = f->buf;
     return 0;
 }

@@ -475,6 +475,33 @@ PY
     done
 }
 
+# nan_scale DIR : a GPTQ directory of the tiny llama with one fp16 scale of
+# layer 0's q_proj NaN
+nan_scale() {
+    quantize --method rtn --bits 4 --group-size 32 --format gptq "$FIX/tiny-llama-f32.gguf" "$1" \
+        >/dev/null 2>&1
+    python3 - "$1/model.safetensors" model.layers.0.self_attn.q_proj.scales <<'PY'
+import json, struct, sys
+p, name = sys.argv[1], sys.argv[2]
+b = bytearray(open(p, 'rb').read())
+n, = struct.unpack_from('<Q', b, 0)
+o = 8 + n + json.loads(b[8:8 + n])[name]['data_offsets'][0] + 2 * 5
+b[o:o + 2] = b'\x00\x7e'
+open(p, 'wb').write(b)
+PY
+}
+
+@test "GPTQ: a NaN scale is bad data (3) naming the tensor, whatever --type" {
+    local gq="$BATS_TEST_TMPDIR/gq" o="$BATS_TEST_TMPDIR/o.gguf"
+    nan_scale "$gq"
+    for t in "" "--type f16" "--type bf16" "--type f32"; do
+        run -3 --separate-stderr convert $t "$gq" "$o"
+        [[ "$stderr" == *"'$gq': tensor 'blk.0.attn_q.weight': row 10: dequantized weight not finite"* ]]
+        [ ! -e "$o" ]
+        [ -z "$(ls "$BATS_TEST_TMPDIR" | grep tmp)" ]
+    done
+}
+
 # ---- llama2.c ----
 
 @test "llama2.c checkpoint -> GGUF: weights and vocabulary carried over" {
