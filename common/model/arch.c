@@ -568,6 +568,7 @@ gguf_key(const struct gguf *g, struct arch_hparams *hp, enum arch_hp id, struct 
     const struct gguf_kv *kv;
     char key[256];
     uint64_t u;
+    int64_t i64;
     double x;
     int rc;
 
@@ -612,15 +613,27 @@ gguf_key(const struct gguf *g, struct arch_hparams *hp, enum arch_hp id, struct 
         *(const char **)(void *)((char *)hp + k->off) = kv->v.str.p;
         break;
     case ARCH_KT_PATTERN:
-        /* BOOL[n_layer] (true = sliding) or a period; anything else is ignored */
+        /* BOOL[n_layer] (true = sliding) or a period of 1 or more layers:
+         * anything else is bad data, not the family's default */
         if (kv->type == GGUF_TYPE_ARRAY) {
-            if (kv->arr_type != GGUF_TYPE_BOOL || hp->n_layer <= 0 ||
-                kv->n != (uint64_t)hp->n_layer)
-                return 0;
-        } else if (!gguf_kv_uint(kv, &u) || u == 0 || u > (uint64_t)JSON_INT_MAX) {
-            return 0;
+            if (kv->arr_type != GGUF_TYPE_BOOL)
+                return diag_set(d, ST_FORMAT, "key '%s' is an array of %s, expected bool", key,
+                                gguf_type_name(kv->arr_type));
+            if (kv->n == 0 || (hp->n_layer > 0 && kv->n != (uint64_t)hp->n_layer))
+                return diag_set(d, ST_FORMAT, "'%s' has %llu entries for %lld layers", key,
+                                (unsigned long long)kv->n, (long long)hp->n_layer);
+        } else if (kv->type == GGUF_TYPE_BOOL || !gguf_kv_int(kv, &i64)) {
+            if (kv->type != GGUF_TYPE_BOOL && gguf_kv_uint(kv, &u))
+                return diag_set(d, ST_FORMAT, "key '%s': period %llu out of range", key,
+                                (unsigned long long)u);
+            return diag_set(d, ST_FORMAT,
+                            "key '%s' has type %s, expected an integer period or a bool array",
+                            key, kv_type_name(kv));
+        } else if (i64 <= 0 || i64 > JSON_INT_MAX) {
+            return diag_set(d, ST_FORMAT, "key '%s': period %lld out of range", key,
+                            (long long)i64);
         } else {
-            hp->swa_period = (int64_t)u;
+            hp->swa_period = i64;
         }
         break;
     }
@@ -759,14 +772,39 @@ cfg_key(const json_t *c, unsigned flags, struct arch_hparams *hp, enum arch_hp i
         *(const char **)(void *)((char *)hp + k->off) = json_string_value(v);
         break;
     case ARCH_KT_PATTERN:
-        /* a period > 0; anything else is ignored */
-        if (cfg_int(v, key, ARCH_READ_KV, &i, NULL) < 0 || i <= 0)
-            return 0;
+        /* a period of 1 or more layers */
+        if ((rc = cfg_int(v, key, 0, &i, d)) < 0)
+            return rc;
+        if (i <= 0)
+            return diag_set(d, ST_FORMAT, "'%s' = %lld is not a period of 1 or more layers", key,
+                            (long long)i);
         hp->swa_period = i;
         break;
     }
     hp->has |= ARCH_BIT(id);
     hp->key[id] = key;
+    return 0;
+}
+
+/* layer_types: one "sliding_attention" or "full_attention" per layer (when
+ * the number of layers is known; a missing one is reported by the check) */
+static int
+check_layer_types(const json_t *a, int64_t n_layer, struct diag *d)
+{
+    size_t i;
+
+    if (!json_is_array(a))
+        return diag_set(d, ST_FORMAT, "'layer_types' is not an array");
+    if (n_layer > 0 && json_array_size(a) != (size_t)n_layer)
+        return diag_set(d, ST_FORMAT, "'layer_types' has %zu entries for %lld layers",
+                        json_array_size(a), (long long)n_layer);
+    for (i = 0; i < json_array_size(a); i++) {
+        const char *s = json_string_value(json_array_get(a, i));
+        if (!s || (strcmp(s, "sliding_attention") && strcmp(s, "full_attention")))
+            return diag_set(d, ST_FORMAT,
+                            "'layer_types'[%zu] is not \"sliding_attention\" or \"full_attention\"",
+                            i);
+    }
     return 0;
 }
 
@@ -828,8 +866,11 @@ arch_read_config(const json_t *root, unsigned flags, struct arch_hparams *hp, st
      * layers from layer_types, else a pattern, else the family's */
     if ((v = json_object_get(c, "use_sliding_window")) && json_is_false(v))
         hp->sliding_window = 0;
-    if ((a = json_object_get(c, "layer_types")) && json_is_array(a))
+    if ((a = member(c, "layer_types"))) {
+        if ((rc = check_layer_types(a, hp->n_layer, d)) < 0)
+            return rc;
         hp->layer_types = a;
+    }
     swa_count(hp);
     return 0;
 }

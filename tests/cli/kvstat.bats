@@ -27,6 +27,10 @@ for a in sys.argv[2:]:
         bits = [int(x) for x in v.split(",")]
         kvs.append(s(k) + struct.pack("<iIQ", 9, 7, len(bits)) + bytes(bits))
         continue
+    if t == "i32" or t == "f32":
+        kvs.append(s(k) + struct.pack("<ii" if t == "i32" else "<if", 5 if t == "i32" else 6,
+                                      (int if t == "i32" else float)(v)))
+        continue
     kvs.append(s(k) + (struct.pack("<iI", 4, int(v)) if t == "u32" else struct.pack("<i", 8) + s(v)))
 open(out, "wb").write(b"GGUF" + struct.pack("<Iqq", 3, 0, len(kvs)) + b"".join(kvs))
 EOF
@@ -590,4 +594,45 @@ for s in range(5000):
     run -0 kvstat --json --ctx 1000 "$BATS_TEST_TMPDIR/p.gguf"
     [ "$(jfield model swa_layers <<<"$output")" = 2 ]
     [ "$(jfield model bytes_per_seq <<<"$output")" = $(( (2 * 1000 + 2 * 100) * 512 )) ]
+}
+
+@test "a sliding-window layout that does not fit the layers is bad data (3), not the family's default" {
+    local m="$BATS_TEST_TMPDIR/m.gguf" c="$BATS_TEST_TMPDIR/c.json"
+    gg() {   # PATTERN MESSAGE
+        mkgguf "$m" general.architecture=str:gemma3 gemma3.block_count=u32:4 \
+            gemma3.attention.head_count=u32:4 gemma3.attention.head_count_kv=u32:2 \
+            gemma3.attention.key_length=u32:64 gemma3.attention.value_length=u32:64 \
+            gemma3.attention.sliding_window=u32:100 gemma3.attention.sliding_window_pattern=$1
+        run -3 --separate-stderr kvstat --json "$m"
+        [[ "$stderr" == *"'$m': "*"$2"* ]] || { echo "stderr: $stderr (wanted $2)"; return 1; }
+        # generate's loader reads the keys with the same parser
+        run -3 --separate-stderr generate -m "$m" -p hi -n 1
+        [[ "$stderr" == *"$2"* ]]
+    }
+    gg boolarr:1,0,1 "'gemma3.attention.sliding_window_pattern' has 3 entries for 4 layers"
+    gg boolarr:1,0,1,1,0 "has 5 entries for 4 layers"
+    gg u32:0 "key 'gemma3.attention.sliding_window_pattern': period 0 out of range"
+    gg i32:-2 "period -2 out of range"
+    gg f32:2 "has type f32, expected an integer period or a bool array"
+    gg str:6 "has type str,"
+    cf() {   # JQ MESSAGE
+        jq "$1" "$G/gemma-3-4b-it.json" > "$c"
+        run -3 --separate-stderr kvstat --json "$c"
+        [[ "$stderr" == *"'$c': "*"$2"* ]] || { echo "stderr: $stderr (wanted $2)"; return 1; }
+    }
+    cf '.text_config.layer_types = [range(33) | "sliding_attention"]' \
+        "'layer_types' has 33 entries for 34 layers"
+    cf '.text_config.layer_types = [range(40) | "sliding_attention"]' \
+        "'layer_types' has 40 entries for 34 layers"
+    cf '.text_config.layer_types = [range(34) | if . == 7 then "sliding" else "full_attention" end]' \
+        "'layer_types'[7] is not \"sliding_attention\" or \"full_attention\""
+    cf '.text_config.layer_types = "sliding_attention"' "'layer_types' is not an array"
+    cf '.text_config.sliding_window_pattern = 0' \
+        "'sliding_window_pattern' = 0 is not a period of 1 or more layers"
+    cf '.text_config.sliding_window_pattern = -6' "'sliding_window_pattern' = -6 is not a period"
+    cf '.text_config.sliding_window_pattern = "6"' "'sliding_window_pattern' is not an integer"
+    # what is right still reads
+    jq '.text_config.sliding_window_pattern = 2' "$G/gemma-3-4b-it.json" > "$c"
+    run -0 kvstat --json "$c"
+    [ "$(jfield model swa_layers <<<"$output")" = 17 ]
 }
