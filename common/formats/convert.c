@@ -283,6 +283,12 @@ run_convert(const struct convert_opts *o, struct diag *d)
         diag_prefix(d, "'%s'", o->input);
         return rc;
     }
+    /* an existing GGUF output is refused before any work (the GPTQ/AWQ
+     * import and the EAGLE head import open theirs last) */
+    if (to == FMT_GGUF && !o->out && (rc = xout_check(o->output, o->force, d)) < 0) {
+        diag_prefix_output(d, o->output);
+        return rc;
+    }
     rc = convert_eagle(o, from, to, &done, d);
     if (rc || done)
         return rc;

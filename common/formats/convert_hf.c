@@ -248,10 +248,11 @@ write_quant_gguf(struct gguf *g, const struct out_tensor *flat, size_t n, struct
     }
     free(tmp);
     wo.out = &tx;
+    wo.output = tx.tmp;         /* its write errors name the staging file */
     wo.cb.progress = NULL;
     rc = write_gguf_out(g, flat, n, fetch_grid, gf, &wo, d);
     if (!rc && fflush(tx.fp))
-        rc = diag_errno(d, -errno, "temporary GGUF: write failed");
+        rc = diag_set(d, ST_IO, "'%s': write failed: %s", tx.tmp, strerror(errno ? errno : EIO));
     if (!rc) {
         qm->src_path = tx.tmp;
         rc = qmodel_write_gguf(qm, o->output, o->force, &o->cb, d);

@@ -897,8 +897,8 @@ eagle_hf_import(const char *dir, const char *base, const char *out, bool force, 
             name = base;
         snprintf(meta.base_name, sizeof meta.base_name, "%s", name);
     }
-    if ((rc = eagle_head_write(&h, &meta, NULL, NULL, out, force, d)) < 0)
-        diag_prefix(d, "'%s'", out);
+    /* (its failures to open, write or commit name out) */
+    rc = eagle_head_write(&h, &meta, NULL, NULL, out, force, d);
 out:
     if (f_open)
         sft_close(&f);

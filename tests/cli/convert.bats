@@ -7,6 +7,10 @@ FIX="$TOP/tests/fixtures"
 SMOL=SmolLM2-135M-Instruct.Q4_1.gguf
 GEMMA=gemma-3-270m.Q4_K_M.gguf
 
+teardown() {
+    unmount_full
+}
+
 @test "--help prints usage on stdout and exits 0" {
     run -0 --separate-stderr convert --help
     assert_line --index 0 --partial 'usage: convert'
@@ -500,6 +504,32 @@ PY
         [ ! -e "$o" ]
         [ -z "$(ls "$BATS_TEST_TMPDIR" | grep tmp)" ]
     done
+}
+
+@test "an existing GGUF output is refused before any work and named once, GPTQ and EAGLE inputs too" {
+    local gq="$BATS_TEST_TMPDIR/gq" o="$BATS_TEST_TMPDIR/exist.gguf"
+    quantize --method rtn --bits 4 --group-size 32 --format gptq "$FIX/tiny-llama-f32.gguf" "$gq" \
+        >/dev/null 2>&1
+    echo keep > "$o"
+    for args in "$gq" "--type f16 $gq" \
+                "--base $FIX/tiny-llama-f32.gguf $TOP/tests/golden/eagle1/head"; do
+        run -2 --separate-stderr convert $args "$o"
+        [ "$stderr" = "convert: '$o': already exists (use --force to overwrite)" ]
+        [ "$(cat "$o")" = keep ]
+        [ -z "$(ls "$BATS_TEST_TMPDIR" | grep tmp)" ]
+    done
+    run -0 convert -f "$gq" "$o"
+    run -0 convert --info "$o"
+}
+
+@test "GPTQ import: a write error in the staging f16 copy names that file (4)" {
+    local gq="$BATS_TEST_TMPDIR/gq"
+    quantize --method rtn --bits 4 --group-size 32 --format gptq "$FIX/tiny-llama-f32.gguf" "$gq" \
+        >/dev/null 2>&1
+    mount_full
+    run -4 --separate-stderr convert "$gq" "$FULL/o.gguf"
+    [[ "$stderr" == "convert: '$FULL/o.gguf.f16src.tmp.llmkit-"*"': "*"No space left on device" ]]
+    [ -z "$(ls -A "$FULL" | grep -v '^fill$')" ]
 }
 
 # ---- llama2.c ----
