@@ -5,12 +5,16 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- cleanup registry ---- */
@@ -63,9 +67,42 @@ remove_tree(const char *path)
     rmdir(path);
 }
 
+/* Replacing an output directory takes two renames and the removal of the
+ * old one: a signal between them would leave the user's original only at
+ * OUT.old.X, or half removed.  The committing thread blocks the signals
+ * whose handlers clean up (so they never run on it) and counts itself in
+ * commits_busy; a handler on another thread waits in xio_cleanup_all until
+ * no commit is in progress.  After a signal, then, either the original is
+ * at OUT untouched or the new output is, and no OUT.old.* remains. */
+static atomic_int commits_busy;
+
+static void
+critical_enter(sigset_t *old)
+{
+    sigset_t s;
+
+    sigemptyset(&s);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+    atomic_fetch_add(&commits_busy, 1);
+}
+
+static void
+critical_leave(const sigset_t *old)
+{
+    atomic_fetch_sub(&commits_busy, 1);
+    pthread_sigmask(SIG_SETMASK, old, NULL);   /* a pending signal lands now */
+}
+
 void
 xio_cleanup_all(void)
 {
+    while (atomic_load(&commits_busy) > 0) {
+        struct timespec ms = {0, 1000000};
+        nanosleep(&ms, NULL);
+    }
     for (int i = 0; i < XIO_SLOTS; i++) {
         if (!tmp_slots[i].used)
             continue;
@@ -1024,11 +1061,14 @@ publish(struct xout *o, struct diag *d)
             return diag_set(d, ST_NOMEM, "out of memory");
         }
         sprintf(old, "%s.old.XXXXXX", o->dst);
+        sigset_t mask;
+        critical_enter(&mask);
         bool made = mkdtemp(old) != NULL;
         if (!made || rename(o->dst, old) != 0) {
             e = errno;
             if (made)
                 rmdir(old);
+            critical_leave(&mask);
             free(old);
             xout_abort(o);
             return diag_set(d, ST_IO, "cannot replace directory: %s", strerror(e));
@@ -1037,6 +1077,7 @@ publish(struct xout *o, struct diag *d)
          * may have changed since the open, or appeared only since) */
         if ((rc = replaceable_dir(old, d)) < 0) {
             rename(old, o->dst);
+            critical_leave(&mask);
             free(old);
             xout_abort(o);
             return rc;
@@ -1044,11 +1085,15 @@ publish(struct xout *o, struct diag *d)
         if (rename(o->tmp, o->dst) != 0) {
             e = errno;
             rename(old, o->dst);
+            critical_leave(&mask);
             free(old);
             xout_abort(o);
             return diag_set(d, ST_IO, "rename failed: %s", strerror(e));
         }
         remove_tree(old);
+        slot_del(o->slot);      /* o->tmp is OUT now: nothing for a handler to remove */
+        o->slot = -1;
+        critical_leave(&mask);
         free(old);
     } else if ((rc = place(o->tmp, o->dst, o->force, d)) < 0) {
         xout_abort(o);

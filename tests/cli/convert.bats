@@ -318,6 +318,43 @@ pyenv_python() {
 # mkhf DIR : a converted tiny HF directory to corrupt.
 mkhf() { convert "$FIX/tiny-llama-f32.gguf" "$1" >/dev/null 2>&1; }
 
+# old_emptied OUT : OUT.old.* exists and its files are gone
+old_emptied() {
+    local d
+    for d in "$1".old.*; do
+        [ -d "$d" ] && [ -z "$(ls -A "$d")" ] && return 0
+    done
+    return 1
+}
+
+@test "-f replacing an HF directory: a SIGTERM mid-replacement leaves the new output at OUT, no OUT.old.*" {
+    command -v strace >/dev/null || skip "no strace"
+    strace -o /dev/null -e inject=getpid:retval=1 true 2>/dev/null || skip "strace cannot inject here"
+    local o="$BATS_TEST_TMPDIR/hf" pid c rc
+    # strace holds the syscall 3 s: the original moved aside, then the old
+    # directory emptied; SIGTERM lands there (the old build: the original
+    # only at OUT.old.X, then a half-removed OUT.old.X)
+    for inject in "-P $o -e trace=rename -e inject=rename:delay_exit=3000000:when=1" \
+                  "-e trace=rmdir -e inject=rmdir:delay_enter=3000000:when=1"; do
+        rm -rf "$o"
+        convert "$FIX/tiny-llama-f32.gguf" "$o"
+        echo original > "$o/README.md"
+        strace -f -o /dev/null $inject "$LLMKIT_BIN/convert" -f "$FIX/tiny-spm-f32.gguf" "$o" &
+        pid=$!
+        case $inject in
+        *rename*) wait_until 20 "the original moved aside" compgen -G "$o.old.*" ;;
+        *) wait_until 20 "the old directory emptied" old_emptied "$o" ;;
+        esac
+        c=$(pgrep -P "$pid")
+        kill -TERM "$c"
+        rc=0
+        wait "$pid" || rc=$?
+        [ "$rc" = 143 ]
+        [ -f "$o/tokenizer.model" ] && [ ! -e "$o/README.md" ]
+        [ -z "$(compgen -G "$o.*")" ]
+    done
+}
+
 @test "HF tensors whose shapes config.json does not imply exit 3 naming the file and tensor" {
     local T=$BATS_TEST_TMPDIR name shape want
     mkhf "$T/hf"
