@@ -263,6 +263,15 @@ test_gguf(void)
     CHECK_EQ(arch_read_hparams(&g, ARCH_READ_KV, &hp, &d), 0);
     CHECK_EQ(hp.n_swa_layers, 1);
     CHECK(arch_swa_layer(&hp, 0) && !arch_swa_layer(&hp, 1));
+    /* a mask of another length, a period of 0 or of another type: bad data */
+    gguf_set_u32(&g, "gemma3.block_count", 3);
+    CHECK_EQ(arch_read_hparams(&g, ARCH_READ_KV, &hp, &d), -ST_FORMAT);
+    CHECK(strstr(d.msg, "has 2 entries for 3 layers") != NULL);
+    gguf_set_u32(&g, "gemma3.attention.sliding_window_pattern", 0);
+    CHECK_EQ(arch_read_hparams(&g, ARCH_READ_KV, &hp, &d), -ST_FORMAT);
+    CHECK(strstr(d.msg, "period 0 out of range") != NULL);
+    gguf_set_str(&g, "gemma3.attention.sliding_window_pattern", "6");
+    CHECK_EQ(arch_read_hparams(&g, 0, &hp, &d), -ST_FORMAT);
     gguf_release(&g);
 
     /* the architecture is required */
@@ -368,6 +377,22 @@ test_config(void)
                       "\"full_attention\"]}", ARCH_READ_KV, &hp, &j, &d), 0);
     CHECK_EQ(hp.n_swa_layers, 2);
     CHECK(arch_swa_layer(&hp, 0) && !arch_swa_layer(&hp, 1) && arch_swa_layer(&hp, 2));
+    json_decref(j);
+    /* layer_types of another length or with other values, a period <= 0 */
+    CHECK_EQ(read_cfg("{\"num_hidden_layers\":3,\"sliding_window\":64,\"layer_types\":"
+                      "[\"sliding_attention\",\"full_attention\"]}", ARCH_READ_KV, &hp, &j, &d),
+             -ST_FORMAT);
+    CHECK(strstr(d.msg, "'layer_types' has 2 entries for 3 layers") != NULL);
+    json_decref(j);
+    CHECK_EQ(read_cfg("{\"num_hidden_layers\":2,\"sliding_window\":64,\"layer_types\":"
+                      "[\"sliding_attention\",\"linear_attention\"]}", ARCH_READ_KV, &hp, &j,
+                      &d), -ST_FORMAT);
+    CHECK(strstr(d.msg, "'layer_types'[1]") != NULL);
+    json_decref(j);
+    CHECK_EQ(read_cfg("{\"model_type\":\"gemma3_text\",\"num_hidden_layers\":2,"
+                      "\"sliding_window\":64,\"sliding_window_pattern\":0}", ARCH_READ_KV, &hp,
+                      &j, &d), -ST_FORMAT);
+    CHECK(strstr(d.msg, "'sliding_window_pattern' = 0") != NULL);
     json_decref(j);
     CHECK_EQ(read_cfg("{\"model_type\":\"deepseek_v2\",\"kv_lora_rank\":512,"
                       "\"qk_rope_head_dim\":64,\"v_head_dim\":128}", ARCH_READ_KV, &hp, &j, &d), 0);
