@@ -44,10 +44,10 @@ CUDA_SRC    := $(sort $(wildcard kernels/cuda/*.cu))
 else
 CUDA_SRC    :=
 endif
-# tools/tool.c, tool_cb.c and tool_start.c are no binaries: what every tool's main
-# shares (die, messages, option numbers; progress bars; the .preinit_array entry),
-# linked into each tool.
-TOOL_SHARED := tools/tool.c tools/tool_cb.c tools/tool_start.c
+# tools/tool.c, tool_opt.c, tool_cb.c and tool_start.c are no binaries: what every
+# tool's main shares (die, messages; options and their numbers; progress bars; the
+# .preinit_array entry), linked into each tool.
+TOOL_SHARED := tools/tool.c tools/tool_opt.c tools/tool_cb.c tools/tool_start.c
 TOOL_SRC    := $(filter-out $(TOOL_SHARED),$(sort $(wildcard tools/*.c)))
 UNIT_SRC    := $(sort $(wildcard tests/unit/test_*.c))
 KTEST_SRC   := $(sort $(wildcard tests/kernels/test_*.c))

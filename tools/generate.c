@@ -4,7 +4,6 @@
  * continuous-batching engine, or the perplexity of a text file.  The work is
  * run_generate() (common/model/generate.c) or run_generate_batch() (genbatch.c).
  */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -287,11 +286,8 @@ main(int argc, char **argv)
     /* the prompt (or the text of --tokenize): -p, else -f, else stdin */
     const bool prompt_read = !batch && !o.perplexity && !o.prompt;
     const struct stdin_use in[] = {
-        { "-m", o.model },
-        { "--draft", o.draft },
-        { "--draft-head", o.draft_head },
-        { "--batch", batch ? (b.input ? b.input : "-") : NULL },
-        { "--perplexity", o.perplexity },
+        { "-m", o.model }, { "--draft", o.draft }, { "--draft-head", o.draft_head },
+        { "--batch", batch ? (b.input ? b.input : "-") : NULL }, { "--perplexity", o.perplexity },
         { o.prompt_file ? "-f" : "the prompt (no -p or -f)",
           prompt_read ? (o.prompt_file ? o.prompt_file : "-") : NULL },
     };

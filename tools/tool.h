@@ -1,5 +1,5 @@
 /*
- * tool.h - what every tool's main shares (tools/tool.c, linked into each
+ * tool.h - what every tool's main shares (tools/tool.c and tool_opt.c, linked into each
  * binary of tools/; the library never calls it): the program name and
  * verbosity, die() and usage_error() (they exit), messages on stderr, strict
  * option numbers, stdout's final check, and the stop signals of a run that
