@@ -228,6 +228,15 @@ cli_cap_threads(int n, bool oversubscribe)
 
 
 void
+cli_end_text_line(bool text_on_stdout)
+{
+    if (text_on_stdout && isatty(STDOUT_FILENO))
+        putchar('\n');
+    else if (cli_verbosity >= 1 && isatty(STDERR_FILENO))
+        fputc('\n', stderr);
+}
+
+void
 cli_finish_stdout(void)
 {
     errno = 0;

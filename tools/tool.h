@@ -119,6 +119,13 @@ int cli_cap_threads(int n, bool oversubscribe);
  * included).  Call at the end of every tool that wrote to stdout. */
 void cli_finish_stdout(void);
 
+/* cli_end_text_line() : after text that did not end its line: ends it on a
+ * terminal, so that the statistics or the shell prompt do not follow the
+ * text there (on stdout when the text went to it, else on stderr, where a
+ * pipe may lead to the same terminal); a pipe or a file gets exactly the
+ * text's bytes. */
+void cli_end_text_line(bool text_on_stdout);
+
 /* ---- stop signals ---- */
 
 /* Set by the handler tool_catch_stop() installs: the number of SIGINT,
