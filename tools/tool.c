@@ -95,7 +95,10 @@ vmsg(const char *prefix, const char *fmt, va_list ap, const char *usage)
     char text[8192], line[16384];
     int k;
 
-    if (vsnprintf(text, sizeof text, fmt, ap) >= (int)sizeof text)
+    k = vsnprintf(text, sizeof text, fmt, ap);
+    if (k < 0)
+        snprintf(text, sizeof text, "(a message that could not be formatted)");
+    else if (k >= (int)sizeof text)
         memcpy(text + sizeof text - 4, "...", 4);
     /* a progress bar's line open: the message goes below */
     k = snprintf(line, sizeof line, "%s%.255s: %s", cli_line_open ? "\n" : "", cli_progname, prefix);

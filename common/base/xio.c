@@ -70,11 +70,14 @@ remove_tree(const char *path)
 /* Replacing an output directory takes two renames and the removal of the
  * old one: a signal between them would leave the user's original only at
  * OUT.old.X, or half removed.  The committing thread blocks the signals
- * whose handlers clean up (so they never run on it) and counts itself in
- * commits_busy; a handler on another thread waits in xio_cleanup_all until
- * no commit is in progress.  After a signal, then, either the original is
- * at OUT untouched or the new output is, and no OUT.old.* remains. */
-static atomic_int commits_busy;
+ * that end the process (so no handler, and no default action, runs on it)
+ * and counts itself in commits_busy; a cleanup on another thread (a
+ * handler, or die()) waits in xio_cleanup_all until no commit is in
+ * progress, and a commit that would start once a cleanup has begun never
+ * starts: the process is ending.  After a signal, then, either the original
+ * is at OUT untouched or the new output is, and no OUT.old.* remains. */
+static atomic_int commits_busy, cleaning;
+static _Thread_local bool in_commit;
 
 static void
 critical_enter(sigset_t *old)
@@ -85,21 +88,33 @@ critical_enter(sigset_t *old)
     sigaddset(&s, SIGINT);
     sigaddset(&s, SIGTERM);
     sigaddset(&s, SIGHUP);
+    sigaddset(&s, SIGPIPE);
+    sigaddset(&s, SIGQUIT);
     pthread_sigmask(SIG_BLOCK, &s, old);
+    in_commit = true;
     atomic_fetch_add(&commits_busy, 1);
+    if (atomic_load(&cleaning)) {
+        /* another thread removes the temporaries and ends the process:
+         * OUT stays as it is */
+        atomic_fetch_sub(&commits_busy, 1);
+        for (;;)
+            pause();
+    }
 }
 
 static void
 critical_leave(const sigset_t *old)
 {
     atomic_fetch_sub(&commits_busy, 1);
+    in_commit = false;
     pthread_sigmask(SIG_SETMASK, old, NULL);   /* a pending signal lands now */
 }
 
 void
 xio_cleanup_all(void)
 {
-    while (atomic_load(&commits_busy) > 0) {
+    atomic_store(&cleaning, 1);
+    while (!in_commit && atomic_load(&commits_busy) > 0) {
         struct timespec ms = {0, 1000000};
         nanosleep(&ms, NULL);
     }

@@ -155,10 +155,11 @@ void xout_abort(struct xout *o);
 int xout_open_dir(struct xout *o, const char *path, bool force, struct diag *d);
 
 /* xio_cleanup_all() : removes every registered temporary (async-signal-safe
- * enough for the exit paths it is used on).  It first waits while another
- * thread replaces an output directory (the renames and the removal of the
- * old one, run with SIGINT, SIGTERM and SIGHUP blocked in that thread), so
- * a signal never leaves a replacement half done. */
+ * enough for the exit paths it is used on, all of which then end the
+ * process).  It first waits while another thread replaces an output
+ * directory (the renames and the removal of the old one, run with SIGINT,
+ * SIGTERM, SIGHUP, SIGPIPE and SIGQUIT blocked in that thread), and no
+ * replacement starts after it, so a signal never leaves one half done. */
 void xio_cleanup_all(void);
 
 /* write_all() : fwrite with error reporting (-ST_IO, "write failed: ..."). */

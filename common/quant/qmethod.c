@@ -124,7 +124,7 @@ static int
 ckpt_write(const char *dir, const char *key, int64_t layer, struct qmodel_tensor *t,
            const struct qmethod_linear *lin, int64_t n, struct diag *d)
 {
-    enum { N_PIECE = 4 + 13 * N_LIN_MAX };
+    enum { N_PIECE = 4 + 14 * N_LIN_MAX };   /* the header, 14 pieces a linear */
     char path[4096], seal[65];
     char name[N_LIN_MAX][64];
     int32_t bits[N_LIN_MAX], sym[N_LIN_MAX];
@@ -133,12 +133,15 @@ ckpt_write(const char *dir, const char *key, int64_t layer, struct qmodel_tensor
     struct xout xo = { 0 };
     int k = 0, rc;
 
+    if (n > N_LIN_MAX)
+        return diag_set(d, ST_RANGE, "checkpoint: %lld linears a block, at most %d",
+                        (long long)n, (int)N_LIN_MAX);
 #define PIECE(ptr, n_) (p[k] = (ptr), len[k] = (size_t)(n_), k++)
     PIECE(CKPT_MAGIC, 8);
     PIECE(key, 64);
     PIECE(&layer, sizeof layer);
     PIECE(&n, sizeof n);
-    for (int64_t i = 0; i < n && i < N_LIN_MAX; i++) {
+    for (int64_t i = 0; i < n; i++) {
         const struct qgrid *g = t[i].g;
         memset(name[i], 0, 64);
         snprintf(name[i], 64, "%s", t[i].name);
