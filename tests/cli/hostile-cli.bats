@@ -162,7 +162,7 @@ writes_to_stderr() {
 }
 
 @test "a message, escaped, with the usage line after it, reaches stderr in one write" {
-    # (the sanitizer's runtime writes to stderr itself: counted in the plain build)
+    # (counted in the plain build: under the sanitizer more than one write shows)
     [ "${LLMKIT_SAN:-}" != address ] || skip "write(2) counted without AddressSanitizer"
     command -v strace >/dev/null || skip "no strace"
     strace -qq -o /dev/null true 2>/dev/null || skip "strace cannot trace here"
